@@ -1,0 +1,114 @@
+"""The recording format: one JSON object per line, both directions, with timestamps.
+
+A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "msg": <message>}``;
+a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
+UTF-8), so nothing that crossed the wire is lost. :func:`encode_entry` writes a line;
+:func:`read_entries` reads a file in either the recording format or plain app-server stdout
+(one message per line, no timestamps), telling them apart from the first line.
+
+The writer embeds a JSON line's bytes as they were — it re-serialises nothing — and always
+writes ``t`` and ``from`` before ``msg``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from ._codex import Direction
+
+__all__ = ["Entry", "RecordingFormat", "detect_format", "encode_entry", "read_entries"]
+
+RecordingFormat = Literal["recording", "server-stdout"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message of a session, as read back from a file."""
+
+    line: int
+    """1-based line number in the file it came from."""
+    t: float | None
+    direction: Direction
+    message: Any
+    """The parsed message, or ``None`` for a line that was not JSON."""
+    raw: bytes | None = None
+    """The original bytes of a line that was not JSON."""
+
+
+def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
+    """One recording line for ``line`` (its trailing newline, if any, is dropped)."""
+    body = line[:-1] if line.endswith(b"\n") else line
+    head = b'{"t":%.6f,"from":"%s",' % (t, direction.encode())
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return head + b'"msg":' + body + b"}\n"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
+    try:
+        return head + b'"raw":' + orjson.dumps(text) + b"}\n"
+    except TypeError:  # lone surrogates cannot be written as JSON strings
+        return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
+
+
+def _as_entry(number: int, value: Any) -> Entry | None:
+    """A recording entry, or None if ``value`` is not one."""
+    if not isinstance(value, dict) or value.get("from") not in ("client", "server"):
+        return None
+    t = value.get("t")
+    if isinstance(t, bool) or not isinstance(t, int | float):
+        return None
+    if "msg" in value:
+        return Entry(line=number, t=float(t), direction=value["from"], message=value["msg"])
+    if isinstance(value.get("raw"), str):
+        raw = value["raw"].encode("utf-8", "surrogateescape")
+    elif isinstance(value.get("raw_b64"), str):
+        raw = base64.b64decode(value["raw_b64"])
+    else:
+        return None
+    return Entry(line=number, t=float(t), direction=value["from"], message=None, raw=raw)
+
+
+def detect_format(first_line: bytes) -> RecordingFormat:
+    """A file whose first non-empty line is a recording entry is a recording."""
+    try:
+        value = orjson.loads(first_line)
+    except orjson.JSONDecodeError:
+        return "server-stdout"
+    return "recording" if _as_entry(1, value) is not None else "server-stdout"
+
+
+def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
+    """Entries of a recording or of plain server stdout, detected from the first line.
+
+    In server-stdout mode every line is a server message with no time. In recording mode a
+    line that is not a valid entry is passed on as an unparsed server line, so that a
+    truncated or hand-edited recording still replays.
+    """
+    fmt: RecordingFormat | None = None
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if fmt is None:
+            fmt = detect_format(stripped)
+        try:
+            value = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            yield Entry(line=number, t=None, direction="server", message=None, raw=stripped)
+            continue
+        if fmt == "recording":
+            entry = _as_entry(number, value)
+            if entry is not None:
+                yield entry
+                continue
+        yield Entry(line=number, t=None, direction="server", message=value)
