@@ -107,7 +107,9 @@ class ActivitySignal:
             return False
         return True
 
-    def close_scope(self, *prefix: Hashable, kinds: tuple[HandleKind, ...] = tuple(HandleKind)) -> int:
+    def close_scope(
+        self, *prefix: Hashable, kinds: tuple[HandleKind, ...] = tuple(HandleKind)
+    ) -> int:
         """Close every handle whose key starts with ``prefix``; returns how many closed."""
         n = len(prefix)
         closed = 0

@@ -122,6 +122,7 @@ _STATE_METHODS: frozenset[str] = frozenset(
     | AUTOMATIC_REQUESTS
 )
 """Every method the mapping routes; everything else is skipped before parsing."""
+_STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in _STATE_METHODS)
 
 _MAX_ENDED_TURNS = 4096
 _MAX_PENDING_REQUESTS = 4096
@@ -152,7 +153,7 @@ class _PendingRequest:
     blocking: bool
 
 
-class _WrongShape(JsonRpcError):  # type: ignore[misc]
+class _WrongShape(JsonRpcError):
     """Raised by a handler for params of the wrong type; jsonrpcserver turns it into an
     error result quietly (no traceback), and the mapping counts it."""
 
@@ -222,10 +223,9 @@ class CodexMapping:
             if line.startswith(_SERVER_METHOD_PREFIX):
                 end = line.find(b'"', _PREFIX_LEN)
                 method = line[_PREFIX_LEN:end]
-                if end > 0 and b"\\" not in method:
-                    if method.decode("ascii", "replace") not in _STATE_METHODS:
-                        self.stats.skipped += 1
-                        return None
+                if end > 0 and method not in _STATE_METHODS_BYTES and b"\\" not in method:
+                    self.stats.skipped += 1
+                    return None
             elif line.startswith(_SERVER_RESPONSE_PREFIX):
                 self.stats.skipped += 1  # the server's responses never change the state
                 return None
@@ -340,7 +340,9 @@ class CodexMapping:
         self._forget_requests(lambda p: p.thread == thread and p.turn == turn)
 
     def _end_thread(self, thread: str) -> None:
-        turns = {key[1] for kind in HandleKind for key in self.signal.keys(kind) if key[0] == thread}
+        turns = {
+            key[1] for kind in HandleKind for key in self.signal.keys(kind) if key[0] == thread
+        }
         for turn in turns:
             if isinstance(turn, str):
                 self._ended_turns[(thread, turn)] = None
@@ -377,10 +379,9 @@ class CodexMapping:
             self.signal.close(HandleKind.BLOCK, self._request_key(request_id, pending))
 
     def _resolve_request(self, request_id: Hashable) -> None:
+        # Usually already gone: the client's own answer comes first and closes it.
         pending = self._pending.pop(request_id, None)
-        if pending is None:
-            self.stats.unknown_response += 1
-        elif pending.blocking:
+        if pending is not None and pending.blocking:
             self.signal.close(HandleKind.BLOCK, self._request_key(request_id, pending))
         self._handled = True
 
@@ -443,7 +444,9 @@ def _on_item_completed(
     return Success()
 
 
-def _on_thread_status_changed(m: CodexMapping, threadId: object, status: object, **_: object) -> Any:
+def _on_thread_status_changed(
+    m: CodexMapping, threadId: object, status: object, **_: object
+) -> Any:
     thread = _str(threadId, "threadId")
     body = _obj(status, "status")
     kind = _str(body.get("type"), "status.type")
