@@ -1,0 +1,492 @@
+"""The codex mapping, fed plain messages: every rule of the module docstring, and the traps
+of the real protocol (late items after an interrupt, requests resolved after the turn,
+subagent threads without thread/started, per-direction ids)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codex_presence import CodexMapping, Direction
+from codex_presence._codex import BLOCKING_REQUESTS, TOOL_ITEM_TYPES
+
+
+def note(method: str, **params: Any) -> dict[str, Any]:
+    return {"method": method, "params": params, "emittedAtMs": 1796044232571}
+
+
+def request(method: str, rid: int | str, **params: Any) -> dict[str, Any]:
+    return {"method": method, "id": rid, "params": params}
+
+
+def turn_started(thread: str = "th", turn: str = "t1") -> dict[str, Any]:
+    return note("turn/started", threadId=thread, turn={"id": turn, "status": "inProgress"})
+
+
+def turn_completed(
+    thread: str = "th", turn: str = "t1", status: str = "completed"
+) -> dict[str, Any]:
+    return note("turn/completed", threadId=thread, turn={"id": turn, "status": status})
+
+
+def status(thread: str = "th", kind: str = "active", *flags: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": kind}
+    if kind == "active":
+        body["activeFlags"] = list(flags)
+    return note("thread/status/changed", threadId=thread, status=body)
+
+
+def item(
+    event: str, kind: str, item_id: str, thread: str = "th", turn: str = "t1"
+) -> dict[str, Any]:
+    return note(f"item/{event}", threadId=thread, turnId=turn, item={"type": kind, "id": item_id})
+
+
+class Session:
+    """Feeds messages as lines (the wire path) and collects (state, cause) transitions."""
+
+    def __init__(self) -> None:
+        self.mapping = CodexMapping()
+        self.transitions: list[tuple[str, str]] = []
+
+    def server(self, *messages: dict[str, Any]) -> Session:
+        return self._feed("server", messages)
+
+    def client(self, *messages: dict[str, Any]) -> Session:
+        return self._feed("client", messages)
+
+    def _feed(self, direction: Direction, messages: tuple[dict[str, Any], ...]) -> Session:
+        for message in messages:
+            transition = self.mapping.feed_line(direction, orjson.dumps(message) + b"\n")
+            if transition is not None:
+                self.transitions.append((transition.state.value, transition.cause))
+        return self
+
+    def eof(self) -> Session:
+        transition = self.mapping.close()
+        if transition is not None:
+            self.transitions.append((transition.state.value, transition.cause))
+        return self
+
+    @property
+    def state(self) -> str:
+        return self.mapping.state
+
+
+def test_plain_turn_working_then_idle_on_thread_idle_before_turn_completed() -> None:
+    s = Session().server(
+        status("th", "active"),
+        turn_started(),
+        item("started", "agentMessage", "msg-1"),
+        note("item/agentMessage/delta", threadId="th", turnId="t1", itemId="msg-1", delta="hi"),
+        item("completed", "agentMessage", "msg-1"),
+        status("th", "idle"),
+        turn_completed(),
+    )
+    assert s.transitions == [("working", "turn/started"), ("idle", "thread/status/changed")]
+
+
+@pytest.mark.parametrize("outcome", ["completed", "interrupted", "failed"])
+def test_turn_completed_alone_closes_the_turn(outcome: str) -> None:
+    s = Session().server(turn_started(), turn_completed(status=outcome))
+    assert s.transitions == [("working", "turn/started"), ("idle", "turn/completed")]
+
+
+def test_client_turn_start_on_busy_thread_steers_and_opens_nothing() -> None:
+    s = Session().server(turn_started())
+    s.client({"method": "turn/start", "id": 7, "params": {"threadId": "th", "input": []}})
+    s.server({"id": 7, "result": {"turn": {"id": "t1", "status": "inProgress"}}})
+    s.server(turn_completed())
+    assert s.transitions == [("working", "turn/started"), ("idle", "turn/completed")]
+
+
+@pytest.mark.parametrize("kind", sorted(TOOL_ITEM_TYPES))
+def test_every_tool_item_type_is_working_even_without_a_turn_bracket(kind: str) -> None:
+    s = Session().server(item("started", kind, "x"))
+    assert s.state == "working"
+    s.server(item("completed", kind, "x"))
+    assert s.transitions == [("working", "item/started"), ("idle", "item/completed")]
+
+
+@pytest.mark.parametrize(
+    "kind", ["agentMessage", "reasoning", "userMessage", "plan", "contextCompaction", "hookPrompt"]
+)
+def test_non_tool_items_open_nothing(kind: str) -> None:
+    s = Session().server(item("started", kind, "x"))
+    assert s.state == "idle" and s.transitions == []
+
+
+def test_late_item_events_after_the_turn_ended_do_not_pin_working() -> None:
+    s = Session().server(
+        turn_started(),
+        item("started", "commandExecution", "call_sleep"),
+        status("th", "idle"),
+        turn_completed(status="interrupted"),
+        note(
+            "item/commandExecution/outputDelta",
+            threadId="th",
+            turnId="t1",
+            itemId="call_sleep",
+            delta="late\n",
+        ),
+        item("completed", "commandExecution", "call_sleep"),
+        item("started", "commandExecution", "call_other"),
+    )
+    assert s.transitions == [("working", "turn/started"), ("idle", "thread/status/changed")]
+    assert s.mapping.stats.late_events >= 1
+
+
+def test_retried_stream_leaves_an_item_open_and_turn_end_closes_it() -> None:
+    s = Session().server(
+        turn_started(),
+        item("started", "webSearch", "ws-dangling"),
+        note("error", threadId="th", turnId="t1", willRetry=True, error={"message": "retry"}),
+        turn_completed(),
+    )
+    assert s.transitions[-1] == ("idle", "turn/completed")
+
+
+@pytest.mark.parametrize(
+    "method", sorted(BLOCKING_REQUESTS - {"execCommandApproval", "applyPatchApproval"})
+)
+def test_human_requests_block_until_the_client_answers(method: str) -> None:
+    s = Session().server(turn_started(), request(method, 0, threadId="th", turnId="t1", itemId="i"))
+    assert s.state == "blocked"
+    s.client({"id": 0, "result": {"decision": "accept"}})
+    assert s.transitions == [
+        ("working", "turn/started"),
+        ("blocked", method),
+        ("working", "response"),
+    ]
+
+
+@pytest.mark.parametrize("method", ["execCommandApproval", "applyPatchApproval"])
+def test_legacy_approvals_block(method: str) -> None:
+    s = Session().server(request(method, 3, conversationId="conv", callId="c"))
+    assert s.state == "blocked"
+    s.client({"id": 3, "result": {"decision": "approved"}})
+    assert s.state == "idle"
+
+
+def test_server_request_resolved_clears_blocked() -> None:
+    s = Session().server(
+        turn_started(),
+        request("item/fileChange/requestApproval", 0, threadId="th", turnId="t1", itemId="p"),
+        note("serverRequest/resolved", threadId="th", requestId=0),
+    )
+    assert s.transitions[-1] == ("working", "serverRequest/resolved")
+
+
+def test_ids_are_per_direction_a_client_request_id_does_not_answer_a_server_request() -> None:
+    s = Session().server(
+        turn_started(),
+        request("item/commandExecution/requestApproval", 0, threadId="th", turnId="t1", itemId="c"),
+    )
+    # The server answering the client's own request 0 says nothing about its request 0.
+    s.server({"id": 0, "result": {"userAgent": "x"}})
+    assert s.state == "blocked"
+    s.client({"id": 0, "result": {"decision": "decline"}})
+    assert s.state == "working"
+
+
+def test_request_pending_at_interrupt_is_resolved_after_turn_completed() -> None:
+    s = Session().server(
+        turn_started(),
+        status("th", "active", "waitingOnApproval"),
+        item("started", "commandExecution", "call_touch"),
+        request(
+            "item/commandExecution/requestApproval",
+            0,
+            threadId="th",
+            turnId="t1",
+            itemId="call_touch",
+        ),
+    )
+    s.client({"method": "turn/interrupt", "id": 5, "params": {"threadId": "th", "turnId": "t1"}})
+    s.server(
+        {"id": 5, "result": {}},
+        status("th", "idle"),
+        turn_completed(status="interrupted"),
+        note("serverRequest/resolved", threadId="th", requestId=0),
+    )
+    s.client({"id": 0, "result": {"decision": "accept"}})  # a late answer: ignored
+    assert s.transitions == [
+        ("working", "turn/started"),
+        ("blocked", "thread/status/changed"),
+        ("idle", "thread/status/changed"),
+    ]
+
+
+def test_waiting_flags_agree_with_requests_both_must_clear() -> None:
+    s = Session().server(
+        turn_started(),
+        status("th", "active", "waitingOnUserInput"),
+        request(
+            "item/tool/requestUserInput",
+            0,
+            threadId="th",
+            turnId="t1",
+            itemId="ask",
+            questions=[],
+            isBlocking=True,
+        ),
+    )
+    s.client({"id": 0, "result": {"answers": {}}})
+    assert s.state == "blocked"  # the server still says it is waiting
+    s.server(note("serverRequest/resolved", threadId="th", requestId=0), status("th", "active"))
+    assert s.transitions == [
+        ("working", "turn/started"),
+        ("blocked", "thread/status/changed"),
+        ("working", "thread/status/changed"),
+    ]
+
+
+def test_turn_end_closes_its_pending_requests() -> None:
+    s = Session().server(
+        turn_started(),
+        request(
+            "mcpServer/elicitation/request",
+            4,
+            threadId="th",
+            turnId="t1",
+            serverName="x",
+            mode="form",
+            message="?",
+            requestedSchema={},
+        ),
+        turn_completed(),
+    )
+    assert s.transitions[-1] == ("idle", "turn/completed")
+    s.client({"id": 4, "result": {"action": "accept"}})  # too late: nothing is pending
+    assert s.transitions[-1] == ("idle", "turn/completed") and s.state == "idle"
+
+
+def test_elicitation_without_turn_id_belongs_to_its_thread() -> None:
+    s = Session().server(
+        request(
+            "mcpServer/elicitation/request",
+            1,
+            threadId="th",
+            turnId=None,
+            serverName="x",
+            mode="url",
+            message="?",
+            url="http://127.0.0.1/",
+            elicitationId="e",
+        ),
+    )
+    assert s.state == "blocked"
+    s.server(status("th", "idle"))
+    assert s.state == "idle"
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "item/tool/call",
+        "account/chatgptAuthTokens/refresh",
+        "attestation/generate",
+        "currentTime/read",
+    ],
+)
+def test_automatic_requests_never_block_and_their_answers_are_known(method: str) -> None:
+    s = Session().server(turn_started(), request(method, 0, threadId="th", turnId="t1"))
+    assert s.state == "working"
+    s.client({"id": 0, "result": {}})
+    assert s.mapping.stats.unknown_response == 0
+
+
+@pytest.mark.parametrize("kind", ["idle", "systemError", "notLoaded"])
+def test_thread_status_recovers_when_turn_completed_never_comes(kind: str) -> None:
+    s = Session().server(
+        turn_started(),
+        item("started", "mcpToolCall", "m"),
+        request("item/permissions/requestApproval", 2, threadId="th", turnId="t1", itemId="m"),
+        status("th", kind),
+    )
+    assert s.transitions[-1] == ("idle", "thread/status/changed")
+    s.server(item("completed", "mcpToolCall", "m"), turn_started())  # late: turn already ended
+    assert s.state == "idle"
+
+
+def test_thread_closed_recovers_too() -> None:
+    s = Session().server(turn_started(), note("thread/closed", threadId="th"))
+    assert s.state == "idle"
+
+
+def test_many_threads_and_subagents_union() -> None:
+    s = Session().server(
+        turn_started("parent", "p1"),
+        item("started", "collabAgentToolCall", "spawn", "parent", "p1"),
+        status("child", "idle"),  # the child appears: no thread/started
+        item("completed", "collabAgentToolCall", "spawn", "parent", "p1"),
+        status("child", "active"),
+        turn_started("child", "c1"),
+        status("child", "active", "waitingOnApproval"),
+    )
+    assert s.state == "blocked"
+    s.server(status("child", "idle"), turn_completed("child", "c1"))
+    assert s.state == "working"  # the parent is still in its turn
+    s.server(status("parent", "idle"), turn_completed("parent", "p1"))
+    assert s.transitions == [
+        ("working", "turn/started"),
+        ("blocked", "thread/status/changed"),
+        ("working", "thread/status/changed"),
+        ("idle", "thread/status/changed"),
+    ]
+
+
+def test_end_of_stream_closes_everything() -> None:
+    s = (
+        Session()
+        .server(
+            turn_started(),
+            request(
+                "item/commandExecution/requestApproval", 0, threadId="th", turnId="t1", itemId="c"
+            ),
+        )
+        .eof()
+    )
+    assert s.transitions[-1] == ("idle", "eof")
+    assert Session().eof().transitions == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json at all\n",
+        b"\xff\xfe\x00garbage\n",
+        b"[1,2,3]\n",
+        b'{"method":"turn/started"}\n',
+        b'{"method":"turn/started","params":{"threadId":5,"turn":{"id":"t"}}}\n',
+        b'{"method":"turn/started","params":[1,2]}\n',
+        b'{"method":"item/started","params":{"threadId":"a","turnId":"b","item":"x"}}\n',
+        b'{"method":"thread/status/changed","params":{"threadId":"a","status":{"type":1}}}\n',
+        b'{"method":"item/commandExecution/requestApproval","id":[1],"params":{"threadId":"a"}}\n',
+        b'{"method":"no/such/method","params":{}}\n',
+        b'{"method":7}\n',
+        b"{}\n",
+        b"",
+    ],
+)
+def test_malformed_input_is_ignored_and_counted(line: bytes) -> None:
+    mapping = CodexMapping()
+    assert mapping.feed_line("server", line) is None
+    assert mapping.state == "idle"
+    stats = mapping.stats
+    assert stats.not_json + stats.wrong_shape + stats.skipped == 1
+
+
+def test_non_canonical_server_lines_are_parsed_not_skipped() -> None:
+    mapping = CodexMapping()
+    line = b'{ "params": {"threadId": "th", "turn": {"id": "t"}}, "method": "turn/started" }'
+    transition = mapping.feed_line("server", line)
+    assert transition is not None and transition.state.value == "working"
+
+
+def test_escaped_method_name_is_parsed_not_skipped() -> None:
+    mapping = CodexMapping()
+    line = b'{"method":"turn\\/started","params":{"threadId":"th","turn":{"id":"t"}}}'
+    assert mapping.feed_line("server", line) is not None
+
+
+# -- hostile input: whatever arrives, no exception, no negative count, idle at EOF ----------
+
+ids = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.text(max_size=5),
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=False),
+)
+names = st.sampled_from(["th", "other", "", "x" * 50])
+turns = st.sampled_from(["t1", "t2", "t3"])
+junk = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=2))
+methods = st.sampled_from(
+    [
+        *sorted(BLOCKING_REQUESTS),
+        "turn/started",
+        "turn/completed",
+        "item/started",
+        "item/completed",
+        "thread/status/changed",
+        "thread/closed",
+        "serverRequest/resolved",
+        "item/tool/call",
+        "item/agentMessage/delta",
+        "no/such/method",
+    ]
+)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> tuple[Direction, Any]:
+    direction: Direction = draw(st.sampled_from(["server", "client"]))
+    shape = draw(st.integers(min_value=0, max_value=9))
+    if shape == 0:
+        return direction, draw(junk)
+    if shape == 1:
+        return direction, {"id": draw(ids), "result": {}}
+    thread, turn = draw(names), draw(turns)
+    params: dict[str, Any] = {
+        "threadId": draw(st.one_of(st.just(thread), junk)),
+        "turnId": draw(st.one_of(st.just(turn), junk)),
+        "turn": draw(st.one_of(st.fixed_dictionaries({"id": st.just(turn)}), junk)),
+        "item": draw(
+            st.one_of(
+                st.fixed_dictionaries(
+                    {
+                        "id": st.sampled_from(["i1", "i2"]),
+                        "type": st.sampled_from([*sorted(TOOL_ITEM_TYPES), "reasoning"]),
+                    }
+                ),
+                junk,
+            )
+        ),
+        "status": draw(
+            st.one_of(
+                st.fixed_dictionaries(
+                    {
+                        "type": st.sampled_from(["idle", "active", "systemError", "x"]),
+                        "activeFlags": st.lists(
+                            st.sampled_from(["waitingOnApproval", "waitingOnUserInput", "other"]),
+                            max_size=2,
+                        ),
+                    }
+                ),
+                junk,
+            )
+        ),
+        "requestId": draw(ids),
+        "conversationId": draw(st.one_of(st.just(thread), junk)),
+    }
+    keep = draw(st.sets(st.sampled_from(sorted(params)), max_size=len(params)))
+    message: dict[str, Any] = {"method": draw(methods), "params": {k: params[k] for k in keep}}
+    if draw(st.booleans()):
+        message["id"] = draw(ids)
+    return direction, message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages(), max_size=40), st.booleans())
+def test_any_message_sequence_is_survived_and_ends_idle(
+    sequence: list[tuple[Direction, Any]], as_lines: bool
+) -> None:
+    mapping = CodexMapping()
+    for direction, message in sequence:
+        if as_lines:
+            try:
+                line = orjson.dumps(message)
+            except TypeError:  # integers past 64 bits: send them as raw text instead
+                line = repr(message).encode()
+            mapping.feed_line(direction, line)
+        else:
+            mapping.feed_message(direction, message)
+        for kind in mapping.signal._handles:
+            assert mapping.signal.count(kind) >= 0
+    mapping.close()
+    assert mapping.state == "idle"
