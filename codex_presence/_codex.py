@@ -40,14 +40,18 @@ jsonrpcserver dispatch, whose per-message cost is two orders of magnitude higher
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import orjson
-from jsonrpcserver import JsonRpcError, Success, dispatch_to_response
+from jsonrpcserver import JsonRpcError, Success
+from jsonrpcserver.dispatcher import dispatch_request
+from jsonrpcserver.request import Request
+from jsonrpcserver.sentinels import NOID
 
 from ._activity import ActivitySignal, HandleKind, Transition
 
@@ -124,6 +128,22 @@ _STATE_METHODS: frozenset[str] = frozenset(
 """Every method the mapping routes; everything else is skipped before parsing."""
 _STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in _STATE_METHODS)
 
+_ITEM_METHODS_BYTES = frozenset({b"item/started", b"item/completed"})
+_ITEM_TYPE_PREFIX = b'","params":{"item":{"type":"'
+_NON_TOOL_ITEM_TYPES_BYTES = frozenset(
+    {b"userMessage", b"agentMessage", b"reasoning", b"plan", b"contextCompaction", b"hookPrompt"}
+)
+
+
+def _is_non_tool_item(line: bytes, method_end: int) -> bool:
+    """True for an item event that codex wrote as ``…"params":{"item":{"type":"X"`` with X a
+    known non-tool type: such a line cannot change the state and need not be parsed."""
+    if not line.startswith(_ITEM_TYPE_PREFIX, method_end):
+        return False
+    start = method_end + len(_ITEM_TYPE_PREFIX)
+    return line[start : line.find(b'"', start)] in _NON_TOOL_ITEM_TYPES_BYTES
+
+
 _MAX_ENDED_TURNS = 4096
 _MAX_PENDING_REQUESTS = 4096
 _SERVER_METHOD_PREFIX = b'{"method":"'
@@ -159,21 +179,6 @@ class _WrongShape(JsonRpcError):
 
     def __init__(self, why: str) -> None:
         super().__init__(code=-32602, message=why)
-
-
-def _identity(message: Any) -> Any:
-    return message
-
-
-def _validate_envelope(message: Any) -> Any:
-    """Codex's envelope: JSON-RPC 2.0 minus the ``"jsonrpc"`` member, which jsonrpcserver's
-    default JSON-Schema validator insists on."""
-    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-        raise ValueError("not a request or notification")
-    params = message.get("params")
-    if params is not None and not isinstance(params, dict):
-        raise ValueError("params is not an object")
-    return message
 
 
 def _str(value: object, what: str) -> str:
@@ -224,6 +229,9 @@ class CodexMapping:
                 end = line.find(b'"', _PREFIX_LEN)
                 method = line[_PREFIX_LEN:end]
                 if end > 0 and method not in _STATE_METHODS_BYTES and b"\\" not in method:
+                    self.stats.skipped += 1
+                    return None
+                if method in _ITEM_METHODS_BYTES and _is_non_tool_item(line, end):
                     self.stats.skipped += 1
                     return None
             elif line.startswith(_SERVER_RESPONSE_PREFIX):
@@ -280,13 +288,15 @@ class CodexMapping:
         self._current_id = message.get("id")
         self._handled = False
         self._cause = method
-        dispatch_to_response(
-            cast(str, message),
-            self._methods,
-            context=self,
-            deserializer=_identity,
-            validator=_validate_envelope,
-        )
+        # jsonrpcserver's own routing step (method lookup, argument binding, the call, and
+        # errors turned into results). Its outer layers parse and validate JSON-RPC 2.0
+        # text, which codex is not and which is already parsed here, so they are skipped.
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            self.stats.wrong_shape += 1
+            return None
+        request = Request(method, params or {}, message.get("id", NOID))
+        dispatch_request(self._methods, self, request)
         if not self._handled:
             self.stats.wrong_shape += 1
             logger.debug("ignored %s of the wrong shape", method)
@@ -323,6 +333,10 @@ class CodexMapping:
             routes[name] = _on_legacy_blocking_request
         for name in AUTOMATIC_REQUESTS:
             routes[name] = _on_automatic_request
+        for handler in set(routes.values()):
+            # jsonrpcserver checks arguments with inspect.signature() on every dispatch;
+            # a precomputed __signature__ is what inspect returns first, at no cost.
+            handler.__signature__ = inspect.signature(handler)
         return routes
 
     # -- state helpers used by the handlers ------------------------------------------------

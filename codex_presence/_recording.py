@@ -35,9 +35,11 @@ class Entry:
     t: float | None
     direction: Direction
     message: Any
-    """The parsed message, or ``None`` for a line that was not JSON."""
+    """The parsed message, or ``None`` when the line is passed on as raw bytes."""
     raw: bytes | None = None
-    """The original bytes of a line that was not JSON."""
+    """The original bytes of the line when it was not parsed here: a line of plain server
+    stdout (left to the mapping's pre-filter, which skips deltas without parsing them) or
+    a line that is not JSON."""
 
 
 def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
@@ -90,9 +92,9 @@ def detect_format(first_line: bytes) -> RecordingFormat:
 def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
     """Entries of a recording or of plain server stdout, detected from the first line.
 
-    In server-stdout mode every line is a server message with no time. In recording mode a
-    line that is not a valid entry is passed on as an unparsed server line, so that a
-    truncated or hand-edited recording still replays.
+    In server-stdout mode every line is a server message with no time, passed on unparsed.
+    In recording mode a line that is not a valid entry is passed on as an unparsed server
+    line, so that a truncated or hand-edited recording still replays.
     """
     fmt: RecordingFormat | None = None
     for number, line in enumerate(lines, start=1):
@@ -101,14 +103,13 @@ def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
             continue
         if fmt is None:
             fmt = detect_format(stripped)
+        if fmt == "server-stdout":
+            yield Entry(line=number, t=None, direction="server", message=None, raw=stripped)
+            continue
         try:
             value = orjson.loads(stripped)
         except orjson.JSONDecodeError:
             yield Entry(line=number, t=None, direction="server", message=None, raw=stripped)
             continue
-        if fmt == "recording":
-            entry = _as_entry(number, value)
-            if entry is not None:
-                yield entry
-                continue
-        yield Entry(line=number, t=None, direction="server", message=value)
+        entry = _as_entry(number, value)
+        yield entry if entry is not None else Entry(number, None, "server", value)
