@@ -1,0 +1,134 @@
+"""The reporter's policy with an injected clock: transitions, heartbeat, silence when idle,
+coalescing, backoff and recovery, 401, rejected bodies, the broker's own TTL."""
+
+from __future__ import annotations
+
+from codex_presence import ActivityState
+from codex_presence._reporting import Backoff, Outcome, Post, ReportPolicy, Wait
+
+IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
+
+
+def policy(**kwargs: object) -> ReportPolicy:
+    # Jitter pinned to its upper bound so that delays are exact.
+    return ReportPolicy(backoff=Backoff(base=0.25, cap=5.0, rand=lambda: 1.0), **kwargs)  # type: ignore[arg-type]
+
+
+def send(p: ReportPolicy, now: float, outcome: Outcome = Outcome.OK) -> Post:
+    action = p.next_action(now)
+    assert isinstance(action, Post), action
+    p.on_result(outcome, now)
+    return action
+
+
+def test_idle_member_sends_nothing_ever() -> None:
+    p = policy()
+    for now in (0.0, 10.0, 1000.0):
+        assert p.next_action(now) == Wait(until=None)
+
+
+def test_transition_is_posted_at_once_then_heartbeat_every_10s_then_idle_once() -> None:
+    p = policy()
+    p.observe(WORKING)
+    assert send(p, 1.0) == Post(WORKING, heartbeat=False)
+    assert p.next_action(5.0) == Wait(until=11.0)
+    assert send(p, 11.0) == Post(WORKING, heartbeat=True)
+    assert p.next_action(12.0) == Wait(until=21.0)
+    p.observe(IDLE)
+    assert send(p, 13.0) == Post(IDLE, heartbeat=False)
+    assert p.next_action(100.0) == Wait(until=None)
+
+
+def test_blocked_is_a_transition_and_is_heartbeated_too() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0)
+    p.observe(BLOCKED)
+    assert send(p, 0.5) == Post(BLOCKED, heartbeat=False)
+    assert send(p, 10.5) == Post(BLOCKED, heartbeat=True)
+
+
+def test_one_request_in_flight_and_the_latest_state_wins() -> None:
+    p = policy()
+    p.observe(WORKING)
+    assert p.next_action(0.0) == Post(WORKING, heartbeat=False)
+    # While it is in flight: blocked, then working, then idle — nothing else is sent.
+    for state in (BLOCKED, WORKING, IDLE):
+        p.observe(state)
+        assert p.next_action(0.1) == Wait(until=None)
+    p.on_result(Outcome.OK, 0.2)
+    assert send(p, 0.2) == Post(IDLE, heartbeat=False)  # blocked was superseded: never sent
+    assert p.settled
+
+
+def test_failures_back_off_exponentially_capped_and_recover() -> None:
+    p = policy()
+    p.observe(WORKING)
+    delays = []
+    now = 0.0
+    for _ in range(8):
+        send(p, now, Outcome.FAILED)
+        wait = p.next_action(now)
+        assert isinstance(wait, Wait) and wait.until is not None
+        delays.append(round(wait.until - now, 6))
+        now = wait.until
+    assert delays == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+    send(p, now, Outcome.OK)  # the broker is back
+    assert p.settled and p.backoff.attempts == 0
+    assert p.next_action(now) == Wait(until=now + 10.0)
+
+
+def test_jitter_stays_within_base_and_ceiling() -> None:
+    backoff = Backoff(base=0.25, cap=5.0, rand=lambda: 0.0)
+    assert [backoff.next_delay() for _ in range(3)] == [0.25, 0.25, 0.25]
+    half = Backoff(base=1.0, cap=8.0, rand=lambda: 0.5)
+    assert [half.next_delay() for _ in range(5)] == [1.0, 1.5, 2.5, 4.5, 4.5]
+
+
+def test_new_transition_during_backoff_waits_for_the_backoff() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0, Outcome.FAILED)
+    p.observe(BLOCKED)
+    assert p.next_action(0.1) == Wait(until=0.25)
+    assert send(p, 0.25) == Post(BLOCKED, heartbeat=False)
+
+
+def test_unauthorized_stops_reporting_for_good() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0, Outcome.UNAUTHORIZED)
+    p.observe(BLOCKED)
+    assert p.stopped and p.settled
+    assert p.next_action(100.0) == Wait(until=None)
+
+
+def test_rejected_body_is_not_retried_until_the_next_transition() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0, Outcome.REJECTED)
+    assert p.next_action(50.0) == Wait(until=None)
+    p.observe(BLOCKED)
+    assert send(p, 51.0) == Post(BLOCKED, heartbeat=False)
+
+
+def test_idle_after_an_outage_longer_than_the_ttl_sends_nothing() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0)
+    send(p, 10.0, Outcome.FAILED)  # the heartbeat fails: the broker is gone
+    p.observe(IDLE)
+    # The broker's 30 s TTL ran from the last success at 0.0: by 31.0 it holds idle itself.
+    assert p.next_action(31.0) == Wait(until=None)
+    assert p.held is IDLE
+
+
+def test_idle_before_the_ttl_lapses_is_retried() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0)
+    p.observe(IDLE)
+    send(p, 1.0, Outcome.FAILED)
+    assert p.next_action(1.1) == Wait(until=1.25)
+    assert send(p, 1.25) == Post(IDLE, heartbeat=False)
+    assert p.settled
