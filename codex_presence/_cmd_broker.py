@@ -1,0 +1,142 @@
+"""``codex-presence broker``: the reference presence broker on uvicorn, loopback by default."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+
+HELP = "run the reference presence broker"
+
+_EPILOG = """\
+Without --team, a development team (one member: you) is made in
+$XDG_STATE_HOME/codex-presence (or ~/.local/state/codex-presence) and the broker says
+where your token is. The broker speaks plain HTTP: keep it on loopback, or put a TLS
+proxy in front of it.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from ._client import DEFAULT_PORT
+
+    parser.epilog = _EPILOG
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
+    )
+    parser.add_argument("--team", metavar="FILE", help="the team file (TOML)")
+    parser.add_argument(
+        "--activity-ttl",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a working/blocked report holds without a heartbeat (default: 30)",
+    )
+    parser.add_argument(
+        "--keepalive",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="SSE keep-alive comment interval (default: 15)",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    parser.add_argument("--log-file", metavar="FILE", help="log here instead of stderr")
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host that only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import socket
+    import sys
+
+    import uvicorn
+
+    from ._broker import Broker, create_app
+    from ._cli import UsageError, setup_logging
+    from ._team import TeamError, dev_team, load_team
+
+    setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    logger = logging.getLogger("codex_presence.broker")
+    if not args.activity_ttl > 0:
+        raise UsageError("--activity-ttl must be positive")
+    if not args.keepalive > 0:
+        raise UsageError("--keepalive must be positive")
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0..65535")
+    try:
+        if args.team:
+            team = load_team(args.team)
+        else:
+            dev = dev_team()
+            team = load_team(dev.team_path)
+            logger.info(
+                "no --team: development team %s (member %r); your token is in %s "
+                "(export CODEX_PRESENCE_TOKEN_FILE=%s)",
+                dev.team_path,
+                dev.member,
+                dev.token_path,
+                dev.token_path,
+            )
+    except TeamError as exc:
+        raise UsageError(str(exc)) from None
+    if not is_loopback(args.host):
+        logger.warning(
+            "listening on %s, reachable from other machines, over plain HTTP: tokens and "
+            "presence travel unencrypted; put a TLS proxy in front",
+            args.host,
+        )
+
+    broker = Broker(team=team, activity_ttl=args.activity_ttl)
+    app = create_app(team=team, keepalive=args.keepalive, broker=broker)
+
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host.strip("[]"), args.port))
+    except OSError as exc:
+        sock.close()
+        sys.stderr.write(f"codex-presence broker: cannot bind {args.host}:{args.port}: {exc}\n")
+        return 1
+    sock.listen(1024)
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                sys.stderr.write(
+                    f"codex-presence broker: listening on {url} "
+                    f"(team {team.name}, {len(team.members)} members)\n"
+                )
+                sys.stderr.flush()
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            broker.close()  # end the SSE streams, so that shutdown need not wait for them
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level=logging.DEBUG if args.verbose > 1 else logging.WARNING,
+        access_log=args.verbose > 1,
+        timeout_graceful_shutdown=3,
+        lifespan="on",
+    )
+    try:
+        Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
