@@ -148,6 +148,11 @@ class ReportPolicy:
         else:
             self._retry_at = now + self.backoff.next_delay()
 
+    def abandon(self) -> None:
+        """The request in flight was cancelled: its outcome is unknown, so nothing changes
+        but that a new request may be sent."""
+        self.in_flight = None
+
     @property
     def settled(self) -> bool:
         """True when the broker holds the truth (or reporting has stopped)."""
