@@ -7,7 +7,7 @@ messages to reproduce the session's pace (scaled), for watching a timeline unfol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +16,14 @@ import anyio
 from ._codex import CodexMapping
 from ._recording import Entry, read_entries
 
-__all__ = ["TimelineBuilder", "TimelineRow", "iter_timeline", "replay_paths", "timeline"]
+__all__ = [
+    "TimelineBuilder",
+    "TimelineRow",
+    "iter_timeline",
+    "paced",
+    "replay_paths",
+    "timeline",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,20 @@ def timeline(entries: Iterable[Entry], *, mapping: CodexMapping | None = None) -
     return list(iter_timeline(entries, mapping=mapping))
 
 
+async def paced(entries: Iterable[Entry], speed: float) -> AsyncIterator[Entry]:
+    """Entries at the pace they were recorded, scaled by ``speed`` (entries without a time,
+    as in server-stdout files, come at once)."""
+    start = anyio.current_time()
+    first_t: float | None = None
+    for entry in entries:
+        if entry.t is not None:
+            first_t = entry.t if first_t is None else first_t
+            delay = start + (entry.t - first_t) / speed - anyio.current_time()
+            if delay > 0:
+                await anyio.sleep(delay)
+        yield entry
+
+
 async def replay_paths(
     paths: Iterable[Path],
     *,
@@ -101,14 +122,7 @@ async def replay_paths(
                 on_row(path, row)
             continue
         builder = TimelineBuilder()
-        clock_start = anyio.current_time()
-        first_t: float | None = None
-        for entry in entries:
-            if entry.t is not None:
-                first_t = entry.t if first_t is None else first_t
-                delay = clock_start + (entry.t - first_t) / speed - anyio.current_time()
-                if delay > 0:
-                    await anyio.sleep(delay)
+        async for entry in paced(entries, speed):
             fed = builder.feed(entry)
             if fed is not None:
                 on_row(path, fed)

@@ -1,0 +1,163 @@
+"""The demo: the whole system on one machine, from a bundled real codex session.
+
+An embedded broker on a free loopback port; a member ``codex-agent`` whose daemon side is
+the real pipeline — the recorded session is played through the codex mapping in real time
+(scaled by ``speed``), every transition goes to the activity reporter, which POSTs to the
+broker, while connection presence holds the agent's SSE subscription; and a watcher
+(``alice``) that draws the live roster from the broker's own SSE stream, as
+``roster --watch`` does. No codex binary, no network.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from ._activity import ActivityState
+from ._broker import Broker, BrokerServer, create_app
+from ._client import make_async_client
+from ._presence import ConnectionPresence
+from ._recording import Entry, read_entries
+from ._replay import TimelineBuilder, TimelineRow, paced
+from ._reporter import ActivityReporter
+from ._roster import roster_text
+from ._team import ADMIN_PERMISSION, OPERATOR_PERMISSION, Member, Role, Team, hash_token
+
+__all__ = ["DEFAULT_FIXTURE", "DemoResult", "bundled_fixtures", "run_demo"]
+
+DEFAULT_FIXTURE = "demo_session"
+AGENT = "codex-agent"
+WATCHER = "alice"
+FIXTURE_DIR = "codex-0.169.0"
+
+
+def bundled_fixtures() -> dict[str, Path]:
+    """Recorded sessions shipped with the package (or beside it, in a source checkout)."""
+    candidates = [
+        Path(str(resources.files("codex_presence"))) / "_fixtures" / FIXTURE_DIR,
+        Path(__file__).resolve().parent.parent / "fixtures" / FIXTURE_DIR,
+    ]
+    for directory in candidates:
+        if directory.is_dir():
+            return {p.stem: p for p in sorted(directory.glob("*.jsonl"))}
+    return {}
+
+
+@dataclass
+class DemoResult:
+    timeline: list[TimelineRow] = field(default_factory=list)
+    roster: list[dict[str, Any]] = field(default_factory=list)
+    team: str = ""
+    reports: int = 0
+
+
+def _team() -> tuple[Team, dict[str, str]]:
+    tokens = {name: "cp_" + secrets.token_urlsafe(24) for name in (AGENT, WATCHER, "scout")}
+    roles = {
+        WATCHER: Role("director", (ADMIN_PERMISSION, OPERATOR_PERMISSION)),
+        AGENT: Role("engineer"),
+        "scout": Role("scout", (OPERATOR_PERMISSION,)),
+    }
+    members = tuple(Member(n, roles[n], hash_token(t)) for n, t in tokens.items())
+    return Team(name="demo", members=members), tokens
+
+
+async def run_demo(
+    *,
+    fixture: Path,
+    speed: float = 1.0,
+    out: TextIO,
+    watch: Callable[[str, str, str], Any] | None = None,
+) -> DemoResult:
+    """Play ``fixture`` through mapping → reporter → broker; ``watch(url, token, name)``
+    (default: the live terminal roster) shows what the broker shows while it plays."""
+    import uvicorn
+
+    team, tokens = _team()
+    broker = Broker(team=team, activity_ttl=30.0)
+    app = create_app(team=team, broker=broker, fanout_interval=0.02)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
+    server = BrokerServer(config, broker=broker)
+    entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
+    result = DemoResult(team=team.name)
+
+    if watch is None:
+        from ._cmd_roster import _watch
+
+        watch = _watch
+
+    async with anyio.create_task_group() as tg:
+        started = anyio.Event()
+        server.on_started = started.set
+        tg.start_soon(lambda: server.serve(sockets=[sock]))
+        with anyio.fail_after(10):
+            await started.wait()
+        out.write(f"demo: broker on {url}; playing {fixture.name} at {speed:g}x\n")
+        out.flush()
+        watcher = anyio.CancelScope()
+
+        async def watching() -> None:
+            with watcher:
+                await watch(url, tokens[WATCHER], WATCHER)
+
+        tg.start_soon(watching)
+        async with make_async_client(url, tokens[AGENT]) as client:
+            reporter = ActivityReporter(client=client)
+            presence = ConnectionPresence(client=client, name=AGENT)
+            async with anyio.create_task_group() as agent:
+                agent.start_soon(presence.run)
+                agent.start_soon(reporter.run)
+                await _play(entries, speed, reporter, result)
+                await anyio.sleep(0.5)  # let the last state show
+                agent.cancel_scope.cancel()
+            await reporter.finish(grace=1.0)
+            result.reports = reporter.posts
+            await anyio.sleep(0.2)
+            response = await client.get("/roster")
+            result.roster = response.json() if response.status_code == 200 else []
+        watcher.cancel()
+        server.should_exit = True  # a graceful stop: the broker ends its streams first
+    sock.close()
+    return result
+
+
+async def _play(
+    entries: list[Entry], speed: float, reporter: ActivityReporter, result: DemoResult
+) -> None:
+    builder = TimelineBuilder()
+    async for entry in paced(entries, speed):
+        row = builder.feed(entry)
+        if row is not None:
+            result.timeline.append(row)
+            reporter.observe(ActivityState(row.state))
+    last = builder.finish()
+    if last is not None:
+        result.timeline.append(last)
+        reporter.observe(ActivityState.IDLE)
+
+
+def summary(result: DemoResult) -> str:
+    """The final roster and the session's timeline, as the demo ends with them."""
+    lines = [
+        "",
+        "final roster:",
+        roster_text(result.team, result.roster, you=WATCHER),
+        "",
+        "timeline (seconds into the session, new state, the codex message that caused it):",
+    ]
+    for row in result.timeline:
+        when = "-" if row.t is None else f"{row.t:7.3f}"
+        lines.append(f"  {when}  {row.state:<8} {row.cause}")
+    lines.append(f"\n{result.reports} activity reports sent to the broker.")
+    return "\n".join(lines)

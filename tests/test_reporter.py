@@ -1,0 +1,205 @@
+"""The activity reporter and connection presence against a real broker on loopback."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+import pytest
+
+from codex_presence import ActivityState
+from codex_presence._presence import ConnectionPresence, ConnectionState
+from codex_presence._reporter import ActivityReporter
+from codex_presence._reporting import Backoff, ReportPolicy
+from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
+
+pytestmark = pytest.mark.anyio
+
+IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def client_for(url: str, name: str = "alice", token: str | None = None) -> httpx.AsyncClient:
+    token = token if token is not None else token_of(name)
+    return httpx.AsyncClient(base_url=url, headers={"authorization": f"Bearer {token}"})
+
+
+def activity(broker: RunningBroker, name: str = "alice") -> str | None:
+    roster = httpx.get(broker.url + "/roster", headers=broker.auth("bob")).json()
+    (me,) = [p for p in roster if p["name"] == name]
+    assert ("busy" in me) == ("activity" in me)
+    return me.get("activity")
+
+
+async def until(predicate: Callable[[], bool], *, within: float = 5.0) -> None:
+    """Poll ``predicate`` (bounded); fail the test if it never holds."""
+    with anyio.fail_after(within):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+@asynccontextmanager
+async def reporting(
+    url: str, *, token: str | None = None, policy: ReportPolicy | None = None
+) -> AsyncIterator[ActivityReporter]:
+    async with client_for(url, token=token) as client, anyio.create_task_group() as tg:
+        reporter = ActivityReporter(client=client, policy=policy)
+        tg.start_soon(reporter.run)
+        try:
+            yield reporter
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def fast_policy(**kwargs: float) -> ReportPolicy:
+    return ReportPolicy(backoff=Backoff(base=0.02, cap=0.1), **kwargs)  # type: ignore[arg-type]
+
+
+async def test_every_transition_reaches_the_roster_and_idle_is_absence() -> None:
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        async with reporting(broker.url) as reporter:
+            assert activity(broker) is None
+            for state, shown in [(WORKING, "working"), (BLOCKED, "blocked"), (IDLE, None)]:
+                reporter.observe(state)
+                await until(lambda shown=shown: activity(broker) == shown)  # type: ignore[misc]
+            assert reporter.posts == 3
+
+
+async def test_heartbeat_keeps_a_short_ttl_from_lapsing_and_idle_is_silent() -> None:
+    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.5) as broker:
+        async with reporting(broker.url, policy=fast_policy(heartbeat=0.1)) as reporter:
+            reporter.observe(WORKING)
+            await until(lambda: activity(broker) == "working")
+            start = reporter.posts
+            await anyio.sleep(1.2)  # more than twice the TTL
+            assert activity(broker) == "working"
+            assert reporter.posts >= start + 5  # the heartbeats did it
+            reporter.observe(IDLE)
+            await until(lambda: activity(broker) is None)
+            after_idle = reporter.posts
+            await anyio.sleep(0.5)
+            assert reporter.posts == after_idle  # silence when idle
+
+
+async def test_without_heartbeats_the_ttl_lapses() -> None:
+    # The control for the test above: the same TTL, heartbeats far apart.
+    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.3) as broker:
+        async with reporting(broker.url, policy=fast_policy(heartbeat=60)) as reporter:
+            reporter.observe(WORKING)
+            await until(lambda: activity(broker) == "working")
+            await until(lambda: activity(broker) is None)
+
+
+async def test_coalescing_sends_only_the_latest_state() -> None:
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        async with reporting(broker.url) as reporter:
+            for state in (WORKING, BLOCKED, WORKING, BLOCKED, WORKING):
+                reporter.observe(state)  # all before the reporter task runs once
+            await until(lambda: activity(broker) == "working")
+            await anyio.sleep(0.1)
+            assert reporter.posts == 1
+
+
+async def test_broker_down_at_start_then_up_is_recovered_with_backoff() -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with reporting(url, policy=fast_policy()) as reporter:
+        reporter.observe(WORKING)
+        await until(lambda: reporter.posts >= 3)  # refused, retried with backoff
+        assert not reporter.policy.settled
+        with running_broker(team=make_team("alice", "bob"), port=port) as broker:
+            await until(lambda: activity(broker) == "working")
+            assert reporter.policy.settled
+
+
+async def test_unauthorized_is_logged_once_and_reporting_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="codex_presence")
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        async with reporting(broker.url, token="cp_wrong-token") as reporter:
+            for state in (WORKING, BLOCKED, IDLE, WORKING):
+                reporter.observe(state)
+                await anyio.sleep(0.05)
+            assert reporter.posts == 1 and reporter.policy.stopped
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "refused our token" in errors[0].getMessage()
+    assert "cp_wrong-token" not in caplog.text
+
+
+async def test_finish_reports_idle_within_its_grace() -> None:
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        async with client_for(broker.url) as client:
+            reporter = ActivityReporter(client=client)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reporter.run)
+                reporter.observe(BLOCKED)
+                await until(lambda: activity(broker) == "blocked")
+                tg.cancel_scope.cancel()
+            await reporter.finish(grace=1.0)
+            assert activity(broker) is None
+
+
+async def test_finish_gives_up_when_the_broker_is_gone() -> None:
+    async with client_for(f"http://127.0.0.1:{free_port()}") as client:
+        reporter = ActivityReporter(client=client, policy=fast_policy())
+        reporter.policy.held = WORKING  # as if reported before the broker vanished
+        reporter.policy.truth = WORKING
+        reporter.policy.held_since = anyio.current_time()
+        with anyio.fail_after(3):
+            await reporter.finish(grace=0.3)
+        assert not reporter.policy.settled
+
+
+async def test_connection_presence_counts_and_reconnects() -> None:
+    port = free_port()
+    states: list[ConnectionState] = []
+    team = make_team("alice", "bob")
+    async with client_for(f"http://127.0.0.1:{port}") as client, anyio.create_task_group() as tg:
+        presence = ConnectionPresence(
+            client=client,
+            name="alice",
+            backoff=Backoff(base=0.02, cap=0.1),
+            on_change=states.append,
+        )
+        tg.start_soon(presence.run)
+        await until(lambda: ConnectionState.OFFLINE in states)  # broker down at start
+        for round_ in (1, 2):
+            with running_broker(team=team, port=port) as broker:
+                await until(lambda: presence.state is ConnectionState.ONLINE)
+                await until(lambda: connected(broker) == 1)
+                assert presence.connects == round_
+            await until(lambda: presence.state is not ConnectionState.ONLINE)
+        tg.cancel_scope.cancel()
+    assert states[:3] == [
+        ConnectionState.CONNECTING,
+        ConnectionState.OFFLINE,
+        ConnectionState.CONNECTING,
+    ]
+
+
+def connected(broker: RunningBroker, name: str = "alice") -> int:
+    roster = httpx.get(broker.url + "/roster", headers=broker.auth("bob")).json()
+    (me,) = [p for p in roster if p["name"] == name]
+    count: int = me["connected"]
+    return count
+
+
+async def test_connection_presence_stops_on_a_wrong_token() -> None:
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        async with client_for(broker.url, token=token_of("bob")) as client:
+            presence = ConnectionPresence(client=client, name="alice")  # bob posing as alice
+            with anyio.fail_after(5):
+                await presence.run()
+            assert presence.stopped_reason is not None and "403" in presence.stopped_reason
+            assert connected(broker) == 0
