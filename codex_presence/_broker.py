@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -69,6 +70,7 @@ from typing import Any
 
 import anyio
 import orjson
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -81,7 +83,7 @@ from ._roster import Presence, presence
 from ._team import Member, Team
 from ._tracker import DEFAULT_TTL, ActivityStore, ActivityTracker
 
-__all__ = ["Authenticator", "Broker", "bearer_token", "create_app"]
+__all__ = ["Authenticator", "Broker", "BrokerServer", "bearer_token", "create_app"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -475,3 +477,29 @@ def create_app(
     )
     app.state.broker = broker
     return app
+
+
+
+class BrokerServer(uvicorn.Server):
+    """uvicorn for the broker app: on shutdown, end the SSE streams first (else shutdown
+    would wait for every subscriber to leave); once listening, call ``on_started``."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        broker: Broker,
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(config)
+        self.broker = broker
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit and self.on_started is not None:
+            self.on_started()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.broker.close()
+        await super().shutdown(sockets)

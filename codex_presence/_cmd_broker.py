@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from ._broker import Broker, create_app
+    from ._broker import Broker, BrokerServer, create_app
     from ._cli import UsageError, setup_logging
     from ._team import TeamError, dev_team, load_team
 
@@ -111,19 +111,12 @@ def run(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
 
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets)
-            if not self.should_exit:
-                sys.stderr.write(
-                    f"codex-presence broker: listening on {url} "
-                    f"(team {team.name}, {len(team.members)} members)\n"
-                )
-                sys.stderr.flush()
-
-        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            broker.close()  # end the SSE streams, so that shutdown need not wait for them
-            await super().shutdown(sockets)
+    def announce() -> None:
+        sys.stderr.write(
+            f"codex-presence broker: listening on {url} "
+            f"(team {team.name}, {len(team.members)} members)\n"
+        )
+        sys.stderr.flush()
 
     config = uvicorn.Config(
         app,
@@ -134,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     try:
-        Server(config).run(sockets=[sock])
+        BrokerServer(config, broker=broker, on_started=announce).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:

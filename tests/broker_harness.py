@@ -1,0 +1,98 @@
+"""A real broker on loopback for tests: uvicorn in a thread, on a free port.
+
+Other test modules (the reporter's, the demo's) can use it too::
+
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        httpx.get(broker.url + "/roster", headers=broker.auth("alice"))
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from codex_presence._broker import Broker, BrokerServer, create_app
+from codex_presence._team import (
+    ADMIN_PERMISSION,
+    OPERATOR_PERMISSION,
+    Member,
+    Role,
+    Team,
+    hash_token,
+)
+
+
+class FakeClock:
+    """A clock the test moves by hand (thread-safe enough: one float)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def token_of(name: str) -> str:
+    return f"cp_test-token-of-{name}"
+
+
+_ROLES = {
+    "alice": Role("director", (ADMIN_PERMISSION, OPERATOR_PERMISSION)),
+    "builder": Role("engineer", ()),
+    "scout": Role("scout", (OPERATOR_PERMISSION,)),
+}
+
+
+def make_team(*names: str, team: str = "acme") -> Team:
+    """A team whose member ``x`` has the token ``token_of(x)``; known names get roles."""
+    members = tuple(Member(n, _ROLES.get(n), hash_token(token_of(n))) for n in names)
+    return Team(name=team, members=members)
+
+
+@dataclass
+class RunningBroker:
+    url: str
+    broker: Broker
+    server: uvicorn.Server
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {token_of(name)}"}
+
+
+@contextmanager
+def running_broker(*, team: Team, **app_kwargs: Any) -> Iterator[RunningBroker]:
+    app = create_app(team=team, **app_kwargs)
+    broker: Broker = app.state.broker
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_config=None, log_level="warning", lifespan="on", timeout_graceful_shutdown=3
+    )
+    server = BrokerServer(config, broker=broker)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the broker did not start")
+        time.sleep(0.005)
+    try:
+        yield RunningBroker(f"http://127.0.0.1:{port}", broker, server)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        assert not thread.is_alive(), "the broker did not stop"

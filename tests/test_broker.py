@@ -1,0 +1,576 @@
+"""The broker over real HTTP on loopback (uvicorn in a thread), rule by rule (issue 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from httpx_sse import EventSource, ServerSentEvent
+from starlette.requests import Request
+
+from codex_presence._team import Member
+from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
+
+TEAM = make_team("alice", "builder", "scout")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def wall() -> FakeClock:
+    return FakeClock(1_800_000_000.0)
+
+
+@pytest.fixture
+def broker(clock: FakeClock, wall: FakeClock) -> Iterator[RunningBroker]:
+    with running_broker(team=TEAM, clock=clock, wall_clock=wall, keepalive=30) as b:
+        yield b
+
+
+@pytest.fixture
+def client(broker: RunningBroker) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=broker.url, timeout=5) as c:
+        yield c
+
+
+def post(client: httpx.Client, name: str, body: Any, **kw: Any) -> httpx.Response:
+    return client.post("/presence/activity", json=body, headers=_auth(name), **kw)
+
+
+def _auth(name: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token_of(name)}"}
+
+
+def roster(client: httpx.Client, as_: str = "alice") -> dict[str, dict[str, Any]]:
+    response = client.get("/roster", headers=_auth(as_))
+    assert response.status_code == 200
+    return {p["name"]: p for p in response.json()}
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Poll (bounded in time and count) until ``predicate`` holds; a liveness bound only."""
+    deadline = time.monotonic() + timeout
+    for _ in range(100_000):
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+# -- basics --------------------------------------------------------------------------------
+
+
+def test_healthz_needs_no_token(client: httpx.Client) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_whoami(client: httpx.Client) -> None:
+    assert client.get("/whoami", headers=_auth("scout")).json() == {
+        "team": "acme",
+        "name": "scout",
+        "role": {"title": "scout", "permissions": ["objectives.create"]},
+    }
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"authorization": "Bearer cp_not-a-member"},
+        {"authorization": f"Basic {token_of('alice')}"},
+        {"authorization": "Bearer"},
+        {"authorization": f"Bearer{token_of('alice')}"},
+        {"authorization": f"Bearer {token_of('alice')}x"},
+    ],
+)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/roster"),
+        ("GET", "/whoami"),
+        ("GET", "/subscribe?name=alice"),
+        ("POST", "/presence/activity"),
+    ],
+)
+def test_401_without_or_with_a_wrong_token(
+    client: httpx.Client, headers: dict[str, str], method: str, path: str
+) -> None:
+    response = client.request(method, path, headers=headers, json={"state": "working"})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert "alice" not in response.text
+    assert "activity" not in roster(client)["alice"]
+
+
+def test_roster_lists_every_member_in_the_exact_schema(client: httpx.Client) -> None:
+    response = client.get("/roster", headers=_auth("builder"))
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == [
+        {
+            "name": "alice",
+            "connected": 0,
+            "createdAt": 0,
+            "lastSeen": 0,
+            "role": {"title": "director", "permissions": ["members.manage", "objectives.create"]},
+        },
+        {
+            "name": "builder",
+            "connected": 0,
+            "createdAt": 0,
+            "lastSeen": 0,
+            "role": {"title": "engineer", "permissions": []},
+        },
+        {
+            "name": "scout",
+            "connected": 0,
+            "createdAt": 0,
+            "lastSeen": 0,
+            "role": {"title": "scout", "permissions": ["objectives.create"]},
+        },
+    ]
+    # key order is the schema's
+    assert list(orjson.loads(response.content)[0]) == [
+        "name",
+        "connected",
+        "createdAt",
+        "lastSeen",
+        "role",
+    ]
+
+
+def test_role_null_for_a_member_without_one() -> None:
+    with running_broker(team=make_team("alice", "zed")) as b, httpx.Client(base_url=b.url) as c:
+        assert roster(c)["zed"]["role"] is None
+
+
+# -- activity ------------------------------------------------------------------------------
+
+
+def test_activity_states_idle_omitted_busy_mirrors_working(client: httpx.Client) -> None:
+    assert post(client, "builder", {"state": "working"}).status_code == 204
+    p = roster(client)["builder"]
+    assert (p["activity"], p["busy"]) == ("working", True)
+    assert list(p)[-2:] == ["activity", "busy"]
+
+    assert post(client, "builder", {"state": "blocked"}).status_code == 204
+    p = roster(client)["builder"]
+    assert (p["activity"], p["busy"]) == ("blocked", False)
+
+    response = post(client, "builder", {"state": "idle"})
+    assert (response.status_code, response.content) == (204, b"")
+    p = roster(client)["builder"]
+    assert "activity" not in p
+    assert "busy" not in p
+    # the others never had any
+    assert all("activity" not in q and "busy" not in q for q in roster(client).values())
+
+
+def test_report_is_an_emit_lastseen_ticks(client: httpx.Client, wall: FakeClock) -> None:
+    post(client, "scout", {"state": "working"})
+    first = roster(client)["scout"]
+    assert first["createdAt"] == first["lastSeen"] == 1_800_000_000_000
+    wall.advance(2.5)
+    post(client, "scout", {"state": "working"})
+    second = roster(client)["scout"]
+    assert second["createdAt"] == 1_800_000_000_000
+    assert second["lastSeen"] == 1_800_000_002_500
+
+
+def test_ttl_lapse_with_an_injected_clock(client: httpx.Client, clock: FakeClock) -> None:
+    post(client, "builder", {"state": "working"})
+    clock.advance(29.9)
+    assert roster(client)["builder"]["activity"] == "working"
+    post(client, "builder", {"state": "working"})  # heartbeat: another 30 s from now
+    clock.advance(29.9)
+    assert roster(client)["builder"]["activity"] == "working"
+    clock.advance(0.1)
+    p = roster(client)["builder"]
+    assert "activity" not in p
+    assert "busy" not in p
+
+
+def test_blocked_lapses_too_and_a_new_report_revives(
+    client: httpx.Client, clock: FakeClock
+) -> None:
+    post(client, "alice", {"state": "blocked"})
+    clock.advance(30)
+    assert "activity" not in roster(client)["alice"]
+    post(client, "alice", {"state": "blocked"})
+    assert roster(client)["alice"]["activity"] == "blocked"
+
+
+def test_fractional_ttl(clock: FakeClock) -> None:
+    with (
+        running_broker(team=TEAM, clock=clock, activity_ttl=0.25) as b,
+        httpx.Client(base_url=b.url) as c,
+    ):
+        post(c, "alice", {"state": "working"})
+        clock.advance(0.2)
+        assert roster(c)["alice"]["activity"] == "working"
+        clock.advance(0.05)
+        assert "activity" not in roster(c)["alice"]
+
+
+# -- spoofing ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"state": "working", "name": "builder"},
+        {"state": "working", "member": "builder"},
+        {"name": "builder", "state": "blocked"},
+    ],
+)
+def test_a_body_naming_someone_else_is_refused(client: httpx.Client, body: Any) -> None:
+    response = post(client, "alice", body)
+    assert response.status_code == 400
+    assert "unexpected key" in response.json()["error"]
+    r = roster(client)
+    assert "activity" not in r["builder"]
+    assert "activity" not in r["alice"]
+
+
+def test_a_report_counts_only_for_the_token_owner(client: httpx.Client) -> None:
+    response = client.post(
+        "/presence/activity?name=builder",
+        json={"state": "working"},
+        headers={**_auth("alice"), "x-member": "builder"},
+    )
+    assert response.status_code == 204
+    r = roster(client)
+    assert r["alice"]["activity"] == "working"
+    assert "activity" not in r["builder"]
+
+
+# -- bad bodies ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"", "not valid JSON"),
+        (b"working", "not valid JSON"),
+        (b'{"state": "working"', "not valid JSON"),
+        (b"\xff\xfe{}", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (b'"working"', "JSON object"),
+        (b"null", "JSON object"),
+        (b"{}", 'missing "state"'),
+        (b'{"State": "working"}', "unexpected key"),
+        (b'{"state": "busy"}', "must be one of"),
+        (b'{"state": "IDLE"}', "must be one of"),
+        (b'{"state": 1}', "must be one of"),
+        (b'{"state": null}', "must be one of"),
+        (b'{"state": ["working"]}', "must be one of"),
+        (b"[" * 500 + b"]" * 500, "JSON object"),
+        (b'{"state": {"state": "working"}}', "must be one of"),
+    ],
+)
+def test_malformed_bodies_get_400_with_a_reason(
+    client: httpx.Client, body: bytes, reason: str
+) -> None:
+    response = client.post(
+        "/presence/activity",
+        content=body,
+        headers={**_auth("builder"), "content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+    assert "activity" not in roster(client)["builder"]
+
+
+def test_missing_content_type_is_taken_as_json(client: httpx.Client) -> None:
+    response = client.post(
+        "/presence/activity", content=b'{"state":"working"}', headers=_auth("scout")
+    )
+    assert response.status_code == 204
+    assert roster(client)["scout"]["activity"] == "working"
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", "text/json"])
+def test_wrong_content_type_is_415(client: httpx.Client, ctype: str) -> None:
+    response = client.post(
+        "/presence/activity",
+        content=b'{"state":"working"}',
+        headers={**_auth("scout"), "content-type": ctype},
+    )
+    assert response.status_code == 415
+    assert "activity" not in roster(client)["scout"]
+
+
+def test_content_type_with_parameters_is_fine(client: httpx.Client) -> None:
+    response = client.post(
+        "/presence/activity",
+        content=b'{"state":"working"}',
+        headers={**_auth("scout"), "content-type": "application/json; charset=utf-8"},
+    )
+    assert response.status_code == 204
+
+
+def test_oversized_body_with_content_length_is_413(client: httpx.Client) -> None:
+    body = b'{"state": "working"' + b" " * 2000 + b"}"
+    response = client.post(
+        "/presence/activity",
+        content=body,
+        headers={**_auth("builder"), "content-type": "application/json"},
+    )
+    assert response.status_code == 413
+    assert "activity" not in roster(client)["builder"]
+
+
+def test_body_at_the_limit_is_read() -> None:
+    with running_broker(team=TEAM, max_body=64) as b, httpx.Client(base_url=b.url) as c:
+        body = b'{"state": "working"' + b" " * (64 - 20) + b"}"
+        assert len(body) == 64
+        assert post_raw(c, body).status_code == 204
+        assert post_raw(c, body + b" ").status_code == 413
+
+
+def post_raw(c: httpx.Client, body: bytes) -> httpx.Response:
+    headers = {**_auth("alice"), "content-type": "application/json"}
+    return c.post("/presence/activity", content=body, headers=headers)
+
+
+def test_oversized_chunked_body_is_refused_while_reading(broker: RunningBroker) -> None:
+    """No Content-Length, and a body that never ends: the 413 must come anyway, which it can
+    only if the limit is enforced while reading rather than after."""
+    host, port = broker.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = (
+            "POST /presence/activity HTTP/1.1\r\n"
+            f"Host: {host}\r\n"
+            f"Authorization: Bearer {token_of('alice')}\r\n"
+            "Content-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n"
+        ).encode()
+        sock.sendall(head)
+        chunk = b" " * 512
+        for _ in range(4):  # 2 KiB, then we stop sending but never end the body
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        reply = sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 413 ")
+
+
+# -- subscribe -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def subscribed(
+    broker: RunningBroker, name: str, *, as_: str | None = None
+) -> Iterator[Iterator[ServerSentEvent]]:
+    with (
+        httpx.Client(base_url=broker.url, timeout=httpx.Timeout(10)) as c,
+        c.stream(
+            "GET", "/subscribe", params={"name": name}, headers=_auth(as_ or name)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield EventSource(response).iter_sse()
+
+
+def next_event(events: Iterator[ServerSentEvent], kind: str) -> Any:
+    for _ in range(1000):
+        event = next(events)
+        if event.event == kind:
+            return orjson.loads(event.data)
+    raise AssertionError(f"no {kind} event")
+
+
+def test_subscribe_as_someone_else_is_403(client: httpx.Client) -> None:
+    response = client.get("/subscribe", params={"name": "alice"}, headers=_auth("builder"))
+    assert response.status_code == 403
+    response = client.get("/subscribe", params={"name": "nobody"}, headers=_auth("builder"))
+    assert response.status_code == 403
+    assert roster(client)["alice"]["connected"] == 0
+
+
+def test_subscribe_without_name_is_400(client: httpx.Client) -> None:
+    assert client.get("/subscribe", headers=_auth("alice")).status_code == 400
+
+
+def test_connected_counts_live_streams(
+    broker: RunningBroker, client: httpx.Client, wall: FakeClock
+) -> None:
+    with subscribed(broker, "alice") as first:
+        initial = next_event(first, "roster")
+        assert initial["team"] == "acme"
+        assert initial["you"] == "alice"
+        assert [p["name"] for p in initial["members"]] == ["alice", "builder", "scout"]
+        assert initial["members"][0]["connected"] == 1
+        assert roster(client)["alice"]["createdAt"] == 1_800_000_000_000
+        wall.advance(60)
+        with subscribed(broker, "alice") as second:
+            next_event(second, "roster")
+            p = roster(client)["alice"]
+            assert p["connected"] == 2
+            assert p["createdAt"] == 1_800_000_000_000
+            assert p["lastSeen"] == 1_800_000_060_000
+        wait_until(lambda: roster(client)["alice"]["connected"] == 1)
+    wait_until(lambda: roster(client)["alice"]["connected"] == 0)
+    assert roster(client)["alice"]["lastSeen"] == 1_800_000_060_000
+
+
+def test_stream_carries_changes_of_others(broker: RunningBroker, client: httpx.Client) -> None:
+    with subscribed(broker, "alice") as events:
+        next_event(events, "roster")
+        assert next_event(events, "presence")["name"] == "alice"  # our own attach
+        post(client, "builder", {"state": "working"})
+        p = next_event(events, "presence")
+        assert p == roster(client)["builder"]
+        assert (p["name"], p["activity"], p["busy"]) == ("builder", "working", True)
+        post(client, "builder", {"state": "working"})  # a heartbeat changes nothing
+        post(client, "builder", {"state": "blocked"})
+        p = next_event(events, "presence")
+        assert (p["name"], p["activity"]) == ("builder", "blocked")
+        with subscribed(broker, "scout") as other:
+            next_event(other, "roster")
+            p = next_event(events, "presence")
+            assert (p["name"], p["connected"]) == ("scout", 1)
+        p = next_event(events, "presence")
+        assert (p["name"], p["connected"]) == ("scout", 0)
+        post(client, "builder", {"state": "idle"})
+        p = next_event(events, "presence")
+        assert p["name"] == "builder"
+        assert "activity" not in p
+        assert "busy" not in p
+
+
+def test_a_ttl_lapse_is_announced_on_the_stream() -> None:
+    with (
+        running_broker(team=TEAM, activity_ttl=0.3) as b,
+        httpx.Client(base_url=b.url) as c,
+        subscribed(b, "alice") as events,
+    ):
+        next_event(events, "roster")
+        post(c, "builder", {"state": "working"})
+        for _ in range(10):
+            p = next_event(events, "presence")
+            if p["name"] == "builder":
+                break
+        assert p["activity"] == "working"
+        p = next_event(events, "presence")  # nobody reports: the TTL lapses
+        assert p["name"] == "builder"
+        assert "activity" not in p
+
+
+def test_keepalive_comments() -> None:
+    with (
+        running_broker(team=TEAM, keepalive=0.05) as b,
+        httpx.Client(base_url=b.url, timeout=10) as c,
+        c.stream("GET", "/subscribe?name=scout", headers=_auth("scout")) as response,
+    ):
+        lines = response.iter_lines()
+        seen = [next(lines) for _ in range(12)]
+        assert ": keepalive" in seen
+
+
+def test_too_many_streams_for_one_member_is_429() -> None:
+    with (
+        running_broker(team=TEAM, max_subscribers=2) as b,
+        httpx.Client(base_url=b.url, timeout=10) as c,
+        subscribed(b, "alice") as s1,
+        subscribed(b, "alice") as s2,
+    ):
+        next_event(s1, "roster")
+        next_event(s2, "roster")
+        response = c.get("/subscribe?name=alice", headers=_auth("alice"))
+        assert response.status_code == 429
+        assert roster(c)["alice"]["connected"] == 2
+
+
+_SUBSCRIBER = """
+import sys, httpx
+url, token = sys.argv[1], sys.argv[2]
+with httpx.Client(timeout=None) as c, c.stream(
+    "GET", url + "/subscribe?name=builder", headers={"authorization": "Bearer " + token}
+) as r:
+    for line in r.iter_lines():
+        if line.startswith("event: roster"):
+            print("subscribed", flush=True)
+    print("stream ended", flush=True)
+"""
+
+
+def test_a_sigkilled_subscriber_process_is_uncounted(
+    broker: RunningBroker, client: httpx.Client
+) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", _SUBSCRIBER, broker.url, token_of("builder")],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        _kill_and_watch(proc, client)
+
+
+def _kill_and_watch(proc: subprocess.Popen[str], client: httpx.Client) -> None:
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "subscribed"
+        assert roster(client)["builder"]["connected"] == 1
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+        wait_until(lambda: roster(client)["builder"]["connected"] == 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_broken_pipe_is_uncounted(broker: RunningBroker, client: httpx.Client) -> None:
+    """A socket torn down with RST (SO_LINGER 0), as a crashed host or a middlebox does."""
+    host, port = broker.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(
+        f"GET /subscribe?name=scout HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {token_of('scout')}\r\n\r\n".encode()
+    )
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+    wait_until(lambda: roster(client)["scout"]["connected"] == 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+    wait_until(lambda: roster(client)["scout"]["connected"] == 0)
+
+
+def test_shutdown_ends_open_streams() -> None:
+    with running_broker(team=TEAM) as b, subscribed(b, "alice") as events:
+        next_event(events, "roster")
+        b.server.should_exit = True
+        for _ in range(1000):  # the stream ends (StopIteration) rather than hanging
+            try:
+                next(events)
+            except StopIteration:
+                break
+        else:
+            raise AssertionError("the stream did not end")
+
+
+# -- extension point for the web page's session cookie -------------------------------------
+
+
+def test_an_extra_authenticator_is_a_second_way_in() -> None:
+    def cookie(request: Request) -> Member | None:
+        return TEAM.member("scout") if request.cookies.get("session") == "s3cret" else None
+
+    with running_broker(team=TEAM, authenticators=[cookie]) as b, httpx.Client(base_url=b.url) as c:
+        assert c.get("/roster", headers={"cookie": "session=s3cret"}).status_code == 200
+        assert c.get("/roster", headers={"cookie": "session=wrong"}).status_code == 401
+        assert c.get("/whoami", headers={"cookie": "session=s3cret"}).json()["name"] == "scout"
