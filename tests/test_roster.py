@@ -1,0 +1,84 @@
+"""Presence objects and the roster text: pure functions, exact bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from codex_presence._activity import ActivityState
+from codex_presence._roster import presence, roster_line, roster_text, watch_text
+from codex_presence._team import Role
+
+
+def test_presence_idle_has_neither_activity_nor_busy() -> None:
+    p = presence(name="a", connected=0, created_at=0, last_seen=0, role=None)
+    assert list(p) == ["name", "connected", "createdAt", "lastSeen", "role"]
+    assert p["role"] is None
+
+
+@pytest.mark.parametrize(
+    ("state", "busy"), [(ActivityState.WORKING, True), (ActivityState.BLOCKED, False)]
+)
+def test_presence_busy_mirrors_working(state: ActivityState, busy: bool) -> None:
+    role = Role("engineer", ("x",))
+    p = presence(name="a", connected=3, created_at=1, last_seen=2, role=role, activity=state)
+    assert orjson.dumps(p) == orjson.dumps(
+        {
+            "name": "a",
+            "connected": 3,
+            "createdAt": 1,
+            "lastSeen": 2,
+            "role": {"title": "engineer", "permissions": ["x"]},
+            "activity": state.value,
+            "busy": busy,
+        }
+    )
+
+
+def _p(name: str, connected: int, role: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "connected": connected,
+        "createdAt": 0,
+        "lastSeen": 0,
+        "role": role,
+        **extra,
+    }
+
+
+DESIGN = [
+    _p("alice", 2, {"title": "director", "permissions": ["members.manage", "objectives.create"]}),
+    _p("builder", 1, {"title": "engineer", "permissions": []}, activity="working", busy=True),
+    _p("scout", 0, {"title": "scout", "permissions": ["objectives.create"]}),
+]
+
+
+def test_the_design_example_exactly() -> None:
+    assert roster_text("acme", DESIGN, you="alice") == (
+        "team acme roster:\n"
+        "- alice (you) [director] [admin] connected=2\n"
+        "- builder [engineer] connected=1\n"
+        "- scout [scout] [operator] offline"
+    )
+
+
+def test_no_you_marker_without_you_and_no_role_brackets_without_role() -> None:
+    assert roster_line(_p("zed", 0, None), you=None) == "- zed offline"
+    assert roster_line(_p("zed", 1, None), you="zed") == "- zed (you) connected=1"
+    assert roster_line(_p("zed", 1, {"title": "", "permissions": ["members.manage"]})) == (
+        "- zed [admin] connected=1"
+    )
+
+
+def test_watch_text_shows_activity() -> None:
+    blocked = [*DESIGN[:2], {**DESIGN[2], "activity": "blocked", "busy": False}]
+    frames = {watch_text("acme", blocked, you="alice", frame=i) for i in range(3)}
+    assert len(frames) == 3  # the spinner turns
+    text = watch_text("acme", blocked, you="alice", frame=0)
+    lines = text.splitlines()
+    assert lines[1] == "- alice (you) [director] [admin] connected=2"
+    assert lines[2].startswith("- builder [engineer] connected=1  ")
+    assert lines[2].endswith(" working")
+    assert lines[3] == "- scout [scout] [operator] offline  [!] needs input"

@@ -1,0 +1,256 @@
+"""The team file, tokens, the privilege bucket, the dev team and ``team init``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import stat
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codex_presence._cli import main
+from codex_presence._team import (
+    Role,
+    TeamError,
+    dev_team,
+    hash_token,
+    load_team,
+    new_token,
+    parse_member_spec,
+    parse_team,
+    privilege,
+    render_team,
+    state_dir,
+    write_team,
+)
+
+SHA = hashlib.sha256(b"alice-token").hexdigest()
+X = 'team = "a"\n[[members]]\nname = "x"\ntoken = "t"\n'  # one good member
+
+EXAMPLE = f"""
+team = "acme"
+
+[[members]]
+name = "alice"
+role = {{ title = "director", permissions = ["members.manage", "objectives.create"] }}
+token_sha256 = "{SHA}"
+
+[[members]]
+name = "builder"
+token = "builder-dev-token"
+future_key = "ignored"
+"""
+
+
+def test_load_the_issue_shape(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "team.toml"
+    path.write_text(EXAMPLE)
+    with caplog.at_level(logging.WARNING, logger="codex_presence"):
+        team = load_team(path)
+    assert team.name == "acme"
+    assert [m.name for m in team.members] == ["alice", "builder"]
+    assert team.members[0].role == Role("director", ("members.manage", "objectives.create"))
+    assert team.members[1].role is None
+    assert "plain 'token'" in caplog.text
+    assert "builder-dev-token" not in caplog.text
+    assert team.authenticate("alice-token") is team.members[0]
+    assert team.authenticate("builder-dev-token") is team.members[1]
+    for wrong in ("", "alice-token ", "Alice-token", SHA, "builder-dev-toke"):
+        assert team.authenticate(wrong) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "'team' must be"),
+        ('team = ""', "'team' must be"),
+        ('team = "a"', "no members"),
+        ('team = "a"\nmembers = 3', "array of tables"),
+        ('team = "a"\n[[members]]\nname = "x y"\ntoken = "t"', "'name' must be"),
+        ('team = "a"\n[[members]]\ntoken = "t"', "'name' must be"),
+        ('team = "a"\n[[members]]\nname = "x"', "exactly one of"),
+        (
+            f'team = "a"\n[[members]]\nname = "x"\ntoken = "t"\ntoken_sha256 = "{SHA}"',
+            "exactly one",
+        ),
+        ('team = "a"\n[[members]]\nname = "x"\ntoken_sha256 = "abc"', "64 hex"),
+        ('team = "a"\n[[members]]\nname = "x"\ntoken = "has space"', "without whitespace"),
+        ('team = "a"\n[[members]]\nname = "x"\ntoken = "t"\nrole = "boss"', "inline table"),
+        ('team = "a"\n[[members]]\nname = "x"\ntoken = "t"\nrole = { permissions = [] }', "title"),
+        (
+            X + 'role = { title = "t", permissions = "p" }',
+            "array of strings",
+        ),
+        (
+            X + '[[members]]\nname = "x"\ntoken = "u"',
+            "twice",
+        ),
+        (
+            X + '[[members]]\nname = "y"\ntoken = "t"',
+            "share",
+        ),
+        ("team = [", "not valid TOML"),
+    ],
+)
+def test_bad_team_files_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "team.toml"
+    path.write_text(text)
+    with pytest.raises(TeamError, match=message):
+        load_team(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TeamError, match="no such team file"):
+        load_team(tmp_path / "nope.toml")
+
+
+def test_privilege_bucket() -> None:
+    assert privilege(["members.manage"]) == "admin"
+    assert privilege(["objectives.create", "members.manage"]) == "admin"
+    assert privilege(["objectives.create"]) == "operator"
+    assert privilege(["other"]) is None
+    assert privilege([]) is None
+
+
+def test_tokens_are_fresh_and_strong() -> None:
+    tokens = {new_token() for _ in range(100)}
+    assert len(tokens) == 100
+    assert all(t.startswith("cp_") and len(t) >= 40 for t in tokens)
+    assert hash_token("x") == hashlib.sha256(b"x").digest()
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("alice", ("alice", None)),
+        ("alice:director", ("alice", Role("director", ()))),
+        (
+            "alice:director:members.manage,objectives.create",
+            ("alice", Role("director", ("members.manage", "objectives.create"))),
+        ),
+        ("bob::objectives.create", ("bob", Role("", ("objectives.create",)))),
+        ("carol:chief of staff:", ("carol", Role("chief of staff", ()))),
+    ],
+)
+def test_member_spec(spec: str, expected: tuple[str, Role | None]) -> None:
+    assert parse_member_spec(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["", ":director", "a b", "ä"])
+def test_bad_member_spec(spec: str) -> None:
+    with pytest.raises(TeamError):
+        parse_member_spec(spec)
+
+
+names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
+texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+
+
+@given(
+    team=texts.filter(str.strip),
+    members=st.lists(
+        st.tuples(
+            names, st.none() | st.builds(Role, texts, st.lists(texts, max_size=3).map(tuple))
+        ),
+        min_size=1,
+        max_size=4,
+        unique_by=lambda m: m[0],
+    ),
+)
+def test_written_files_read_back(team: str, members: list[tuple[str, Role | None]]) -> None:
+    """Our hand-written TOML is TOML, whatever the titles and permissions contain."""
+    with_tokens = [(name, role, new_token()) for name, role in members]
+    parsed = parse_team(tomllib.loads(render_team(team, with_tokens)))
+    assert parsed.name == team
+    assert [(m.name, m.role) for m in parsed.members] == members
+    for (name, _, token), member in zip(with_tokens, parsed.members, strict=True):
+        assert parsed.authenticate(token) is member
+        assert member.name == name
+
+
+def test_write_team_is_0600_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    write_team(path, "one")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with pytest.raises(TeamError, match="already exists"):
+        write_team(path, "two")
+    assert path.read_text() == "one"
+    path.chmod(0o644)
+    write_team(path, "two", force=True)
+    assert path.read_text() == "two"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_state_dir() -> None:
+    assert state_dir({"XDG_STATE_HOME": "/x"}) == Path("/x/codex-presence")
+    assert state_dir({}) == Path.home() / ".local/state/codex-presence"
+
+
+def test_dev_team_is_made_once_and_reused(tmp_path: Path) -> None:
+    first = dev_team(tmp_path / "state", member="me")
+    assert first.created
+    token = first.token_path.read_text().strip()
+    team = load_team(first.team_path)
+    assert team.authenticate(token) is not None
+    assert team.members[0].name == "me"
+    assert stat.S_IMODE(first.token_path.stat().st_mode) == 0o600
+    assert token not in first.team_path.read_text()
+    again = dev_team(tmp_path / "state")
+    assert not again.created
+    assert again.token_path.read_text().strip() == token
+    # a token that no longer matches makes a fresh team
+    first.token_path.write_text("cp_something-else\n")
+    third = dev_team(tmp_path / "state")
+    assert third.created
+    assert third.token_path.read_text().strip() != token
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_team_init_prints_each_token_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "team.toml"
+    argv = ["team", "init", str(path), "--team", "acme"]
+    argv += ["--member", "alice:director:members.manage,objectives.create"]
+    argv += ["-m", "builder:engineer", "-m", "scout:scout:objectives.create", "-m", "zed"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    tokens = dict(line.split("\t") for line in out)
+    assert list(tokens) == ["alice", "builder", "scout", "zed"]
+    text = path.read_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    team = load_team(path)
+    assert team.name == "acme"
+    for name, token in tokens.items():
+        assert token not in text
+        member = team.authenticate(token)
+        assert member is not None
+        assert member.name == name
+    assert team.members[2].role == Role("scout", ("objectives.create",))
+    assert team.members[3].role is None
+
+
+def test_team_init_refuses_overwrite_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "team.toml"
+    path.write_text("precious")
+    assert main(["team", "init", str(path), "-m", "a"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert path.read_text() == "precious"
+    assert main(["team", "init", str(path), "-m", "a", "--force"]) == 0
+    assert load_team(path).members[0].name == "a"
+
+
+def test_team_init_rejects_bad_members(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "team.toml"
+    assert main(["team", "init", str(path), "-m", "a", "-m", "a"]) == 2
+    assert "twice" in capsys.readouterr().err
+    assert main(["team", "init", str(path), "-m", "no way"]) == 2
+    assert not path.exists()

@@ -1,0 +1,134 @@
+"""The activity tracker and the connection registry, with plain data and a hand-moved clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codex_presence._activity import ActivityState
+from codex_presence._registry import Connection, MemoryRegistry
+from codex_presence._tracker import ActivityTracker
+from tests.broker_harness import FakeClock
+
+IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
+
+
+def test_idle_is_absence() -> None:
+    tracker = ActivityTracker(clock=FakeClock())
+    assert tracker.get("alice") is IDLE
+    assert tracker.report("alice", IDLE) is False
+    assert len(tracker) == 0
+    assert tracker.report("alice", WORKING) is True
+    assert len(tracker) == 1
+    assert tracker.report("alice", IDLE) is True
+    assert len(tracker) == 0
+
+
+def test_only_changes_are_changes() -> None:
+    tracker = ActivityTracker(clock=FakeClock())
+    assert tracker.report("a", WORKING) is True
+    assert tracker.report("a", WORKING) is False  # a heartbeat
+    assert tracker.report("a", BLOCKED) is True
+    assert tracker.report("a", WORKING) is True
+
+
+def test_ttl_lapses_on_read_without_any_sweeper() -> None:
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    tracker.report("a", WORKING)
+    clock.advance(29.999)
+    assert tracker.get("a") is WORKING
+    clock.advance(0.001)
+    assert tracker.get("a") is IDLE
+    assert len(tracker) == 0  # the read dropped it
+
+
+def test_heartbeat_extends_and_a_lapsed_report_reads_as_a_change() -> None:
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    tracker.report("a", BLOCKED)
+    clock.advance(20)
+    assert tracker.report("a", BLOCKED) is False
+    clock.advance(20)
+    assert tracker.get("a") is BLOCKED
+    clock.advance(10)
+    assert tracker.report("a", BLOCKED) is True  # it had lapsed to idle
+
+
+def test_fractional_ttl_and_bad_ttl() -> None:
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=0.25, clock=clock)
+    tracker.report("a", WORKING)
+    clock.advance(0.24)
+    assert tracker.get("a") is WORKING
+    clock.advance(0.01)
+    assert tracker.get("a") is IDLE
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(ValueError, match="positive"):
+            ActivityTracker(ttl=bad)
+
+
+def test_next_expiry_drops_the_lapsed() -> None:
+    clock = FakeClock(100)
+    tracker = ActivityTracker(ttl=10, clock=clock)
+    assert tracker.next_expiry() is None
+    tracker.report("a", WORKING)
+    clock.advance(3)
+    tracker.report("b", BLOCKED)
+    assert tracker.next_expiry() == 110
+    clock.advance(8)
+    assert tracker.next_expiry() == 113
+    assert len(tracker) == 1
+    clock.advance(5)
+    assert tracker.next_expiry() is None
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(list(ActivityState)),
+            st.floats(min_value=0, max_value=20),
+        ),
+        max_size=40,
+    )
+)
+def test_matches_a_model(steps: list[tuple[str, ActivityState, float]]) -> None:
+    """Whatever the reports and gaps, reads equal the naive model of the design."""
+    clock = FakeClock(0)
+    tracker = ActivityTracker(ttl=10, clock=clock)
+    model: dict[str, tuple[ActivityState, float]] = {}
+
+    def expected(name: str) -> ActivityState:
+        state, at = model.get(name, (IDLE, 0.0))
+        return state if state is not IDLE and clock.now < at + 10 else IDLE
+
+    for name, state, gap in steps:
+        clock.advance(gap)
+        before = expected(name)
+        assert tracker.report(name, state) is (before is not state)
+        model[name] = (state, clock.now)
+        for other in ("a", "b"):
+            assert tracker.get(other) is expected(other)
+
+
+def test_registry_counts_and_timestamps() -> None:
+    registry = MemoryRegistry()
+    assert registry.get("a") == Connection(0, 0, 0)
+    assert registry.attach("a", 1000) == 1
+    assert registry.attach("a", 2000) == 2
+    assert registry.get("a") == Connection(2, 1000, 2000)
+    registry.touch("a", 3000)
+    assert registry.get("a") == Connection(2, 1000, 3000)
+    assert registry.detach("a") == 1
+    assert registry.detach("a") == 0
+    assert registry.detach("a") == 0  # never negative
+    assert registry.get("a") == Connection(0, 1000, 3000)
+
+
+def test_registry_first_emit_sets_created_at() -> None:
+    registry = MemoryRegistry()
+    registry.touch("b", 500)
+    registry.attach("b", 900)
+    assert registry.get("b") == Connection(1, 500, 900)
