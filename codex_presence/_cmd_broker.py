@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ._broker import Broker, BrokerServer, create_app
     from ._cli import UsageError, setup_logging
     from ._team import TeamError, dev_team, load_team
+    from ._web import WebRoster
 
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
     logger = logging.getLogger("codex_presence.broker")
@@ -95,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
             args.host,
         )
 
-    broker = Broker(team=team, activity_ttl=args.activity_ttl)
-    app = create_app(team=team, keepalive=args.keepalive, broker=broker)
+    web = WebRoster(team=team)  # the page at / and its session cookie
+    broker = Broker(team=team, activity_ttl=args.activity_ttl, authenticators=[web.authenticate])
+    app = create_app(team=team, keepalive=args.keepalive, broker=broker, routes=web.routes())
 
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

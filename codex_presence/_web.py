@@ -1,0 +1,242 @@
+"""The web roster: the page the broker serves at ``/``, and its session-cookie sign-in.
+
+:class:`WebRoster` owns the browser side of the broker. It adds routes to the broker app
+(:func:`~._broker.create_app`'s ``routes=``) and an :data:`~._broker.Authenticator`
+(``authenticators=``) that recognises its session cookie, so that ``/whoami``,
+``/roster`` and ``/subscribe`` work for a signed-in browser exactly as they do for a bearer
+token. The broker itself is not changed.
+
+Routes
+------
+``GET /``
+    The live roster page (``_static/roster.html``). Its script asks ``/whoami``; signed
+    out, it shows the sign-in form, signed in it opens ``EventSource('/subscribe?name=me')``
+    and redraws rows from the ``roster``/``presence`` events.
+``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
+    The page's own assets. No CDN, no external asset of any kind: the page works on an
+    air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
+``POST /session``
+    Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 204 with
+    a ``Set-Cookie`` on success; 401 for a wrong token. The cookie is HttpOnly (no script
+    can read it), SameSite=Strict (no other site can make the browser send it), Path=/,
+    and Secure when the request came over https. It holds a random session id that maps to
+    the member *here*, in memory: the token never reaches the cookie jar, and a broker
+    restart signs everyone out.
+``POST /session/logout``
+    Forget the session and expire the cookie. 204.
+
+Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
+the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
+a victim in as the attacker.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ._team import Member, Team
+
+__all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
+
+logger = logging.getLogger("codex_presence.web")
+
+COOKIE_NAME = "codex_presence_session"
+HIDE_DELAY = 5.0
+"""Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
+SESSION_TTL = 12 * 3600.0
+"""Seconds a browser session lasts before signing in again."""
+MAX_SESSIONS = 1024
+_MAX_FORM = 4096
+
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+_SECURITY_HEADERS = {
+    "content-security-policy": _CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
+_ASSETS = {
+    "roster.js": "text/javascript; charset=utf-8",
+    "roster.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("codex_presence").joinpath("_static", name).read_bytes()
+
+
+def _json(status: int, data: object) -> Response:
+    return Response(orjson.dumps(data), status, _SECURITY_HEADERS, "application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    member: str
+    expires: float
+
+
+class WebRoster:
+    """The page, its assets and the cookie sessions, for one broker's team.
+
+    ``hide_delay`` is written into the page (a ``?hideDelay=<ms>`` query parameter
+    overrides it, for tests). ``clock`` (monotonic seconds) times the sessions out.
+    ``secure_cookie`` forces the Secure attribute on or off; by default it follows the
+    request's scheme, so that plain-HTTP loopback works and a TLS proxy gets Secure.
+    """
+
+    def __init__(
+        self,
+        *,
+        team: Team,
+        hide_delay: float = HIDE_DELAY,
+        session_ttl: float = SESSION_TTL,
+        max_sessions: int = MAX_SESSIONS,
+        secure_cookie: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.team = team
+        self.hide_delay = hide_delay
+        self.session_ttl = session_ttl
+        self.max_sessions = max_sessions
+        self.secure_cookie = secure_cookie
+        self._clock = clock
+        # Oldest first, so that the cap drops the session least recently made.
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        page = _asset("roster.html").decode("utf-8")
+        delay_ms = str(round(hide_delay * 1000))
+        self._page = page.replace("{{HIDE_DELAY_MS}}", delay_ms).encode("utf-8")
+        self._assets = {name: _asset(name) for name in _ASSETS}
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def sign_in(self, token: str) -> str | None:
+        """A new session id for the member whose token this is, or None."""
+        member = self.team.authenticate(token)
+        if member is None:
+            return None
+        self._expire()
+        while len(self._sessions) >= self.max_sessions:
+            self._sessions.popitem(last=False)
+        session_id = secrets.token_urlsafe(32)
+        self._sessions[session_id] = _Session(member.name, self._clock() + self.session_ttl)
+        return session_id
+
+    def sign_out(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def member_of(self, session_id: str) -> Member | None:
+        """The member a session id belongs to, or None (unknown or expired)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if session.expires <= self._clock():
+            del self._sessions[session_id]
+            return None
+        return self.team.member(session.member)
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for session_id in [k for k, s in self._sessions.items() if s.expires <= now]:
+            del self._sessions[session_id]
+
+    def authenticate(self, request: Request) -> Member | None:
+        """The broker :data:`~._broker.Authenticator` for the session cookie."""
+        session_id = request.cookies.get(COOKIE_NAME)
+        return None if not session_id else self.member_of(session_id)
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def routes(self) -> list[BaseRoute]:
+        """The routes to pass to ``create_app(routes=...)``."""
+        return [
+            Route("/", self._page_route, methods=["GET"]),
+            Route("/static/{name}", self._asset_route, methods=["GET"]),
+            Route("/session", self._sign_in_route, methods=["POST"]),
+            Route("/session/logout", self._sign_out_route, methods=["POST"]),
+        ]
+
+    async def _page_route(self, request: Request) -> Response:
+        return Response(self._page, 200, _SECURITY_HEADERS, "text/html; charset=utf-8")
+
+    async def _asset_route(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self._assets:
+            return _json(404, {"error": "no such asset"})
+        return Response(self._assets[name], 200, _SECURITY_HEADERS, _ASSETS[name])
+
+    def _cross_site(self, request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin is None:
+            return False  # not a browser, or a same-origin GET-ish request: SameSite rules
+        host = request.headers.get("host", "")
+        return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
+
+    def _secure(self, request: Request) -> bool:
+        if self.secure_cookie is not None:
+            return self.secure_cookie
+        return request.url.scheme == "https"
+
+    async def _sign_in_route(self, request: Request) -> Response:
+        if self._cross_site(request):
+            return _json(403, {"error": "cross-site sign-in refused"})
+        ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ctype != "application/x-www-form-urlencoded":
+            return _json(415, {"error": "the body must be a form: token=<member token>"})
+        body = b""
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > _MAX_FORM:
+                    return _json(413, {"error": f"the form is limited to {_MAX_FORM} bytes"})
+        except ClientDisconnect:
+            return _json(400, {"error": "the client went away"})
+        try:
+            form = parse_qs(body.decode("utf-8"), max_num_fields=8)
+        except (UnicodeDecodeError, ValueError):
+            return _json(400, {"error": "the form is not valid"})
+        token = (form.get("token") or [""])[0].strip()
+        session_id = self.sign_in(token) if token else None
+        if session_id is None:
+            logger.info("web sign-in refused from %s", request.client)
+            return _json(401, {"error": "that token is not a member's token"})
+        name = self._sessions[session_id].member
+        logger.info("web sign-in: %s", name)
+        response = Response(status_code=204, headers=_SECURITY_HEADERS)
+        response.set_cookie(
+            COOKIE_NAME,
+            session_id,
+            max_age=round(self.session_ttl),
+            path="/",
+            secure=self._secure(request),
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    async def _sign_out_route(self, request: Request) -> Response:
+        if self._cross_site(request):
+            return _json(403, {"error": "cross-site sign-out refused"})
+        session_id = request.cookies.get(COOKIE_NAME)
+        if session_id:
+            self.sign_out(session_id)
+        response = Response(status_code=204, headers=_SECURITY_HEADERS)
+        response.delete_cookie(
+            COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"
+        )
+        return response
