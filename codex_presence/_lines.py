@@ -1,0 +1,224 @@
+"""Chunks in, the few lines that can matter out: the relay's pre-filter for the mapping.
+
+Sans-I/O. The relay hands :class:`ChunkAnalyzer` each chunk it has just forwarded, in
+whatever pieces the pipes produced, and gets back the transitions those bytes caused. The
+analyzer owns line framing (the partial last line of each direction, bounded) and the
+decision which complete lines reach :meth:`CodexMapping.feed_line` at all.
+
+Why it exists: ``feed_line`` costs about a microsecond even for a line it skips, and a busy
+app-server writes thousands of deltas per megabyte. So the analyzer skips in bulk what it
+can prove ``feed_line`` would skip anyway, and feeds everything else, so that the result is
+the same as feeding every line one by one (the property ``tests/test_lines.py`` checks):
+
+* server lines: ``feed_line`` decides on the first bytes (codex writes ``{"method":"…"`` or
+  ``{"id":`` first). The analyzer splits a chunk's complete lines in C
+  (:meth:`bytes.split`) and drops, again in C, those that start with one of
+  :data:`HOT_SKIPPED_PREFIXES`, the frequent irrelevant kinds; the rest go to ``feed_line``,
+  which parses only those that can change the state. A partial line whose prefix already
+  shows it is irrelevant is not buffered at all, however long it gets.
+* client lines matter only while the mapping waits for answers to server requests
+  (``CodexMapping._pending``); otherwise a chunk's complete lines are skipped wholesale,
+  with a single ``rfind`` for the line framing.
+* a line longer than ``max_line`` that would have to be parsed is dropped from analysis
+  (counted in :class:`AnalyzerStats`, logged at debug). It was relayed all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from itertools import filterfalse
+from operator import methodcaller
+
+from ._activity import Transition
+from ._codex import _STATE_METHODS, CodexMapping, Direction
+
+__all__ = ["DEFAULT_MAX_LINE", "HOT_SKIPPED_PREFIXES", "AnalyzerStats", "ChunkAnalyzer"]
+
+logger = logging.getLogger("codex_presence.lines")
+
+DEFAULT_MAX_LINE = 16 * 1024 * 1024
+"""Longest line (bytes) that is still parsed; longer ones are relayed, never analysed."""
+
+_METHOD_PREFIX = b'{"method":"'
+_ID_PREFIX = b'{"id":'
+_METHOD_START = len(_METHOD_PREFIX)
+
+_HOT_SKIPPED_METHODS = (
+    "item/agentMessage/delta",
+    "item/reasoning/summaryTextDelta",
+    "item/commandExecution/outputDelta",
+    "item/reasoning/textDelta",
+    "item/plan/delta",
+    "item/fileChange/patchUpdated",
+)
+assert not set(_HOT_SKIPPED_METHODS) & _STATE_METHODS
+
+HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
+    *(_METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
+    _ID_PREFIX,
+)
+"""Server-line prefixes that ``feed_line`` always skips, most frequent first. Each ends at a
+closing quote (or is ``{"id":``), so a line that starts with one is skipped whatever
+follows."""
+
+_is_hot_skipped = methodcaller("startswith", HOT_SKIPPED_PREFIXES)
+
+
+def server_line_skipped(head: bytes) -> bool | None:
+    """Whether ``feed_line("server", …)`` skips unparsed every line starting with ``head``;
+    ``None`` while ``head`` is too short to tell. Mirrors ``CodexMapping.feed_line``."""
+    if head.startswith(_ID_PREFIX):
+        return True
+    if head.startswith(_METHOD_PREFIX):
+        end = head.find(b'"', _METHOD_START)
+        if end < 0:
+            return None
+        method = head[_METHOD_START:end]
+        if b"\\" in method:
+            return False
+        return method.decode("ascii", "replace") not in _STATE_METHODS
+    if _METHOD_PREFIX.startswith(head) or _ID_PREFIX.startswith(head):
+        return None
+    return False
+
+
+@dataclass(slots=True)
+class AnalyzerStats:
+    """What the analyzer saw; for debug logs, tests and the benchmark."""
+
+    chunks: int = 0
+    bytes: int = 0
+    fed: int = 0
+    """Complete lines handed to ``CodexMapping.feed_line``."""
+    oversized: int = 0
+    """Lines longer than ``max_line`` dropped from analysis (they were relayed)."""
+
+
+@dataclass(slots=True)
+class _Partial:
+    """The unfinished last line of one direction."""
+
+    pieces: list[bytes] = field(default_factory=list)
+    size: int = 0
+    skipping: bool = False
+    """The line is known not to matter (or is too long): its bytes are not kept."""
+    oversized: bool = False
+
+    def reset(self) -> None:
+        self.pieces.clear()
+        self.size = 0
+        self.skipping = False
+        self.oversized = False
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0 and not self.skipping
+
+
+class ChunkAnalyzer:
+    """Frames both directions into lines and feeds the mapping only what can matter."""
+
+    def __init__(self, mapping: CodexMapping | None = None, *, max_line: int = DEFAULT_MAX_LINE):
+        self.mapping = mapping if mapping is not None else CodexMapping()
+        self.max_line = max_line
+        self.stats = AnalyzerStats()
+        self._partial: dict[Direction, _Partial] = {"client": _Partial(), "server": _Partial()}
+        self._closed = False
+
+    def feed(self, direction: Direction, chunk: bytes) -> list[Transition]:
+        """Account for ``chunk`` (bytes as they crossed the wire); returns the transitions."""
+        if self._closed or not chunk:
+            return []
+        self.stats.chunks += 1
+        self.stats.bytes += len(chunk)
+        out: list[Transition] = []
+        partial = self._partial[direction]
+        pos = 0
+        if not partial.empty:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self._extend(direction, partial, chunk)
+                return out
+            self._extend(direction, partial, chunk[: nl + 1])
+            self._finish_partial(direction, partial, out)
+            pos = nl + 1
+        last = chunk.rfind(b"\n")
+        if last >= pos:
+            if direction == "server":
+                self._server_lines(chunk, pos, last, out)
+            elif self.mapping._pending:
+                self._client_lines(chunk, pos, last, out)
+            pos = last + 1
+        if pos < len(chunk):
+            self._extend(direction, partial, chunk[pos:] if pos else chunk)
+        return out
+
+    def close(self, cause: str = "eof") -> list[Transition]:
+        """End of both streams: an unterminated last line still counts, then all closes."""
+        if self._closed:
+            return []
+        out: list[Transition] = []
+        for direction in ("client", "server"):
+            partial = self._partial[direction]
+            if not partial.empty:
+                self._finish_partial(direction, partial, out)
+        self._closed = True
+        transition = self.mapping.close(cause)
+        if transition is not None:
+            out.append(transition)
+        return out
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _feed(self, direction: Direction, line: bytes, out: list[Transition]) -> None:
+        if len(line) > self.max_line:
+            self._oversized(direction, len(line))
+            return
+        self.stats.fed += 1
+        transition = self.mapping.feed_line(direction, line)
+        if transition is not None:
+            out.append(transition)
+
+    def _oversized(self, direction: Direction, size: int) -> None:
+        self.stats.oversized += 1
+        logger.debug("a %s line of %d+ bytes is too long to analyse; relayed only", direction, size)
+
+    def _server_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
+        for line in filterfalse(_is_hot_skipped, chunk[start:last].split(b"\n")):
+            self._feed("server", line, out)
+
+    def _client_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
+        for line in chunk[start:last].split(b"\n"):
+            if not self.mapping._pending:
+                return  # nothing left to answer: the rest cannot matter
+            self._feed("client", line, out)
+
+    def _extend(self, direction: Direction, partial: _Partial, data: bytes) -> None:
+        if partial.skipping:
+            partial.size += len(data)
+            return
+        partial.pieces.append(data)
+        partial.size += len(data)
+        if direction == "server" and partial.size <= 4096:
+            head = b"".join(partial.pieces) if len(partial.pieces) > 1 else partial.pieces[0]
+            if server_line_skipped(head):
+                partial.pieces.clear()
+                partial.skipping = True
+                return
+        if partial.size > self.max_line + 1:  # + 1: the newline is not part of the line
+            self._oversized(direction, partial.size)
+            partial.pieces.clear()
+            partial.skipping = True
+            partial.oversized = True
+
+    def _finish_partial(
+        self, direction: Direction, partial: _Partial, out: list[Transition]
+    ) -> None:
+        if not partial.skipping:
+            line = b"".join(partial.pieces)
+            if line.endswith(b"\n"):
+                line = line[:-1]
+            if direction == "server" or self.mapping._pending:
+                self._feed(direction, line, out)
+        partial.reset()
