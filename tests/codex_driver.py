@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -70,6 +70,10 @@ class Config:
             "request_max_retries = 0",
             f"stream_max_retries = {self.stream_max_retries}",
             "supports_websockets = false",
+            "",
+            "[features]",
+            # The snapshot runs the host's login shell; nothing in a scenario needs it.
+            "shell_snapshot = false",
             "",
         ]
         for name, server in self.mcp_servers.items():
@@ -214,9 +218,7 @@ class CodexSession:
             if self._closed or not self._pump(deadline):
                 raise TimeoutError(f"timed out waiting for {what or pred}")
 
-    def wait_method(
-        self, method: str, timeout: float = 20.0, **params: Any
-    ) -> Message:
+    def wait_method(self, method: str, timeout: float = 20.0, **params: Any) -> Message:
         """The next message with this method whose params contain the given values."""
 
         def pred(msg: Message) -> bool:
@@ -288,10 +290,8 @@ class CodexSession:
     def close(self, timeout: float = 10.0) -> None:
         """Close stdin, let codex exit, and read what it still writes."""
         if self.proc.stdin is not None and not self.proc.stdin.closed:
-            try:
+            with suppress(BrokenPipeError):
                 self.proc.stdin.close()
-            except BrokenPipeError:
-                pass
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -326,6 +326,9 @@ def session(
         if not key.startswith(("CODEX_", "OPENAI_", "RUST_"))
     }
     env.update(
+        # HOME too: codex runs commands in a login shell, and the host's profile (pyenv
+        # rehash, …) must neither slow a scenario down nor be left half-done by a SIGKILL.
+        HOME=str(home),
         CODEX_HOME=str(home),
         CODEX_APP_SERVER_MANAGED_CONFIG_PATH=str(home / "managed_config.toml"),
         HTTPS_PROXY="http://127.0.0.1:9",
@@ -357,7 +360,5 @@ def session(
         finally:
             s.close()
             # Commands codex left running (an interrupted sleep) belong to its process group.
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass

@@ -44,7 +44,8 @@ class Step:
     seconds); ``status`` other than 200 sends an error body instead; ``complete=False``
     drops the connection before ``response.completed`` would have been sent (the events
     given are sent, then the stream just ends). ``match`` picks the step only for a request
-    whose body contains that text, so concurrent threads can each get their own answer.
+    whose body contains that text (or for which that predicate holds), so concurrent threads
+    can each get their own answer.
     ``build`` computes the events from the request body at answer time.
     """
 
@@ -53,7 +54,7 @@ class Step:
     delay: float = 0.0
     wait: float = 0.0
     complete: bool = True
-    match: str | None = None
+    match: str | Callable[[dict[str, Any]], bool] | None = None
     build: Callable[[dict[str, Any]], list[Event]] | None = None
     note: str = ""
 
@@ -164,7 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test output is not the place for access logs."""
 
     def do_GET(self) -> None:
@@ -261,7 +262,9 @@ class FakeModel:
             self.requests.append(body)
             self._arrived.notify_all()
             for n, step in enumerate(self._steps):
-                if step.match is None or step.match in text:
+                if step.match is None or (
+                    step.match(body) if callable(step.match) else step.match in text
+                ):
                     return self._steps.pop(n)
             self.unscripted += 1
         return message("ok", deltas=0)
@@ -318,3 +321,15 @@ def function_outputs(body: dict[str, Any]) -> dict[str, str]:
                 output = orjson.dumps(output).decode()
             found[str(item.get("call_id"))] = output
     return found
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    """Texts of the user messages in a request's input (not tool arguments or outputs)."""
+    texts: list[str] = []
+    for item in body.get("input") or []:
+        if not isinstance(item, dict) or item.get("role") != "user":
+            continue
+        for part in item.get("content") or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    return texts
