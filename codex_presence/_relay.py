@@ -1,0 +1,493 @@
+"""The relay: the I/O shell of ``wrap``, a byte-exact stdio proxy in front of a child.
+
+It owns the child process and the bytes between it and our own stdin/stdout: spawning,
+the two copy loops, backpressure, signals, exit status and the child's death with us. What
+the bytes mean is not its business; after each chunk has been forwarded it hands the chunk
+to the sans-I/O :class:`~codex_presence._lines.ChunkAnalyzer` (which feeds the codex
+mapping) and to the optional recorder, and passes each resulting
+:class:`~codex_presence._activity.Transition` to its observers.
+
+Design, and why:
+
+* Raw non-blocking file descriptors and :func:`anyio.wait_readable` /
+  :func:`anyio.wait_writable`: one read, one write per chunk, no stream buffering, so the
+  bytes are exactly those read and each direction holds at most one chunk (the
+  backpressure: while the client does not read, we do not read the child). A read or
+  write is tried first and waited for only on ``EAGAIN``, so regular files and
+  ``/dev/null`` (which cannot be polled) work as stdin or stdout too.
+* The child's stderr is our stderr, inherited: untouched, unbuffered, no copy.
+* The child gets its own process group (signals we forward reach its helpers too, and a
+  terminal's Ctrl-C is not delivered twice) and ``PR_SET_PDEATHSIG`` = SIGKILL, so it
+  never outlives us, even when we are SIGKILLed.
+* Analysis, recording and observers run after the write of the chunk they concern; none
+  of them awaits anything, so the relay never waits on parsing, logging, recording or
+  the network. Observers must not block: the reporter of issue 5 only records the state
+  and wakes its own task.
+* ``companions`` are async context managers entered before the child starts and left
+  after its end (and the final ``eof`` transition) was delivered: the place for the
+  reporter's background task and its "idle on exit" report.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
+from pathlib import Path
+
+import anyio
+
+from ._activity import Transition
+from ._codex import CodexMapping, Direction
+from ._lines import DEFAULT_MAX_LINE, ChunkAnalyzer
+
+__all__ = ["Companion", "Observer", "Relay", "log_transition", "run_relay"]
+
+logger = logging.getLogger("codex_presence.relay")
+
+Observer = Callable[[Transition], object]
+"""Called with every transition, synchronously, on the relay's event loop; must not block."""
+
+Companion = Callable[[], AbstractAsyncContextManager[object]]
+"""Makes an async context manager that lives exactly as long as the relayed session."""
+
+CHUNK_SIZE = 1024 * 1024
+_PR_SET_PDEATHSIG = 1
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def log_transition(transition: Transition) -> None:
+    """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
+    logger.info("%s (%s)", transition.state.value, transition.cause)
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's view of a child's end: its code, or 128 + N for signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
+    """Runs in the child between fork and exec: die with the parent, even if the parent
+    already died before the prctl took effect."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGKILL)
+
+    return preexec
+
+
+class _Recorder:
+    """``--record``: the session in the recording format, written off the hot path.
+
+    The relay hands over chunks with :meth:`add`, which never blocks and never raises; a
+    task frames them into lines and writes them from a worker thread. The queue is bounded
+    in bytes, not count: if the disk cannot keep up, chunks are dropped with one warning.
+    Any write error (ENOSPC, EROFS, EIO, …) stops the recording with one warning.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, max_pending: int = 64 * 1024 * 1024):
+        self.path = Path(path)
+        self.max_pending = max_pending
+        self._file: object = None
+        self._pending = 0
+        self._failed = False
+        self._dropped = False
+        self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
+        self._send, self._receive = anyio.create_memory_object_stream[
+            tuple[float, Direction, bytes]
+        ](max_buffer_size=float("inf"))
+
+    def open(self) -> bool:
+        try:
+            self._file = self.path.open("wb")
+        except OSError as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def add(self, t: float, direction: Direction, chunk: bytes) -> None:
+        if self._failed:
+            return
+        if self._pending + len(chunk) > self.max_pending:
+            if not self._dropped:
+                self._dropped = True
+                logger.warning("recording to %s cannot keep up; it has gaps", self.path)
+            return
+        self._pending += len(chunk)
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait((t, direction, chunk))
+
+    async def run(self) -> None:
+        """Write batches until :meth:`finish` closes the queue and everything is written."""
+        async with self._receive:
+            async for item in self._receive:
+                batch = [item]
+                while True:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+                    except anyio.EndOfStream:
+                        break
+                self._pending -= sum(len(chunk) for _, _, chunk in batch)
+                if not self._failed:
+                    await anyio.to_thread.run_sync(self._write, batch)
+        await anyio.to_thread.run_sync(self._close)
+
+    def finish(self) -> None:
+        """No more chunks; :meth:`run` returns once the rest is on disk."""
+        self._send.close()
+
+    # -- worker thread -------------------------------------------------------------------
+
+    def _write(self, batch: list[tuple[float, Direction, bytes]]) -> None:
+        from ._recording import encode_entry
+
+        out: list[bytes] = []
+        for t, direction, chunk in batch:
+            partial = self._partial[direction]
+            if b"\n" not in chunk:
+                partial.append(chunk)
+                continue
+            lines = chunk.split(b"\n")
+            if partial:
+                partial.append(lines[0])
+                lines[0] = b"".join(partial)
+                partial.clear()
+            if lines[-1]:
+                partial.append(lines[-1])
+            out.extend(encode_entry(t, direction, line) for line in lines[:-1])
+        self._emit(out)
+
+    def _close(self) -> None:
+        from ._recording import encode_entry
+
+        out = [
+            encode_entry(time.monotonic(), direction, b"".join(partial))
+            for direction, partial in self._partial.items()
+            if partial and b"".join(partial)
+        ]
+        self._emit(out)
+        if self._file is not None:
+            try:
+                self._file.close()  # type: ignore[attr-defined]
+            except OSError as exc:
+                self._fail(exc)
+            self._file = None
+
+    def _emit(self, out: list[bytes]) -> None:
+        if not out or self._failed or self._file is None:
+            return
+        try:
+            self._file.write(b"".join(out))  # type: ignore[attr-defined]
+            self._file.flush()  # type: ignore[attr-defined]
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        if not self._failed:
+            self._failed = True
+            logger.warning("recording to %s stopped: %s (the relay goes on)", self.path, exc)
+        if self._file is not None:
+            with suppress(OSError):
+                self._file.close()  # type: ignore[attr-defined]
+            self._file = None
+
+
+class Relay:
+    """One relayed session: spawn, copy both ways, analyse, forward signals, exit status."""
+
+    def __init__(
+        self,
+        *,
+        observers: Sequence[Observer] = (log_transition,),
+        companions: Sequence[Companion] = (),
+        record: str | os.PathLike[str] | None = None,
+        mapping: CodexMapping | None = None,
+        stdin: int = 0,
+        stdout: int = 1,
+        max_line: int = DEFAULT_MAX_LINE,
+        chunk_size: int = CHUNK_SIZE,
+        drain_grace: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.observers = list(observers)
+        self.companions = list(companions)
+        self.analyzer = ChunkAnalyzer(mapping, max_line=max_line)
+        self._record_path = record
+        self._recorder: _Recorder | None = None
+        self._stdin = stdin
+        self._stdout = stdout
+        self._chunk_size = chunk_size
+        self._drain_grace = drain_grace
+        self._clock = clock
+        self._start = clock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._analysis_failed = False
+        self._child_in = -1
+        self._child_out = -1
+        self._server_waiting_to_read = False
+
+    @property
+    def mapping(self) -> CodexMapping:
+        return self.analyzer.mapping
+
+    async def run(self, command: Sequence[str]) -> int:
+        """Relay until the child has exited and its output is drained; its exit status."""
+        saved_flags = {fd: os.get_blocking(fd) for fd in (self._stdin, self._stdout)}
+        try:
+            async with AsyncExitStack() as stack:
+                for companion in self.companions:
+                    await stack.enter_async_context(companion())
+                try:
+                    return await self._run(command)
+                finally:
+                    self._deliver(self.analyzer.close("eof"))
+        finally:
+            for fd, blocking in saved_flags.items():
+                with suppress(OSError):
+                    os.set_blocking(fd, blocking)
+
+    # -- the session ---------------------------------------------------------------------
+
+    async def _run(self, command: Sequence[str]) -> int:
+        child_in_r, child_in_w = os.pipe()
+        child_out_r, child_out_w = os.pipe()
+        try:
+            with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
+                try:
+                    # anyio.open_process has no preexec_fn, needed for PR_SET_PDEATHSIG.
+                    process = subprocess.Popen(  # noqa: ASYNC220
+                        list(command),
+                        stdin=child_in_r,
+                        stdout=child_out_w,
+                        process_group=0,
+                        preexec_fn=_pdeathsig_preexec(os.getpid()),
+                    )
+                except OSError as exc:
+                    logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
+                    return 127 if isinstance(exc, FileNotFoundError) else 126
+                self._process = process
+                os.close(child_in_r)
+                os.close(child_out_w)
+                child_in_r = child_out_w = -1
+                for fd in (child_in_w, child_out_r, self._stdin, self._stdout):
+                    os.set_blocking(fd, False)
+                return await self._supervise(process, signals, child_in_w, child_out_r)
+        finally:
+            for fd in (child_in_r, child_in_w, child_out_r, child_out_w):
+                if fd >= 0:
+                    with suppress(OSError):  # closed on the way already
+                        os.close(fd)
+            if self._process is not None and self._process.poll() is None:
+                self._kill_group(signal.SIGKILL)
+                self._process.wait()
+
+    async def _supervise(
+        self,
+        process: subprocess.Popen[bytes],
+        signals: AsyncIterator[signal.Signals],
+        child_in: int,
+        child_out: int,
+    ) -> int:
+        self._child_in = child_in
+        self._child_out = child_out
+        server_done = anyio.Event()
+        async with anyio.create_task_group() as outer:
+            if self._record_path is not None:
+                recorder = _Recorder(self._record_path)
+                if recorder.open():
+                    self._recorder = recorder
+                    outer.start_soon(recorder.run)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._forward_signals, signals)
+                    tg.start_soon(self._client_pump)
+                    tg.start_soon(self._server_pump, server_done)
+                    returncode = await self._wait_child(process)
+                    # Drain what the child wrote before it exited. A slow client is
+                    # waited for; a grandchild that holds the pipe without writing is not.
+                    while not server_done.is_set():
+                        with anyio.move_on_after(self._drain_grace):
+                            await server_done.wait()
+                        if self._server_waiting_to_read:
+                            break
+                    tg.cancel_scope.cancel()
+            finally:
+                if self._recorder is not None:
+                    self._recorder.finish()  # the outer group waits for the rest on disk
+        return exit_status(returncode)
+
+    async def _wait_child(self, process: subprocess.Popen[bytes]) -> int:
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except OSError:  # no pidfd (old kernel): a worker thread waits instead
+            return await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+        try:
+            while process.poll() is None:
+                await anyio.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        assert process.returncode is not None
+        return process.returncode
+
+    async def _forward_signals(self, signals: AsyncIterator[signal.Signals]) -> None:
+        interrupts = 0
+        async for signum in signals:
+            if signum == signal.SIGINT:
+                interrupts += 1
+                if interrupts > 1:
+                    logger.warning("second interrupt: killing %s", self._describe_child())
+                    self._kill_group(signal.SIGKILL)
+                    continue
+            logger.debug("forwarding %s", signum.name)
+            self._kill_group(signum)
+
+    def _describe_child(self) -> str:
+        return f"pid {self._process.pid}" if self._process else "the child"
+
+    def _kill_group(self, signum: int) -> None:
+        if self._process is None:
+            return
+        try:
+            os.killpg(self._process.pid, signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # the group is gone and the id reused: the child alone
+            with suppress(ProcessLookupError):
+                self._process.send_signal(signum)
+
+    # -- the two copy loops --------------------------------------------------------------
+
+    async def _client_pump(self) -> None:
+        """Our stdin → the child's stdin. On EOF the child's stdin is closed."""
+        src, dst = self._stdin, self._child_in
+        try:
+            while True:
+                data = await self._read(src)
+                if not data:
+                    return
+                t = self._clock()
+                try:
+                    await self._write(dst, data)
+                except OSError as exc:
+                    if exc.errno != errno.EPIPE:
+                        logger.warning("writing to the child's stdin failed: %s", exc)
+                    # The child no longer reads: our client should see that, as it would
+                    # without us. Detach our stdin from its pipe.
+                    self._detach(src, os.O_RDONLY)
+                    return
+                self._account("client", data, t)
+        finally:
+            self._close_child_in()
+
+    async def _server_pump(self, done: anyio.Event) -> None:
+        """The child's stdout → our stdout."""
+        src, dst = self._child_out, self._stdout
+        try:
+            while True:
+                data = await self._read(src, server=True)
+                if not data:
+                    return
+                t = self._clock()
+                try:
+                    await self._write(dst, data)
+                except OSError as exc:
+                    if exc.errno != errno.EPIPE:
+                        logger.warning("writing to stdout failed: %s", exc)
+                    # Our reader is gone; let the child find out on its next write.
+                    self._close_child_out()
+                    return
+                self._account("server", data, t)
+        finally:
+            done.set()
+
+    async def _read(self, fd: int, *, server: bool = False) -> bytes:
+        while True:
+            try:
+                return os.read(fd, self._chunk_size)
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EBADF, errno.ECONNRESET):
+                    return b""  # a hung-up terminal or closed descriptor: end of input
+                raise
+            if server:
+                self._server_waiting_to_read = True
+            try:
+                await anyio.wait_readable(fd)
+            finally:
+                self._server_waiting_to_read = False
+
+    async def _write(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(fd, view)
+            except BlockingIOError:
+                await anyio.wait_writable(fd)
+                continue
+            view = view[written:]
+
+    def _close_child_in(self) -> None:
+        if self._child_in >= 0:
+            os.close(self._child_in)
+            self._child_in = -1
+
+    def _close_child_out(self) -> None:
+        if self._child_out >= 0:
+            os.close(self._child_out)
+            self._child_out = -1
+
+    def _detach(self, fd: int, mode: int) -> None:
+        null = os.open(os.devnull, mode)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+    # -- after each forwarded chunk --------------------------------------------------------
+
+    def _account(self, direction: Direction, data: bytes, t: float) -> None:
+        if self._recorder is not None:
+            self._recorder.add(t - self._start, direction, data)
+        if self._analysis_failed:
+            return
+        try:
+            transitions = self.analyzer.feed(direction, data)
+        except Exception:  # a bug in the analysis must never stop the bytes
+            logger.exception("activity analysis failed; relaying without it")
+            self._analysis_failed = True
+            return
+        self._deliver(transitions)
+
+    def _deliver(self, transitions: list[Transition]) -> None:
+        for transition in transitions:
+            for observer in self.observers:
+                try:
+                    observer(transition)
+                except Exception:
+                    logger.exception("observer %r failed", observer)
+
+
+async def run_relay(
+    command: Sequence[str],
+    *,
+    observers: Sequence[Observer] = (log_transition,),
+    companions: Sequence[Companion] = (),
+    record: str | os.PathLike[str] | None = None,
+    **options: object,
+) -> int:
+    """Relay ``command`` (see :class:`Relay`); its exit status, 128 + N for signal N."""
+    relay = Relay(observers=observers, companions=companions, record=record, **options)  # type: ignore[arg-type]
+    return await relay.run(command)
