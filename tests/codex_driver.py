@@ -298,6 +298,8 @@ class CodexSession:
             self.proc.kill()
             self.proc.wait(5)
         self._reader.join(timeout)
+        if self.proc.stdout is not None and not self._reader.is_alive():
+            self.proc.stdout.close()
 
 
 @contextmanager

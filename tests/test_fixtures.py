@@ -68,9 +68,7 @@ def project_server_stdout(path: Path, out: Path) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=[p.stem for p in RECORDINGS])
-def test_server_stdout_projection_replays_to_expected_timeline(
-    path: Path, tmp_path: Path
-) -> None:
+def test_server_stdout_projection_replays_to_expected_timeline(path: Path, tmp_path: Path) -> None:
     projected = tmp_path / f"{path.stem}.stdout.jsonl"
     mapping = project_server_stdout(path, projected)
     with projected.open("rb") as lines:

@@ -1,0 +1,49 @@
+"""Re-record every scenario live against the real codex binary and check its timeline.
+
+The states and causes must equal the fixture's hand-written expectation (line numbers may
+differ from run to run: messages of different tasks interleave). Needs the codex 0.169.0
+binary (``CODEX_PRESENCE_TEST_CODEX``); without it these tests skip, except under
+``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from codex_presence._recording import read_entries
+from codex_presence._replay import timeline
+from tests.codex_driver import codex_binary
+from tests.scenarios import SCENARIOS, record
+
+pytestmark = pytest.mark.codex
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    binary = codex_binary()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
+
+
+def expected(name: str) -> list[tuple[str, str]]:
+    doc = orjson.loads((FIXTURES / f"{name}.expected.json").read_bytes())
+    return [(row["state"], row["cause"]) for row in doc["timeline"]]
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_live_timeline_matches_fixture(name: str, codex: Path, tmp_path: Path) -> None:
+    out = tmp_path / f"{name}.jsonl"
+    record(name, out, root=tmp_path / "run", codex=codex)
+    with out.open("rb") as lines:
+        got = [(row.state, row.cause) for row in timeline(read_entries(lines))]
+    assert got == expected(name), f"live recording kept at {out}"
