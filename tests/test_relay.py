@@ -1,0 +1,533 @@
+"""``wrap`` as a client sees it: the same bytes both ways, the same exit status, signals
+forwarded, the child gone with it, bounded memory, ``--record`` that never hurts the relay.
+
+In-process tests run :class:`Relay` on pipes of their own (fast enough for hypothesis);
+the others run the real ``codex-presence wrap`` command as a subprocess. Every wait is
+bounded in time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codex_presence import Transition, read_entries
+from codex_presence._relay import Relay, exit_status
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
+WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
+PY = sys.executable
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+
+
+# -- in-process: the relay on our own pipes ------------------------------------------------
+
+
+async def relay_bytes(
+    chunks: list[bytes],
+    command: list[str],
+    *,
+    record: Path | None = None,
+    observers: list[Callable[[Transition], object]] | None = None,
+) -> tuple[int, bytes]:
+    """Run ``command`` behind a Relay; write ``chunks`` to its stdin one by one (each a
+    separate write), close it, and return (status, everything it wrote to stdout)."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.set_blocking(in_w, False)
+    os.set_blocking(out_r, False)
+    relay = Relay(stdin=in_r, stdout=out_w, record=record, observers=observers or [])
+    received = bytearray()
+    status = -1
+
+    async def feed() -> None:
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    try:
+                        view = view[os.write(in_w, view) :]
+                    except BlockingIOError:
+                        await anyio.wait_writable(in_w)
+                await anyio.sleep(0)
+        finally:
+            os.close(in_w)
+
+    async def drain() -> None:
+        while True:
+            try:
+                data = os.read(out_r, 1 << 20)
+            except BlockingIOError:
+                await anyio.wait_readable(out_r)
+                continue
+            if not data:
+                return
+            received.extend(data)
+
+    async def run() -> None:
+        nonlocal status
+        try:
+            status = await relay.run(command)
+        finally:
+            os.close(out_w)
+            os.close(in_r)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            tg.start_soon(feed)
+            tg.start_soon(run)
+    os.close(out_r)
+    return status, bytes(received)
+
+
+def random_stream() -> st.SearchStrategy[list[bytes]]:
+    pieces = st.one_of(
+        st.binary(max_size=2000),
+        st.just(b"\xff\xfe\x80 not utf-8 \xc3\x28\n"),
+        st.just(b"\x00\x00NUL\x00\n"),
+        st.just(b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'),
+        st.just(b"\n\n\n"),
+        st.text(max_size=200).map(str.encode),
+    )
+    return st.lists(pieces, max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_stream())
+@pytest.mark.anyio
+async def test_any_bytes_come_back_identical_through_cat(chunks: list[bytes]) -> None:
+    """Both directions at once: our stdin → cat's stdin, cat's stdout → our stdout."""
+    status, out = await relay_bytes(chunks, ["cat"])
+    assert status == 0
+    assert out == b"".join(chunks)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(min_size=1, max_size=50_000), st.lists(st.integers(0, 50_000), max_size=20))
+@pytest.mark.anyio
+async def test_writes_split_at_any_point(data: bytes, cuts: list[int]) -> None:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    status, out = await relay_bytes(chunks, ["cat"])
+    assert (status, out) == (0, data)
+
+
+@pytest.mark.anyio
+async def test_a_16_mb_line_without_final_newline() -> None:
+    rng = random.Random(16)
+    line = rng.randbytes(16 * 1024 * 1024).replace(b"\n", b"x")
+    data = b'{"method":"item/agentMessage/delta"}\n' + line
+    status, out = await relay_bytes([data[:7], data[7:]], ["cat"])
+    assert status == 0
+    assert hashlib.sha256(out).digest() == hashlib.sha256(data).digest()
+
+
+@pytest.mark.anyio
+async def test_a_16_mb_json_line_that_matters_is_analysed() -> None:
+    """The default line cap is 16 MiB: a big turn/completed still closes the turn."""
+    started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    pad = "x" * (15 * 1024 * 1024)
+    completed = orjson.dumps(
+        {"method": "turn/completed", "params": {"threadId": "a", "turn": {"id": "t", "pad": pad}}}
+    )
+    seen: list[str] = []
+    status, out = await relay_bytes(
+        [started, completed[:1000], completed[1000:] + b"\n"],
+        ["cat"],
+        observers=[lambda t: seen.append(t.state.value)],
+    )
+    assert status == 0
+    assert len(out) == len(started) + len(completed) + 1
+    assert seen == ["working", "idle"]
+
+
+@pytest.mark.anyio
+async def test_transitions_reach_observers_and_eof_closes_the_turn() -> None:
+    seen: list[tuple[str, str]] = []
+    server_lines = [
+        orjson.dumps(e.message) + b"\n"
+        for e in read_entries((FIXTURES / "command.jsonl").read_bytes().splitlines())
+        if e.direction == "server" and e.message is not None
+    ]
+    # The child replays codex's side of a real session, minus its last line (turn/completed):
+    # the session ends mid-turn, so the end of stream must bring the member back to idle.
+    script = "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"
+    truncated = [ln for ln in server_lines if b'"turn/completed"' not in ln]
+    truncated = [ln for ln in truncated if b'"type":"idle"' not in ln]
+    status, _ = await relay_bytes(
+        truncated, [PY, "-c", script], observers=[lambda t: seen.append((t.state, t.cause))]
+    )
+    assert status == 0
+    assert seen[0] == ("working", "turn/started")
+    assert seen[-1] == ("idle", "eof")
+
+
+@pytest.mark.anyio
+async def test_record_writes_both_directions_in_the_recording_format(tmp_path: Path) -> None:
+    rec = tmp_path / "session.jsonl"
+    script = (
+        "import sys\n"
+        "for line in sys.stdin.buffer:\n"
+        "    sys.stdout.buffer.write(b'{\"id\":1,\"result\":' + line.rstrip() + b'}\\n')\n"
+        "    sys.stdout.buffer.flush()\n"
+        "sys.stdout.buffer.write(b'\\xff tail without newline')\n"
+    )
+    chunks = [b'{"a":1}\n', b'{"b"', b":2}\n", b"not json\n"]
+    status, out = await relay_bytes(chunks, [PY, "-c", script], record=rec)
+    assert status == 0
+    entries = list(read_entries(rec.read_bytes().splitlines(keepends=True)))
+    client = [(e.message, e.raw) for e in entries if e.direction == "client"]
+    server = [(e.message, e.raw) for e in entries if e.direction == "server"]
+    assert client == [({"a": 1}, None), ({"b": 2}, None), (None, b"not json")]
+    assert server[:2] == [
+        ({"id": 1, "result": {"a": 1}}, None),
+        ({"id": 1, "result": {"b": 2}}, None),
+    ]
+    assert server[-1] == (None, b"\xff tail without newline")
+    ts = [e.t for e in entries]
+    assert all(t is not None and t >= 0 for t in ts)
+    assert out.endswith(b"\xff tail without newline")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/dev/full",  # ENOSPC on every write
+        "/sys/codex-presence-rec.jsonl",  # EACCES, even for root
+        "missing-dir/rec.jsonl",  # ENOENT
+        "ro/rec.jsonl",  # EACCES for anyone but root
+    ],
+)
+@pytest.mark.anyio
+async def test_a_failing_record_target_never_hurts_the_relay(
+    target: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if target == "ro/rec.jsonl":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")  # /dev/full covers ENOSPC
+        (tmp_path / "ro").mkdir(mode=0o500)
+    path = Path(target) if target.startswith("/") else tmp_path / target
+    data = [b'{"method":"x"}\n' * 1000] * 50
+    with caplog.at_level("WARNING", logger="codex_presence"):
+        status, out = await relay_bytes(data, ["cat"], record=path)
+    assert (status, out) == (0, b"".join(data))
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "recording" in warnings[0].getMessage()
+
+
+def test_exit_status_of_a_signalled_child_is_128_plus_n() -> None:
+    assert exit_status(0) == 0
+    assert exit_status(3) == 3
+    assert exit_status(-signal.SIGTERM) == 143
+
+
+# -- the real command --------------------------------------------------------------------
+
+
+_PROCS: list[subprocess.Popen[bytes]] = []
+
+
+def wrap(*args: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
+        [*WRAP, *args], env=clean_env(), **kwargs
+    )
+    _PROCS.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _reap_wraps() -> Iterator[None]:
+    """Every wrap a test started is gone, and its pipes closed, after the test."""
+    yield
+    while _PROCS:
+        proc = _PROCS.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with suppress(OSError):
+                    stream.close()
+
+
+def wait_line(stream: object, timeout: float = 15.0) -> bytes:
+    """One line from a pipe, with a deadline (a reader thread, so a hang fails cleanly)."""
+    box: list[bytes] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)  # type: ignore[attr-defined]
+    reader.start()
+    reader.join(timeout)
+    assert box, "no line within the timeout"
+    return box[0]
+
+
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        ("raise SystemExit(0)", 0),
+        ("raise SystemExit(7)", 7),
+        ("import os; os.kill(os.getpid(), 9)", 137),
+        ("import os; os.abort()", 134),  # a crash: SIGABRT
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 143),
+    ],
+)
+def test_exit_status_is_the_childs(script: str, status: int) -> None:
+    proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.DEVNULL)
+    assert proc.wait(30) == status
+
+
+def test_a_command_that_does_not_exist() -> None:
+    proc = wrap("--", "/nonexistent/codex", stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 127
+    assert b"cannot run /nonexistent/codex" in err
+
+
+SIGNAL_CHILD = r"""
+import os, signal, sys, time
+def on(signum, frame):
+    sys.stdout.write(f"got {signal.Signals(signum).name}\n"); sys.stdout.flush()
+    if signum != signal.SIGHUP:
+        sys.exit(signum + 100)
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, on)
+sys.stdout.write(f"ready {os.getpid()} {os.getpgrp()}\n"); sys.stdout.flush()
+for _ in range(600):
+    time.sleep(0.05)
+sys.exit(99)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_are_forwarded_and_the_status_follows(signum: int) -> None:
+    proc = wrap(
+        "--quiet", "--", PY, "-c", SIGNAL_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert wait_line(proc.stdout).startswith(b"ready")
+    proc.send_signal(signal.SIGHUP)  # forwarded; this child keeps running on SIGHUP
+    assert wait_line(proc.stdout) == b"got SIGHUP\n"
+    proc.send_signal(signum)
+    assert wait_line(proc.stdout) == f"got {signal.Signals(signum).name}\n".encode()
+    assert proc.wait(30) == signum + 100
+
+
+IGNORING_CHILD = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.stdout.write("ready\n"); sys.stdout.flush()
+for _ in range(600):
+    time.sleep(0.05)
+"""
+
+
+def test_a_second_sigint_kills() -> None:
+    proc = wrap(
+        "--quiet", "--", PY, "-c", IGNORING_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert wait_line(proc.stdout) == b"ready\n"
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # the first one is ignored by the child…
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)  # …the second kills it
+    assert proc.wait(30) == 128 + signal.SIGKILL
+
+
+def test_stdin_eof_closes_the_childs_stdin_and_wrap_waits() -> None:
+    script = (
+        "import sys, time; data = sys.stdin.buffer.read(); time.sleep(0.5);"
+        " sys.stdout.write(str(len(data))); raise SystemExit(5)"
+    )
+    proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    out, _ = proc.communicate(b"x" * 100_000, timeout=30)
+    assert (proc.returncode, out) == (5, b"100000")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return status != "Z"
+
+
+def test_the_child_dies_when_wrap_is_sigkilled() -> None:
+    proc = wrap(
+        "--quiet", "--", PY, "-c", SIGNAL_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    ready = wait_line(proc.stdout).split()
+    child, group = int(ready[1]), int(ready[2])
+    assert child != proc.pid
+    assert group == child  # its own process group, so signals reach its helpers too
+    proc.kill()
+    proc.wait(10)
+    for _ in range(100):
+        if not pid_alive(child):
+            break
+        time.sleep(0.05)
+    assert not pid_alive(child)
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_client_that_stops_reading_keeps_memory_bounded() -> None:
+    """The child writes 400 MB; we read nothing for a while: wrap stops reading the child
+    (its memory stays flat), and once we read, every byte arrives."""
+    total = 400 * 1024 * 1024
+    script = (
+        'import sys\nblock = b\'{"method":"item/agentMessage/delta"}\\n\' * 30000\n'
+        f"left = {total}\n"
+        "while left > 0:\n"
+        "    n = min(left, len(block)); sys.stdout.buffer.write(block[:n]); left -= n\n"
+    )
+    proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    samples = []
+    for _ in range(10):
+        time.sleep(0.2)
+        samples.append(rss_kb(proc.pid))
+    assert max(samples) < 80 * 1024, samples
+    assert max(samples) - samples[2] < 8 * 1024, samples  # flat while stalled
+    received = 0
+    assert proc.stdout is not None
+    while chunk := proc.stdout.read(1 << 20):
+        received += len(chunk)
+    assert proc.wait(30) == 0
+    assert received == total
+
+
+def _blocks(seed: int, count: int, size: int) -> Iterator[bytes]:
+    base = random.Random(seed).randbytes(size)
+    for n in range(count):
+        yield n.to_bytes(8, "little") + base[8:]
+
+
+def test_one_gigabyte_has_the_same_sha256_on_both_sides() -> None:
+    count, size = 1024, 1024 * 1024
+    proc = wrap("--quiet", "--", "cat", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    sent = hashlib.sha256()
+
+    def produce() -> None:
+        assert proc.stdin is not None
+        for block in _blocks(1, count, size):
+            sent.update(block)
+            proc.stdin.write(block)
+        proc.stdin.close()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    got = hashlib.sha256()
+    received = 0
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 300
+    while chunk := proc.stdout.read(1 << 20):
+        got.update(chunk)
+        received += len(chunk)
+        assert time.monotonic() < deadline
+    producer.join(30)
+    assert proc.wait(30) == 0
+    assert received == count * size
+    assert got.hexdigest() == sent.hexdigest()
+
+
+def test_transitions_are_logged_on_stderr_never_stdout(tmp_path: Path) -> None:
+    lines = [
+        orjson.dumps(e.message) + b"\n"
+        for e in read_entries((FIXTURES / "command.jsonl").read_bytes().splitlines())
+        if e.direction == "server" and e.message is not None
+    ]
+    source = tmp_path / "server.jsonl"
+    source.write_bytes(b"".join(lines))
+    proc = wrap(
+        "--",
+        "cat",
+        str(source),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert out == source.read_bytes()
+    assert err.decode().splitlines() == [
+        "codex-presence: working (turn/started)",
+        "codex-presence: idle (thread/status/changed)",
+    ]
+    quiet = wrap(
+        "--quiet",
+        "--",
+        "cat",
+        str(source),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = quiet.communicate(timeout=30)
+    assert (out, err) == (source.read_bytes(), b"")
+
+
+def test_options_also_come_from_the_environment(tmp_path: Path) -> None:
+    rec = tmp_path / "env.jsonl"
+    env = clean_env() | {"CODEX_PRESENCE_RECORD": str(rec), "CODEX_PRESENCE_QUIET": "1"}
+    proc = subprocess.run(
+        [*WRAP, "--", PY, "-c", "print('{\"id\":1}')"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b'{"id":1}\n', b"")
+    assert [e.message for e in read_entries(rec.read_bytes().splitlines())] == [{"id": 1}]
+
+
+def test_sigterm_leaves_a_complete_recording(tmp_path: Path) -> None:
+    rec = tmp_path / "term.jsonl"
+    proc = wrap(
+        "--quiet",
+        "--record",
+        str(rec),
+        "--",
+        PY,
+        "-c",
+        SIGNAL_CHILD,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert wait_line(proc.stdout).startswith(b"ready")
+    assert proc.stdin is not None
+    proc.stdin.write(b'{"id":0,"result":{}}\n')
+    proc.stdin.flush()
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == signal.SIGTERM + 100
+    entries = list(read_entries(rec.read_bytes().splitlines()))
+    assert [(e.direction, e.message, e.raw) for e in entries] == [
+        ("server", None, entries[0].raw),
+        ("client", {"id": 0, "result": {}}, None),
+        ("server", None, b"got SIGTERM"),
+    ]
+    assert entries[0].raw is not None and entries[0].raw.startswith(b"ready")
