@@ -1,0 +1,458 @@
+"""The web roster (issue 7): the page in real headless Chromium against a real broker.
+
+Chromium is Debian's (``/usr/bin/chromium``, or ``$CODEX_PRESENCE_TEST_CHROMIUM``), driven
+by Python Playwright; it is never downloaded. Teammates are real: a ``roster --watch``
+subprocess holds an SSE stream, and activity arrives as bearer-authenticated POSTs to
+``/presence/activity``. Waiting is done with Playwright's ``expect`` and bounded polls of
+``GET /roster``; nothing asserts how fast anything is.
+
+The tests without the ``browser`` marker check the sign-in endpoints over plain HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from codex_presence._web import COOKIE_NAME, WebRoster
+from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
+
+TEAM = make_team("alice", "builder", "scout")
+CHROMIUM = Path(os.environ.get("CODEX_PRESENCE_TEST_CHROMIUM") or "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+HIDE_DELAY_MS = 1000
+SHOTS = Path("/tmp")
+
+
+@dataclass
+class Web:
+    """A broker with the web roster, plus the roster's session store."""
+
+    broker: RunningBroker
+    roster: WebRoster
+
+    @property
+    def url(self) -> str:
+        return self.broker.url
+
+    def report(self, name: str, state: str) -> None:
+        response = httpx.post(
+            self.url + "/presence/activity",
+            json={"state": state},
+            headers=self.broker.auth(name),
+            timeout=5,
+        )
+        assert response.status_code == 204, response.text
+
+    def roster_json(self) -> dict[str, dict[str, Any]]:
+        response = httpx.get(self.url + "/roster", headers=self.broker.auth("scout"), timeout=5)
+        assert response.status_code == 200
+        return {p["name"]: p for p in response.json()}
+
+    def wait_connected(self, name: str, count: int, timeout: float = 10.0) -> None:
+        """Poll ``GET /roster`` until ``name`` has ``count`` subscribers (bounded)."""
+        deadline = time.monotonic() + timeout
+        seen = None
+        while time.monotonic() < deadline:
+            seen = self.roster_json()[name]["connected"]
+            if seen == count:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{name} has connected={seen}, not {count}, after {timeout}s")
+
+
+def make_web(**roster_kwargs: Any) -> Iterator[Web]:
+    roster = WebRoster(team=TEAM, **roster_kwargs)
+    with running_broker(
+        team=TEAM, keepalive=30, authenticators=[roster.authenticate], routes=roster.routes()
+    ) as broker:
+        yield Web(broker, roster)
+
+
+@pytest.fixture
+def web() -> Iterator[Web]:
+    yield from make_web()
+
+
+# -- the sign-in endpoints over plain HTTP -------------------------------------------------
+
+
+def sign_in(web: Web, token: str, **headers: str) -> httpx.Response:
+    return httpx.post(
+        web.url + "/session",
+        content=f"token={token}",
+        headers={"content-type": "application/x-www-form-urlencoded", **headers},
+        timeout=5,
+    )
+
+
+def test_sign_in_sets_a_session_cookie_not_the_token(web: Web) -> None:
+    response = sign_in(web, token_of("alice"))
+    assert response.status_code == 204
+    (set_cookie,) = response.headers.get_list("set-cookie")
+    attributes = [part.strip().lower() for part in set_cookie.split(";")]
+    assert "httponly" in attributes
+    assert "samesite=strict" in attributes
+    assert "path=/" in attributes
+    assert "secure" not in attributes  # plain http on loopback: Secure would drop it
+    session_id = response.cookies[COOKIE_NAME]
+    assert token_of("alice") not in set_cookie
+    assert len(session_id) >= 40
+    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    who = httpx.get(web.url + "/whoami", headers=cookie, timeout=5)
+    assert who.status_code == 200
+    assert who.json()["name"] == "alice"
+    # The cookie authenticates everything a bearer token does, including the stream.
+    assert httpx.get(web.url + "/roster", headers=cookie, timeout=5).status_code == 200
+
+
+def test_a_bad_token_is_refused_without_a_cookie(web: Web) -> None:
+    for token in ("cp_wrong", "", token_of("alice") + "x"):
+        response = sign_in(web, token)
+        assert response.status_code == 401, token
+        assert "set-cookie" not in response.headers
+    anonymous = httpx.get(web.url + "/whoami", headers={"cookie": f"{COOKIE_NAME}=guess"})
+    assert anonymous.status_code == 401
+
+
+def test_cross_site_sign_in_is_refused(web: Web) -> None:
+    response = sign_in(web, token_of("alice"), origin="http://evil.example")
+    assert response.status_code == 403
+    assert "set-cookie" not in response.headers
+    same_site = sign_in(web, token_of("alice"), origin=web.url)
+    assert same_site.status_code == 204
+
+
+def test_sign_in_wants_a_form(web: Web) -> None:
+    response = httpx.post(web.url + "/session", json={"token": token_of("alice")}, timeout=5)
+    assert response.status_code == 415
+
+
+def test_sign_out_forgets_the_session(web: Web) -> None:
+    session_id = sign_in(web, token_of("builder")).cookies[COOKIE_NAME]
+    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    response = httpx.post(web.url + "/session/logout", headers=cookie, timeout=5)
+    assert response.status_code == 204
+    assert f'{COOKIE_NAME}=""' in response.headers["set-cookie"]
+    assert httpx.get(web.url + "/whoami", headers=cookie, timeout=5).status_code == 401
+
+
+def test_sessions_expire_and_are_capped() -> None:
+    clock = FakeClock()
+    roster = WebRoster(team=TEAM, session_ttl=60, max_sessions=2, clock=clock)
+    first = roster.sign_in(token_of("alice"))
+    assert first is not None
+    member = roster.member_of(first)
+    assert member is not None and member.name == "alice"
+    clock.advance(61)
+    assert roster.member_of(first) is None
+    a, b, c = (roster.sign_in(token_of(n)) for n in ("alice", "builder", "scout"))
+    assert a is not None and b is not None and c is not None
+    assert roster.member_of(a) is None  # the oldest went to make room
+    assert [roster.member_of(s).name for s in (b, c)] == ["builder", "scout"]  # type: ignore[union-attr]
+    assert roster.sign_in("cp_wrong") is None
+
+
+def test_the_page_and_assets_are_served_with_a_strict_csp(web: Web) -> None:
+    page = httpx.get(web.url + "/", timeout=5)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert 'data-hide-delay="5000"' in page.text
+    # Every src/href in the page is a path on this broker.
+    for ref in re.findall(r'(?:src|href)="([^"]+)"', page.text):
+        assert ref.startswith("/static/"), ref
+        assert httpx.get(web.url + ref, timeout=5).status_code == 200
+    assert httpx.get(web.url + "/static/nope.js", timeout=5).status_code == 404
+
+
+# -- the page in Chromium ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        msg = f"chromium is missing: {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@dataclass
+class Tab:
+    context: BrowserContext
+    page: Page
+    requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def tabs(browser: Browser, web: Web) -> Iterator[list[Tab]]:
+    """Browser contexts opened by a test; afterwards, every request they made must have
+    gone to the broker on 127.0.0.1 (the page loads nothing external)."""
+    opened: list[Tab] = []
+    yield opened
+    try:
+        for tab in opened:
+            assert tab.requests, "the page made no requests at all"
+            for url in tab.requests:
+                parts = urlsplit(url)
+                assert parts.hostname == "127.0.0.1", url
+                assert f"{parts.scheme}://{parts.netloc}" == web.url, url
+    finally:
+        for tab in opened:
+            tab.context.close()
+
+
+def open_tab(
+    browser: Browser, web: Web, tabs: list[Tab], *, query: str = "", clock: bool = False
+) -> Tab:
+    context = browser.new_context(viewport={"width": 1100, "height": 520})
+    page = context.new_page()
+    tab = Tab(context, page)
+    context.on("request", lambda request: tab.requests.append(request.url))
+    page.set_default_timeout(10_000)
+    tabs.append(tab)
+    if clock:
+        page.clock.install()
+    page.goto(web.url + "/" + query)
+    return tab
+
+
+def signed_in(browser: Browser, web: Web, tabs: list[Tab], name: str, **kw: Any) -> Tab:
+    tab = open_tab(browser, web, tabs, **kw)
+    page = tab.page
+    expect(page.locator("#signin")).to_be_visible()
+    page.fill("#token", token_of(name))
+    page.click("#signin-submit")
+    expect(page.locator("body")).to_have_attribute("data-stream", "live")
+    expect(page.locator("#me")).to_have_text(name)
+    return tab
+
+
+# Headless Chromium never hides a page by itself: override what the page reads, then
+# send the event a real tab switch would.
+_SET_VISIBILITY = """state => {
+    const get = () => state;
+    Object.defineProperty(document, 'visibilityState', {configurable: true, get});
+    Object.defineProperty(document, 'hidden', {configurable: true, get: () => get() === 'hidden'});
+    document.dispatchEvent(new Event('visibilitychange'));
+}"""
+
+
+def set_visibility(page: Page, state: str) -> None:
+    page.evaluate(_SET_VISIBILITY, state)
+
+
+def row(page: Page, name: str) -> Any:
+    return page.locator(f'li.member[data-name="{name}"]')
+
+
+@pytest.fixture
+def watcher(web: Web) -> Iterator[subprocess.Popen[bytes]]:
+    """builder's ``roster --watch``: a real subprocess holding a real SSE stream."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env["CODEX_PRESENCE_TOKEN"] = token_of("builder")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "roster", "--broker", web.url, "--watch"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        web.wait_connected("builder", 1, timeout=20)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.mark.browser
+def test_sign_in_in_the_browser(browser: Browser, web: Web, tabs: list[Tab]) -> None:
+    tab = open_tab(browser, web, tabs)
+    page = tab.page
+    expect(page.locator("body")).to_have_attribute("data-view", "signin")
+    page.fill("#token", "cp_not-a-member")
+    page.click("#signin-submit")
+    expect(page.locator("#signin-error")).to_have_text("That token is not a member’s token.")
+    assert tab.context.cookies() == []
+
+    page.fill("#token", token_of("alice"))
+    page.click("#signin-submit")
+    expect(page.locator("body")).to_have_attribute("data-view", "roster")
+    (cookie,) = tab.context.cookies()
+    assert cookie["name"] == COOKIE_NAME
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Strict"
+    assert token_of("alice") not in cookie["value"]
+    assert page.evaluate("document.cookie") == ""  # HttpOnly: no script can read it
+    expect(page.locator("#token")).to_have_value("")
+
+    page.click("#sign-out")
+    expect(page.locator("body")).to_have_attribute("data-view", "signin")
+    web.wait_connected("alice", 0)
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-view", "signin")
+
+
+@pytest.mark.browser
+def test_the_page_follows_a_member_working_blocked_idle(
+    browser: Browser, web: Web, tabs: list[Tab], watcher: subprocess.Popen[bytes]
+) -> None:
+    page = signed_in(browser, web, tabs, "alice").page
+    expect(page.locator("li.member")).to_have_count(3)
+    names = page.locator("li.member .name").all_inner_texts()
+    assert names == ["alice", "builder", "scout"]  # team-file order
+
+    alice, builder, scout = row(page, "alice"), row(page, "builder"), row(page, "scout")
+    expect(alice.locator(".you")).to_be_visible()
+    expect(builder.locator(".you")).to_be_hidden()
+    expect(alice.locator(".role")).to_have_text("director")
+    expect(alice.locator(".bucket")).to_have_text("admin")
+    expect(builder.locator(".role")).to_have_text("engineer")
+    expect(builder.locator(".bucket")).to_be_hidden()
+    expect(scout.locator(".bucket")).to_have_text("operator")
+    # Connection dots with live counts: alice's own tab, builder's watcher, scout nobody.
+    expect(alice.locator(".connection")).to_have_text("1 connected")
+    expect(builder.locator(".connection")).to_have_text("1 connected")
+    expect(builder.locator(".conn-dot")).to_have_class(re.compile(r"\bon\b"))
+    expect(scout.locator(".connection")).to_have_text("offline")
+    expect(scout.locator(".conn-dot")).not_to_have_class(re.compile(r"\bon\b"))
+    expect(builder).to_have_attribute("data-activity", "idle")
+    expect(builder.locator(".activity-icon")).to_have_class(re.compile(r"\bidle-dot\b"))
+
+    # A second tab of alice's counts too, and the first tab sees it live.
+    second = signed_in(browser, web, tabs, "alice").page
+    expect(alice.locator(".connection")).to_have_text("2 connected")
+    expect(row(second, "alice").locator(".connection")).to_have_text("2 connected")
+    second.context.close()
+    tabs.pop()
+    expect(alice.locator(".connection")).to_have_text("1 connected")
+
+    web.report("builder", "working")
+    expect(builder).to_have_attribute("data-activity", "working")
+    expect(builder.locator(".activity")).to_have_text("working")
+    spinner = builder.locator(".activity-icon.spinner")
+    expect(spinner).to_be_visible()
+    assert spinner.evaluate("e => getComputedStyle(e).animationName") == "spin"
+    expect(page.locator("#summary")).to_contain_text("1 working")
+    page.screenshot(path=str(SHOTS / "roster-working.png"))
+
+    web.report("builder", "blocked")
+    expect(builder).to_have_attribute("data-activity", "blocked")
+    expect(builder.locator(".activity")).to_have_text("needs input")
+    expect(builder.locator(".activity-icon.needs-input-mark")).to_have_text("!")
+    expect(builder.locator(".spinner")).to_have_count(0)
+    expect(page.locator("#summary .chip.alert")).to_have_text("1 needs input")
+    expect(page).to_have_title(re.compile(r"^\(1\) acme roster"))
+    page.screenshot(path=str(SHOTS / "roster-blocked.png"))
+
+    web.report("builder", "idle")
+    expect(builder).to_have_attribute("data-activity", "idle")
+    expect(builder.locator(".activity")).to_have_text("idle")
+    expect(builder.locator(".activity-icon.idle-dot")).to_be_visible()
+    expect(builder.locator(".needs-input-mark")).to_have_count(0)
+    expect(page.locator("#summary .chip.alert")).to_have_count(0)
+    page.screenshot(path=str(SHOTS / "roster-idle.png"))
+
+    # The watcher leaves: builder goes offline on the page, without a reload.
+    watcher.terminate()
+    watcher.wait(10)
+    expect(builder.locator(".connection")).to_have_text("offline")
+    assert page.evaluate("window.codexPresence.opens") == 1
+
+
+@pytest.mark.browser
+def test_a_hidden_tab_lets_go_after_the_delay_and_comes_back(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    page = signed_in(browser, web, tabs, "alice", query=f"?hideDelay={HIDE_DELAY_MS}").page
+    observer = signed_in(browser, web, tabs, "scout").page
+    web.wait_connected("alice", 1)
+    expect(row(observer, "alice").locator(".connection")).to_have_text("1 connected")
+
+    # Tabbing away briefly does not touch the stream.
+    set_visibility(page, "hidden")
+    page.wait_for_timeout(HIDE_DELAY_MS // 4)
+    set_visibility(page, "visible")
+    page.wait_for_timeout(HIDE_DELAY_MS * 2)  # past the delay: a leftover timer would fire
+    assert page.evaluate("[window.codexPresence.opens, window.codexPresence.closes]") == [1, 0]
+    assert web.roster_json()["alice"]["connected"] == 1
+    expect(page.locator("body")).to_have_attribute("data-stream", "live")
+
+    # Hidden for longer than the delay: the stream closes and the broker counts it gone.
+    set_visibility(page, "hidden")
+    web.wait_connected("alice", 0)
+    expect(page.locator("body")).to_have_attribute("data-stream", "paused")
+    expect(row(observer, "alice").locator(".connection")).to_have_text("offline")
+    assert page.evaluate("window.codexPresence.closes") == 1
+
+    # Visible again: it subscribes again and catches up on what changed meanwhile.
+    web.report("builder", "blocked")
+    expect(row(observer, "builder")).to_have_attribute("data-activity", "blocked")
+    set_visibility(page, "visible")
+    web.wait_connected("alice", 1)
+    expect(page.locator("body")).to_have_attribute("data-stream", "live")
+    expect(row(page, "builder")).to_have_attribute("data-activity", "blocked")
+    expect(row(observer, "alice").locator(".connection")).to_have_text("1 connected")
+    assert page.evaluate("window.codexPresence.opens") == 2
+
+
+@pytest.mark.browser
+def test_last_active_is_shown_from_last_seen_and_ages(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    web.report("builder", "idle")  # an emit: builder's lastSeen is now
+    page = signed_in(browser, web, tabs, "alice", clock=True).page
+    builder, scout = row(page, "builder"), row(page, "scout")
+    expect(builder.locator(".last-active")).to_have_text("last active just now")
+    expect(scout.locator(".last-active")).to_have_text("never seen")
+    page.clock.fast_forward("03:00")
+    expect(builder.locator(".last-active")).to_have_text("last active 3 minutes ago")
+    page.clock.fast_forward("58:00")
+    expect(builder.locator(".last-active")).to_have_text("last active 1 hour ago")
+
+
+@pytest.mark.browser
+def test_a_session_that_ends_sends_the_page_back_to_sign_in(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    tab = signed_in(browser, web, tabs, "alice", query="?hideDelay=200")
+    (cookie,) = tab.context.cookies()
+    web.roster.sign_out(cookie["value"])  # e.g. signed out from another tab
+    # Hide and show, so that the page subscribes again with the dead session.
+    set_visibility(tab.page, "hidden")
+    web.wait_connected("alice", 0)
+    set_visibility(tab.page, "visible")
+    expect(tab.page.locator("body")).to_have_attribute("data-view", "signin")
