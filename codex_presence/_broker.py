@@ -41,16 +41,20 @@ Every event's ``data`` is one line of JSON.
     their activity changed. Replace that member's row (matched by ``name``). Missing
     ``activity`` means idle, as everywhere.
 ``: keepalive``
-    A comment line every ``keepalive`` seconds while nothing else was sent.
+    A comment line every ``keepalive`` seconds while nothing else was published.
 
 TTL lapses are resolved on read (there is no sweeper in the tracker), so nothing *has* to
 happen when a report lapses. The fan-out task nevertheless wakes at the earliest TTL
 deadline, reads the members whose shown activity may have lapsed, and sends a
 ``presence`` event for each one that did: a UI never has to poll ``GET /roster`` to see a
 crashed runner go idle. Changes are coalesced: at most one batch every
-``fanout_interval`` seconds, each encoded once and shared by every subscriber, so that a
-burst of reports costs each subscriber one write, not one per report. ``lastSeen`` alone
-changing sends nothing; it rides along with the next event and is exact in ``GET /roster``.
+``fanout_interval`` seconds (longer with many subscribers: the pause grows so that the
+fan-out stays near :data:`FANOUT_SENDS_PER_SECOND` writes per second), each batch encoded
+once and shared by every subscriber, so that a burst of reports costs each subscriber one
+write, not one per report, and a member who flips twice in a window is sent once. The
+keep-alive is a broker-wide tick published like a batch, so a waiting stream holds no
+timer of its own. ``lastSeen`` alone changing sends nothing; it rides along with the next
+event and is exact in ``GET /roster``.
 
 Authentication is in one place, :meth:`Broker.authenticate`, which asks each
 :data:`Authenticator` in turn (the bearer header first). A session cookie is added by
@@ -93,6 +97,7 @@ Authenticator = Callable[[Request], "Member | None"]
 MAX_BODY = 1024
 KEEPALIVE = 15.0
 FANOUT_INTERVAL = 0.05
+FANOUT_SENDS_PER_SECOND = 5000
 MAX_SUBSCRIBERS = 32
 _LOG_SIZE = 64
 _STATES = {state.value: state for state in ActivityState}
@@ -133,6 +138,7 @@ class Broker:
         tracker: ActivityStore | None = None,
         authenticators: Sequence[Authenticator] = (),
         fanout_interval: float = FANOUT_INTERVAL,
+        keepalive: float = KEEPALIVE,
     ) -> None:
         self.team = team
         self.registry: Registry = registry if registry is not None else MemoryRegistry()
@@ -143,7 +149,11 @@ class Broker:
         self._wall_clock = wall_clock
         self._authenticators: tuple[Authenticator, ...] = (self._bearer, *authenticators)
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
+        self._names = tuple(m.name for m in team.members)
+        self._encoded: dict[str, tuple[object, ActivityState, bytes]] = {}
         self._fanout_interval = fanout_interval
+        self._keepalive = keepalive
+        self.streams = 0
         # fan-out state
         self.version = 0
         self._log: deque[tuple[int, bytes]] = deque(maxlen=_LOG_SIZE)
@@ -180,11 +190,13 @@ class Broker:
 
     def attach(self, name: str) -> None:
         """A subscriber for ``name`` opened."""
+        self.streams += 1
         self.registry.attach(name, self._now_ms())
         self._changed(name)
 
     def detach(self, name: str) -> None:
         """A subscriber for ``name`` closed, however it closed."""
+        self.streams -= 1
         self.registry.detach(name)
         self._changed(name)
 
@@ -201,11 +213,29 @@ class Broker:
 
     def roster(self) -> list[Presence]:
         """Every member's Presence, in team-file order."""
-        return [self.presence(member.name) for member in self.team.members]
+        return [self.presence(name) for name in self._names]
+
+    def roster_json(self) -> bytes:
+        """``GET /roster``'s body. Each member's encoded object is cached until their
+        connection or activity changes, because with a thousand members building and
+        encoding every object on every request is most of the request's cost."""
+        cache = self._encoded
+        get_connection = self.registry.get
+        get_activity = self.tracker.get
+        parts = []
+        for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
+            connection = get_connection(name)
+            activity = get_activity(name)
+            hit = cache.get(name)
+            if hit is None or hit[1] is not activity or hit[0] != connection:
+                hit = (connection, activity, orjson.dumps(self.presence(name)))
+                cache[name] = hit
+            parts.append(hit[2])
+        return b"[" + b",".join(parts) + b"]"
 
     def roster_event(self, you: str) -> bytes:
-        data = {"team": self.team.name, "you": you, "members": self.roster()}
-        return _sse("roster", orjson.dumps(data))
+        head = orjson.dumps({"team": self.team.name, "you": you})[:-1]
+        return _sse("roster", head + b',"members":' + self.roster_json() + b"}")
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -234,11 +264,11 @@ class Broker:
             if self.tracker.get(name) is not shown:
                 self._dirty[name] = None
 
-    def publish(self) -> None:
+    def publish(self) -> bool:
         """Encode the pending changes once, log them, wake every subscriber."""
         self._find_lapses()
         if not self._dirty:
-            return
+            return False
         parts = []
         for name in self._dirty:
             p = self.presence(name)
@@ -249,8 +279,12 @@ class Broker:
                 self._shown[name] = _STATES[activity]
             parts.append(_sse("presence", orjson.dumps(p)))
         self._dirty.clear()
+        self._append(b"".join(parts))
+        return True
+
+    def _append(self, chunk: bytes) -> None:
         self.version += 1
-        self._log.append((self.version, b"".join(parts)))
+        self._log.append((self.version, chunk))
         self._wake_all()
 
     def _wake_all(self) -> None:
@@ -258,15 +292,23 @@ class Broker:
         wake.set()
 
     async def run_fanout(self) -> None:
-        """Publish changes as they come (coalesced) and TTL lapses as they fall due."""
+        """Publish changes as they come (coalesced), TTL lapses as they fall due, and the
+        keep-alive tick when nothing else went out."""
+        quiet_since = anyio.current_time()
         while not self.closing:
             deadline = self.tracker.next_expiry()
-            timeout = math.inf if deadline is None else max(0.0, deadline - self._clock())
-            with anyio.move_on_after(timeout):
+            lapse = math.inf if deadline is None else max(0.0, deadline - self._clock())
+            tick = max(0.0, quiet_since + self._keepalive - anyio.current_time())
+            with anyio.move_on_after(min(lapse, tick)):
                 await self._pending.wait()
             self._pending = anyio.Event()
-            self.publish()
-            await anyio.sleep(self._fanout_interval)
+            if self.publish():
+                quiet_since = anyio.current_time()
+            elif anyio.current_time() >= quiet_since + self._keepalive:
+                self._append(b": keepalive\n\n")
+                quiet_since = anyio.current_time()
+            # The pause bounds the writes of the fan-out: one per stream per batch.
+            await anyio.sleep(max(self._fanout_interval, self.streams / FANOUT_SENDS_PER_SECOND))
 
     def close(self) -> None:
         """End every stream (the server is shutting down)."""
@@ -321,10 +363,9 @@ class _Subscription:
     ``http.disconnect`` is the only prompt way to see a subscriber that died.
     """
 
-    def __init__(self, broker: Broker, name: str, *, keepalive: float) -> None:
+    def __init__(self, broker: Broker, name: str) -> None:
         self.broker = broker
         self.name = name
-        self.keepalive = keepalive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
@@ -358,11 +399,7 @@ class _Subscription:
                 chunk, version = broker.since(version, you=self.name)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 continue
-            with anyio.move_on_after(self.keepalive) as timer:
-                await wake.wait()
-            if timer.cancelled_caught:
-                body = b": keepalive\n\n"
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+            await wake.wait()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -387,6 +424,9 @@ def create_app(
     ``clock`` (monotonic seconds) drives the TTL, ``wall_clock`` (unix seconds) the
     timestamps; inject either in tests. ``authenticators`` are tried after the bearer
     header; ``routes`` are added after the broker's own (the web roster page goes there).
+    When ``broker`` is given, it is used as it is and the arguments that configure a
+    :class:`Broker` (everything but ``max_body``, ``max_subscribers`` and ``routes``) are
+    ignored: configure the :class:`Broker` instead.
     The fan-out task runs in the app's lifespan, so the server must run lifespan.
     """
     if broker is None:
@@ -399,6 +439,7 @@ def create_app(
             tracker=tracker,
             authenticators=authenticators,
             fanout_interval=fanout_interval,
+            keepalive=keepalive,
         )
 
     async def activity(request: Request) -> Response:
@@ -437,12 +478,12 @@ def create_app(
             return _error(403, "a member may only subscribe as themselves")
         if broker.registry.get(name).connected >= max_subscribers:
             return _error(429, f"at most {max_subscribers} streams per member")
-        return _Subscription(broker, name, keepalive=keepalive)
+        return _Subscription(broker, name)
 
     async def roster(request: Request) -> Response:
         if broker.authenticate(request) is None:
             return _unauthorized()
-        return _json(200, broker.roster())
+        return Response(broker.roster_json(), media_type="application/json")
 
     async def whoami(request: Request) -> Response:
         member = broker.authenticate(request)

@@ -97,11 +97,18 @@ def run(args: argparse.Namespace) -> int:
         )
 
     web = WebRoster(team=team)  # the page at / and its session cookie
-    broker = Broker(team=team, activity_ttl=args.activity_ttl, authenticators=[web.authenticate])
-    app = create_app(team=team, keepalive=args.keepalive, broker=broker, routes=web.routes())
+    broker = Broker(
+        team=team,
+        activity_ttl=args.activity_ttl,
+        keepalive=args.keepalive,
+        authenticators=[web.authenticate],
+    )
+    app = create_app(team=team, broker=broker, routes=web.routes())
 
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it every response with a body stalls ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host.strip("[]"), args.port))

@@ -74,7 +74,8 @@ class RunningBroker:
 def running_broker(*, team: Team, **app_kwargs: Any) -> Iterator[RunningBroker]:
     app = create_app(team=team, **app_kwargs)
     broker: Broker = app.state.broker
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly, or asyncio leaves Nagle on (40 ms stalls); see _cmd_broker.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     port = sock.getsockname()[1]

@@ -1,0 +1,273 @@
+"""Benchmark the reference broker from a separate process.
+
+Starts ``codex-presence broker`` as a subprocess pinned to one core, with a team of 1,000
+members and 1,000 open SSE subscribers (one per member), then drives it from this process
+(pinned to another core when there is one) over raw HTTP/1.1 keep-alive connections:
+
+* baseline: ``GET /healthz`` requests/s — the framework's floor, measured in the same run;
+* ``POST /presence/activity`` requests/s: heartbeats (same state again: no fan-out) and
+  transitions (working <-> blocked: every one is a change the 1,000 streams must carry);
+* ``GET /roster`` latency p50/p99 (1,000 Presence objects per response).
+
+Goals (issue 4): >= 2,000 POSTs/s on one core; roster p99 <= 10 ms.
+
+    .venv/bin/python bench/broker.py [--members 1000] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from codex_presence._team import Role, render_team
+
+HOST = "127.0.0.1"
+BROKER_PID = [0]
+DEPTH = 8
+
+
+def _raise_fd_limit(need: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, need)) if hard != resource.RLIM_INFINITY else max(soft, need)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    if want < need:
+        sys.exit(f"RLIMIT_NOFILE hard limit {hard} < {need} needed")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection that sends a request and reads one response."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> Conn:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        return cls(reader, writer)
+
+    async def request(self, raw: bytes) -> tuple[int, bytes]:
+        self.writer.write(raw)
+        return await self.response()
+
+    async def pipeline(self, raws: list[bytes]) -> list[tuple[int, bytes]]:
+        self.writer.write(b"".join(raws))
+        return [await self.response() for _ in raws]
+
+    async def response(self) -> tuple[int, bytes]:
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        body = await self.reader.readexactly(length) if length else b""
+        return status, body
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _get(path: str, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{auth}\r\n".encode()
+
+
+def _post(token: str, state: str) -> bytes:
+    body = b'{"state":"%s"}' % state.encode()
+    return (
+        f"POST /presence/activity HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _subscriber(
+    port: int, name: str, token: str, got: list[int], ready: asyncio.Event
+) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(_get(f"/subscribe?name={name}", token))
+    first = True
+    try:
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                return
+            got[0] += len(chunk)
+            if first and b"event: roster" in chunk:
+                first = False
+                got[1] += 1
+                if got[1] == got[2]:
+                    ready.set()
+    finally:
+        writer.close()
+
+
+async def _load(
+    port: int, requests: list[bytes], seconds: float, concurrency: int
+) -> tuple[float, int, float]:
+    """Send ``requests`` round-robin over ``concurrency`` connections for ``seconds``;
+    return requests/s, errors, and the broker's CPU share over the run."""
+    conns = [await Conn.open(port) for _ in range(concurrency)]
+    done = 0
+    bad = 0
+    stop = time.perf_counter() + seconds
+
+    async def worker(i: int) -> None:
+        # HTTP/1.1 pipelining (DEPTH requests per write) keeps this client's own cost per
+        # request low, so that the broker, not the client, is what is measured.
+        nonlocal done, bad
+        conn = conns[i]
+        k = i
+        while time.perf_counter() < stop:
+            batch = [requests[(k + j * concurrency) % len(requests)] for j in range(DEPTH)]
+            k += DEPTH * concurrency
+            for status, _ in await conn.pipeline(batch):
+                done += 1
+                if status >= 300:
+                    bad += 1
+
+    cpu = _cpu_seconds(BROKER_PID[0])
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    cpu = _cpu_seconds(BROKER_PID[0]) - cpu
+    for conn in conns:
+        conn.close()
+    return done / elapsed, bad, cpu / elapsed
+
+
+async def _bench(port: int, tokens: dict[str, str], seconds: float, concurrency: int) -> None:
+    names = list(tokens)
+    got = [0, 0, len(names)]
+    ready = asyncio.Event()
+    t0 = time.perf_counter()
+    subs = [asyncio.create_task(_subscriber(port, n, tokens[n], got, ready)) for n in names]
+    await asyncio.wait_for(ready.wait(), 120)
+    print(f"{len(names)} SSE subscribers open in {time.perf_counter() - t0:.1f} s")
+
+    probe = await Conn.open(port)
+    status, body = await probe.request(_get("/roster", tokens[names[0]]))
+    connected = body.count(b'"connected":1,')
+    print(f"roster: HTTP {status}, {len(body)} bytes, {connected} members with connected=1")
+
+    base, _, cpu = await _load(port, [_get("/healthz")], seconds, concurrency)
+    print(f"baseline GET /healthz:                 {base:8.0f} req/s  (broker CPU {cpu:.0%})")
+
+    beats = [_post(tokens[n], "working") for n in names]
+    await _load(port, beats, 1.0, concurrency)  # everyone working: later beats change nothing
+    await asyncio.sleep(2.0)  # let that fan-out drain
+    rate, bad, cpu_h = await _load(port, beats, seconds, concurrency)
+    print(
+        f"POST /presence/activity (heartbeats):  {rate:8.0f} req/s  (broker CPU {cpu_h:.0%};"
+        f" {rate / base:.2f} x baseline; {bad} errors)"
+    )
+
+    await asyncio.sleep(1.0)  # quiet: every member working, nothing to fan out
+    probe.close()
+    probe = await Conn.open(port)  # the first one idled past uvicorn's keep-alive timeout
+    roster = _get("/roster", tokens[names[0]])
+    for _ in range(50):
+        await probe.request(roster)
+    lat = []
+    for _ in range(1000):
+        t = time.perf_counter()
+        status, body = await probe.request(roster)
+        lat.append((time.perf_counter() - t) * 1000)
+        assert status == 200
+    lat.sort()
+    p50 = statistics.median(lat)
+    p99 = lat[int(len(lat) * 0.99) - 1]
+    print(f"GET /roster ({len(names)} members, n=1000): p50 {p50:.2f} ms  p99 {p99:.2f} ms")
+
+    before = got[0]
+    flips = [_post(tokens[n], s) for s in ("blocked", "working") for n in names]
+    rate_t, bad, cpu = await _load(port, flips, seconds, concurrency)
+    streamed = (got[0] - before) / seconds / 1e6
+    print(
+        f"POST /presence/activity (transitions): {rate_t:8.0f} req/s  (broker CPU {cpu:.0%};"
+        f" {rate_t / base:.2f} x baseline; {bad} errors; streams got {streamed:.1f} MB/s)"
+    )
+
+    print(
+        f"one-core capacity (rate / broker CPU share): heartbeats {rate / cpu_h:.0f}/s, "
+        f"transitions {rate_t / cpu:.0f}/s"
+    )
+    print(
+        f"goals: >= 2000 POSTs/s -> heartbeats {'met' if rate >= 2000 else 'NOT met'}, "
+        f"transitions {'met' if rate_t >= 2000 else 'NOT met'}; "
+        f"roster p99 <= 10 ms -> {'met' if p99 <= 10 else 'NOT met'}"
+    )
+    probe.close()
+    for task in subs:
+        task.cancel()
+    await asyncio.gather(*subs, return_exceptions=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--members", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    _raise_fd_limit(2 * args.members + 256)
+
+    cpus = sorted(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens = {f"m{i:04d}": f"cp_bench-token-{i:04d}" for i in range(args.members)}
+        members = [(n, Role("engineer", ()), t) for n, t in tokens.items()]
+        team_path = Path(tmp) / "team.toml"
+        team_path.write_text(render_team("bench", members))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "codex_presence",
+                "broker",
+                "--team",
+                str(team_path),
+                "--port",
+                "0",
+                "--host",
+                HOST,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        BROKER_PID[0] = proc.pid
+        try:
+            if len(cpus) > 1:
+                os.sched_setaffinity(proc.pid, {cpus[0]})
+                os.sched_setaffinity(0, set(cpus[1:]))
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            if "listening on" not in line:
+                sys.exit(f"broker did not start: {line}{proc.stderr.read()}")
+            port = int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
+            where = f"broker pinned to CPU {cpus[0]}" if len(cpus) > 1 else "one CPU shared"
+            print(f"broker bench: {args.members} members, {args.members} SSE subscribers, {where}")
+            asyncio.run(_bench(port, tokens, args.seconds, args.concurrency))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+if __name__ == "__main__":
+    main()
