@@ -9,6 +9,7 @@ bounded in time.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
 import signal
@@ -21,6 +22,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -67,7 +69,7 @@ async def relay_bytes(
                         view = view[os.write(in_w, view) :]
                     except BlockingIOError:
                         await anyio.wait_writable(in_w)
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
         finally:
             os.close(in_w)
 
@@ -126,7 +128,7 @@ async def test_any_bytes_come_back_identical_through_cat(chunks: list[bytes]) ->
 @pytest.mark.anyio
 async def test_writes_split_at_any_point(data: bytes, cuts: list[int]) -> None:
     points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    chunks = [data[a:b] for a, b in itertools.pairwise(points)]
     status, out = await relay_bytes(chunks, ["cat"])
     assert (status, out) == (0, data)
 
