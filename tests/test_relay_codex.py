@@ -1,0 +1,83 @@
+"""The real codex 0.169.0 app-server behind ``wrap``, driven by a client through a turn.
+
+The client (``tests/codex_driver.py``) records what it wrote and what it read; ``wrap``
+records (``--record``) what it read from each side. The two must agree message for
+message in both directions, and the transitions wrap logged on stderr must be the
+scenario's expected timeline. Needs the codex binary (``CODEX_PRESENCE_TEST_CODEX``):
+without it these tests skip, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from codex_presence._recording import read_entries
+from tests.codex_driver import codex_binary
+from tests.scenarios import record
+
+pytestmark = pytest.mark.codex
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    binary = codex_binary()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
+
+
+def wrapped(codex: Path, tmp_path: Path, record_to: Path) -> Path:
+    """An executable that the driver starts as its "codex": wrap in front of the real one."""
+    script = tmp_path / "codex-behind-wrap"
+    command = [sys.executable, "-m", "codex_presence", "wrap", "--record", str(record_to), "--"]
+    script.write_text(f'#!/bin/sh\nexec {shlex.join(command)} {shlex.quote(str(codex))} "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
+def messages(path: Path, direction: str) -> list[object]:
+    with path.open("rb") as lines:
+        return [
+            e.message if e.message is not None else e.raw
+            for e in read_entries(lines)
+            if e.direction == direction
+        ]
+
+
+def expected(name: str) -> list[tuple[str, str]]:
+    doc = orjson.loads((FIXTURES / f"{name}.expected.json").read_bytes())
+    return [(row["state"], row["cause"]) for row in doc["timeline"]]
+
+
+@pytest.mark.parametrize("name", ["command", "approval_accepted"])
+def test_real_codex_through_wrap(name: str, codex: Path, tmp_path: Path) -> None:
+    client_side = tmp_path / "client.jsonl"
+    wrap_side = tmp_path / "wrap.jsonl"
+    root = tmp_path / "run"
+    record(name, client_side, root=root, codex=wrapped(codex, tmp_path, wrap_side))
+
+    # What the client read is exactly what codex wrote, and the other way round.
+    from_codex = messages(wrap_side, "server")
+    assert len(from_codex) > 10
+    assert messages(client_side, "server") == from_codex
+    assert messages(client_side, "client") == messages(wrap_side, "client")
+
+    # wrap's stderr went where the driver puts codex's stderr; its timeline is right.
+    log = (root / "codex-stderr.log").read_text(errors="replace").splitlines()
+    timeline = [
+        tuple(line.removeprefix("codex-presence: ").rstrip(")").split(" (", 1))
+        for line in log
+        if line.startswith("codex-presence: ")
+    ]
+    assert timeline == expected(name)
