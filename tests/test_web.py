@@ -456,3 +456,49 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
     web.wait_connected("alice", 0)
     set_visibility(tab.page, "visible")
     expect(tab.page.locator("body")).to_have_attribute("data-view", "signin")
+
+
+def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path) -> None:
+    """``codex-presence broker`` itself (a real subprocess) has the page and the sign-in."""
+    from codex_presence._team import render_team
+
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_file), "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        url = None
+        for _ in range(20):  # a few log lines at most before the announcement
+            line = proc.stderr.readline().decode()
+            match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if match or not line:
+                url = match and match.group(1)
+                break
+        assert url, "the broker did not announce its address"
+        page = httpx.get(url + "/", timeout=5)
+        assert page.status_code == 200 and 'id="members"' in page.text
+        response = httpx.post(
+            url + "/session",
+            content=f"token={token_of('alice')}",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            timeout=5,
+        )
+        assert response.status_code == 204
+        cookie = {"cookie": f"{COOKIE_NAME}={response.cookies[COOKIE_NAME]}"}
+        assert httpx.get(url + "/whoami", headers=cookie, timeout=5).json()["name"] == "alice"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        if proc.stderr is not None:
+            proc.stderr.close()
