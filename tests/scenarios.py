@@ -10,6 +10,7 @@ runs (``sleep``) and in deliberately slow model steps.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -438,6 +439,42 @@ def _wait_for_child(body: dict[str, Any]) -> list[Event]:
 def subagent(s: CodexSession, m: FakeModel) -> None:
     thread, _ = _one_turn(s, "ask a helper to say hi")
     s.wait_item("completed", "collabAgentToolCall", 30)
+    _finish(s, thread)
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+
+@scenario(
+    "Human-paced session for `codex-presence demo`: a command waits for approval (answered "
+    "after a pause), runs three seconds, the model answers; then a second short turn.",
+    lambda: [
+        Step(
+            events=[
+                *message_events("Let me check the build.", deltas=3),
+                exec_command(
+                    "for i in 1 2 3; do echo step $i; sleep 1; done",
+                    call_id="call_build",
+                    escalate=True,
+                    justification="run the build steps",
+                ),
+            ],
+            delay=0.3,
+        ),
+        message("The build passed all three steps.", deltas=4, delay=0.3),
+        message("You're welcome!", deltas=2, delay=0.3, match="thanks"),
+    ],
+    APPROVALS,
+)
+def demo_session(s: CodexSession, m: FakeModel) -> None:
+    thread, _ = _one_turn(s, "please run the build")
+    request = s.wait_for(_server_request("item/commandExecution/requestApproval"))
+    time.sleep(2.0)  # the human reads the request: the pause is what the demo shows
+    s.answer(request, {"decision": "accept"})
+    s.turn_completed(thread)
+    time.sleep(1.5)  # idle between turns, for the demo
+    s.start_turn(thread, "thanks")
+    s.wait_method("turn/started", threadId=thread)
     _finish(s, thread)
 
 
