@@ -1,0 +1,191 @@
+"""wrap's cost as a pipe: throughput, added latency per message, peak memory.
+
+    python bench/relay.py [--mb 128] [--messages 3000] [--runs 3]
+
+In one run, on one realistic stream (turns of 0.169.0 app-server messages, mostly deltas;
+bench/_streams.py), it prints:
+
+* throughput: ``cat FILE | <middle> | sink``, where the middle is ``codex-presence wrap --
+  cat`` or the plain pipeline ``cat | cat``; the sink (the same Python reader for both)
+  times the first to the last byte, so wrap's start-up is not counted. Median of
+  ``--runs``; the ratio wrap / plain.
+* added latency: a child writes one message per millisecond, each stamped with
+  CLOCK_MONOTONIC; a reader stamps its arrival. Direct (the reader spawns the child) vs
+  through wrap; p50 and p99 of each, and the difference.
+* wrap's peak RSS (``ru_maxrss`` of the wrap process) over the throughput runs.
+
+Goals (issue 3): ratio ≥ 0.5; added p99 ≤ 1 ms; RSS ≤ 40 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _streams import turn_lines
+
+PY = sys.executable
+WRAP = [PY, "-m", "codex_presence", "wrap", "--quiet", "--"]
+THREADS = ("01a22c94-1743-7cf3-8b22-0496ed4ad6d8", "01a22c95-8421-74e0-992d-d760cc3d2438")
+
+SINK = r"""
+import os, sys, time
+first = last = None
+total = 0
+while True:
+    data = os.read(0, 1 << 20)
+    if not data:
+        break
+    last = time.perf_counter()
+    if first is None:
+        first = last
+    total += len(data)
+print(total, (last or 0) - (first or 0))
+"""
+
+TICKER = r"""
+import os, sys, time
+n = int(sys.argv[1])
+head = (b'{"method":"item/agentMessage/delta","params":{"threadId":"01a22c94-1743-7cf3-8b22'
+        b'-0496ed4ad6d8","turnId":"01a22c94-175d-7952-9347-6b5b2b6278f9","itemId":"msg-1",'
+        b'"delta":"tok ')
+start = time.monotonic_ns()
+for i in range(n):
+    due = start + (i + 1) * 1_000_000
+    while (left := due - time.monotonic_ns()) > 0:
+        time.sleep(left / 1e9)
+    os.write(1, head + b'%d"},"emittedAtMs":%d}\n' % (i, time.monotonic_ns()))
+"""
+
+READER = r"""
+import os, subprocess, sys, time
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+fd = proc.stdout.fileno()
+buf = b""
+lat = []
+while True:
+    data = os.read(fd, 1 << 16)
+    now = time.monotonic_ns()
+    if not data:
+        break
+    buf += data
+    *lines, buf = buf.split(b"\n")
+    for line in lines:
+        sent = int(line.rsplit(b":", 1)[1].rstrip(b"}"))
+        lat.append(now - sent)
+proc.wait()
+sys.stdout.write(" ".join(map(str, lat)))
+"""
+
+
+def make_stream(path: Path, megabytes: int) -> tuple[int, float]:
+    """Whole turns until the file holds ``megabytes`` MB; returns (bytes, delta share)."""
+    size = lines = deltas = 0
+    with path.open("wb") as f:
+        n = 0
+        while size < megabytes * 1_000_000:
+            batch = [*turn_lines(THREADS[n % 2], n, deltas_per_message=300)]
+            n += 1
+            data = b"\n".join(batch) + b"\n"
+            f.write(data)
+            size += len(data)
+            lines += len(batch)
+            deltas += sum(1 for ln in batch if b'/delta"' in ln[:60] or b'Delta"' in ln[:60])
+    return size, deltas / lines
+
+
+def pipeline(source: Path, middle: list[list[str]]) -> tuple[int, float, int | None]:
+    """cat source | middle... | sink; (bytes at the sink, first-to-last-byte seconds,
+    peak RSS in KB of the first middle process)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    src = subprocess.Popen(["cat", str(source)], stdout=subprocess.PIPE)
+    procs.append(src)
+    upstream = src.stdout
+    for argv in middle:
+        p = subprocess.Popen(argv, stdin=upstream, stdout=subprocess.PIPE)
+        assert upstream is not None
+        upstream.close()
+        upstream = p.stdout
+        procs.append(p)
+    sink = subprocess.Popen([PY, "-c", SINK], stdin=upstream, stdout=subprocess.PIPE)
+    assert upstream is not None
+    upstream.close()
+    out, _ = sink.communicate(timeout=600)
+    rss = None
+    for n, p in enumerate(procs):
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if n == 1:
+            rss = usage.ru_maxrss
+        assert p.returncode == 0, (p.args, p.returncode)
+    total, seconds = out.split()
+    return int(total), float(seconds), rss
+
+
+def latencies(command: list[str], messages: int) -> list[float]:
+    out = subprocess.run(
+        [PY, "-c", READER, *command], capture_output=True, check=True, timeout=600
+    ).stdout
+    values = [int(v) / 1e6 for v in out.split()]
+    assert len(values) == messages, (len(values), messages)
+    return values
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=128, help="stream size in MB (≥ 100)")
+    parser.add_argument("--messages", type=int, default=3000, help="latency messages")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-relay-") as tmp:
+        stream = Path(tmp) / "stream.jsonl"
+        size, delta_share = make_stream(stream, args.mb)
+        print(f"stream: {size / 1e6:.0f} MB of app-server JSONL, {delta_share:.0%} deltas")
+
+        plain, wrapped, rss = [], [], []
+        for _ in range(args.runs):
+            total, seconds, _ = pipeline(stream, [["cat"], ["cat"]])
+            assert total == size
+            plain.append(size / seconds / 1e6)
+            total, seconds, peak = pipeline(stream, [[*WRAP, "cat"]])
+            assert total == size
+            wrapped.append(size / seconds / 1e6)
+            assert peak is not None
+            rss.append(peak)
+        p, w = statistics.median(plain), statistics.median(wrapped)
+        runs = {
+            name: ", ".join(f"{v:.0f}" for v in values)
+            for name, values in (("plain", plain), ("wrap", wrapped))
+        }
+        print(f"throughput  cat | cat:          {p:8.0f} MB/s   (runs: {runs['plain']})")
+        print(f"throughput  wrap -- cat:        {w:8.0f} MB/s   (runs: {runs['wrap']})")
+        print(f"ratio wrap / plain:             {w / p:8.2f}      (goal >= 0.5)")
+
+        ticker = [PY, "-c", TICKER, str(args.messages)]
+        direct = latencies(ticker, args.messages)
+        through = latencies([*WRAP, *ticker], args.messages)
+        for name, values in (("direct", direct), ("through wrap", through)):
+            p50, p99 = pct(values, 0.5), pct(values, 0.99)
+            print(f"latency {name:13s}           p50 {p50:6.3f} ms   p99 {p99:6.3f} ms")
+        print(
+            f"added latency per message:      p50 {pct(through, 0.5) - pct(direct, 0.5):6.3f} ms"
+            f"   p99 {pct(through, 0.99) - pct(direct, 0.99):6.3f} ms   (goal p99 <= 1 ms)"
+        )
+        print(f"wrap peak RSS:                  {max(rss) / 1024:8.1f} MB     (goal <= 40 MB)")
+
+
+if __name__ == "__main__":
+    main()
