@@ -87,7 +87,14 @@ from ._roster import Presence, presence
 from ._team import Member, Team
 from ._tracker import DEFAULT_TTL, ActivityStore, ActivityTracker
 
-__all__ = ["Authenticator", "Broker", "BrokerServer", "bearer_token", "create_app"]
+__all__ = [
+    "Authenticator",
+    "Broker",
+    "BrokerServer",
+    "bearer_token",
+    "create_app",
+    "listen_socket",
+]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -544,3 +551,22 @@ class BrokerServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.broker.close()
         await super().shutdown(sockets)
+
+
+def listen_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening TCP socket to hand to ``BrokerServer.run(sockets=[...])``.
+
+    Created with ``IPPROTO_TCP`` spelled out: asyncio sets ``TCP_NODELAY`` only on sockets
+    whose ``proto`` says TCP, and without it every response with a body stalls ~40 ms
+    (Nagle's algorithm against the client's delayed ACK).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from ._broker import Broker, BrokerServer, create_app
+    from ._broker import Broker, BrokerServer, create_app, listen_socket
     from ._cli import UsageError, setup_logging
     from ._team import TeamError, dev_team, load_team
     from ._web import WebRoster
@@ -105,20 +105,13 @@ def run(args: argparse.Namespace) -> int:
     )
     app = create_app(team=team, broker=broker, routes=web.routes())
 
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says
-    # TCP, and without it every response with a body stalls ~40 ms (Nagle + delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((args.host.strip("[]"), args.port))
+        sock = listen_socket(args.host, args.port)
     except OSError as exc:
-        sock.close()
         sys.stderr.write(f"codex-presence broker: cannot bind {args.host}:{args.port}: {exc}\n")
         return 1
-    sock.listen(1024)
     host, port = sock.getsockname()[:2]
-    url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+    url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
 
     def announce() -> None:
         sys.stderr.write(

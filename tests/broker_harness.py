@@ -8,7 +8,6 @@ Other test modules (the reporter's, the demo's) can use it too::
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from codex_presence._broker import Broker, BrokerServer, create_app
+from codex_presence._broker import Broker, BrokerServer, create_app, listen_socket
 from codex_presence._team import (
     ADMIN_PERMISSION,
     OPERATOR_PERMISSION,
@@ -74,10 +73,7 @@ class RunningBroker:
 def running_broker(*, team: Team, **app_kwargs: Any) -> Iterator[RunningBroker]:
     app = create_app(team=team, **app_kwargs)
     broker: Broker = app.state.broker
-    # IPPROTO_TCP explicitly, or asyncio leaves Nagle on (40 ms stalls); see _cmd_broker.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
+    sock = listen_socket("127.0.0.1", 0)  # with TCP_NODELAY on accepted connections
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_config=None, log_level="warning", lifespan="on", timeout_graceful_shutdown=3

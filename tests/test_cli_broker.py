@@ -1,0 +1,270 @@
+"""The ``broker``, ``roster`` commands as a user runs them: real processes, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from codex_presence._cli import main
+from codex_presence._cmd_broker import is_loopback
+from codex_presence._team import Role, render_team
+from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
+
+CLI = [sys.executable, "-m", "codex_presence"]
+TEAM = make_team("alice", "builder", "scout")
+
+
+class Lines:
+    """A process's stream read line by line in a thread, with bounded waits."""
+
+    def __init__(self, stream: object) -> None:
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+
+        def pump() -> None:
+            for line in stream:  # type: ignore[attr-defined]
+                self.queue.put(line)
+            self.queue.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def until(self, pattern: str, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"{pattern!r} not seen in: {''.join(self.seen)!r}")
+
+
+@contextmanager
+def broker_process(
+    *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str, Lines]]:
+    with subprocess.Popen(
+        [*CLI, "broker", "--port", "0", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+    ) as proc:
+        try:
+            err = Lines(proc.stderr)
+            line = err.until("listening on")
+            url = re.search(r"http://[0-9.]+:[0-9]+", line)
+            assert url is not None
+            yield proc, url.group(0), err
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", Role("director", ()), "cp_alice-token")]))
+    with broker_process("--team", str(team)) as (proc, url, err):
+        assert "team acme, 1 members" in "".join(err.seen)
+        assert httpx.get(url + "/healthz").json() == {"status": "ok"}
+        headers = {"authorization": "Bearer cp_alice-token"}
+        with (
+            httpx.Client(base_url=url, timeout=10) as c,
+            c.stream("GET", "/subscribe?name=alice", headers=headers) as stream,
+        ):
+            lines = stream.iter_lines()
+            assert next(lines).startswith("retry:")
+            proc.send_signal(signal.SIGINT)
+            for _ in range(1000):  # the stream ends instead of hanging shutdown
+                try:
+                    next(lines)
+                except StopIteration:
+                    break
+        assert proc.wait(10) == 0
+
+
+def test_broker_refuses_a_bad_team_file(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text('team = "x"\n')
+    result = subprocess.run(
+        [*CLI, "broker", "--port", "0", "--team", str(team)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "no members" in result.stderr
+
+
+def test_broker_without_team_makes_a_dev_team_and_says_where_the_token_is(tmp_path: Path) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    with broker_process(env=env) as (_, url, err):
+        said = "".join(err.seen)  # said before "listening on"
+        token_path = tmp_path / "codex-presence" / "dev-token"
+        assert f"your token is in {token_path}" in said
+        assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
+        token = token_path.read_text().strip()
+        assert token not in said
+        response = httpx.get(url + "/whoami", headers={"authorization": f"Bearer {token}"})
+        assert response.status_code == 200
+        assert response.json()["team"] == "dev"
+
+
+def test_loopback_detection() -> None:
+    for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "192.168.1.10", "example.com"):
+        assert not is_loopback(host), host
+
+
+# -- roster --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broker() -> Iterator[RunningBroker]:
+    with running_broker(team=TEAM) as b:
+        yield b
+
+
+def run_roster(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    code = main(["roster", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_roster_prints_the_design_text(
+    broker: RunningBroker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    monkeypatch.setenv("CODEX_PRESENCE_BROKER", broker.url)
+    with (
+        httpx.Client(base_url=broker.url, timeout=10) as c,
+        c.stream("GET", "/subscribe?name=alice", headers=broker.auth("alice")) as s1,
+        c.stream("GET", "/subscribe?name=builder", headers=broker.auth("builder")) as s2,
+    ):
+        # keep the iterators: a discarded one closes its connection
+        lines1, lines2 = s1.iter_lines(), s2.iter_lines()
+        next(lines1)
+        next(lines2)
+        c.post("/presence/activity", json={"state": "working"}, headers=broker.auth("builder"))
+        code, out, _ = run_roster(monkeypatch, capsys)
+    assert code == 0
+    assert out == (
+        "team acme roster:\n"
+        "- alice (you) [director] [admin] connected=1\n"
+        "- builder [engineer] connected=1\n"
+        "- scout [scout] [operator] offline\n"
+    )
+
+
+def test_roster_json_is_the_raw_roster(
+    broker: RunningBroker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("scout"))
+    code, out, _ = run_roster(monkeypatch, capsys, "--broker", broker.url, "--json")
+    assert code == 0
+    assert out.strip() == httpx.get(broker.url + "/roster", headers=broker.auth("scout")).text
+
+
+def test_roster_token_from_a_file_warns_when_others_can_read_it(
+    broker: RunningBroker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("CODEX_PRESENCE_TOKEN", raising=False)
+    token_file = tmp_path / "token"
+    token_file.write_text(token_of("builder") + "\n")
+    token_file.chmod(0o644)
+    code, out, err = run_roster(
+        monkeypatch, capsys, "--broker", broker.url, "--token-file", str(token_file)
+    )
+    assert code == 0
+    assert "- builder (you) [engineer] offline" in out
+    assert "readable by group or others" in err
+    assert token_of("builder") not in err
+    token_file.chmod(0o600)
+    code, out, err = run_roster(
+        monkeypatch, capsys, "--broker", broker.url, "--token-file", str(token_file)
+    )
+    assert (code, err) == (0, "")
+
+
+def test_roster_errors(
+    broker: RunningBroker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CODEX_PRESENCE_TOKEN", raising=False)
+    code, _, err = run_roster(monkeypatch, capsys, "--broker", broker.url)
+    assert code == 2
+    assert "CODEX_PRESENCE_TOKEN" in err
+
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", "cp_wrong-token")
+    code, _, err = run_roster(monkeypatch, capsys, "--broker", broker.url)
+    assert code == 1
+    assert "401" in err
+    assert "cp_wrong-token" not in err
+
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    code, _, err = run_roster(monkeypatch, capsys, "--broker", broker.url, "--name", "builder")
+    assert code == 2
+    assert "'alice'" in err
+
+    code, _, err = run_roster(monkeypatch, capsys, "--broker", "http://127.0.0.1:9")
+    assert code == 1
+    assert "cannot reach" in err
+
+
+def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
+    env = {
+        **os.environ,
+        "CODEX_PRESENCE_TOKEN": token_of("alice"),
+        "CODEX_PRESENCE_BROKER": broker.url,
+    }
+    with subprocess.Popen(
+        [*CLI, "roster", "--watch", "--name", "alice"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        try:
+            out = Lines(proc.stdout)
+            out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
+            with httpx.Client(base_url=broker.url, timeout=10) as c:
+                post = c.post
+                post(
+                    "/presence/activity", json={"state": "working"}, headers=broker.auth("builder")
+                )
+                out.until(r"^- builder \[engineer\] offline  . working$")
+                post(
+                    "/presence/activity", json={"state": "blocked"}, headers=broker.auth("builder")
+                )
+                out.until(r"^- builder \[engineer\] offline  \[!\] needs input$")
+                post("/presence/activity", json={"state": "idle"}, headers=broker.auth("builder"))
+                out.until(r"^- builder \[engineer\] offline$")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(10) in (0, 130)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
