@@ -574,3 +574,56 @@ def test_an_extra_authenticator_is_a_second_way_in() -> None:
         assert c.get("/roster", headers={"cookie": "session=s3cret"}).status_code == 200
         assert c.get("/roster", headers={"cookie": "session=wrong"}).status_code == 401
         assert c.get("/whoami", headers={"cookie": "session=s3cret"}).json()["name"] == "scout"
+
+
+# -- the fan-out, sans HTTP ----------------------------------------------------------------
+
+
+def _events(chunk: bytes) -> list[tuple[str, Any]]:
+    out = []
+    for block in chunk.decode().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "event" in fields:
+            out.append((fields["event"], orjson.loads(fields["data"])))
+    return out
+
+
+def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeClock) -> None:
+    from codex_presence._activity import ActivityState
+    from codex_presence._broker import Broker
+
+    b = Broker(team=TEAM, clock=clock)
+    alice, builder = TEAM.member("alice"), TEAM.member("builder")
+    assert alice is not None and builder is not None
+    start = b.version
+    b.report(builder, ActivityState.WORKING)
+    b.report(builder, ActivityState.BLOCKED)
+    b.report(alice, ActivityState.WORKING)
+    b.report(alice, ActivityState.WORKING)  # a heartbeat: no change
+    assert b.publish()
+    assert not b.publish()  # nothing new
+    chunk, version = b.since(start, you="scout")
+    assert version == b.version == start + 1
+    events = _events(chunk)
+    # one event per member, with the latest state, however many reports came in between
+    assert [(kind, p["name"], p.get("activity")) for kind, p in events] == [
+        ("presence", "builder", "blocked"),
+        ("presence", "alice", "working"),
+    ]
+    # a lapse is found and published by the fan-out, though nobody read the roster
+    clock.advance(30)
+    assert b.publish()
+    (kind, p), *_ = _events(b.since(version, you="scout")[0])
+    assert kind == "presence"
+    assert "activity" not in p
+    # far behind: more batches than the log keeps -> the whole roster again
+    for _ in range(100):
+        b.report(builder, ActivityState.WORKING)
+        b.publish()
+        b.report(builder, ActivityState.IDLE)
+        b.publish()
+    chunk, _ = b.since(start, you="scout")
+    ((kind, data),) = _events(chunk)
+    assert kind == "roster"
+    assert data["you"] == "scout"
+    assert [p["name"] for p in data["members"]] == ["alice", "builder", "scout"]
