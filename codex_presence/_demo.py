@@ -11,7 +11,6 @@ broker, while connection presence holds the agent's SSE subscription; and a watc
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -21,7 +20,7 @@ from typing import Any, TextIO
 import anyio
 
 from ._activity import ActivityState
-from ._broker import Broker, BrokerServer, create_app
+from ._broker import Broker, BrokerServer, create_app, listen_socket
 from ._client import make_async_client
 from ._presence import ConnectionPresence
 from ._recording import Entry, read_entries
@@ -83,9 +82,7 @@ async def run_demo(
     team, tokens = _team()
     broker = Broker(team=team, activity_ttl=30.0)
     app = create_app(team=team, broker=broker, fanout_interval=0.02)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
+    sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     server = BrokerServer(config, broker=broker)

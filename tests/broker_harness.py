@@ -70,10 +70,11 @@ class RunningBroker:
 
 
 @contextmanager
-def running_broker(*, team: Team, **app_kwargs: Any) -> Iterator[RunningBroker]:
+def running_broker(*, team: Team, port: int = 0, **app_kwargs: Any) -> Iterator[RunningBroker]:
+    """``port`` 0 picks a free one; a fixed port lets a test stop and restart "the" broker."""
     app = create_app(team=team, **app_kwargs)
     broker: Broker = app.state.broker
-    sock = listen_socket("127.0.0.1", 0)  # with TCP_NODELAY on accepted connections
+    sock = listen_socket("127.0.0.1", port)  # with TCP_NODELAY on accepted connections
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_config=None, log_level="warning", lifespan="on", timeout_graceful_shutdown=3

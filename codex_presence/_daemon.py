@@ -1,0 +1,113 @@
+"""The wrap daemon's broker side: connection presence and the activity reporter.
+
+:class:`BrokerLink` plugs into the relay as one observer (every transition, synchronously,
+never blocking) and one companion (a context that lives exactly as long as the wrapped
+session): inside it, one task holds the member's SSE subscription and another reports
+activity. On the way out — the child exited, or we were told to stop — a member the broker
+holds as working or blocked is reported idle, bounded to about a second.
+
+With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
+activity stays absent for the whole session, while connection presence works as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import httpx
+
+from ._activity import Transition
+from ._client import make_async_client
+from ._presence import ConnectionPresence
+from ._reporter import ActivityReporter
+from ._reporting import Backoff, ReportPolicy
+
+__all__ = ["BrokerLink", "BrokerSettings"]
+
+logger = logging.getLogger("codex_presence.daemon")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerSettings:
+    url: str
+    token: str
+    name: str | None = None
+    """The member name; asked of the broker (``GET /whoami``) when not given."""
+    trace: bool = True
+    exit_grace: float = 1.0
+
+
+class BrokerLink:
+    """Tells one broker about one wrapped session."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        *,
+        policy: ReportPolicy | None = None,
+        presence_backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self._policy = policy
+        self._presence_backoff = presence_backoff
+        self.reporter: ActivityReporter | None = None
+        self.presence: ConnectionPresence | None = None
+
+    def observe(self, transition: Transition) -> None:
+        """The relay's observer: hand the new state to the reporter (never blocks)."""
+        if self.reporter is not None:
+            self.reporter.observe(transition.state)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """The relay's companion: presence and reporting for the session's lifetime."""
+        settings = self.settings
+        async with make_async_client(settings.url, settings.token) as client:
+            if settings.trace:
+                self.reporter = ActivityReporter(client=client, policy=self._policy)
+            else:
+                logger.info("--no-trace: activity is not reported; connection presence only")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._hold_presence, client)
+                if self.reporter is not None:
+                    tg.start_soon(self.reporter.run)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+            if self.reporter is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.reporter.finish(grace=settings.exit_grace)
+
+    async def _hold_presence(self, client: httpx.AsyncClient) -> None:
+        name = self.settings.name or await self._whoami(client)
+        if name is None:
+            return
+        self.presence = ConnectionPresence(client=client, name=name, backoff=self._presence_backoff)
+        await self.presence.run()
+
+    async def _whoami(self, client: httpx.AsyncClient) -> str | None:
+        """The member the token belongs to, retried with backoff while the broker is away."""
+        backoff = Backoff(base=0.5, cap=10.0)
+        while True:
+            try:
+                response = await client.get("/whoami", timeout=5.0)
+            except httpx.HTTPError as exc:
+                logger.debug("whoami: %s", type(exc).__name__)
+            else:
+                if response.status_code in (401, 403):
+                    logger.error(
+                        "the broker refused our token (HTTP %d); not subscribing",
+                        response.status_code,
+                    )
+                    return None
+                if response.status_code == 200:
+                    name = response.json().get("name")
+                    if isinstance(name, str):
+                        logger.info("the token is %s's", name)
+                        return name
+            await anyio.sleep(backoff.next_delay())
