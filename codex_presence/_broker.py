@@ -21,7 +21,9 @@ Endpoints
     and the server sees EOF), or the broker shutting down.
 ``GET /roster``
     Bearer auth. A JSON array of the design's Presence objects, one per team member in
-    team-file order, connected or not.
+    team-file order, connected or not. ``createdAt`` and ``lastSeen`` are unix epoch
+    milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
+    subscribe and every activity report.
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null}`` — what a client
     needs to print ``team <name> roster:`` and the ``(you)`` marker.

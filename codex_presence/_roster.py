@@ -23,7 +23,7 @@ from typing import Any
 from ._activity import ActivityState
 from ._team import Role, privilege
 
-__all__ = ["SPINNER", "presence", "roster_line", "roster_text", "watch_text"]
+__all__ = ["SPINNER", "Presence", "presence", "roster_line", "roster_text", "watch_text"]
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
