@@ -13,9 +13,9 @@ the same as feeding every line one by one (the property ``tests/test_lines.py`` 
 * server lines: ``feed_line`` decides on the first bytes (codex writes ``{"method":"…"`` or
   ``{"id":`` first). The analyzer splits a chunk's complete lines in C
   (:meth:`bytes.split`) and drops, again in C, those that start with one of
-  :data:`HOT_SKIPPED_PREFIXES`, the frequent irrelevant kinds; the rest go to ``feed_line``,
-  which parses only those that can change the state. A partial line whose prefix already
-  shows it is irrelevant is not buffered at all, however long it gets.
+  :data:`HOT_SKIPPED_PREFIXES`, the frequent kinds that change nothing; the rest go to
+  ``feed_line``, which parses only those that can change the state. A partial line whose
+  prefix already shows it is irrelevant is not buffered at all, however long it gets.
 * client lines matter only while the mapping waits for answers to server requests
   (``CodexMapping._pending``); otherwise a chunk's complete lines are skipped wholesale,
   with a single ``rfind`` for the line framing.
@@ -31,7 +31,7 @@ from itertools import filterfalse
 from operator import methodcaller
 
 from ._activity import Transition
-from ._codex import _STATE_METHODS, CodexMapping, Direction
+from ._codex import _STATE_METHODS, TOOL_ITEM_TYPES, CodexMapping, Direction
 
 __all__ = ["DEFAULT_MAX_LINE", "HOT_SKIPPED_PREFIXES", "AnalyzerStats", "ChunkAnalyzer"]
 
@@ -52,15 +52,35 @@ _HOT_SKIPPED_METHODS = (
     "item/plan/delta",
     "item/fileChange/patchUpdated",
 )
+_PASSIVE_ITEM_TYPES = (
+    "agentMessage",
+    "reasoning",
+    "userMessage",
+    "plan",
+    "contextCompaction",
+    "hookPrompt",
+    "enteredReviewMode",
+    "exitedReviewMode",
+)
+"""Item types that open no handle: their item/started and item/completed change nothing."""
 assert not set(_HOT_SKIPPED_METHODS) & _STATE_METHODS
+assert not set(_PASSIVE_ITEM_TYPES) & TOOL_ITEM_TYPES
 
 HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
     *(_METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
     _ID_PREFIX,
+    *(
+        b'{"method":"item/%s","params":{"item":{"type":"%s"' % (event, kind.encode())
+        for kind in _PASSIVE_ITEM_TYPES
+        for event in (b"started", b"completed")
+    ),
+    b'{"method":"thread/tokenUsage/updated"',
+    b'{"method":"account/rateLimits/updated"',
 )
-"""Server-line prefixes that ``feed_line`` always skips, most frequent first. Each ends at a
-closing quote (or is ``{"id":``), so a line that starts with one is skipped whatever
-follows."""
+"""Server-line prefixes whose lines cannot change the state, most frequent first. Each
+ends at a closing quote (or is ``{"id":``). Most are methods ``feed_line`` skips unparsed;
+the item events of passive item types (codex writes ``"item"`` first in ``params`` and
+``"type"`` first in the item) are parsed by the mapping only to change nothing."""
 
 _is_hot_skipped = methodcaller("startswith", HOT_SKIPPED_PREFIXES)
 
