@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import filterfalse, islice
 from operator import methodcaller
 
 from ._activity import Transition
@@ -205,7 +205,11 @@ class ChunkAnalyzer:
         logger.debug("a %s line of %d+ bytes is too long to analyse; relayed only", direction, size)
 
     def _server_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
-        for line in filterfalse(_is_hot_skipped, chunk[start:last].split(b"\n")):
+        # Split the whole chunk rather than copy the region out of it first: its first
+        # piece (when it ended a partial line) and its last (the new partial) are skipped.
+        lines = chunk.split(b"\n")
+        region = islice(lines, 1 if start else 0, len(lines) - 1)
+        for line in filterfalse(_is_hot_skipped, region):
             self._feed("server", line, out)
 
     def _client_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
