@@ -259,6 +259,8 @@ def main() -> None:
             port = int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
             where = f"broker pinned to CPU {cpus[0]}" if len(cpus) > 1 else "one CPU shared"
             print(f"broker bench: {args.members} members, {args.members} SSE subscribers, {where}")
+            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+            print(f"machine: {len(cpus)} CPUs, load average {load} (other work skews the figures)")
             asyncio.run(_bench(port, tokens, args.seconds, args.concurrency))
         finally:
             proc.terminate()
