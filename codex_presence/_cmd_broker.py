@@ -53,6 +53,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def exposure_warning(host: str) -> str | None:
+    """What to say when ``host`` lets other machines in (the broker has no TLS)."""
+    if is_loopback(host):
+        return None
+    return (
+        f"listening on {host}, reachable from other machines, over plain HTTP: tokens and "
+        "presence travel unencrypted; put a TLS proxy in front"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
     import socket
@@ -89,12 +99,9 @@ def run(args: argparse.Namespace) -> int:
             )
     except TeamError as exc:
         raise UsageError(str(exc)) from None
-    if not is_loopback(args.host):
-        logger.warning(
-            "listening on %s, reachable from other machines, over plain HTTP: tokens and "
-            "presence travel unencrypted; put a TLS proxy in front",
-            args.host,
-        )
+    warning = exposure_warning(args.host)
+    if warning:
+        logger.warning("%s", warning)
 
     web = WebRoster(team=team)  # the page at / and its session cookie
     broker = Broker(

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from codex_presence._cli import main
-from codex_presence._cmd_broker import is_loopback
+from codex_presence._cmd_broker import exposure_warning, is_loopback
 from codex_presence._team import Role, render_team
 from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
 
@@ -133,6 +133,10 @@ def test_loopback_detection() -> None:
         assert is_loopback(host), host
     for host in ("0.0.0.0", "::", "192.168.1.10", "example.com"):
         assert not is_loopback(host), host
+        warning = exposure_warning(host)
+        assert warning is not None
+        assert "plain HTTP" in warning
+    assert exposure_warning("127.0.0.1") is None
 
 
 # -- roster --------------------------------------------------------------------------------
