@@ -16,6 +16,8 @@ import httpx
 import orjson
 import pytest
 from httpx_sse import EventSource, ServerSentEvent
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.requests import Request
 
 from codex_presence._team import Member
@@ -627,3 +629,36 @@ def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeC
     assert kind == "roster"
     assert data["you"] == "scout"
     assert [p["name"] for p in data["members"]] == ["alice", "builder", "scout"]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(
+    st.one_of(
+        _json_values,
+        st.fixed_dictionaries({"state": st.sampled_from(["idle", "working", "blocked"])}),
+        st.fixed_dictionaries({"state": _json_values}),
+    )
+)
+def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
+    from codex_presence._activity import ActivityState
+    from codex_presence._broker import _parse_state
+
+    result = _parse_state(orjson.dumps(value))
+    valid = (
+        isinstance(value, dict)
+        and list(value) == ["state"]
+        and value["state"] in ("idle", "working", "blocked")
+    )
+    if valid:
+        assert result == ActivityState(value["state"])
+    else:
+        assert isinstance(result, str)
+        assert not isinstance(result, ActivityState)
