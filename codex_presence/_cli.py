@@ -35,8 +35,10 @@ Live presence for Codex: is each agent on the wire, and is it idle, working or b
 
   wrap     put codex-presence in front of `codex app-server` (a byte-exact stdio proxy)
   replay   print the state timeline of a recorded session
-  broker   run the reference presence broker
-  roster   print the team roster from a broker
+  broker   run the reference presence broker (with the live roster page at /)
+  team     make a team file with fresh member tokens
+  roster   print the team roster from a broker, once or live
+  mcp      serve the roster MCP tool over stdio (for codex's [mcp_servers])
   demo     the whole system on one machine, from a bundled real session
 """
 
