@@ -385,8 +385,8 @@ class _Subscription:
                 tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
                 await self._stream(send)
                 tg.cancel_scope.cancel()
-        except OSError:
-            pass  # broken pipe: the finally below is all that matters
+        except* OSError:
+            pass  # a send to a closed connection (ASGI 2.4 servers): the finally matters
         finally:
             broker.detach(self.name)
 

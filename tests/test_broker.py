@@ -662,3 +662,31 @@ def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
     else:
         assert isinstance(result, str)
         assert not isinstance(result, ActivityState)
+
+
+def test_a_send_that_fails_uncounts_the_stream() -> None:
+    """ASGI 2.4 servers raise OSError on a send to a closed connection; the stream ends
+    quietly and is uncounted (uvicorn, ASGI 2.3, is covered by the tests above)."""
+    import anyio
+
+    from codex_presence._broker import Broker, _Subscription
+
+    broker = Broker(team=TEAM)
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        assert broker.registry.get("alice").connected == 1
+        if len(sent) == 2:  # the start went out; the first body meets a dead peer
+            raise OSError("broken pipe")
+
+    async def receive() -> Any:
+        await anyio.sleep(60)  # never a disconnect message: only the send can tell
+
+    async def main() -> None:
+        with anyio.fail_after(10):
+            await _Subscription(broker, "alice")({"type": "http"}, receive, send)
+
+    anyio.run(main)
+    assert len(sent) == 2
+    assert broker.registry.get("alice").connected == 0
