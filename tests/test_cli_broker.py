@@ -272,3 +272,25 @@ def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+
+
+def test_read_token_rules(tmp_path: Path) -> None:
+    from codex_presence._client import TokenError, read_token
+
+    assert read_token(token_file=None, environ={"CODEX_PRESENCE_TOKEN": " cp_x \n"}) == "cp_x"
+    path = tmp_path / "token"
+    path.write_text("cp_from-file\n")
+    path.chmod(0o600)
+    # the file wins over the environment
+    assert read_token(token_file=str(path), environ={"CODEX_PRESENCE_TOKEN": "cp_env"}) == (
+        "cp_from-file"
+    )
+    for text, message in [("", "is empty"), ("cp_a b", "whitespace"), ("cp_ä", "non-ASCII")]:
+        path.write_text(text)
+        with pytest.raises(TokenError, match=message) as info:
+            read_token(token_file=str(path), environ={})
+        assert text not in str(info.value) or not text
+    with pytest.raises(TokenError, match="cannot read"):
+        read_token(token_file=str(tmp_path / "missing"), environ={})
+    with pytest.raises(TokenError, match="no token"):
+        read_token(token_file=None, environ={})
