@@ -33,12 +33,16 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import signal
 import subprocess
+import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
 from pathlib import Path
+from typing import BinaryIO
 
 import anyio
 
@@ -60,6 +64,8 @@ CHUNK_SIZE = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
 _F_SETPIPE_SZ = 1031
 _PR_SET_PDEATHSIG = 1
+_POLL_MS = 100
+_RECORD_PERIOD = 0.05
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -99,66 +105,67 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
 class _Recorder:
     """``--record``: the session in the recording format, written off the hot path.
 
-    The relay hands over chunks with :meth:`add`, which never blocks and never raises; a
-    task frames them into lines and writes them from a worker thread. The queue is bounded
-    in bytes, not count: if the disk cannot keep up, chunks are dropped with one warning.
-    Any write error (ENOSPC, EROFS, EIO, …) stops the recording with one warning.
+    The relay hands over each chunk with :meth:`add` just before forwarding it, so the
+    queue is in wire order even across the two threads; :meth:`add` never blocks and never
+    raises. A task frames the chunks into lines and writes them from a worker thread. The
+    queue is bounded in bytes, not count: if the disk cannot keep up, chunks are dropped
+    with one warning. Any write error (ENOSPC, EROFS, EIO, …) stops the recording with one
+    warning.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, max_pending: int = 64 * 1024 * 1024):
         self.path = Path(path)
         self.max_pending = max_pending
-        self._file: object = None
+        self._file: BinaryIO | None = None
+        self._queue: deque[tuple[float, Direction, bytes]] = deque()
+        # Chunks come from the event loop and from the server's worker thread.
+        self._lock = threading.Lock()
         self._pending = 0
         self._failed = False
         self._dropped = False
+        self._closing = False
         self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
-        self._send, self._receive = anyio.create_memory_object_stream[
-            tuple[float, Direction, bytes]
-        ](max_buffer_size=float("inf"))
 
     def open(self) -> bool:
         try:
             self._file = self.path.open("wb")
         except OSError as exc:
             self._fail(exc)
-            self._send.close()
-            self._receive.close()
             return False
         return True
 
     def add(self, t: float, direction: Direction, chunk: bytes) -> None:
-        if self._failed:
+        """Queue a chunk (any thread; never blocks)."""
+        if self._failed or self._closing:
             return
-        if self._pending + len(chunk) > self.max_pending:
-            if not self._dropped:
-                self._dropped = True
-                logger.warning("recording to %s cannot keep up; it has gaps", self.path)
-            return
-        self._pending += len(chunk)
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait((t, direction, chunk))
+        with self._lock:
+            if self._pending + len(chunk) > self.max_pending:
+                if not self._dropped:
+                    self._dropped = True
+                    logger.warning("recording to %s cannot keep up; it has gaps", self.path)
+                return
+            self._pending += len(chunk)
+            self._queue.append((t, direction, chunk))
 
     async def run(self) -> None:
-        """Write batches until :meth:`finish` closes the queue and everything is written."""
-        async with self._receive:
-            async for item in self._receive:
-                batch = [item]
-                while True:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except anyio.WouldBlock:
-                        break
-                    except anyio.EndOfStream:
-                        break
-                self._pending -= sum(len(chunk) for _, _, chunk in batch)
+        """Write what is queued until :meth:`finish`, then the rest, then close the file."""
+        while True:
+            with self._lock:
+                batch = list(self._queue)
+                self._queue.clear()
+                self._pending = 0
+            if batch:
                 if not self._failed:
                     await anyio.to_thread.run_sync(self._write, batch)
+            elif self._closing:
+                break
+            else:
+                await anyio.sleep(_RECORD_PERIOD)
         await anyio.to_thread.run_sync(self._close)
 
     def finish(self) -> None:
         """No more chunks; :meth:`run` returns once the rest is on disk."""
-        self._send.close()
+        self._closing = True
 
     # -- worker thread -------------------------------------------------------------------
 
@@ -192,7 +199,7 @@ class _Recorder:
         self._emit(out)
         if self._file is not None:
             try:
-                self._file.close()  # type: ignore[attr-defined]
+                self._file.close()
             except OSError as exc:
                 self._fail(exc)
             self._file = None
@@ -201,8 +208,8 @@ class _Recorder:
         if not out or self._failed or self._file is None:
             return
         try:
-            self._file.write(b"".join(out))  # type: ignore[attr-defined]
-            self._file.flush()  # type: ignore[attr-defined]
+            self._file.write(b"".join(out))
+            self._file.flush()
         except OSError as exc:
             self._fail(exc)
 
@@ -212,7 +219,7 @@ class _Recorder:
             logger.warning("recording to %s stopped: %s (the relay goes on)", self.path, exc)
         if self._file is not None:
             with suppress(OSError):
-                self._file.close()  # type: ignore[attr-defined]
+                self._file.close()
             self._file = None
 
 
@@ -246,6 +253,9 @@ class Relay:
         self._start = clock()
         self._process: subprocess.Popen[bytes] | None = None
         self._analysis_failed = False
+        self._analysis_lock = threading.Lock()
+        self._outbox: deque[Transition] = deque()
+        self._stop = False
         self._child_in = -1
         self._child_out = -1
         self._server_waiting_to_read = False
@@ -264,6 +274,7 @@ class Relay:
                 try:
                     return await self._run(command)
                 finally:
+                    self._flush_outbox()
                     self._deliver(self.analyzer.close("eof"))
         finally:
             for fd, blocking in saved_flags.items():
@@ -336,6 +347,7 @@ class Relay:
                             await server_done.wait()
                         if self._server_waiting_to_read:
                             break
+                    self._stop = True
                     tg.cancel_scope.cancel()
             finally:
                 if self._recorder is not None:
@@ -391,7 +403,8 @@ class Relay:
                 data = await self._read(src)
                 if not data:
                     return
-                t = self._clock()
+                if self._recorder is not None:
+                    self._recorder.add(self._clock() - self._start, "client", data)
                 try:
                     await self._write(dst, data)
                 except OSError as exc:
@@ -401,30 +414,64 @@ class Relay:
                     # without us. Detach our stdin from its pipe.
                     self._detach(src, os.O_RDONLY)
                     return
-                self._account("client", data, t)
+                self._account("client", data)
         finally:
             self._close_child_in()
 
     async def _server_pump(self, done: anyio.Event) -> None:
-        """The child's stdout → our stdout."""
-        src, dst = self._child_out, self._stdout
+        """The child's stdout → our stdout, in a worker thread (see :meth:`_server_copy`)."""
         try:
-            while True:
-                data = await self._read(src, server=True)
-                if not data:
-                    return
-                t = self._clock()
-                try:
-                    await self._write(dst, data)
-                except OSError as exc:
-                    if exc.errno != errno.EPIPE:
-                        logger.warning("writing to stdout failed: %s", exc)
-                    # Our reader is gone; let the child find out on its next write.
-                    self._close_child_out()
-                    return
-                self._account("server", data, t)
+            await anyio.to_thread.run_sync(self._server_copy, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            self._stop = True  # the thread notices within _POLL_MS and ends
+            raise
         finally:
             done.set()
+
+    def _server_copy(self) -> None:
+        """The hot direction runs in a worker thread: its copies (read and write release
+        the GIL) and its analysis overlap with the client direction on the event loop, and
+        a blocking ``poll`` wakes it as soon as the child writes. It polls with a timeout
+        so that :attr:`_stop` ends it promptly; it never waits on the event loop except to
+        hand over transitions (rare) and recorded chunks."""
+        src, dst = self._child_out, self._stdout
+        readable, writable = select.poll(), select.poll()
+        readable.register(src, select.POLLIN)
+        writable.register(dst, select.POLLOUT)
+        while not self._stop:
+            try:
+                data = os.read(src, self._chunk_size)
+            except BlockingIOError:
+                self._server_waiting_to_read = True
+                readable.poll(_POLL_MS)
+                self._server_waiting_to_read = False
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EBADF):
+                    return
+                raise
+            if not data:
+                return
+            t = self._clock()
+            if self._recorder is not None:
+                self._recorder.add(t - self._start, "server", data)
+            view = memoryview(data)
+            try:
+                while view:
+                    try:
+                        view = view[os.write(dst, view) :]
+                    except BlockingIOError:
+                        if self._stop:
+                            return
+                        writable.poll(_POLL_MS)
+            except OSError as exc:
+                if exc.errno != errno.EPIPE:
+                    logger.warning("writing to stdout failed: %s", exc)
+                # Our reader is gone; let the child find out on its next write.
+                self._close_child_out()
+                return
+            if self._analyse("server", data):
+                anyio.from_thread.run_sync(self._flush_outbox)
 
     async def _read(self, fd: int, *, server: bool = False) -> bytes:
         while True:
@@ -472,18 +519,34 @@ class Relay:
 
     # -- after each forwarded chunk --------------------------------------------------------
 
-    def _account(self, direction: Direction, data: bytes, t: float) -> None:
-        if self._recorder is not None:
-            self._recorder.add(t - self._start, direction, data)
+    def _account(self, direction: Direction, data: bytes) -> None:
+        """After a client chunk was forwarded (on the event loop)."""
+        if self._analyse(direction, data):
+            self._flush_outbox()
+
+    def _analyse(self, direction: Direction, data: bytes) -> bool:
+        """Feed the analyzer (from either thread); True if transitions wait in the outbox.
+
+        A thread lock, because the two directions are analysed on two threads (the event
+        loop and the server's worker thread) and anyio has no lock that sync code on both
+        can take. It is never held while waiting for anything else.
+        """
         if self._analysis_failed:
-            return
-        try:
-            transitions = self.analyzer.feed(direction, data)
-        except Exception:  # a bug in the analysis must never stop the bytes
-            logger.exception("activity analysis failed; relaying without it")
-            self._analysis_failed = True
-            return
-        self._deliver(transitions)
+            return False
+        with self._analysis_lock:
+            try:
+                transitions = self.analyzer.feed(direction, data)
+            except Exception:  # a bug in the analysis must never stop the bytes
+                logger.exception("activity analysis failed; relaying without it")
+                self._analysis_failed = True
+                return False
+            self._outbox.extend(transitions)
+            return bool(self._outbox)
+
+    def _flush_outbox(self) -> None:
+        """Deliver waiting transitions in order; on the event loop thread only."""
+        while self._outbox:
+            self._deliver([self._outbox.popleft()])
 
     def _deliver(self, transitions: list[Transition]) -> None:
         for transition in transitions:
