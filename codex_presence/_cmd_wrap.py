@@ -35,6 +35,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no command to wrap; {_USAGE_HINT}")
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
 
+    import os
+
+    for fd in (0, 1, 2):  # a closed standard descriptor must not be reused by our pipes
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)
+
     import anyio
 
     from ._relay import Relay

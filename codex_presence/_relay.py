@@ -9,12 +9,16 @@ mapping) and to the optional recorder, and passes each resulting
 
 Design, and why:
 
-* Raw non-blocking file descriptors and :func:`anyio.wait_readable` /
-  :func:`anyio.wait_writable`: one read, one write per chunk, no stream buffering, so the
-  bytes are exactly those read and each direction holds at most one chunk (the
-  backpressure: while the client does not read, we do not read the child). A read or
-  write is tried first and waited for only on ``EAGAIN``, so regular files and
-  ``/dev/null`` (which cannot be polled) work as stdin or stdout too.
+* Raw non-blocking file descriptors, one read and one write per chunk, no stream
+  buffering: the bytes are exactly those read, and each direction holds at most one
+  chunk (the backpressure: while the client does not read, we do not read the child).
+  A read or write is tried first and waited for only on ``EAGAIN``, so regular files
+  and ``/dev/null`` (which epoll refuses) work as stdin or stdout too.
+* Our stdin → the child runs on the event loop (:func:`anyio.wait_readable` /
+  :func:`anyio.wait_writable`). The child's stdout → our stdout, the heavy direction,
+  runs on an anyio worker thread with ``poll``: its copies (which release the GIL) and
+  its analysis overlap with the other direction, and it wakes the moment the child
+  writes. It polls with a timeout so that it always ends promptly.
 * The child's stderr is our stderr, inherited: untouched, unbuffered, no copy.
 * The child gets its own process group (signals we forward reach its helpers too, and a
   terminal's Ctrl-C is not delivered twice) and ``PR_SET_PDEATHSIG`` = SIGKILL, so it
@@ -266,7 +270,10 @@ class Relay:
 
     async def run(self, command: Sequence[str]) -> int:
         """Relay until the child has exited and its output is drained; its exit status."""
-        saved_flags = {fd: os.get_blocking(fd) for fd in (self._stdin, self._stdout)}
+        saved_flags: dict[int, bool] = {}
+        for fd in (self._stdin, self._stdout):
+            with suppress(OSError):  # a closed descriptor reads as EOF, fails as a write
+                saved_flags[fd] = os.get_blocking(fd)
         try:
             async with AsyncExitStack() as stack:
                 for companion in self.companions:
@@ -306,8 +313,11 @@ class Relay:
                 os.close(child_in_r)
                 os.close(child_out_w)
                 child_in_r = child_out_w = -1
-                for fd in (child_in_w, child_out_r, self._stdin, self._stdout):
+                for fd in (child_in_w, child_out_r):
                     os.set_blocking(fd, False)
+                for fd in (self._stdin, self._stdout):
+                    with suppress(OSError):
+                        os.set_blocking(fd, False)
                 return await self._supervise(process, signals, child_in_w, child_out_r)
         finally:
             for fd in (child_in_r, child_in_w, child_out_r, child_out_w):

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -533,3 +534,15 @@ def test_sigterm_leaves_a_complete_recording(tmp_path: Path) -> None:
         ("server", None, b"got SIGTERM"),
     ]
     assert entries[0].raw is not None and entries[0].raw.startswith(b"ready")
+
+
+def test_closed_standard_descriptors_are_not_mixed_up_with_the_childs_pipes() -> None:
+    """With fd 0 closed, our pipes to the child must not land on it (reads then see EOF)."""
+    proc = subprocess.run(
+        ["sh", "-c", f"exec {shlex.join(WRAP)} --quiet -- sh -c 'echo hi; cat; echo bye' <&-"],
+        env=clean_env(),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"hi\nbye\n", b"")
