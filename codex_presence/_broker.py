@@ -32,7 +32,8 @@ Endpoints
 
 The SSE stream (for the web roster and ``roster --watch``)
 ----------------------------------------------------------
-Every event's ``data`` is one line of JSON.
+The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every event's
+``data`` is one line of JSON.
 
 ``event: roster``
     First on every stream, and again whenever a slow subscriber has fallen too far behind
@@ -60,7 +61,7 @@ event and is exact in ``GET /roster``.
 
 Authentication is in one place, :meth:`Broker.authenticate`, which asks each
 :data:`Authenticator` in turn (the bearer header first). A session cookie is added by
-passing one more authenticator to :func:`create_app`.
+passing one more authenticator to :class:`Broker` (or to :func:`create_app`).
 """
 
 from __future__ import annotations
