@@ -201,13 +201,15 @@ class Broker:
     def attach(self, name: str) -> None:
         """A subscriber for ``name`` opened."""
         self.streams += 1
-        self.registry.attach(name, self._now_ms())
+        count = self.registry.attach(name, self._now_ms())
+        logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
     def detach(self, name: str) -> None:
         """A subscriber for ``name`` closed, however it closed."""
         self.streams -= 1
-        self.registry.detach(name)
+        count = self.registry.detach(name)
+        logger.debug("%s unsubscribed (connected=%d)", name, count)
         self._changed(name)
 
     def presence(self, name: str) -> Presence:
