@@ -38,7 +38,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="a member, with an optional role title and permissions (repeat)",
     )
-    init.add_argument("--team", dest="team_name", default="team", help="the team's name")
+    init.add_argument(
+        "--team", dest="team_name", metavar="NAME", default="team", help="the team's name"
+    )
     init.add_argument("--force", action="store_true", help="replace an existing file")
 
 
