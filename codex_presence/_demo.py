@@ -80,8 +80,8 @@ async def run_demo(
     import uvicorn
 
     team, tokens = _team()
-    broker = Broker(team=team, activity_ttl=30.0)
-    app = create_app(team=team, broker=broker, fanout_interval=0.02)
+    broker = Broker(team=team, activity_ttl=30.0, fanout_interval=0.02)
+    app = create_app(team=team, broker=broker)
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
