@@ -11,11 +11,11 @@ can prove ``feed_line`` would skip anyway, and feeds everything else, so that th
 the same as feeding every line one by one (the property ``tests/test_lines.py`` checks):
 
 * server lines: ``feed_line`` decides on the first bytes (codex writes ``{"method":"…"`` or
-  ``{"id":`` first). The analyzer splits a chunk's complete lines in C
-  (:meth:`bytes.split`) and drops, again in C, those that start with one of
-  :data:`HOT_SKIPPED_PREFIXES`, the frequent kinds that change nothing; the rest go to
-  ``feed_line``, which parses only those that can change the state. A partial line whose
-  prefix already shows it is irrelevant is not buffered at all, however long it gets.
+  ``{"id":`` first). One regular-expression scan of the chunk (in C) finds the lines that
+  do not start with one of :data:`HOT_SKIPPED_PREFIXES`, the frequent kinds that change
+  nothing; only those are sliced out and go to ``feed_line``, which parses only those
+  that can change the state. A partial line whose prefix already shows it is irrelevant
+  is not buffered at all, however long it gets.
 * client lines matter only while the mapping waits for answers to server requests
   (``CodexMapping._pending``); otherwise a chunk's complete lines are skipped wholesale,
   with a single ``rfind`` for the line framing.
@@ -26,9 +26,8 @@ the same as feeding every line one by one (the property ``tests/test_lines.py`` 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
-from itertools import filterfalse, islice
-from operator import methodcaller
 
 from ._activity import Transition
 from ._codex import _STATE_METHODS, TOOL_ITEM_TYPES, CodexMapping, Direction
@@ -82,7 +81,10 @@ ends at a closing quote (or is ``{"id":``). Most are methods ``feed_line`` skips
 the item events of passive item types (codex writes ``"item"`` first in ``params`` and
 ``"type"`` first in the item) are parsed by the mapping only to change nothing."""
 
-_is_hot_skipped = methodcaller("startswith", HOT_SKIPPED_PREFIXES)
+_CANDIDATE_START = re.compile(
+    b"\\n(?!" + b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES) + b")"
+)
+"""A newline that starts a line which does not begin with a hot prefix."""
 
 
 def server_line_skipped(head: bytes) -> bool | None:
@@ -205,12 +207,17 @@ class ChunkAnalyzer:
         logger.debug("a %s line of %d+ bytes is too long to analyse; relayed only", direction, size)
 
     def _server_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
-        # Split the whole chunk rather than copy the region out of it first: its first
-        # piece (when it ended a partial line) and its last (the new partial) are skipped.
-        lines = chunk.split(b"\n")
-        region = islice(lines, 1 if start else 0, len(lines) - 1)
-        for line in filterfalse(_is_hot_skipped, region):
-            self._feed("server", line, out)
+        # The complete lines are chunk[start:last + 1]. One regular-expression scan finds
+        # the newlines *not* followed by a hot prefix: the starts of the few lines to feed.
+        if start == 0:  # the first line is not preceded by a newline in this chunk
+            if not chunk.startswith(HOT_SKIPPED_PREFIXES):
+                self._feed("server", chunk[: chunk.find(b"\n")], out)
+        else:
+            start -= 1
+        find = chunk.find
+        for match in _CANDIDATE_START.finditer(chunk, start, last):
+            begin = match.end()
+            self._feed("server", chunk[begin : find(b"\n", begin)], out)
 
     def _client_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
         for line in chunk[start:last].split(b"\n"):
