@@ -33,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError(f"no command to wrap; {_USAGE_HINT}")
-    setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    try:
+        setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    except OSError as exc:
+        raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
 
     import os
 

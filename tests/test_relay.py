@@ -546,3 +546,30 @@ def test_closed_standard_descriptors_are_not_mixed_up_with_the_childs_pipes() ->
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"hi\nbye\n", b"")
+
+
+def test_log_file_takes_the_transitions_and_stderr_stays_the_childs(tmp_path: Path) -> None:
+    log = tmp_path / "wrap.log"
+    line = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}'
+    script = f"import sys; sys.stderr.write('child says hi'); print({line.decode()!r})"
+    proc = subprocess.run(
+        [*WRAP, "--log-file", str(log), "--", PY, "-c", script],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, line + b"\n", b"child says hi")
+    text = log.read_text()
+    assert "working (turn/started)" in text
+    assert "idle (eof)" in text
+    bad = subprocess.run(
+        [*WRAP, "--log-file", str(tmp_path / "no" / "such.log"), "--", "true"],
+        env=clean_env(),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(b"codex-presence wrap: --log-file")
