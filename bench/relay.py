@@ -13,6 +13,8 @@ bench/_streams.py), it prints:
   CLOCK_MONOTONIC; a reader stamps its arrival. Direct (the reader spawns the child) vs
   through wrap; p50 and p99 of each, and the difference.
 * wrap's peak RSS (``ru_maxrss`` of the wrap process) over the throughput runs.
+* for context, the analysis alone (pre-filter + mapping on the same stream, in-process):
+  on a busy pipe it, not the copying, bounds wrap's throughput.
 
 Goals (issue 3): ratio ≥ 0.5; added p99 ≤ 1 ms; RSS ≤ 40 MB.
 """
@@ -25,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -138,6 +141,19 @@ def latencies(command: list[str], messages: int) -> list[float]:
     return values
 
 
+def analysis_speed(stream: Path) -> float:
+    """The pre-filter and mapping alone, in this process: what bounds wrap's throughput."""
+    from codex_presence._lines import ChunkAnalyzer
+
+    data = stream.read_bytes()
+    chunks = [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
+    analyzer = ChunkAnalyzer()
+    start = time.perf_counter()
+    for chunk in chunks:
+        analyzer.feed("server", chunk)
+    return len(data) / (time.perf_counter() - start) / 1e6
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -173,6 +189,9 @@ def main() -> None:
         print(f"throughput  cat | cat:          {p:8.0f} MB/s   (runs: {runs['plain']})")
         print(f"throughput  wrap -- cat:        {w:8.0f} MB/s   (runs: {runs['wrap']})")
         print(f"ratio wrap / plain:             {w / p:8.2f}      (goal >= 0.5)")
+
+        analysis = analysis_speed(stream)
+        print(f"analysis alone (ChunkAnalyzer, server side, 1 MiB chunks): {analysis:6.0f} MB/s")
 
         ticker = [PY, "-c", TICKER, str(args.messages)]
         direct = latencies(ticker, args.messages)
