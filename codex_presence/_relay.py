@@ -301,9 +301,9 @@ class Relay:
     # -- the session ---------------------------------------------------------------------
 
     async def _run(self, command: Sequence[str]) -> int:
-        child_in_r, child_in_w = os.pipe()
-        child_out_r, child_out_w = os.pipe()
-        for fd in (child_in_w, child_out_w):
+        child_in_r, self._child_in = os.pipe()
+        self._child_out, child_out_w = os.pipe()
+        for fd in (self._child_in, child_out_w):
             _grow_pipe(fd, PIPE_SIZE)
         try:
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
@@ -323,19 +323,21 @@ class Relay:
                 os.close(child_in_r)
                 os.close(child_out_w)
                 child_in_r = child_out_w = -1
-                for fd in (child_in_w, child_out_r):
+                for fd in (self._child_in, self._child_out):
                     os.set_blocking(fd, False)
                 for fd in (self._stdin, self._stdout):
                     with suppress(OSError):
                         os.set_blocking(fd, False)
                     if _is_fifo(fd):
                         _grow_pipe(fd, PIPE_SIZE)
-                return await self._supervise(process, signals, child_in_w, child_out_r)
+                return await self._supervise(process, signals)
         finally:
-            for fd in (child_in_r, child_in_w, child_out_r, child_out_w):
+            for fd in (child_in_r, child_out_w):
                 if fd >= 0:
-                    with suppress(OSError):  # closed on the way already
-                        os.close(fd)
+                    os.close(fd)
+            # Our ends: closed once, by whoever gets there first (see _close_child_*).
+            self._close_child_in()
+            self._close_child_out()
             if self._process is not None and self._process.poll() is None:
                 self._kill_group(signal.SIGKILL)
                 self._process.wait()
@@ -344,11 +346,7 @@ class Relay:
         self,
         process: subprocess.Popen[bytes],
         signals: AsyncIterator[signal.Signals],
-        child_in: int,
-        child_out: int,
     ) -> int:
-        self._child_in = child_in
-        self._child_out = child_out
         server_done = anyio.Event()
         async with anyio.create_task_group() as outer:
             if self._record_path is not None:
@@ -369,7 +367,11 @@ class Relay:
                             await server_done.wait()
                         if self._server_waiting_to_read:
                             break
+                    # Let the worker thread see the stop flag and end (within _POLL_MS)
+                    # before its descriptors are closed.
                     self._stop = True
+                    with anyio.move_on_after(1):
+                        await server_done.wait()
                     tg.cancel_scope.cancel()
             finally:
                 if self._recorder is not None:
@@ -495,7 +497,7 @@ class Relay:
             if self._analyse("server", data):
                 anyio.from_thread.run_sync(self._flush_outbox)
 
-    async def _read(self, fd: int, *, server: bool = False) -> bytes:
+    async def _read(self, fd: int) -> bytes:
         while True:
             try:
                 return os.read(fd, self._chunk_size)
@@ -505,12 +507,7 @@ class Relay:
                 if exc.errno in (errno.EIO, errno.EBADF, errno.ECONNRESET):
                     return b""  # a hung-up terminal or closed descriptor: end of input
                 raise
-            if server:
-                self._server_waiting_to_read = True
-            try:
-                await anyio.wait_readable(fd)
-            finally:
-                self._server_waiting_to_read = False
+            await anyio.wait_readable(fd)
 
     async def _write(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
