@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -573,3 +574,35 @@ def test_log_file_takes_the_transitions_and_stderr_stays_the_childs(tmp_path: Pa
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith(b"codex-presence wrap: --log-file")
+
+
+@pytest.mark.anyio
+async def test_companions_span_the_session_and_see_the_final_transition() -> None:
+    """The hook for the reporter (issue 5): entered before the child starts, left after
+    the end-of-stream transition was delivered to the observers."""
+    from contextlib import asynccontextmanager
+
+    events: list[str] = []
+
+    @asynccontextmanager
+    async def companion() -> Any:
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    in_r, in_w = os.pipe()
+    os.close(in_w)
+    out_r, out_w = os.pipe()
+    relay = Relay(
+        stdin=in_r,
+        stdout=out_w,
+        observers=[lambda t: events.append(f"{t.state.value} ({t.cause})")],
+        companions=[companion],
+    )
+    with anyio.fail_after(30):
+        status = await relay.run([PY, "-c", f"import sys; sys.stdout.buffer.write({started!r})"])
+    for fd in (in_r, out_r, out_w):
+        os.close(fd)
+    assert status == 0
+    assert events == ["enter", "working (turn/started)", "idle (eof)", "exit"]
