@@ -50,7 +50,7 @@ def add_client_options(
         "--broker",
         metavar="URL",
         default=broker_default,
-        help=f"the presence broker (default: {broker_default})",
+        help=f"the presence broker (default: {broker_default or 'none'})",
     )
     parser.add_argument("--name", metavar="NAME", help="your member name on the team")
     parser.add_argument(

@@ -59,7 +59,8 @@ class ConnectionPresence:
         if state is ConnectionState.ONLINE:
             logger.info("online: subscribed to the broker as %s", self._name)
         elif state is ConnectionState.OFFLINE:
-            logger.warning("offline%s", f": {detail}" if detail else "")
+            level = logging.ERROR if self.stopped_reason else logging.WARNING
+            logger.log(level, "offline%s", f": {detail}" if detail else "")
         else:
             logger.debug("connecting to the broker")
         if self._on_change is not None:
@@ -92,7 +93,6 @@ class ConnectionPresence:
                     self.stopped_reason = (
                         f"the broker refused the subscription (HTTP {status}); not retrying"
                     )
-                    logger.error("%s", self.stopped_reason)
                     return self.stopped_reason
                 if status != 200:
                     return f"HTTP {status}"
