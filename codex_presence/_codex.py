@@ -58,6 +58,7 @@ from ._activity import ActivitySignal, HandleKind, Transition
 __all__ = [
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
+    "STATE_METHODS",
     "TOOL_ITEM_TYPES",
     "CodexMapping",
     "Direction",
@@ -112,7 +113,7 @@ AUTOMATIC_REQUESTS: frozenset[str] = frozenset(
 
 _THREAD_ENDING_STATUSES = frozenset({"idle", "systemError", "notLoaded"})
 _WAITING_FLAGS = frozenset({"waitingOnApproval", "waitingOnUserInput"})
-_STATE_METHODS: frozenset[str] = frozenset(
+STATE_METHODS: frozenset[str] = frozenset(
     {
         "turn/started",
         "turn/completed",
@@ -126,7 +127,8 @@ _STATE_METHODS: frozenset[str] = frozenset(
     | AUTOMATIC_REQUESTS
 )
 """Every method the mapping routes; everything else is skipped before parsing."""
-_STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in _STATE_METHODS)
+_STATE_METHODS = STATE_METHODS
+_STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in STATE_METHODS)
 
 _ITEM_METHODS_BYTES = frozenset({b"item/started", b"item/completed"})
 _ITEM_TYPE_PREFIX = b'","params":{"item":{"type":"'
@@ -220,6 +222,12 @@ class CodexMapping:
     @property
     def state(self) -> str:
         return self.signal.state.value
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether a server request awaits the client's answer: only then can a client
+        line change the state (pre-filters may skip client lines otherwise)."""
+        return bool(self._pending)
 
     def feed_line(self, direction: Direction, line: bytes) -> Transition | None:
         """Feed one raw line (with or without its newline) as it crossed the wire."""
