@@ -286,7 +286,7 @@ class CodexMapping:
         if not isinstance(method, str):
             self.stats.wrong_shape += 1
             return None
-        if method not in _STATE_METHODS:
+        if method not in STATE_METHODS:
             self.stats.skipped += 1  # deltas, usage, warnings, unknown methods: no state
             return None
         return self._dispatch(method, message)
