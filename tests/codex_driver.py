@@ -31,6 +31,7 @@ __all__ = [
     "CodexSession",
     "Config",
     "codex_binary",
+    "require_codex",
     "session",
 ]
 
@@ -43,6 +44,20 @@ Predicate = Callable[[Message], bool]
 def codex_binary() -> Path:
     """The codex binary the tests use (``CODEX_PRESENCE_TEST_CODEX`` or the default path)."""
     return Path(os.environ.get("CODEX_PRESENCE_TEST_CODEX") or DEFAULT_CODEX)
+
+
+def require_codex() -> Path:
+    """The codex binary, or the end of the test: a failure under ``CI=true`` (a missing
+    binary there is a broken setup, never a reason to pass), a skip elsewhere."""
+    import pytest
+
+    binary = codex_binary()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
 
 
 @dataclass

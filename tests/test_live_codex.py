@@ -8,7 +8,6 @@ binary (``CODEX_PRESENCE_TEST_CODEX``); without it these tests skip, except unde
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import orjson
@@ -16,23 +15,11 @@ import pytest
 
 from codex_presence._recording import read_entries
 from codex_presence._replay import timeline
-from tests.codex_driver import codex_binary
 from tests.scenarios import SCENARIOS, record
 
 pytestmark = pytest.mark.codex
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
-
-
-@pytest.fixture(scope="module")
-def codex() -> Path:
-    binary = codex_binary()
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
 
 
 def expected(name: str) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.codex_driver import Config, codex_binary, session
+from tests.codex_driver import Config, require_codex, session
 from tests.fake_model import Event, FakeModel, function_call, message, running, tool_names
 
 TEAM = make_team("alice", "builder", "scout")
@@ -175,16 +175,6 @@ def test_no_token_is_a_usage_error(tmp_path: Path) -> None:
 
 
 # -- the real codex ------------------------------------------------------------------------
-
-
-def require_codex() -> Path:
-    binary = codex_binary()
-    if not binary.exists():
-        msg = f"the real codex binary is missing: {binary}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return binary
 
 
 def call_roster(body: dict[str, Any]) -> list[Event]:

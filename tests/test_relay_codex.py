@@ -9,7 +9,6 @@ without it these tests skip, except under ``CI=true``, where they fail.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -18,23 +17,11 @@ import orjson
 import pytest
 
 from codex_presence._recording import read_entries
-from tests.codex_driver import codex_binary
 from tests.scenarios import record
 
 pytestmark = pytest.mark.codex
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
-
-
-@pytest.fixture(scope="module")
-def codex() -> Path:
-    binary = codex_binary()
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
 
 
 def wrapped(codex: Path, tmp_path: Path, record_to: Path) -> Path:
