@@ -9,6 +9,7 @@ without it these tests skip, except under ``CI=true``, where they fail.
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -62,9 +63,6 @@ def test_real_codex_through_wrap(name: str, codex: Path, tmp_path: Path) -> None
 
     # wrap's stderr went where the driver puts codex's stderr; its timeline is right.
     log = (root / "codex-stderr.log").read_text(errors="replace").splitlines()
-    timeline = [
-        tuple(line.removeprefix("codex-presence: ").rstrip(")").split(" (", 1))
-        for line in log
-        if line.startswith("codex-presence: ")
-    ]
+    transition = re.compile(r"codex-presence: (idle|working|blocked) \((.+)\)$")
+    timeline = [match.groups() for line in log if (match := transition.match(line))]
     assert timeline == expected(name)
