@@ -20,10 +20,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _streams import server_stream  # noqa: E402
+from _streams import server_stream
 
-from codex_presence import encode_entry, read_entries  # noqa: E402
-from codex_presence._replay import timeline  # noqa: E402
+from codex_presence import encode_entry, read_entries
+from codex_presence._replay import timeline
 
 
 def best_of(runs: int, fn) -> float:  # type: ignore[no-untyped-def]
@@ -74,12 +74,16 @@ def main() -> None:
     t_rec = best_of(args.runs, replay_recording)
     print(f"transitions per replay: {transitions:,}")
     print(f"bare orjson.loads, stdout lines    : {n / t_bare:12,.0f} msg/s")
-    print(f"replay, plain app-server stdout    : {n / t_stdout:12,.0f} msg/s  "
-          f"ratio {t_bare / t_stdout:.2f}x the bare loop")
+    print(
+        f"replay, plain app-server stdout    : {n / t_stdout:12,.0f} msg/s  "
+        f"ratio {t_bare / t_stdout:.2f}x the bare loop"
+    )
     print(f"bare orjson.loads, recording lines : {n / t_bare_rec:12,.0f} msg/s")
-    print(f"replay, recording format           : {n / t_rec:12,.0f} msg/s  "
-          f"ratio {t_bare / t_rec:.2f}x the bare stdout loop, "
-          f"{t_bare_rec / t_rec:.2f}x the bare recording loop")
+    print(
+        f"replay, recording format           : {n / t_rec:12,.0f} msg/s  "
+        f"ratio {t_bare / t_rec:.2f}x the bare stdout loop, "
+        f"{t_bare_rec / t_rec:.2f}x the bare recording loop"
+    )
 
 
 if __name__ == "__main__":
