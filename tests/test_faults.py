@@ -1,0 +1,569 @@
+"""Faults during a live session: the broker down, killed, failing, stalling or flapping;
+the child or wrap itself dying; a client that hangs up early; a record target that fails.
+
+Every test runs the real ``codex-presence wrap`` around the scripted app-server
+(``tests/fake_app_server.py``), behind ``tests/tee_child.py`` so that what the child wrote
+is witnessed independently of wrap and compared with what the client received. Broker
+faults come from :class:`FaultProxy`, a small TCP proxy on loopback in front of a real
+broker that can refuse connections, answer 500, or hold every request for 10 s before
+passing it on. The roster is read from the real broker, around the proxy.
+
+What each fault test shows:
+
+* bytes: the client received exactly what the child wrote;
+* latency: the session never waits on the broker — a turn runs to completion while every
+  broker request is refused, failing or held unanswered (the proxy counts them), which is
+  a causal check, not a timing one;
+* convergence: once the broker is back, the roster shows the daemon's current state within
+  one heartbeat plus one capped backoff step (:data:`CONVERGE`);
+* nothing lost but superseded states: the activity sequence the roster showed (read from an
+  SSE subscriber) is a subsequence of the daemon's transitions, ending in the same state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from codex_presence._reporting import HEARTBEAT_SECONDS, Backoff
+from codex_presence._team import render_team
+from tests.broker_harness import make_team, running_broker, token_of
+from tests.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("alice")}
+REQUEST_TIMEOUT = 2.0  # the reporter's per-POST timeout
+CONVERGE = HEARTBEAT_SECONDS + Backoff().cap + REQUEST_TIMEOUT
+"""After the broker's return the roster is right within this: the next heartbeat (or the
+next retry, at most one capped backoff step away) plus one request."""
+SETTLE = 3.0  # scheduling slack on a loaded 2-core machine
+
+
+def until(predicate: Callable[[], bool], within: float, what: str = "condition") -> float:
+    """Wait (bounded) for ``predicate``; returns how long it took."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < within, f"{what} never held within {within} s"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+# -- a misbehaving network in front of the broker --------------------------------------------
+
+
+class FaultProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``upstream``, with a switchable fault.
+
+    Modes: ``pass`` (forward), ``refuse`` (nothing listens: ECONNREFUSED), ``500`` (read the
+    request head, answer 500), ``stall`` (read the request, hold it ``stall`` seconds, then
+    forward it). Switching the mode cuts every open connection, as a real outage would.
+    """
+
+    def __init__(self, upstream_port: int, *, mode: str = "pass", stall: float = 10.0) -> None:
+        self.upstream_port = upstream_port
+        self.stall = stall
+        self.mode = "pass"
+        self.counts = {"pass": 0, "500": 0, "stall": 0, "answered_after_stall": 0}
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self._cut = threading.Event()
+        self._closed = False
+        self.port = 0
+        self._listen()
+        self.set_mode(mode)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _listen(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(256)
+        sock.settimeout(0.05)
+        self.port = sock.getsockname()[1]
+        self._listener = sock
+        threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+
+    def _accept(self, sock: socket.socket) -> None:
+        while self._listener is sock:
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            with self._lock:
+                self._conns.add(conn)
+                mode = self.mode
+            threading.Thread(target=self._serve, args=(conn, mode), daemon=True).start()
+
+    def set_mode(self, mode: str) -> None:
+        assert mode in ("pass", "refuse", "500", "stall")
+        with self._lock:
+            self.mode = mode
+            conns, self._conns = self._conns, set()
+            cut, self._cut = self._cut, threading.Event()
+        cut.set()
+        for conn in conns:
+            with suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        if mode == "refuse" and self._listener is not None:
+            listener, self._listener = self._listener, None
+            listener.close()
+        elif mode != "refuse" and self._listener is None and not self._closed:
+            self._listen()
+
+    def close(self) -> None:
+        self._closed = True
+        self.set_mode("refuse")
+
+    def _track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._conns.add(sock)
+
+    def _serve(self, conn: socket.socket, mode: str) -> None:
+        try:
+            if mode == "500":
+                self.counts["500"] += 1
+                _read_head(conn)
+                conn.sendall(
+                    b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n"
+                    b"connection: close\r\n\r\n"
+                )
+                return
+            head = b""
+            if mode == "stall":
+                self.counts["stall"] += 1
+                head = _read_head(conn)
+                if self._cut.wait(self.stall):
+                    return  # the fault ended first: the connection was cut
+                self.counts["answered_after_stall"] += 1
+            self.counts["pass"] += 1
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
+            upstream.settimeout(None)
+            self._track(upstream)
+            upstream.sendall(head)
+            pump = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+            pump.start()
+            _pump(conn, upstream)
+            pump.join(30)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+def _read_head(conn: socket.socket) -> bytes:
+    data = b""
+    conn.settimeout(5)
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    conn.settimeout(None)
+    return data
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while chunk := src.recv(65536):
+            dst.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        with suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+# -- watching the session and the roster -------------------------------------------------------
+
+
+class RosterWatch:
+    """An SSE subscriber (bob) on the real broker that records alice's shown activity."""
+
+    def __init__(self, url: str, name: str = "alice") -> None:
+        self.url = url
+        self.name = name
+        self.shown: list[str] = ["idle"]
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        until(lambda: self.ready, 10, "the watcher's first roster")
+
+    ready = False
+
+    def _note(self, presence: dict[str, Any]) -> None:
+        if presence.get("name") == self.name:
+            activity = presence.get("activity", "idle")
+            if self.shown[-1] != activity:
+                self.shown.append(activity)
+
+    def _run(self) -> None:
+        headers = {"authorization": f"Bearer {token_of('bob')}"}
+        timeout = httpx.Timeout(5.0, read=None)
+        with (
+            httpx.Client(timeout=timeout) as client,
+            client.stream("GET", self.url + "/subscribe?name=bob", headers=headers) as stream,
+        ):
+            event = ""
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    data = orjson.loads(line[6:])
+                    if event == "roster":
+                        for presence in data["members"]:
+                            self._note(presence)
+                        self.ready = True
+                    elif event == "presence":
+                        self._note(data)
+
+    def join(self) -> None:
+        self._thread.join(15)  # the broker's shutdown ends the stream
+        assert not self._thread.is_alive()
+
+
+_TRANSITION = re.compile(rb"codex-presence: (idle|working|blocked) \(")
+
+
+def truth(wrap: WrapProcess) -> list[str]:
+    """The daemon's transitions, in order, from its log (starting idle)."""
+    states = ["idle"]
+    for state in _TRANSITION.findall(bytes(wrap.stderr)):
+        if states[-1] != state.decode():
+            states.append(state.decode())
+    return states
+
+
+def is_subsequence(short: list[str], long: list[str]) -> bool:
+    it = iter(long)
+    return all(any(x == y for y in it) for x in short)
+
+
+def activity(url: str, name: str = "alice") -> str:
+    roster = httpx.get(url + "/roster", headers={"authorization": f"Bearer {token_of('bob')}"})
+    (me,) = [p for p in roster.json() if p["name"] == name]
+    return str(me.get("activity", "idle"))
+
+
+def connected(url: str, name: str = "alice") -> int:
+    roster = httpx.get(url + "/roster", headers={"authorization": f"Bearer {token_of('bob')}"})
+    (me,) = [p for p in roster.json() if p["name"] == name]
+    return int(me["connected"])
+
+
+@contextmanager
+def teed_wrap(tmp_path: Path, broker_url: str, *extra: str) -> Iterator[WrapProcess]:
+    child = [PY, str(HERE / "tee_child.py"), str(tmp_path / "child.out"), *FAKE_APP_SERVER]
+    options = ["--broker", broker_url, "--name", "alice", *extra]
+    with WrapProcess(options, child, env=TOKEN) as wrap:
+        yield wrap
+
+
+def child_wrote(tmp_path: Path) -> bytes:
+    return (tmp_path / "child.out").read_bytes()
+
+
+def child_pid(wrap: WrapProcess) -> int:
+    """The fake app-server's pid, as tee_child announced it on (wrap's) stderr."""
+    until(lambda: b"tee_child child=" in wrap.stderr, 10, "tee_child's announcement")
+    match = re.search(rb"tee_child child=(\d+)", bytes(wrap.stderr))
+    assert match is not None
+    return int(match.group(1))
+
+
+def approve(wrap: WrapProcess, request: dict[str, Any]) -> None:
+    wrap.send({"id": request["id"], "result": {"decision": "accept"}})
+
+
+def blocked_turn(wrap: WrapProcess, turn: int) -> dict[str, Any]:
+    wrap.start_turn(turn, approval=True, deltas=3, delay_ms=5)
+    request: dict[str, Any] = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+    return request
+
+
+# -- broker faults during a live turn ---------------------------------------------------------
+
+
+def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]), mode="refuse")
+        watch = RosterWatch(broker.url)
+        try:
+            with teed_wrap(tmp_path, proxy.url) as wrap:
+                wrap.start_turn(1, deltas=20, delay_ms=5)  # the relay works with no broker
+                wrap.wait_for(is_note("turn/completed"))
+                request = blocked_turn(wrap, 2)
+                assert activity(broker.url) == "idle"  # nothing got through
+                proxy.set_mode("pass")
+                took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
+                until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
+                approve(wrap, request)
+                wrap.wait_for(is_note("turn/completed"))
+                until(lambda: activity(broker.url) == "idle", 5)
+                assert wrap.close() == 0
+                assert wrap.stdout == child_wrote(tmp_path)
+        finally:
+            proxy.close()
+    watch.join()
+    assert took < CONVERGE + SETTLE
+    assert is_subsequence(watch.shown, truth(wrap)), (watch.shown, truth(wrap))
+    assert watch.shown[-1] == truth(wrap)[-1] == "idle"
+    assert "blocked" in watch.shown
+
+
+@pytest.mark.parametrize("fault", ["500", "stall", "refuse"])
+def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault: str) -> None:
+    """The broker fails while the member is blocked; the client approves, the turn runs to
+    its end and a second turn blocks, all during the fault; then the broker comes back."""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]), stall=10.0)
+        watch = RosterWatch(broker.url)
+        try:
+            with teed_wrap(tmp_path, proxy.url) as wrap:
+                until(lambda: connected(broker.url) == 1, 10, "subscribed")
+                request = blocked_turn(wrap, 1)
+                until(lambda: activity(broker.url) == "blocked", 5)
+                proxy.set_mode(fault)
+                approve(wrap, request)  # working, then idle: the broker hears none of it
+                wrap.wait_for(is_note("turn/completed"))
+                request = blocked_turn(wrap, 2)
+                if fault != "refuse":
+                    until(lambda: proxy.counts[fault] > 0, 10, "a request met the fault")
+                if fault == "stall":
+                    # Both turns ran while no broker request had been answered.
+                    assert proxy.counts["answered_after_stall"] == 0
+                    # Hold the fault past the stall so held requests are answered late.
+                    until(lambda: proxy.counts["answered_after_stall"] > 0, 15, "a late answer")
+                proxy.set_mode("pass")
+                took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
+                until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
+                approve(wrap, request)
+                wrap.wait_for(is_note("turn/completed"))
+                until(lambda: activity(broker.url) == "idle", 5)
+                assert wrap.close() == 0
+                assert wrap.stdout == child_wrote(tmp_path)
+                assert wrap.stdout.count(b'"turn/completed"') == 2
+        finally:
+            proxy.close()
+    watch.join()
+    assert took < CONVERGE + SETTLE
+    shown, held = watch.shown, truth(wrap)
+    assert is_subsequence(shown, held), (shown, held)
+    assert shown[-1] == held[-1] == "idle"
+    # The broker held "blocked" through the fault (its TTL had not run out) and the daemon's
+    # working/idle/blocked in between were superseded: the roster went on showing blocked.
+    assert shown[:2] == ["idle", "blocked"] and "working" in shown
+
+
+def test_a_flapping_broker(tmp_path: Path) -> None:
+    """Connections refused and accepted in turn every 0.2-0.5 s while turns run."""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]))
+        watch = RosterWatch(broker.url)
+        stop = threading.Event()
+
+        def flap() -> None:
+            for k in range(40):  # bounded: at most ~14 s
+                if stop.wait(0.2 + 0.3 * (k % 2)):
+                    return
+                proxy.set_mode("refuse" if k % 2 == 0 else "pass")
+
+        try:
+            with teed_wrap(tmp_path, proxy.url) as wrap:
+                flapper = threading.Thread(target=flap, daemon=True)
+                flapper.start()
+                for turn in range(1, 7):
+                    wrap.start_turn(turn, approval=turn % 2 == 0, deltas=10, delay_ms=20)
+                    if turn % 2 == 0:
+                        request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+                        time.sleep(0.3)
+                        approve(wrap, request)
+                    wrap.wait_for(is_note("turn/completed"))
+                request = blocked_turn(wrap, 7)
+                stop.set()
+                flapper.join(5)
+                proxy.set_mode("pass")
+                took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
+                approve(wrap, request)
+                wrap.wait_for(is_note("turn/completed"))
+                until(lambda: activity(broker.url) == "idle", 5)
+                until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
+                assert wrap.close() == 0
+                assert wrap.stdout == child_wrote(tmp_path)
+        finally:
+            proxy.close()
+    watch.join()
+    assert took < CONVERGE + SETTLE
+    assert is_subsequence(watch.shown, truth(wrap)), (watch.shown, truth(wrap))
+    assert watch.shown[-1] == "idle"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def broker_process(team: Path, port: int, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [PY, "-m", "codex_presence", "broker", "--team", str(team), "--port", str(port), *extra],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "broker did not start"
+            with suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
+    """A restarted broker knows nothing; the daemon's next heartbeat (or retry) tells it."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with teed_wrap(tmp_path, url) as wrap:
+        with broker_process(team, port) as first:
+            until(lambda: connected(url) == 1, 10, "subscribed")
+            request = blocked_turn(wrap, 1)
+            until(lambda: activity(url) == "blocked", 5)
+            first.kill()
+            first.wait(10)
+        approve(wrap, request)  # the turn goes on with no broker at all
+        wrap.wait_for(is_note("turn/completed"))
+        request = blocked_turn(wrap, 2)
+        with broker_process(team, port):
+            took = until(lambda: activity(url) == "blocked", CONVERGE + SETTLE)
+            until(lambda: connected(url) == 1, 10 + SETTLE, "resubscribed")
+            approve(wrap, request)
+            wrap.wait_for(is_note("turn/completed"))
+            until(lambda: activity(url) == "idle", 5)
+            assert wrap.close() == 0
+    assert wrap.stdout == child_wrote(tmp_path)
+    assert took < CONVERGE + SETTLE
+
+
+# -- process faults -------------------------------------------------------------------------
+
+
+def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path) -> None:
+    with (
+        running_broker(team=make_team("alice", "bob")) as broker,
+        teed_wrap(tmp_path, broker.url) as wrap,
+    ):
+        wrap.start_turn(1, deltas=500, delay_ms=20)
+        wrap.wait_for(is_note("turn/started"))
+        until(lambda: activity(broker.url) == "working", 5)
+        os.kill(child_pid(wrap), signal.SIGKILL)
+        assert wrap.proc.wait(20) == 128 + signal.SIGKILL  # tee_child passes it on
+        took = until(lambda: activity(broker.url) == "idle", 5)
+        wrap.close()
+    assert took < 1.0 + SETTLE  # "within a second" of the exit (the grace), plus slack
+    assert wrap.stdout == child_wrote(tmp_path)
+    assert b"idle (eof)" in wrap.stderr or b"idle (" in wrap.stderr
+
+
+def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
+    """The client hangs up during an approval: the child sees EOF and exits 0 with its turn
+    in flight; wrap keeps that status and the roster goes idle within about a second."""
+    with (
+        running_broker(team=make_team("alice", "bob")) as broker,
+        teed_wrap(tmp_path, broker.url) as wrap,
+    ):
+        blocked_turn(wrap, 1)
+        until(lambda: activity(broker.url) == "blocked", 5)
+        assert wrap.proc.stdin is not None
+        wrap.proc.stdin.close()
+        assert wrap.proc.wait(20) == 0
+        took = until(lambda: activity(broker.url) == "idle", 5)
+        wrap.close()
+    assert took < 1.0 + SETTLE
+    assert wrap.stdout == child_wrote(tmp_path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
+    tmp_path: Path,
+) -> None:
+    ttl = 2.0
+    with (
+        running_broker(team=make_team("alice", "bob"), activity_ttl=ttl) as broker,
+        teed_wrap(tmp_path, broker.url) as wrap,
+    ):
+        wrap.start_turn(1, deltas=1000, delay_ms=20)
+        wrap.wait_for(is_note("turn/started"))
+        until(lambda: activity(broker.url) == "working", 5)
+        until(lambda: connected(broker.url) == 1, 5)
+        child = child_pid(wrap)
+        wrap.proc.kill()  # no chance to report idle
+        wrap.proc.wait(10)
+        killed = time.monotonic()
+        until(lambda: not _alive(child), 10, "the child died with wrap")
+        until(lambda: activity(broker.url) == "idle", ttl + SETTLE, "the TTL lapse")
+        lapsed = time.monotonic() - killed
+        until(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
+    assert lapsed < ttl + SETTLE
+
+
+# -- --record on a failing target, through the real command ---------------------------------
+
+_READ_ONLY = "/sys/kernel/notes"  # a read-only sysfs attribute: EACCES even for root
+
+
+@pytest.mark.parametrize("target", ["/dev/full", _READ_ONLY])
+def test_record_on_a_full_or_read_only_target(tmp_path: Path, target: str) -> None:
+    """In-process variants (ENOSPC, ENOENT, EACCES) are in test_relay.py; this one runs the
+    command, as root too (a read-only directory does not stop root, sysfs does)."""
+    assert Path(target).exists(), f"{target} is needed for this test"
+    with WrapProcess(
+        ["--record", target],
+        [PY, str(HERE / "tee_child.py"), str(tmp_path / "child.out"), *FAKE_APP_SERVER],
+    ) as wrap:
+        for turn in range(1, 4):
+            wrap.start_turn(turn, deltas=200)
+            wrap.wait_for(is_note("turn/completed"))
+        assert wrap.close() == 0
+    assert wrap.stdout == child_wrote(tmp_path)
+    assert wrap.stdout.count(b'"turn/completed"') == 3
+    assert wrap.stderr.count(b"stopped") == 1  # said once that recording failed
+    assert f"recording to {target} stopped".encode() in wrap.stderr
