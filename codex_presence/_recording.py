@@ -13,6 +13,7 @@ writes ``t`` and ``from`` before ``msg``.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,7 +22,14 @@ import orjson
 
 from ._codex import Direction
 
-__all__ = ["Entry", "RecordingFormat", "detect_format", "encode_entry", "read_entries"]
+__all__ = [
+    "Entry",
+    "RecordingFormat",
+    "detect_format",
+    "encode_entry",
+    "read_entries",
+    "read_relevant_entries",
+]
 
 RecordingFormat = Literal["recording", "server-stdout"]
 
@@ -89,6 +97,18 @@ def detect_format(first_line: bytes) -> RecordingFormat:
     return "recording" if _as_entry(1, value) is not None else "server-stdout"
 
 
+def _entry(number: int, line: bytes, fmt: RecordingFormat) -> Entry:
+    """The entry for one stripped, non-empty line of a file of format ``fmt``."""
+    if fmt == "server-stdout":
+        return Entry(line=number, t=None, direction="server", message=None, raw=line)
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return Entry(line=number, t=None, direction="server", message=None, raw=line)
+    entry = _as_entry(number, value)
+    return entry if entry is not None else Entry(number, None, "server", value)
+
+
 def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
     """Entries of a recording or of plain server stdout, detected from the first line.
 
@@ -103,13 +123,56 @@ def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
             continue
         if fmt is None:
             fmt = detect_format(stripped)
-        if fmt == "server-stdout":
-            yield Entry(line=number, t=None, direction="server", message=None, raw=stripped)
-            continue
-        try:
-            value = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            yield Entry(line=number, t=None, direction="server", message=None, raw=stripped)
-            continue
-        entry = _as_entry(number, value)
-        yield entry if entry is not None else Entry(number, None, "server", value)
+        yield _entry(number, stripped, fmt)
+
+
+def _skip_alternation() -> bytes:
+    from ._lines import HOT_SKIPPED_PREFIXES
+
+    return b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES)
+
+
+_CANDIDATES: dict[RecordingFormat, re.Pattern[bytes]] = {}
+
+
+def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
+    """A newline that starts a line which may change the state (see read_relevant_entries)."""
+    if fmt not in _CANDIDATES:
+        skip = _skip_alternation()
+        head = b"" if fmt == "server-stdout" else rb'\{"t":[-+0-9.eE]+,"from":"server","msg":'
+        _CANDIDATES[fmt] = re.compile(rb"\n(?!" + head + rb"(?:" + skip + rb"))")
+    return _CANDIDATES[fmt]
+
+
+def read_relevant_entries(data: bytes) -> Iterator[Entry]:
+    """:func:`read_entries` of a whole file, minus the lines that cannot change the state.
+
+    Streaming deltas, the server's responses and the like (the relay's
+    ``HOT_SKIPPED_PREFIXES``, each a prefix of the line as codex writes it, or of its
+    ``msg`` as the recorder writes it) are most of a session. One regular-expression scan
+    finds the other lines, so the skipped ones cost no Python at all; the timeline is the
+    same as feeding every entry. The file's last entry always comes, for its time.
+    """
+    start = 0
+    while start < len(data) and data[start] in b" \t\r\n":
+        start += 1
+    if start == len(data):
+        return
+    first_end = data.find(b"\n", start)
+    first_end = len(data) if first_end < 0 else first_end
+    fmt = detect_format(data[start:first_end].strip())
+    number = data.count(b"\n", 0, start) + 1
+    yield _entry(number, data[start:first_end].strip(), fmt)
+    last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1
+    counted_to, last_fed = first_end, start
+    for match in _candidates(fmt).finditer(data, first_end):
+        begin = match.end()
+        number += data.count(b"\n", counted_to, begin)
+        counted_to = begin
+        end = data.find(b"\n", begin)
+        line = data[begin : len(data) if end < 0 else end].strip()
+        if line:
+            last_fed = begin
+            yield _entry(number, line, fmt)
+    if last_start > last_fed:
+        yield _entry(data.count(b"\n", 0, last_start) + 1, data[last_start:].strip(), fmt)

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 
 from ._codex import CodexMapping
-from ._recording import Entry, read_entries
+from ._recording import Entry, read_relevant_entries
 
 __all__ = [
     "TimelineBuilder",
@@ -116,7 +116,7 @@ async def replay_paths(
     for path in paths:
         with path.open("rb") as stream:
             data = stream.read()
-        entries = read_entries(data.splitlines())
+        entries = read_relevant_entries(data)
         if speed is None:
             for row in iter_timeline(entries):
                 on_row(path, row)
