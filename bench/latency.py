@@ -1,0 +1,346 @@
+"""How fast wrap's reports reach the roster, and what an idle wrap costs (issue 5).
+
+Starts a real broker (``create_app`` behind ``BrokerServer``, production defaults) in a
+subprocess on a free loopback port, with one addition: an ASGI middleware that counts the
+HTTP requests it receives, by method and path (read back at ``/_bench/requests``, which
+counts nothing). This process holds one SSE subscription (as ``bob``) and timestamps every
+``presence`` event with ``time.monotonic()`` (CLOCK_MONOTONIC: one clock for every process
+on the machine).
+
+(a) Latency, child write -> the new activity shown by the broker. A small child script
+    (not codex) sits behind ``codex-presence wrap --broker URL --name alice``; on each
+    command from us it stamps ``time.monotonic()`` into an app-server message that changes
+    the state (``turn/started`` -> working, ``thread/status/changed`` with
+    ``waitingOnApproval`` -> blocked, flags cleared -> working, status idle -> idle) and
+    writes it. The latency is the SSE event's arrival minus that stamp: the relay, the
+    mapping, the reporter's POST, the broker, its fan-out and the stream, end to end.
+    Baseline, same run, same subscriber: ``carol`` POSTs ``/presence/activity`` directly
+    (no wrap), timed from just before the request to the event. Steps are ``--gap``
+    seconds apart (more than the broker's 50 ms fan-out interval, so each change is its
+    own batch, as one runner's transitions are in practice); the SSE event is sent after
+    the broker's state changed, so a ``GET /roster`` at that moment shows the new activity
+    (checked once at the end of each run).
+
+(b) Idle cost: the same wrap, its child idle (blocked on stdin), for ``--idle-seconds``.
+    Requests: the broker's request counters just before and after the window (wrap's one
+    long-lived ``GET /subscribe``, opened before, is held, not repeated: it counts once, at
+    connect, outside the window). CPU: the wrap process's utime+stime from
+    ``/proc/<pid>/stat`` (all its threads, clock-tick resolution) and, finer, the sum of
+    ``/proc/<pid>/task/*/schedstat`` run times (nanoseconds; threads alive at both ends).
+
+Goals: (a) p50 <= 5 ms, p99 <= 20 ms; (b) 0 requests, <= 5 ms CPU per minute.
+
+    .venv/bin/python bench/latency.py [--transitions 400] [--gap 0.06] [--idle-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import aconnect_sse
+
+HOST = "127.0.0.1"
+MEMBERS = ("alice", "bob", "carol")
+CYCLE = ("work", "block", "unblock", "idle")
+EXPECTED = {"work": "working", "block": "blocked", "unblock": "working", "idle": None}
+BASELINE_STATE = {"work": "working", "block": "blocked", "unblock": "working", "idle": "idle"}
+
+
+def token_of(name: str) -> str:
+    return f"cp_bench-token-of-{name}"
+
+
+# -- the child: a stand-in app-server that writes a state change when told to -------------
+
+CHILD = r'''
+import sys, time
+import orjson
+
+out, inp = sys.stdout.buffer, sys.stdin.buffer
+turn = 0
+for line in inp:
+    do = orjson.loads(line)["params"]["do"]
+    t = time.monotonic()
+    if do == "work":
+        turn += 1
+        msg = {"method": "turn/started", "params": {"threadId": "th", "turn": {"id": f"tu{turn}",
+               "items": [], "status": "inProgress"}, "benchT": t}}
+    elif do in ("block", "unblock"):
+        flags = ["waitingOnApproval"] if do == "block" else []
+        msg = {"method": "thread/status/changed", "params": {"threadId": "th",
+               "status": {"type": "active", "activeFlags": flags}, "benchT": t}}
+    else:
+        msg = {"method": "thread/status/changed", "params": {"threadId": "th",
+               "status": {"type": "idle"}, "benchT": t}}
+    out.write(orjson.dumps(msg) + b"\n")
+    out.flush()
+'''
+
+
+# -- the broker, in its own process, with request counters ---------------------------------
+
+
+class CountRequests:
+    """ASGI middleware: count every HTTP request by ``METHOD path``."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.counts: Counter[str] = Counter()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            if scope["path"] == "/_bench/requests":
+                body = orjson.dumps(self.counts)
+                headers = [(b"content-type", b"application/json")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+            self.counts[f"{scope['method']} {scope['path']}"] += 1
+        await self.app(scope, receive, send)
+
+
+def serve_broker() -> None:
+    import uvicorn
+
+    from codex_presence._broker import BrokerServer, create_app, listen_socket
+    from codex_presence._team import Member, Team, hash_token
+
+    team = Team(name="bench", members=tuple(Member(n, None, hash_token(token_of(n))) for n in MEMBERS))
+    app = create_app(team=team)
+    sock = listen_socket(HOST, 0)
+    config = uvicorn.Config(
+        CountRequests(app), log_config=None, log_level="warning", lifespan="on",
+        timeout_graceful_shutdown=3,
+    )  # fmt: skip
+
+    def announce() -> None:
+        sys.stdout.write(f"{sock.getsockname()[1]}\n")
+        sys.stdout.flush()
+
+    BrokerServer(config, broker=app.state.broker, on_started=announce).run(sockets=[sock])
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+class Watch:
+    """Our SSE subscription: the latest activity per member, and when each event came."""
+
+    def __init__(self) -> None:
+        self.activity: dict[str, str | None] = {}
+        self.connected: dict[str, int] = {}
+        self.changed = asyncio.Condition()
+        self.events = 0
+        self.at = 0.0
+
+    async def run(self, client: httpx.AsyncClient) -> None:
+        timeout = httpx.Timeout(5.0, read=None)
+        async with aconnect_sse(
+            client, "GET", "/subscribe", params={"name": "bob"}, timeout=timeout
+        ) as source:
+            source.response.raise_for_status()
+            async for event in source.aiter_sse():
+                now = time.monotonic()
+                if event.event == "roster":
+                    rows = orjson.loads(event.data)["members"]
+                elif event.event == "presence":
+                    rows = [orjson.loads(event.data)]
+                else:
+                    continue
+                async with self.changed:
+                    self.events += 1
+                    for row in rows:
+                        self.activity[row["name"]] = row.get("activity")
+                        self.connected[row["name"]] = row["connected"]
+                    self.at = now
+                    self.changed.notify_all()
+
+    async def until(self, name: str, activity: str | None, within: float = 5.0) -> float:
+        """Wait for ``name`` to show ``activity``; the arrival time of that event."""
+        async with self.changed:
+            await asyncio.wait_for(
+                self.changed.wait_for(lambda: self.activity.get(name, "?") == activity), within
+            )
+            return self.at
+
+    async def until_connected(self, name: str, count: int, within: float = 10.0) -> None:
+        async with self.changed:
+            await asyncio.wait_for(
+                self.changed.wait_for(lambda: self.connected.get(name) == count), within
+            )
+
+
+def summary(label: str, ms: list[float]) -> str:
+    q = statistics.quantiles(ms, n=100, method="inclusive")
+    return (
+        f"  {label:<34} n={len(ms):<4} p50 {statistics.median(ms):6.2f} ms   "
+        f"p90 {q[89]:6.2f} ms   p99 {q[98]:6.2f} ms   max {max(ms):6.2f} ms"
+    )
+
+
+async def roster_activity(client: httpx.AsyncClient, name: str) -> str | None:
+    rows = (await client.get("/roster")).json()
+    (row,) = [r for r in rows if r["name"] == name]
+    activity: str | None = row.get("activity")
+    return activity
+
+
+async def baseline(url: str, watch: Watch, steps: int, gap: float) -> list[float]:
+    """carol POSTs her activity herself: the broker's own POST -> SSE latency."""
+    headers = {"authorization": f"Bearer {token_of('carol')}"}
+    out: list[float] = []
+    async with httpx.AsyncClient(base_url=url, headers=headers, trust_env=False) as carol:
+        await carol.get("/healthz")  # the connection is open before the first timing
+        for i in range(steps):
+            do = CYCLE[i % len(CYCLE)]
+            t0 = time.monotonic()
+            post = asyncio.create_task(
+                carol.post("/presence/activity", json={"state": BASELINE_STATE[do]})
+            )
+            seen = await watch.until("carol", EXPECTED[do])
+            (await post).raise_for_status()
+            out.append((seen - t0) * 1000)
+            await asyncio.sleep(gap)
+        assert await roster_activity(carol, "carol") is None
+    return out
+
+
+def cpu_ticks_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_schedstat(pid: int) -> dict[str, int]:
+    """Run time in ns of each thread of ``pid`` (``/proc/<pid>/task/<tid>/schedstat``)."""
+    out: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[task.name] = int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
+
+
+async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
+    bob = {"authorization": f"Bearer {token_of('bob')}"}
+    async with httpx.AsyncClient(base_url=url, headers=bob, trust_env=False) as client:
+        watch = Watch()
+        watcher = asyncio.create_task(watch.run(client))
+        await watch.until_connected("bob", 1)
+
+        # (a) baseline first, then the same steps through wrap.
+        base = await baseline(url, watch, args.transitions, args.gap)
+
+        child = tmp / "child.py"
+        child.write_text(CHILD)
+        token_file = tmp / "alice.token"
+        token_file.write_text(token_of("alice") + "\n")
+        token_file.chmod(0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+        wrap = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "codex_presence", "wrap", "-q",
+            "--broker", url, "--name", "alice", "--token-file", str(token_file),
+            "--", sys.executable, str(child),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert wrap.stdin is not None and wrap.stdout is not None
+        await watch.until_connected("alice", 1)
+        through: list[float] = []
+        for i in range(args.transitions):
+            do = CYCLE[i % len(CYCLE)]
+            wrap.stdin.write(orjson.dumps({"method": "bench/emit", "params": {"do": do}}) + b"\n")
+            await wrap.stdin.drain()
+            written = orjson.loads(await wrap.stdout.readline())["params"]["benchT"]
+            seen = await watch.until("alice", EXPECTED[do])
+            through.append((seen - written) * 1000)
+            await asyncio.sleep(args.gap)
+        assert await roster_activity(client, "alice") is None
+
+        print(f"(a) child write -> activity shown by the broker (SSE), gap {args.gap * 1000:.0f} ms")
+        print(summary("baseline: direct POST (no wrap)", base))
+        print(summary("through wrap (child -> broker)", through))
+        p50, p99 = statistics.median(through), statistics.quantiles(through, n=100)[98]
+        print(
+            f"  wrap adds p50 {p50 - statistics.median(base):+.2f} ms; "
+            f"ratio p50 {p50 / statistics.median(base):.2f}x baseline"
+        )
+        print(
+            f"  goal p50 <= 5 ms: {'met' if p50 <= 5 else 'MISSED'}; "
+            f"p99 <= 20 ms: {'met' if p99 <= 20 else 'MISSED'}"
+        )
+
+        # (b) the same wrap, idle. Let the last report and any retry settle first.
+        await asyncio.sleep(2.0)
+        raw = httpx.get(url + "/_bench/requests", trust_env=False)
+        before: Counter[str] = Counter(raw.json())
+        events_before = watch.events
+        pid = wrap.pid
+        ticks0, sched0 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
+        await asyncio.sleep(args.idle_seconds)
+        ticks1, sched1 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
+        after: Counter[str] = Counter(
+            httpx.get(url + "/_bench/requests", trust_env=False).json()
+        )
+        during = after - before
+        run_ns = sum(sched1[t] - sched0[t] for t in sched1 if t in sched0)
+        per_minute = 60 / args.idle_seconds
+        print(f"(b) idle wrap (child idle, broker configured) over {args.idle_seconds:g} s")
+        print(
+            f"  requests the broker received: {sum(during.values())} "
+            f"{dict(during) or ''}(wrap's one GET /subscribe is held from before the window)"
+        )
+        print(
+            f"  wrap CPU: {(ticks1 - ticks0) * 1000:.0f} ms utime+stime (/proc stat, "
+            f"{1000 / os.sysconf('SC_CLK_TCK'):.0f} ms ticks); {run_ns / 1e6:.2f} ms run time "
+            f"(schedstat, {len(sched1)} threads) = {run_ns / 1e6 * per_minute:.2f} ms/min"
+        )
+        print(f"  SSE events to our subscriber meanwhile: {watch.events - events_before}")
+        print(
+            f"  goal 0 requests: {'met' if not during else 'MISSED'}; <= 5 ms CPU/min: "
+            f"{'met' if run_ns / 1e6 * per_minute <= 5 else 'MISSED'}"
+        )
+
+        wrap.stdin.close()
+        await asyncio.wait_for(wrap.wait(), 10)
+        watcher.cancel()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--transitions", type=int, default=400)
+    parser.add_argument("--gap", type=float, default=0.06, help="seconds between transitions")
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--serve-broker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_broker:
+        serve_broker()
+        return
+    broker = subprocess.Popen(
+        [sys.executable, __file__, "--serve-broker"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert broker.stdout is not None
+        port = int(broker.stdout.readline())
+        print(f"broker pid {broker.pid} on {HOST}:{port}; {os.cpu_count()} CPUs, "
+              f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(bench(f"http://{HOST}:{port}", args, Path(tmp)))
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+if __name__ == "__main__":
+    main()
