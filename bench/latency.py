@@ -64,7 +64,7 @@ def token_of(name: str) -> str:
 
 # -- the child: a stand-in app-server that writes a state change when told to -------------
 
-CHILD = r'''
+CHILD = r"""
 import sys, time
 import orjson
 
@@ -86,7 +86,7 @@ for line in inp:
                "status": {"type": "idle"}, "benchT": t}}
     out.write(orjson.dumps(msg) + b"\n")
     out.flush()
-'''
+"""
 
 
 # -- the broker, in its own process, with request counters ---------------------------------
@@ -117,7 +117,8 @@ def serve_broker() -> None:
     from codex_presence._broker import BrokerServer, create_app, listen_socket
     from codex_presence._team import Member, Team, hash_token
 
-    team = Team(name="bench", members=tuple(Member(n, None, hash_token(token_of(n))) for n in MEMBERS))
+    members = tuple(Member(n, None, hash_token(token_of(n))) for n in MEMBERS)
+    team = Team(name="bench", members=members)
     app = create_app(team=team)
     sock = listen_socket(HOST, 0)
     config = uvicorn.Config(
@@ -268,7 +269,8 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
             await asyncio.sleep(args.gap)
         assert await roster_activity(client, "alice") is None
 
-        print(f"(a) child write -> activity shown by the broker (SSE), gap {args.gap * 1000:.0f} ms")
+        gap_ms = args.gap * 1000
+        print(f"(a) child write -> activity shown by the broker (SSE), gap {gap_ms:.0f} ms")
         print(summary("baseline: direct POST (no wrap)", base))
         print(summary("through wrap (child -> broker)", through))
         p50, p99 = statistics.median(through), statistics.quantiles(through, n=100)[98]
@@ -283,16 +285,13 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
 
         # (b) the same wrap, idle. Let the last report and any retry settle first.
         await asyncio.sleep(2.0)
-        raw = httpx.get(url + "/_bench/requests", trust_env=False)
-        before: Counter[str] = Counter(raw.json())
+        before: Counter[str] = Counter((await client.get("/_bench/requests")).json())
         events_before = watch.events
         pid = wrap.pid
         ticks0, sched0 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
         await asyncio.sleep(args.idle_seconds)
         ticks1, sched1 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
-        after: Counter[str] = Counter(
-            httpx.get(url + "/_bench/requests", trust_env=False).json()
-        )
+        after: Counter[str] = Counter((await client.get("/_bench/requests")).json())
         during = after - before
         run_ns = sum(sched1[t] - sched0[t] for t in sched1 if t in sched0)
         per_minute = 60 / args.idle_seconds
