@@ -12,7 +12,8 @@ Endpoints
     content type, if given, must be ``application/json``). Keyed on the authenticated
     member: nothing in the body can name anyone else. 204 on success; 401 without or with a
     wrong token; 415 for another content type; 413 past ``max_body`` bytes (enforced while
-    reading, so a huge body is never buffered); 400 ``{"error": reason}`` for anything else.
+    reading, so a huge body is never buffered); 408 for a body still arriving after
+    ``BODY_TIMEOUT`` s; 400 ``{"error": reason}`` for anything else.
 ``GET /subscribe?name=<self>``
     Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name``, 429
     past ``max_subscribers`` streams for one member). An SSE stream held open; while it is
@@ -62,6 +63,9 @@ event and is exact in ``GET /roster``.
 Authentication is in one place, :meth:`Broker.authenticate`, which asks each
 :data:`Authenticator` in turn (the bearer header first). A session cookie is added by
 passing one more authenticator to :class:`Broker` (or to :func:`create_app`).
+
+:class:`BrokerServer` also bounds what a connection costs before the app sees a request
+(a deadline and a size cap on each request head: :mod:`._http_guard`).
 """
 
 from __future__ import annotations
@@ -109,6 +113,7 @@ KEEPALIVE = 15.0
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 MAX_SUBSCRIBERS = 32
+BODY_TIMEOUT = 10.0
 _LOG_SIZE = 64
 _STATES = {state.value: state for state in ActivityState}
 _SSE_HEADERS = [
@@ -467,12 +472,15 @@ def create_app(
             return too_big if length.isdigit() else _error(400, "bad Content-Length")
         body = b""
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_body:
-                    return too_big
+            with anyio.fail_after(BODY_TIMEOUT):  # a body that never ends costs 10 s, no more
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > max_body:
+                        return too_big
         except ClientDisconnect:
             return _error(400, "the client went away")
+        except TimeoutError:
+            return _error(408, f"the body took over {BODY_TIMEOUT:g} s", {"connection": "close"})
         state = _parse_state(body)
         if not isinstance(state, ActivityState):
             return _error(400, state)
@@ -544,6 +552,10 @@ class BrokerServer(uvicorn.Server):
         broker: Broker,
         on_started: Callable[[], None] | None = None,
     ) -> None:
+        if config.http in ("auto", "httptools"):  # bound what a request head may cost
+            from ._http_guard import GuardedHttpToolsProtocol
+
+            config.http = GuardedHttpToolsProtocol
         super().__init__(config)
         self.broker = broker
         self.on_started = on_started
