@@ -1,0 +1,378 @@
+"""Abuse of the broker, against the real ``codex-presence broker`` command (so the server
+configuration under attack is the shipped one), beyond what tests/test_broker.py covers
+(401 for missing and wrong tokens, a body or query naming someone else, subscribing as
+someone else, malformed and nested bodies, 415, 413 by Content-Length and while reading a
+chunked body, 429 past the stream cap).
+
+Every abuse gets a precise 4xx or a bounded cost (in time: the request-head and body
+deadlines; in memory: the broker's RSS, read from /proc), and while it goes on a normal
+member's requests keep succeeding.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from codex_presence._broker import BODY_TIMEOUT, MAX_SUBSCRIBERS
+from codex_presence._http_guard import HEAD_TIMEOUT, MAX_HEAD
+from codex_presence._team import hash_token, render_team
+from tests.broker_harness import token_of
+
+NAMES = ("alice", "bob", "carol")
+
+
+@dataclass
+class BrokerProc:
+    proc: subprocess.Popen[bytes]
+    url: str
+    port: int
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+    team = tmp_path_factory.mktemp("abuse") / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in NAMES]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "broker", "--team", str(team), "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert match, line
+        port = int(match.group(1))
+        yield BrokerProc(proc, f"http://127.0.0.1:{port}", port)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def auth(name: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token_of(name)}"}
+
+
+def served(broker: BrokerProc) -> None:
+    """A normal member is served: a report and a roster read, each within 5 s."""
+    with httpx.Client(base_url=broker.url, timeout=5) as client:
+        response = client.post("/presence/activity", json={"state": "working"}, headers=auth("bob"))
+        assert response.status_code == 204
+        roster = client.get("/roster", headers=auth("bob"))
+        assert roster.status_code == 200
+        (bob,) = [p for p in roster.json() if p["name"] == "bob"]
+        assert bob["activity"] == "working"
+        response = client.post("/presence/activity", json={"state": "idle"}, headers=auth("bob"))
+        assert response.status_code == 204
+
+
+def member(broker: BrokerProc, name: str) -> dict[str, object]:
+    roster = httpx.get(broker.url + "/roster", headers=auth("carol"), timeout=5).json()
+    (me,) = [p for p in roster if p["name"] == name]
+    return me  # type: ignore[no-any-return]
+
+
+def connect(broker: BrokerProc) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def read_status(sock: socket.socket) -> int:
+    """The status of the next response on ``sock`` (reads its head only)."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError(f"closed after {data!r}")
+        data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+def raw(broker: BrokerProc, request: bytes) -> int:
+    with connect(broker) as sock:
+        sock.sendall(request)
+        return read_status(sock)
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        f"Basic {token_of('alice')}",  # another scheme
+        f"Bearer {hash_token(token_of('alice')).hex()}",  # the team file's hash is no token
+        f"Bearer {token_of('alice').upper()}",
+        f"Bearer {token_of('alice')[:-1]}",
+        "Bearer " + "x" * 8000,
+        f"Bearer  {token_of('alice')} extra",
+    ],
+)
+def test_tokens_that_are_not_a_members(broker: BrokerProc, authorization: str) -> None:
+    response = httpx.post(
+        broker.url + "/presence/activity",
+        json={"state": "working"},
+        headers={"authorization": authorization},
+        timeout=5,
+    )
+    assert response.status_code == 401
+    assert "activity" not in member(broker, "alice")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"Bearer cp_test-token-of-alice\x00",
+        b"Bearer cp_test-token-of-\xc3\xa9alice",
+        b"Bearer \xff\xfe",
+    ],
+)
+def test_binary_garbage_in_the_header_is_a_4xx(broker: BrokerProc, value: bytes) -> None:
+    body = b'{"state":"working"}'
+    request = (
+        b"POST /presence/activity HTTP/1.1\r\nhost: x\r\nauthorization: "
+        + value
+        + b"\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    assert raw(broker, request) in (400, 401)
+    assert "activity" not in member(broker, "alice")
+    served(broker)
+
+
+def test_an_authorization_header_of_a_megabyte_is_431_and_costs_nothing(
+    broker: BrokerProc,
+) -> None:
+    before = broker.rss_kb()
+    with connect(broker) as sock:
+        sock.sendall(b"GET /roster HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ")
+        with suppress(OSError):  # the broker may close on us before we are done
+            for _ in range(64):
+                sock.sendall(b"a" * 16384)
+        assert read_status(sock) == 431
+    assert broker.rss_kb() - before < 8 * 1024
+    served(broker)
+
+
+def test_endless_headers_are_431_and_memory_stays_flat(broker: BrokerProc) -> None:
+    """Before the guard, 40 MB of headers grew the broker by 40 MB."""
+    before = broker.rss_kb()
+    sent = 0
+    with connect(broker) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+        with suppress(OSError):
+            for k in range(400):
+                sock.sendall(b"x-%d: %s\r\n" % (k, b"a" * 100_000))
+                sent += 100_000
+        assert read_status(sock) == 431
+    # Refused long before the 40 MB were sent: what got out is the cap plus socket buffers.
+    assert sent < MAX_HEAD + 8 * 1024 * 1024
+    assert broker.rss_kb() - before < 8 * 1024
+    served(broker)
+
+
+# -- speaking or listening as someone else ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "name=alice&name=bob",
+        "name=bob&name=alice",
+        "name=ALICE",
+        "name=alice%00",
+        "name=alice%20",
+        "name=%61lice&name=bob",
+    ],
+)
+def test_subscribing_under_a_confusable_name(broker: BrokerProc, query: str) -> None:
+    """Alice's token never opens a stream counted for bob, whatever the query holds."""
+    with (
+        httpx.Client(base_url=broker.url, timeout=5) as client,
+        client.stream("GET", "/subscribe?" + query, headers=auth("alice")) as response,
+    ):
+        if response.status_code == 200:
+            assert member(broker, "alice")["connected"] == 1
+        else:
+            assert response.status_code == 403
+        assert member(broker, "bob")["connected"] == 0
+
+
+def test_two_authorization_headers_never_mix_members(broker: BrokerProc) -> None:
+    body = b'{"state":"blocked"}'
+    request = (
+        b"POST /presence/activity HTTP/1.1\r\nhost: x\r\n"
+        + b"authorization: Bearer %s\r\n" % token_of("alice").encode()
+        + b"authorization: Bearer cp_not-a-token\r\n"
+        + b"content-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    status = raw(broker, request)
+    assert status in (204, 400, 401)
+    assert "activity" not in member(broker, "bob")
+    assert "activity" not in member(broker, "carol")
+    with suppress(httpx.HTTPError):
+        httpx.post(broker.url + "/presence/activity", json={"state": "idle"}, headers=auth("alice"))
+
+
+# -- bodies -----------------------------------------------------------------------------------
+
+
+def test_a_50_mb_streamed_body_is_413_and_never_buffered(broker: BrokerProc) -> None:
+    before = broker.rss_kb()
+    sent = 0
+
+    def body() -> Iterator[bytes]:
+        nonlocal sent
+        for _ in range(50):
+            sent += 1 << 20
+            yield b" " * (1 << 20)
+
+    try:
+        response = httpx.post(
+            broker.url + "/presence/activity",
+            content=body(),
+            headers={**auth("alice"), "content-type": "application/json"},
+            timeout=10,
+        )
+    except httpx.HTTPError:
+        pass  # the broker answered and closed while we were still sending: also fine
+    else:
+        assert response.status_code == 413
+    assert broker.rss_kb() - before < 8 * 1024
+    assert "activity" not in member(broker, "alice")
+    served(broker)
+
+
+def test_a_deeply_nested_body_is_bounded_by_the_size_cap(broker: BrokerProc) -> None:
+    for depth in (400, 100_000):
+        response = httpx.post(
+            broker.url + "/presence/activity",
+            content=b'{"state":' + b"[" * depth + b"]" * depth + b"}",
+            headers={**auth("alice"), "content-type": "application/json"},
+            timeout=10,
+        )
+        assert response.status_code == (400 if depth * 2 + 10 <= 1024 else 413)
+    served(broker)
+
+
+# -- many connections, slow connections --------------------------------------------------------
+
+
+def test_thousands_of_streams_from_one_member(broker: BrokerProc) -> None:
+    """2000 subscriptions as alice: the first MAX_SUBSCRIBERS stream, every other one is
+    a 429 at once; everyone else is served meanwhile; all of it ends when alice goes."""
+    before = broker.rss_kb()
+    request = (
+        b"GET /subscribe?name=alice HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n\r\n"
+        % token_of("alice").encode()
+    )
+    statuses: dict[int, int] = {}
+    with ExitStack() as stack:
+        for k in range(2000):
+            sock = stack.enter_context(connect(broker))
+            sock.sendall(request)
+            status = read_status(sock)
+            statuses[status] = statuses.get(status, 0) + 1
+            if status != 200:
+                stack.pop_all().close()  # refused: let it go; the streams stay open
+                stack = ExitStack()
+            if k % 500 == 0:
+                served(broker)
+            if k == MAX_SUBSCRIBERS - 1:
+                keep = stack  # the open streams
+                stack = ExitStack()
+        assert statuses == {200: MAX_SUBSCRIBERS, 429: 2000 - MAX_SUBSCRIBERS}
+        assert member(broker, "alice")["connected"] == MAX_SUBSCRIBERS
+        served(broker)
+        assert broker.rss_kb() - before < 32 * 1024
+        keep.close()
+    deadline = time.monotonic() + 10
+    while member(broker, "alice")["connected"] != 0:
+        assert time.monotonic() < deadline, "streams not uncounted"
+        time.sleep(0.05)
+
+
+def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(broker: BrokerProc) -> None:
+    """300 sockets trickle a request head one byte at a time, 50 send nothing, 50 send a
+    head and then a body that never ends. Each is answered 408 and closed within its
+    deadline (plus slack), and a normal member is served all along."""
+    head = b"GET /roster HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + b"a" * 200
+    post = (
+        b"POST /presence/activity HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n"
+        b'content-type: application/json\r\ncontent-length: 100\r\n\r\n{"state"'
+        % token_of("carol").encode()
+    )
+    trickle = [connect(broker) for _ in range(300)]
+    silent = [connect(broker) for _ in range(50)]
+    bodies = [connect(broker) for _ in range(50)]
+    for sock in bodies:
+        sock.sendall(post)
+    stop = threading.Event()
+    sent = [0] * len(trickle)
+
+    def drip() -> None:
+        for step in range(len(head)):  # bounded: at most len(head) rounds
+            for k, sock in enumerate(trickle):
+                if sent[k] == step:
+                    try:
+                        sock.send(head[step : step + 1])
+                        sent[k] += 1
+                    except OSError:
+                        pass  # refused and closed: this one is done
+            if stop.wait(0.25):
+                return
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    started = time.monotonic()
+    dripper.start()
+    try:
+        while time.monotonic() - started < HEAD_TIMEOUT + 1:
+            served(broker)
+            time.sleep(0.5)
+        for sock in [*trickle, *silent, *bodies]:
+            sock.settimeout(
+                max(0.1, started + max(HEAD_TIMEOUT, BODY_TIMEOUT) + 5 - time.monotonic())
+            )
+            assert read_status(sock) == 408
+            assert _until_eof(sock)
+        assert max(sent) < len(head)  # cut off before any head was complete
+        assert member(broker, "carol").get("activity") is None
+    finally:
+        stop.set()
+        dripper.join(10)
+        for sock in [*trickle, *silent, *bodies]:
+            sock.close()
+    served(broker)
+
+
+def _until_eof(sock: socket.socket) -> bool:
+    for _ in range(1000):
+        try:
+            if not sock.recv(65536):
+                return True
+        except ConnectionResetError:
+            return True
+    return False
