@@ -1,0 +1,199 @@
+"""Secrets: a member token never shows up where others can read it — argv (``ps``), logs
+at the most verbose level, ``--log-file``, recordings, error messages — and the places
+where it could be exposed draw a warning (a token file others can read; a broker bound
+beyond loopback, which speaks plain HTTP).
+
+Each run below is searched, after the fact, for the token in every output it produced.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from codex_presence._team import render_team
+from tests.broker_harness import make_team, running_broker, token_of
+from tests.wrap_harness import WrapProcess, is_note, is_request
+
+PY = sys.executable
+SECRET = token_of("alice")
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with open(task / "children") as f:
+            found += [int(p) for p in f.read().split()]
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def environ(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def everything_it_wrote(wrap: WrapProcess, *files: Path) -> dict[str, bytes]:
+    outputs = {"stderr": bytes(wrap.stderr), "stdout": bytes(wrap.stdout)}
+    for path in files:
+        outputs[str(path)] = path.read_bytes() if path.exists() else b""
+    return outputs
+
+
+def test_a_session_at_full_verbosity_leaks_the_token_nowhere(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    token_file.chmod(0o600)
+    log, record = tmp_path / "wrap.log", tmp_path / "session.jsonl"
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        options = ["-vv", "--broker", broker.url, "--token-file", str(token_file)]
+        with (
+            WrapProcess([*options, "--log-file", str(log), "--record", str(record)]) as logged,
+            WrapProcess(options) as verbose,  # the same, logging on stderr
+        ):
+            argv = {"wrap": cmdline(logged.proc.pid), "wrap2": cmdline(verbose.proc.pid)}
+            for wrap in (logged, verbose):
+                wrap.start_turn(1, approval=True, deltas=3)
+                request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+                for child in children(wrap.proc.pid):
+                    argv[f"child {child}"] = cmdline(child)
+                wrap.send({"id": request["id"], "result": {"decision": "accept"}})
+                wrap.wait_for(is_note("turn/completed"))
+                assert wrap.close() == 0
+    assert len(argv) == 4  # both wraps and both children were looked at
+    outputs = {**everything_it_wrote(logged, log, record), "verbose stderr": verbose.stderr}
+    assert b"reported " in outputs[str(log)]  # debug level was on
+    assert b"reported " in verbose.stderr
+    assert b"turn/completed" in outputs[str(record)]
+    for where, data in {**argv, **outputs}.items():
+        assert SECRET.encode() not in data, f"the token is in {where}"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["refused", "no broker", "bad URL", "whitespace token"],
+)
+def test_error_paths_never_print_the_token(tmp_path: Path, case: str) -> None:
+    secret = "cp_a-secret-that-is-not-a-member"
+    env = {"CODEX_PRESENCE_TOKEN": secret}
+    broker_url = "http://127.0.0.1:9"  # discard: nothing listens
+    if case == "bad URL":
+        broker_url = "ftp://127.0.0.1:9/"
+    if case == "whitespace token":
+        env = {"CODEX_PRESENCE_TOKEN": secret + " " + secret}
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        if case == "refused":
+            broker_url = broker.url
+        with WrapProcess(["-vv", "--broker", broker_url], env=env) as wrap:
+            wrap.start_turn(1, deltas=3)
+            wrap.wait_for(is_note("turn/completed"))
+            time.sleep(0.5)  # let the reporter and the subscription try (and fail)
+            assert wrap.close() == 0
+    log = bytes(wrap.stderr)
+    assert re.search(rb"refused|cannot report|whitespace|offline|ftp|Unsupported", log), log
+    assert secret.encode() not in log
+    assert secret.encode() not in wrap.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="wrap passes $CODEX_PRESENCE_TOKEN on to the child (codex and every command the "
+    "agent runs); the fix (drop it from the child's environment) is in _cmd_wrap.py",
+)
+def test_the_child_does_not_inherit_the_token() -> None:
+    with WrapProcess(["--broker", "http://127.0.0.1:9"], env={"CODEX_PRESENCE_TOKEN": SECRET}) as w:
+        w.start_turn(1, deltas=1)
+        w.wait_for(is_note("turn/completed"))
+        (child,) = children(w.proc.pid)
+        child_env = environ(child)
+        assert w.close() == 0
+    assert SECRET.encode() not in child_env
+
+
+def test_a_token_file_others_can_read_draws_a_warning(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    for mode, warned in ((0o644, True), (0o640, True), (0o600, False)):
+        token_file.chmod(mode)
+        with WrapProcess(["--broker", "http://127.0.0.1:9", "--token-file", str(token_file)]) as w:
+            w.start_turn(1, deltas=1)
+            w.wait_for(is_note("turn/completed"))
+            assert w.close() == 0
+        assert (b"readable by group or others" in w.stderr) is warned, (oct(mode), w.stderr)
+        assert SECRET.encode() not in w.stderr
+
+
+def _broker(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    team = tmp_path / "team.toml"
+    if not team.exists():
+        team.write_text(render_team("acme", [("alice", None, SECRET)]))
+    proc = subprocess.Popen(
+        [PY, "-m", "codex_presence", "broker", "--team", str(team), "--port", "0", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"listening on" not in seen:
+        assert time.monotonic() < deadline and proc.poll() is None, seen
+        seen += proc.stderr.readline()
+    return proc, seen.decode()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses with a TCP socket listening on ``port`` (from /proc/net/tcp)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+def test_the_broker_binds_loopback_by_default_and_its_debug_log_has_no_token(
+    tmp_path: Path,
+) -> None:
+    import httpx
+
+    proc, said = _broker(tmp_path, "-vv")
+    try:
+        match = re.search(r"http://(127\.0\.0\.1):(\d+)", said)
+        assert match, said
+        port = int(match.group(2))
+        assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and nothing else
+        assert "reachable from other machines" not in said
+        url = f"http://127.0.0.1:{port}"
+        headers = {"authorization": f"Bearer {SECRET}"}
+        assert httpx.get(url + "/roster", headers=headers).status_code == 200
+        wrong = {"authorization": f"Bearer {SECRET}x"}
+        assert httpx.get(url + "/roster", headers=wrong).status_code == 401
+        with httpx.stream("GET", url + "/subscribe?name=alice", headers=headers) as stream:
+            assert next(stream.iter_lines()).startswith("retry:")
+        time.sleep(0.3)
+    finally:
+        proc.terminate()
+        _, rest = proc.communicate(timeout=20)
+    log = said.encode() + rest
+    assert b"alice subscribed" in log  # debug logging was on
+    assert SECRET.encode() not in log
+
+
+def test_a_broker_exposed_without_tls_warns(tmp_path: Path) -> None:
+    proc, said = _broker(tmp_path, "--host", "0.0.0.0")
+    try:
+        assert "reachable from other machines, over plain HTTP" in said
+        assert "TLS" in said
+    finally:
+        proc.kill()
+        proc.communicate(timeout=20)
