@@ -476,7 +476,9 @@ def test_transitions_are_logged_on_stderr_never_stdout(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert out == source.read_bytes()
-    assert err.decode().splitlines() == [
+    # Other lines (such as wrap's note that it reports to no broker) may come and go.
+    states = ("codex-presence: working ", "codex-presence: idle ", "codex-presence: blocked ")
+    assert [line for line in err.decode().splitlines() if line.startswith(states)] == [
         "codex-presence: working (turn/started)",
         "codex-presence: idle (thread/status/changed)",
     ]
