@@ -92,12 +92,12 @@ def test_error_paths_never_print_the_token(tmp_path: Path, case: str) -> None:
         if case == "refused":
             broker_url = broker.url
         with WrapProcess(["-vv", "--broker", broker_url], env=env) as wrap:
-            wrap.start_turn(1, deltas=3)
+            wrap.start_turn(1, deltas=30, delay_ms=20)  # working long enough to be reported
             wrap.wait_for(is_note("turn/completed"))
             time.sleep(0.5)  # let the reporter and the subscription try (and fail)
             assert wrap.close() == 0
     log = bytes(wrap.stderr)
-    assert re.search(rb"refused|cannot report|whitespace|offline|ftp|Unsupported", log), log
+    assert re.search(rb"refused|cannot report|whoami|whitespace|offline|ftp|Unsupported", log), log
     assert secret.encode() not in log
     assert secret.encode() not in wrap.stdout
 
