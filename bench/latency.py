@@ -14,8 +14,9 @@ on the machine).
     ``waitingOnApproval`` -> blocked, flags cleared -> working, status idle -> idle) and
     writes it. The latency is the SSE event's arrival minus that stamp: the relay, the
     mapping, the reporter's POST, the broker, its fan-out and the stream, end to end.
-    Baseline, same run, same subscriber: ``carol`` POSTs ``/presence/activity`` directly
-    (no wrap), timed from just before the request to the event. Steps are ``--gap``
+    Baseline, same run, same subscriber, each step interleaved with a wrap step (so both
+    see the same machine): ``carol`` POSTs ``/presence/activity`` directly (no wrap),
+    timed from just before the request to the event. Steps are ``--gap``
     seconds apart (more than the broker's 50 ms fan-out interval, so each change is its
     own batch, as one runner's transitions are in practice); the SSE event is sent after
     the broker's state changed, so a ``GET /roster`` at that moment shows the new activity
@@ -198,24 +199,23 @@ async def roster_activity(client: httpx.AsyncClient, name: str) -> str | None:
     return activity
 
 
-async def baseline(url: str, watch: Watch, steps: int, gap: float) -> list[float]:
-    """carol POSTs her activity herself: the broker's own POST -> SSE latency."""
-    headers = {"authorization": f"Bearer {token_of('carol')}"}
-    out: list[float] = []
-    async with httpx.AsyncClient(base_url=url, headers=headers, trust_env=False) as carol:
-        await carol.get("/healthz")  # the connection is open before the first timing
-        for i in range(steps):
-            do = CYCLE[i % len(CYCLE)]
-            t0 = time.monotonic()
-            post = asyncio.create_task(
-                carol.post("/presence/activity", json={"state": BASELINE_STATE[do]})
-            )
-            seen = await watch.until("carol", EXPECTED[do])
-            (await post).raise_for_status()
-            out.append((seen - t0) * 1000)
-            await asyncio.sleep(gap)
-        assert await roster_activity(carol, "carol") is None
-    return out
+async def direct_step(carol: httpx.AsyncClient, watch: Watch, do: str) -> float:
+    """carol POSTs her activity herself: the broker's own POST -> SSE latency (ms)."""
+    t0 = time.monotonic()
+    post = asyncio.create_task(carol.post("/presence/activity", json={"state": BASELINE_STATE[do]}))
+    seen = await watch.until("carol", EXPECTED[do])
+    (await post).raise_for_status()
+    return (seen - t0) * 1000
+
+
+async def wrap_step(wrap: asyncio.subprocess.Process, watch: Watch, do: str) -> float:
+    """The child behind wrap writes a state change: child write -> SSE latency (ms)."""
+    assert wrap.stdin is not None and wrap.stdout is not None
+    wrap.stdin.write(orjson.dumps({"method": "bench/emit", "params": {"do": do}}) + b"\n")
+    await wrap.stdin.drain()
+    written = orjson.loads(await wrap.stdout.readline())["params"]["benchT"]
+    seen = await watch.until("alice", EXPECTED[do])
+    return float(seen - written) * 1000
 
 
 def cpu_ticks_seconds(pid: int) -> float:
@@ -241,9 +241,6 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         watcher = asyncio.create_task(watch.run(client))
         await watch.until_connected("bob", 1)
 
-        # (a) baseline first, then the same steps through wrap.
-        base = await baseline(url, watch, args.transitions, args.gap)
-
         child = tmp / "child.py"
         child.write_text(CHILD)
         token_file = tmp / "alice.token"
@@ -258,16 +255,21 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         )  # fmt: skip
         assert wrap.stdin is not None and wrap.stdout is not None
         await watch.until_connected("alice", 1)
+
+        # (a) baseline and wrap steps interleaved, so that both see the same machine.
+        carol_auth = {"authorization": f"Bearer {token_of('carol')}"}
+        base: list[float] = []
         through: list[float] = []
-        for i in range(args.transitions):
-            do = CYCLE[i % len(CYCLE)]
-            wrap.stdin.write(orjson.dumps({"method": "bench/emit", "params": {"do": do}}) + b"\n")
-            await wrap.stdin.drain()
-            written = orjson.loads(await wrap.stdout.readline())["params"]["benchT"]
-            seen = await watch.until("alice", EXPECTED[do])
-            through.append((seen - written) * 1000)
-            await asyncio.sleep(args.gap)
+        async with httpx.AsyncClient(base_url=url, headers=carol_auth, trust_env=False) as carol:
+            await carol.get("/healthz")  # the connection is open before the first timing
+            for i in range(args.transitions):
+                do = CYCLE[i % len(CYCLE)]
+                base.append(await direct_step(carol, watch, do))
+                await asyncio.sleep(args.gap)
+                through.append(await wrap_step(wrap, watch, do))
+                await asyncio.sleep(args.gap)
         assert await roster_activity(client, "alice") is None
+        assert await roster_activity(client, "carol") is None
 
         gap_ms = args.gap * 1000
         print(f"(a) child write -> activity shown by the broker (SSE), gap {gap_ms:.0f} ms")
