@@ -223,12 +223,14 @@ def cpu_ticks_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_schedstat(pid: int) -> dict[str, int]:
-    """Run time in ns of each thread of ``pid`` (``/proc/<pid>/task/<tid>/schedstat``)."""
-    out: dict[str, int] = {}
+def cpu_schedstat(pid: int) -> dict[str, tuple[int, int]]:
+    """Run time in ns and times scheduled in, of each thread of ``pid``
+    (``/proc/<pid>/task/<tid>/schedstat``: every scheduling is a wake-up of an idle thread)."""
+    out: dict[str, tuple[int, int]] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            out[task.name] = int((task / "schedstat").read_text().split()[0])
+            fields = (task / "schedstat").read_text().split()
+            out[task.name] = (int(fields[0]), int(fields[2]))
         except (FileNotFoundError, ProcessLookupError):
             continue
     return out
@@ -295,7 +297,8 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         ticks1, sched1 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
         after: Counter[str] = Counter((await client.get("/_bench/requests")).json())
         during = after - before
-        run_ns = sum(sched1[t] - sched0[t] for t in sched1 if t in sched0)
+        run_ns = sum(sched1[t][0] - sched0[t][0] for t in sched1 if t in sched0)
+        wakes = {t: sched1[t][1] - sched0[t][1] for t in sched1 if t in sched0}
         per_minute = 60 / args.idle_seconds
         print(f"(b) idle wrap (child idle, broker configured) over {args.idle_seconds:g} s")
         print(
@@ -306,6 +309,11 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
             f"  wrap CPU: {(ticks1 - ticks0) * 1000:.0f} ms utime+stime (/proc stat, "
             f"{1000 / os.sysconf('SC_CLK_TCK'):.0f} ms ticks); {run_ns / 1e6:.2f} ms run time "
             f"(schedstat, {len(sched1)} threads) = {run_ns / 1e6 * per_minute:.2f} ms/min"
+        )
+        print(
+            f"  wrap threads scheduled {sum(wakes.values())} times "
+            f"({sum(wakes.values()) / args.idle_seconds:.1f}/s; per thread: "
+            f"{sorted(wakes.values(), reverse=True)})"
         )
         print(f"  SSE events to our subscriber meanwhile: {watch.events - events_before}")
         print(
