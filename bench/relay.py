@@ -13,8 +13,13 @@ bench/_streams.py), it prints:
   CLOCK_MONOTONIC; a reader stamps its arrival. Direct (the reader spawns the child) vs
   through wrap; p50 and p99 of each, and the difference.
 * wrap's peak RSS (``ru_maxrss`` of the wrap process) over the throughput runs.
-* for context, the analysis alone (pre-filter + mapping on the same stream, in-process):
-  on a busy pipe it, not the copying, bounds wrap's throughput.
+* wrap's own CPU time (user + sys) per MB relayed, next to the middle ``cat``'s of the
+  plain pipeline (``wait4`` counts wrap's child ``cat`` in wrap's figure: it is
+  subtracted, as is wrap's start-up, measured with ``wrap -- true``), and the machine's
+  load: on a shared 2-core machine the throughput swings with other work, the CPU cost
+  much less. On a saturated pipe the whole pipeline (source, wrap, the child ``cat``,
+  sink) shares the cores, so wrap's CPU per MB, not its threading, bounds the ratio.
+* for context, the analysis alone (pre-filter + mapping on the same stream, in-process).
 
 Goals (issue 3): ratio ≥ 0.5; added p99 ≤ 1 ms; RSS ≤ 40 MB.
 """
@@ -104,9 +109,9 @@ def make_stream(path: Path, megabytes: int) -> tuple[int, float]:
     return size, deltas / lines
 
 
-def pipeline(source: Path, middle: list[list[str]]) -> tuple[int, float, int | None]:
+def pipeline(source: Path, middle: list[list[str]]) -> tuple[int, float, tuple[int, float] | None]:
     """cat source | middle... | sink; (bytes at the sink, first-to-last-byte seconds,
-    peak RSS in KB of the first middle process)."""
+    (peak RSS in KB, CPU seconds) of the first middle process)."""
     procs: list[subprocess.Popen[bytes]] = []
     src = subprocess.Popen(["cat", str(source)], stdout=subprocess.PIPE)
     procs.append(src)
@@ -126,10 +131,18 @@ def pipeline(source: Path, middle: list[list[str]]) -> tuple[int, float, int | N
         _, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         if n == 1:
-            rss = usage.ru_maxrss
+            rss = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
         assert p.returncode == 0, (p.args, p.returncode)
     total, seconds = out.split()
     return int(total), float(seconds), rss
+
+
+def start_up_cpu() -> float:
+    """CPU seconds of ``wrap -- true``: imports and set-up, to subtract from a run."""
+    proc = subprocess.Popen([*WRAP, "true"], stdin=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return usage.ru_utime + usage.ru_stime
 
 
 def latencies(command: list[str], messages: int) -> list[float]:
@@ -171,16 +184,19 @@ def main() -> None:
         size, delta_share = make_stream(stream, args.mb)
         print(f"stream: {size / 1e6:.0f} MB of app-server JSONL, {delta_share:.0%} deltas")
 
-        plain, wrapped, rss = [], [], []
+        print(f"machine: {os.cpu_count()} CPUs, load average {load()} (other work skews figures)")
+        plain, wrapped, rss, cpu, cat_cpu = [], [], [], [], []
         for _ in range(args.runs):
-            total, seconds, _ = pipeline(stream, [["cat"], ["cat"]])
-            assert total == size
+            total, seconds, usage = pipeline(stream, [["cat"], ["cat"]])
+            assert total == size and usage is not None
             plain.append(size / seconds / 1e6)
+            cat_cpu.append(usage[1])
             total, seconds, peak = pipeline(stream, [[*WRAP, "cat"]])
             assert total == size
             wrapped.append(size / seconds / 1e6)
             assert peak is not None
-            rss.append(peak)
+            rss.append(peak[0])
+            cpu.append(peak[1])
         p, w = statistics.median(plain), statistics.median(wrapped)
         runs = {
             name: ", ".join(f"{v:.0f}" for v in values)
@@ -189,6 +205,13 @@ def main() -> None:
         print(f"throughput  cat | cat:          {p:8.0f} MB/s   (runs: {runs['plain']})")
         print(f"throughput  wrap -- cat:        {w:8.0f} MB/s   (runs: {runs['wrap']})")
         print(f"ratio wrap / plain:             {w / p:8.2f}      (goal >= 0.5)")
+        start = statistics.median(start_up_cpu() for _ in range(3))
+        cat = statistics.median(cat_cpu) / (size / 1e6) * 1e3
+        own = (statistics.median(cpu) - start) / (size / 1e6) * 1e3 - cat
+        print(
+            f"CPU per MB relayed:  wrap's own {own:5.2f} ms, a cat's {cat:5.2f} ms"
+            f"   (wrap's start-up apart: {start:.2f} s)"
+        )
 
         analysis = analysis_speed(stream)
         print(f"analysis alone (ChunkAnalyzer, server side, 1 MiB chunks): {analysis:6.0f} MB/s")
@@ -204,6 +227,11 @@ def main() -> None:
             f"   p99 {pct(through, 0.99) - pct(direct, 0.99):6.3f} ms   (goal p99 <= 1 ms)"
         )
         print(f"wrap peak RSS:                  {max(rss) / 1024:8.1f} MB     (goal <= 40 MB)")
+        print(f"machine load average at the end: {load()}")
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
