@@ -12,7 +12,6 @@ where it fails.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import threading
@@ -26,7 +25,7 @@ import pytest
 from httpx_sse import connect_sse
 
 from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.codex_driver import Config, codex_binary, session
+from tests.codex_driver import Config, session
 from tests.fake_model import FakeModel, exec_command, message, reply
 
 pytestmark = pytest.mark.codex
@@ -34,17 +33,6 @@ pytestmark = pytest.mark.codex
 APPROVALS = Config(approval_policy="on-request", sandbox_mode="read-only")
 HOLD = 1.0
 """How long the client holds the approval back while the roster must show blocked."""
-
-
-@pytest.fixture(scope="module")
-def codex() -> Path:
-    binary = codex_binary()
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
 
 
 class RosterWatch:
