@@ -69,7 +69,6 @@ CHUNK_SIZE = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
 _F_SETPIPE_SZ = 1031
 _PR_SET_PDEATHSIG = 1
-_POLL_MS = 100
 _RECORD_PERIOD = 0.05
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -270,6 +269,7 @@ class Relay:
         self._analysis_lock = threading.Lock()
         self._outbox: deque[Transition] = deque()
         self._stop = False
+        self._wake_r = self._wake_w = -1
         self._child_in = -1
         self._child_out = -1
         self._server_waiting_to_read = False
@@ -348,6 +348,28 @@ class Relay:
         signals: AsyncIterator[signal.Signals],
     ) -> int:
         server_done = anyio.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        try:
+            return await self._supervise_with_wake(process, signals, server_done)
+        finally:
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+            self._wake_r = self._wake_w = -1
+
+    def _request_stop(self) -> None:
+        """Tell the copy thread to end, waking it if it is waiting in ``poll``."""
+        self._stop = True
+        if self._wake_w >= 0:
+            with suppress(OSError):  # full (already woken) or closed: either way, done
+                os.write(self._wake_w, b"!")
+
+    async def _supervise_with_wake(
+        self,
+        process: subprocess.Popen[bytes],
+        signals: AsyncIterator[signal.Signals],
+        server_done: anyio.Event,
+    ) -> int:
         async with anyio.create_task_group() as outer:
             if self._record_path is not None:
                 recorder = _Recorder(self._record_path)
@@ -367,9 +389,9 @@ class Relay:
                             await server_done.wait()
                         if self._server_waiting_to_read:
                             break
-                    # Let the worker thread see the stop flag and end (within _POLL_MS)
-                    # before its descriptors are closed.
-                    self._stop = True
+                    # Let the worker thread see the stop flag and end before its
+                    # descriptors are closed.
+                    self._request_stop()
                     with anyio.move_on_after(1):
                         await server_done.wait()
                     tg.cancel_scope.cancel()
@@ -447,7 +469,7 @@ class Relay:
         try:
             await anyio.to_thread.run_sync(self._server_copy, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
-            self._stop = True  # the thread notices within _POLL_MS and ends
+            self._request_stop()  # the thread wakes up, sees it and ends
             raise
         finally:
             done.set()
@@ -455,19 +477,22 @@ class Relay:
     def _server_copy(self) -> None:
         """The hot direction runs in a worker thread: its copies (read and write release
         the GIL) and its analysis overlap with the client direction on the event loop, and
-        a blocking ``poll`` wakes it as soon as the child writes. It polls with a timeout
-        so that :attr:`_stop` ends it promptly; it never waits on the event loop except to
-        hand over transitions (rare) and recorded chunks."""
+        a blocking ``poll`` wakes it as soon as the child writes — or as soon as
+        :meth:`_request_stop` writes to the wake pipe, so that an idle session costs no
+        wake-ups at all. It never waits on the event loop except to hand over transitions
+        (rare) and recorded chunks."""
         src, dst = self._child_out, self._stdout
         readable, writable = select.poll(), select.poll()
         readable.register(src, select.POLLIN)
         writable.register(dst, select.POLLOUT)
+        for waiter in (readable, writable):
+            waiter.register(self._wake_r, select.POLLIN)
         while not self._stop:
             try:
                 data = os.read(src, self._chunk_size)
             except BlockingIOError:
                 self._server_waiting_to_read = True
-                readable.poll(_POLL_MS)
+                readable.poll()
                 self._server_waiting_to_read = False
                 continue
             except OSError as exc:
@@ -487,7 +512,7 @@ class Relay:
                     except BlockingIOError:
                         if self._stop:
                             return
-                        writable.poll(_POLL_MS)
+                        writable.poll()
             except OSError as exc:
                 if exc.errno != errno.EPIPE:
                     logger.warning("writing to stdout failed: %s", exc)

@@ -218,17 +218,14 @@ async def test_record_writes_both_directions_in_the_recording_format(tmp_path: P
         "/dev/full",  # ENOSPC on every write
         "/sys/codex-presence-rec.jsonl",  # EACCES, even for root
         "missing-dir/rec.jsonl",  # ENOENT
-        "ro/rec.jsonl",  # EACCES for anyone but root
     ],
 )
 @pytest.mark.anyio
 async def test_a_failing_record_target_never_hurts_the_relay(
     target: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if target == "ro/rec.jsonl":
-        if os.geteuid() == 0:
-            pytest.skip("root writes into read-only directories")  # /dev/full covers ENOSPC
-        (tmp_path / "ro").mkdir(mode=0o500)
+    # A read-only directory is EACCES too, but not for root (CI runs as root): /sys is
+    # EACCES for everyone, so that case is covered wherever the suite runs.
     path = Path(target) if target.startswith("/") else tmp_path / target
     data = [b'{"method":"x"}\n' * 1000] * 50
     with caplog.at_level("WARNING", logger="codex_presence"):
