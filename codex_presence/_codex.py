@@ -58,11 +58,13 @@ from ._activity import ActivitySignal, HandleKind, Transition
 __all__ = [
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
+    "PASSIVE_ITEM_TYPES",
     "STATE_METHODS",
     "TOOL_ITEM_TYPES",
     "CodexMapping",
     "Direction",
     "MappingStats",
+    "skips_unparsed",
 ]
 
 logger = logging.getLogger("codex_presence.codex")
@@ -127,23 +129,59 @@ STATE_METHODS: frozenset[str] = frozenset(
     | AUTOMATIC_REQUESTS
 )
 """Every method the mapping routes; everything else is skipped before parsing."""
-_STATE_METHODS = STATE_METHODS
 _STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in STATE_METHODS)
+
+PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
+    {
+        "userMessage",
+        "agentMessage",
+        "reasoning",
+        "plan",
+        "contextCompaction",
+        "hookPrompt",
+        "enteredReviewMode",
+        "exitedReviewMode",
+    }
+)
+"""Item types that open nothing (the turn covers them): their item events change no state."""
 
 _ITEM_METHODS_BYTES = frozenset({b"item/started", b"item/completed"})
 _ITEM_TYPE_PREFIX = b'","params":{"item":{"type":"'
-_NON_TOOL_ITEM_TYPES_BYTES = frozenset(
-    {b"userMessage", b"agentMessage", b"reasoning", b"plan", b"contextCompaction", b"hookPrompt"}
-)
+_PASSIVE_ITEM_TYPES_BYTES = frozenset(kind.encode() for kind in PASSIVE_ITEM_TYPES)
 
 
-def _is_non_tool_item(line: bytes, method_end: int) -> bool:
-    """True for an item event that codex wrote as ``…"params":{"item":{"type":"X"`` with X a
-    known non-tool type: such a line cannot change the state and need not be parsed."""
-    if not line.startswith(_ITEM_TYPE_PREFIX, method_end):
+def skips_unparsed(head: bytes) -> bool | None:
+    """Whether :meth:`CodexMapping.feed_line` skips, unparsed, a server line that starts
+    with ``head``; ``None`` while ``head`` is too short to tell.
+
+    Codex writes a message's ``method`` first (or ``id``, for its responses), and an item
+    event's ``item`` first with ``type`` first in it; a JSON string cannot hold an unescaped
+    quote, so these bytes can only be the message's own. Deltas, responses, usage updates
+    and the events of passive items are skipped this way — most of a session.
+    """
+    if head.startswith(_SERVER_RESPONSE_PREFIX):
+        return True
+    if not head.startswith(_SERVER_METHOD_PREFIX):
+        if _SERVER_METHOD_PREFIX.startswith(head) or _SERVER_RESPONSE_PREFIX.startswith(head):
+            return None
         return False
-    start = method_end + len(_ITEM_TYPE_PREFIX)
-    return line[start : line.find(b'"', start)] in _NON_TOOL_ITEM_TYPES_BYTES
+    end = head.find(b'"', _PREFIX_LEN)
+    if end < 0:
+        return None
+    method = head[_PREFIX_LEN:end]
+    if b"\\" in method:
+        return False
+    if method not in _STATE_METHODS_BYTES:
+        return True
+    if method not in _ITEM_METHODS_BYTES:
+        return False
+    if not head.startswith(_ITEM_TYPE_PREFIX, end):
+        return None if _ITEM_TYPE_PREFIX.startswith(head[end:]) else False
+    start = end + len(_ITEM_TYPE_PREFIX)
+    type_end = head.find(b'"', start)
+    if type_end < 0:
+        return None
+    return head[start:type_end] in _PASSIVE_ITEM_TYPES_BYTES
 
 
 _MAX_ENDED_TURNS = 4096
@@ -233,17 +271,8 @@ class CodexMapping:
         """Feed one raw line (with or without its newline) as it crossed the wire."""
         self.stats.lines += 1
         if direction == "server":
-            if line.startswith(_SERVER_METHOD_PREFIX):
-                end = line.find(b'"', _PREFIX_LEN)
-                method = line[_PREFIX_LEN:end]
-                if end > 0 and method not in _STATE_METHODS_BYTES and b"\\" not in method:
-                    self.stats.skipped += 1
-                    return None
-                if method in _ITEM_METHODS_BYTES and _is_non_tool_item(line, end):
-                    self.stats.skipped += 1
-                    return None
-            elif line.startswith(_SERVER_RESPONSE_PREFIX):
-                self.stats.skipped += 1  # the server's responses never change the state
+            if skips_unparsed(line):
+                self.stats.skipped += 1
                 return None
         elif not self._pending:
             self.stats.skipped += 1  # a client line matters only as an answer to a request

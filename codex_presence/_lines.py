@@ -17,7 +17,7 @@ the same as feeding every line one by one (the property ``tests/test_lines.py`` 
   that can change the state. A partial line whose prefix already shows it is irrelevant
   is not buffered at all, however long it gets.
 * client lines matter only while the mapping waits for answers to server requests
-  (``CodexMapping._pending``); otherwise a chunk's complete lines are skipped wholesale,
+  (``CodexMapping.has_pending``); otherwise a chunk's complete lines are skipped wholesale,
   with a single ``rfind`` for the line framing.
 * a line longer than ``max_line`` that would have to be parsed is dropped from analysis
   (counted in :class:`AnalyzerStats`, logged at debug). It was relayed all the same.
@@ -30,7 +30,14 @@ import re
 from dataclasses import dataclass, field
 
 from ._activity import Transition
-from ._codex import _STATE_METHODS, TOOL_ITEM_TYPES, CodexMapping, Direction
+from ._codex import (
+    PASSIVE_ITEM_TYPES,
+    STATE_METHODS,
+    TOOL_ITEM_TYPES,
+    CodexMapping,
+    Direction,
+    skips_unparsed,
+)
 
 __all__ = ["DEFAULT_MAX_LINE", "HOT_SKIPPED_PREFIXES", "AnalyzerStats", "ChunkAnalyzer"]
 
@@ -51,26 +58,15 @@ _HOT_SKIPPED_METHODS = (
     "item/plan/delta",
     "item/fileChange/patchUpdated",
 )
-_PASSIVE_ITEM_TYPES = (
-    "agentMessage",
-    "reasoning",
-    "userMessage",
-    "plan",
-    "contextCompaction",
-    "hookPrompt",
-    "enteredReviewMode",
-    "exitedReviewMode",
-)
-"""Item types that open no handle: their item/started and item/completed change nothing."""
-assert not set(_HOT_SKIPPED_METHODS) & _STATE_METHODS
-assert not set(_PASSIVE_ITEM_TYPES) & TOOL_ITEM_TYPES
+assert not set(_HOT_SKIPPED_METHODS) & STATE_METHODS
+assert not PASSIVE_ITEM_TYPES & TOOL_ITEM_TYPES
 
 HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
     *(_METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
     _ID_PREFIX,
     *(
         b'{"method":"item/%s","params":{"item":{"type":"%s"' % (event, kind.encode())
-        for kind in _PASSIVE_ITEM_TYPES
+        for kind in sorted(PASSIVE_ITEM_TYPES)
         for event in (b"started", b"completed")
     ),
     b'{"method":"thread/tokenUsage/updated"',
@@ -85,24 +81,6 @@ _CANDIDATE_START = re.compile(
     b"\\n(?!" + b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES) + b")"
 )
 """A newline that starts a line which does not begin with a hot prefix."""
-
-
-def server_line_skipped(head: bytes) -> bool | None:
-    """Whether ``feed_line("server", …)`` skips unparsed every line starting with ``head``;
-    ``None`` while ``head`` is too short to tell. Mirrors ``CodexMapping.feed_line``."""
-    if head.startswith(_ID_PREFIX):
-        return True
-    if head.startswith(_METHOD_PREFIX):
-        end = head.find(b'"', _METHOD_START)
-        if end < 0:
-            return None
-        method = head[_METHOD_START:end]
-        if b"\\" in method:
-            return False
-        return method.decode("ascii", "replace") not in _STATE_METHODS
-    if _METHOD_PREFIX.startswith(head) or _ID_PREFIX.startswith(head):
-        return None
-    return False
 
 
 @dataclass(slots=True)
@@ -169,7 +147,7 @@ class ChunkAnalyzer:
         if last >= pos:
             if direction == "server":
                 self._server_lines(chunk, pos, last, out)
-            elif self.mapping._pending:
+            elif self.mapping.has_pending:
                 self._client_lines(chunk, pos, last, out)
             pos = last + 1
         if pos < len(chunk):
@@ -221,7 +199,7 @@ class ChunkAnalyzer:
 
     def _client_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
         for line in chunk[start:last].split(b"\n"):
-            if not self.mapping._pending:
+            if not self.mapping.has_pending:
                 return  # nothing left to answer: the rest cannot matter
             self._feed("client", line, out)
 
@@ -233,7 +211,7 @@ class ChunkAnalyzer:
         partial.size += len(data)
         if direction == "server" and partial.size <= 4096:
             head = b"".join(partial.pieces) if len(partial.pieces) > 1 else partial.pieces[0]
-            if server_line_skipped(head):
+            if skips_unparsed(head):
                 partial.pieces.clear()
                 partial.skipping = True
                 return
@@ -250,6 +228,6 @@ class ChunkAnalyzer:
             line = b"".join(partial.pieces)
             if line.endswith(b"\n"):
                 line = line[:-1]
-            if direction == "server" or self.mapping._pending:
+            if direction == "server" or self.mapping.has_pending:
                 self._feed(direction, line, out)
         partial.reset()

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, Direction, read_entries
-from codex_presence._lines import HOT_SKIPPED_PREFIXES, ChunkAnalyzer, server_line_skipped
+from codex_presence._codex import skips_unparsed
+from codex_presence._lines import HOT_SKIPPED_PREFIXES, ChunkAnalyzer
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 
@@ -298,10 +299,15 @@ def test_client_lines_matter_only_while_a_request_is_pending() -> None:
         (b'{"method":"turn\\/started"', False),
         (b'{ "method"', False),
         (b"garbage", False),
+        (b'{"method":"item/started","params":{"item":{"type":"agentMessage"', True),
+        (b'{"method":"item/started","params":{"item":{"type":"commandExecution"', False),
+        (b'{"method":"item/started","params":{"item":{"type":"agentMess', None),
+        (b'{"method":"item/started","params":{"it', None),
+        (b'{"method":"item/started","params":{"threadId":"a"', False),
     ],
 )
-def test_server_line_skipped(head: bytes, skipped: bool | None) -> None:
-    assert server_line_skipped(head) is skipped
+def test_skips_unparsed(head: bytes, skipped: bool | None) -> None:
+    assert skips_unparsed(head) is skipped
 
 
 def test_hot_prefixes_never_change_the_state() -> None:
@@ -312,7 +318,7 @@ def test_hot_prefixes_never_change_the_state() -> None:
             line = prefix + b',"id":"x"},"threadId":"a","turnId":"t"}}'
             assert orjson.loads(line)
         else:
-            assert server_line_skipped(prefix) is True
+            assert skips_unparsed(prefix) is True
             line = prefix + b',"params":{}}'
         assert mapping.feed_line("server", line) is None
         assert mapping.state == "working"
