@@ -113,6 +113,8 @@ class Session:
         self.timeline = timeline  # (t, state) of this member's daemon, shared across sessions
         self.started = time.monotonic()
         self.rss_start: int | None = None
+        self.log: list[str] = []
+        self.rss: list[int] = []  # sampled every 30 s while it lives, and at the freeze
         self._threads = [
             threading.Thread(target=self._out, daemon=True),
             threading.Thread(target=self._err, daemon=True),
@@ -140,6 +142,7 @@ class Session:
             elif "Traceback" in line or " ERROR " in line:
                 with self.stats.lock:
                     self.stats.errors.append(line.strip())
+            self.log.append(line)
 
     def send(self, message: Any) -> bool:
         assert self.proc.stdin is not None
@@ -192,9 +195,11 @@ class Member(threading.Thread):
         self.timeline: list[tuple[float, str]] = [(0.0, "idle")]
         self.session: Session | None = None
         self.first: Session | None = None
+        self.sessions: list[Session] = []
 
     def open(self) -> Session:
         self.session = Session(self.name, self.url, self.token, self.stats, self.timeline)
+        self.sessions.append(self.session)
         self.stats.add(sessions=1)
         if self.first is None:
             self.first = self.session
@@ -316,6 +321,15 @@ def lost_states(
     return lost, considered
 
 
+def _sample_wraps(members: list[Member]) -> None:
+    for member in members:
+        session = member.session
+        if session is not None and session.proc.poll() is None:
+            rss = rss_kb(session.proc.pid)
+            if rss is not None:
+                session.rss.append(rss)
+
+
 def roster(url: str, token: str) -> dict[str, dict[str, Any]]:
     response = httpx.get(url + "/roster", headers={"authorization": f"Bearer {token}"}, timeout=10)
     return {p["name"]: p for p in response.json()}
@@ -394,6 +408,7 @@ def run(
     while time.monotonic() < end:
         time.sleep(min(30.0, max(0.0, end - time.monotonic())))
         samples.append(rss_kb(broker.pid))
+        _sample_wraps(members)
         print(
             f"  {time.monotonic() - start:5.0f} s: turns {stats.turns}, transitions "
             f"{stats.transitions}, shown {observer.changes}, broker RSS {samples[-1]} kB",
@@ -403,6 +418,7 @@ def run(
         member.join(90)
     frozen = time.monotonic()
     broker_end = rss_kb(broker.pid)
+    _sample_wraps(members)
     growth = []
     for member in members:
         session = member.first
@@ -468,10 +484,23 @@ def run(
             f"{statistics.median(b for _, b in growth) / 1024:.1f} MB, growth median "
             f"{statistics.median(deltas):+.2f} MB, max {max(deltas):+.2f} MB"
         )
+    sessions = [s for m in members for s in m.sessions if len(s.rss) >= 3]
+    if sessions:
+        later = [(s.rss[-1] - s.rss[1]) / 1024 for s in sessions]
+        print(
+            f"wrap RSS over each session's life ({len(sessions)} sessions seen at >= 3 samples, "
+            f"30 s apart): growth after its first 30-s sample median "
+            f"{statistics.median(later):+.2f} MB, max {max(later):+.2f} MB"
+        )
     if stats.errors:
         print(f"driver notes / errors ({len(stats.errors)}):")
         for line in stats.errors[:20]:
             print("  " + line)
+        for session in (s for m in members for s in m.sessions):
+            if any("Traceback" in line for line in session.log):
+                print("the first wrap log with a traceback:")
+                print("".join(session.log[-80:]))
+                break
 
 
 if __name__ == "__main__":
