@@ -540,7 +540,6 @@ def create_app(
     return app
 
 
-
 class BrokerServer(uvicorn.Server):
     """uvicorn for the broker app: on shutdown, end the SSE streams first (else shutdown
     would wait for every subscriber to leave); once listening, call ``on_started``."""

@@ -129,9 +129,7 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
     )
     handler.setFormatter(logging.Formatter("codex-presence: %(message)s"))
     if log_file:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("codex_presence")
     root.handlers[:] = [handler]
     root.setLevel(level)

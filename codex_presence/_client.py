@@ -70,9 +70,7 @@ def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = No
         except OSError as exc:
             raise TokenError(f"cannot read token file {path}: {exc.strerror}") from None
         if mode & (stat.S_IRGRP | stat.S_IROTH):
-            logger.warning(
-                "token file %s is readable by group or others; chmod 600 it", path
-            )
+            logger.warning("token file %s is readable by group or others; chmod 600 it", path)
         token, where = text.strip(), f"token file {path}"
     else:
         env = os.environ if environ is None else environ
