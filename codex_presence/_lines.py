@@ -39,7 +39,13 @@ from ._codex import (
     skips_unparsed,
 )
 
-__all__ = ["DEFAULT_MAX_LINE", "HOT_SKIPPED_PREFIXES", "AnalyzerStats", "ChunkAnalyzer"]
+__all__ = [
+    "DEFAULT_MAX_LINE",
+    "HOT_SKIPPED_PREFIXES",
+    "AnalyzerStats",
+    "ChunkAnalyzer",
+    "candidate_starts",
+]
 
 logger = logging.getLogger("codex_presence.lines")
 
@@ -77,10 +83,16 @@ ends at a closing quote (or is ``{"id":``). Most are methods ``feed_line`` skips
 the item events of passive item types (codex writes ``"item"`` first in ``params`` and
 ``"type"`` first in the item) are parsed by the mapping only to change nothing."""
 
-_CANDIDATE_START = re.compile(
-    b"\\n(?!" + b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES) + b")"
-)
-"""A newline that starts a line which does not begin with a hot prefix."""
+
+def candidate_starts(head: bytes = b"") -> re.Pattern[bytes]:
+    """A pattern for the newlines that start a line which does not begin with ``head``
+    (a regular expression; the recording format puts ``{"t":…,"from":"server","msg":``
+    there) followed by a hot prefix: the only lines worth a look."""
+    hot = b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES)
+    return re.compile(b"\\n(?!" + head + b"(?:" + hot + b"))")
+
+
+_CANDIDATE_START = candidate_starts()
 
 
 @dataclass(slots=True)

@@ -126,21 +126,17 @@ def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
         yield _entry(number, stripped, fmt)
 
 
-def _skip_alternation() -> bytes:
-    from ._lines import HOT_SKIPPED_PREFIXES
-
-    return b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES)
-
-
 _CANDIDATES: dict[RecordingFormat, re.Pattern[bytes]] = {}
+_RECORDING_SERVER_HEAD = rb'\{"t":[-+0-9.eE]+,"from":"server","msg":'
 
 
 def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
     """A newline that starts a line which may change the state (see read_relevant_entries)."""
     if fmt not in _CANDIDATES:
-        skip = _skip_alternation()
-        head = b"" if fmt == "server-stdout" else rb'\{"t":[-+0-9.eE]+,"from":"server","msg":'
-        _CANDIDATES[fmt] = re.compile(rb"\n(?!" + head + rb"(?:" + skip + rb"))")
+        from ._lines import candidate_starts  # the relay's scanner, and its prefix list
+
+        head = b"" if fmt == "server-stdout" else _RECORDING_SERVER_HEAD
+        _CANDIDATES[fmt] = candidate_starts(head)
     return _CANDIDATES[fmt]
 
 
