@@ -119,7 +119,7 @@ async def test_broker_down_at_start_then_up_is_recovered_with_backoff() -> None:
         assert not reporter.policy.settled
         with running_broker(team=make_team("alice", "bob"), port=port) as broker:
             await until(lambda: activity(broker) == "working")
-            assert reporter.policy.settled
+            await until(lambda: reporter.policy.settled)  # the 204 is read just after
 
 
 async def test_unauthorized_is_logged_once_and_reporting_stops(
