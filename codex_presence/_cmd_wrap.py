@@ -76,9 +76,13 @@ def run(args: argparse.Namespace) -> int:
 
     import anyio
 
+    from ._client import TOKEN_ENV
     from ._relay import Relay, log_transition
 
     link = _broker_link(args)
+    # The token is ours, not the child's: codex and every command its agent runs would
+    # inherit it. (Read above, if at all; the child is spawned below.)
+    os.environ.pop(TOKEN_ENV, None)
     if link is None:
         relay = Relay(record=args.record)
     else:
