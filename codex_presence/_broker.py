@@ -321,11 +321,15 @@ class Broker:
             self._pending = anyio.Event()
             if self.publish():
                 quiet_since = anyio.current_time()
+                # The pause bounds the writes of the fan-out: one per stream per batch. It
+                # follows a batch only: a change after a quiet spell (or a keep-alive) goes
+                # out at once.
+                await anyio.sleep(
+                    max(self._fanout_interval, self.streams / FANOUT_SENDS_PER_SECOND)
+                )
             elif anyio.current_time() >= quiet_since + self._keepalive:
                 self._append(b": keepalive\n\n")
                 quiet_since = anyio.current_time()
-            # The pause bounds the writes of the fan-out: one per stream per batch.
-            await anyio.sleep(max(self._fanout_interval, self.streams / FANOUT_SENDS_PER_SECOND))
 
     def close(self) -> None:
         """End every stream (the server is shutting down)."""
