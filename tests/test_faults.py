@@ -407,7 +407,7 @@ def test_a_flapping_broker(tmp_path: Path) -> None:
                 took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
                 approve(wrap, request)
                 wrap.wait_for(is_note("turn/completed"))
-                until(lambda: activity(broker.url) == "idle", 5)
+                until(lambda: activity(broker.url) == "idle", CONVERGE + SETTLE)
                 until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
