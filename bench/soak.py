@@ -53,6 +53,7 @@ from typing import Any
 
 import httpx
 import orjson
+from httpx_sse import connect_sse
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = [sys.executable, str(ROOT / "tests" / "fake_app_server.py")]
@@ -284,24 +285,18 @@ class Observer(threading.Thread):
 
     def _subscribe(self) -> None:
         headers = {"authorization": f"Bearer {self.token}"}
+        url = f"{self.url}/subscribe?name={self.name}"
         with (
             httpx.Client(timeout=httpx.Timeout(10.0, read=None)) as client,
-            client.stream(
-                "GET", f"{self.url}/subscribe?name={self.name}", headers=headers
-            ) as stream,
+            connect_sse(client, "GET", url, headers=headers) as source,
         ):
-            event = ""
-            for line in stream.iter_lines():
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: "):
-                    data = orjson.loads(line[6:])
-                    if event == "roster":
-                        for presence in data["members"]:
-                            self._note(presence)
-                        self.ready.set()
-                    elif event == "presence":
-                        self._note(data)
+            for event in source.iter_sse():
+                if event.event == "roster":
+                    for presence in orjson.loads(event.data)["members"]:
+                        self._note(presence)
+                    self.ready.set()
+                elif event.event == "presence":
+                    self._note(orjson.loads(event.data))
 
 
 def lost_states(

@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from httpx_sse import connect_sse
 
 from codex_presence._reporting import HEARTBEAT_SECONDS, Backoff
 from codex_presence._team import render_team
@@ -223,20 +224,15 @@ class RosterWatch:
         timeout = httpx.Timeout(5.0, read=None)
         with (
             httpx.Client(timeout=timeout) as client,
-            client.stream("GET", self.url + "/subscribe?name=bob", headers=headers) as stream,
+            connect_sse(client, "GET", self.url + "/subscribe?name=bob", headers=headers) as source,
         ):
-            event = ""
-            for line in stream.iter_lines():
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: "):
-                    data = orjson.loads(line[6:])
-                    if event == "roster":
-                        for presence in data["members"]:
-                            self._note(presence)
-                        self.ready = True
-                    elif event == "presence":
-                        self._note(data)
+            for event in source.iter_sse():
+                if event.event == "roster":
+                    for presence in orjson.loads(event.data)["members"]:
+                        self._note(presence)
+                    self.ready = True
+                elif event.event == "presence":
+                    self._note(orjson.loads(event.data))
 
     def join(self) -> None:
         self._thread.join(15)  # the broker's shutdown ends the stream
@@ -302,6 +298,21 @@ def blocked_turn(wrap: WrapProcess, turn: int) -> dict[str, Any]:
     return request
 
 
+def recover(
+    proxy: FaultProxy, broker_url: str, wrap: WrapProcess, request: dict[str, Any]
+) -> float:
+    """The broker is back while the member is blocked: the roster must catch up, the
+    subscription come back, and — once the client approves — the turn's end show as idle,
+    each within the convergence bound. Returns how long "blocked" took to show."""
+    proxy.set_mode("pass")
+    took = until(lambda: activity(broker_url) == "blocked", CONVERGE + SETTLE)
+    until(lambda: connected(broker_url) == 1, 10 + SETTLE, "resubscribed")
+    approve(wrap, request)
+    wrap.wait_for(is_note("turn/completed"))
+    until(lambda: activity(broker_url) == "idle", CONVERGE + SETTLE)
+    return took
+
+
 # -- broker faults during a live turn ---------------------------------------------------------
 
 
@@ -315,12 +326,7 @@ def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
                 wrap.wait_for(is_note("turn/completed"))
                 request = blocked_turn(wrap, 2)
                 assert activity(broker.url) == "idle"  # nothing got through
-                proxy.set_mode("pass")
-                took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
-                until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
-                approve(wrap, request)
-                wrap.wait_for(is_note("turn/completed"))
-                until(lambda: activity(broker.url) == "idle", 5)
+                took = recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
         finally:
@@ -355,12 +361,7 @@ def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault
                     assert proxy.counts["answered_after_stall"] == 0
                     # Hold the fault past the stall so held requests are answered late.
                     until(lambda: proxy.counts["answered_after_stall"] > 0, 15, "a late answer")
-                proxy.set_mode("pass")
-                took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
-                until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
-                approve(wrap, request)
-                wrap.wait_for(is_note("turn/completed"))
-                until(lambda: activity(broker.url) == "idle", 5)
+                took = recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
                 assert wrap.stdout.count(b'"turn/completed"') == 2
@@ -403,12 +404,7 @@ def test_a_flapping_broker(tmp_path: Path) -> None:
                 request = blocked_turn(wrap, 7)
                 stop.set()
                 flapper.join(5)
-                proxy.set_mode("pass")
-                took = until(lambda: activity(broker.url) == "blocked", CONVERGE + SETTLE)
-                approve(wrap, request)
-                wrap.wait_for(is_note("turn/completed"))
-                until(lambda: activity(broker.url) == "idle", CONVERGE + SETTLE)
-                until(lambda: connected(broker.url) == 1, 10 + SETTLE, "resubscribed")
+                took = recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
         finally:
