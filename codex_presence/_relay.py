@@ -18,7 +18,9 @@ Design, and why:
   :func:`anyio.wait_writable`). The child's stdout → our stdout, the heavy direction,
   runs on an anyio worker thread with ``poll``: its copies (which release the GIL) and
   its analysis overlap with the other direction, and it wakes the moment the child
-  writes. It polls with a timeout so that it always ends promptly.
+  writes, or when a wake pipe tells it to end. It never waits on the event loop: the
+  transitions it finds go into an outbox and a byte on a second pipe wakes the event
+  loop's delivery task (a blocking hand-over cost ~0.5 ms per chunk under load).
 * The child's stderr is our stderr, inherited: untouched, unbuffered, no copy.
 * The child gets its own process group (signals we forward reach its helpers too, and a
   terminal's Ctrl-C is not delivered twice) and ``PR_SET_PDEATHSIG`` = SIGKILL, so it
@@ -270,6 +272,7 @@ class Relay:
         self._outbox: deque[Transition] = deque()
         self._stop = False
         self._wake_r = self._wake_w = -1
+        self._ready_r = self._ready_w = -1
         self._child_in = -1
         self._child_out = -1
         self._server_waiting_to_read = False
@@ -349,13 +352,15 @@ class Relay:
     ) -> int:
         server_done = anyio.Event()
         self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
+        self._ready_r, self._ready_w = os.pipe()
+        for fd in (self._wake_w, self._ready_r, self._ready_w):
+            os.set_blocking(fd, False)
         try:
             return await self._supervise_with_wake(process, signals, server_done)
         finally:
-            for fd in (self._wake_r, self._wake_w):
+            for fd in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
                 os.close(fd)
-            self._wake_r = self._wake_w = -1
+            self._wake_r = self._wake_w = self._ready_r = self._ready_w = -1
 
     def _request_stop(self) -> None:
         """Tell the copy thread to end, waking it if it is waiting in ``poll``."""
@@ -379,6 +384,7 @@ class Relay:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._forward_signals, signals)
+                    tg.start_soon(self._deliver_ready)
                     tg.start_soon(self._client_pump)
                     tg.start_soon(self._server_pump, server_done)
                     returncode = await self._wait_child(process)
@@ -520,7 +526,8 @@ class Relay:
                 self._close_child_out()
                 return
             if self._analyse("server", data):
-                anyio.from_thread.run_sync(self._flush_outbox)
+                with suppress(BlockingIOError):  # full: the event loop is already woken
+                    os.write(self._ready_w, b"!")
 
     async def _read(self, fd: int) -> bytes:
         while True:
@@ -586,6 +593,15 @@ class Relay:
                 return False
             self._outbox.extend(transitions)
             return bool(self._outbox)
+
+    async def _deliver_ready(self) -> None:
+        """Deliver what the copy thread put in the outbox, each time it says so."""
+        while True:
+            await anyio.wait_readable(self._ready_r)
+            with suppress(BlockingIOError):
+                while os.read(self._ready_r, 4096):
+                    pass
+            self._flush_outbox()
 
     def _flush_outbox(self) -> None:
         """Deliver waiting transitions in order; on the event loop thread only."""

@@ -605,3 +605,46 @@ async def test_companions_span_the_session_and_see_the_final_transition() -> Non
         os.close(fd)
     assert status == 0
     assert events == ["enter", "working (turn/started)", "idle (eof)", "exit"]
+
+
+@pytest.mark.anyio
+async def test_the_copy_thread_never_waits_for_transitions_to_be_delivered() -> None:
+    """The child's output keeps flowing while the event loop that delivers transitions is
+    busy: the copy thread hands them over and goes on. (An observer that blocks breaks the
+    observer contract; it is the plainest way to make the event loop busy.)"""
+    started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    child = (
+        "import sys, time; out = sys.stdout.buffer"
+        f"; out.write({started!r}); out.flush(); time.sleep(0.2)"
+        "; out.write(b'after\\n'); out.flush()"
+    )
+    in_r, in_w = os.pipe()
+    os.close(in_w)
+    out_r, out_w = os.pipe()
+    received = bytearray()
+    got_after = threading.Event()
+
+    def read_stdout() -> None:
+        while data := os.read(out_r, 1 << 16):
+            received.extend(data)
+            if b"after\n" in received:
+                got_after.set()
+
+    waited: list[bool] = []
+
+    def busy_observer(transition: Transition) -> None:
+        if transition.state == "working":
+            waited.append(got_after.wait(10))  # blocks the event loop until "after" is out
+
+    reader = threading.Thread(target=read_stdout, daemon=True)
+    reader.start()
+    relay = Relay(stdin=in_r, stdout=out_w, observers=[busy_observer])
+    with anyio.fail_after(60):
+        status = await relay.run([PY, "-c", child])
+    os.close(out_w)
+    reader.join(10)
+    for fd in (in_r, out_r):
+        os.close(fd)
+    assert status == 0
+    assert waited == [True]
+    assert bytes(received) == started + b"after\n"
