@@ -19,7 +19,9 @@ bench/_streams.py), it prints:
   load: on a shared 2-core machine the throughput swings with other work, the CPU cost
   much less. On a saturated pipe the whole pipeline (source, wrap, the child ``cat``,
   sink) shares the cores, so wrap's CPU per MB, not its threading, bounds the ratio.
-* for context, the analysis alone (pre-filter + mapping on the same stream, in-process).
+* where the time goes, in the same runs: wrap with its analysis switched off (the relay
+  alone) and with the mapping inert (the pre-filter alone), patched in for the benchmark
+  only; and the analysis alone (pre-filter + mapping on the same stream, in-process).
 
 Goals (issue 3): ratio ≥ 0.5; added p99 ≤ 1 ms; RSS ≤ 40 MB.
 """
@@ -41,6 +43,22 @@ from _streams import turn_lines
 
 PY = sys.executable
 WRAP = [PY, "-m", "codex_presence", "wrap", "--quiet", "--"]
+
+
+def patched_wrap(patch: str) -> list[str]:
+    """``wrap`` with ``patch`` applied first: a diagnostic, never the product."""
+    run = "import sys; from codex_presence._cli import main; sys.exit(main(sys.argv[1:]))"
+    return [PY, "-c", f"{patch}; {run}", "wrap", "--quiet", "--"]
+
+
+VARIANTS = {
+    "relay alone (no analysis)": patched_wrap(
+        "import codex_presence._lines as m; m.ChunkAnalyzer.feed = lambda self, d, c: []"
+    ),
+    "pre-filter alone (inert mapping)": patched_wrap(
+        "import codex_presence._codex as m; m.CodexMapping.feed_line = lambda self, d, l: None"
+    ),
+}
 THREADS = ("01a22c94-1743-7cf3-8b22-0496ed4ad6d8", "01a22c95-8421-74e0-992d-d760cc3d2438")
 
 SINK = r"""
@@ -199,6 +217,7 @@ def main() -> None:
 
         print(f"machine: {os.cpu_count()} CPUs, load average {load()} (other work skews figures)")
         plain, wrapped, rss, cpu, cat_cpu = [], [], [], [], []
+        variants: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for _ in range(args.runs):
             total, seconds, usage = pipeline(stream, [["cat"], ["cat"]])
             assert total == size and usage is not None
@@ -210,6 +229,10 @@ def main() -> None:
             assert peak is not None
             rss.append(peak[0])
             cpu.append(peak[1])
+            for name, argv in VARIANTS.items():
+                total, seconds, _ = pipeline(stream, [[*argv, "cat"]])
+                assert total == size
+                variants[name].append(size / seconds / 1e6)
         p, w = statistics.median(plain), statistics.median(wrapped)
         runs = {
             name: ", ".join(f"{v:.0f}" for v in values)
@@ -218,6 +241,9 @@ def main() -> None:
         print(f"throughput  cat | cat:          {p:8.0f} MB/s   (runs: {runs['plain']})")
         print(f"throughput  wrap -- cat:        {w:8.0f} MB/s   (runs: {runs['wrap']})")
         print(f"ratio wrap / plain:             {w / p:8.2f}      (goal >= 0.5)")
+        for name, values in variants.items():
+            v = statistics.median(values)
+            print(f"  diagnostic, {name + ':':34s} {v:5.0f} MB/s   ratio {v / p:4.2f}")
         start = statistics.median(start_up_cpu() for _ in range(3))
         cat = statistics.median(cat_cpu) / (size / 1e6) * 1e3
         own = (statistics.median(cpu) - start) / (size / 1e6) * 1e3 - cat
