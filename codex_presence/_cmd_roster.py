@@ -13,7 +13,9 @@ HELP = "print the team roster from a broker (--watch: live)"
 _EPILOG = """\
 The token comes from --token-file FILE or $CODEX_PRESENCE_TOKEN. --watch holds a
 subscription (so you count as connected) and redraws on every change: a spinner for a
-member who is working, "needs input" for one who is blocked.
+member who is working, "needs input" for one who is blocked. When the stream is lost
+(the broker restarted, the network dropped) it says so under the last roster and
+reconnects with backoff; only a refused token, or Ctrl-C, ends it.
 """
 
 
@@ -84,7 +86,11 @@ def _get(client: Any, path: str) -> Any:
 
 
 async def _watch(broker: str, token: str, me: str) -> None:
-    """Draw the roster, then redraw on every event; animate the spinner while anyone works."""
+    """Draw the roster, then redraw on every event; animate the spinner while anyone works.
+
+    A lost stream (the broker restarted, the network dropped) is retried with backoff, the
+    last roster staying on screen under a line that says so; only a refused token ends it.
+    """
     import sys
 
     import anyio
@@ -93,17 +99,22 @@ async def _watch(broker: str, token: str, me: str) -> None:
     from httpx_sse import aconnect_sse
 
     from ._client import make_async_client
+    from ._reporting import Backoff
     from ._roster import watch_text
 
     tty = sys.stdout.isatty()
     team = ""
     members: dict[str, dict[str, Any]] = {}
+    status = ""
+    """Empty while the stream is live; otherwise why it is not, shown under the roster."""
     frame = 0
     last = ""
 
     def draw() -> None:
         nonlocal last
         text = watch_text(team, members.values(), you=me, frame=frame)
+        if status:
+            text += f"\n({status})"
         if text == last:
             return
         last = text
@@ -121,31 +132,55 @@ async def _watch(broker: str, token: str, me: str) -> None:
                 frame += 1
                 draw()
 
-    async def follow(client: httpx.AsyncClient) -> str:
-        nonlocal team, members
-        timeout = httpx.Timeout(5.0, read=None)
+    async def follow(client: httpx.AsyncClient) -> tuple[str, bool]:
+        """One subscription; returns why it ended and whether anything came through."""
+        nonlocal team, members, status
+        # The broker sends a keep-alive every 15 s: a silent stream is a dead one.
+        timeout = httpx.Timeout(5.0, read=_READ_TIMEOUT)
         options: dict[str, Any] = {"params": {"name": me}, "timeout": timeout}
+        live = False
         try:
             async with aconnect_sse(client, "GET", "/subscribe", **options) as sse:
-                if sse.response.status_code != 200:
+                code = sse.response.status_code
+                if code in (401, 403):
+                    raise _BrokerError(f"the broker at {broker} refused the token ({code})")
+                if code != 200:
                     await sse.response.aread()
-                    return f"subscribe: HTTP {sse.response.status_code} {sse.response.text[:200]}"
+                    return f"subscribe: HTTP {code} {sse.response.text[:200]}", live
                 async for event in sse.aiter_sse():
                     data = orjson.loads(event.data) if event.data else None
                     if event.event == "roster" and isinstance(data, dict):
                         team = data["team"]
                         members = {p["name"]: p for p in data["members"]}
+                        live, status = True, ""
                     elif event.event == "presence" and isinstance(data, dict):
                         members[data["name"]] = data
                     else:
                         continue
                     draw()
         except httpx.HTTPError as exc:
-            return f"lost the stream from {broker}: {exc}"
-        return "the broker closed the stream"
+            return f"lost the stream from {broker}: {exc or type(exc).__name__}", live
+        return f"the broker at {broker} closed the stream", live
 
+    backoff = Backoff(base=0.5, cap=10.0)
+    refused: _BrokerError | None = None
     async with make_async_client(broker, token) as client, anyio.create_task_group() as tg:
         tg.start_soon(spin)
-        error = await follow(client)
+        while True:
+            try:
+                why, live = await follow(client)
+            except _BrokerError as exc:
+                refused = exc
+                break
+            if live:
+                backoff.reset()
+            delay = backoff.next_delay()
+            status = f"{why}; reconnecting in {delay:.1f} s"
+            draw()
+            await anyio.sleep(delay)
         tg.cancel_scope.cancel()
-    raise _BrokerError(error)
+    assert refused is not None  # the loop ends only there
+    raise refused  # outside the task group, so not wrapped in an exception group
+
+
+_READ_TIMEOUT = 45.0
