@@ -20,7 +20,7 @@ import pytest
 
 from codex_presence._cli import main
 from codex_presence._cmd_broker import exposure_warning, is_loopback
-from codex_presence._team import Role, render_team
+from codex_presence._team import Role, Team, render_team
 from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
 
 CLI = [sys.executable, "-m", "codex_presence"]
@@ -274,50 +274,13 @@ def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
             proc.wait(10)
 
 
-def test_roster_watch_rides_out_a_broker_restart() -> None:
-    """The stream lost: the watch says so under the last roster and keeps trying; the
-    broker back (empty, on the same port): the roster is live again."""
-    team = make_team("alice", "builder")
+@contextmanager
+def watch_then_lose_the_broker(team: Team) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
+    """alice's ``roster --watch`` against a broker, which then goes away: yields the watch,
+    its output (the "reconnecting" line already seen) and the port to bring a broker back
+    on."""
     first_life = ExitStack()
     first = first_life.enter_context(running_broker(team=team))
-    port = int(first.url.rsplit(":", 1)[1])
-    with (
-        first_life,
-        subprocess.Popen(
-            [*CLI, "roster", "--watch", "--broker", first.url],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "CODEX_PRESENCE_TOKEN": token_of("alice")},
-        ) as proc,
-    ):
-        try:
-            out = Lines(proc.stdout)
-            out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
-            first_life.close()  # the broker goes away
-            out.until(r"^\(.*reconnecting in [0-9.]+ s\)$")
-            assert proc.poll() is None
-            with running_broker(team=team, port=port) as second:
-                out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
-                with httpx.Client(base_url=second.url, timeout=10) as c:
-                    c.post(
-                        "/presence/activity",
-                        json={"state": "blocked"},
-                        headers=second.auth("builder"),
-                    )
-                out.until(r"^- builder \[engineer\] offline  \[!\] needs input$")
-                assert out.queue.get(timeout=10) == "\n"  # the frame ends: no status line
-                proc.send_signal(signal.SIGINT)
-                assert proc.wait(10) in (0, 130)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-
-
-def test_roster_watch_ends_when_the_restarted_broker_refuses_the_token() -> None:
-    first_life = ExitStack()
-    first = first_life.enter_context(running_broker(team=make_team("alice")))
     port = int(first.url.rsplit(":", 1)[1])
     with (
         first_life,
@@ -331,18 +294,41 @@ def test_roster_watch_ends_when_the_restarted_broker_refuses_the_token() -> None
     ):
         try:
             out = Lines(proc.stdout)
-            out.until(r"^- alice \(you\) ")
-            first_life.close()
-            out.until(r"reconnecting in")
-            # back with a team that no longer has alice: her token is refused for good
-            with running_broker(team=make_team("builder"), port=port):
-                assert proc.wait(20) == 1
-            assert proc.stderr is not None
-            assert "refused the token (401)" in proc.stderr.read()
+            out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
+            first_life.close()  # the broker goes away
+            out.until(r"^\(.*reconnecting in [0-9.]+ s\)$")
+            assert proc.poll() is None
+            yield proc, out, port
         finally:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+
+
+def test_roster_watch_rides_out_a_broker_restart() -> None:
+    """The stream lost: the watch says so under the last roster and keeps trying; the
+    broker back (empty, on the same port): the roster is live again."""
+    team = make_team("alice", "builder")
+    with (
+        watch_then_lose_the_broker(team) as (proc, out, port),
+        running_broker(team=team, port=port) as second,
+    ):
+        out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
+        with httpx.Client(base_url=second.url, timeout=10) as c:
+            c.post("/presence/activity", json={"state": "blocked"}, headers=second.auth("builder"))
+        out.until(r"^- builder \[engineer\] offline  \[!\] needs input$")
+        assert out.queue.get(timeout=10) == "\n"  # the frame ends: no status line
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) in (0, 130)
+
+
+def test_roster_watch_ends_when_the_restarted_broker_refuses_the_token() -> None:
+    with watch_then_lose_the_broker(make_team("alice")) as (proc, _, port):
+        # back with a team that no longer has alice: her token is refused for good
+        with running_broker(team=make_team("builder"), port=port):
+            assert proc.wait(20) == 1
+        assert proc.stderr is not None
+        assert "refused the token (401)" in proc.stderr.read()
 
 
 def test_read_token_rules(tmp_path: Path) -> None:
