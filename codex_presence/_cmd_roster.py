@@ -82,7 +82,20 @@ def _get(client: Any, path: str) -> Any:
         raise _BrokerError(f"the broker at {client.base_url} refused the token (401)")
     if response.status_code != 200:
         raise _BrokerError(f"GET {path}: HTTP {response.status_code} {response.text[:200]}")
-    return response.json()
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if path == "/whoami" and not (
+        isinstance(answer, dict) and isinstance(answer.get("name"), str) and "team" in answer
+    ):
+        answer = None
+    if answer is None:
+        kind = response.headers.get("content-type", "no content type")
+        raise _BrokerError(
+            f"GET {path}: {client.base_url} answered {kind}, not a codex-presence broker's JSON"
+        )
+    return answer
 
 
 async def _watch(broker: str, token: str, me: str) -> None:
@@ -148,7 +161,10 @@ async def _watch(broker: str, token: str, me: str) -> None:
                     await sse.response.aread()
                     return f"subscribe: HTTP {code} {sse.response.text[:200]}", live
                 async for event in sse.aiter_sse():
-                    data = orjson.loads(event.data) if event.data else None
+                    try:
+                        data = orjson.loads(event.data) if event.data else None
+                    except orjson.JSONDecodeError:
+                        continue  # not a broker's event: nothing to draw from it
                     if event.event == "roster" and isinstance(data, dict):
                         team = data["team"]
                         members = {p["name"]: p for p in data["members"]}

@@ -13,12 +13,13 @@ activity stays absent for the whole session, while connection presence works as 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
 import httpx
+import orjson
 
 from ._activity import Transition
 from ._client import make_async_client
@@ -72,9 +73,11 @@ class BrokerLink:
             else:
                 logger.info("--no-trace: activity is not reported; connection presence only")
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._hold_presence, client)
+                # The relayed session runs inside this task group: a task that raised
+                # would cancel it, so neither task may (see _never_fatal).
+                tg.start_soon(_never_fatal, "connection presence", self._hold_presence, client)
                 if self.reporter is not None:
-                    tg.start_soon(self.reporter.run)
+                    tg.start_soon(_never_fatal, "activity reporting", self.reporter.run)
                 try:
                     yield
                 finally:
@@ -106,8 +109,34 @@ class BrokerLink:
                     )
                     return None
                 if response.status_code == 200:
-                    name = response.json().get("name")
-                    if isinstance(name, str):
+                    name = _member_name(response.content)
+                    if name is not None:
                         logger.info("the token is %s's", name)
                         return name
+                    # A proxy's page, a dev server's fallback: not (yet) our broker.
+                    logger.log(
+                        logging.WARNING if backoff.attempts == 0 else logging.DEBUG,
+                        "GET %s/whoami answered 200 without a member name (%s); retrying",
+                        self.settings.url,
+                        response.headers.get("content-type", "no content type"),
+                    )
             await anyio.sleep(backoff.next_delay())
+
+
+def _member_name(body: bytes) -> str | None:
+    """The ``name`` of a ``/whoami`` answer, or None if the body is not one."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    name = answer.get("name") if isinstance(answer, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+async def _never_fatal(what: str, task: Callable[..., Awaitable[object]], *args: object) -> None:
+    """Run a background task of the session; a bug in it is logged, and the wrapped
+    session goes on without it instead of being cancelled with it."""
+    try:
+        await task(*args)
+    except Exception:
+        logger.exception("%s failed; the session goes on without it", what)

@@ -94,3 +94,34 @@ def running_broker(*, team: Team, port: int = 0, **app_kwargs: Any) -> Iterator[
         thread.join(10)
         sock.close()
         assert not thread.is_alive(), "the broker did not stop"
+
+
+@contextmanager
+def not_a_broker() -> Iterator[str]:
+    """A web server that answers every request 200 with an HTML page, as a proxy's
+    sign-in page or a dev server's fallback route does."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def _page(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = b"<!doctype html><title>Sign in</title>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _page
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -21,7 +21,7 @@ import pytest
 from codex_presence._cli import main
 from codex_presence._cmd_broker import exposure_warning, is_loopback
 from codex_presence._team import Role, Team, render_team
-from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.broker_harness import RunningBroker, make_team, not_a_broker, running_broker, token_of
 
 CLI = [sys.executable, "-m", "codex_presence"]
 TEAM = make_team("alice", "builder", "scout")
@@ -329,6 +329,17 @@ def test_roster_watch_ends_when_the_restarted_broker_refuses_the_token() -> None
             assert proc.wait(20) == 1
         assert proc.stderr is not None
         assert "refused the token (401)" in proc.stderr.read()
+
+
+def test_roster_against_a_url_that_is_not_a_broker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    with not_a_broker() as url:
+        code, out, err = run_roster(monkeypatch, capsys, "--broker", url)
+    assert code == 1
+    assert out == ""
+    assert "answered text/html, not a codex-presence broker's JSON" in err
 
 
 def test_read_token_rules(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
@@ -42,8 +43,8 @@ from httpx_sse import connect_sse
 
 from codex_presence._reporting import HEARTBEAT_SECONDS, Backoff
 from codex_presence._team import render_team
-from tests.broker_harness import make_team, running_broker, token_of
-from tests.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request
+from tests.broker_harness import make_team, not_a_broker, running_broker, token_of
+from tests.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -314,6 +315,60 @@ def recover(
 
 
 # -- broker faults during a live turn ---------------------------------------------------------
+
+
+def test_a_url_that_is_not_a_broker_never_touches_the_session() -> None:
+    started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    child = (
+        "import sys, time; out = sys.stdout.buffer"
+        f"; out.write({started!r} + sys.stdin.buffer.read()); out.flush()"
+        "; time.sleep(1); out.write(b'child-done\\n')"
+    )
+    with not_a_broker() as url:
+        result = subprocess.run(
+            [PY, "-m", "codex_presence", "wrap", "--broker", url, "--", PY, "-c", child],
+            input=b"hello\n",
+            capture_output=True,
+            env=wrap_env(TOKEN),
+            timeout=60,
+        )
+    assert result.stdout == started + b"hello\nchild-done\n"
+    assert result.returncode == 0
+    assert b"/whoami answered 200 without a member name (text/html)" in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+@pytest.mark.anyio
+async def test_a_bug_in_a_broker_task_never_touches_the_session(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session runs inside the broker link's task group; a task that raised would
+    cancel it. A reporter that blows up is logged, and the session goes on."""
+    import codex_presence._daemon as daemon
+    from codex_presence._relay import Relay
+
+    class Broken(daemon.ActivityReporter):
+        async def run(self) -> None:
+            raise RuntimeError("a bug")
+
+    monkeypatch.setattr(daemon, "ActivityReporter", Broken)
+    with running_broker(team=make_team("alice")) as broker:
+        link = daemon.BrokerLink(
+            daemon.BrokerSettings(url=broker.url, token=token_of("alice"), name="alice")
+        )
+        in_r, in_w = os.pipe()
+        os.close(in_w)
+        out_r, out_w = os.pipe()
+        relay = Relay(stdin=in_r, stdout=out_w, observers=[link.observe], companions=[link.session])
+        child = "import sys, time; time.sleep(0.5); sys.stdout.write('child-done')"
+        with anyio.fail_after(30):
+            status = await relay.run([PY, "-c", child])
+        os.close(out_w)
+        assert os.read(out_r, 100) == b"child-done"
+        for fd in (in_r, out_r):
+            os.close(fd)
+    assert status == 0
+    assert "activity reporting failed; the session goes on without it" in caplog.text
 
 
 def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
