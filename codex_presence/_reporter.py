@@ -77,7 +77,7 @@ class ActivityReporter:
         try:
             outcome = await self._post(action)
         except BaseException:
-            self.policy.abandon()  # cancelled mid-request: nothing is known of it
+            self.policy.abandon(self._clock())  # cancelled mid-request: maybe applied
             raise
         self.policy.on_result(outcome, self._clock())
 
@@ -87,9 +87,12 @@ class ActivityReporter:
             response = await self._client.post(
                 ACTIVITY_PATH, json={"state": action.state.value}, timeout=self._timeout
             )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            self._note_failure(type(exc).__name__)
+            return Outcome.FAILED  # it never left
         except httpx.HTTPError as exc:
-            self._note_failure(f"{type(exc).__name__}")
-            return Outcome.FAILED
+            self._note_failure(type(exc).__name__)
+            return Outcome.UNKNOWN  # it may have reached the broker
         outcome = classify(response.status_code)
         if outcome is Outcome.OK:
             if self._failing:

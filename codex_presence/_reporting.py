@@ -10,6 +10,9 @@ fed the derived state, the outcome of each POST and the time, and answers what t
   a request was in flight are never sent);
 * a failed POST is retried with capped exponential backoff and jitter for as long as what
   the broker holds differs from the truth; a success resets the backoff;
+* a POST whose outcome is unknown (it timed out or was cancelled after it went out) may
+  have been applied: until a success says otherwise the broker may hold that state too, so
+  a different truth (idle, typically, at the end of a session) is still reported;
 * a 401/403 stops reporting for good (the token is wrong; retrying cannot help), and a
   rejected body (another 4xx) is not retried until the next transition.
 
@@ -43,7 +46,9 @@ class Outcome(enum.Enum):
     REJECTED = "rejected"
     """Another 4xx: the request itself is wrong; do not retry the same thing."""
     FAILED = "failed"
-    """Connection error, timeout, 5xx, 429: retry with backoff."""
+    """No connection, 5xx, 429: not applied; retry with backoff."""
+    UNKNOWN = "unknown"
+    """Timed out or broken after the request went out: maybe applied; retry with backoff."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,10 @@ class ReportPolicy:
     held_since: float = 0.0
     """When the broker last accepted a report (the TTL runs from there)."""
     in_flight: ActivityState | None = None
+    uncertain: ActivityState | None = None
+    """A state the broker may hold besides :attr:`held`: a POST of it ended without an
+    answer, and no success came since."""
+    uncertain_since: float = 0.0
     stopped: bool = False
     _retry_at: float | None = None
     _rejected: ActivityState | None = None
@@ -112,11 +121,16 @@ class ReportPolicy:
             return Wait(until=None)
         if self.held is not ActivityState.IDLE and now >= self.held_since + self.broker_ttl:
             self.held = ActivityState.IDLE  # the broker's TTL has lapsed: it holds idle now
+        if self.uncertain is not None and now >= self.uncertain_since + self.broker_ttl:
+            self.uncertain = None  # even if it was applied, it has lapsed by now
+        differs = self.truth is not self.held or (
+            self.uncertain is not None and self.uncertain is not self.truth
+        )
         if self._retry_at is not None and now < self._retry_at:
-            if self.truth is ActivityState.IDLE and self.held is ActivityState.IDLE:
+            if self.truth is ActivityState.IDLE and not differs:
                 return Wait(until=None)
             return Wait(until=self._retry_at)
-        if self.truth is not self.held:
+        if differs:
             if self.truth is self._rejected:
                 return Wait(until=None)
             return self._post(heartbeat=False)
@@ -139,6 +153,7 @@ class ReportPolicy:
             return
         if outcome is Outcome.OK:
             self.held, self.held_since = sent, now
+            self.uncertain = None
             self._retry_at = None
             self.backoff.reset()
         elif outcome is Outcome.UNAUTHORIZED:
@@ -146,14 +161,22 @@ class ReportPolicy:
         elif outcome is Outcome.REJECTED:
             self._rejected = sent
         else:
+            if outcome is Outcome.UNKNOWN:
+                self.uncertain, self.uncertain_since = sent, now
             self._retry_at = now + self.backoff.next_delay()
 
-    def abandon(self) -> None:
-        """The request in flight was cancelled: its outcome is unknown, so nothing changes
-        but that a new request may be sent."""
-        self.in_flight = None
+    def abandon(self, now: float) -> None:
+        """The request in flight was cancelled: it may have been applied, and a new
+        request may be sent."""
+        sent, self.in_flight = self.in_flight, None
+        if sent is not None:
+            self.uncertain, self.uncertain_since = sent, now
 
     @property
     def settled(self) -> bool:
         """True when the broker holds the truth (or reporting has stopped)."""
-        return self.stopped or (self.in_flight is None and self.held is self.truth)
+        return self.stopped or (
+            self.in_flight is None
+            and self.held is self.truth
+            and self.uncertain in (None, self.truth)
+        )

@@ -16,6 +16,7 @@ from codex_presence._presence import ConnectionPresence, ConnectionState
 from codex_presence._reporter import ActivityReporter
 from codex_presence._reporting import Backoff, ReportPolicy
 from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -203,3 +204,46 @@ async def test_connection_presence_stops_on_a_wrong_token() -> None:
                 await presence.run()
             assert presence.stopped_reason is not None and "403" in presence.stopped_reason
             assert connected(broker) == 0
+
+
+async def test_a_report_applied_but_answered_too_late_is_followed_by_idle() -> None:
+    """The broker applied "working" but its answer came after the reporter's timeout; the
+    turn then ended. The broker may hold working, so idle is still reported."""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]), mode="late", stall=2.0)
+        try:
+            async with client_for(proxy.url) as client, anyio.create_task_group() as tg:
+                reporter = ActivityReporter(
+                    client=client, policy=fast_policy(), request_timeout=0.3
+                )
+                tg.start_soon(reporter.run)
+                reporter.observe(WORKING)
+                await until(lambda: activity(broker) == "working")  # applied; answer held
+                proxy.set_mode("pass")
+                reporter.observe(IDLE)
+                await until(lambda: reporter.policy.settled)
+                tg.cancel_scope.cancel()
+            assert activity(broker) is None  # idle is absence
+        finally:
+            proxy.close()
+
+
+async def test_finish_reports_idle_after_a_report_cancelled_in_flight() -> None:
+    """The session ended while the POST of "working" was in flight (applied by the broker,
+    not yet answered): finish() cannot know it was not applied, so it reports idle."""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]), mode="late", stall=5.0)
+        try:
+            async with client_for(proxy.url) as client:
+                reporter = ActivityReporter(client=client, policy=fast_policy())
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(reporter.run)
+                    reporter.observe(WORKING)
+                    await until(lambda: activity(broker) == "working")
+                    tg.cancel_scope.cancel()  # the session ends, the answer still held
+                proxy.set_mode("pass")
+                await reporter.finish(grace=2.0)
+                assert reporter.policy.settled
+            assert activity(broker) is None  # idle is absence
+        finally:
+            proxy.close()

@@ -132,3 +132,44 @@ def test_idle_before_the_ttl_lapses_is_retried() -> None:
     assert p.next_action(1.1) == Wait(until=1.25)
     assert send(p, 1.25) == Post(IDLE, heartbeat=False)
     assert p.settled
+
+
+def test_a_report_that_may_have_landed_is_followed_by_idle() -> None:
+    """Timed out after it went out: the broker may hold working, so idle is reported."""
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0, Outcome.UNKNOWN)
+    p.observe(IDLE)
+    assert not p.settled
+    assert p.next_action(0.1) == Wait(until=0.25)  # after the backoff, as any retry
+    assert send(p, 0.25) == Post(IDLE, heartbeat=False)
+    assert p.settled
+    assert p.next_action(100.0) == Wait(until=None)
+
+
+def test_a_report_that_never_left_is_not_followed_by_idle() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0, Outcome.FAILED)  # no connection: the broker cannot hold it
+    p.observe(IDLE)
+    assert p.settled
+    assert p.next_action(0.3) == Wait(until=None)
+
+
+def test_a_cancelled_report_counts_as_maybe_applied() -> None:
+    p = policy()
+    p.observe(BLOCKED)
+    assert p.next_action(0.0) == Post(BLOCKED, heartbeat=False)
+    p.abandon(0.1)
+    p.observe(IDLE)
+    assert send(p, 0.1) == Post(IDLE, heartbeat=False)
+    assert p.settled
+
+
+def test_a_maybe_applied_report_lapses_with_the_brokers_ttl() -> None:
+    p = policy()
+    p.observe(WORKING)
+    send(p, 0.0, Outcome.UNKNOWN)
+    p.observe(IDLE)
+    assert p.next_action(30.5) == Wait(until=None)  # even if applied at 0.0, lapsed by now
+    assert p.settled
