@@ -21,7 +21,12 @@ Design, and why:
   writes, or when a wake pipe tells it to end. It never waits on the event loop: the
   transitions it finds go into an outbox and a byte on a second pipe wakes the event
   loop's delivery task (a blocking hand-over cost ~0.5 ms per chunk under load).
-* The child's stderr is our stderr, inherited: untouched, unbuffered, no copy.
+* The child's stderr is our stderr, inherited: untouched, unbuffered, no copy. Our own
+  stdin and stdout are made non-blocking, which is a property of the *open file
+  description*: where one of them shares it with stderr (a terminal's 0, 1 and 2 are
+  one description; so is ``2>&1``), the flag would reach the child's stderr, and a
+  stalled terminal would fail its writes with EAGAIN. There the relay opens a private
+  description of the same terminal or pipe instead, and leaves the shared one alone.
 * The child gets its own process group (signals we forward reach its helpers too, and a
   terminal's Ctrl-C is not delivered twice) and ``PR_SET_PDEATHSIG`` = SIGKILL, so it
   never outlives us, even when we are SIGKILLed.
@@ -83,6 +88,27 @@ def _grow_pipe(fd: int, size: int) -> None:
 
     with suppress(OSError):
         fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+
+
+def _blocking(fd: int) -> bool | None:
+    try:
+        return os.get_blocking(fd)
+    except OSError:
+        return None
+
+
+def _reopen(fd: int, mode: int) -> int | None:
+    """A new open file description (non-blocking, close-on-exec) of the terminal or pipe
+    behind ``fd``; None for anything else, or if that fails."""
+    flags = mode | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        if os.isatty(fd):
+            return os.open(os.ttyname(fd), flags | os.O_NOCTTY)
+        if _is_fifo(fd):
+            return os.open(f"/proc/self/fd/{fd}", flags)  # Linux: opens the pipe anew
+    except OSError:
+        pass
+    return None
 
 
 def _is_fifo(fd: int) -> bool:
@@ -276,6 +302,8 @@ class Relay:
         self._child_in = -1
         self._child_out = -1
         self._server_waiting_to_read = False
+        self._originals: dict[int, int] = {}
+        """Private descriptors opened for our stdin/stdout → the inherited ones."""
 
     @property
     def mapping(self) -> CodexMapping:
@@ -310,6 +338,12 @@ class Relay:
             _grow_pipe(fd, PIPE_SIZE)
         try:
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
+                # Before the child exists, so that not even a probe reaches its stderr.
+                self._stdin = self._nonblocking(self._stdin, os.O_RDONLY)
+                self._stdout = self._nonblocking(self._stdout, os.O_WRONLY)
+                for fd in (self._stdin, self._stdout):
+                    if _is_fifo(fd):
+                        _grow_pipe(fd, PIPE_SIZE)
                 try:
                     # anyio.open_process has no preexec_fn, needed for PR_SET_PDEATHSIG.
                     process = subprocess.Popen(  # noqa: ASYNC220
@@ -328,11 +362,6 @@ class Relay:
                 child_in_r = child_out_w = -1
                 for fd in (self._child_in, self._child_out):
                     os.set_blocking(fd, False)
-                for fd in (self._stdin, self._stdout):
-                    with suppress(OSError):
-                        os.set_blocking(fd, False)
-                    if _is_fifo(fd):
-                        _grow_pipe(fd, PIPE_SIZE)
                 return await self._supervise(process, signals)
         finally:
             for fd in (child_in_r, child_out_w):
@@ -341,6 +370,13 @@ class Relay:
             # Our ends: closed once, by whoever gets there first (see _close_child_*).
             self._close_child_in()
             self._close_child_out()
+            for private, original in self._originals.items():
+                os.close(private)
+                if self._stdin == private:
+                    self._stdin = original
+                if self._stdout == private:
+                    self._stdout = original
+            self._originals.clear()
             if self._process is not None and self._process.poll() is None:
                 self._kill_group(signal.SIGKILL)
                 self._process.wait()
@@ -565,8 +601,29 @@ class Relay:
         null = os.open(os.devnull, mode)
         try:
             os.dup2(null, fd)
+            if fd in self._originals:  # the inherited descriptor holds the pipe open too
+                os.dup2(null, self._originals[fd])
         finally:
             os.close(null)
+
+    def _nonblocking(self, fd: int, mode: int) -> int:
+        """``fd`` made non-blocking, or a private non-blocking descriptor of the same file
+        where ``fd`` shares its open file description with stderr (see the module doc)."""
+        stderr_blocking = _blocking(2)
+        try:
+            os.set_blocking(fd, False)
+        except OSError:
+            return fd  # closed: it reads as EOF and fails as a write, as before
+        if not stderr_blocking or _blocking(2):
+            return fd  # stderr unaffected (or not ours to protect)
+        os.set_blocking(fd, True)  # undo: this description is the child's stderr too
+        private = _reopen(fd, mode)
+        if private is None:
+            logger.debug("fd %d shares stderr's description and cannot be reopened", fd)
+            os.set_blocking(fd, False)
+            return fd
+        self._originals[private] = fd
+        return private
 
     # -- after each forwarded chunk --------------------------------------------------------
 

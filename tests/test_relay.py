@@ -648,3 +648,59 @@ async def test_the_copy_thread_never_waits_for_transitions_to_be_delivered() -> 
     assert status == 0
     assert waited == [True]
     assert bytes(received) == started + b"after\n"
+
+
+CHILD_REPORTS_STDERR_MODE = (
+    "import os, sys; sys.stdout.write(f'stderr-blocking={os.get_blocking(2)}\\n')"
+)
+
+
+def test_in_a_terminal_the_childs_stderr_stays_blocking() -> None:
+    """A terminal's stdin, stdout and stderr are one open file description: making our
+    stdin/stdout non-blocking must not make the child's stderr so (a stalled terminal
+    would then fail its writes with EAGAIN)."""
+    import pty
+
+    master, slave = pty.openpty()
+    child = (
+        "import os, sys; line = sys.stdin.readline().strip()"
+        "; sys.stdout.write(f'stderr-blocking={os.get_blocking(2)} got {line}\\n')"
+    )
+    try:
+        proc = subprocess.Popen(
+            [*WRAP, "--", PY, "-c", child],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=clean_env(),
+        )
+        os.close(slave)
+        slave = -1
+        os.write(master, b"ping\n")  # typed at the terminal: it must reach the child
+        seen = b""
+        deadline = time.monotonic() + 30
+        while b"got ping" not in seen:
+            assert time.monotonic() < deadline, seen
+            try:
+                seen += os.read(master, 4096)
+            except OSError:  # EIO: every holder of the terminal is gone
+                break
+        assert proc.wait(30) == 0
+        assert b"stderr-blocking=True got ping" in seen, seen
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+
+
+def test_with_stderr_into_stdout_the_childs_stderr_stays_blocking() -> None:
+    result = subprocess.run(
+        [*WRAP, "--", PY, "-c", CHILD_REPORTS_STDERR_MODE],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=clean_env(),
+        timeout=30,
+    )
+    assert result.returncode == 0
+    assert result.stdout.endswith(b"\nstderr-blocking=True\n"), result.stdout  # after our notice
