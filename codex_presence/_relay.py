@@ -521,8 +521,11 @@ class Relay:
         the GIL) and its analysis overlap with the client direction on the event loop, and
         a blocking ``poll`` wakes it as soon as the child writes — or as soon as
         :meth:`_request_stop` writes to the wake pipe, so that an idle session costs no
-        wake-ups at all. It never waits on the event loop except to hand over transitions
-        (rare) and recorded chunks."""
+        wake-ups at all. It never waits on the event loop.
+
+        Each write and the analysis of the bytes it wrote happen under the analysis lock
+        (never held while waiting): the client cannot answer bytes before they are written,
+        so its answer is never analysed before the request it answers."""
         src, dst = self._child_out, self._stdout
         readable, writable = select.poll(), select.poll()
         readable.register(src, select.POLLIN)
@@ -546,12 +549,19 @@ class Relay:
             t = self._clock()
             if self._recorder is not None:
                 self._recorder.add(t - self._start, "server", data)
-            view = memoryview(data)
+            view, pos, ready = memoryview(data), 0, False
             try:
-                while view:
-                    try:
-                        view = view[os.write(dst, view) :]
-                    except BlockingIOError:
+                while pos < len(data):
+                    with self._analysis_lock:
+                        try:
+                            written = os.write(dst, view[pos:])
+                        except BlockingIOError:
+                            written = 0
+                        else:
+                            done = data if written == len(data) else data[pos : pos + written]
+                            ready = self._analyse_locked("server", done) or ready
+                    pos += written
+                    if pos < len(data):
                         if self._stop:
                             return
                         writable.poll()
@@ -561,7 +571,7 @@ class Relay:
                 # Our reader is gone; let the child find out on its next write.
                 self._close_child_out()
                 return
-            if self._analyse("server", data):
+            if ready:
                 with suppress(BlockingIOError):  # full: the event loop is already woken
                     os.write(self._ready_w, b"!")
 
@@ -639,17 +649,20 @@ class Relay:
         loop and the server's worker thread) and anyio has no lock that sync code on both
         can take. It is never held while waiting for anything else.
         """
+        with self._analysis_lock:
+            return self._analyse_locked(direction, data)
+
+    def _analyse_locked(self, direction: Direction, data: bytes) -> bool:
         if self._analysis_failed:
             return False
-        with self._analysis_lock:
-            try:
-                transitions = self.analyzer.feed(direction, data)
-            except Exception:  # a bug in the analysis must never stop the bytes
-                logger.exception("activity analysis failed; relaying without it")
-                self._analysis_failed = True
-                return False
-            self._outbox.extend(transitions)
-            return bool(self._outbox)
+        try:
+            transitions = self.analyzer.feed(direction, data)
+        except Exception:  # a bug in the analysis must never stop the bytes
+            logger.exception("activity analysis failed; relaying without it")
+            self._analysis_failed = True
+            return False
+        self._outbox.extend(transitions)
+        return bool(self._outbox)
 
     async def _deliver_ready(self) -> None:
         """Deliver what the copy thread put in the outbox, each time it says so."""

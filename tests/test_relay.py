@@ -704,3 +704,67 @@ def test_with_stderr_into_stdout_the_childs_stderr_stays_blocking() -> None:
     )
     assert result.returncode == 0
     assert result.stdout.endswith(b"\nstderr-blocking=True\n"), result.stdout  # after our notice
+
+
+@pytest.mark.anyio
+async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An automatic client answers an approval the moment it reads it, while the copy
+    thread has written the request but not yet analysed it (descheduled right after its
+    write, simulated here). The answer must still count: the member is working again, not
+    left blocked until the server's own resolution."""
+    import codex_presence._relay as relay_module
+
+    started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    request = (
+        b'{"method":"item/commandExecution/requestApproval","id":7,'
+        b'"params":{"threadId":"a","turnId":"t","itemId":"c"}}\n'
+    )
+    child = (
+        "import sys; out = sys.stdout.buffer"
+        f"; out.write({started + request!r}); out.flush(); sys.stdin.buffer.readline()"
+    )
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+
+    class DescheduledAfterWritingTheRequest:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: Any) -> int:
+            written = os.write(fd, data)
+            if fd == out_w and b"requestApproval" in bytes(data[:written]):
+                time.sleep(0.3)  # the client's answer arrives meanwhile
+            return written
+
+    monkeypatch.setattr(relay_module, "os", DescheduledAfterWritingTheRequest())
+
+    def client() -> None:
+        seen = b""
+        while b"requestApproval" not in seen and (data := os.read(out_r, 1 << 16)):
+            seen += data
+        os.write(in_w, b'{"id":7,"result":{"decision":"accept"}}\n')
+        os.close(in_w)
+
+    answering = threading.Thread(target=client, daemon=True)
+    answering.start()
+    seen: list[str] = []
+    relay = Relay(
+        stdin=in_r,
+        stdout=out_w,
+        observers=[lambda t: seen.append(f"{t.state.value} ({t.cause})")],
+    )
+    with anyio.fail_after(60):
+        status = await relay.run([PY, "-c", child])
+    answering.join(10)
+    for fd in (in_r, out_r, out_w):
+        os.close(fd)
+    assert status == 0
+    assert seen == [
+        "working (turn/started)",
+        "blocked (item/commandExecution/requestApproval)",
+        "working (response)",
+        "idle (eof)",
+    ]
