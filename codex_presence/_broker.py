@@ -162,7 +162,8 @@ class Broker:
         )
         self._clock = clock
         self._wall_clock = wall_clock
-        self._authenticators: tuple[Authenticator, ...] = (self._bearer, *authenticators)
+        bearer: Authenticator = self.authenticate_bearer
+        self._authenticators: tuple[Authenticator, ...] = (bearer, *authenticators)
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
         self._encoded: dict[str, tuple[object, ActivityState, bytes]] = {}
@@ -180,9 +181,17 @@ class Broker:
 
     # -- authentication ----------------------------------------------------------------
 
-    def _bearer(self, request: Request) -> Member | None:
+    def authenticate_bearer(self, request: Request) -> Member | None:
+        """The member whose bearer token this request carries, or None. Reporting
+        activity takes this alone: it is a runner's act, never a browser's."""
         token = bearer_token(request)
         return None if token is None else self.team.authenticate(token)
+
+    @property
+    def unauthorized_reason(self) -> str:
+        if len(self._authenticators) > 1:
+            return "missing or wrong bearer token, and no valid browser session"
+        return "missing or wrong bearer token"
 
     def authenticate(self, request: Request) -> Member | None:
         """The member this request is authenticated as, by any authenticator, or None."""
@@ -308,6 +317,11 @@ class Broker:
         wake, self._wake = self._wake, anyio.Event()
         wake.set()
 
+    def recheck_streams(self) -> None:
+        """Wake every stream to check that it is still authorized (a browser session
+        ended); streams otherwise check at each event and keep-alive tick."""
+        self._wake_all()
+
     async def run_fanout(self) -> None:
         """Publish changes as they come (coalesced), TTL lapses as they fall due, and the
         keep-alive tick when nothing else went out."""
@@ -352,8 +366,8 @@ def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> R
 _UNAUTHORIZED_HEADERS = {"www-authenticate": 'Bearer realm="codex-presence"'}
 
 
-def _unauthorized() -> Response:
-    return _error(401, "missing or wrong bearer token", _UNAUTHORIZED_HEADERS)
+def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
+    return _error(401, reason, _UNAUTHORIZED_HEADERS)
 
 
 def _parse_state(body: bytes) -> ActivityState | str:
@@ -384,9 +398,14 @@ class _Subscription:
     ``http.disconnect`` is the only prompt way to see a subscriber that died.
     """
 
-    def __init__(self, broker: Broker, name: str) -> None:
+    def __init__(
+        self, broker: Broker, name: str, authorized: Callable[[], bool] | None = None
+    ) -> None:
         self.broker = broker
         self.name = name
+        self.authorized = authorized
+        """None for a bearer token (valid for the broker's life); else asked before
+        every send, so that a browser session that ended ends its stream too."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
@@ -415,6 +434,8 @@ class _Subscription:
         first = b"retry: 2000\n\n" + broker.roster_event(self.name)
         await send({"type": "http.response.body", "body": first, "more_body": True})
         while not broker.closing:
+            if self.authorized is not None and not self.authorized():
+                break
             wake = broker.wake
             if broker.version != version:
                 chunk, version = broker.since(version, you=self.name)
@@ -422,6 +443,14 @@ class _Subscription:
                 continue
             await wake.wait()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _still_authenticated(broker: Broker, request: Request, name: str) -> Callable[[], bool]:
+    def authorized() -> bool:
+        again = broker.authenticate(request)
+        return again is not None and again.name == name
+
+    return authorized
 
 
 def create_app(
@@ -464,7 +493,7 @@ def create_app(
         )
 
     async def activity(request: Request) -> Response:
-        member = broker.authenticate(request)
+        member = broker.authenticate_bearer(request)  # a browser session cannot report
         if member is None:
             return _unauthorized()
         ctype = request.headers.get("content-type")
@@ -492,9 +521,13 @@ def create_app(
         return Response(status_code=204)
 
     async def subscribe(request: Request) -> Response | _Subscription:
-        member = broker.authenticate(request)
-        if member is None:
-            return _unauthorized()
+        authorized: Callable[[], bool] | None = None
+        member = broker.authenticate_bearer(request)
+        if member is None:  # a browser session: it can end while the stream is open
+            member = broker.authenticate(request)
+            if member is None:
+                return _unauthorized(broker.unauthorized_reason)
+            authorized = _still_authenticated(broker, request, member.name)
         name = request.query_params.get("name")
         if not name:
             return _error(400, "missing ?name=<self>")
@@ -502,17 +535,17 @@ def create_app(
             return _error(403, "a member may only subscribe as themselves")
         if broker.registry.get(name).connected >= max_subscribers:
             return _error(429, f"at most {max_subscribers} streams per member")
-        return _Subscription(broker, name)
+        return _Subscription(broker, name, authorized)
 
     async def roster(request: Request) -> Response:
         if broker.authenticate(request) is None:
-            return _unauthorized()
+            return _unauthorized(broker.unauthorized_reason)
         return Response(broker.roster_json(), media_type="application/json")
 
     async def whoami(request: Request) -> Response:
         member = broker.authenticate(request)
         if member is None:
-            return _unauthorized()
+            return _unauthorized(broker.unauthorized_reason)
         role = member.role.to_json() if member.role else None
         return _json(200, {"team": broker.team.name, "name": member.name, "role": role})
 

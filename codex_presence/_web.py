@@ -3,8 +3,10 @@
 :class:`WebRoster` owns the browser side of the broker. It adds routes to the broker app
 (:func:`~._broker.create_app`'s ``routes=``) and an :data:`~._broker.Authenticator`
 (``authenticators=``) that recognises its session cookie, so that ``/whoami``,
-``/roster`` and ``/subscribe`` work for a signed-in browser exactly as they do for a bearer
-token. The broker itself is not changed.
+``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a bearer token
+(reporting activity is a runner's act and takes the bearer token alone). The cookie counts
+only on requests from the page's own origin (``Origin``, ``Sec-Fetch-Site``): SameSite=Strict
+still lets a page on another port of the same host make the browser send it.
 
 Routes
 ------
@@ -23,7 +25,9 @@ Routes
     the member *here*, in memory: the token never reaches the cookie jar, and a broker
     restart signs everyone out.
 ``POST /session/logout``
-    Forget the session and expire the cookie. 204.
+    Forget the session, expire the cookie and end the streams it opened. 204. (A session
+    that expires, or that a member's 33rd sign-in pushes out, ends its streams at their
+    next event or keep-alive.)
 
 Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
 the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
@@ -41,11 +45,13 @@ from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
+import anyio
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ._broker import BODY_TIMEOUT
 from ._team import Member, Team
 
 __all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
@@ -57,7 +63,8 @@ HIDE_DELAY = 5.0
 """Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
 SESSION_TTL = 12 * 3600.0
 """Seconds a browser session lasts before signing in again."""
-MAX_SESSIONS = 1024
+MAX_SESSIONS = 32
+"""Browser sessions per member; a new sign-in past it ends that member's oldest."""
 _MAX_FORM = 4096
 
 _CSP = (
@@ -108,6 +115,7 @@ class WebRoster:
         session_ttl: float = SESSION_TTL,
         max_sessions: int = MAX_SESSIONS,
         secure_cookie: bool | None = None,
+        body_timeout: float = BODY_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.team = team
@@ -115,6 +123,7 @@ class WebRoster:
         self.session_ttl = session_ttl
         self.max_sessions = max_sessions
         self.secure_cookie = secure_cookie
+        self.body_timeout = body_timeout
         self._clock = clock
         # Oldest first, so that the cap drops the session least recently made.
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
@@ -131,8 +140,9 @@ class WebRoster:
         if member is None:
             return None
         self._expire()
-        while len(self._sessions) >= self.max_sessions:
-            self._sessions.popitem(last=False)
+        mine = [sid for sid, s in self._sessions.items() if s.member == member.name]
+        for session_id in mine[: max(0, len(mine) - self.max_sessions + 1)]:
+            del self._sessions[session_id]  # the member's oldest: nobody else's
         session_id = secrets.token_urlsafe(32)
         self._sessions[session_id] = _Session(member.name, self._clock() + self.session_ttl)
         return session_id
@@ -156,9 +166,12 @@ class WebRoster:
             del self._sessions[session_id]
 
     def authenticate(self, request: Request) -> Member | None:
-        """The broker :data:`~._broker.Authenticator` for the session cookie."""
+        """The broker :data:`~._broker.Authenticator` for the session cookie, on requests
+        from the page's own origin only."""
         session_id = request.cookies.get(COOKIE_NAME)
-        return None if not session_id else self.member_of(session_id)
+        if not session_id or not self._same_origin(request):
+            return None
+        return self.member_of(session_id)
 
     # -- HTTP --------------------------------------------------------------------------
 
@@ -187,6 +200,16 @@ class WebRoster:
         host = request.headers.get("host", "")
         return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
 
+    def _same_origin(self, request: Request) -> bool:
+        """Whether a request carrying the cookie comes from the page itself. A browser
+        says where a request comes from in ``Sec-Fetch-Site`` (``none``: typed or
+        bookmarked) and, on cross-origin and non-GET requests, in ``Origin``; same-site
+        is not enough (another port of this host is the same site)."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return False
+        return not self._cross_site(request)
+
     def _secure(self, request: Request) -> bool:
         if self.secure_cookie is not None:
             return self.secure_cookie
@@ -200,12 +223,17 @@ class WebRoster:
             return _json(415, {"error": "the body must be a form: token=<member token>"})
         body = b""
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > _MAX_FORM:
-                    return _json(413, {"error": f"the form is limited to {_MAX_FORM} bytes"})
+            with anyio.fail_after(self.body_timeout):  # a body that never ends: bounded
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > _MAX_FORM:
+                        return _json(413, {"error": f"the form is limited to {_MAX_FORM} bytes"})
         except ClientDisconnect:
             return _json(400, {"error": "the client went away"})
+        except TimeoutError:
+            response = _json(408, {"error": f"the form took over {self.body_timeout:g} s"})
+            response.headers["connection"] = "close"
+            return response
         try:
             form = parse_qs(body.decode("utf-8"), max_num_fields=8)
         except (UnicodeDecodeError, ValueError):
@@ -235,6 +263,9 @@ class WebRoster:
         session_id = request.cookies.get(COOKIE_NAME)
         if session_id:
             self.sign_out(session_id)
+            broker = getattr(request.app.state, "broker", None)
+            if broker is not None:
+                broker.recheck_streams()  # the session's streams end now
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.delete_cookie(
             COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"

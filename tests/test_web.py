@@ -15,8 +15,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,8 +125,35 @@ def test_sign_in_sets_a_session_cookie_not_the_token(web: Web) -> None:
     who = httpx.get(web.url + "/whoami", headers=cookie, timeout=5)
     assert who.status_code == 200
     assert who.json()["name"] == "alice"
-    # The cookie authenticates everything a bearer token does, including the stream.
+    # The cookie reads what a bearer token reads, the stream included...
     assert httpx.get(web.url + "/roster", headers=cookie, timeout=5).status_code == 200
+    # ...but reporting activity is a runner's act: bearer token only.
+    report = httpx.post(
+        web.url + "/presence/activity", json={"state": "blocked"}, headers=cookie, timeout=5
+    )
+    assert report.status_code == 401
+    assert report.json() == {"error": "missing or wrong bearer token"}
+    assert "activity" not in web.roster_json()["alice"]
+
+
+def test_the_cookie_counts_only_on_the_pages_own_origin(web: Web) -> None:
+    """SameSite=Strict lets a page on another port of this host make the browser send
+    the cookie; the broker takes it only from its own origin."""
+    session_id = sign_in(web, token_of("alice")).cookies[COOKIE_NAME]
+    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    elsewhere = "http://127.0.0.1:1"  # another port: the same site, another origin
+    for headers in ({"origin": elsewhere}, {"sec-fetch-site": "same-site"}, {"origin": "null"}):
+        for path in ("/whoami", "/roster", "/subscribe?name=alice"):
+            response = httpx.get(web.url + path, headers={**cookie, **headers}, timeout=5)
+            assert response.status_code == 401, (path, headers)
+            assert response.json()["error"] == (
+                "missing or wrong bearer token, and no valid browser session"
+            )
+    own = {"sec-fetch-site": "same-origin", "origin": web.url}
+    assert httpx.get(web.url + "/whoami", headers={**cookie, **own}, timeout=5).status_code == 200
+    typed = {"sec-fetch-site": "none"}  # the address typed or bookmarked
+    assert httpx.get(web.url + "/whoami", headers={**cookie, **typed}, timeout=5).status_code == 200
+    web.wait_connected("alice", 0)
 
 
 def test_a_bad_token_is_refused_without_a_cookie(web: Web) -> None:
@@ -144,6 +173,22 @@ def test_cross_site_sign_in_is_refused(web: Web) -> None:
     assert same_site.status_code == 204
 
 
+def test_a_sign_in_body_that_never_ends_is_cut_off() -> None:
+    """Sign-in needs no token to reach: a trickled body must not hold a connection."""
+    import socket
+
+    for web in make_web(body_timeout=0.5):
+        port = int(web.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(
+                b"POST /session HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1000\r\n"
+                b"content-type: application/x-www-form-urlencoded\r\n\r\nt"
+            )
+            answer = conn.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b"the form took over 0.5 s" in answer
+
+
 def test_sign_in_wants_a_form(web: Web) -> None:
     response = httpx.post(web.url + "/session", json={"token": token_of("alice")}, timeout=5)
     assert response.status_code == 415
@@ -158,7 +203,7 @@ def test_sign_out_forgets_the_session(web: Web) -> None:
     assert httpx.get(web.url + "/whoami", headers=cookie, timeout=5).status_code == 401
 
 
-def test_sessions_expire_and_are_capped() -> None:
+def test_sessions_expire_and_are_capped_per_member() -> None:
     clock = FakeClock()
     roster = WebRoster(team=TEAM, session_ttl=60, max_sessions=2, clock=clock)
     first = roster.sign_in(token_of("alice"))
@@ -167,11 +212,30 @@ def test_sessions_expire_and_are_capped() -> None:
     assert member is not None and member.name == "alice"
     clock.advance(61)
     assert roster.member_of(first) is None
-    a, b, c = (roster.sign_in(token_of(n)) for n in ("alice", "builder", "scout"))
-    assert a is not None and b is not None and c is not None
-    assert roster.member_of(a) is None  # the oldest went to make room
-    assert [roster.member_of(s).name for s in (b, c)] == ["builder", "scout"]  # type: ignore[union-attr]
+    builder = roster.sign_in(token_of("builder"))
+    a, b, c = (roster.sign_in(token_of("alice")) for _ in range(3))
+    assert a is not None and b is not None and c is not None and builder is not None
+    assert roster.member_of(a) is None  # alice's oldest went to make room for her third
+    assert [roster.member_of(s).name for s in (b, c, builder)] == ["alice", "alice", "builder"]  # type: ignore[union-attr]
     assert roster.sign_in("cp_wrong") is None
+
+
+def test_signing_out_ends_the_sessions_open_stream(web: Web) -> None:
+    session_id = sign_in(web, token_of("alice")).cookies[COOKIE_NAME]
+    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    with (
+        httpx.Client(base_url=web.url, timeout=10) as client,
+        client.stream("GET", "/subscribe?name=alice", headers=cookie) as stream,
+    ):
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        assert next(lines).startswith("retry:")
+        web.wait_connected("alice", 1)
+        logout = httpx.post(web.url + "/session/logout", headers=cookie, timeout=5)
+        assert logout.status_code == 204
+        for _ in lines:  # the stream ends (or the client's 10 s read timeout fails the test)
+            pass
+    web.wait_connected("alice", 0)
 
 
 def test_the_page_and_assets_are_served_with_a_strict_csp(web: Web) -> None:
@@ -210,6 +274,8 @@ class Tab:
     context: BrowserContext
     page: Page
     requests: list[str] = field(default_factory=list)
+    other_origins: set[str] = field(default_factory=set)
+    """Origins a test itself sends the tab to (the page never loads anything there)."""
 
 
 @pytest.fixture
@@ -224,7 +290,8 @@ def tabs(browser: Browser, web: Web) -> Iterator[list[Tab]]:
             for url in tab.requests:
                 parts = urlsplit(url)
                 assert parts.hostname == "127.0.0.1", url
-                assert f"{parts.scheme}://{parts.netloc}" == web.url, url
+                origin = f"{parts.scheme}://{parts.netloc}"
+                assert origin == web.url or origin in tab.other_origins, url
     finally:
         for tab in opened:
             tab.context.close()
@@ -324,6 +391,68 @@ def test_sign_in_in_the_browser(browser: Browser, web: Web, tabs: list[Tab]) -> 
     web.wait_connected("alice", 0)
     page.reload()
     expect(page.locator("body")).to_have_attribute("data-view", "signin")
+
+
+ATTACK = """<!doctype html><title>elsewhere</title><script>
+(async () => {
+  const broker = "%s";
+  await fetch(broker + "/presence/activity", {
+    method: "POST", mode: "no-cors", credentials: "include",
+    body: new Blob(['{"state":"blocked"}']),
+  });
+  await new Promise(done => {
+    const stream = new EventSource(broker + "/subscribe?name=alice", {withCredentials: true});
+    stream.onerror = () => { stream.close(); done(); };
+  });
+  document.title = "done";
+})();
+</script>"""
+
+
+@contextmanager
+def page_elsewhere(html: str) -> Iterator[str]:
+    """Serve ``html`` from another port of 127.0.0.1: the same site, another origin."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.browser
+def test_a_page_on_another_port_cannot_use_the_cookie(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    """alice is signed in; a page on another port of the same host (same site, so the
+    SameSite=Strict cookie goes along) tries to report her blocked and to hold a stream
+    in her name. Neither counts."""
+    tab = signed_in(browser, web, tabs, "alice")
+    tab.page.close()  # her own page's stream closes: only the other page could count
+    web.wait_connected("alice", 0)
+    with page_elsewhere(ATTACK % web.url) as elsewhere:
+        tab.other_origins.add(elsewhere)
+        other = tab.context.new_page()
+        other.goto(elsewhere + "/")
+        expect(other).to_have_title("done")
+        assert web.roster_json()["alice"]["connected"] == 0
+    assert "activity" not in web.roster_json()["alice"]
 
 
 @pytest.mark.browser
