@@ -76,7 +76,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
@@ -606,17 +606,46 @@ class BrokerServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def listen_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+DEAD_PEER_TIMEOUT = 3 * KEEPALIVE
+"""Seconds of unacknowledged data (or keep-alive probes) before a connection is dropped."""
+
+
+def _drop_dead_peers(sock: socket.socket, timeout: float) -> None:
+    """Best effort: these options are Linux's (others keep the system's defaults)."""
+    options = [
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", max(1, round(timeout / 3))),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", max(1, round(timeout / 9))),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", round(timeout * 1000)),
+    ]
+    for level, name, value in options:
+        option = getattr(socket, name, None)
+        if option is not None:
+            with suppress(OSError):
+                sock.setsockopt(level, option, value)
+
+
+def listen_socket(
+    host: str = "127.0.0.1", port: int = 0, *, dead_peer_timeout: float = DEAD_PEER_TIMEOUT
+) -> socket.socket:
     """A listening TCP socket to hand to ``BrokerServer.run(sockets=[...])``.
 
     Created with ``IPPROTO_TCP`` spelled out: asyncio sets ``TCP_NODELAY`` only on sockets
     whose ``proto`` says TCP, and without it every response with a body stalls ~40 ms
     (Nagle's algorithm against the client's delayed ACK).
+
+    A subscriber whose machine vanished (no FIN, no RST: a laptop lid, a dropped link)
+    would stay counted as connected until the kernel gives up retransmitting, ~15 minutes.
+    ``TCP_USER_TIMEOUT`` (inherited by accepted sockets, as are the keep-alive settings)
+    makes it ``dead_peer_timeout`` (:data:`DEAD_PEER_TIMEOUT`: three stream keep-alives
+    unanswered).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _drop_dead_peers(sock, dead_peer_timeout)
         sock.bind((host.strip("[]"), port))
         sock.listen(1024)
     except OSError:

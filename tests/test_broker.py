@@ -694,3 +694,63 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
     anyio.run(main)
     assert len(sent) == 2
     assert broker.registry.get("alice").connected == 0
+
+
+# -- a subscriber whose machine vanished -----------------------------------------------------
+
+
+def test_accepted_connections_give_up_on_a_silent_peer() -> None:
+    from codex_presence._broker import DEAD_PEER_TIMEOUT, listen_socket
+
+    assert DEAD_PEER_TIMEOUT == 45.0  # three stream keep-alives
+    with listen_socket() as server, socket.create_connection(server.getsockname()) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            tcp = socket.IPPROTO_TCP
+            assert accepted.getsockopt(tcp, socket.TCP_USER_TIMEOUT) == 45_000
+            assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert client.fileno() >= 0
+
+
+VANISHING_PEER = r"""
+import socket, subprocess, sys, time
+from codex_presence._broker import listen_socket
+
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+server = listen_socket(dead_peer_timeout=1.0)
+client = socket.create_connection(server.getsockname())
+accepted, _ = server.accept()
+accepted.sendall(b"event: roster\n\n")
+assert client.recv(100)
+subprocess.run(["ip", "link", "set", "lo", "down"], check=True)  # the peer vanishes: no FIN
+start = time.monotonic()
+try:
+    while time.monotonic() - start < 30:
+        accepted.sendall(b": keepalive\n\n")  # what the broker's stream sends meanwhile
+        time.sleep(0.2)
+except OSError as exc:
+    print(f"{exc.errno} {time.monotonic() - start:.1f}")
+    sys.exit(0)
+print("still open after 30 s")
+sys.exit(1)
+"""
+
+
+def test_a_vanished_subscribers_connection_is_dropped_within_the_timeout() -> None:
+    """In a private network namespace, loopback is taken down under an open connection
+    (as a laptop lid or a dropped link does: no FIN, no RST). The broker's side of it
+    fails within its dead-peer timeout instead of after ~15 minutes of retransmissions,
+    and a failed stream is a detached subscriber (the stream tests show that part)."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("this test needs root for a private network namespace (unshare -n)")
+        pytest.skip("needs root for a private network namespace (unshare -n)")
+    result = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", VANISHING_PEER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    errno_text, _seconds = result.stdout.split()
+    assert int(errno_text) == 110  # ETIMEDOUT: our timeout fired (without it: "still open")
