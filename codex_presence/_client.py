@@ -69,6 +69,8 @@ def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = No
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise TokenError(f"cannot read token file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise TokenError(f"token file {path} is not text (UTF-8)") from None
         if mode & (stat.S_IRGRP | stat.S_IROTH):
             logger.warning("token file %s is readable by group or others; chmod 600 it", path)
         token, where = text.strip(), f"token file {path}"

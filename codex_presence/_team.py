@@ -163,6 +163,10 @@ def load_team(path: str | os.PathLike[str]) -> Team:
             data = tomllib.load(f)
     except FileNotFoundError:
         raise TeamError(f"{path}: no such team file") from None
+    except OSError as exc:  # a directory, no permission, an I/O error
+        raise TeamError(f"{path}: cannot read the team file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise TeamError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise TeamError(f"{path}: not valid TOML: {exc}") from None
     return parse_team(data, source=str(path))

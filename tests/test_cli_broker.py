@@ -101,9 +101,21 @@ def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) ->
         assert proc.wait(10) == 0
 
 
-def test_broker_refuses_a_bad_team_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'team = "x"\n', "no members"),
+        (b'team = "x\xff"\n', "not valid TOML: the file is not UTF-8 text"),
+        (None, "cannot read the team file: Is a directory"),
+    ],
+    ids=["no members", "not UTF-8", "a directory"],
+)
+def test_broker_refuses_a_bad_team_file(tmp_path: Path, content: bytes | None, says: str) -> None:
     team = tmp_path / "team.toml"
-    team.write_text('team = "x"\n')
+    if content is None:
+        team.mkdir()
+    else:
+        team.write_bytes(content)
     result = subprocess.run(
         [*CLI, "broker", "--port", "0", "--team", str(team)],
         capture_output=True,
@@ -111,7 +123,21 @@ def test_broker_refuses_a_bad_team_file(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 2
-    assert "no members" in result.stderr
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_token_file_that_is_not_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_bytes(b"\xff\xfecp_x")
+    token.chmod(0o600)
+    code, _, err = run_roster(
+        monkeypatch, capsys, "--broker", "http://127.0.0.1:9", "--token-file", str(token)
+    )
+    assert code == 2
+    assert f"token file {token} is not text (UTF-8)" in err
 
 
 def test_broker_without_team_makes_a_dev_team_and_says_where_the_token_is(tmp_path: Path) -> None:
