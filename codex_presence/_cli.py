@@ -67,18 +67,28 @@ def _load(name: str) -> _Command | None:
         raise
 
 
-def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str]) -> None:
-    """Let ``CODEX_PRESENCE_<DEST>`` supply the default of every option of ``parser``."""
+def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str]) -> list[str]:
+    """Let ``CODEX_PRESENCE_<DEST>`` supply the default of every option of ``parser`` (and
+    of its own subcommands). Returns what could not be used, for :func:`main` to report
+    only if this very command runs: a variable meant for one command must not break
+    another."""
+    problems: list[str] = []
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     for action in parser._actions:
         if not action.option_strings or action.dest in ("help", "version"):
             continue
-        value = environ.get(ENV_PREFIX + action.dest.upper())
+        name = ENV_PREFIX + action.dest.upper()
+        value = environ.get(name)
         if value is None:
+            continue
+        if isinstance(action, argparse._CountAction) and value.strip().isdigit():
+            action.default = int(value)  # -vv as CODEX_PRESENCE_VERBOSE=2
             continue
         if action.nargs == 0:  # store_true / store_false / count
             lowered = value.strip().lower()
             if lowered not in _TRUE | _FALSE:
-                raise UsageError(f"{ENV_PREFIX}{action.dest.upper()}={value!r} is not a boolean")
+                problems.append(f"{name}={value!r} is not a boolean")
+                continue
             truthy = lowered in _TRUE
             if isinstance(action, argparse._CountAction):
                 action.default = 1 if truthy else 0
@@ -90,7 +100,11 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str])
         try:
             action.default = converter(value)
         except (TypeError, ValueError) as exc:
-            raise UsageError(f"{ENV_PREFIX}{action.dest.upper()}={value!r}: {exc}") from exc
+            problems.append(f"{name}={value!r}: {exc}")
+    for subparsers in nested:  # `team init`: its own options, and ours
+        for sub in subparsers.choices.values():
+            sub.set_defaults(_env_problems=problems + apply_env_defaults(sub, environ))
+    return problems
 
 
 def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentParser:
@@ -114,8 +128,8 @@ def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentPars
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         command.configure(sub)
-        sub.set_defaults(_command=command)
-        apply_env_defaults(sub, dict(os.environ) if environ is None else environ)
+        problems = apply_env_defaults(sub, dict(os.environ) if environ is None else environ)
+        sub.set_defaults(_command=command, _env_problems=problems)
     return parser
 
 
@@ -144,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     command: _Command = args._command
+    if args._env_problems:
+        sys.stderr.write(f"codex-presence {args.command}: {args._env_problems[0]}\n")
+        return 2
     try:
         return command.run(args)
     except UsageError as exc:

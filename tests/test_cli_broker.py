@@ -388,3 +388,25 @@ def test_read_token_rules(tmp_path: Path) -> None:
         read_token(token_file=str(tmp_path / "missing"), environ={})
     with pytest.raises(TokenError, match="no token"):
         read_token(token_file=None, environ={})
+
+
+def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: Path) -> None:
+    env = {**os.environ, "CODEX_PRESENCE_PORT": "not-a-port", "CODEX_PRESENCE_VERBOSE": "2"}
+    ok = subprocess.run(
+        [*CLI, "team", "init", str(tmp_path / "t.toml"), "--member", "a:eng"],
+        capture_output=True,
+        text=True,
+        env={**env, "CODEX_PRESENCE_TEAM_NAME": "from-env"},  # nested commands read it too
+        timeout=30,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert '\nteam = "from-env"\n' in (tmp_path / "t.toml").read_text()
+    refused = subprocess.run(
+        [*CLI, "broker", "--team", str(tmp_path / "t.toml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert refused.returncode == 2
+    assert "CODEX_PRESENCE_PORT='not-a-port'" in refused.stderr
