@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -11,9 +12,14 @@ HELP = "print the state timeline of recorded sessions (recordings or plain app-s
 _EPILOG = """\
 Reads the project's recording format (JSON Lines {"t", "from", "msg"}, as written by
 `wrap --record`) or plain app-server stdout (one JSON-RPC message per line), detected
-from the first line. One line per transition: time, new state, and the message that
-caused it. With --json, one object per transition:
-  {"t": <float or null>, "line": <1-based input line>, "state": ..., "cause": ...}
+from the first line; FILE - is standard input. One line per transition: time, new state,
+and the message that caused it, as the relay derived it live (lines over 16 MiB are not
+analysed, as live; the end of the session is dated by the recording's end line). With
+--json, one object per transition:
+  {"t": <float or null>, "line": <1-based input line, null for eof>, "state": ...,
+   "cause": ...}
+and "file" first when several files are given. A recording with gaps (the recorder
+could not keep up) replays with a warning on stderr.
 Exit status: 0 on success, 2 for a missing or unreadable file."""
 
 
@@ -35,11 +41,13 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from ._cli import UsageError
-    from ._replay import TimelineRow, replay_paths
+    from ._replay import TimelineBuilder, TimelineRow, replay_paths
 
     if args.speed is not None and not args.speed > 0:
         raise UsageError("--speed must be a positive number")
     for path in args.files:
+        if str(path) == "-":
+            continue
         try:
             with path.open("rb"):
                 pass
@@ -62,11 +70,29 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"{prefix}{when}  {row.state:<8} {row.cause}  ({where})\n")
         out.flush()
 
+    def on_done(path: Path, builder: TimelineBuilder) -> None:
+        say = f"codex-presence replay: {path}:"
+        for gap in builder.gaps:
+            sys.stderr.write(
+                f"{say} a gap at {gap.t:.3f} s (line {gap.line}): the recorder left out "
+                f"{gap.gap} bytes; the timeline after it may differ from the session's\n"
+            )
+        if builder.oversized:
+            sys.stderr.write(f"{say} {builder.oversized} line(s) over 16 MiB, not analysed\n")
+        stats = builder.mapping.stats
+        if stats.lines and stats.not_json == stats.lines:
+            sys.stderr.write(f"{say} no line is JSON: not a recording or app-server output?\n")
+        elif not stats.lines and not builder.gaps:
+            sys.stderr.write(f"{say} no message that could change the state\n")
+
     try:
-        anyio.run(lambda: replay_paths(args.files, speed=args.speed, on_row=on_row))
+        anyio.run(
+            lambda: replay_paths(args.files, speed=args.speed, on_row=on_row, on_done=on_done)
+        )
+    except BrokenPipeError:  # the reader went away (| head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         sys.stderr.write(f"codex-presence replay: {exc}\n")
         return 2
-    except BrokenPipeError:
-        return 0
     return 0

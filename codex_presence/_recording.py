@@ -2,9 +2,13 @@
 
 A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "msg": <message>}``;
 a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
-UTF-8), so nothing that crossed the wire is lost. :func:`encode_entry` writes a line;
-:func:`read_entries` reads a file in either the recording format or plain app-server stdout
-(one message per line, no timestamps), telling them apart from the first line.
+UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no message:
+``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording cut short,
+by SIGKILL say, has none), and ``{"t": <seconds>, "gap": <bytes>}`` says that the recorder
+could not keep up and left out that many bytes there (the lines they cut are left out
+whole). :func:`encode_entry` writes a message line; :func:`read_entries` reads a file in
+either the recording format or plain app-server stdout (one message per line, no
+timestamps), telling them apart from the first line.
 
 The writer embeds a JSON line's bytes as they were — it re-serialises nothing — and always
 writes ``t`` and ``from`` before ``msg``.
@@ -26,7 +30,9 @@ __all__ = [
     "Entry",
     "RecordingFormat",
     "detect_format",
+    "encode_end",
     "encode_entry",
+    "encode_gap",
     "read_entries",
     "read_relevant_entries",
 ]
@@ -48,6 +54,13 @@ class Entry:
     """The original bytes of the line when it was not parsed here: a line of plain server
     stdout (left to the mapping's pre-filter, which skips deltas without parsing them) or
     a line that is not JSON."""
+    size: int | None = None
+    """Bytes of the message as it crossed the wire, where known: the relay analyses no
+    line longer than its ``max_line``, and neither does a replay."""
+    end: bool = False
+    """The end line: no message, only the time the session ended."""
+    gap: int = 0
+    """A gap line: bytes the recorder left out here (no message)."""
 
 
 def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
@@ -70,22 +83,42 @@ def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
         return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
 
 
-def _as_entry(number: int, value: Any) -> Entry | None:
+def encode_end(t: float) -> bytes:
+    """The end line: the session ended ``t`` seconds in."""
+    return b'{"t":%.6f,"end":"eof"}\n' % t
+
+
+def encode_gap(t: float, size: int) -> bytes:
+    """A gap line: ``size`` bytes from ``t`` on were left out."""
+    return b'{"t":%.6f,"gap":%d}\n' % (t, size)
+
+
+def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     """A recording entry, or None if ``value`` is not one."""
-    if not isinstance(value, dict) or value.get("from") not in ("client", "server"):
+    if not isinstance(value, dict):
         return None
     t = value.get("t")
     if isinstance(t, bool) or not isinstance(t, int | float):
         return None
+    if value.get("from") not in ("client", "server"):
+        if value.get("end") == "eof" and len(value) == 2:
+            return Entry(line=number, t=float(t), direction="server", message=None, end=True)
+        gap = value.get("gap")
+        if isinstance(gap, int) and not isinstance(gap, bool) and len(value) == 2:
+            return Entry(line=number, t=float(t), direction="server", message=None, gap=gap)
+        return None
     if "msg" in value:
-        return Entry(line=number, t=float(t), direction=value["from"], message=value["msg"])
+        return Entry(number, float(t), value["from"], value["msg"], size=size)
     if isinstance(value.get("raw"), str):
         raw = value["raw"].encode("utf-8", "surrogateescape")
     elif isinstance(value.get("raw_b64"), str):
-        raw = base64.b64decode(value["raw_b64"])
+        try:
+            raw = base64.b64decode(value["raw_b64"], validate=True)
+        except ValueError:  # binascii.Error is one; so is a non-ASCII string
+            return None
     else:
         return None
-    return Entry(line=number, t=float(t), direction=value["from"], message=None, raw=raw)
+    return Entry(number, float(t), value["from"], None, raw=raw, size=len(raw))
 
 
 def detect_format(first_line: bytes) -> RecordingFormat:
@@ -100,13 +133,14 @@ def detect_format(first_line: bytes) -> RecordingFormat:
 def _entry(number: int, line: bytes, fmt: RecordingFormat) -> Entry:
     """The entry for one stripped, non-empty line of a file of format ``fmt``."""
     if fmt == "server-stdout":
-        return Entry(line=number, t=None, direction="server", message=None, raw=line)
+        return Entry(number, None, "server", None, raw=line, size=len(line))
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return Entry(line=number, t=None, direction="server", message=None, raw=line)
-    entry = _as_entry(number, value)
-    return entry if entry is not None else Entry(number, None, "server", value)
+        return Entry(number, None, "server", None, raw=line, size=len(line))
+    msg = line.find(b'"msg":')  # the writer puts the message last: its bytes are the rest
+    entry = _as_entry(number, value, None if msg < 0 else len(line) - msg - len(b'"msg":}'))
+    return entry if entry is not None else Entry(number, None, "server", value, size=len(line))
 
 
 def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:

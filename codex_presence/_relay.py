@@ -146,26 +146,33 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
 class _Recorder:
     """``--record``: the session in the recording format, written off the hot path.
 
-    The relay hands over each chunk with :meth:`add` just before forwarding it, so the
-    queue is in wire order even across the two threads; :meth:`add` never blocks and never
-    raises. A task frames the chunks into lines and writes them from a worker thread. The
-    queue is bounded in bytes, not count: if the disk cannot keep up, chunks are dropped
-    with one warning. Any write error (ENOSPC, EROFS, EIO, …) stops the recording with one
-    warning.
+    The relay hands over each chunk with :meth:`add` once it was forwarded, under the
+    analysis lock, so the queue is in the order of the analysis even across the two
+    threads; :meth:`add` never blocks and never raises. A task frames the chunks into lines
+    and writes them from a worker thread. The queue is bounded in bytes, not count: if the
+    disk cannot keep up, chunks are dropped with one warning, and the file says where, with
+    a gap line (the lines cut by it are left out whole). :meth:`finish` ends the file with
+    an end line that dates the end of the session. Any write error (ENOSPC, EROFS, EIO, …)
+    stops the recording with one warning.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, max_pending: int = 64 * 1024 * 1024):
         self.path = Path(path)
         self.max_pending = max_pending
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction, bytes]] = deque()
+        self._queue: deque[tuple[float, Direction | None, bytes]] = deque()
+        """(t, direction, chunk), or (t, None, b"<bytes dropped>") for a gap."""
         # Chunks come from the event loop and from the server's worker thread.
         self._lock = threading.Lock()
         self._pending = 0
         self._failed = False
         self._dropped = False
+        self._gap: tuple[float, int] | None = None
         self._closing = False
+        self._end_t: float | None = None
         self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
+        self._partial_t: dict[Direction, float] = {"client": 0.0, "server": 0.0}
+        self._resync: dict[Direction, bool] = {"client": False, "server": False}
 
     def open(self) -> bool:
         try:
@@ -184,7 +191,13 @@ class _Recorder:
                 if not self._dropped:
                     self._dropped = True
                     logger.warning("recording to %s cannot keep up; it has gaps", self.path)
+                since, size = self._gap or (t, 0)
+                self._gap = (since, size + len(chunk))
                 return
+            if self._gap is not None:
+                since, size = self._gap
+                self._queue.append((since, None, b"%d" % size))
+                self._gap = None
             self._pending += len(chunk)
             self._queue.append((t, direction, chunk))
 
@@ -204,20 +217,36 @@ class _Recorder:
                 await anyio.sleep(_RECORD_PERIOD)
         await anyio.to_thread.run_sync(self._close)
 
-    def finish(self) -> None:
-        """No more chunks; :meth:`run` returns once the rest is on disk."""
+    def finish(self, t: float) -> None:
+        """The session ended ``t`` seconds in; :meth:`run` returns once the rest is on
+        disk."""
+        self._end_t = t
         self._closing = True
 
     # -- worker thread -------------------------------------------------------------------
 
-    def _write(self, batch: list[tuple[float, Direction, bytes]]) -> None:
-        from ._recording import encode_entry
+    def _write(self, batch: list[tuple[float, Direction | None, bytes]]) -> None:
+        from ._recording import encode_entry, encode_gap
 
         out: list[bytes] = []
         for t, direction, chunk in batch:
+            if direction is None:  # a gap: the lines it cut are incomplete, leave them out
+                for side in ("client", "server"):
+                    self._partial[side].clear()
+                    self._resync[side] = True
+                out.append(encode_gap(t, int(chunk)))
+                continue
+            if self._resync[direction]:
+                newline = chunk.find(b"\n")
+                if newline < 0:
+                    continue
+                self._resync[direction] = False
+                chunk = chunk[newline + 1 :]
             partial = self._partial[direction]
             if b"\n" not in chunk:
-                partial.append(chunk)
+                if chunk:
+                    partial.append(chunk)
+                    self._partial_t[direction] = t
                 continue
             lines = chunk.split(b"\n")
             if partial:
@@ -226,17 +255,20 @@ class _Recorder:
                 partial.clear()
             if lines[-1]:
                 partial.append(lines[-1])
+                self._partial_t[direction] = t
             out.extend(encode_entry(t, direction, line) for line in lines[:-1])
         self._emit(out)
 
     def _close(self) -> None:
-        from ._recording import encode_entry
+        from ._recording import encode_end, encode_entry
 
         out = [
-            encode_entry(time.monotonic(), direction, b"".join(partial))
+            encode_entry(self._partial_t[direction], direction, b"".join(partial))
             for direction, partial in self._partial.items()
             if partial and b"".join(partial)
         ]
+        if self._end_t is not None:
+            out.append(encode_end(self._end_t))
         self._emit(out)
         if self._file is not None:
             try:
@@ -438,8 +470,8 @@ class Relay:
                         await server_done.wait()
                     tg.cancel_scope.cancel()
             finally:
-                if self._recorder is not None:
-                    self._recorder.finish()  # the outer group waits for the rest on disk
+                if self._recorder is not None:  # the outer group waits for the rest on disk
+                    self._recorder.finish(self._clock() - self._start)
         return exit_status(returncode)
 
     async def _wait_child(self, process: subprocess.Popen[bytes]) -> int:
@@ -491,10 +523,9 @@ class Relay:
                 data = await self._read(src)
                 if not data:
                     return
-                if self._recorder is not None:
-                    self._recorder.add(self._clock() - self._start, "client", data)
+                t = self._clock() - self._start
                 try:
-                    await self._write(dst, data)
+                    await self._forward_client(dst, data, t)
                 except OSError as exc:
                     if exc.errno != errno.EPIPE:
                         logger.warning("writing to the child's stdin failed: %s", exc)
@@ -502,7 +533,6 @@ class Relay:
                     # without us. Detach our stdin from its pipe.
                     self._detach(src, os.O_RDONLY)
                     return
-                self._account("client", data)
         finally:
             self._close_child_in()
 
@@ -546,9 +576,7 @@ class Relay:
                 raise
             if not data:
                 return
-            t = self._clock()
-            if self._recorder is not None:
-                self._recorder.add(t - self._start, "server", data)
+            t = self._clock() - self._start
             view, pos, ready = memoryview(data), 0, False
             try:
                 while pos < len(data):
@@ -559,7 +587,7 @@ class Relay:
                             written = 0
                         else:
                             done = data if written == len(data) else data[pos : pos + written]
-                            ready = self._analyse_locked("server", done) or ready
+                            ready = self._analyse_locked("server", done, t) or ready
                     pos += written
                     if pos < len(data):
                         if self._stop:
@@ -587,15 +615,27 @@ class Relay:
                 raise
             await anyio.wait_readable(fd)
 
-    async def _write(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                written = os.write(fd, view)
-            except BlockingIOError:
+    async def _forward_client(self, fd: int, data: bytes, t: float) -> None:
+        """Write a client chunk to the child, recording and analysing each part as it is
+        written, under the analysis lock (as the copy thread does the other way): no reply
+        of the child's can be analysed before the bytes it answers. The lock is a thread
+        lock, because the two directions run on two threads and anyio has none that sync
+        code on both can take; it is never held while waiting."""
+        view, pos, ready = memoryview(data), 0, False
+        while pos < len(data):
+            with self._analysis_lock:
+                try:
+                    written = os.write(fd, view[pos:])
+                except BlockingIOError:
+                    written = 0
+                else:
+                    done = data if written == len(data) else data[pos : pos + written]
+                    ready = self._analyse_locked("client", done, t) or ready
+            pos += written
+            if pos < len(data):
                 await anyio.wait_writable(fd)
-                continue
-            view = view[written:]
+        if ready:
+            self._flush_outbox()
 
     def _close_child_in(self) -> None:
         if self._child_in >= 0:
@@ -637,22 +677,13 @@ class Relay:
 
     # -- after each forwarded chunk --------------------------------------------------------
 
-    def _account(self, direction: Direction, data: bytes) -> None:
-        """After a client chunk was forwarded (on the event loop)."""
-        if self._analyse(direction, data):
-            self._flush_outbox()
-
-    def _analyse(self, direction: Direction, data: bytes) -> bool:
-        """Feed the analyzer (from either thread); True if transitions wait in the outbox.
-
-        A thread lock, because the two directions are analysed on two threads (the event
-        loop and the server's worker thread) and anyio has no lock that sync code on both
-        can take. It is never held while waiting for anything else.
-        """
-        with self._analysis_lock:
-            return self._analyse_locked(direction, data)
-
-    def _analyse_locked(self, direction: Direction, data: bytes) -> bool:
+    def _analyse_locked(self, direction: Direction, data: bytes, t: float) -> bool:
+        """Record and analyse bytes that were forwarded (read ``t`` seconds into the
+        session); True if transitions wait in the outbox. Under the analysis lock, so that
+        the recording is in the very order of the analysis: its replay is the live
+        timeline, and bytes that never reached the other side are in neither."""
+        if self._recorder is not None:
+            self._recorder.add(t, direction, data)
         if self._analysis_failed:
             return False
         try:

@@ -7,13 +7,15 @@ messages to reproduce the session's pace (scaled), for watching a timeline unfol
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 
 from ._codex import CodexMapping
+from ._lines import DEFAULT_MAX_LINE
 from ._recording import Entry, read_relevant_entries
 
 __all__ = [
@@ -42,15 +44,31 @@ class TimelineRow:
 
 
 class TimelineBuilder:
-    """Feeds entries to a mapping and turns its transitions into rows."""
+    """Feeds entries to a mapping and turns its transitions into rows, as the relay did
+    live: a line longer than ``max_line`` is not analysed (it was not, live), and the
+    ``eof`` row comes at the recording's end line, if it has one."""
 
-    def __init__(self, mapping: CodexMapping | None = None) -> None:
+    def __init__(
+        self, mapping: CodexMapping | None = None, *, max_line: int = DEFAULT_MAX_LINE
+    ) -> None:
         self.mapping = mapping if mapping is not None else CodexMapping()
+        self.max_line = max_line
+        self.oversized = 0
+        self.gaps: list[Entry] = []
+        """The recording's gap lines: after each, the replay may differ from the session."""
         self._last_t: float | None = None
 
     def feed(self, entry: Entry) -> TimelineRow | None:
         if entry.t is not None:
             self._last_t = entry.t
+        if entry.end:
+            return None
+        if entry.gap:
+            self.gaps.append(entry)
+            return None
+        if entry.size is not None and entry.size > self.max_line:
+            self.oversized += 1
+            return None
         if entry.message is None:
             assert entry.raw is not None
             transition = self.mapping.feed_line(entry.direction, entry.raw)
@@ -89,17 +107,23 @@ def timeline(entries: Iterable[Entry], *, mapping: CodexMapping | None = None) -
     return list(iter_timeline(entries, mapping=mapping))
 
 
-async def paced(entries: Iterable[Entry], speed: float) -> AsyncIterator[Entry]:
+async def paced(
+    entries: Iterable[Entry],
+    speed: float,
+    *,
+    clock: Callable[[], float] = anyio.current_time,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+) -> AsyncIterator[Entry]:
     """Entries at the pace they were recorded, scaled by ``speed`` (entries without a time,
-    as in server-stdout files, come at once)."""
-    start = anyio.current_time()
+    as in server-stdout files, come at once). ``clock`` and ``sleep`` are for tests."""
+    start = clock()
     first_t: float | None = None
     for entry in entries:
         if entry.t is not None:
             first_t = entry.t if first_t is None else first_t
-            delay = start + (entry.t - first_t) / speed - anyio.current_time()
+            delay = start + (entry.t - first_t) / speed - clock()
             if delay > 0:
-                await anyio.sleep(delay)
+                await sleep(delay)
         yield entry
 
 
@@ -108,24 +132,34 @@ async def replay_paths(
     *,
     speed: float | None = None,
     on_row: Callable[[Path, TimelineRow], None],
+    on_done: Callable[[Path, TimelineBuilder], None] | None = None,
 ) -> None:
-    """Replay each file in turn, calling ``on_row`` for every transition as it happens.
+    """Replay each file in turn (``-``: standard input), calling ``on_row`` for every
+    transition as it happens and ``on_done`` with each file's builder (its gaps and
+    counts) at its end.
 
     Raises :class:`OSError` for a file that cannot be read (before replaying any of it).
     """
     for path in paths:
-        with path.open("rb") as stream:
-            data = stream.read()
-        entries = read_relevant_entries(data)
-        if speed is None:
-            for row in iter_timeline(entries):
-                on_row(path, row)
-            continue
+        if str(path) == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with path.open("rb") as stream:
+                data = stream.read()
+        entries: Iterable[Entry] = read_relevant_entries(data)
         builder = TimelineBuilder()
-        async for entry in paced(entries, speed):
-            fed = builder.feed(entry)
-            if fed is not None:
-                on_row(path, fed)
+        if speed is None:
+            for entry in entries:
+                row = builder.feed(entry)
+                if row is not None:
+                    on_row(path, row)
+        else:
+            async for entry in paced(entries, speed):
+                row = builder.feed(entry)
+                if row is not None:
+                    on_row(path, row)
         last = builder.finish()
         if last is not None:
             on_row(path, last)
+        if on_done is not None:
+            on_done(path, builder)

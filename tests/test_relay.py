@@ -196,9 +196,11 @@ async def test_record_writes_both_directions_in_the_recording_format(tmp_path: P
         "sys.stdout.buffer.write(b'\\xff tail without newline')\n"
     )
     chunks = [b'{"a":1}\n', b'{"b"', b":2}\n", b"not json\n"]
+    started = time.monotonic()
     status, out = await relay_bytes(chunks, [PY, "-c", script], record=rec)
+    took = time.monotonic() - started
     assert status == 0
-    entries = list(read_entries(rec.read_bytes().splitlines(keepends=True)))
+    *entries, end = read_entries(rec.read_bytes().splitlines(keepends=True))
     client = [(e.message, e.raw) for e in entries if e.direction == "client"]
     server = [(e.message, e.raw) for e in entries if e.direction == "server"]
     assert client == [({"a": 1}, None), ({"b": 2}, None), (None, b"not json")]
@@ -206,9 +208,13 @@ async def test_record_writes_both_directions_in_the_recording_format(tmp_path: P
         ({"id": 1, "result": {"a": 1}}, None),
         ({"id": 1, "result": {"b": 2}}, None),
     ]
-    assert server[-1] == (None, b"\xff tail without newline")
-    ts = [e.t for e in entries]
-    assert all(t is not None and t >= 0 for t in ts)
+    assert server[-1] == (None, b"\xff tail without newline")  # unterminated: kept at exit
+    assert end.end and end.message is None
+    # Times are seconds since the session's start (the unterminated tail too), in order,
+    # and the end line dates the end.
+    ts = [e.t for e in [*entries, end]]
+    assert all(t is not None and 0 <= t <= took for t in ts), ts
+    assert ts == sorted(ts)  # type: ignore[type-var]
     assert out.endswith(b"\xff tail without newline")
 
 
@@ -504,7 +510,9 @@ def test_options_also_come_from_the_environment(tmp_path: Path) -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b'{"id":1}\n', b"")
-    assert [e.message for e in read_entries(rec.read_bytes().splitlines())] == [{"id": 1}]
+    *entries, end = read_entries(rec.read_bytes().splitlines())
+    assert [e.message for e in entries] == [{"id": 1}]
+    assert end.end
 
 
 def test_sigterm_leaves_a_complete_recording(tmp_path: Path) -> None:
@@ -527,13 +535,14 @@ def test_sigterm_leaves_a_complete_recording(tmp_path: Path) -> None:
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == signal.SIGTERM + 100
-    entries = list(read_entries(rec.read_bytes().splitlines()))
+    *entries, end = read_entries(rec.read_bytes().splitlines())
     assert [(e.direction, e.message, e.raw) for e in entries] == [
         ("server", None, entries[0].raw),
         ("client", {"id": 0, "result": {}}, None),
         ("server", None, b"got SIGTERM"),
     ]
     assert entries[0].raw is not None and entries[0].raw.startswith(b"ready")
+    assert end.end  # dated: the session's end made it to disk too
 
 
 def test_closed_standard_descriptors_are_not_mixed_up_with_the_childs_pipes() -> None:
@@ -768,3 +777,207 @@ async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
         "working (response)",
         "idle (eof)",
     ]
+
+
+# -- a recording replays as the session went -------------------------------------------------
+
+
+async def session_and_replay(
+    child: str, answer: Callable[[bytes], bytes | None], tmp_path: Path
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[Any]]:
+    """Run ``child`` behind a recording Relay; a client thread reads its output and, once
+    ``answer(seen)`` returns bytes, writes them and closes stdin. Returns the transitions
+    seen live, those of the recording's replay, and the replay's rows."""
+    from codex_presence._recording import read_relevant_entries
+    from codex_presence._replay import timeline
+
+    rec = tmp_path / "session.jsonl"
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+
+    def client() -> None:
+        seen = b""
+        try:
+            while (reply := answer(seen)) is None and (data := os.read(out_r, 1 << 20)):
+                seen += data
+            if reply is not None:
+                with suppress(BrokenPipeError):
+                    os.write(in_w, reply)
+        finally:
+            os.close(in_w)
+        while os.read(out_r, 1 << 20):
+            pass
+
+    answering = threading.Thread(target=client, daemon=True)
+    answering.start()
+    live: list[tuple[str, str]] = []
+    relay = Relay(
+        stdin=in_r,
+        stdout=out_w,
+        record=rec,
+        observers=[lambda t: live.append((t.state.value, t.cause))],
+    )
+    with anyio.fail_after(60):
+        status = await relay.run([PY, "-c", child])
+    os.close(out_w)
+    answering.join(10)
+    for fd in (in_r, out_r):
+        os.close(fd)
+    assert status == 0
+    rows = timeline(read_relevant_entries(rec.read_bytes()))
+    return live, [(r.state, r.cause) for r in rows], rows
+
+
+STARTED = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+APPROVAL = (
+    b'{"method":"item/commandExecution/requestApproval","id":7,'
+    b'"params":{"threadId":"a","turnId":"t","itemId":"c"}}\n'
+)
+ANSWER = b'{"id":7,"result":{"decision":"accept"}}\n'
+
+
+@pytest.mark.anyio
+async def test_the_replay_ends_when_the_session_did(tmp_path: Path) -> None:
+    child = (
+        f"import sys, time; sys.stdout.buffer.write({STARTED!r}); sys.stdout.flush()"
+        "; time.sleep(0.5)"
+    )
+    live, replayed, rows = await session_and_replay(child, lambda seen: None, tmp_path)
+    assert replayed == live == [("working", "turn/started"), ("idle", "eof")]
+    assert rows[-1].t - rows[0].t >= 0.4  # dated by the end line, not by the last message
+
+
+@pytest.mark.anyio
+async def test_an_answer_the_child_never_read_is_in_neither_timeline(tmp_path: Path) -> None:
+    # The child asks, then closes its stdin and lingers: the client's answer cannot reach
+    # it (EPIPE), so it is neither analysed nor recorded.
+    child = (
+        f"import os, sys, time; sys.stdout.buffer.write({STARTED + APPROVAL!r})"
+        "; sys.stdout.flush(); os.close(0); time.sleep(0.5)"
+    )
+    live, replayed, _ = await session_and_replay(
+        child, lambda seen: ANSWER if b"requestApproval" in seen else None, tmp_path
+    )
+    assert live == [
+        ("working", "turn/started"),
+        ("blocked", "item/commandExecution/requestApproval"),
+        ("idle", "eof"),
+    ]
+    assert replayed == live
+
+
+@pytest.mark.anyio
+async def test_a_line_too_long_to_analyse_live_is_not_analysed_in_the_replay(
+    tmp_path: Path,
+) -> None:
+    head = STARTED[:-2] + b',"pad":"'  # a turn/started of 17 MiB: over the 16 MiB cap
+    child = f"import sys; sys.stdout.buffer.write({head!r} + b'x' * (17 << 20) + b'\"}}\\n')"
+    live, replayed, _ = await session_and_replay(child, lambda seen: None, tmp_path)
+    assert replayed == live == []
+
+
+@pytest.mark.anyio
+async def test_the_recording_is_in_the_order_of_the_analysis(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The copy thread is descheduled right after writing the approval (as in
+    test_a_quick_answer_is_never_analysed_before_the_request_it_answers); the client
+    answers meanwhile and the child ends the turn. The file must say what the analysis
+    saw, in that order."""
+    import codex_presence._relay as relay_module
+
+    completed = b'{"method":"turn/completed","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    child = (
+        "import sys; out = sys.stdout.buffer"
+        f"; out.write({STARTED + APPROVAL!r}); out.flush(); sys.stdin.buffer.readline()"
+        f"; out.write({completed!r}); out.flush()"
+    )
+
+    class DescheduledAfterWritingTheRequest:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: Any) -> int:
+            written = os.write(fd, data)
+            if b"requestApproval" in bytes(data[:written]) and b'"id":7,"result"' not in bytes(
+                data[:written]
+            ):
+                time.sleep(0.3)
+            return written
+
+    monkeypatch.setattr(relay_module, "os", DescheduledAfterWritingTheRequest())
+    live, replayed, _ = await session_and_replay(
+        child, lambda seen: ANSWER if b"requestApproval" in seen else None, tmp_path
+    )
+    assert live == [
+        ("working", "turn/started"),
+        ("blocked", "item/commandExecution/requestApproval"),
+        ("working", "response"),
+        ("idle", "turn/completed"),
+    ]
+    assert replayed == live
+
+
+@pytest.mark.anyio
+async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
+    """Chunks dropped for lack of room leave a gap line, and the lines they cut are left
+    out whole: nothing after the gap is glued to what came before it."""
+    from codex_presence._recording import read_entries
+    from codex_presence._relay import _Recorder
+
+    path = tmp_path / "rec.jsonl"
+    recorder = _Recorder(path, max_pending=64)
+    assert recorder.open()
+    recorder.add(0.1, "server", b'{"id":1}\n{"id":2,"cut":"')  # a line the gap will cut
+    recorder.add(0.2, "server", b"x" * 100)  # no room: dropped
+    recorder.add(0.3, "server", b'y"}\n{"id":3}\n')  # the cut line's end, then a whole one
+    recorder.finish(0.4)
+    await recorder.run()
+    entries = list(read_entries(path.read_bytes().splitlines()))
+    assert [(e.t, e.message, e.gap, e.end) for e in entries] == [
+        (0.1, {"id": 1}, 0, False),
+        (0.2, None, 100, False),
+        (0.3, {"id": 3}, 0, False),
+        (0.4, None, 0, True),
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_reply_is_never_analysed_before_the_client_bytes_it_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The other way round: the event loop is descheduled right after writing the client's
+    answer to the child; the child reads it and ends the turn meanwhile. The answer must
+    still come first in the analysis (and the recording), as it did on the wire."""
+    import codex_presence._relay as relay_module
+
+    completed = b'{"method":"turn/completed","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    child = (
+        "import sys; out = sys.stdout.buffer"
+        f"; out.write({STARTED + APPROVAL!r}); out.flush(); sys.stdin.buffer.readline()"
+        f"; out.write({completed!r}); out.flush()"
+    )
+
+    class DescheduledAfterWritingTheAnswer:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: Any) -> int:
+            written = os.write(fd, data)
+            if bytes(data[:written]) == ANSWER:
+                time.sleep(0.3)  # the child answers, and the copy thread reads it, meanwhile
+            return written
+
+    monkeypatch.setattr(relay_module, "os", DescheduledAfterWritingTheAnswer())
+    live, replayed, _ = await session_and_replay(
+        child, lambda seen: ANSWER if b"requestApproval" in seen else None, tmp_path
+    )
+    assert live == [
+        ("working", "turn/started"),
+        ("blocked", "item/commandExecution/requestApproval"),
+        ("working", "response"),
+        ("idle", "turn/completed"),
+    ]
+    assert replayed == live

@@ -39,7 +39,7 @@ def messages(path: Path, direction: str) -> list[object]:
         return [
             e.message if e.message is not None else e.raw
             for e in read_entries(lines)
-            if e.direction == direction
+            if e.direction == direction and not e.end  # wrap's recording ends with its end line
         ]
 
 

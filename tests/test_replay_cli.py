@@ -73,7 +73,78 @@ def test_text_timeline_names_time_state_and_cause(recording: Path) -> None:
 def test_speed_replays_in_scaled_real_time(recording: Path) -> None:
     result = run("--speed", "10", "--json", str(recording))
     assert result.returncode == 0
-    assert len(result.stdout.splitlines()) == 4
+    unpaced = run("--json", str(recording)).stdout
+    assert result.stdout.splitlines() == unpaced.splitlines()  # the pace: see the next test
+
+
+@pytest.mark.anyio
+async def test_paced_waits_the_recorded_gaps_scaled_by_speed() -> None:
+    from codex_presence._recording import read_entries
+    from codex_presence._replay import paced
+
+    lines = [encode_entry(t, d, orjson.dumps(m)) for t, d, m in SESSION]  # type: ignore[arg-type]
+    now = 100.0
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        nonlocal now
+        slept.append(round(seconds, 6))
+        now += seconds
+
+    got = [e.t async for e in paced(read_entries(lines), 2.0, clock=lambda: now, sleep=sleep)]
+    assert got == [0.0, 0.1, 0.2, 0.3, 0.9]
+    assert slept == [0.05, 0.05, 0.05, 0.3]  # the gaps 0.1, 0.1, 0.1, 0.6, halved
+
+
+def test_standard_input_and_a_reader_that_goes_away(recording: Path) -> None:
+    piped = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "replay", "--json", "-"],
+        input=recording.read_bytes(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert piped.returncode == 0
+    assert len(piped.stdout.splitlines()) == 4
+    # | head -1 on a long output: the closed pipe ends the replay quietly, status 0
+    with subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "replay", *[str(recording)] * 3000],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline()
+        proc.stdout.close()
+        assert proc.wait(60) == 0
+        assert proc.stderr.read() == b""
+
+
+def test_what_a_replay_cannot_vouch_for_is_said_on_stderr(tmp_path: Path) -> None:
+    gappy = tmp_path / "gappy.jsonl"
+    gappy.write_bytes(
+        encode_entry(0.1, "server", orjson.dumps(SESSION[1][2]))
+        + b'{"t":0.500000,"gap":65536}\n'
+        + b'{"t":0.7,"from":"server","raw_b64":"not base64!"}\n'
+        + b'{"t":0.900000,"end":"eof"}\n'
+    )
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\n\x00\x00\xff\n")
+    result = run("--json", str(gappy), str(empty), str(binary))
+    assert result.returncode == 0
+    assert "Traceback" not in result.stderr
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["file"], r["t"], r["state"]) for r in rows] == [
+        (str(gappy), 0.1, "working"),
+        (str(gappy), 0.9, "idle"),  # dated by the end line
+    ]
+    said = result.stderr.splitlines()
+    assert said == [
+        f"codex-presence replay: {gappy}: a gap at 0.500 s (line 2): the recorder left out"
+        " 65536 bytes; the timeline after it may differ from the session's",
+        f"codex-presence replay: {empty}: no message that could change the state",
+        f"codex-presence replay: {binary}: no line is JSON: not a recording or app-server output?",
+    ]
 
 
 def test_server_stdout_file(tmp_path: Path) -> None:
