@@ -124,10 +124,12 @@ _SSE_HEADERS = [
 
 
 def bearer_token(request: Request) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header, or None."""
-    header = request.headers.get("authorization")
-    if not header:
+    """The token of an ``Authorization: Bearer <token>`` header, or None. Two such
+    headers are ambiguous (a proxy added one?): neither counts."""
+    headers = request.headers.getlist("authorization")
+    if len(headers) != 1 or not headers[0]:
         return None
+    header = headers[0]
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:

@@ -196,15 +196,40 @@ def well_formed_turn(thread: str, turn: str, rid: Any) -> list[tuple[str, dict[s
 
 
 def run(events: list[tuple[str, dict[str, Any]]]) -> tuple[CodexMapping, list[str]]:
+    """Feed ``events`` as lines, checking at each step what any order must respect:
+    transitions chain (each starts where the last ended), the member is blocked only once
+    a request or waiting flag was seen and working only once a turn or tool started, and
+    the end of stream reports idle exactly when the member was not idle."""
     mapping = CodexMapping()
     seen = []
+    state = "idle"
+    asked = started = False
     for direction, msg in events:
+        method = msg.get("method", "")
+        asked = asked or method.endswith("requestApproval") or "waitingOnApproval" in str(msg)
+        started = started or method in ("turn/started", "item/started")
         line = orjson.dumps(msg) + b"\n"
-        mapping.feed_line(direction, line)  # type: ignore[arg-type]
-        seen.append(mapping.state)
-        for kind in mapping.signal._handles:
-            assert mapping.signal.count(kind) >= 0
+        transition = mapping.feed_line(direction, line)  # type: ignore[arg-type]
+        if transition is not None:
+            assert transition.previous.value == state != transition.state.value
+            state = transition.state.value
+        assert mapping.state == state  # every change was reported
+        assert state != "blocked" or asked
+        assert state != "working" or started
+        seen.append(state)
     return mapping, seen
+
+
+def close(mapping: CodexMapping) -> None:
+    before = mapping.state
+    transition = mapping.close()
+    if before == "idle":
+        assert transition is None
+    else:
+        assert transition is not None
+        assert (transition.previous.value, transition.state.value) == (before, "idle")
+        assert transition.cause == "eof"
+    assert mapping.state == "idle" and not mapping.has_pending
 
 
 huge_ids = st.one_of(
@@ -247,8 +272,7 @@ def test_any_order_of_a_turns_events_ends_idle_at_eof(order: list[int], twice: b
     events = well_formed_turn("th", "t1", 7)
     shuffled = [events[i] for i in order] * (2 if twice else 1)
     mapping, _ = run(shuffled)
-    mapping.close()
-    assert mapping.state == "idle"
+    close(mapping)
 
 
 @settings(max_examples=300, deadline=None)
@@ -270,9 +294,7 @@ def test_two_interleaved_turns_in_any_order_end_idle(order: list[int]) -> None:
     b = well_formed_turn("th2", "t2", "1")  # the same id, as a string: another request
     both = a + b
     mapping, _ = run([both[i] for i in order])
-    mapping.close()
-    assert mapping.state == "idle"
-    assert not mapping.has_pending
+    close(mapping)
 
 
 def test_one_mapping_ends_idle_after_a_thousand_generated_turns() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, Direction
-from codex_presence._codex import BLOCKING_REQUESTS, TOOL_ITEM_TYPES
+from codex_presence._codex import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
 
 
 def note(method: str, **params: Any) -> dict[str, Any]:
@@ -477,16 +477,31 @@ def test_any_message_sequence_is_survived_and_ends_idle(
     sequence: list[tuple[Direction, Any]], as_lines: bool
 ) -> None:
     mapping = CodexMapping()
+    state = "idle"
+    blockers = (*BLOCKING_REQUESTS, "thread/status/changed")  # requests, or waiting flags
+    openers = ("turn/started", "item/started")
+    seen: set[str] = set()
     for direction, message in sequence:
+        method = message.get("method") if isinstance(message, dict) else None
+        if direction == "server" and isinstance(method, str):
+            seen.add(method)
         if as_lines:
             try:
                 line = orjson.dumps(message)
             except TypeError:  # integers past 64 bits: send them as raw text instead
                 line = repr(message).encode()
-            mapping.feed_line(direction, line)
+            transition = mapping.feed_line(direction, line)
         else:
-            mapping.feed_message(direction, message)
-        for kind in mapping.signal._handles:
-            assert mapping.signal.count(kind) >= 0
-    mapping.close()
+            transition = mapping.feed_message(direction, message)
+        # Whatever the soup: every change is reported, chained, caused by a message that
+        # can cause it; blocked needs a request or flags, working a turn or a tool.
+        if transition is not None:
+            assert transition.previous.value == state != transition.state.value
+            assert transition.cause in STATE_METHODS or transition.cause == "response"
+            state = transition.state.value
+        assert mapping.state == state
+        assert state != "blocked" or seen.intersection(blockers)
+        assert state != "working" or seen.intersection(openers)
+    transition = mapping.close()
+    assert (transition is None) == (state == "idle")
     assert mapping.state == "idle"
