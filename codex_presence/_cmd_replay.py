@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         for gap in builder.gaps:
             sys.stderr.write(
                 f"{say} a gap at {gap.t:.3f} s (line {gap.line}): the recorder left out "
-                f"{gap.gap} bytes; the timeline after it may differ from the session's\n"
+                f"{gap.gap} bytes from the {gap.direction}; the timeline after it may "
+                "differ from the session's\n"
             )
         if builder.oversized:
             sys.stderr.write(f"{say} {builder.oversized} line(s) over 16 MiB, not analysed\n")

@@ -4,11 +4,11 @@ A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "m
 a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
 UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no message:
 ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording cut short,
-by SIGKILL say, has none), and ``{"t": <seconds>, "gap": <bytes>}`` says that the recorder
-could not keep up and left out that many bytes there (the lines they cut are left out
-whole). :func:`encode_entry` writes a message line; :func:`read_entries` reads a file in
-either the recording format or plain app-server stdout (one message per line, no
-timestamps), telling them apart from the first line.
+by SIGKILL say, has none), and ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says that
+the recorder could not keep up and left out that many bytes of that direction there (the
+lines they cut are left out whole). :func:`encode_entry` writes a message line;
+:func:`read_entries` reads a file in either the recording format or plain app-server stdout
+(one message per line, no timestamps), telling them apart from the first line.
 
 The writer embeds a JSON line's bytes as they were — it re-serialises nothing — and always
 writes ``t`` and ``from`` before ``msg``.
@@ -88,9 +88,9 @@ def encode_end(t: float) -> bytes:
     return b'{"t":%.6f,"end":"eof"}\n' % t
 
 
-def encode_gap(t: float, size: int) -> bytes:
-    """A gap line: ``size`` bytes from ``t`` on were left out."""
-    return b'{"t":%.6f,"gap":%d}\n' % (t, size)
+def encode_gap(t: float, direction: Direction, size: int) -> bytes:
+    """A gap line: ``size`` bytes of ``direction`` from ``t`` on were left out."""
+    return b'{"t":%.6f,"from":"%s","gap":%d}\n' % (t, direction.encode(), size)
 
 
 def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
@@ -103,10 +103,10 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     if value.get("from") not in ("client", "server"):
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
-        gap = value.get("gap")
-        if isinstance(gap, int) and not isinstance(gap, bool) and len(value) == 2:
-            return Entry(line=number, t=float(t), direction="server", message=None, gap=gap)
         return None
+    gap = value.get("gap")
+    if isinstance(gap, int) and not isinstance(gap, bool) and gap > 0 and len(value) == 3:
+        return Entry(line=number, t=float(t), direction=value["from"], message=None, gap=gap)
     if "msg" in value:
         return Entry(number, float(t), value["from"], value["msg"], size=size)
     if isinstance(value.get("raw"), str):

@@ -53,6 +53,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -143,6 +144,14 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
     return preexec
 
 
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """Bytes of one direction that the recorder dropped."""
+
+    size: int = 0
+    ends_a_line: bool = True
+
+
 class _Recorder:
     """``--record``: the session in the recording format, written off the hot path.
 
@@ -151,23 +160,24 @@ class _Recorder:
     threads; :meth:`add` never blocks and never raises. A task frames the chunks into lines
     and writes them from a worker thread. The queue is bounded in bytes, not count: if the
     disk cannot keep up, chunks are dropped with one warning, and the file says where, with
-    a gap line (the lines cut by it are left out whole). :meth:`finish` ends the file with
-    an end line that dates the end of the session. Any write error (ENOSPC, EROFS, EIO, …)
-    stops the recording with one warning.
+    a gap line for the direction that lost bytes (the lines cut by it are left out whole; the
+    other direction keeps every line). :meth:`finish` ends the file with an end line that
+    dates the end of the session. Any write error (ENOSPC, EROFS, EIO, …) stops the
+    recording with one warning.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, max_pending: int = 64 * 1024 * 1024):
         self.path = Path(path)
         self.max_pending = max_pending
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction | None, bytes]] = deque()
-        """(t, direction, chunk), or (t, None, b"<bytes dropped>") for a gap."""
+        self._queue: deque[tuple[float, Direction, bytes | _Gap]] = deque()
         # Chunks come from the event loop and from the server's worker thread.
         self._lock = threading.Lock()
         self._pending = 0
         self._failed = False
         self._dropped = False
-        self._gap: tuple[float, int] | None = None
+        self._gaps: dict[Direction, tuple[float, _Gap]] = {}
+        """Bytes dropped per direction and not yet marked in the queue (from when)."""
         self._closing = False
         self._end_t: float | None = None
         self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
@@ -191,13 +201,12 @@ class _Recorder:
                 if not self._dropped:
                     self._dropped = True
                     logger.warning("recording to %s cannot keep up; it has gaps", self.path)
-                since, size = self._gap or (t, 0)
-                self._gap = (since, size + len(chunk))
+                since, gap = self._gaps.get(direction, (t, _Gap()))
+                self._gaps[direction] = (since, _Gap(gap.size + len(chunk), chunk[-1:] == b"\n"))
                 return
-            if self._gap is not None:
-                since, size = self._gap
-                self._queue.append((since, None, b"%d" % size))
-                self._gap = None
+            if direction in self._gaps:
+                since, gap = self._gaps.pop(direction)
+                self._queue.append((since, direction, gap))
             self._pending += len(chunk)
             self._queue.append((t, direction, chunk))
 
@@ -225,16 +234,13 @@ class _Recorder:
 
     # -- worker thread -------------------------------------------------------------------
 
-    def _write(self, batch: list[tuple[float, Direction | None, bytes]]) -> None:
-        from ._recording import encode_entry, encode_gap
+    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap]]) -> None:
+        from ._recording import encode_entry
 
         out: list[bytes] = []
         for t, direction, chunk in batch:
-            if direction is None:  # a gap: the lines it cut are incomplete, leave them out
-                for side in ("client", "server"):
-                    self._partial[side].clear()
-                    self._resync[side] = True
-                out.append(encode_gap(t, int(chunk)))
+            if isinstance(chunk, _Gap):
+                out.append(self._mark_gap(t, direction, chunk))
                 continue
             if self._resync[direction]:
                 newline = chunk.find(b"\n")
@@ -259,10 +265,23 @@ class _Recorder:
             out.extend(encode_entry(t, direction, line) for line in lines[:-1])
         self._emit(out)
 
+    def _mark_gap(self, t: float, direction: Direction, gap: _Gap) -> bytes:
+        """The gap line; the line the gap cut is left out whole: its start (the partial
+        line) and, unless the dropped bytes ended a line, its end (up to the next newline
+        of this direction)."""
+        from ._recording import encode_gap
+
+        self._partial[direction].clear()
+        self._resync[direction] = not gap.ends_a_line
+        return encode_gap(t, direction, gap.size)
+
     def _close(self) -> None:
         from ._recording import encode_end, encode_entry
 
-        out = [
+        with self._lock:  # bytes dropped at the very end: no later chunk marked them
+            last_gaps, self._gaps = self._gaps, {}
+        out = [self._mark_gap(t, direction, gap) for direction, (t, gap) in last_gaps.items()]
+        out += [
             encode_entry(self._partial_t[direction], direction, b"".join(partial))
             for direction, partial in self._partial.items()
             if partial and b"".join(partial)

@@ -921,8 +921,9 @@ async def test_the_recording_is_in_the_order_of_the_analysis(
 
 @pytest.mark.anyio
 async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
-    """Chunks dropped for lack of room leave a gap line, and the lines they cut are left
-    out whole: nothing after the gap is glued to what came before it."""
+    """Chunks dropped for lack of room leave a gap line for their direction; the line they
+    cut is left out whole (nothing after the gap is glued to what came before it), the
+    other direction keeps every line, and a gap at the very end is marked too."""
     from codex_presence._recording import read_entries
     from codex_presence._relay import _Recorder
 
@@ -931,15 +932,19 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
     assert recorder.open()
     recorder.add(0.1, "server", b'{"id":1}\n{"id":2,"cut":"')  # a line the gap will cut
     recorder.add(0.2, "server", b"x" * 100)  # no room: dropped
+    recorder.add(0.25, "client", b'{"id":7,"result":{}}\n')  # untouched by the server's gap
     recorder.add(0.3, "server", b'y"}\n{"id":3}\n')  # the cut line's end, then a whole one
+    recorder.add(0.35, "client", b"z" * 100)  # dropped, and nothing follows it
     recorder.finish(0.4)
     await recorder.run()
     entries = list(read_entries(path.read_bytes().splitlines()))
-    assert [(e.t, e.message, e.gap, e.end) for e in entries] == [
-        (0.1, {"id": 1}, 0, False),
-        (0.2, None, 100, False),
-        (0.3, {"id": 3}, 0, False),
-        (0.4, None, 0, True),
+    assert [(e.t, e.direction, e.message, e.gap, e.end) for e in entries] == [
+        (0.1, "server", {"id": 1}, 0, False),
+        (0.25, "client", {"id": 7, "result": {}}, 0, False),
+        (0.2, "server", None, 100, False),
+        (0.3, "server", {"id": 3}, 0, False),
+        (0.35, "client", None, 100, False),
+        (0.4, "server", None, 0, True),
     ]
 
 

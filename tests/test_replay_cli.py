@@ -122,7 +122,7 @@ def test_what_a_replay_cannot_vouch_for_is_said_on_stderr(tmp_path: Path) -> Non
     gappy = tmp_path / "gappy.jsonl"
     gappy.write_bytes(
         encode_entry(0.1, "server", orjson.dumps(SESSION[1][2]))
-        + b'{"t":0.500000,"gap":65536}\n'
+        + b'{"t":0.500000,"from":"server","gap":65536}\n'
         + b'{"t":0.7,"from":"server","raw_b64":"not base64!"}\n'
         + b'{"t":0.900000,"end":"eof"}\n'
     )
@@ -141,7 +141,7 @@ def test_what_a_replay_cannot_vouch_for_is_said_on_stderr(tmp_path: Path) -> Non
     said = result.stderr.splitlines()
     assert said == [
         f"codex-presence replay: {gappy}: a gap at 0.500 s (line 2): the recorder left out"
-        " 65536 bytes; the timeline after it may differ from the session's",
+        " 65536 bytes from the server; the timeline after it may differ from the session's",
         f"codex-presence replay: {empty}: no message that could change the state",
         f"codex-presence replay: {binary}: no line is JSON: not a recording or app-server output?",
     ]
