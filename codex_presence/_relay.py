@@ -354,6 +354,8 @@ class Relay:
         self._child_out = -1
         self._server_waiting_to_read = False
         self._originals: dict[int, int] = {}
+        self._copy_ended = threading.Event()
+        self._copy_ended.set()  # no copy thread yet
         """Private descriptors opened for our stdin/stdout → the inherited ones."""
 
     @property
@@ -418,11 +420,15 @@ class Relay:
             for fd in (child_in_r, child_out_w):
                 if fd >= 0:
                     os.close(fd)
-            # Our ends: closed once, by whoever gets there first (see _close_child_*).
+            # Our ends: closed once, by whoever gets there first (see _close_child_*); the
+            # copy thread's only once it has ended (see _supervise).
             self._close_child_in()
-            self._close_child_out()
+            copy_ended = self._copy_ended.is_set()
+            if copy_ended:
+                self._close_child_out()
             for private, original in self._originals.items():
-                os.close(private)
+                if copy_ended or private != self._stdout:
+                    os.close(private)
                 if self._stdin == private:
                     self._stdin = original
                 if self._stdout == private:
@@ -445,9 +451,15 @@ class Relay:
         try:
             return await self._supervise_with_wake(process, signals, server_done)
         finally:
-            for fd in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
-                os.close(fd)
-            self._wake_r = self._wake_w = self._ready_r = self._ready_w = -1
+            # The copy thread must be gone before its descriptors are closed: a number
+            # closed under it could be reused by the next open() and written to.
+            self._request_stop()
+            if self._copy_ended.wait(2.0):  # at once, normally: it polls the wake pipe
+                for fd in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
+                    os.close(fd)
+                self._wake_r = self._wake_w = self._ready_r = self._ready_w = -1
+            else:
+                logger.warning("the copy thread did not end; its descriptors stay open")
 
     def _request_stop(self) -> None:
         """Tell the copy thread to end, waking it if it is waiting in ``poll``."""
@@ -557,6 +569,7 @@ class Relay:
 
     async def _server_pump(self, done: anyio.Event) -> None:
         """The child's stdout → our stdout, in a worker thread (see :meth:`_server_copy`)."""
+        self._copy_ended.clear()
         try:
             await anyio.to_thread.run_sync(self._server_copy, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
@@ -575,6 +588,12 @@ class Relay:
         Each write and the analysis of the bytes it wrote happen under the analysis lock
         (never held while waiting): the client cannot answer bytes before they are written,
         so its answer is never analysed before the request it answers."""
+        try:
+            self._copy()
+        finally:
+            self._copy_ended.set()
+
+    def _copy(self) -> None:
         src, dst = self._child_out, self._stdout
         readable, writable = select.poll(), select.poll()
         readable.register(src, select.POLLIN)
