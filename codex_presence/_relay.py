@@ -618,15 +618,8 @@ class Relay:
             view, pos, ready = memoryview(data), 0, False
             try:
                 while pos < len(data):
-                    with self._analysis_lock:
-                        try:
-                            written = os.write(dst, view[pos:])
-                        except BlockingIOError:
-                            written = 0
-                        else:
-                            done = data if written == len(data) else data[pos : pos + written]
-                            ready = self._analyse_locked("server", done, t) or ready
-                    pos += written
+                    written, fed = self._write_part(dst, "server", data, view, pos, t)
+                    pos, ready = pos + written, ready or fed
                     if pos < len(data):
                         if self._stop:
                             return
@@ -661,19 +654,26 @@ class Relay:
         code on both can take; it is never held while waiting."""
         view, pos, ready = memoryview(data), 0, False
         while pos < len(data):
-            with self._analysis_lock:
-                try:
-                    written = os.write(fd, view[pos:])
-                except BlockingIOError:
-                    written = 0
-                else:
-                    done = data if written == len(data) else data[pos : pos + written]
-                    ready = self._analyse_locked("client", done, t) or ready
-            pos += written
+            written, fed = self._write_part(fd, "client", data, view, pos, t)
+            pos, ready = pos + written, ready or fed
             if pos < len(data):
                 await anyio.wait_writable(fd)
         if ready:
             self._flush_outbox()
+
+    def _write_part(
+        self, fd: int, direction: Direction, data: bytes, view: memoryview, pos: int, t: float
+    ) -> tuple[int, bool]:
+        """One non-blocking write of ``data[pos:]``, and the recording and analysis of the
+        part it wrote, under the analysis lock: (bytes written, transitions waiting).
+        OSError other than EAGAIN is the caller's."""
+        with self._analysis_lock:
+            try:
+                written = os.write(fd, view[pos:])
+            except BlockingIOError:
+                return 0, False
+            done = data if written == len(data) else data[pos : pos + written]
+            return written, self._analyse_locked(direction, done, t)
 
     def _close_child_in(self) -> None:
         if self._child_in >= 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,15 +97,15 @@ def running_broker(*, team: Team, port: int = 0, **app_kwargs: Any) -> Iterator[
 
 
 @contextmanager
-def not_a_broker() -> Iterator[str]:
-    """A web server that answers every request 200 with an HTML page, as a proxy's
-    sign-in page or a dev server's fallback route does."""
+def serving_html(html: str) -> Iterator[str]:
+    """A web server on 127.0.0.1 that answers every GET and POST 200 with ``html``."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = html.encode()
 
     class Page(BaseHTTPRequestHandler):
         def _page(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            body = b"<!doctype html><title>Sign in</title>"
             self.send_response(200)
             self.send_header("content-type", "text/html")
             self.send_header("content-length", str(len(body)))
@@ -125,3 +125,9 @@ def not_a_broker() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def not_a_broker() -> AbstractContextManager[str]:
+    """A web server that answers every request 200 with an HTML page, as a proxy's
+    sign-in page or a dev server's fallback route does."""
+    return serving_html("<!doctype html><title>Sign in</title>")

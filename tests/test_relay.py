@@ -715,6 +715,27 @@ def test_with_stderr_into_stdout_the_childs_stderr_stays_blocking() -> None:
     assert result.stdout.endswith(b"\nstderr-blocking=True\n"), result.stdout  # after our notice
 
 
+def deschedule_after_writing(
+    monkeypatch: pytest.MonkeyPatch, when: Callable[[int, bytes], bool], seconds: float = 0.3
+) -> None:
+    """Make the relay's thread that just wrote a part for which ``when(fd, part)`` holds
+    lose the CPU for ``seconds`` right after that write, as a busy machine may."""
+    import codex_presence._relay as relay_module
+
+    class Descheduled:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: Any) -> int:
+            written = os.write(fd, data)
+            if when(fd, bytes(data[:written])):
+                time.sleep(seconds)
+            return written
+
+    monkeypatch.setattr(relay_module, "os", Descheduled())
+
+
 @pytest.mark.anyio
 async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
     monkeypatch: pytest.MonkeyPatch,
@@ -723,8 +744,6 @@ async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
     thread has written the request but not yet analysed it (descheduled right after its
     write, simulated here). The answer must still count: the member is working again, not
     left blocked until the server's own resolution."""
-    import codex_presence._relay as relay_module
-
     started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
     request = (
         b'{"method":"item/commandExecution/requestApproval","id":7,'
@@ -737,18 +756,8 @@ async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
 
-    class DescheduledAfterWritingTheRequest:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(os, name)
-
-        @staticmethod
-        def write(fd: int, data: Any) -> int:
-            written = os.write(fd, data)
-            if fd == out_w and b"requestApproval" in bytes(data[:written]):
-                time.sleep(0.3)  # the client's answer arrives meanwhile
-            return written
-
-    monkeypatch.setattr(relay_module, "os", DescheduledAfterWritingTheRequest())
+    # the client's answer arrives while the copy thread is away
+    deschedule_after_writing(monkeypatch, lambda fd, part: b"requestApproval" in part)
 
     def client() -> None:
         seen = b""
@@ -849,11 +858,11 @@ async def test_the_replay_ends_when_the_session_did(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_an_answer_the_child_never_read_is_in_neither_timeline(tmp_path: Path) -> None:
-    # The child asks, then closes its stdin and lingers: the client's answer cannot reach
-    # it (EPIPE), so it is neither analysed nor recorded.
+    # The child closes its stdin, asks, and lingers: the client's answer cannot reach it
+    # (EPIPE), so it is neither analysed nor recorded.
     child = (
-        f"import os, sys, time; sys.stdout.buffer.write({STARTED + APPROVAL!r})"
-        "; sys.stdout.flush(); os.close(0); time.sleep(0.5)"
+        f"import os, sys, time; os.close(0); sys.stdout.buffer.write({STARTED + APPROVAL!r})"
+        "; sys.stdout.flush(); time.sleep(0.5)"
     )
     live, replayed, _ = await session_and_replay(
         child, lambda seen: ANSWER if b"requestApproval" in seen else None, tmp_path
@@ -876,37 +885,30 @@ async def test_a_line_too_long_to_analyse_live_is_not_analysed_in_the_replay(
     assert replayed == live == []
 
 
+@pytest.mark.parametrize(
+    "away",
+    [
+        # the copy thread, right after writing the request: the client answers meanwhile
+        pytest.param(lambda fd, part: b"requestApproval" in part, id="after-the-request"),
+        # the event loop, right after writing the answer: the child ends the turn meanwhile
+        pytest.param(lambda fd, part: part == ANSWER, id="after-the-answer"),
+    ],
+)
 @pytest.mark.anyio
-async def test_the_recording_is_in_the_order_of_the_analysis(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+async def test_the_analysis_and_the_recording_follow_the_wire(
+    away: Callable[[int, bytes], bool], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The copy thread is descheduled right after writing the approval (as in
-    test_a_quick_answer_is_never_analysed_before_the_request_it_answers); the client
-    answers meanwhile and the child ends the turn. The file must say what the analysis
-    saw, in that order."""
-    import codex_presence._relay as relay_module
-
+    """A relay thread loses the CPU right after a write, and the other side of the session
+    reacts meanwhile. The analysis must still see the bytes in the order they crossed the
+    wire (no answer before its request, no reply before the answer it follows), and the
+    recording must say what the analysis saw, in that order."""
     completed = b'{"method":"turn/completed","params":{"threadId":"a","turn":{"id":"t"}}}\n'
     child = (
         "import sys; out = sys.stdout.buffer"
         f"; out.write({STARTED + APPROVAL!r}); out.flush(); sys.stdin.buffer.readline()"
         f"; out.write({completed!r}); out.flush()"
     )
-
-    class DescheduledAfterWritingTheRequest:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(os, name)
-
-        @staticmethod
-        def write(fd: int, data: Any) -> int:
-            written = os.write(fd, data)
-            if b"requestApproval" in bytes(data[:written]) and b'"id":7,"result"' not in bytes(
-                data[:written]
-            ):
-                time.sleep(0.3)
-            return written
-
-    monkeypatch.setattr(relay_module, "os", DescheduledAfterWritingTheRequest())
+    deschedule_after_writing(monkeypatch, away)
     live, replayed, _ = await session_and_replay(
         child, lambda seen: ANSWER if b"requestApproval" in seen else None, tmp_path
     )
@@ -946,43 +948,3 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
         (0.35, "client", None, 100, False),
         (0.4, "server", None, 0, True),
     ]
-
-
-@pytest.mark.anyio
-async def test_a_reply_is_never_analysed_before_the_client_bytes_it_answers(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The other way round: the event loop is descheduled right after writing the client's
-    answer to the child; the child reads it and ends the turn meanwhile. The answer must
-    still come first in the analysis (and the recording), as it did on the wire."""
-    import codex_presence._relay as relay_module
-
-    completed = b'{"method":"turn/completed","params":{"threadId":"a","turn":{"id":"t"}}}\n'
-    child = (
-        "import sys; out = sys.stdout.buffer"
-        f"; out.write({STARTED + APPROVAL!r}); out.flush(); sys.stdin.buffer.readline()"
-        f"; out.write({completed!r}); out.flush()"
-    )
-
-    class DescheduledAfterWritingTheAnswer:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(os, name)
-
-        @staticmethod
-        def write(fd: int, data: Any) -> int:
-            written = os.write(fd, data)
-            if bytes(data[:written]) == ANSWER:
-                time.sleep(0.3)  # the child answers, and the copy thread reads it, meanwhile
-            return written
-
-    monkeypatch.setattr(relay_module, "os", DescheduledAfterWritingTheAnswer())
-    live, replayed, _ = await session_and_replay(
-        child, lambda seen: ANSWER if b"requestApproval" in seen else None, tmp_path
-    )
-    assert live == [
-        ("working", "turn/started"),
-        ("blocked", "item/commandExecution/requestApproval"),
-        ("working", "response"),
-        ("idle", "turn/completed"),
-    ]
-    assert replayed == live

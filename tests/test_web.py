@@ -15,10 +15,8 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,14 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from codex_presence._web import COOKIE_NAME, WebRoster
-from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
+from tests.broker_harness import (
+    FakeClock,
+    RunningBroker,
+    make_team,
+    running_broker,
+    serving_html,
+    token_of,
+)
 
 TEAM = make_team("alice", "builder", "scout")
 CHROMIUM = Path(os.environ.get("CODEX_PRESENCE_TEST_CHROMIUM") or "/usr/bin/chromium")
@@ -411,33 +416,6 @@ ATTACK = """<!doctype html><title>elsewhere</title><script>
 </script>"""
 
 
-@contextmanager
-def page_elsewhere(html: str) -> Iterator[str]:
-    """Serve ``html`` from another port of 127.0.0.1: the same site, another origin."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = html.encode()
-            self.send_response(200)
-            self.send_header("content-type", "text/html")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.browser
 def test_a_page_on_another_port_cannot_use_the_cookie(
     browser: Browser, web: Web, tabs: list[Tab]
@@ -448,7 +426,7 @@ def test_a_page_on_another_port_cannot_use_the_cookie(
     tab = signed_in(browser, web, tabs, "alice")
     tab.page.close()  # her own page's stream closes: only the other page could count
     web.wait_connected("alice", 0)
-    with page_elsewhere(ATTACK % web.url) as elsewhere:
+    with serving_html(ATTACK % web.url) as elsewhere:  # another port: same site
         tab.other_origins.add(elsewhere)
         other = tab.context.new_page()
         other.goto(elsewhere + "/")
