@@ -13,6 +13,7 @@ import logging
 import os
 import stat
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ __all__ = [
     "auth_headers",
     "make_async_client",
     "make_client",
+    "parse_whoami",
     "read_token",
 ]
 
@@ -102,3 +104,28 @@ def make_async_client(broker: str, token: str, *, timeout: float = 5.0) -> httpx
     import httpx
 
     return httpx.AsyncClient(base_url=broker, headers=auth_headers(token), timeout=timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Whoami:
+    """A broker's answer to ``GET /whoami``: whose token this is, in which team."""
+
+    team: str
+    name: str
+
+
+def parse_whoami(body: bytes) -> Whoami | None:
+    """The ``/whoami`` answer in ``body``, or None if it is not one (a proxy's sign-in
+    page, a dev server's fallback route: a URL that is not a codex-presence broker)."""
+    import orjson
+
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    team, name = answer.get("team"), answer.get("name")
+    if not isinstance(team, str) or not isinstance(name, str) or not name:
+        return None
+    return Whoami(team=team, name=name)

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
+    from ._client import Whoami
+
 HELP = "print the team roster from a broker (--watch: live)"
 
 _EPILOG = """\
@@ -47,16 +49,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no broker: pass --broker URL or set CODEX_PRESENCE_BROKER")
     try:
         with make_client(args.broker, token) as client:
-            me = _get(client, "/whoami")
-            if args.name and args.name != me["name"]:
-                raise UsageError(f"the token is {me['name']!r}'s, not {args.name!r}'s")
+            me = _whoami(client)
+            if args.name and args.name != me.name:
+                raise UsageError(f"the token is {me.name!r}'s, not {args.name!r}'s")
             if args.watch:
                 try:
-                    anyio.run(_watch, args.broker, token, me["name"])
+                    anyio.run(_watch, args.broker, token, me.name)
                 except _BrokerError as exc:  # raised outside any task group, so not grouped
                     sys.stderr.write(f"codex-presence roster: {exc}\n")
                     return 1
-            roster = _get(client, "/roster")
+            roster = _roster(client)
     except httpx.HTTPError as exc:
         sys.stderr.write(f"codex-presence roster: cannot reach {args.broker}: {exc}\n")
         return 1
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(orjson.dumps(roster).decode() + "\n")
     else:
-        sys.stdout.write(roster_text(me["team"], roster, you=me["name"]) + "\n")
+        sys.stdout.write(roster_text(me.team, roster, you=me.name) + "\n")
     return 0
 
 
@@ -77,25 +79,38 @@ class _BrokerError(Exception):
 
 
 def _get(client: Any, path: str) -> Any:
+    """The 200 response to ``GET path``, or :class:`_BrokerError` saying why not."""
     response = client.get(path)
     if response.status_code == 401:
         raise _BrokerError(f"the broker at {client.base_url} refused the token (401)")
     if response.status_code != 200:
         raise _BrokerError(f"GET {path}: HTTP {response.status_code} {response.text[:200]}")
+    return response
+
+
+def _not_a_broker(client: Any, response: Any, path: str) -> _BrokerError:
+    kind = response.headers.get("content-type", "no content type")
+    return _BrokerError(
+        f"GET {path}: {client.base_url} answered {kind}, not a codex-presence broker's JSON"
+    )
+
+
+def _whoami(client: Any) -> Whoami:
+    from ._client import parse_whoami
+
+    response = _get(client, "/whoami")
+    me = parse_whoami(response.content)
+    if me is None:
+        raise _not_a_broker(client, response, "/whoami")
+    return me
+
+
+def _roster(client: Any) -> Any:
+    response = _get(client, "/roster")
     try:
-        answer = response.json()
+        return response.json()
     except ValueError:
-        answer = None
-    if path == "/whoami" and not (
-        isinstance(answer, dict) and isinstance(answer.get("name"), str) and "team" in answer
-    ):
-        answer = None
-    if answer is None:
-        kind = response.headers.get("content-type", "no content type")
-        raise _BrokerError(
-            f"GET {path}: {client.base_url} answered {kind}, not a codex-presence broker's JSON"
-        )
-    return answer
+        raise _not_a_broker(client, response, "/roster") from None
 
 
 async def _watch(broker: str, token: str, me: str) -> None:

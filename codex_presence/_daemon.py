@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 import anyio
 import httpx
-import orjson
 
 from ._activity import Transition
-from ._client import make_async_client
+from ._client import make_async_client, parse_whoami
 from ._presence import ConnectionPresence
 from ._reporter import ActivityReporter
 from ._reporting import Backoff, ReportPolicy
@@ -109,10 +108,10 @@ class BrokerLink:
                     )
                     return None
                 if response.status_code == 200:
-                    name = _member_name(response.content)
-                    if name is not None:
-                        logger.info("the token is %s's", name)
-                        return name
+                    me = parse_whoami(response.content)
+                    if me is not None:
+                        logger.info("the token is %s's", me.name)
+                        return me.name
                     # A proxy's page, a dev server's fallback: not (yet) our broker.
                     logger.log(
                         logging.WARNING if backoff.attempts == 0 else logging.DEBUG,
@@ -121,16 +120,6 @@ class BrokerLink:
                         response.headers.get("content-type", "no content type"),
                     )
             await anyio.sleep(backoff.next_delay())
-
-
-def _member_name(body: bytes) -> str | None:
-    """The ``name`` of a ``/whoami`` answer, or None if the body is not one."""
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    name = answer.get("name") if isinstance(answer, dict) else None
-    return name if isinstance(name, str) and name else None
 
 
 async def _never_fatal(what: str, task: Callable[..., Awaitable[object]], *args: object) -> None:

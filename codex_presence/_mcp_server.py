@@ -27,7 +27,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-from ._client import make_async_client
+from ._client import make_async_client, parse_whoami
 from ._roster import roster_text
 
 __all__ = ["RosterSource", "build_server"]
@@ -54,15 +54,19 @@ class RosterSource:
     async def text(self) -> str:
         """The roster text, or :class:`ToolError` with a one-line reason."""
         async with make_async_client(self.broker, self._token, timeout=self._timeout) as client:
-            me = await self._get(client, "/whoami")
-            if self.name and me.get("name") != self.name:
-                raise ToolError(
-                    f"the configured token is {me.get('name')!r}'s, not {self.name!r}'s"
-                )
-            roster = await self._get(client, "/roster")
-        return roster_text(str(me["team"]), roster, you=str(me["name"]))
+            me = parse_whoami((await self._get(client, "/whoami")).content)
+            if me is None:
+                raise ToolError(f"GET /whoami: {self.broker} is not a codex-presence broker")
+            if self.name and me.name != self.name:
+                raise ToolError(f"the configured token is {me.name!r}'s, not {self.name!r}'s")
+            response = await self._get(client, "/roster")
+            try:
+                roster = response.json()
+            except ValueError:
+                raise ToolError("GET /roster: the broker did not answer JSON") from None
+        return roster_text(me.team, roster, you=me.name)
 
-    async def _get(self, client: httpx.AsyncClient, path: str) -> Any:
+    async def _get(self, client: httpx.AsyncClient, path: str) -> httpx.Response:
         try:
             response = await client.get(path)
         except httpx.HTTPError as exc:
@@ -71,10 +75,7 @@ class RosterSource:
             raise ToolError(f"the presence broker at {self.broker} refused the token (401)")
         if response.status_code != 200:
             raise ToolError(f"GET {path}: HTTP {response.status_code} from {self.broker}")
-        try:
-            return response.json()
-        except ValueError:
-            raise ToolError(f"GET {path}: the broker did not answer JSON") from None
+        return response
 
 
 def build_server(source: RosterSource) -> MCPServer[Any]:

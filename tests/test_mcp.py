@@ -20,7 +20,13 @@ from httpx_sse import aconnect_sse
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.broker_harness import (
+    RunningBroker,
+    make_team,
+    not_a_broker,
+    running_broker,
+    token_of,
+)
 from tests.codex_driver import Config, require_codex, session
 from tests.fake_model import Event, FakeModel, function_call, message, running, tool_names
 
@@ -158,6 +164,16 @@ async def test_an_unreachable_broker_is_an_error_result(tmp_path: Path) -> None:
         result = await client.call_tool("roster", {})
         assert result.is_error
         assert f"cannot reach the presence broker at {url}" in text_of(result)
+
+
+@pytest.mark.anyio
+async def test_a_url_that_is_not_a_broker_is_an_error_result(tmp_path: Path) -> None:
+    with not_a_broker() as url:
+        command = mcp_command(url, "--token-file", str(token_file(tmp_path, "alice")))
+        async with mcp_client(command) as client:
+            result = await client.call_tool("roster", {})
+            assert result.is_error
+            assert f"GET /whoami: {url} is not a codex-presence broker" in text_of(result)
 
 
 def test_no_token_is_a_usage_error(tmp_path: Path) -> None:
