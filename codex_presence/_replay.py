@@ -109,17 +109,18 @@ def timeline(entries: Iterable[Entry], *, mapping: CodexMapping | None = None) -
 
 async def paced(
     entries: Iterable[Entry],
-    speed: float,
+    speed: float | None,
     *,
     clock: Callable[[], float] = anyio.current_time,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
 ) -> AsyncIterator[Entry]:
-    """Entries at the pace they were recorded, scaled by ``speed`` (entries without a time,
-    as in server-stdout files, come at once). ``clock`` and ``sleep`` are for tests."""
+    """Entries at the pace they were recorded, scaled by ``speed``; at once with ``speed``
+    None, and for entries without a time (server-stdout files). ``clock`` and ``sleep`` are
+    for tests."""
     start = clock()
     first_t: float | None = None
     for entry in entries:
-        if entry.t is not None:
+        if speed is not None and entry.t is not None:
             first_t = entry.t if first_t is None else first_t
             delay = start + (entry.t - first_t) / speed - clock()
             if delay > 0:
@@ -146,18 +147,11 @@ async def replay_paths(
         else:
             with path.open("rb") as stream:
                 data = stream.read()
-        entries: Iterable[Entry] = read_relevant_entries(data)
         builder = TimelineBuilder()
-        if speed is None:
-            for entry in entries:
-                row = builder.feed(entry)
-                if row is not None:
-                    on_row(path, row)
-        else:
-            async for entry in paced(entries, speed):
-                row = builder.feed(entry)
-                if row is not None:
-                    on_row(path, row)
+        async for entry in paced(read_relevant_entries(data), speed):
+            row = builder.feed(entry)
+            if row is not None:
+                on_row(path, row)
         last = builder.finish()
         if last is not None:
             on_row(path, last)
