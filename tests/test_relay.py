@@ -468,34 +468,23 @@ def test_transitions_are_logged_on_stderr_never_stdout(tmp_path: Path) -> None:
     ]
     source = tmp_path / "server.jsonl"
     source.write_bytes(b"".join(lines))
-    proc = wrap(
-        "--",
-        "cat",
-        str(source),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0
-    assert out == source.read_bytes()
+
+    def wrap_cat(*options: str) -> tuple[bytes, str]:
+        proc = wrap(*options, "--", "cat", str(source), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert out == source.read_bytes()
+        return out, err.decode()
+
     # Other lines (such as wrap's note that it reports to no broker) may come and go.
     states = ("codex-presence: working ", "codex-presence: idle ", "codex-presence: blocked ")
-    assert [line for line in err.decode().splitlines() if line.startswith(states)] == [
+    _, err = wrap_cat()
+    assert [line for line in err.splitlines() if line.startswith(states)] == [
         "codex-presence: working (turn/started)",
         "codex-presence: idle (thread/status/changed)",
     ]
-    quiet = wrap(
-        "--quiet",
-        "--",
-        "cat",
-        str(source),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = quiet.communicate(timeout=30)
-    assert (out, err) == (source.read_bytes(), b"")
+    assert wrap_cat("--quiet")[1] == ""
 
 
 def test_options_also_come_from_the_environment(tmp_path: Path) -> None:
