@@ -470,8 +470,15 @@ def test_transitions_are_logged_on_stderr_never_stdout(tmp_path: Path) -> None:
     source.write_bytes(b"".join(lines))
 
     def wrap_cat(*options: str) -> tuple[bytes, str]:
-        proc = wrap(*options, "--", "cat", str(source), stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        proc = wrap(
+            *options,
+            "--",
+            "cat",
+            str(source),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0
         assert out == source.read_bytes()
