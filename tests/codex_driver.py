@@ -9,8 +9,10 @@ the start of the session. Scenarios wait for messages with timeouts, not fixed s
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -28,36 +30,103 @@ from codex_presence._recording import encode_entry
 
 __all__ = [
     "DEFAULT_CODEX",
+    "FIXTURES_ROOT",
     "CodexSession",
     "Config",
+    "binary_version",
     "codex_binary",
+    "codex_cache",
+    "codex_versions",
+    "fixtures_dir",
     "require_codex",
     "session",
 ]
 
-DEFAULT_CODEX = Path.home() / ".cache/codex-presence/codex-0.169.0/node_modules/.bin/codex"
+FIXTURES_ROOT = Path(__file__).resolve().parent.parent / "fixtures"
+"""``fixtures/codex-<version>/`` holds the recordings of one codex version."""
+
+_VERSION_DIR = re.compile(r"codex-(\d+\.\d+\.\d+)")
+
+
+def codex_versions() -> tuple[str, ...]:
+    """Every codex version with a fixture directory (``fixtures/codex-<version>/``), oldest
+    first. These are the versions the live tests run against, and ``tests/run.sh``
+    installs: a version is tested exactly when it has recordings to be checked against."""
+    found = [
+        match.group(1)
+        for path in FIXTURES_ROOT.iterdir()
+        if path.is_dir() and (match := _VERSION_DIR.fullmatch(path.name))
+    ]
+    return tuple(sorted(found, key=lambda v: tuple(int(n) for n in v.split("."))))
+
+
+def fixtures_dir(version: str) -> Path:
+    """Where the recordings of codex ``version`` live."""
+    return FIXTURES_ROOT / f"codex-{version}"
+
+
+def codex_cache() -> Path:
+    """Where ``tests/run.sh`` installs the codex binaries, one npm prefix per version:
+    ``$CODEX_PRESENCE_TEST_CODEX_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/codex-presence``."""
+    explicit = os.environ.get("CODEX_PRESENCE_TEST_CODEX_CACHE")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "codex-presence"
+
+
+DEFAULT_CODEX = codex_cache() / "codex-0.169.0/node_modules/.bin/codex"
+"""The binary of version-less callers (``CODEX_PRESENCE_TEST_CODEX`` overrides it)."""
 
 Message = dict[str, Any]
 Predicate = Callable[[Message], bool]
 
 
-def codex_binary() -> Path:
-    """The codex binary the tests use (``CODEX_PRESENCE_TEST_CODEX`` or the default path)."""
+def codex_binary(version: str | None = None) -> Path:
+    """The codex binary of ``version`` as ``tests/run.sh`` installs it, under
+    :func:`codex_cache`; without a version, ``CODEX_PRESENCE_TEST_CODEX`` or
+    :data:`DEFAULT_CODEX`."""
+    if version is not None:
+        return codex_cache() / f"codex-{version}" / "node_modules" / ".bin" / "codex"
     return Path(os.environ.get("CODEX_PRESENCE_TEST_CODEX") or DEFAULT_CODEX)
 
 
-def require_codex() -> Path:
-    """The codex binary, or the end of the test: a failure under ``CI=true`` (a missing
-    binary there is a broken setup, never a reason to pass), a skip elsewhere."""
+def binary_version(binary: Path) -> str:
+    """What ``codex --version`` says (``codex-cli 0.171.0`` → ``0.171.0``)."""
+    out = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    match = re.search(r"(\d+\.\d+\.\d+\S*)", out)
+    if match is None:
+        raise ValueError(f"{binary} --version said {out!r}: no version in it")
+    return match.group(1)
+
+
+def require_codex(version: str | None = None) -> Path:
+    """The codex binary (of ``version``, checked with ``--version``), or the end of the
+    test: a failure under ``CI=true`` (a missing or wrong binary there is a broken setup,
+    never a reason to pass), a skip elsewhere."""
     import pytest
 
-    binary = codex_binary()
+    binary = codex_binary(version)
+    problem = None
     if not (binary.is_file() and os.access(binary, os.X_OK)):
-        message = f"codex binary not found at {binary} (set CODEX_PRESENCE_TEST_CODEX)"
+        where = "CODEX_PRESENCE_TEST_CODEX_CACHE" if version else "CODEX_PRESENCE_TEST_CODEX"
+        problem = f"codex binary not found at {binary} (run tests/run.sh, or set {where})"
+    elif version is not None and (found := _checked_version(binary)) != version:
+        problem = f"{binary} is codex {found}, not {version}"
+    if problem is not None:
         if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+            pytest.fail(problem)
+        pytest.skip(problem)
     return binary
+
+
+@functools.cache
+def _checked_version(binary: Path) -> str:
+    try:
+        return binary_version(binary)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return f"unknown ({exc})"
 
 
 @dataclass
