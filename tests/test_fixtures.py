@@ -1,7 +1,8 @@
 """Every real-codex recording replays to its hand-written timeline, in both file formats.
 
-The expectations in ``fixtures/codex-0.169.0/<name>.expected.json`` were written by reading
-each recording and applying the mapping rules by hand; nothing here generates them.
+One directory per codex version, ``fixtures/codex-<version>/``; the expectations in
+``<name>.expected.json`` were written by reading each recording and applying the mapping
+rules by hand; nothing here generates them.
 """
 
 from __future__ import annotations
@@ -16,15 +17,23 @@ from codex_presence._recording import read_entries
 from codex_presence._replay import timeline
 from tests.scenarios import SCENARIOS
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
-RECORDINGS = sorted(FIXTURES.glob("*.jsonl"))
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+VERSION_DIRS = sorted(FIXTURES.glob("codex-*/"))
+"""One directory of recordings per codex version: each holds every scenario."""
+REPLAYED = [*VERSION_DIRS]
+"""The directories replayed below. ``fixtures/field/`` (edited recordings of what codex
+does in the field, issue 11) joins once the mapping implements its rules:
+``REPLAYED = [*VERSION_DIRS, FIXTURES / "field"]``."""
+RECORDINGS = sorted(path for directory in REPLAYED for path in directory.glob("*.jsonl"))
+IDS = [f"{path.parent.name}/{path.stem}" for path in RECORDINGS]
 
 Row = tuple[int | None, str, str]
 
 
-def expected(name: str) -> list[Row]:
-    doc = orjson.loads((FIXTURES / f"{name}.expected.json").read_bytes())
-    assert doc["scenario"] == name
+def expected(path: Path) -> list[Row]:
+    """The hand-written timeline of the recording at ``path``."""
+    doc = orjson.loads(path.with_name(f"{path.stem}.expected.json").read_bytes())
+    assert doc["scenario"] == path.stem
     return [(row["line"], row["state"], row["cause"]) for row in doc["timeline"]]
 
 
@@ -33,23 +42,33 @@ def replay(path: Path) -> list[Row]:
         return [(row.line, row.state, row.cause) for row in timeline(read_entries(lines))]
 
 
-def test_every_scenario_has_a_fixture_and_an_expectation() -> None:
-    recorded = {p.stem for p in RECORDINGS}
+def test_there_are_fixtures_of_more_than_one_version() -> None:
+    assert len(VERSION_DIRS) >= 2, VERSION_DIRS
+
+
+@pytest.mark.parametrize("directory", VERSION_DIRS, ids=[d.name for d in VERSION_DIRS])
+def test_every_scenario_has_a_fixture_and_an_expectation(directory: Path) -> None:
+    recorded = {p.stem for p in directory.glob("*.jsonl")}
     assert recorded == set(SCENARIOS)
-    for path in RECORDINGS:
-        assert (FIXTURES / f"{path.stem}.expected.json").is_file(), path.name
-    for path in FIXTURES.glob("*.expected.json"):
-        assert (FIXTURES / path.name.replace(".expected.json", ".jsonl")).is_file(), path.name
 
 
-def test_the_fixtures_cover_every_state() -> None:
-    states = {state for path in RECORDINGS for _, state, _ in expected(path.stem)}
+@pytest.mark.parametrize("directory", REPLAYED, ids=[d.name for d in REPLAYED])
+def test_every_recording_has_an_expectation_and_back(directory: Path) -> None:
+    for path in directory.glob("*.jsonl"):
+        assert (directory / f"{path.stem}.expected.json").is_file(), path.name
+    for path in directory.glob("*.expected.json"):
+        assert (directory / path.name.replace(".expected.json", ".jsonl")).is_file(), path.name
+
+
+@pytest.mark.parametrize("directory", VERSION_DIRS, ids=[d.name for d in VERSION_DIRS])
+def test_the_fixtures_cover_every_state(directory: Path) -> None:
+    states = {state for path in directory.glob("*.jsonl") for _, state, _ in expected(path)}
     assert states == {"idle", "working", "blocked"}
 
 
-@pytest.mark.parametrize("path", RECORDINGS, ids=[p.stem for p in RECORDINGS])
+@pytest.mark.parametrize("path", RECORDINGS, ids=IDS)
 def test_recording_replays_to_expected_timeline(path: Path) -> None:
-    assert replay(path) == expected(path.stem)
+    assert replay(path) == expected(path)
 
 
 def project_server_stdout(path: Path, out: Path) -> dict[int, int]:
@@ -58,7 +77,7 @@ def project_server_stdout(path: Path, out: Path) -> dict[int, int]:
     lines: list[bytes] = []
     for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
         entry: dict[str, Any] = orjson.loads(raw)
-        if entry["from"] != "server":
+        if entry.get("from") != "server":  # client lines, and the end line
             continue
         assert "msg" in entry, f"{path.name}:{number}: server line that was not JSON"
         lines.append(orjson.dumps(entry["msg"]))
@@ -67,7 +86,7 @@ def project_server_stdout(path: Path, out: Path) -> dict[int, int]:
     return mapping
 
 
-@pytest.mark.parametrize("path", RECORDINGS, ids=[p.stem for p in RECORDINGS])
+@pytest.mark.parametrize("path", RECORDINGS, ids=IDS)
 def test_server_stdout_projection_replays_to_expected_timeline(path: Path, tmp_path: Path) -> None:
     projected = tmp_path / f"{path.stem}.stdout.jsonl"
     mapping = project_server_stdout(path, projected)
@@ -76,7 +95,7 @@ def test_server_stdout_projection_replays_to_expected_timeline(path: Path, tmp_p
     assert entries, "empty projection"
     assert all(e.t is None and e.direction == "server" for e in entries), "not read as stdout"
     want: list[Row] = []
-    for line, state, cause in expected(path.stem):
+    for line, state, cause in expected(path):
         if line is not None:
             assert line in mapping, f"expected transition on a client line {line}"
             line = mapping[line]
