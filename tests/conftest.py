@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.codex_driver import require_codex
+from tests.codex_driver import codex_versions, fixtures_dir, require_codex
 
 
 @pytest.fixture
@@ -16,10 +16,25 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", params=codex_versions(), ids=lambda v: f"codex-{v}")
+def codex_version(request: pytest.FixtureRequest) -> str:
+    """Each codex version with fixtures (``fixtures/codex-<version>/``), in turn: a test
+    that uses :func:`codex` runs once per version."""
+    version: str = request.param
+    return version
+
+
 @pytest.fixture(scope="session")
-def codex() -> Path:
-    """The real codex 0.169.0 binary (fails under CI=true when it is missing)."""
-    return require_codex()
+def codex(codex_version: str) -> Path:
+    """The real codex binary of :func:`codex_version` (fails under CI=true when it is
+    missing or is another version)."""
+    return require_codex(codex_version)
+
+
+@pytest.fixture(scope="session")
+def codex_fixtures(codex_version: str) -> Path:
+    """The recordings and expectations of :func:`codex_version`."""
+    return fixtures_dir(codex_version)
 
 
 @pytest.fixture(autouse=True)

@@ -7,14 +7,21 @@
 #
 # What it installs, each only when missing:
 #   .venv/                        the project with its test extras (pip, PyPI)
-#   ~/.cache/codex-presence/...   the real codex binary, npm @openai/codex@0.169.0
+#   ~/.cache/codex-presence/codex-VERSION/
+#                                 the real codex binary, npm @openai/codex@VERSION, for
+#                                 every VERSION with fixtures (fixtures/codex-VERSION/):
+#                                 the tests that drive codex run once per version
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CODEX_VERSION=0.169.0
-CODEX_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence/codex-$CODEX_VERSION"
-export CODEX_PRESENCE_TEST_CODEX="${CODEX_PRESENCE_TEST_CODEX:-$CODEX_DIR/node_modules/.bin/codex}"
+# tests/codex_driver.py looks for the binaries here too.
+export CODEX_PRESENCE_TEST_CODEX_CACHE="${CODEX_PRESENCE_TEST_CODEX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence}"
+CODEX_VERSIONS=()
+for dir in fixtures/codex-*/; do
+    version="${dir#fixtures/codex-}"
+    CODEX_VERSIONS+=("${version%/}")
+done
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -25,11 +32,14 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-step "codex $CODEX_VERSION"
-if [ ! -x "$CODEX_PRESENCE_TEST_CODEX" ]; then
-    npm install --prefix "$CODEX_DIR" --no-audit --no-fund --loglevel=error "@openai/codex@$CODEX_VERSION"
-fi
-"$CODEX_PRESENCE_TEST_CODEX" --version
+for version in "${CODEX_VERSIONS[@]}"; do
+    step "codex $version"
+    codex_dir="$CODEX_PRESENCE_TEST_CODEX_CACHE/codex-$version"
+    if [ ! -x "$codex_dir/node_modules/.bin/codex" ]; then
+        npm install --prefix "$codex_dir" --no-audit --no-fund --loglevel=error "@openai/codex@$version"
+    fi
+    "$codex_dir/node_modules/.bin/codex" --version
+done
 
 step "chromium"
 if ! command -v chromium >/dev/null 2>&1; then

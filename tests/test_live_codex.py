@@ -1,9 +1,9 @@
 """Re-record every scenario live against the real codex binary and check its timeline.
 
 The states and causes must equal the fixture's hand-written expectation (line numbers may
-differ from run to run: messages of different tasks interleave). Needs the codex 0.169.0
-binary (``CODEX_PRESENCE_TEST_CODEX``); without it these tests skip, except under
-``CI=true``, where they fail.
+differ from run to run: messages of different tasks interleave). Runs once per codex
+version with fixtures (``fixtures/codex-<version>/``, the binaries ``tests/run.sh``
+installs); without a binary these tests skip, except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from tests.scenarios import SCENARIOS, record
 
 pytestmark = pytest.mark.codex
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 
-
-def expected(name: str) -> list[tuple[str, str]]:
-    doc = orjson.loads((FIXTURES / f"{name}.expected.json").read_bytes())
+def expected(fixtures: Path, name: str) -> list[tuple[str, str]]:
+    doc = orjson.loads((fixtures / f"{name}.expected.json").read_bytes())
     return [(row["state"], row["cause"]) for row in doc["timeline"]]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_live_timeline_matches_fixture(name: str, codex: Path, tmp_path: Path) -> None:
+def test_live_timeline_matches_fixture(
+    name: str, codex: Path, codex_fixtures: Path, tmp_path: Path
+) -> None:
     out = tmp_path / f"{name}.jsonl"
     record(name, out, root=tmp_path / "run", codex=codex)
     with out.open("rb") as lines:
         got = [(row.state, row.cause) for row in timeline(read_entries(lines))]
-    assert got == expected(name), f"live recording kept at {out}"
+    assert got == expected(codex_fixtures, name), f"live recording kept at {out}"

@@ -27,7 +27,7 @@ from tests.broker_harness import (
     running_broker,
     token_of,
 )
-from tests.codex_driver import Config, require_codex, session
+from tests.codex_driver import Config, session
 from tests.fake_model import Event, FakeModel, function_call, message, running, tool_names
 
 TEAM = make_team("alice", "builder", "scout")
@@ -212,8 +212,8 @@ def call_roster(body: dict[str, Any]) -> list[Event]:
 
 
 @pytest.mark.codex
-def test_codex_calls_the_roster_tool(broker: RunningBroker, tmp_path: Path) -> None:
-    binary = require_codex()
+def test_codex_calls_the_roster_tool(broker: RunningBroker, codex: Path, tmp_path: Path) -> None:
+    binary = codex  # once per codex version with fixtures
     tokens = tmp_path / "tokens"
     tokens.mkdir()
     command = mcp_command(

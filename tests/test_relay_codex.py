@@ -1,10 +1,11 @@
-"""The real codex 0.169.0 app-server behind ``wrap``, driven by a client through a turn.
+"""The real codex app-server behind ``wrap``, driven by a client through a turn (once per
+codex version with fixtures, against that version's expectations).
 
 The client (``tests/codex_driver.py``) records what it wrote and what it read; ``wrap``
 records (``--record``) what it read from each side. The two must agree message for
 message in both directions, and the transitions wrap logged on stderr must be the
-scenario's expected timeline. Needs the codex binary (``CODEX_PRESENCE_TEST_CODEX``):
-without it these tests skip, except under ``CI=true``, where they fail.
+scenario's expected timeline. Needs the codex binaries (``tests/run.sh`` installs them):
+without one these tests skip, except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from codex_presence._recording import read_entries
 from tests.scenarios import record
 
 pytestmark = pytest.mark.codex
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 
 
 def wrapped(codex: Path, tmp_path: Path, record_to: Path) -> Path:
@@ -43,13 +42,15 @@ def messages(path: Path, direction: str) -> list[object]:
         ]
 
 
-def expected(name: str) -> list[tuple[str, str]]:
-    doc = orjson.loads((FIXTURES / f"{name}.expected.json").read_bytes())
+def expected(fixtures: Path, name: str) -> list[tuple[str, str]]:
+    doc = orjson.loads((fixtures / f"{name}.expected.json").read_bytes())
     return [(row["state"], row["cause"]) for row in doc["timeline"]]
 
 
 @pytest.mark.parametrize("name", ["command", "approval_accepted"])
-def test_real_codex_through_wrap(name: str, codex: Path, tmp_path: Path) -> None:
+def test_real_codex_through_wrap(
+    name: str, codex: Path, codex_fixtures: Path, tmp_path: Path
+) -> None:
     client_side = tmp_path / "client.jsonl"
     wrap_side = tmp_path / "wrap.jsonl"
     root = tmp_path / "run"
@@ -65,4 +66,4 @@ def test_real_codex_through_wrap(name: str, codex: Path, tmp_path: Path) -> None
     log = (root / "codex-stderr.log").read_text(errors="replace").splitlines()
     transition = re.compile(r"codex-presence: (idle|working|blocked) \((.+)\)$")
     timeline = [match.groups() for line in log if (match := transition.match(line))]
-    assert timeline == expected(name)
+    assert timeline == expected(codex_fixtures, name)

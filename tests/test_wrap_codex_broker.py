@@ -1,12 +1,13 @@
-"""The whole pipeline for real: codex 0.169.0 behind ``wrap --broker``, a real broker on
-loopback, and a teammate watching the roster's SSE stream through an approval turn.
+"""The whole pipeline for real: codex behind ``wrap --broker``, a real broker on loopback,
+and a teammate watching the roster's SSE stream through an approval turn; once per codex
+version with fixtures.
 
 The driver (``tests/codex_driver.py``) starts wrap in front of the real binary, with the
 fake Responses-API model scripting one escalated command. The teammate ``bob`` holds
 ``GET /subscribe`` and records every activity the broker shows for ``alice``; the test
 checks that stream at the moments that matter — while the approval is held back, while
 the approved command runs, after the turn — and then the whole sequence. Needs the codex
-binary (``CODEX_PRESENCE_TEST_CODEX``): without it this skips, except under ``CI=true``,
+binaries (``tests/run.sh`` installs them): without one this skips, except under ``CI=true``,
 where it fails.
 """
 
