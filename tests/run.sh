@@ -18,6 +18,7 @@ cd "$(dirname "$0")/.."
 # tests/codex_driver.py looks for the binaries here too.
 export CODEX_PRESENCE_TEST_CODEX_CACHE="${CODEX_PRESENCE_TEST_CODEX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence}"
 CODEX_VERSIONS=()
+shopt -s nullglob
 for dir in fixtures/codex-*/; do
     version="${dir#fixtures/codex-}"
     CODEX_VERSIONS+=("${version%/}")
