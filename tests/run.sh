@@ -8,7 +8,11 @@
 # What it installs, each only when missing:
 #   .venv/                        the project with its test extras (pip, PyPI)
 #   ~/.cache/codex-presence/...   the real codex binary, npm @openai/codex@0.169.0
+#   ~/.cache/codex-presence/codex-VERSION/
+#                                 every other codex VERSION with TUI recordings
+#                                 (fixtures/codex-tui-VERSION/), for the TUI probe tests
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
+#   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI tests (apt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +35,19 @@ if [ ! -x "$CODEX_PRESENCE_TEST_CODEX" ]; then
 fi
 "$CODEX_PRESENCE_TEST_CODEX" --version
 
+for dir in fixtures/codex-tui-*/; do
+    [ -d "$dir" ] || continue
+    version="${dir#fixtures/codex-tui-}"
+    version="${version%/}"
+    codex_dir="${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence/codex-$version"
+    [ "$version" = "$CODEX_VERSION" ] && continue
+    step "codex $version (TUI)"
+    if [ ! -x "$codex_dir/node_modules/.bin/codex" ]; then
+        npm install --prefix "$codex_dir" --no-audit --no-fund --loglevel=error "@openai/codex@$version"
+    fi
+    "$codex_dir/node_modules/.bin/codex" --version
+done
+
 step "chromium"
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
@@ -41,6 +58,17 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 command -v chromium && chromium --version || true
+
+step "tmux"
+if ! command -v tmux >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+    else
+        echo "tmux is missing and this is not root: install Debian's tmux package" >&2
+    fi
+fi
+tmux -V || true
 
 step "ruff"
 .venv/bin/ruff check .

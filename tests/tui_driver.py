@@ -515,6 +515,55 @@ def reconnect_pending_approval(s: Session) -> None:
     _exit(s)
 
 
+def _two_approval_steps() -> list[Step]:
+    return [
+        _title(),
+        reply(
+            exec_command("touch one.txt && echo one", call_id="call_one", escalate=True),
+            match=main_turn,
+        ),
+        reply(
+            exec_command("touch two.txt && echo two", call_id="call_two", escalate=True),
+            match=main_turn,
+        ),
+        message("Finished.", match=main_turn),
+    ]
+
+
+@_scenario(
+    "Two approvals in one turn: the first answered y; the relay drops the connection while "
+    "the second is pending (test only); the TUI reconnects; y; /exit. Tells whether the "
+    "re-sent request keeps its id when the server's counter is past 0.",
+    _two_approval_steps,
+)
+def reconnect_second_approval(s: Session) -> None:
+    s.tui.wait_for(COMPOSER)
+    s.mark("prompt")
+    s.tui.prompt("make two files")
+    s.tui.wait_for("touch one.txt")
+    s.tui.wait_for(APPROVAL_SCREEN)
+    s.mark("y 1")
+    s.tui.keys("y")
+    s.tui.wait_for("touch two.txt")
+    s.tui.wait_for(APPROVAL_SCREEN)
+    s.tui.snap("second approval")
+    s.mark("drop")
+    before = s.relay.connections
+    assert s.portal.call(s.relay.drop) == 1
+    deadline = time.monotonic() + 10
+    while s.relay.connections == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s.mark("reconnected")
+    time.sleep(1.5)
+    s.tui.snap("after reconnect")
+    s.tui.wait_for(APPROVAL_SCREEN)
+    s.mark("y 2")
+    s.tui.keys("y")
+    s.tui.wait_for("Finished.")
+    s.tui.snap("answered")
+    _exit(s)
+
+
 @_scenario(
     "/exit while a turn's 40 s command runs: unsubscribe, close frame, the TUI ends; the "
     "app-server's turn goes on.",
@@ -533,6 +582,118 @@ def exit_while_working(s: Session) -> None:
     s.tui.wait_exit()
     s.tui.snap("after /exit")
     time.sleep(1.0)  # what the app-server still says, if anything, after the close
+
+
+def _title_steps() -> list[Step]:
+    return [
+        message("Slow title", deltas=0, wait=3.0, match=is_title),
+        message("First answer.", match=main_turn),
+        message("Second answer.", match=main_turn),
+    ]
+
+
+@_scenario(
+    "Two prompts, no tools; the model takes 3 s to answer the TUI's title side thread, so it "
+    "outlives the first turn; /exit.",
+    _title_steps,
+    NO_APPROVALS,
+)
+def title_thread_slow(s: Session) -> None:
+    s.tui.wait_for(COMPOSER)
+    s.mark("prompt 1")
+    s.tui.prompt("first question")
+    s.tui.wait_for("First answer.")
+    s.mark("first answer shown")
+    s.tui.snap("first answer")
+    time.sleep(4.0)
+    s.tui.snap("title done")
+    s.mark("prompt 2")
+    s.tui.prompt("second question")
+    s.tui.wait_for("Second answer.")
+    s.mark("second answer shown")
+    time.sleep(1.0)
+    s.tui.snap("second answer")
+    _exit(s)
+
+
+def _drop_then_prompt(settle: float) -> Callable[[Session], None]:
+    def drive(s: Session) -> None:
+        s.tui.wait_for(COMPOSER)
+        time.sleep(settle)
+        s.mark("drop")
+        assert s.portal.call(s.relay.drop) == 1
+        time.sleep(1.5)
+        s.tui.snap("after drop")
+        s.mark("prompt")
+        s.tui.prompt("are you there")
+        time.sleep(3.0)
+        s.tui.snap("after prompt")
+        s.mark("/exit")
+        s.tui.prompt("/exit")
+        try:
+            s.tui.wait_exit(timeout=5)
+        except TimeoutError:
+            s.mark("C-c")
+            s.tui.keys("C-c")
+            time.sleep(0.5)
+            s.tui.keys("C-c")
+            s.tui.wait_exit(timeout=5)
+        s.tui.snap("after exit")
+
+    return drive
+
+
+def _drop_steps() -> list[Step]:
+    return [_title(), message("Still here.", match=main_turn)]
+
+
+SCENARIOS["drop_during_startup"] = Scenario(
+    "drop_during_startup",
+    "The relay drops the connection the moment the TUI is ready, while its startup "
+    "requests are still in flight (test only); then a prompt; then /exit.",
+    _drop_steps,
+    _drop_then_prompt(0.0),
+    NO_APPROVALS,
+)
+SCENARIOS["drop_before_prompt"] = Scenario(
+    "drop_before_prompt",
+    "The relay drops the connection 2 s after startup, before any prompt (test only); then "
+    "a prompt; then /exit.",
+    _drop_steps,
+    _drop_then_prompt(2.0),
+    NO_APPROVALS,
+)
+
+
+@_scenario(
+    "After one answer the app-server is SIGKILLed (a daemon dying); what the TUI does.",
+    lambda: [_title(), message("Answered.", match=main_turn)],
+    NO_APPROVALS,
+)
+def server_dies(s: Session) -> None:
+    s.tui.wait_for(COMPOSER)
+    s.mark("prompt")
+    s.tui.prompt("hello")
+    s.tui.wait_for("Answered.")
+    time.sleep(0.5)
+    s.mark("kill app-server")
+    s.server.kill()
+    time.sleep(1.0)
+    s.tui.snap("1 s after the kill")
+    time.sleep(2.0)
+    s.tui.snap("3 s after the kill")
+    if s.tui.exit_status() is None:
+        s.mark("/exit")
+        s.tui.prompt("/exit")
+        try:
+            s.tui.wait_exit(timeout=5)
+        except TimeoutError:
+            s.mark("C-c")
+            s.tui.keys("C-c")
+            time.sleep(0.5)
+            s.tui.keys("C-c")
+            s.tui.wait_exit(timeout=5)
+    s.tui.snap("after exit")
 
 
 @dataclass
