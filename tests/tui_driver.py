@@ -309,9 +309,11 @@ class Tui:
             self._tmux("send-keys", "-t", "tui", "-l", char)
             time.sleep(0.01)
 
-    def prompt(self, text: str) -> None:
+    def prompt(self, text: str, before_enter: Callable[[], object] | None = None) -> None:
         self.type(text)
         time.sleep(0.2)  # past the TUI's paste-burst window, so Enter submits
+        if before_enter is not None:
+            before_enter()
         self.keys("Enter")
 
     # -- process ---------------------------------------------------------------------------
@@ -367,6 +369,10 @@ class Session:
         """A timestamp on the recording's clock, for the expected timeline."""
         self.marks.append((self.relay.now(), what))
 
+    def prompt(self, text: str) -> None:
+        """Type ``text`` and press Enter; the mark is the moment of the Enter key."""
+        self.tui.prompt(text, before_enter=lambda: self.mark(f"Enter {text}"))
+
 
 @dataclass
 class Scenario:
@@ -411,8 +417,7 @@ APPROVAL_SCREEN = "Would you like to run the following command?"
 def _exit(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
     s.tui.wait_for(READY)
-    s.mark("/exit")
-    s.tui.prompt("/exit")
+    s.prompt("/exit")
     s.tui.wait_exit()
     s.tui.snap("after /exit")
 
@@ -423,8 +428,7 @@ def _exit(s: Session) -> None:
 )
 def approval_accepted(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("make a file")
+    s.prompt("make a file")
     s.tui.wait_for(APPROVAL_SCREEN)
     s.tui.snap("approval")
     s.mark("y")
@@ -441,8 +445,7 @@ def approval_accepted(s: Session) -> None:
 )
 def approval_denied(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("make a file")
+    s.prompt("make a file")
     s.tui.wait_for(APPROVAL_SCREEN)
     s.tui.snap("approval")
     s.mark("Escape")
@@ -474,8 +477,7 @@ def _long_command_steps() -> list[Step]:
 )
 def esc_during_command(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("sleep a while")
+    s.prompt("sleep a while")
     s.tui.wait_for("esc to interrupt")
     time.sleep(1.5)
     s.tui.snap("running")
@@ -494,8 +496,7 @@ def esc_during_command(s: Session) -> None:
 )
 def reconnect_pending_approval(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("make a file")
+    s.prompt("make a file")
     s.tui.wait_for(APPROVAL_SCREEN)
     s.tui.snap("approval")
     s.mark("drop")
@@ -538,8 +539,7 @@ def _two_approval_steps() -> list[Step]:
 )
 def reconnect_second_approval(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("make two files")
+    s.prompt("make two files")
     s.tui.wait_for("touch one.txt")
     s.tui.wait_for(APPROVAL_SCREEN)
     s.mark("y 1")
@@ -572,13 +572,11 @@ def reconnect_second_approval(s: Session) -> None:
 )
 def exit_while_working(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("sleep a while")
+    s.prompt("sleep a while")
     s.tui.wait_for("esc to interrupt")
     time.sleep(1.5)
     s.tui.snap("running")
-    s.mark("/exit")
-    s.tui.prompt("/exit")
+    s.prompt("/exit")
     s.tui.wait_exit()
     s.tui.snap("after /exit")
     time.sleep(1.0)  # what the app-server still says, if anything, after the close
@@ -600,15 +598,13 @@ def _title_steps() -> list[Step]:
 )
 def title_thread_slow(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt 1")
-    s.tui.prompt("first question")
+    s.prompt("first question")
     s.tui.wait_for("First answer.")
     s.mark("first answer shown")
     s.tui.snap("first answer")
     time.sleep(4.0)
     s.tui.snap("title done")
-    s.mark("prompt 2")
-    s.tui.prompt("second question")
+    s.prompt("second question")
     s.tui.wait_for("Second answer.")
     s.mark("second answer shown")
     time.sleep(1.0)
@@ -624,12 +620,10 @@ def _drop_then_prompt(settle: float) -> Callable[[Session], None]:
         assert s.portal.call(s.relay.drop) == 1
         time.sleep(1.5)
         s.tui.snap("after drop")
-        s.mark("prompt")
-        s.tui.prompt("are you there")
+        s.prompt("are you there")
         time.sleep(3.0)
         s.tui.snap("after prompt")
-        s.mark("/exit")
-        s.tui.prompt("/exit")
+        s.prompt("/exit")
         try:
             s.tui.wait_exit(timeout=5)
         except TimeoutError:
@@ -672,8 +666,7 @@ SCENARIOS["drop_before_prompt"] = Scenario(
 )
 def server_dies(s: Session) -> None:
     s.tui.wait_for(COMPOSER)
-    s.mark("prompt")
-    s.tui.prompt("hello")
+    s.prompt("hello")
     s.tui.wait_for("Answered.")
     time.sleep(0.5)
     s.mark("kill app-server")
@@ -683,8 +676,7 @@ def server_dies(s: Session) -> None:
     time.sleep(2.0)
     s.tui.snap("3 s after the kill")
     if s.tui.exit_status() is None:
-        s.mark("/exit")
-        s.tui.prompt("/exit")
+        s.prompt("/exit")
         try:
             s.tui.wait_exit(timeout=5)
         except TimeoutError:
