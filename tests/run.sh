@@ -10,8 +10,10 @@
 #   ~/.cache/codex-presence/codex-VERSION/
 #                                 the real codex binary, npm @openai/codex@VERSION, for
 #                                 every VERSION with fixtures (fixtures/codex-VERSION/):
-#                                 the tests that drive codex run once per version
+#                                 the tests that drive codex run once per version (the TUI
+#                                 recordings, fixtures/codex-tui-VERSION/, use the same binaries)
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
+#   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI tests (apt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 export CODEX_PRESENCE_TEST_CODEX_CACHE="${CODEX_PRESENCE_TEST_CODEX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence}"
 CODEX_VERSIONS=()
 shopt -s nullglob
-for dir in fixtures/codex-*/; do
+for dir in fixtures/codex-[0-9]*/; do
     version="${dir#fixtures/codex-}"
     CODEX_VERSIONS+=("${version%/}")
 done
@@ -52,6 +54,17 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 command -v chromium && chromium --version || true
+
+step "tmux"
+if ! command -v tmux >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+    else
+        echo "tmux is missing and this is not root: install Debian's tmux package" >&2
+    fi
+fi
+tmux -V || true
 
 step "ruff"
 .venv/bin/ruff check .

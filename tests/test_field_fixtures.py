@@ -21,7 +21,7 @@ FIELD = FIXTURES / "field"
 FIELD_RECORDINGS = sorted(FIELD.glob("*.jsonl"))
 EVERY_RECORDING = sorted(
     path
-    for directory in [*sorted(FIXTURES.glob("codex-*/")), FIELD]
+    for directory in [*sorted(FIXTURES.glob("codex-[0-9]*/")), FIELD]
     for path in directory.glob("*.jsonl")
 )
 

@@ -18,7 +18,7 @@ from codex_presence._replay import timeline
 from tests.scenarios import SCENARIOS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-VERSION_DIRS = sorted(FIXTURES.glob("codex-*/"))
+VERSION_DIRS = sorted(FIXTURES.glob("codex-[0-9]*/"))
 """One directory of recordings per codex version: each holds every scenario."""
 REPLAYED = [*VERSION_DIRS]
 """The directories replayed below. ``fixtures/field/`` (edited recordings of what codex
