@@ -7,7 +7,9 @@
 #
 # What it installs, each only when missing:
 #   .venv/                        the project with its test extras (pip, PyPI)
-#   ~/.cache/codex-presence/...   the real codex binary, npm @openai/codex@0.169.0
+#   ~/.cache/codex-presence/...   the real codex binary, npm @openai/codex@0.169.0,
+#                                 and the real claude, npm @anthropic-ai/claude-code@2.1.332
+#   /usr/bin/tmux                 Debian's tmux, the terminal the interactive claude runs in
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,9 @@ cd "$(dirname "$0")/.."
 CODEX_VERSION=0.169.0
 CODEX_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence/codex-$CODEX_VERSION"
 export CODEX_PRESENCE_TEST_CODEX="${CODEX_PRESENCE_TEST_CODEX:-$CODEX_DIR/node_modules/.bin/codex}"
+CLAUDE_VERSION=2.1.332
+CLAUDE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/codex-presence/claude-code-$CLAUDE_VERSION"
+export CODEX_PRESENCE_TEST_CLAUDE="${CODEX_PRESENCE_TEST_CLAUDE:-$CLAUDE_DIR/node_modules/.bin/claude}"
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -31,16 +36,33 @@ if [ ! -x "$CODEX_PRESENCE_TEST_CODEX" ]; then
 fi
 "$CODEX_PRESENCE_TEST_CODEX" --version
 
-step "chromium"
-if ! command -v chromium >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    else
-        echo "chromium is missing and this is not root: install Debian's chromium package" >&2
-    fi
+step "claude $CLAUDE_VERSION"
+if [ ! -x "$CODEX_PRESENCE_TEST_CLAUDE" ]; then
+    # The package's postinstall puts its native binary (~390 MB) in place of the launcher.
+    npm install --prefix "$CLAUDE_DIR" --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$CLAUDE_VERSION"
 fi
+DISABLE_AUTOUPDATER=1 "$CODEX_PRESENCE_TEST_CLAUDE" --version
+
+apt_updated=
+apt_install() {  # apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND exists
+    if command -v "$2" >/dev/null 2>&1; then
+        return
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        [ -n "$apt_updated" ] || apt-get update -qq
+        apt_updated=1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+    else
+        echo "$2 is missing and this is not root: install Debian's $1 package" >&2
+    fi
+}
+
+step "chromium, tmux"
+apt_install chromium chromium
+apt_install tmux tmux
 command -v chromium && chromium --version || true
+command -v tmux && tmux -V || true
 
 step "ruff"
 .venv/bin/ruff check .
