@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.claude_driver import require_claude
 from tests.codex_driver import require_codex
 
 
@@ -20,6 +21,12 @@ def anyio_backend() -> str:
 def codex() -> Path:
     """The real codex 0.169.0 binary (fails under CI=true when it is missing)."""
     return require_codex()
+
+
+@pytest.fixture(scope="session")
+def claude() -> Path:
+    """The real Claude Code 2.1.332 binary, with tmux (fails under CI=true when missing)."""
+    return require_claude()
 
 
 @pytest.fixture(autouse=True)
