@@ -5,14 +5,17 @@ Claude Code is started in a private ``HOME`` (which is also its ``CLAUDE_CONFIG_
 all pointing at a :class:`HookCapture` on 127.0.0.1 whose URL path carries a per-session
 secret. Each hook POST is answered at once (``200``, empty body, unless told otherwise) and
 recorded; once a payload names the session's ``transcript_path``, a follower thread reads
-that JSONL file as it grows and records each complete entry too.
+that JSONL file as it grows and records each complete entry too. A third thread records each
+new content of claude's session status file, ``$CLAUDE_CONFIG_DIR/sessions/<pid>.json``
+(``"status": "busy" | "waiting" | "idle" | "shell"``), the one source that sees every
+interrupt.
 
 The recording is JSON Lines, in the order the capture saw things:
 
 - ``{"t": <s>, "from": "hook", "msg": <the POSTed JSON, as it came>}``
 - ``{"t": <s>, "from": "transcript", "msg": <one transcript entry, as it was written>}``
-- ``{"t": <s>, "end": "eof"}`` last (the session is over: claude exited and the capture
-  stopped).
+- ``{"t": <s>, "from": "session", "msg": <the session file's new content>}``
+- ``{"t": <s>, "end": "eof"}`` last, dated when claude exited (or was ended).
 
 ``t`` is seconds since the session started (just before claude was launched). What the
 driver did (keys sent) is kept apart, in :attr:`Capture.actions`, since a live hook
@@ -80,6 +83,8 @@ HOOK_EVENTS = (
     "StopFailure",
     "SubagentStart",
     "SubagentStop",
+    "Elicitation",
+    "ElicitationResult",
     "SessionEnd",
 )
 """The events captured. SessionStart and Setup are missing on purpose: Claude Code skips
@@ -501,6 +506,7 @@ def run_print(
     timeout: float = 60.0,
     claude: Path | None = None,
     config: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> PrintRun:
     """``claude --settings FILE -p PROMPT ARGS...`` in ``root/work``, to its exit."""
     captured = _captured(root, recording, answer, hook or {}, events, config)
@@ -511,7 +517,7 @@ def run_print(
         proc = subprocess.run(
             argv,
             cwd=work,
-            env=claude_env(home, base_url),
+            env={**claude_env(home, base_url), **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -535,6 +541,7 @@ class Tmux:
 
     def __init__(self, socket: Path, *, width: int = 160, height: int = 50) -> None:
         self.socket = socket
+        self.status_file = socket.with_name("exit-status")
         self.width = width
         self.height = height
         self.target = "probe"
@@ -567,6 +574,12 @@ class Tmux:
                 str(self.height),
                 "-c",
                 str(cwd),
+                # A shell that keeps the command's exit status (tmux's own pane_dead_status
+                # is not always there to read once the pane is gone).
+                "sh",
+                "-c",
+                '"$@"; echo $? > "$0"',
+                str(self.status_file),
                 *argv,
             ],
             env=env,
@@ -605,19 +618,11 @@ class Tmux:
         result = self._tmux("display-message", "-p", "-t", self.target, "#{pane_dead}", check=False)
         return result.stdout.strip() == "1" or result.returncode != 0
 
-    def exit_status(self, timeout: float = 1.0) -> int | None:
-        """The dead pane's exit status (tmux may take a moment to know it)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self._tmux(
-                "display-message", "-p", "-t", self.target, "#{pane_dead_status}", check=False
-            )
-            value = result.stdout.strip()
-            if value.lstrip("-").isdigit():
-                return int(value)
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.05)
+    def exit_status(self) -> int | None:
+        """The command's exit status, once it has exited (``None`` before)."""
+        with suppress(OSError, ValueError):
+            return int(self.status_file.read_text().strip())
+        return None
 
     def pane_pid(self) -> int | None:
         result = self._tmux("display-message", "-p", "-t", self.target, "#{pane_pid}", check=False)

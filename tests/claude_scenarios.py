@@ -7,7 +7,7 @@ Each scenario is an API script (what the fake Messages API answers, in order) pl
 (what the person at the keyboard does: prompts, Esc, answers to a permission dialog,
 ``/exit``), run in a private home by ``tests/claude_driver.py``. The recordings go to
 ``fixtures/claude-code-<version>/<name>.jsonl``, holding the hook POSTs and the transcript
-entries of :data:`RECORDED_TYPES`; ``<name>.keys.jsonl`` beside each says what the driver did
+entries of :data:`RECORDED_TYPES`; ``<name>.keys.json`` beside each says what the driver did
 and when (no live hook server can know that; it is there for whoever writes the expected
 timeline). Drives wait on hooks, the transcript or the screen, never on fixed sleeps, except
 where a scenario is about time passing (the ~6 s permission notification).
@@ -77,6 +77,8 @@ class Scenario:
     prompt: str = ""
     args: tuple[str, ...] = ("--permission-mode", "default")
     answer: HookAnswer | None = None
+    status: int = 0
+    """The exit status a print-mode scenario expects."""
     config: dict[str, Any] | None = None
     """Keys added to ``.claude.json``."""
 
@@ -127,6 +129,27 @@ _print_scenario(
         say("It printed hi.", match=_after_result("toolu_print01")),
     ],
     args=("--allowedTools", "Bash(echo hi)"),
+)
+
+
+_print_scenario(
+    "print_tool_fails",
+    "claude -p: one allowed Bash call that exits 3, then a final text.",
+    "run a failing command",
+    lambda: [
+        Reply(blocks=[bash("echo failing && exit 3", id="toolu_fail01")]),
+        say("It failed.", match=_after_result("toolu_fail01")),
+    ],
+    args=("--allowedTools", "Bash"),
+)
+
+
+_print_scenario(
+    "print_api_error",
+    "claude -p: the API answers every request 400 (claude tries 6 times); the turn fails.",
+    "hello",
+    lambda: [Reply(status=400, match=None) for _ in range(10)],
+    status=1,
 )
 
 
@@ -557,7 +580,7 @@ def record(
                 answer=sc.answer,
                 config=sc.config,
             )
-            if run.returncode != 0:
+            if run.returncode != sc.status:
                 raise RuntimeError(f"claude -p exited {run.returncode}: {run.stderr[-500:]}")
             cap = run.capture
         else:
@@ -592,10 +615,11 @@ def write_recording(cap: Capture, out: Path, types: frozenset[str] | None) -> No
             f.write(orjson.dumps({"t": round(t, 6), "from": source, "msg": msg}) + b"\n")
         end = cap.end_at if cap.end_at is not None else cap.now()
         f.write(orjson.dumps({"t": round(end, 6), "end": "eof"}) + b"\n")
-    keys = out.with_suffix(".keys.jsonl")
-    with keys.open("wb") as f:
-        for t, what in cap.actions:
-            f.write(orjson.dumps({"t": round(t, 6), "action": what}) + b"\n")
+    # Not .jsonl: a glob for recordings must not pick it up.
+    actions = [{"t": round(t, 6), "action": what} for t, what in cap.actions]
+    out.with_suffix(".keys.json").write_bytes(
+        b"[\n" + b",\n".join(orjson.dumps(a) for a in actions) + b"\n]\n"
+    )
 
 
 def describe(cap: Capture) -> str:

@@ -130,6 +130,27 @@ def test_only_a_2xx_with_an_empty_or_json_body_is_silent(
         assert error in run.stderr
 
 
+def test_hook_posts_take_the_environments_proxy_unless_no_proxy_names_loopback(
+    claude: Path, tmp_path: Path
+) -> None:
+    dead_proxy = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    for no_proxy, hooks in (("api", 0), ("127.0.0.1", 3)):
+        api = FakeAnthropic([say("done")])
+        with api.serve():
+            # Only the API's own host:port bypasses the proxy, or all of loopback.
+            bypass = f"127.0.0.1:{api.port}" if no_proxy == "api" else "127.0.0.1,localhost"
+            run = run_print(
+                tmp_path / no_proxy,
+                "hi",
+                base_url=api.base_url,
+                env={**dead_proxy, "NO_PROXY": bypass},
+            )
+        assert run.returncode == 0 and run.stdout.strip() == "done"
+        assert len(run.capture.hooks()) == hooks
+        if not hooks:
+            assert "ECONNREFUSED 127.0.0.1:9" in run.stderr
+
+
 def test_a_permission_dialog_answered_yes(claude: Path, tmp_path: Path) -> None:
     cap = record("permission_yes", None, root=tmp_path / "r")
     assert _events(cap) == [
