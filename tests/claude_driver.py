@@ -171,6 +171,7 @@ class Capture:
             self.ended = True
             if self._recording is not None:
                 t = self.end_at if self.end_at is not None else self.now()
+                t = max([t, *(t for t, _, _ in self.entries)])
                 self._recording.write(b'{"t":%.6f,"end":"eof"}\n' % t)
                 self._recording.flush()
             self._lock.notify_all()

@@ -614,6 +614,8 @@ def write_recording(cap: Capture, out: Path, types: frozenset[str] | None) -> No
                 continue
             f.write(orjson.dumps({"t": round(t, 6), "from": source, "msg": msg}) + b"\n")
         end = cap.end_at if cap.end_at is not None else cap.now()
+        # A last read of the transcript can come after claude's exit: the end stays last.
+        end = max([end, *(t for t, _, _ in cap.entries)])
         f.write(orjson.dumps({"t": round(end, 6), "end": "eof"}) + b"\n")
     # Not .jsonl: a glob for recordings must not pick it up.
     actions = [{"t": round(t, 6), "action": what} for t, what in cap.actions]
