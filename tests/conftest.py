@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.claude_driver import require_claude
 from tests.codex_driver import codex_versions, fixtures_dir, require_codex
 
 
@@ -35,6 +36,12 @@ def codex(codex_version: str) -> Path:
 def codex_fixtures(codex_version: str) -> Path:
     """The recordings and expectations of :func:`codex_version`."""
     return fixtures_dir(codex_version)
+
+
+@pytest.fixture(scope="session")
+def claude() -> Path:
+    """The real Claude Code 2.1.332 binary, with tmux (fails under CI=true when missing)."""
+    return require_claude()
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,10 @@
 #                                 every VERSION with fixtures (fixtures/codex-VERSION/):
 #                                 the tests that drive codex run once per version (the TUI
 #                                 recordings, fixtures/codex-tui-VERSION/, use the same binaries)
+#   ~/.cache/codex-presence/claude-code-VERSION/
+#                                 the real claude, npm @anthropic-ai/claude-code@VERSION
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
-#   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI tests (apt)
+#   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI and claude tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +27,9 @@ for dir in fixtures/codex-[0-9]*/; do
     version="${dir#fixtures/codex-}"
     CODEX_VERSIONS+=("${version%/}")
 done
+CLAUDE_VERSION=2.1.332
+CLAUDE_DIR="$CODEX_PRESENCE_TEST_CODEX_CACHE/claude-code-$CLAUDE_VERSION"
+export CODEX_PRESENCE_TEST_CLAUDE="${CODEX_PRESENCE_TEST_CLAUDE:-$CLAUDE_DIR/node_modules/.bin/claude}"
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -44,27 +49,33 @@ for version in "${CODEX_VERSIONS[@]}"; do
     "$codex_dir/node_modules/.bin/codex" --version
 done
 
-step "chromium"
-if ! command -v chromium >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    else
-        echo "chromium is missing and this is not root: install Debian's chromium package" >&2
-    fi
+step "claude $CLAUDE_VERSION"
+if [ ! -x "$CODEX_PRESENCE_TEST_CLAUDE" ]; then
+    # The package's postinstall puts its native binary (~390 MB) in place of the launcher.
+    npm install --prefix "$CLAUDE_DIR" --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$CLAUDE_VERSION"
 fi
-command -v chromium && chromium --version || true
+DISABLE_AUTOUPDATER=1 "$CODEX_PRESENCE_TEST_CLAUDE" --version
 
-step "tmux"
-if ! command -v tmux >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
-    else
-        echo "tmux is missing and this is not root: install Debian's tmux package" >&2
+apt_updated=
+apt_install() {  # apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND exists
+    if command -v "$2" >/dev/null 2>&1; then
+        return
     fi
-fi
-tmux -V || true
+    if [ "$(id -u)" = 0 ]; then
+        [ -n "$apt_updated" ] || apt-get update -qq
+        apt_updated=1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+    else
+        echo "$2 is missing and this is not root: install Debian's $1 package" >&2
+    fi
+}
+
+step "chromium, tmux"
+apt_install chromium chromium
+apt_install tmux tmux
+command -v chromium && chromium --version || true
+command -v tmux && tmux -V || true
 
 step "ruff"
 .venv/bin/ruff check .
