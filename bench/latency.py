@@ -115,8 +115,8 @@ class CountRequests:
 def serve_broker() -> None:
     import uvicorn
 
-    from codex_presence._broker import BrokerServer, create_app, listen_socket
-    from codex_presence._team import Member, Team, hash_token
+    from codex_presence.broker.state import BrokerServer, create_app, listen_socket
+    from codex_presence.broker.team import Member, Team, hash_token
 
     members = tuple(Member(n, None, hash_token(token_of(n))) for n in MEMBERS)
     team = Team(name="bench", members=members)

@@ -6,9 +6,9 @@ signal (both sans-I/O); ``_relay`` is the byte-exact stdio proxy that feeds them
 ``_broker`` is the reference presence broker.
 """
 
-from ._activity import ActivitySignal, ActivityState, HandleKind, Transition
-from ._codex import CodexMapping, Direction, MappingStats
-from ._recording import Entry, encode_entry, read_entries
+from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.codex import CodexMapping, Direction, MappingStats
+from codex_presence.core.recording import Entry, encode_entry, read_entries
 
 __version__ = "0.1.0"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import uvicorn
 
-from codex_presence._broker import Broker, BrokerServer, create_app, listen_socket
-from codex_presence._team import (
+from codex_presence.broker.state import Broker, BrokerServer, create_app, listen_socket
+from codex_presence.broker.team import (
     ADMIN_PERMISSION,
     OPERATOR_PERMISSION,
     Member,

@@ -2,7 +2,7 @@
 
 The driver is codex's JSON-RPC client: it writes requests and answers server requests on
 the child's stdin and reads its stdout on a reader thread. Every line that crosses the
-wire, both ways, goes to the recording through :func:`codex_presence._recording.encode_entry`
+wire, both ways, goes to the recording through :func:`codex_presence.core.recording.encode_entry`
 in wire order (client lines when written, server lines when read), with ``t`` measured from
 the start of the session. Scenarios wait for messages with timeouts, not fixed sleeps.
 """
@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from codex_presence._recording import encode_entry
+from codex_presence.core.recording import encode_entry
 
 __all__ = [
     "DEFAULT_CODEX",

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codex_presence._broker import BODY_TIMEOUT, MAX_SUBSCRIBERS
-from codex_presence._http_guard import HEAD_TIMEOUT, MAX_HEAD
-from codex_presence._team import hash_token, render_team
+from codex_presence.broker.http_guard import HEAD_TIMEOUT, MAX_HEAD
+from codex_presence.broker.state import BODY_TIMEOUT, MAX_SUBSCRIBERS
+from codex_presence.broker.team import hash_token, render_team
 from tests.broker_harness import token_of
 
 NAMES = ("alice", "bob", "carol")

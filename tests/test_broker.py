@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
 
-from codex_presence._team import Member
+from codex_presence.broker.team import Member
 from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
 
 TEAM = make_team("alice", "builder", "scout")
@@ -591,8 +591,8 @@ def _events(chunk: bytes) -> list[tuple[str, Any]]:
 
 
 def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeClock) -> None:
-    from codex_presence._activity import ActivityState
-    from codex_presence._broker import Broker
+    from codex_presence.broker.state import Broker
+    from codex_presence.core.activity import ActivityState
 
     b = Broker(team=TEAM, clock=clock)
     alice, builder = TEAM.member("alice"), TEAM.member("builder")
@@ -652,8 +652,8 @@ _json_values = st.recursive(
     )
 )
 def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
-    from codex_presence._activity import ActivityState
-    from codex_presence._broker import _parse_state
+    from codex_presence.broker.state import _parse_state
+    from codex_presence.core.activity import ActivityState
 
     result = _parse_state(orjson.dumps(value))
     valid = (
@@ -673,7 +673,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
     quietly and is uncounted (uvicorn, ASGI 2.3, is covered by the tests above)."""
     import anyio
 
-    from codex_presence._broker import Broker, _Subscription
+    from codex_presence.broker.state import Broker, _Subscription
 
     broker = Broker(team=TEAM)
     sent: list[Any] = []
@@ -700,7 +700,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
 
 
 def test_accepted_connections_give_up_on_a_silent_peer() -> None:
-    from codex_presence._broker import DEAD_PEER_TIMEOUT, listen_socket
+    from codex_presence.broker.state import DEAD_PEER_TIMEOUT, listen_socket
 
     assert DEAD_PEER_TIMEOUT == 45.0  # three stream keep-alives
     with listen_socket() as server, socket.create_connection(server.getsockname()) as client:
@@ -714,7 +714,7 @@ def test_accepted_connections_give_up_on_a_silent_peer() -> None:
 
 VANISHING_PEER = r"""
 import socket, subprocess, sys, time
-from codex_presence._broker import listen_socket
+from codex_presence.broker.state import listen_socket
 
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 server = listen_socket(dead_peer_timeout=1.0)

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codex_presence._cli import main
-from codex_presence._cmd_broker import exposure_warning, is_loopback
-from codex_presence._team import Role, Team, render_team
+from codex_presence.broker.team import Role, Team, render_team
+from codex_presence.cli.broker import exposure_warning, is_loopback
+from codex_presence.cli.main import main
 from tests.broker_harness import RunningBroker, make_team, not_a_broker, running_broker, token_of
 
 CLI = [sys.executable, "-m", "codex_presence"]
@@ -369,7 +369,7 @@ def test_roster_against_a_url_that_is_not_a_broker(
 
 
 def test_read_token_rules(tmp_path: Path) -> None:
-    from codex_presence._client import TokenError, read_token
+    from codex_presence.client.auth import TokenError, read_token
 
     assert read_token(token_file=None, environ={"CODEX_PRESENCE_TOKEN": " cp_x \n"}) == "cp_x"
     path = tmp_path / "token"

@@ -41,8 +41,8 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from codex_presence._reporting import HEARTBEAT_SECONDS, Backoff
-from codex_presence._team import render_team
+from codex_presence.broker.team import render_team
+from codex_presence.core.report_policy import HEARTBEAT_SECONDS, Backoff
 from tests.broker_harness import make_team, not_a_broker, running_broker, token_of
 from tests.fault_proxy import FaultProxy
 from tests.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
@@ -212,8 +212,8 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
 ) -> None:
     """The session runs inside the broker link's task group; a task that raised would
     cancel it. A reporter that blows up is logged, and the session goes on."""
-    import codex_presence._daemon as daemon
-    from codex_presence._relay import Relay
+    import codex_presence.agent.broker_link as daemon
+    from codex_presence.agent.relay import Relay
 
     class Broken(daemon.ActivityReporter):
         async def run(self) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
-from codex_presence._replay import timeline
+from codex_presence.core.recording import read_entries
+from codex_presence.core.timeline import timeline
 from tests.scenarios import SCENARIOS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"

@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
-from codex_presence._replay import timeline
+from codex_presence.core.recording import read_entries
+from codex_presence.core.timeline import timeline
 from tests.scenarios import SCENARIOS, record
 
 pytestmark = pytest.mark.codex

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
-from codex_presence._relay import Relay, exit_status
+from codex_presence.agent.relay import Relay, exit_status
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
@@ -716,7 +716,7 @@ def deschedule_after_writing(
 ) -> None:
     """Make the relay's thread that just wrote a part for which ``when(fd, part)`` holds
     lose the CPU for ``seconds`` right after that write, as a busy machine may."""
-    import codex_presence._relay as relay_module
+    import codex_presence.agent.relay as relay_module
 
     class Descheduled:
         def __getattr__(self, name: str) -> Any:
@@ -793,8 +793,8 @@ async def session_and_replay(
     """Run ``child`` behind a recording Relay; a client thread reads its output and, once
     ``answer(seen)`` returns bytes, writes them and closes stdin. Returns the transitions
     seen live, those of the recording's replay, and the replay's rows."""
-    from codex_presence._recording import read_relevant_entries
-    from codex_presence._replay import timeline
+    from codex_presence.core.recording import read_relevant_entries
+    from codex_presence.core.timeline import timeline
 
     rec = tmp_path / "session.jsonl"
     in_r, in_w = os.pipe()
@@ -922,8 +922,8 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
     """Chunks dropped for lack of room leave a gap line for their direction; the line they
     cut is left out whole (nothing after the gap is glued to what came before it), the
     other direction keeps every line, and a gap at the very end is marked too."""
-    from codex_presence._recording import read_entries
-    from codex_presence._relay import _Recorder
+    from codex_presence.agent.relay import _Recorder
+    from codex_presence.core.recording import read_entries
 
     path = tmp_path / "rec.jsonl"
     recorder = _Recorder(path, max_pending=64)

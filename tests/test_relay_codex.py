@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
+from codex_presence.core.recording import read_entries
 from tests.scenarios import record
 
 pytestmark = pytest.mark.codex

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence._cli import main
-from codex_presence._team import (
+from codex_presence.broker.team import (
     Role,
     TeamError,
     dev_team,
@@ -27,6 +26,7 @@ from codex_presence._team import (
     state_dir,
     write_team,
 )
+from codex_presence.cli.main import main
 
 SHA = hashlib.sha256(b"alice-token").hexdigest()
 X = 'team = "a"\n[[members]]\nname = "x"\ntoken = "t"\n'  # one good member

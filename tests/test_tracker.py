@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence._activity import ActivityState
-from codex_presence._registry import Connection, MemoryRegistry
-from codex_presence._tracker import ActivityTracker
+from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.connections import Connection, MemoryRegistry
+from codex_presence.core.activity import ActivityState
 from tests.broker_harness import FakeClock
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED

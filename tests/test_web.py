@@ -26,7 +26,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from codex_presence._web import COOKIE_NAME, WebRoster
+from codex_presence.broker.web import COOKIE_NAME, WebRoster
 from tests.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -569,7 +569,7 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
 
 def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path) -> None:
     """``codex-presence broker`` itself (a real subprocess) has the page and the sign-in."""
-    from codex_presence._team import render_team
+    from codex_presence.broker.team import render_team
 
     team_file = tmp_path / "team.toml"
     team_file.write_text(render_team("acme", [("alice", None, token_of("alice"))]))

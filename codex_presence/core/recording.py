@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ._codex import Direction
+from codex_presence.core.codex import Direction
 
 __all__ = [
     "Entry",
@@ -167,7 +167,9 @@ _RECORDING_SERVER_HEAD = rb'\{"t":[-+0-9.eE]+,"from":"server","msg":'
 def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
     """A newline that starts a line which may change the state (see read_relevant_entries)."""
     if fmt not in _CANDIDATES:
-        from ._lines import candidate_starts  # the relay's scanner, and its prefix list
+        from codex_presence.core.prefilter import (
+            candidate_starts,  # the relay's scanner, and its prefix list
+        )
 
         head = b"" if fmt == "server-stdout" else _RECORDING_SERVER_HEAD
         _CANDIDATES[fmt] = candidate_starts(head)

@@ -1,6 +1,6 @@
 """The codex mapping: app-server JSON-RPC traffic in, activity transitions out.
 
-Sans-I/O, like :mod:`codex_presence._activity` under it: it is fed one line (or one parsed
+Sans-I/O, like :mod:`codex_presence.core.activity` under it: it is fed one line (or one parsed
 message) at a time with its direction, and returns the :class:`Transition` that message
 caused, if any. Nothing here reads a pipe or a clock.
 
@@ -53,7 +53,7 @@ from jsonrpcserver.dispatcher import dispatch_request
 from jsonrpcserver.request import Request
 from jsonrpcserver.sentinels import NOID
 
-from ._activity import ActivitySignal, HandleKind, Transition
+from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
 
 __all__ = [
     "AUTOMATIC_REQUESTS",

@@ -21,13 +21,13 @@ __all__ = ["main"]
 ENV_PREFIX = "CODEX_PRESENCE_"
 
 _COMMANDS: dict[str, str] = {
-    "wrap": "codex_presence._cmd_wrap",
-    "replay": "codex_presence._cmd_replay",
-    "broker": "codex_presence._cmd_broker",
-    "team": "codex_presence._cmd_team",
-    "roster": "codex_presence._cmd_roster",
-    "demo": "codex_presence._cmd_demo",
-    "mcp": "codex_presence._cmd_mcp",
+    "wrap": "codex_presence.cli.wrap",
+    "replay": "codex_presence.cli.replay",
+    "broker": "codex_presence.cli.broker",
+    "team": "codex_presence.cli.team",
+    "roster": "codex_presence.cli.roster",
+    "demo": "codex_presence.cli.demo",
+    "mcp": "codex_presence.cli.mcp",
 }
 
 _DESCRIPTION = """\
@@ -113,7 +113,7 @@ def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentPars
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from . import __version__
+    from codex_presence import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

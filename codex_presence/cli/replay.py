@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     import anyio
     import orjson
 
-    from ._cli import UsageError
-    from ._replay import TimelineBuilder, TimelineRow, replay_paths
+    from codex_presence.cli.main import UsageError
+    from codex_presence.core.timeline import TimelineBuilder, TimelineRow, replay_paths
 
     if args.speed is not None and not args.speed > 0:
         raise UsageError("--speed must be a positive number")

@@ -12,7 +12,7 @@ bounds at the protocol:
 * a request head may not exceed :data:`MAX_HEAD` bytes (else ``431`` and close).
 
 Once a head is in, the request is the app's business (the broker bounds the body itself),
-so long-lived SSE streams are untouched. :class:`~._broker.BrokerServer` installs this
+so long-lived SSE streams are untouched. :class:`~.server.BrokerServer` installs this
 protocol whenever uvicorn would have picked httptools.
 """
 

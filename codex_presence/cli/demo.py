@@ -10,26 +10,78 @@ broker, while connection presence holds the agent's SSE subscription; and a watc
 
 from __future__ import annotations
 
+import argparse
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import anyio
+if TYPE_CHECKING:
+    from codex_presence.agent.reporter import ActivityReporter
+    from codex_presence.broker.team import Team
+    from codex_presence.core.recording import Entry
+    from codex_presence.core.timeline import TimelineRow
 
-from ._activity import ActivityState
-from ._broker import Broker, BrokerServer, create_app, listen_socket
-from ._client import make_async_client
-from ._presence import ConnectionPresence
-from ._recording import Entry, read_entries
-from ._replay import TimelineBuilder, TimelineRow, paced
-from ._reporter import ActivityReporter
-from ._roster import roster_text
-from ._team import ADMIN_PERMISSION, OPERATOR_PERMISSION, Member, Role, Team, hash_token
+__all__ = [
+    "DEFAULT_FIXTURE",
+    "HELP",
+    "DemoResult",
+    "bundled_fixtures",
+    "configure",
+    "run",
+    "run_demo",
+]
 
-__all__ = ["DEFAULT_FIXTURE", "DemoResult", "bundled_fixtures", "run_demo"]
+HELP = "run an embedded broker and play a real recorded codex session through the pipeline"
+
+_EPILOG = """\
+Starts a broker on a free loopback port, plays a recorded codex 0.169.0 session through
+the codex mapping, the activity reporter and the broker in real time, and shows the live
+roster as it changes: a spinner while the agent works, "needs input" while it waits on a
+human. It ends with the final roster and the session's timeline. No codex binary, no
+network, no setup.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = _EPILOG
+    parser.add_argument(
+        "--session",
+        metavar="NAME",
+        default=None,
+        help="which bundled session to play (default: demo_session); --list shows them",
+    )
+    parser.add_argument("--list", action="store_true", help="list the bundled sessions")
+    parser.add_argument(
+        "--speed", type=float, default=1.0, metavar="X", help="play X times faster (default: 1)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    import anyio
+
+    from codex_presence.cli.main import UsageError, setup_logging
+
+    setup_logging(quiet=True)
+    fixtures = bundled_fixtures()
+    if args.list:
+        sys.stdout.write("".join(f"{name}\n" for name in fixtures))
+        return 0
+    if not args.speed > 0:
+        raise UsageError("--speed must be a positive number")
+    name = args.session or (DEFAULT_FIXTURE if DEFAULT_FIXTURE in fixtures else None)
+    if name is None and fixtures:
+        name = next(iter(fixtures))
+    if name not in fixtures:
+        raise UsageError(f"no bundled session {name!r}; try --list")
+    result = anyio.run(lambda: run_demo(fixture=fixtures[name], speed=args.speed, out=sys.stdout))
+    sys.stdout.write(summary(result) + "\n")
+    return 0
+
 
 DEFAULT_FIXTURE = "demo_session"
 AGENT = "codex-agent"
@@ -41,7 +93,7 @@ def bundled_fixtures() -> dict[str, Path]:
     """Recorded sessions shipped with the package (or beside it, in a source checkout)."""
     candidates = [
         Path(str(resources.files("codex_presence"))) / "_fixtures" / FIXTURE_DIR,
-        Path(__file__).resolve().parent.parent / "fixtures" / FIXTURE_DIR,
+        Path(__file__).resolve().parents[2] / "fixtures" / FIXTURE_DIR,
     ]
     for directory in candidates:
         if directory.is_dir():
@@ -58,6 +110,15 @@ class DemoResult:
 
 
 def _team() -> tuple[Team, dict[str, str]]:
+    from codex_presence.broker.team import (
+        ADMIN_PERMISSION,
+        OPERATOR_PERMISSION,
+        Member,
+        Role,
+        Team,
+        hash_token,
+    )
+
     tokens = {name: "cp_" + secrets.token_urlsafe(24) for name in (AGENT, WATCHER, "scout")}
     roles = {
         WATCHER: Role("director", (ADMIN_PERMISSION, OPERATOR_PERMISSION)),
@@ -77,7 +138,14 @@ async def run_demo(
 ) -> DemoResult:
     """Play ``fixture`` through mapping → reporter → broker; ``watch(url, token, name)``
     (default: the live terminal roster) shows what the broker shows while it plays."""
+    import anyio
     import uvicorn
+
+    from codex_presence.agent.reporter import ActivityReporter
+    from codex_presence.agent.subscription import ConnectionPresence
+    from codex_presence.broker.state import Broker, BrokerServer, create_app, listen_socket
+    from codex_presence.client.auth import make_async_client
+    from codex_presence.core.recording import read_entries
 
     team, tokens = _team()
     broker = Broker(team=team, activity_ttl=30.0, fanout_interval=0.02)
@@ -90,7 +158,7 @@ async def run_demo(
     result = DemoResult(team=team.name)
 
     if watch is None:
-        from ._cmd_roster import _watch
+        from codex_presence.cli.roster import _watch
 
         watch = _watch
 
@@ -132,6 +200,9 @@ async def run_demo(
 async def _play(
     entries: list[Entry], speed: float, reporter: ActivityReporter, result: DemoResult
 ) -> None:
+    from codex_presence.core.activity import ActivityState
+    from codex_presence.core.timeline import TimelineBuilder, paced
+
     builder = TimelineBuilder()
     async for entry in paced(entries, speed):
         row = builder.feed(entry)
@@ -146,6 +217,8 @@ async def _play(
 
 def summary(result: DemoResult) -> str:
     """The final roster and the session's timeline, as the demo ends with them."""
+    from codex_presence.client.roster_text import roster_text
+
     lines = [
         "",
         "final roster:",

@@ -21,7 +21,7 @@ stdout carries the MCP protocol; logs go to stderr (or --log-file). The token co
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ._client import add_client_options
+    from codex_presence.client.auth import add_client_options
 
     parser.epilog = _EPILOG
     add_client_options(parser)
@@ -33,9 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from ._cli import UsageError, setup_logging
-    from ._client import TokenError, read_token
-    from ._mcp_server import RosterSource, build_server
+    from codex_presence.cli.main import UsageError, setup_logging
+    from codex_presence.client.auth import TokenError, read_token
+    from codex_presence.client.mcp_tool import RosterSource, build_server
 
     # Warnings only unless -v: codex shows an MCP server's stderr to its user.
     quiet = args.quiet or not args.verbose

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import anyio
 
-from ._codex import CodexMapping
-from ._lines import DEFAULT_MAX_LINE
-from ._recording import Entry, read_relevant_entries
+from codex_presence.core.codex import CodexMapping
+from codex_presence.core.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.recording import Entry, read_relevant_entries
 
 __all__ = [
     "TimelineBuilder",

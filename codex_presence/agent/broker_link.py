@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import anyio
 import httpx
 
-from ._activity import Transition
-from ._client import make_async_client, parse_whoami
-from ._presence import ConnectionPresence
-from ._reporter import ActivityReporter
-from ._reporting import Backoff, ReportPolicy
+from codex_presence.agent.reporter import ActivityReporter
+from codex_presence.agent.subscription import ConnectionPresence
+from codex_presence.client.auth import make_async_client, parse_whoami
+from codex_presence.core.activity import Transition
+from codex_presence.core.report_policy import Backoff, ReportPolicy
 
 __all__ = ["BrokerLink", "BrokerSettings"]
 

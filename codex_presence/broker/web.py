@@ -1,7 +1,7 @@
 """The web roster: the page the broker serves at ``/``, and its session-cookie sign-in.
 
 :class:`WebRoster` owns the browser side of the broker. It adds routes to the broker app
-(:func:`~._broker.create_app`'s ``routes=``) and an :data:`~._broker.Authenticator`
+(:func:`~.app.create_app`'s ``routes=``) and an :data:`~.state.Authenticator`
 (``authenticators=``) that recognises its session cookie, so that ``/whoami``,
 ``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a bearer token
 (reporting activity is a runner's act and takes the bearer token alone). The cookie counts
@@ -11,7 +11,7 @@ still lets a page on another port of the same host make the browser send it.
 Routes
 ------
 ``GET /``
-    The live roster page (``_static/roster.html``). Its script asks ``/whoami``; signed
+    The live roster page (``static/roster.html``). Its script asks ``/whoami``; signed
     out, it shows the sign-in form, signed in it opens ``EventSource('/subscribe?name=me')``
     and redraws rows from the ``roster``/``presence`` events.
 ``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
@@ -51,8 +51,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ._broker import BODY_TIMEOUT
-from ._team import Member, Team
+from codex_presence.broker.state import BODY_TIMEOUT
+from codex_presence.broker.team import Member, Team
 
 __all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
 
@@ -85,7 +85,7 @@ _ASSETS = {
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("codex_presence").joinpath("_static", name).read_bytes()
+    return resources.files("codex_presence.broker").joinpath("static", name).read_bytes()
 
 
 def _json(status: int, data: object) -> Response:
@@ -166,7 +166,7 @@ class WebRoster:
             del self._sessions[session_id]
 
     def authenticate(self, request: Request) -> Member | None:
-        """The broker :data:`~._broker.Authenticator` for the session cookie, on requests
+        """The broker :data:`~.state.Authenticator` for the session cookie, on requests
         from the page's own origin only."""
         session_id = request.cookies.get(COOKIE_NAME)
         if not session_id or not self._same_origin(request):

@@ -18,7 +18,7 @@ import anyio
 import httpx
 from httpx_sse import aconnect_sse
 
-from ._reporting import Backoff
+from codex_presence.core.report_policy import Backoff
 
 __all__ = ["ConnectionPresence", "ConnectionState"]
 

@@ -45,8 +45,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ._cli import UsageError
-    from ._team import TeamError, new_token, parse_member_spec, render_team, write_team
+    from codex_presence.broker.team import (
+        TeamError,
+        new_token,
+        parse_member_spec,
+        render_team,
+        write_team,
+    )
+    from codex_presence.cli.main import UsageError
 
     try:
         specs = [parse_member_spec(spec) for spec in args.members]

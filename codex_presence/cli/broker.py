@@ -16,7 +16,7 @@ proxy in front of it.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ._client import DEFAULT_PORT
+    from codex_presence.client.auth import DEFAULT_PORT
 
     parser.epilog = _EPILOG
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -70,10 +70,10 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from ._broker import Broker, BrokerServer, create_app, listen_socket
-    from ._cli import UsageError, setup_logging
-    from ._team import TeamError, dev_team, load_team
-    from ._web import WebRoster
+    from codex_presence.broker.state import Broker, BrokerServer, create_app, listen_socket
+    from codex_presence.broker.team import TeamError, dev_team, load_team
+    from codex_presence.broker.web import WebRoster
+    from codex_presence.cli.main import UsageError, setup_logging
 
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
     logger = logging.getLogger("codex_presence.broker")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ._activity import ActivityState
+from codex_presence.core.activity import ActivityState
 
 __all__ = ["DEFAULT_TTL", "ActivityStore", "ActivityTracker"]
 

@@ -30,8 +30,8 @@ import operator
 import re
 from dataclasses import dataclass, field
 
-from ._activity import Transition
-from ._codex import (
+from codex_presence.core.activity import Transition
+from codex_presence.core.codex import (
     PASSIVE_ITEM_TYPES,
     STATE_METHODS,
     TOOL_ITEM_TYPES,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ._cli import UsageError, setup_logging
+from codex_presence.cli.main import UsageError, setup_logging
 
 if TYPE_CHECKING:
-    from ._daemon import BrokerLink
+    from codex_presence.agent.broker_link import BrokerLink
 
 HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that derives its state"
 
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", metavar="FILE", help="log to FILE instead of stderr")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log debug details")
-    from ._client import add_client_options
+    from codex_presence.client.auth import add_client_options
 
     add_client_options(parser, broker_default=None)
     parser.add_argument(
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from ._client import TOKEN_ENV
-    from ._relay import Relay, log_transition
+    from codex_presence.agent.relay import Relay, log_transition
+    from codex_presence.client.auth import TOKEN_ENV
 
     link = _broker_link(args)
     # The token is ours, not the child's: codex and every command its agent runs would
@@ -103,8 +103,8 @@ def _broker_link(args: argparse.Namespace) -> BrokerLink | None:
     if not args.broker:
         logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
         return None
-    from ._client import TokenError, read_token
-    from ._daemon import BrokerLink, BrokerSettings
+    from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
+    from codex_presence.client.auth import TokenError, read_token
 
     try:
         token = read_token(token_file=args.token_file)

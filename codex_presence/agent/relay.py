@@ -3,9 +3,9 @@
 It owns the child process and the bytes between it and our own stdin/stdout: spawning,
 the two copy loops, backpressure, signals, exit status and the child's death with us. What
 the bytes mean is not its business; after each chunk has been forwarded it hands the chunk
-to the sans-I/O :class:`~codex_presence._lines.ChunkAnalyzer` (which feeds the codex
+to the sans-I/O :class:`~codex_presence.core.prefilter.ChunkAnalyzer` (which feeds the codex
 mapping) and to the optional recorder, and passes each resulting
-:class:`~codex_presence._activity.Transition` to its observers.
+:class:`~codex_presence.core.activity.Transition` to its observers.
 
 Design, and why:
 
@@ -59,9 +59,9 @@ from typing import BinaryIO
 
 import anyio
 
-from ._activity import Transition
-from ._codex import CodexMapping, Direction
-from ._lines import DEFAULT_MAX_LINE, ChunkAnalyzer
+from codex_presence.core.activity import Transition
+from codex_presence.core.codex import CodexMapping, Direction
+from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
 __all__ = ["Companion", "Observer", "Relay", "log_transition", "run_relay"]
 
@@ -235,7 +235,7 @@ class _Recorder:
     # -- worker thread -------------------------------------------------------------------
 
     def _write(self, batch: list[tuple[float, Direction, bytes | _Gap]]) -> None:
-        from ._recording import encode_entry
+        from codex_presence.core.recording import encode_entry
 
         out: list[bytes] = []
         for t, direction, chunk in batch:
@@ -269,14 +269,14 @@ class _Recorder:
         """The gap line; the line the gap cut is left out whole: its start (the partial
         line) and, unless the dropped bytes ended a line, its end (up to the next newline
         of this direction)."""
-        from ._recording import encode_gap
+        from codex_presence.core.recording import encode_gap
 
         self._partial[direction].clear()
         self._resync[direction] = not gap.ends_a_line
         return encode_gap(t, direction, gap.size)
 
     def _close(self) -> None:
-        from ._recording import encode_end, encode_entry
+        from codex_presence.core.recording import encode_end, encode_entry
 
         with self._lock:  # bytes dropped at the very end: no later chunk marked them
             last_gaps, self._gaps = self._gaps, {}

@@ -18,7 +18,7 @@ fed the derived state, the outcome of each POST and the time, and answers what t
 
 :class:`ReportPolicy` knows no sockets or clocks: ``now`` is passed in, which is what lets
 the tests check heartbeat and backoff timings exactly. The I/O shell is
-:mod:`codex_presence._reporter`.
+:mod:`codex_presence.agent.reporter`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._activity import ActivityState
+from codex_presence.core.activity import ActivityState
 
 __all__ = ["Backoff", "Outcome", "Post", "ReportPolicy", "Wait"]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-    from ._client import Whoami
+    from codex_presence.client.auth import Whoami
 
 HELP = "print the team roster from a broker (--watch: live)"
 
@@ -22,7 +22,7 @@ reconnects with backoff; only a refused token, or Ctrl-C, ends it.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ._client import add_client_options
+    from codex_presence.client.auth import add_client_options
 
     parser.epilog = _EPILOG
     add_client_options(parser)
@@ -36,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
     import anyio
     import httpx
 
-    from ._cli import UsageError, setup_logging
-    from ._client import TokenError, make_client, read_token
-    from ._roster import roster_text
+    from codex_presence.cli.main import UsageError, setup_logging
+    from codex_presence.client.auth import TokenError, make_client, read_token
+    from codex_presence.client.roster_text import roster_text
 
     setup_logging(quiet=True)
     try:
@@ -96,7 +96,7 @@ def _not_a_broker(client: Any, response: Any, path: str) -> _BrokerError:
 
 
 def _whoami(client: Any) -> Whoami:
-    from ._client import parse_whoami
+    from codex_presence.client.auth import parse_whoami
 
     response = _get(client, "/whoami")
     me = parse_whoami(response.content)
@@ -126,9 +126,9 @@ async def _watch(broker: str, token: str, me: str) -> None:
     import orjson
     from httpx_sse import aconnect_sse
 
-    from ._client import make_async_client
-    from ._reporting import Backoff
-    from ._roster import watch_text
+    from codex_presence.client.auth import make_async_client
+    from codex_presence.client.roster_text import watch_text
+    from codex_presence.core.report_policy import Backoff
 
     tty = sys.stdout.isatty()
     team = ""

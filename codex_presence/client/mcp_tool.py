@@ -3,7 +3,7 @@
 ``codex-presence mcp`` runs :func:`build_server` over stdio; codex (or any MCP client)
 starts it as a server from its config. Each call asks the broker afresh — ``GET /whoami``
 and ``GET /roster`` with the calling member's token — and answers the design's exact
-agent-facing roster text, rendered by :func:`~._roster.roster_text` (the one renderer the
+agent-facing roster text, rendered by :func:`~.roster_text.roster_text` (the one renderer the
 CLI uses too)::
 
     team acme roster:
@@ -27,8 +27,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-from ._client import make_async_client, parse_whoami
-from ._roster import roster_text
+from codex_presence.client.auth import make_async_client, parse_whoami
+from codex_presence.client.roster_text import roster_text
 
 __all__ = ["RosterSource", "build_server"]
 

@@ -2,8 +2,8 @@
 
 :class:`Broker` holds the rules (who is connected, who is doing what, the fan-out of
 changes); :func:`create_app` puts a Starlette app in front of it. State lives in memory in
-one process, as the design says, behind the :class:`~._registry.Registry` and
-:class:`~._tracker.ActivityStore` interfaces.
+one process, as the design says, behind the :class:`~codex_presence.broker.connections.Registry` and
+:class:`~codex_presence.broker.activity.ActivityStore` interfaces.
 
 Endpoints
 ---------
@@ -65,7 +65,7 @@ Authentication is in one place, :meth:`Broker.authenticate`, which asks each
 passing one more authenticator to :class:`Broker` (or to :func:`create_app`).
 
 :class:`BrokerServer` also bounds what a connection costs before the app sees a request
-(a deadline and a size cap on each request head: :mod:`._http_guard`).
+(a deadline and a size cap on each request head: :mod:`codex_presence.broker.http_guard`).
 """
 
 from __future__ import annotations
@@ -88,11 +88,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from ._activity import ActivityState
-from ._registry import MemoryRegistry, Registry
-from ._roster import Presence, presence
-from ._team import Member, Team
-from ._tracker import DEFAULT_TTL, ActivityStore, ActivityTracker
+from codex_presence.broker.activity import DEFAULT_TTL, ActivityStore, ActivityTracker
+from codex_presence.broker.connections import MemoryRegistry, Registry
+from codex_presence.broker.team import Member, Team
+from codex_presence.client.roster_text import Presence, presence
+from codex_presence.core.activity import ActivityState
 
 __all__ = [
     "Authenticator",
@@ -591,7 +591,7 @@ class BrokerServer(uvicorn.Server):
         on_started: Callable[[], None] | None = None,
     ) -> None:
         if config.http in ("auto", "httptools"):  # bound what a request head may cost
-            from ._http_guard import GuardedHttpToolsProtocol
+            from codex_presence.broker.http_guard import GuardedHttpToolsProtocol
 
             config.http = GuardedHttpToolsProtocol
         super().__init__(config)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import anyio
 import httpx
 
-from ._activity import ActivityState
-from ._reporting import Outcome, Post, ReportPolicy
+from codex_presence.core.activity import ActivityState
+from codex_presence.core.report_policy import Outcome, Post, ReportPolicy
 
 __all__ = ["ActivityReporter"]
 
