@@ -17,15 +17,13 @@ from typing import Any
 
 import uvicorn
 
-from codex_presence.broker.state import Broker, BrokerServer, create_app, listen_socket
-from codex_presence.broker.team import (
-    ADMIN_PERMISSION,
-    OPERATOR_PERMISSION,
-    Member,
-    Role,
-    Team,
-    hash_token,
-)
+from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION
+from codex_presence.broker.app import create_app
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.server import BrokerServer, listen_socket
+from codex_presence.broker.state import Broker
+from codex_presence.broker.team import Member, Role, Team, hash_token
+from codex_presence.broker.web import WebRoster
 
 
 class FakeClock:
@@ -70,16 +68,31 @@ class RunningBroker:
 
 
 @contextmanager
-def running_broker(*, team: Team, port: int = 0, **app_kwargs: Any) -> Iterator[RunningBroker]:
-    """``port`` 0 picks a free one; a fixed port lets a test stop and restart "the" broker."""
-    app = create_app(team=team, **app_kwargs)
-    broker: Broker = app.state.broker
+def running_broker(
+    *,
+    team: Team,
+    port: int = 0,
+    limits: BrokerLimits | None = None,
+    web: WebRoster | None = None,
+    **broker_kwargs: Any,
+) -> Iterator[RunningBroker]:
+    """``port`` 0 picks a free one; a fixed port lets a test stop and restart "the" broker.
+    ``limits`` bound the requests (short deadlines for the timing tests); ``web`` adds the
+    web roster (its routes and its cookie sign-in); ``broker_kwargs`` configure the
+    :class:`Broker` (clocks, TTL, keep-alive, authenticators)."""
+    if web is not None:
+        authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
+        broker_kwargs["authenticators"] = authenticators
+    broker = Broker(team=team, **broker_kwargs)
+    limits = limits if limits is not None else BrokerLimits()
+    routes = web.routes(broker) if web is not None else ()
+    app = create_app(broker, limits=limits, routes=routes)
     sock = listen_socket("127.0.0.1", port)  # with TCP_NODELAY on accepted connections
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_config=None, log_level="warning", lifespan="on", timeout_graceful_shutdown=3
     )
-    server = BrokerServer(config, broker=broker)
+    server = BrokerServer(config, broker=broker, limits=limits)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -25,19 +25,28 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codex_presence.broker.http_guard import HEAD_TIMEOUT, MAX_HEAD
-from codex_presence.broker.state import BODY_TIMEOUT, MAX_SUBSCRIBERS
-from codex_presence.broker.team import hash_token, render_team
-from tests.broker_harness import token_of
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.team import hash_token
+from codex_presence.broker.team_file import render_team
+from tests.broker_harness import make_team, running_broker, token_of
 
 NAMES = ("alice", "bob", "carol")
+LIMITS = BrokerLimits()
+"""The shipped broker's limits: what the real command runs with."""
+QUICK = BrokerLimits(head_timeout=1.0, body_timeout=1.0)
+"""Short deadlines for the timing test, on a broker in this process."""
+MAX_HEAD, MAX_SUBSCRIBERS = LIMITS.max_head, LIMITS.max_subscribers
 
 
 @dataclass
-class BrokerProc:
-    proc: subprocess.Popen[bytes]
+class Target:
     url: str
     port: int
+
+
+@dataclass
+class BrokerProc(Target):
+    proc: subprocess.Popen[bytes]
 
     def rss_kb(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -62,7 +71,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
         match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         assert match, line
         port = int(match.group(1))
-        yield BrokerProc(proc, f"http://127.0.0.1:{port}", port)
+        yield BrokerProc(f"http://127.0.0.1:{port}", port, proc)
     finally:
         proc.kill()
         proc.wait(10)
@@ -74,7 +83,7 @@ def auth(name: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token_of(name)}"}
 
 
-def served(broker: BrokerProc) -> None:
+def served(broker: Target) -> None:
     """A normal member is served: a report and a roster read, each within 5 s."""
     with httpx.Client(base_url=broker.url, timeout=5) as client:
         response = client.post("/presence/activity", json={"state": "working"}, headers=auth("bob"))
@@ -87,13 +96,13 @@ def served(broker: BrokerProc) -> None:
         assert response.status_code == 204
 
 
-def member(broker: BrokerProc, name: str) -> dict[str, object]:
+def member(broker: Target, name: str) -> dict[str, object]:
     roster = httpx.get(broker.url + "/roster", headers=auth("carol"), timeout=5).json()
     (me,) = [p for p in roster if p["name"] == name]
     return me  # type: ignore[no-any-return]
 
 
-def connect(broker: BrokerProc) -> socket.socket:
+def connect(broker: Target) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
@@ -317,10 +326,19 @@ def test_thousands_of_streams_from_one_member(broker: BrokerProc) -> None:
         time.sleep(0.05)
 
 
-def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(broker: BrokerProc) -> None:
+@pytest.fixture
+def quick_broker() -> Iterator[Target]:
+    """A broker in this process whose head and body deadlines are a second."""
+    with running_broker(team=make_team(*NAMES), limits=QUICK) as running:
+        yield Target(running.url, int(running.url.rsplit(":", 1)[1]))
+
+
+def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(quick_broker: Target) -> None:
     """300 sockets trickle a request head one byte at a time, 50 send nothing, 50 send a
     head and then a body that never ends. Each is answered 408 and closed within its
-    deadline (plus slack), and a normal member is served all along."""
+    deadline (plus slack), and a normal member is served all along. (The deadlines are
+    :data:`QUICK`'s, so that this takes seconds; the shipped ones are ten times longer.)"""
+    broker = quick_broker
     head = b"GET /roster HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + b"a" * 200
     post = (
         b"POST /presence/activity HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n"
@@ -351,12 +369,15 @@ def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(broker: BrokerPro
     started = time.monotonic()
     dripper.start()
     try:
-        while time.monotonic() - started < HEAD_TIMEOUT + 1:
+        while time.monotonic() - started < QUICK.head_timeout + 1:
             served(broker)
             time.sleep(0.5)
         for sock in [*trickle, *silent, *bodies]:
             sock.settimeout(
-                max(0.1, started + max(HEAD_TIMEOUT, BODY_TIMEOUT) + 5 - time.monotonic())
+                max(
+                    0.1,
+                    started + max(QUICK.head_timeout, QUICK.body_timeout) + 5 - time.monotonic(),
+                )
             )
             assert read_status(sock) == 408
             assert _until_eof(sock)

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
 
+from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.team import Member
 from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
 
@@ -339,7 +340,10 @@ def test_oversized_body_with_content_length_is_413(client: httpx.Client) -> None
 
 
 def test_body_at_the_limit_is_read() -> None:
-    with running_broker(team=TEAM, max_body=64) as b, httpx.Client(base_url=b.url) as c:
+    with (
+        running_broker(team=TEAM, limits=BrokerLimits(max_body=64)) as b,
+        httpx.Client(base_url=b.url) as c,
+    ):
         body = b'{"state": "working"' + b" " * (64 - 20) + b"}"
         assert len(body) == 64
         assert post_raw(c, body).status_code == 204
@@ -487,7 +491,7 @@ def test_keepalive_comments() -> None:
 
 def test_too_many_streams_for_one_member_is_429() -> None:
     with (
-        running_broker(team=TEAM, max_subscribers=2) as b,
+        running_broker(team=TEAM, limits=BrokerLimits(max_subscribers=2)) as b,
         httpx.Client(base_url=b.url, timeout=10) as c,
         subscribed(b, "alice") as s1,
         subscribed(b, "alice") as s2,
@@ -652,7 +656,7 @@ _json_values = st.recursive(
     )
 )
 def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
-    from codex_presence.broker.state import _parse_state
+    from codex_presence.broker.app import _parse_state
     from codex_presence.core.activity import ActivityState
 
     result = _parse_state(orjson.dumps(value))
@@ -673,7 +677,8 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
     quietly and is uncounted (uvicorn, ASGI 2.3, is covered by the tests above)."""
     import anyio
 
-    from codex_presence.broker.state import Broker, _Subscription
+    from codex_presence.broker.app import _Subscription
+    from codex_presence.broker.state import Broker
 
     broker = Broker(team=TEAM)
     sent: list[Any] = []
@@ -700,7 +705,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
 
 
 def test_accepted_connections_give_up_on_a_silent_peer() -> None:
-    from codex_presence.broker.state import DEAD_PEER_TIMEOUT, listen_socket
+    from codex_presence.broker.server import DEAD_PEER_TIMEOUT, listen_socket
 
     assert DEAD_PEER_TIMEOUT == 45.0  # three stream keep-alives
     with listen_socket() as server, socket.create_connection(server.getsockname()) as client:
@@ -714,7 +719,7 @@ def test_accepted_connections_give_up_on_a_silent_peer() -> None:
 
 VANISHING_PEER = r"""
 import socket, subprocess, sys, time
-from codex_presence.broker.state import listen_socket
+from codex_presence.broker.server import listen_socket
 
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 server = listen_socket(dead_peer_timeout=1.0)

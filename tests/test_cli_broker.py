@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codex_presence.broker.team import Role, Team, render_team
+from codex_presence.broker.team import Role, Team
+from codex_presence.broker.team_file import render_team
 from codex_presence.cli.broker import exposure_warning, is_loopback
 from codex_presence.cli.main import main
 from tests.broker_harness import RunningBroker, make_team, not_a_broker, running_broker, token_of

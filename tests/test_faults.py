@@ -41,8 +41,9 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from codex_presence.broker.team import render_team
-from codex_presence.core.report_policy import HEARTBEAT_SECONDS, Backoff
+from codex_presence._wire import HEARTBEAT
+from codex_presence.broker.team_file import render_team
+from codex_presence.core.backoff import Backoff
 from tests.broker_harness import make_team, not_a_broker, running_broker, token_of
 from tests.fault_proxy import FaultProxy
 from tests.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
@@ -51,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("alice")}
 REQUEST_TIMEOUT = 2.0  # the reporter's per-POST timeout
-CONVERGE = HEARTBEAT_SECONDS + Backoff().cap + REQUEST_TIMEOUT
+CONVERGE = HEARTBEAT + Backoff().cap + REQUEST_TIMEOUT
 """After the broker's return the roster is right within this: the next heartbeat (or the
 next retry, at most one capped backoff step away) plus one request."""
 SETTLE = 3.0  # scheduling slack on a loaded 2-core machine

@@ -922,11 +922,11 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
     """Chunks dropped for lack of room leave a gap line for their direction; the line they
     cut is left out whole (nothing after the gap is glued to what came before it), the
     other direction keeps every line, and a gap at the very end is marked too."""
-    from codex_presence.agent.relay import _Recorder
+    from codex_presence.agent.recorder import Recorder
     from codex_presence.core.recording import read_entries
 
     path = tmp_path / "rec.jsonl"
-    recorder = _Recorder(path, max_pending=64)
+    recorder = Recorder(path, max_pending=64)
     assert recorder.open()
     recorder.add(0.1, "server", b'{"id":1}\n{"id":2,"cut":"')  # a line the gap will cut
     recorder.add(0.2, "server", b"x" * 100)  # no room: dropped

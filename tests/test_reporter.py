@@ -14,7 +14,8 @@ import pytest
 from codex_presence import ActivityState
 from codex_presence.agent.reporter import ActivityReporter
 from codex_presence.agent.subscription import ConnectionPresence, ConnectionState
-from codex_presence.core.report_policy import Backoff, ReportPolicy
+from codex_presence.core.backoff import Backoff
+from codex_presence.core.report_policy import ReportPolicy
 from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.fault_proxy import FaultProxy
 

@@ -7,8 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
+from codex_presence._wire import presence
 from codex_presence.broker.team import Role
-from codex_presence.client.roster_text import presence, roster_line, roster_text, watch_text
+from codex_presence.client.roster_text import roster_line, roster_text, watch_text
 from codex_presence.core.activity import ActivityState
 
 

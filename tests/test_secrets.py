@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from codex_presence.broker.team import render_team
+from codex_presence.broker.team_file import render_team
 from tests.broker_harness import make_team, running_broker, token_of
 from tests.wrap_harness import WrapProcess, is_note, is_request
 

@@ -12,16 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence.broker.team import (
-    Role,
-    TeamError,
+from codex_presence._wire import privilege
+from codex_presence.broker.team import Role, TeamError, hash_token, new_token
+from codex_presence.broker.team_file import (
     dev_team,
-    hash_token,
     load_team,
-    new_token,
     parse_member_spec,
     parse_team,
-    privilege,
     render_team,
     state_dir,
     write_team,

@@ -26,6 +26,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.web import COOKIE_NAME, WebRoster
 from tests.broker_harness import (
     FakeClock,
@@ -91,9 +92,7 @@ class Web:
 
 def make_web(**roster_kwargs: Any) -> Iterator[Web]:
     roster = WebRoster(team=TEAM, **roster_kwargs)
-    with running_broker(
-        team=TEAM, keepalive=30, authenticators=[roster.authenticate], routes=roster.routes()
-    ) as broker:
+    with running_broker(team=TEAM, keepalive=30, web=roster) as broker:
         yield Web(broker, roster)
 
 
@@ -182,7 +181,7 @@ def test_a_sign_in_body_that_never_ends_is_cut_off() -> None:
     """Sign-in needs no token to reach: a trickled body must not hold a connection."""
     import socket
 
-    for web in make_web(body_timeout=0.5):
+    for web in make_web(limits=BrokerLimits(body_timeout=0.5)):
         port = int(web.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
             conn.sendall(
@@ -569,7 +568,7 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
 
 def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path) -> None:
     """``codex-presence broker`` itself (a real subprocess) has the page and the sign-in."""
-    from codex_presence.broker.team import render_team
+    from codex_presence.broker.team_file import render_team
 
     team_file = tmp_path / "team.toml"
     team_file.write_text(render_team("acme", [("alice", None, token_of("alice"))]))

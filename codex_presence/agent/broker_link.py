@@ -22,9 +22,11 @@ import httpx
 
 from codex_presence.agent.reporter import ActivityReporter
 from codex_presence.agent.subscription import ConnectionPresence
-from codex_presence.client.auth import make_async_client, parse_whoami
+from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
+from codex_presence.client.auth import make_async_client
 from codex_presence.core.activity import Transition
-from codex_presence.core.report_policy import Backoff, ReportPolicy
+from codex_presence.core.backoff import Backoff, reconnect_backoff
+from codex_presence.core.report_policy import ReportPolicy
 
 __all__ = ["BrokerLink", "BrokerSettings"]
 
@@ -94,31 +96,26 @@ class BrokerLink:
 
     async def _whoami(self, client: httpx.AsyncClient) -> str | None:
         """The member the token belongs to, retried with backoff while the broker is away."""
-        backoff = Backoff(base=0.5, cap=10.0)
+        backoff = reconnect_backoff()
         while True:
             try:
-                response = await client.get("/whoami", timeout=5.0)
-            except httpx.HTTPError as exc:
-                logger.debug("whoami: %s", type(exc).__name__)
+                me = await fetch_whoami(client)
+            except TokenRefused as exc:
+                logger.error("the broker refused our token (HTTP %d); not subscribing", exc.status)
+                return None
+            except NotABroker as exc:
+                # A proxy's page, a dev server's fallback: not (yet) our broker.
+                logger.log(
+                    logging.WARNING if backoff.attempts == 0 else logging.DEBUG,
+                    "GET %s/whoami answered 200 without a member name (%s); retrying",
+                    self.settings.url,
+                    exc.content_type,
+                )
+            except BrokerError as exc:
+                logger.debug("whoami: %s", exc)
             else:
-                if response.status_code in (401, 403):
-                    logger.error(
-                        "the broker refused our token (HTTP %d); not subscribing",
-                        response.status_code,
-                    )
-                    return None
-                if response.status_code == 200:
-                    me = parse_whoami(response.content)
-                    if me is not None:
-                        logger.info("the token is %s's", me.name)
-                        return me.name
-                    # A proxy's page, a dev server's fallback: not (yet) our broker.
-                    logger.log(
-                        logging.WARNING if backoff.attempts == 0 else logging.DEBUG,
-                        "GET %s/whoami answered 200 without a member name (%s); retrying",
-                        self.settings.url,
-                        response.headers.get("content-type", "no content type"),
-                    )
+                logger.info("the token is %s's", me.name)
+                return me.name
             await anyio.sleep(backoff.next_delay())
 
 

@@ -22,14 +22,13 @@ Design, and why:
   transitions it finds go into an outbox and a byte on a second pipe wakes the event
   loop's delivery task (a blocking hand-over cost ~0.5 ms per chunk under load).
 * The child's stderr is our stderr, inherited: untouched, unbuffered, no copy. Our own
-  stdin and stdout are made non-blocking, which is a property of the *open file
-  description*: where one of them shares it with stderr (a terminal's 0, 1 and 2 are
-  one description; so is ``2>&1``), the flag would reach the child's stderr, and a
-  stalled terminal would fail its writes with EAGAIN. There the relay opens a private
-  description of the same terminal or pipe instead, and leaves the shared one alone.
+  stdin and stdout are made non-blocking without the flag reaching the child's stderr
+  through a shared open file description (a terminal, ``2>&1``): a stalled terminal would
+  fail its writes with EAGAIN.
 * The child gets its own process group (signals we forward reach its helpers too, and a
   terminal's Ctrl-C is not delivered twice) and ``PR_SET_PDEATHSIG`` = SIGKILL, so it
-  never outlives us, even when we are SIGKILLed.
+  never outlives us, even when we are SIGKILLed. These OS-level pieces are
+  :mod:`codex_presence.agent.child`'s; the recorder is :mod:`codex_presence.agent.recorder`'s.
 * Analysis, recording and observers run after the write of the chunk they concern; none
   of them awaits anything, so the relay never waits on parsing, logging, recording or
   the network. Observers must not block: the reporter of issue 5 only records the state
@@ -46,24 +45,30 @@ import logging
 import os
 import select
 import signal
-import stat
 import subprocess
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
-from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
 
 import anyio
 
+from codex_presence.agent.child import (
+    exit_status,
+    grow_pipe,
+    is_fifo,
+    kill_group,
+    nonblocking,
+    spawn,
+    wait_child,
+)
+from codex_presence.agent.recorder import Recorder
 from codex_presence.core.activity import Transition
 from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Companion", "Observer", "Relay", "log_transition", "run_relay"]
+__all__ = ["Companion", "Observer", "Relay", "exit_status", "log_transition"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -74,245 +79,12 @@ Companion = Callable[[], AbstractAsyncContextManager[object]]
 """Makes an async context manager that lives exactly as long as the relayed session."""
 
 CHUNK_SIZE = 1024 * 1024
-PIPE_SIZE = 1024 * 1024
-_F_SETPIPE_SZ = 1031
-_PR_SET_PDEATHSIG = 1
-_RECORD_PERIOD = 0.05
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _grow_pipe(fd: int, size: int) -> None:
-    """Bigger pipes (to the child, and our own stdin/stdout when they are pipes): fewer,
-    larger chunks at full speed, fewer wake-ups. Only the pipe's capacity changes. Best
-    effort."""
-    import fcntl
-
-    with suppress(OSError):
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
-
-
-def _blocking(fd: int) -> bool | None:
-    try:
-        return os.get_blocking(fd)
-    except OSError:
-        return None
-
-
-def _reopen(fd: int, mode: int) -> int | None:
-    """A new open file description (non-blocking, close-on-exec) of the terminal or pipe
-    behind ``fd``; None for anything else, or if that fails."""
-    flags = mode | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        if os.isatty(fd):
-            return os.open(os.ttyname(fd), flags | os.O_NOCTTY)
-        if _is_fifo(fd):
-            return os.open(f"/proc/self/fd/{fd}", flags)  # Linux: opens the pipe anew
-    except OSError:
-        pass
-    return None
-
-
-def _is_fifo(fd: int) -> bool:
-    try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
-    except OSError:
-        return False
 
 
 def log_transition(transition: Transition) -> None:
     """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
     logger.info("%s (%s)", transition.state.value, transition.cause)
-
-
-def exit_status(returncode: int) -> int:
-    """A shell's view of a child's end: its code, or 128 + N for signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
-    """Runs in the child between fork and exec: die with the parent, even if the parent
-    already died before the prctl took effect."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(128 + signal.SIGKILL)
-
-    return preexec
-
-
-@dataclass(frozen=True, slots=True)
-class _Gap:
-    """Bytes of one direction that the recorder dropped."""
-
-    size: int = 0
-    ends_a_line: bool = True
-
-
-class _Recorder:
-    """``--record``: the session in the recording format, written off the hot path.
-
-    The relay hands over each chunk with :meth:`add` once it was forwarded, under the
-    analysis lock, so the queue is in the order of the analysis even across the two
-    threads; :meth:`add` never blocks and never raises. A task frames the chunks into lines
-    and writes them from a worker thread. The queue is bounded in bytes, not count: if the
-    disk cannot keep up, chunks are dropped with one warning, and the file says where, with
-    a gap line for the direction that lost bytes (the lines cut by it are left out whole; the
-    other direction keeps every line). :meth:`finish` ends the file with an end line that
-    dates the end of the session. Any write error (ENOSPC, EROFS, EIO, …) stops the
-    recording with one warning.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, max_pending: int = 64 * 1024 * 1024):
-        self.path = Path(path)
-        self.max_pending = max_pending
-        self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction, bytes | _Gap]] = deque()
-        # Chunks come from the event loop and from the server's worker thread.
-        self._lock = threading.Lock()
-        self._pending = 0
-        self._failed = False
-        self._dropped = False
-        self._gaps: dict[Direction, tuple[float, _Gap]] = {}
-        """Bytes dropped per direction and not yet marked in the queue (from when)."""
-        self._closing = False
-        self._end_t: float | None = None
-        self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
-        self._partial_t: dict[Direction, float] = {"client": 0.0, "server": 0.0}
-        self._resync: dict[Direction, bool] = {"client": False, "server": False}
-
-    def open(self) -> bool:
-        try:
-            self._file = self.path.open("wb")
-        except OSError as exc:
-            self._fail(exc)
-            return False
-        return True
-
-    def add(self, t: float, direction: Direction, chunk: bytes) -> None:
-        """Queue a chunk (any thread; never blocks)."""
-        if self._failed or self._closing:
-            return
-        with self._lock:
-            if self._pending + len(chunk) > self.max_pending:
-                if not self._dropped:
-                    self._dropped = True
-                    logger.warning("recording to %s cannot keep up; it has gaps", self.path)
-                since, gap = self._gaps.get(direction, (t, _Gap()))
-                self._gaps[direction] = (since, _Gap(gap.size + len(chunk), chunk[-1:] == b"\n"))
-                return
-            if direction in self._gaps:
-                since, gap = self._gaps.pop(direction)
-                self._queue.append((since, direction, gap))
-            self._pending += len(chunk)
-            self._queue.append((t, direction, chunk))
-
-    async def run(self) -> None:
-        """Write what is queued until :meth:`finish`, then the rest, then close the file."""
-        while True:
-            with self._lock:
-                batch = list(self._queue)
-                self._queue.clear()
-                self._pending = 0
-            if batch:
-                if not self._failed:
-                    await anyio.to_thread.run_sync(self._write, batch)
-            elif self._closing:
-                break
-            else:
-                await anyio.sleep(_RECORD_PERIOD)
-        await anyio.to_thread.run_sync(self._close)
-
-    def finish(self, t: float) -> None:
-        """The session ended ``t`` seconds in; :meth:`run` returns once the rest is on
-        disk."""
-        self._end_t = t
-        self._closing = True
-
-    # -- worker thread -------------------------------------------------------------------
-
-    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap]]) -> None:
-        from codex_presence.core.recording import encode_entry
-
-        out: list[bytes] = []
-        for t, direction, chunk in batch:
-            if isinstance(chunk, _Gap):
-                out.append(self._mark_gap(t, direction, chunk))
-                continue
-            if self._resync[direction]:
-                newline = chunk.find(b"\n")
-                if newline < 0:
-                    continue
-                self._resync[direction] = False
-                chunk = chunk[newline + 1 :]
-            partial = self._partial[direction]
-            if b"\n" not in chunk:
-                if chunk:
-                    partial.append(chunk)
-                    self._partial_t[direction] = t
-                continue
-            lines = chunk.split(b"\n")
-            if partial:
-                partial.append(lines[0])
-                lines[0] = b"".join(partial)
-                partial.clear()
-            if lines[-1]:
-                partial.append(lines[-1])
-                self._partial_t[direction] = t
-            out.extend(encode_entry(t, direction, line) for line in lines[:-1])
-        self._emit(out)
-
-    def _mark_gap(self, t: float, direction: Direction, gap: _Gap) -> bytes:
-        """The gap line; the line the gap cut is left out whole: its start (the partial
-        line) and, unless the dropped bytes ended a line, its end (up to the next newline
-        of this direction)."""
-        from codex_presence.core.recording import encode_gap
-
-        self._partial[direction].clear()
-        self._resync[direction] = not gap.ends_a_line
-        return encode_gap(t, direction, gap.size)
-
-    def _close(self) -> None:
-        from codex_presence.core.recording import encode_end, encode_entry
-
-        with self._lock:  # bytes dropped at the very end: no later chunk marked them
-            last_gaps, self._gaps = self._gaps, {}
-        out = [self._mark_gap(t, direction, gap) for direction, (t, gap) in last_gaps.items()]
-        out += [
-            encode_entry(self._partial_t[direction], direction, b"".join(partial))
-            for direction, partial in self._partial.items()
-            if partial and b"".join(partial)
-        ]
-        if self._end_t is not None:
-            out.append(encode_end(self._end_t))
-        self._emit(out)
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as exc:
-                self._fail(exc)
-            self._file = None
-
-    def _emit(self, out: list[bytes]) -> None:
-        if not out or self._failed or self._file is None:
-            return
-        try:
-            self._file.write(b"".join(out))
-            self._file.flush()
-        except OSError as exc:
-            self._fail(exc)
-
-    def _fail(self, exc: OSError) -> None:
-        if not self._failed:
-            self._failed = True
-            logger.warning("recording to %s stopped: %s (the relay goes on)", self.path, exc)
-        if self._file is not None:
-            with suppress(OSError):
-                self._file.close()
-            self._file = None
 
 
 class Relay:
@@ -336,7 +108,7 @@ class Relay:
         self.companions = list(companions)
         self.analyzer = ChunkAnalyzer(mapping, max_line=max_line)
         self._record_path = record
-        self._recorder: _Recorder | None = None
+        self._recorder: Recorder | None = None
         self._stdin = stdin
         self._stdout = stdout
         self._chunk_size = chunk_size
@@ -388,24 +160,17 @@ class Relay:
         child_in_r, self._child_in = os.pipe()
         self._child_out, child_out_w = os.pipe()
         for fd in (self._child_in, child_out_w):
-            _grow_pipe(fd, PIPE_SIZE)
+            grow_pipe(fd)
         try:
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
                 # Before the child exists, so that not even a probe reaches its stderr.
                 self._stdin = self._nonblocking(self._stdin, os.O_RDONLY)
                 self._stdout = self._nonblocking(self._stdout, os.O_WRONLY)
                 for fd in (self._stdin, self._stdout):
-                    if _is_fifo(fd):
-                        _grow_pipe(fd, PIPE_SIZE)
+                    if is_fifo(fd):
+                        grow_pipe(fd)
                 try:
-                    # anyio.open_process has no preexec_fn, needed for PR_SET_PDEATHSIG.
-                    process = subprocess.Popen(  # noqa: ASYNC220
-                        list(command),
-                        stdin=child_in_r,
-                        stdout=child_out_w,
-                        process_group=0,
-                        preexec_fn=_pdeathsig_preexec(os.getpid()),
-                    )
+                    process = spawn(command, stdin=child_in_r, stdout=child_out_w)
                 except OSError as exc:
                     logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
                     return 127 if isinstance(exc, FileNotFoundError) else 126
@@ -476,7 +241,7 @@ class Relay:
     ) -> int:
         async with anyio.create_task_group() as outer:
             if self._record_path is not None:
-                recorder = _Recorder(self._record_path)
+                recorder = Recorder(self._record_path)
                 if recorder.open():
                     self._recorder = recorder
                     outer.start_soon(recorder.run)
@@ -486,7 +251,7 @@ class Relay:
                     tg.start_soon(self._deliver_ready)
                     tg.start_soon(self._client_pump)
                     tg.start_soon(self._server_pump, server_done)
-                    returncode = await self._wait_child(process)
+                    returncode = await wait_child(process)
                     # Drain what the child wrote before it exited. A slow client is
                     # waited for; a grandchild that holds the pipe without writing is not.
                     while not server_done.is_set():
@@ -505,19 +270,6 @@ class Relay:
                     self._recorder.finish(self._clock() - self._start)
         return exit_status(returncode)
 
-    async def _wait_child(self, process: subprocess.Popen[bytes]) -> int:
-        try:
-            pidfd = os.pidfd_open(process.pid)
-        except OSError:  # no pidfd (old kernel): a worker thread waits instead
-            return await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
-        try:
-            while process.poll() is None:
-                await anyio.wait_readable(pidfd)
-        finally:
-            os.close(pidfd)
-        assert process.returncode is not None
-        return process.returncode
-
     async def _forward_signals(self, signals: AsyncIterator[signal.Signals]) -> None:
         interrupts = 0
         async for signum in signals:
@@ -534,15 +286,8 @@ class Relay:
         return f"pid {self._process.pid}" if self._process else "the child"
 
     def _kill_group(self, signum: int) -> None:
-        if self._process is None:
-            return
-        try:
-            os.killpg(self._process.pid, signum)
-        except ProcessLookupError:
-            pass
-        except PermissionError:  # the group is gone and the id reused: the child alone
-            with suppress(ProcessLookupError):
-                self._process.send_signal(signum)
+        if self._process is not None:
+            kill_group(self._process, signum)
 
     # -- the two copy loops --------------------------------------------------------------
 
@@ -695,22 +440,11 @@ class Relay:
             os.close(null)
 
     def _nonblocking(self, fd: int, mode: int) -> int:
-        """``fd`` made non-blocking, or a private non-blocking descriptor of the same file
-        where ``fd`` shares its open file description with stderr (see the module doc)."""
-        stderr_blocking = _blocking(2)
-        try:
-            os.set_blocking(fd, False)
-        except OSError:
-            return fd  # closed: it reads as EOF and fails as a write, as before
-        if not stderr_blocking or _blocking(2):
-            return fd  # stderr unaffected (or not ours to protect)
-        os.set_blocking(fd, True)  # undo: this description is the child's stderr too
-        private = _reopen(fd, mode)
-        if private is None:
-            logger.debug("fd %d shares stderr's description and cannot be reopened", fd)
-            os.set_blocking(fd, False)
-            return fd
-        self._originals[private] = fd
+        """``fd`` made non-blocking, or a private descriptor of it (see
+        :func:`~codex_presence.agent.child.nonblocking`), remembered for the cleanup."""
+        private = nonblocking(fd, mode)
+        if private != fd:
+            self._originals[private] = fd
         return private
 
     # -- after each forwarded chunk --------------------------------------------------------
@@ -754,16 +488,3 @@ class Relay:
                     observer(transition)
                 except Exception:
                     logger.exception("observer %r failed", observer)
-
-
-async def run_relay(
-    command: Sequence[str],
-    *,
-    observers: Sequence[Observer] = (log_transition,),
-    companions: Sequence[Companion] = (),
-    record: str | os.PathLike[str] | None = None,
-    **options: object,
-) -> int:
-    """Relay ``command`` (see :class:`Relay`); its exit status, 128 + N for signal N."""
-    relay = Relay(observers=observers, companions=companions, record=record, **options)  # type: ignore[arg-type]
-    return await relay.run(command)

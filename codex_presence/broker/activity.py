@@ -1,48 +1,27 @@
 """The activity tracker: who is working or blocked right now, with the design's TTL.
 
 Only ``working`` and ``blocked`` occupy the tracker; ``idle`` is the absence of an entry.
-Each report holds for ``ttl`` seconds (30 by default, fractional allowed) and a runner
-re-reports every 10 s while non-idle. There is no sweeper: every read resolves the TTL
+Each report holds for ``ttl`` seconds (:data:`~codex_presence._wire.DEFAULT_TTL` by default,
+fractional allowed) and a runner re-reports every :data:`~codex_presence._wire.HEARTBEAT`
+seconds while non-idle. There is no sweeper: every read resolves the TTL
 against the injected clock, and drops what has lapsed, so a runner that died mid-turn
 reads as idle again within the TTL whether or not anything ever runs in the background.
-
-:class:`ActivityStore` is the interface the broker uses, so that a shared store can
-replace this in-memory one later.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
 
-from codex_presence.core.activity import ActivityState
+from codex_presence._wire import DEFAULT_TTL, ActivityState
 
-__all__ = ["DEFAULT_TTL", "ActivityStore", "ActivityTracker"]
-
-DEFAULT_TTL = 30.0
+__all__ = ["ActivityTracker"]
 
 _IDLE = ActivityState.IDLE
 
 
-class ActivityStore(Protocol):
-    """What the broker needs from an activity store."""
-
-    def report(self, name: str, state: ActivityState) -> bool:
-        """Record ``name``'s reported state; True when the resolved state changed."""
-        ...
-
-    def get(self, name: str) -> ActivityState:
-        """``name``'s state now, the TTL resolved (idle when absent or lapsed)."""
-        ...
-
-    def next_expiry(self) -> float | None:
-        """The earliest clock time at which some entry lapses, or None (lapsed ones dropped)."""
-        ...
-
-
 class ActivityTracker:
-    """The in-memory :class:`ActivityStore`: ``name -> (state, expires_at)``."""
+    """Each member's reported activity in memory: ``name -> (state, expires_at)``."""
 
     __slots__ = ("_clock", "_entries", "ttl")
 

@@ -6,16 +6,14 @@ member (first attach or first emit), ``lastSeen`` ticks on every attach and ever
 (an authenticated report from the member). Both are unix epoch milliseconds; a member never
 seen has 0 for both.
 
-State is per broker process, as the design says. :class:`Registry` is the interface the
-broker uses, so that a shared store can replace :class:`MemoryRegistry` later.
+State is per broker process, in memory, as the design says.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
-__all__ = ["Connection", "MemoryRegistry", "Registry"]
+__all__ = ["Connection", "ConnectionRegistry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,28 +28,8 @@ class Connection:
 _NEVER = Connection()
 
 
-class Registry(Protocol):
-    """What the broker needs from a connection registry."""
-
-    def attach(self, name: str, now_ms: int) -> int:
-        """A subscriber for ``name`` opened; returns the new count."""
-        ...
-
-    def detach(self, name: str) -> int:
-        """A subscriber for ``name`` closed (never below zero); returns the new count."""
-        ...
-
-    def touch(self, name: str, now_ms: int) -> None:
-        """``name`` emitted something: ``lastSeen`` ticks (and ``createdAt`` if first)."""
-        ...
-
-    def get(self, name: str) -> Connection:
-        """``name``'s connection presence (all zero if never seen)."""
-        ...
-
-
-class MemoryRegistry:
-    """The in-memory :class:`Registry` of one broker process."""
+class ConnectionRegistry:
+    """The connection counts of one broker process, in memory."""
 
     __slots__ = ("_entries",)
 

@@ -7,9 +7,12 @@ broker by as much as it sends (40 MB of headers: +40 MB RSS). Neither reaches th
 app, so no middleware can see it. :class:`GuardedHttpToolsProtocol` adds the two missing
 bounds at the protocol:
 
-* a request head must be complete within :data:`HEAD_TIMEOUT` seconds of the connection
+* a request head must be complete within ``head_timeout`` seconds of the connection
   opening or of the previous response ending (else ``408`` and close);
-* a request head may not exceed :data:`MAX_HEAD` bytes (else ``431`` and close).
+* a request head may not exceed ``max_head`` bytes (else ``431`` and close).
+
+Both come from the server's :class:`~codex_presence.broker.limits.BrokerLimits`
+(:func:`guarded_protocol` makes the protocol class for one set of limits).
 
 Once a head is in, the request is the app's business (the broker bounds the body itself),
 so long-lived SSE streams are untouched. :class:`~.server.BrokerServer` installs this
@@ -22,10 +25,11 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "GuardedHttpToolsProtocol"]
+from codex_presence.broker.limits import BrokerLimits
 
-HEAD_TIMEOUT = 10.0
-MAX_HEAD = 64 * 1024
+__all__ = ["GuardedHttpToolsProtocol", "guarded_protocol"]
+
+_DEFAULTS = BrokerLimits()
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -33,8 +37,8 @@ _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a deadline and a size cap on each request head."""
 
-    head_timeout: float = HEAD_TIMEOUT
-    max_head: int = MAX_HEAD
+    head_timeout: float = _DEFAULTS.head_timeout
+    max_head: int = _DEFAULTS.max_head
 
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
@@ -94,3 +98,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             + body
         )
         self.transport.close()
+
+
+def guarded_protocol(limits: BrokerLimits) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for uvicorn's ``Config.http``, bounding heads as ``limits`` say."""
+    return type(
+        "GuardedHttpToolsProtocol",
+        (GuardedHttpToolsProtocol,),
+        {"head_timeout": limits.head_timeout, "max_head": limits.max_head},
+    )

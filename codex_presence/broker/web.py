@@ -1,19 +1,21 @@
 """The web roster: the page the broker serves at ``/``, and its session-cookie sign-in.
 
 :class:`WebRoster` owns the browser side of the broker. It adds routes to the broker app
-(:func:`~.app.create_app`'s ``routes=``) and an :data:`~.state.Authenticator`
-(``authenticators=``) that recognises its session cookie, so that ``/whoami``,
-``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a bearer token
-(reporting activity is a runner's act and takes the bearer token alone). The cookie counts
-only on requests from the page's own origin (``Origin``, ``Sec-Fetch-Site``): SameSite=Strict
-still lets a page on another port of the same host make the browser send it.
+(:func:`~.app.create_app`'s ``routes=``) and an :data:`~.state.Authenticator` (the
+:class:`~.state.Broker`'s ``authenticators=``) that recognises its session cookie, so that
+``/whoami``, ``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a
+bearer token (reporting activity is a runner's act and takes the bearer token alone). The
+cookie counts only on requests from the page's own origin (``Origin``, ``Sec-Fetch-Site``):
+SameSite=Strict still lets a page on another port of the same host make the browser send
+it.
 
 Routes
 ------
 ``GET /``
     The live roster page (``static/roster.html``). Its script asks ``/whoami``; signed
     out, it shows the sign-in form, signed in it opens ``EventSource('/subscribe?name=me')``
-    and redraws rows from the ``roster``/``presence`` events.
+    and redraws rows from the ``roster``/``presence`` events (the privilege bucket it shows
+    comes from the ``roster`` event: the page has no copy of the rule).
 ``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
     The page's own assets. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
@@ -45,13 +47,14 @@ from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
-import anyio
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from codex_presence.broker.state import BODY_TIMEOUT
+from codex_presence.broker.http import BodyRefused, read_body
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
 
 __all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
@@ -65,7 +68,6 @@ SESSION_TTL = 12 * 3600.0
 """Seconds a browser session lasts before signing in again."""
 MAX_SESSIONS = 32
 """Browser sessions per member; a new sign-in past it ends that member's oldest."""
-_MAX_FORM = 4096
 
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -88,8 +90,9 @@ def _asset(name: str) -> bytes:
     return resources.files("codex_presence.broker").joinpath("static", name).read_bytes()
 
 
-def _json(status: int, data: object) -> Response:
-    return Response(orjson.dumps(data), status, _SECURITY_HEADERS, "application/json")
+def _json(status: int, data: object, headers: dict[str, str] | None = None) -> Response:
+    headers = {**_SECURITY_HEADERS, **(headers or {})}
+    return Response(orjson.dumps(data), status, headers, "application/json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,7 @@ class WebRoster:
 
     ``hide_delay`` is written into the page (a ``?hideDelay=<ms>`` query parameter
     overrides it, for tests). ``clock`` (monotonic seconds) times the sessions out.
+    ``limits`` bound the sign-in form (``max_form`` bytes within ``body_timeout`` s).
     ``secure_cookie`` forces the Secure attribute on or off; by default it follows the
     request's scheme, so that plain-HTTP loopback works and a TLS proxy gets Secure.
     """
@@ -115,7 +119,7 @@ class WebRoster:
         session_ttl: float = SESSION_TTL,
         max_sessions: int = MAX_SESSIONS,
         secure_cookie: bool | None = None,
-        body_timeout: float = BODY_TIMEOUT,
+        limits: BrokerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.team = team
@@ -123,7 +127,7 @@ class WebRoster:
         self.session_ttl = session_ttl
         self.max_sessions = max_sessions
         self.secure_cookie = secure_cookie
-        self.body_timeout = body_timeout
+        self.limits = limits if limits is not None else BrokerLimits()
         self._clock = clock
         # Oldest first, so that the cap drops the session least recently made.
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
@@ -175,13 +179,18 @@ class WebRoster:
 
     # -- HTTP --------------------------------------------------------------------------
 
-    def routes(self) -> list[BaseRoute]:
-        """The routes to pass to ``create_app(routes=...)``."""
+    def routes(self, broker: Broker) -> list[BaseRoute]:
+        """The routes to pass to ``create_app(routes=...)``, for ``broker`` (whose streams
+        a sign-out ends at once)."""
+
+        async def sign_out(request: Request) -> Response:
+            return await self._sign_out_route(request, broker)
+
         return [
             Route("/", self._page_route, methods=["GET"]),
             Route("/static/{name}", self._asset_route, methods=["GET"]),
             Route("/session", self._sign_in_route, methods=["POST"]),
-            Route("/session/logout", self._sign_out_route, methods=["POST"]),
+            Route("/session/logout", sign_out, methods=["POST"]),
         ]
 
     async def _page_route(self, request: Request) -> Response:
@@ -221,19 +230,13 @@ class WebRoster:
         ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
         if ctype != "application/x-www-form-urlencoded":
             return _json(415, {"error": "the body must be a form: token=<member token>"})
-        body = b""
+        limits = self.limits
         try:
-            with anyio.fail_after(self.body_timeout):  # a body that never ends: bounded
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > _MAX_FORM:
-                        return _json(413, {"error": f"the form is limited to {_MAX_FORM} bytes"})
-        except ClientDisconnect:
-            return _json(400, {"error": "the client went away"})
-        except TimeoutError:
-            response = _json(408, {"error": f"the form took over {self.body_timeout:g} s"})
-            response.headers["connection"] = "close"
-            return response
+            body = await read_body(
+                request, limit=limits.max_form, within=limits.body_timeout, what="form"
+            )
+        except BodyRefused as exc:
+            return _json(exc.status, {"error": exc.reason}, exc.headers)
         try:
             form = parse_qs(body.decode("utf-8"), max_num_fields=8)
         except (UnicodeDecodeError, ValueError):
@@ -257,15 +260,13 @@ class WebRoster:
         )
         return response
 
-    async def _sign_out_route(self, request: Request) -> Response:
+    async def _sign_out_route(self, request: Request, broker: Broker) -> Response:
         if self._cross_site(request):
             return _json(403, {"error": "cross-site sign-out refused"})
         session_id = request.cookies.get(COOKIE_NAME)
         if session_id:
             self.sign_out(session_id)
-            broker = getattr(request.app.state, "broker", None)
-            if broker is not None:
-                broker.recheck_streams()  # the session's streams end now
+            broker.recheck_streams()  # the session's streams end now
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.delete_cookie(
             COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"

@@ -16,7 +16,7 @@ proxy in front of it.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from codex_presence.client.auth import DEFAULT_PORT
+    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE
 
     parser.epilog = _EPILOG
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -27,16 +27,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--activity-ttl",
         type=float,
-        default=30.0,
+        default=DEFAULT_TTL,
         metavar="SECONDS",
-        help="how long a working/blocked report holds without a heartbeat (default: 30)",
+        help="how long a working/blocked report holds without a heartbeat "
+        f"(default: {DEFAULT_TTL:g})",
     )
     parser.add_argument(
         "--keepalive",
         type=float,
-        default=15.0,
+        default=KEEPALIVE,
         metavar="SECONDS",
-        help="SSE keep-alive comment interval (default: 15)",
+        help=f"SSE keep-alive comment interval (default: {KEEPALIVE:g})",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -70,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from codex_presence.broker.state import Broker, BrokerServer, create_app, listen_socket
-    from codex_presence.broker.team import TeamError, dev_team, load_team
+    from codex_presence.broker.app import create_app
+    from codex_presence.broker.server import BrokerServer, listen_socket
+    from codex_presence.broker.state import Broker
+    from codex_presence.broker.team import TeamError
+    from codex_presence.broker.team_file import dev_team, load_team
     from codex_presence.broker.web import WebRoster
     from codex_presence.cli.main import UsageError, setup_logging
 
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         authenticators=[web.authenticate],
     )
-    app = create_app(team=team, broker=broker, routes=web.routes())
+    app = create_app(broker, routes=web.routes(broker))
 
     try:
         sock = listen_socket(args.host, args.port)

@@ -1,17 +1,16 @@
 """The demo: the whole system on one machine, from a bundled real codex session.
 
 An embedded broker on a free loopback port; a member ``codex-agent`` whose daemon side is
-the real pipeline — the recorded session is played through the codex mapping in real time
-(scaled by ``speed``), every transition goes to the activity reporter, which POSTs to the
-broker, while connection presence holds the agent's SSE subscription; and a watcher
-(``alice``) that draws the live roster from the broker's own SSE stream, as
-``roster --watch`` does. No codex binary, no network.
+wrap's own — the recorded session is played through the codex mapping in real time (scaled
+by ``speed``) and every transition goes to the same broker link that ``wrap`` uses
+(:class:`~codex_presence.agent.broker_link.BrokerLink`: the activity reporter and the
+agent's SSE subscription); and a watcher (``alice``) that draws the live roster from the
+broker's own SSE stream with ``roster --watch``'s code. No codex binary, no network.
 """
 
 from __future__ import annotations
 
 import argparse
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from codex_presence.agent.reporter import ActivityReporter
     from codex_presence.broker.team import Team
+    from codex_presence.core.activity import Transition
     from codex_presence.core.recording import Entry
     from codex_presence.core.timeline import TimelineRow
 
@@ -110,16 +109,10 @@ class DemoResult:
 
 
 def _team() -> tuple[Team, dict[str, str]]:
-    from codex_presence.broker.team import (
-        ADMIN_PERMISSION,
-        OPERATOR_PERMISSION,
-        Member,
-        Role,
-        Team,
-        hash_token,
-    )
+    from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION
+    from codex_presence.broker.team import Member, Role, Team, hash_token, new_token
 
-    tokens = {name: "cp_" + secrets.token_urlsafe(24) for name in (AGENT, WATCHER, "scout")}
+    tokens = {name: new_token() for name in (AGENT, WATCHER, "scout")}
     roles = {
         WATCHER: Role("director", (ADMIN_PERMISSION, OPERATOR_PERMISSION)),
         AGENT: Role("engineer"),
@@ -129,40 +122,36 @@ def _team() -> tuple[Team, dict[str, str]]:
     return Team(name="demo", members=members), tokens
 
 
-async def run_demo(
-    *,
-    fixture: Path,
-    speed: float = 1.0,
-    out: TextIO,
-    watch: Callable[[str, str, str], Any] | None = None,
-) -> DemoResult:
-    """Play ``fixture`` through mapping → reporter → broker; ``watch(url, token, name)``
-    (default: the live terminal roster) shows what the broker shows while it plays."""
+async def run_demo(*, fixture: Path, speed: float = 1.0, out: TextIO) -> DemoResult:
+    """Play ``fixture`` through mapping → broker link (wrap's reporter and subscription)
+    → broker, with ``roster --watch``'s live view of it on ``out``."""
     import anyio
     import uvicorn
 
-    from codex_presence.agent.reporter import ActivityReporter
-    from codex_presence.agent.subscription import ConnectionPresence
-    from codex_presence.broker.state import Broker, BrokerServer, create_app, listen_socket
+    from codex_presence._wire import Whoami
+    from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
+    from codex_presence.broker.app import create_app
+    from codex_presence.broker.server import BrokerServer, listen_socket
+    from codex_presence.broker.state import Broker
+    from codex_presence.cli.roster import watch
+    from codex_presence.client.api import fetch_roster
     from codex_presence.client.auth import make_async_client
     from codex_presence.core.recording import read_entries
 
     team, tokens = _team()
-    broker = Broker(team=team, activity_ttl=30.0, fanout_interval=0.02)
-    app = create_app(team=team, broker=broker)
+    broker = Broker(team=team, fanout_interval=0.02)
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
+    config = uvicorn.Config(create_app(broker), log_config=None, log_level="warning", lifespan="on")
     server = BrokerServer(config, broker=broker)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
     result = DemoResult(team=team.name)
+    link = BrokerLink(BrokerSettings(url=url, token=tokens[AGENT], name=AGENT))
 
-    if watch is None:
-        from codex_presence.cli.roster import _watch
-
-        watch = _watch
-
-    async with anyio.create_task_group() as tg:
+    async with (
+        make_async_client(url, tokens[WATCHER]) as watcher,
+        anyio.create_task_group() as tg,
+    ):
         started = anyio.Event()
         server.on_started = started.set
         tg.start_soon(lambda: server.serve(sockets=[sock]))
@@ -170,49 +159,52 @@ async def run_demo(
             await started.wait()
         out.write(f"demo: broker on {url}; playing {fixture.name} at {speed:g}x\n")
         out.flush()
-        watcher = anyio.CancelScope()
+        watching = anyio.CancelScope()
 
-        async def watching() -> None:
-            with watcher:
-                await watch(url, tokens[WATCHER], WATCHER)
+        async def watch_roster() -> None:
+            with watching:
+                await watch(watcher, Whoami(team=team.name, name=WATCHER), out)
 
-        tg.start_soon(watching)
-        async with make_async_client(url, tokens[AGENT]) as client:
-            reporter = ActivityReporter(client=client)
-            presence = ConnectionPresence(client=client, name=AGENT)
-            async with anyio.create_task_group() as agent:
-                agent.start_soon(presence.run)
-                agent.start_soon(reporter.run)
-                await _play(entries, speed, reporter, result)
-                await anyio.sleep(0.5)  # let the last state show
-                agent.cancel_scope.cancel()
-            await reporter.finish(grace=1.0)
-            result.reports = reporter.posts
-            await anyio.sleep(0.2)
-            response = await client.get("/roster")
-            result.roster = response.json() if response.status_code == 200 else []
-        watcher.cancel()
+        tg.start_soon(watch_roster)
+        async with link.session():
+            await _play(entries, speed, link.observe, result)
+            await anyio.sleep(0.5)  # let the last state show
+        if link.reporter is not None:
+            result.reports = link.reporter.posts
+        await anyio.sleep(0.2)
+        result.roster = await fetch_roster(watcher)
+        watching.cancel()
         server.should_exit = True  # a graceful stop: the broker ends its streams first
     sock.close()
     return result
 
 
 async def _play(
-    entries: list[Entry], speed: float, reporter: ActivityReporter, result: DemoResult
+    entries: list[Entry],
+    speed: float,
+    observe: Callable[[Transition], object],
+    result: DemoResult,
 ) -> None:
-    from codex_presence.core.activity import ActivityState
-    from codex_presence.core.timeline import TimelineBuilder, paced
+    """Feed the session to the mapping at its pace; each transition goes to ``observe``,
+    as the relay hands wrap's transitions to the broker link."""
+    from codex_presence.cli.replay import paced
+    from codex_presence.core.activity import ActivityState, Transition
+    from codex_presence.core.timeline import TimelineBuilder
 
     builder = TimelineBuilder()
-    async for entry in paced(entries, speed):
-        row = builder.feed(entry)
+    state = ActivityState.IDLE
+
+    def note(row: TimelineRow | None) -> None:
+        nonlocal state
         if row is not None:
             result.timeline.append(row)
-            reporter.observe(ActivityState(row.state))
-    last = builder.finish()
-    if last is not None:
-        result.timeline.append(last)
-        reporter.observe(ActivityState.IDLE)
+            new = ActivityState(row.state)
+            observe(Transition(previous=state, state=new, cause=row.cause))
+            state = new
+
+    async for entry in paced(entries, speed):
+        note(builder.feed(entry))
+    note(builder.finish())
 
 
 def summary(result: DemoResult) -> str:

@@ -1,11 +1,22 @@
-"""``codex-presence replay FILE...``: print a recorded session's state timeline."""
+"""``codex-presence replay FILE...``: print a recorded session's state timeline.
+
+The timeline itself is :mod:`codex_presence.core.timeline`'s (pure); here are the I/O
+around it: :func:`replay_paths` reads the files, and :func:`paced` waits between entries to
+reproduce a session's pace (scaled), for watching a timeline unfold (the demo uses it too).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from codex_presence.core.recording import Entry
+    from codex_presence.core.timeline import TimelineBuilder, TimelineRow
 
 HELP = "print the state timeline of recorded sessions (recordings or plain app-server stdout)"
 
@@ -41,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from codex_presence.cli.main import UsageError
-    from codex_presence.core.timeline import TimelineBuilder, TimelineRow, replay_paths
 
     if args.speed is not None and not args.speed > 0:
         raise UsageError("--speed must be a positive number")
@@ -97,3 +107,62 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"codex-presence replay: {exc}\n")
         return 2
     return 0
+
+
+async def paced(
+    entries: Iterable[Entry],
+    speed: float | None,
+    *,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> AsyncIterator[Entry]:
+    """Entries at the pace they were recorded, scaled by ``speed``; at once with ``speed``
+    None, and for entries without a time (server-stdout files). ``clock`` and ``sleep`` are
+    for tests (default: anyio's)."""
+    import anyio
+
+    clock = anyio.current_time if clock is None else clock
+    sleep = anyio.sleep if sleep is None else sleep
+    start = clock()
+    first_t: float | None = None
+    for entry in entries:
+        if speed is not None and entry.t is not None:
+            first_t = entry.t if first_t is None else first_t
+            delay = start + (entry.t - first_t) / speed - clock()
+            if delay > 0:
+                await sleep(delay)
+        yield entry
+
+
+async def replay_paths(
+    paths: Iterable[Path],
+    *,
+    speed: float | None = None,
+    on_row: Callable[[Path, TimelineRow], None],
+    on_done: Callable[[Path, TimelineBuilder], None] | None = None,
+) -> None:
+    """Replay each file in turn (``-``: standard input), calling ``on_row`` for every
+    transition as it happens and ``on_done`` with each file's builder (its gaps and
+    counts) at its end.
+
+    Raises :class:`OSError` for a file that cannot be read (before replaying any of it).
+    """
+    from codex_presence.core.recording import read_relevant_entries
+    from codex_presence.core.timeline import TimelineBuilder
+
+    for path in paths:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with path.open("rb") as stream:
+                data = stream.read()
+        builder = TimelineBuilder()
+        async for entry in paced(read_relevant_entries(data), speed):
+            row = builder.feed(entry)
+            if row is not None:
+                on_row(path, row)
+        last = builder.finish()
+        if last is not None:
+            on_row(path, last)
+        if on_done is not None:
+            on_done(path, builder)

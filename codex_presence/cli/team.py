@@ -45,13 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codex_presence.broker.team import (
-        TeamError,
-        new_token,
-        parse_member_spec,
-        render_team,
-        write_team,
-    )
+    from codex_presence.broker.team import TeamError, new_token
+    from codex_presence.broker.team_file import parse_member_spec, render_team, write_team
     from codex_presence.cli.main import UsageError
 
     try:

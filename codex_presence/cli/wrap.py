@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
     import anyio
 
+    from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.relay import Relay, log_transition
-    from codex_presence.client.auth import TOKEN_ENV
 
     link = _broker_link(args)
     # The token is ours, not the child's: codex and every command its agent runs would

@@ -1,9 +1,9 @@
-"""What every client of a broker shares: where it is, who we are, and the token rules.
+"""How a member reaches its broker: the options that say where, the token, the HTTP client.
 
 The token comes from ``--token-file FILE`` or else ``$CODEX_PRESENCE_TOKEN`` — never from a
 flag carrying the token itself (argv is world-readable in ``ps``), and it is never logged.
-A token file that group or others can read draws a warning. ``roster`` uses this module,
-and so does the wrap daemon's reporter.
+A token file that group or others can read draws a warning. The client made here sends the
+token on every request. ``wrap``, ``roster``, ``mcp`` and the demo all start here.
 """
 
 from __future__ import annotations
@@ -13,31 +13,17 @@ import logging
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from codex_presence._wire import DEFAULT_BROKER, TOKEN_ENV, is_token_text
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = [
-    "DEFAULT_BROKER",
-    "DEFAULT_PORT",
-    "TOKEN_ENV",
-    "TokenError",
-    "add_client_options",
-    "auth_headers",
-    "make_async_client",
-    "make_client",
-    "parse_whoami",
-    "read_token",
-]
+__all__ = ["TokenError", "add_client_options", "make_async_client", "read_token"]
 
 logger = logging.getLogger("codex_presence.client")
-
-DEFAULT_PORT = 8765
-DEFAULT_BROKER = f"http://127.0.0.1:{DEFAULT_PORT}"
-TOKEN_ENV = "CODEX_PRESENCE_TOKEN"
 
 
 class TokenError(Exception):
@@ -83,49 +69,14 @@ def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = No
             raise TokenError(f"no token: set ${TOKEN_ENV} or pass --token-file FILE")
     if not token:
         raise TokenError(f"{where} is empty")
-    if any(not (33 <= ord(c) < 127) for c in token):
+    if not is_token_text(token):
         raise TokenError(f"{where} holds whitespace or non-ASCII characters inside the token")
     return token
 
 
-def auth_headers(token: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {token}"}
-
-
-def make_client(broker: str, token: str, *, timeout: float = 5.0) -> httpx.Client:
-    """A synchronous client for ``broker`` that sends the token on every request."""
-    import httpx
-
-    return httpx.Client(base_url=broker, headers=auth_headers(token), timeout=timeout)
-
-
 def make_async_client(broker: str, token: str, *, timeout: float = 5.0) -> httpx.AsyncClient:
-    """The async twin of :func:`make_client`."""
+    """A client for ``broker`` that sends the token on every request."""
     import httpx
 
-    return httpx.AsyncClient(base_url=broker, headers=auth_headers(token), timeout=timeout)
-
-
-@dataclass(frozen=True, slots=True)
-class Whoami:
-    """A broker's answer to ``GET /whoami``: whose token this is, in which team."""
-
-    team: str
-    name: str
-
-
-def parse_whoami(body: bytes) -> Whoami | None:
-    """The ``/whoami`` answer in ``body``, or None if it is not one (a proxy's sign-in
-    page, a dev server's fallback route: a URL that is not a codex-presence broker)."""
-    import orjson
-
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(answer, dict):
-        return None
-    team, name = answer.get("team"), answer.get("name")
-    if not isinstance(team, str) or not isinstance(name, str) or not name:
-        return None
-    return Whoami(team=team, name=name)
+    headers = {"authorization": f"Bearer {token}"}
+    return httpx.AsyncClient(base_url=broker, headers=headers, timeout=timeout)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-from codex_presence.client.auth import make_async_client, parse_whoami
+from codex_presence.client.api import BrokerError, fetch_roster, fetch_whoami
+from codex_presence.client.auth import make_async_client
 from codex_presence.client.roster_text import roster_text
 
 __all__ = ["RosterSource", "build_server"]
@@ -54,28 +54,14 @@ class RosterSource:
     async def text(self) -> str:
         """The roster text, or :class:`ToolError` with a one-line reason."""
         async with make_async_client(self.broker, self._token, timeout=self._timeout) as client:
-            me = parse_whoami((await self._get(client, "/whoami")).content)
-            if me is None:
-                raise ToolError(f"GET /whoami: {self.broker} is not a codex-presence broker")
-            if self.name and me.name != self.name:
-                raise ToolError(f"the configured token is {me.name!r}'s, not {self.name!r}'s")
-            response = await self._get(client, "/roster")
             try:
-                roster = response.json()
-            except ValueError:
-                raise ToolError("GET /roster: the broker did not answer JSON") from None
+                me = await fetch_whoami(client)
+                if self.name and me.name != self.name:
+                    raise ToolError(f"the configured token is {me.name!r}'s, not {self.name!r}'s")
+                roster = await fetch_roster(client)
+            except BrokerError as exc:
+                raise ToolError(str(exc)) from None
         return roster_text(me.team, roster, you=me.name)
-
-    async def _get(self, client: httpx.AsyncClient, path: str) -> httpx.Response:
-        try:
-            response = await client.get(path)
-        except httpx.HTTPError as exc:
-            raise ToolError(f"cannot reach the presence broker at {self.broker}: {exc}") from None
-        if response.status_code == 401:
-            raise ToolError(f"the presence broker at {self.broker} refused the token (401)")
-        if response.status_code != 200:
-            raise ToolError(f"GET {path}: HTTP {response.status_code} from {self.broker}")
-        return response
 
 
 def build_server(source: RosterSource) -> MCPServer[Any]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from codex_presence.broker.team import Role, privilege
+from codex_presence._wire import privilege
+from codex_presence.broker.team import Role
 from codex_presence.core.activity import ActivityState
 
 __all__ = ["SPINNER", "Presence", "presence", "roster_line", "roster_text", "watch_text"]

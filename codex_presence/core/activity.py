@@ -10,6 +10,9 @@ each under a key of its choosing, then calls :meth:`ActivitySignal.commit` with 
 and gets back the :class:`Transition` if the derived state changed. Handles are sets, not
 counters, so opening one twice or closing one that is not open can never drive a count
 negative or leave it stuck: such calls are absorbed and tallied in :attr:`anomalies`.
+
+The state itself, :class:`ActivityState`, is the wire's vocabulary (:mod:`codex_presence._wire`),
+re-exported here.
 """
 
 from __future__ import annotations
@@ -18,15 +21,9 @@ import enum
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
+from codex_presence._wire import ActivityState
+
 __all__ = ["ActivitySignal", "ActivityState", "HandleKind", "Transition"]
-
-
-class ActivityState(enum.StrEnum):
-    """What a member is doing, as the design's schema names it."""
-
-    IDLE = "idle"
-    WORKING = "working"
-    BLOCKED = "blocked"
 
 
 class HandleKind(enum.Enum):

@@ -32,6 +32,9 @@ The rules (codex 0.169.0; see ``shared/codex-app-server-protocol.md`` §2, §5�
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
 wrong shape — is ignored and counted in :class:`MappingStats`, never fatal.
 
+The vocabulary these rules read (item types, request kinds, statuses, the methods that
+matter) is :mod:`codex_presence.core.codex_protocol`'s.
+
 Hot path: most app-server lines are deltas. :meth:`CodexMapping.feed_line` looks at the
 first bytes of a server line (codex writes ``{"method":"…"`` first) and skips the line
 unparsed unless its method can change the state; only those reach ``orjson.loads`` and the
@@ -45,7 +48,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from jsonrpcserver import JsonRpcError, Success
@@ -54,141 +57,23 @@ from jsonrpcserver.request import Request
 from jsonrpcserver.sentinels import NOID
 
 from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
+from codex_presence.core.codex_protocol import (
+    AUTOMATIC_REQUESTS,
+    BLOCKING_REQUESTS,
+    STATE_METHODS,
+    THREAD_ENDING_STATUSES,
+    TOOL_ITEM_TYPES,
+    WAITING_FLAGS,
+    Direction,
+    skips_unparsed,
+)
 
-__all__ = [
-    "AUTOMATIC_REQUESTS",
-    "BLOCKING_REQUESTS",
-    "PASSIVE_ITEM_TYPES",
-    "STATE_METHODS",
-    "TOOL_ITEM_TYPES",
-    "CodexMapping",
-    "Direction",
-    "MappingStats",
-    "skips_unparsed",
-]
+__all__ = ["CodexMapping", "Direction", "MappingStats"]
 
 logger = logging.getLogger("codex_presence.codex")
 
-Direction = Literal["client", "server"]
-
-TOOL_ITEM_TYPES: frozenset[str] = frozenset(
-    {
-        "commandExecution",
-        "fileChange",
-        "mcpToolCall",
-        "dynamicToolCall",
-        "collabAgentToolCall",
-        "subAgentActivity",
-        "webSearch",
-        "imageView",
-        "imageGeneration",
-        "functionCallOutput",
-        "sleep",
-    }
-)
-"""Item types that are tool execution (0.169.0 schema). Model output and bookkeeping items
-(agentMessage, reasoning, userMessage, plan, contextCompaction, hookPrompt, review-mode
-markers) are covered by the turn handle and open nothing of their own."""
-
-BLOCKING_REQUESTS: frozenset[str] = frozenset(
-    {
-        "item/commandExecution/requestApproval",
-        "item/fileChange/requestApproval",
-        "item/tool/requestUserInput",
-        "mcpServer/elicitation/request",
-        "item/permissions/requestApproval",
-        "execCommandApproval",
-        "applyPatchApproval",
-    }
-)
-"""Server→client requests that park the turn on a human."""
-
-AUTOMATIC_REQUESTS: frozenset[str] = frozenset(
-    {
-        "item/tool/call",
-        "account/chatgptAuthTokens/refresh",
-        "attestation/generate",
-        "currentTime/read",
-    }
-)
-"""Server→client requests the client answers by itself: they never block."""
-
-_THREAD_ENDING_STATUSES = frozenset({"idle", "systemError", "notLoaded"})
-_WAITING_FLAGS = frozenset({"waitingOnApproval", "waitingOnUserInput"})
-STATE_METHODS: frozenset[str] = frozenset(
-    {
-        "turn/started",
-        "turn/completed",
-        "item/started",
-        "item/completed",
-        "thread/status/changed",
-        "thread/closed",
-        "serverRequest/resolved",
-    }
-    | BLOCKING_REQUESTS
-    | AUTOMATIC_REQUESTS
-)
-"""Every method the mapping routes; everything else is skipped before parsing."""
-_STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in STATE_METHODS)
-
-PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
-    {
-        "userMessage",
-        "agentMessage",
-        "reasoning",
-        "plan",
-        "contextCompaction",
-        "hookPrompt",
-        "enteredReviewMode",
-        "exitedReviewMode",
-    }
-)
-"""Item types that open nothing (the turn covers them): their item events change no state."""
-
-_ITEM_METHODS_BYTES = frozenset({b"item/started", b"item/completed"})
-_ITEM_TYPE_PREFIX = b'","params":{"item":{"type":"'
-_PASSIVE_ITEM_TYPES_BYTES = frozenset(kind.encode() for kind in PASSIVE_ITEM_TYPES)
-
-
-def skips_unparsed(head: bytes) -> bool | None:
-    """Whether :meth:`CodexMapping.feed_line` skips, unparsed, a server line that starts
-    with ``head``; ``None`` while ``head`` is too short to tell.
-
-    Codex writes a message's ``method`` first (or ``id``, for its responses), and an item
-    event's ``item`` first with ``type`` first in it; a JSON string cannot hold an unescaped
-    quote, so these bytes can only be the message's own. Deltas, responses, usage updates
-    and the events of passive items are skipped this way — most of a session.
-    """
-    if head.startswith(_SERVER_RESPONSE_PREFIX):
-        return True
-    if not head.startswith(_SERVER_METHOD_PREFIX):
-        if _SERVER_METHOD_PREFIX.startswith(head) or _SERVER_RESPONSE_PREFIX.startswith(head):
-            return None
-        return False
-    end = head.find(b'"', _PREFIX_LEN)
-    if end < 0:
-        return None
-    method = head[_PREFIX_LEN:end]
-    if b"\\" in method:
-        return False
-    if method not in _STATE_METHODS_BYTES:
-        return True
-    if method not in _ITEM_METHODS_BYTES:
-        return False
-    if not head.startswith(_ITEM_TYPE_PREFIX, end):
-        return None if _ITEM_TYPE_PREFIX.startswith(head[end:]) else False
-    start = end + len(_ITEM_TYPE_PREFIX)
-    type_end = head.find(b'"', start)
-    if type_end < 0:
-        return None
-    return head[start:type_end] in _PASSIVE_ITEM_TYPES_BYTES
-
-
 _MAX_ENDED_TURNS = 4096
 _MAX_PENDING_REQUESTS = 4096
-_SERVER_METHOD_PREFIX = b'{"method":"'
-_SERVER_RESPONSE_PREFIX = b'{"id":'
-_PREFIX_LEN = len(_SERVER_METHOD_PREFIX)
 
 
 @dataclass(slots=True)
@@ -502,13 +387,13 @@ def _on_thread_status_changed(
     body = _obj(status, "status")
     kind = _str(body.get("type"), "status.type")
     flags_key = (thread, None, "flags")
-    if kind in _THREAD_ENDING_STATUSES:
+    if kind in THREAD_ENDING_STATUSES:
         m._end_thread(thread)
     elif kind == "active":
         flags = body.get("activeFlags") or []
         if not isinstance(flags, list):
             raise _WrongShape("status.activeFlags is not a list")
-        waiting = any(flag in _WAITING_FLAGS for flag in flags if isinstance(flag, str))
+        waiting = any(flag in WAITING_FLAGS for flag in flags if isinstance(flag, str))
         if waiting:
             if not m.signal.is_open(HandleKind.BLOCK, flags_key):
                 m.signal.open(HandleKind.BLOCK, flags_key)

@@ -31,11 +31,14 @@ import re
 from dataclasses import dataclass, field
 
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import (
+from codex_presence.core.codex import CodexMapping
+from codex_presence.core.codex_protocol import (
+    ITEM_TYPE_PREFIX,
+    METHOD_PREFIX,
     PASSIVE_ITEM_TYPES,
+    RESPONSE_PREFIX,
     STATE_METHODS,
     TOOL_ITEM_TYPES,
-    CodexMapping,
     Direction,
     skips_unparsed,
 )
@@ -53,10 +56,6 @@ logger = logging.getLogger("codex_presence.lines")
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 """Longest line (bytes) that is still parsed; longer ones are relayed, never analysed."""
 
-_METHOD_PREFIX = b'{"method":"'
-_ID_PREFIX = b'{"id":'
-_METHOD_START = len(_METHOD_PREFIX)
-
 _HOT_SKIPPED_METHODS = (
     "item/agentMessage/delta",
     "item/reasoning/summaryTextDelta",
@@ -69,15 +68,15 @@ assert not set(_HOT_SKIPPED_METHODS) & STATE_METHODS
 assert not PASSIVE_ITEM_TYPES & TOOL_ITEM_TYPES
 
 HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
-    *(_METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
-    _ID_PREFIX,
+    *(METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
+    RESPONSE_PREFIX,
     *(
-        b'{"method":"item/%s","params":{"item":{"type":"%s"' % (event, kind.encode())
+        METHOD_PREFIX + b"item/" + event + ITEM_TYPE_PREFIX + kind.encode() + b'"'
         for kind in sorted(PASSIVE_ITEM_TYPES)
         for event in (b"started", b"completed")
     ),
-    b'{"method":"thread/tokenUsage/updated"',
-    b'{"method":"account/rateLimits/updated"',
+    METHOD_PREFIX + b'thread/tokenUsage/updated"',
+    METHOD_PREFIX + b'account/rateLimits/updated"',
 )
 """Server-line prefixes whose lines cannot change the state, most frequent first. Each
 ends at a closing quote (or is ``{"id":``). Most are methods ``feed_line`` skips unparsed;

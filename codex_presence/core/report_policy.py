@@ -18,22 +18,18 @@ fed the derived state, the outcome of each POST and the time, and answers what t
 
 :class:`ReportPolicy` knows no sockets or clocks: ``now`` is passed in, which is what lets
 the tests check heartbeat and backoff timings exactly. The I/O shell is
-:mod:`codex_presence.agent.reporter`.
+:mod:`codex_presence.agent.reporter`; the retry schedule is :mod:`codex_presence.core.backoff`'s.
 """
 
 from __future__ import annotations
 
 import enum
-import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from codex_presence.core.activity import ActivityState
+from codex_presence._wire import DEFAULT_TTL, HEARTBEAT, ActivityState
+from codex_presence.core.backoff import Backoff
 
-__all__ = ["Backoff", "Outcome", "Post", "ReportPolicy", "Wait"]
-
-HEARTBEAT_SECONDS = 10.0
-BROKER_TTL_SECONDS = 30.0
+__all__ = ["Outcome", "Post", "ReportPolicy", "Wait"]
 
 
 class Outcome(enum.Enum):
@@ -68,30 +64,11 @@ class Wait:
 
 
 @dataclass(slots=True)
-class Backoff:
-    """Capped exponential backoff with full jitter (AWS's "full jitter" variant): the n-th
-    delay is uniform in [base, min(cap, base * 2**n)], so retrying clients spread out."""
-
-    base: float = 0.25
-    cap: float = 5.0
-    rand: Callable[[], float] = random.random
-    attempts: int = 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.cap, self.base * 2.0 ** min(self.attempts, 32))
-        self.attempts += 1
-        return self.base + (ceiling - self.base) * self.rand()
-
-    def reset(self) -> None:
-        self.attempts = 0
-
-
-@dataclass(slots=True)
 class ReportPolicy:
     """Decides every POST of one member's activity reporter."""
 
-    heartbeat: float = HEARTBEAT_SECONDS
-    broker_ttl: float = BROKER_TTL_SECONDS
+    heartbeat: float = HEARTBEAT
+    broker_ttl: float = DEFAULT_TTL
     """After this long without a successful report the broker holds idle by itself."""
     backoff: Backoff = field(default_factory=Backoff)
     truth: ActivityState = ActivityState.IDLE

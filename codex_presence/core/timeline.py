@@ -1,31 +1,18 @@
-"""Replay: a recorded session in, its state timeline out.
-
-:func:`timeline` is pure — entries in, rows out — so tests and the CLI share it;
-:func:`replay_paths` is the thin shell that reads files and, with ``speed``, waits between
-messages to reproduce the session's pace (scaled), for watching a timeline unfold.
+"""The timeline of a recorded session: entries in, state transitions out, as the relay
+derived them live. Pure, so tests, ``replay`` and the demo share it; reading files and
+pacing the entries in real time is ``replay``'s (:mod:`codex_presence.cli.replay`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
-import anyio
 
 from codex_presence.core.codex import CodexMapping
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
-from codex_presence.core.recording import Entry, read_relevant_entries
+from codex_presence.core.recording import Entry
 
-__all__ = [
-    "TimelineBuilder",
-    "TimelineRow",
-    "iter_timeline",
-    "paced",
-    "replay_paths",
-    "timeline",
-]
+__all__ = ["TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,55 +92,3 @@ def iter_timeline(
 def timeline(entries: Iterable[Entry], *, mapping: CodexMapping | None = None) -> list[TimelineRow]:
     """The whole timeline of a session, ending idle."""
     return list(iter_timeline(entries, mapping=mapping))
-
-
-async def paced(
-    entries: Iterable[Entry],
-    speed: float | None,
-    *,
-    clock: Callable[[], float] = anyio.current_time,
-    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-) -> AsyncIterator[Entry]:
-    """Entries at the pace they were recorded, scaled by ``speed``; at once with ``speed``
-    None, and for entries without a time (server-stdout files). ``clock`` and ``sleep`` are
-    for tests."""
-    start = clock()
-    first_t: float | None = None
-    for entry in entries:
-        if speed is not None and entry.t is not None:
-            first_t = entry.t if first_t is None else first_t
-            delay = start + (entry.t - first_t) / speed - clock()
-            if delay > 0:
-                await sleep(delay)
-        yield entry
-
-
-async def replay_paths(
-    paths: Iterable[Path],
-    *,
-    speed: float | None = None,
-    on_row: Callable[[Path, TimelineRow], None],
-    on_done: Callable[[Path, TimelineBuilder], None] | None = None,
-) -> None:
-    """Replay each file in turn (``-``: standard input), calling ``on_row`` for every
-    transition as it happens and ``on_done`` with each file's builder (its gaps and
-    counts) at its end.
-
-    Raises :class:`OSError` for a file that cannot be read (before replaying any of it).
-    """
-    for path in paths:
-        if str(path) == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with path.open("rb") as stream:
-                data = stream.read()
-        builder = TimelineBuilder()
-        async for entry in paced(read_relevant_entries(data), speed):
-            row = builder.feed(entry)
-            if row is not None:
-                on_row(path, row)
-        last = builder.finish()
-        if last is not None:
-            on_row(path, last)
-        if on_done is not None:
-            on_done(path, builder)

@@ -19,6 +19,7 @@
     me: null,
     team: '',
     members: new Map(),            // name -> Presence, in roster order
+    privileges: {},                // name -> 'admin' | 'operator' | null, from the broker
     source: null,
     hideTimer: null,
     retryTimer: null,
@@ -64,13 +65,6 @@
     return 'last active just now';
   }
 
-  function bucketOf(role) {
-    const perms = (role && role.permissions) || [];
-    if (perms.includes('members.manage')) return 'admin';
-    if (perms.includes('objectives.create')) return 'operator';
-    return '';
-  }
-
   const ACTIVITY = {
     working: { text: 'working', icon: 'spinner', label: 'working' },
     blocked: { text: 'needs input', icon: 'needs-input-mark', label: 'blocked: needs input', mark: '!' },
@@ -91,7 +85,7 @@
     const row = rowFor(p.name);
     const connected = Number(p.connected) || 0;
     const activity = p.activity === 'working' || p.activity === 'blocked' ? p.activity : 'idle';
-    const bucket = bucketOf(p.role);
+    const bucket = state.privileges[p.name] || '';  // the broker's rule, not a copy of it
     row.dataset.connected = String(connected);
     row.dataset.activity = activity;
     row.dataset.lastSeen = String(p.lastSeen || 0);
@@ -149,6 +143,7 @@
     state.team = data.team;
     $('team-name').textContent = data.team;
     state.members = new Map(data.members.map((p) => [p.name, p]));
+    state.privileges = data.privileges || {};
     $('members').replaceChildren();
     for (const p of data.members) draw(p);
     drawSummary();
