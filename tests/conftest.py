@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.codex_driver import require_codex
+from tests.support.codex_driver import require_codex
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `tests.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.scenarios import SCENARIOS, record
+from tests.support.scenarios import SCENARIOS, record
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 

@@ -8,8 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,7 +21,14 @@ from starlette.requests import Request
 
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.team import Member
-from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
+from tests.support.broker_harness import (
+    FakeClock,
+    RunningBroker,
+    make_team,
+    running_broker,
+    token_of,
+)
+from tests.support.waiting import eventually
 
 TEAM = make_team("alice", "builder", "scout")
 
@@ -61,18 +67,6 @@ def roster(client: httpx.Client, as_: str = "alice") -> dict[str, dict[str, Any]
     response = client.get("/roster", headers=_auth(as_))
     assert response.status_code == 200
     return {p["name"]: p for p in response.json()}
-
-
-def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    """Poll (bounded in time and count) until ``predicate`` holds; a liveness bound only."""
-    deadline = time.monotonic() + timeout
-    for _ in range(100_000):
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # -- basics --------------------------------------------------------------------------------
@@ -430,8 +424,8 @@ def test_connected_counts_live_streams(
             assert p["connected"] == 2
             assert p["createdAt"] == 1_800_000_000_000
             assert p["lastSeen"] == 1_800_000_060_000
-        wait_until(lambda: roster(client)["alice"]["connected"] == 1)
-    wait_until(lambda: roster(client)["alice"]["connected"] == 0)
+        eventually(lambda: roster(client)["alice"]["connected"] == 1)
+    eventually(lambda: roster(client)["alice"]["connected"] == 0)
     assert roster(client)["alice"]["lastSeen"] == 1_800_000_060_000
 
 
@@ -534,7 +528,7 @@ def _kill_and_watch(proc: subprocess.Popen[str], client: httpx.Client) -> None:
         assert roster(client)["builder"]["connected"] == 1
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(10) == -signal.SIGKILL
-        wait_until(lambda: roster(client)["builder"]["connected"] == 0)
+        eventually(lambda: roster(client)["builder"]["connected"] == 0)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -550,10 +544,10 @@ def test_a_broken_pipe_is_uncounted(broker: RunningBroker, client: httpx.Client)
         f"Authorization: Bearer {token_of('scout')}\r\n\r\n".encode()
     )
     assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
-    wait_until(lambda: roster(client)["scout"]["connected"] == 1)
+    eventually(lambda: roster(client)["scout"]["connected"] == 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()
-    wait_until(lambda: roster(client)["scout"]["connected"] == 0)
+    eventually(lambda: roster(client)["scout"]["connected"] == 0)
 
 
 def test_shutdown_ends_open_streams() -> None:
@@ -633,6 +627,15 @@ def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeC
     assert kind == "roster"
     assert data["you"] == "scout"
     assert [p["name"] for p in data["members"]] == ["alice", "builder", "scout"]
+
+
+def test_the_roster_event_says_each_members_privilege() -> None:
+    """The web page shows the broker's privilege bucket, not its own copy of the rule."""
+    from codex_presence.broker.state import Broker
+
+    ((kind, data),) = _events(Broker(team=TEAM).roster_event("scout"))
+    assert kind == "roster"
+    assert data["privileges"] == {"alice": "admin", "builder": None, "scout": "operator"}
 
 
 _json_values = st.recursive(

@@ -14,7 +14,7 @@ import pytest
 
 from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
-from tests.scenarios import SCENARIOS
+from tests.support.scenarios import SCENARIOS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 RECORDINGS = sorted(FIXTURES.glob("*.jsonl"))

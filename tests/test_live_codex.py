@@ -15,9 +15,9 @@ import pytest
 
 from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
-from tests.scenarios import SCENARIOS, record
+from tests.support.scenarios import SCENARIOS, record
 
-pytestmark = pytest.mark.codex
+pytestmark = [pytest.mark.codex, pytest.mark.slow]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 

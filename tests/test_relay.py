@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
 from codex_presence.agent.relay import Relay, exit_status
+from tests.support.waiting import eventually, eventually_async
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
@@ -387,10 +388,7 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert group == child  # its own process group, so signals reach its helpers too
     proc.kill()
     proc.wait(10)
-    for _ in range(100):
-        if not pid_alive(child):
-            break
-        time.sleep(0.05)
+    eventually(lambda: not pid_alive(child), 5, "the child's death")
     assert not pid_alive(child)
 
 
@@ -432,6 +430,7 @@ def _blocks(seed: int, count: int, size: int) -> Iterator[bytes]:
         yield n.to_bytes(8, "little") + base[8:]
 
 
+@pytest.mark.slow
 def test_one_gigabyte_has_the_same_sha256_on_both_sides() -> None:
     count, size = 1024, 1024 * 1024
     proc = wrap("--quiet", "--", "cat", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -943,4 +942,34 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
         (0.3, "server", {"id": 3}, 0, False),
         (0.35, "client", None, 100, False),
         (0.4, "server", None, 0, True),
+    ]
+
+
+@pytest.mark.anyio
+async def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
+    """``--record`` keeps "an idle session costs no wake-ups": the recorder's task sleeps
+    on its wake pipe, not on a timer. Over an idle second it never wakes; a chunk wakes it
+    at once, and is on disk."""
+    from codex_presence.agent.recorder import Recorder
+    from codex_presence.core.recording import read_entries
+
+    path = tmp_path / "rec.jsonl"
+    recorder = Recorder(path)
+    assert recorder.open()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(recorder.run)
+        recorder.add(0.1, "server", b'{"id":1}\n')
+        await eventually_async(lambda: path.read_bytes().count(b"\n") == 1, 5, "the first line")
+        woken = recorder.wakeups
+        await anyio.sleep(1.0)
+        assert recorder.wakeups == woken  # idle: not one wake-up
+        recorder.add(1.1, "client", b'{"id":0,"result":{}}\n')
+        await eventually_async(lambda: path.read_bytes().count(b"\n") == 2, 5, "the second")
+        assert recorder.wakeups == woken + 1
+        recorder.finish(1.2)
+    entries = list(read_entries(path.read_bytes().splitlines()))
+    assert [(e.direction, e.message, e.end) for e in entries] == [
+        ("server", {"id": 1}, False),
+        ("client", {"id": 0, "result": {}}, False),
+        ("server", None, True),
     ]

@@ -1,6 +1,6 @@
 """The real codex 0.169.0 app-server behind ``wrap``, driven by a client through a turn.
 
-The client (``tests/codex_driver.py``) records what it wrote and what it read; ``wrap``
+The client (``tests/support/codex_driver.py``) records what it wrote and what it read; ``wrap``
 records (``--record``) what it read from each side. The two must agree message for
 message in both directions, and the transitions wrap logged on stderr must be the
 scenario's expected timeline. Needs the codex binary (``CODEX_PRESENCE_TEST_CODEX``):
@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from codex_presence.core.recording import read_entries
-from tests.scenarios import record
+from tests.support.scenarios import record
 
 pytestmark = pytest.mark.codex
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from codex_presence.broker.activity import ActivityTracker
 from codex_presence.broker.connections import Connection, ConnectionRegistry
 from codex_presence.core.activity import ActivityState
-from tests.broker_harness import FakeClock
+from tests.support.broker_harness import FakeClock
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
 

@@ -1,7 +1,7 @@
 """The whole pipeline for real: codex 0.169.0 behind ``wrap --broker``, a real broker on
 loopback, and a teammate watching the roster's SSE stream through an approval turn.
 
-The driver (``tests/codex_driver.py``) starts wrap in front of the real binary, with the
+The driver (``tests/support/codex_driver.py``) starts wrap in front of the real binary, with the
 fake Responses-API model scripting one escalated command. The teammate ``bob`` holds
 ``GET /subscribe`` and records every activity the broker shows for ``alice``; the test
 checks that stream at the moments that matter — while the approval is held back, while
@@ -24,9 +24,9 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.codex_driver import Config, session
-from tests.fake_model import FakeModel, exec_command, message, reply
+from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.codex_driver import Config, session
+from tests.support.fake_model import FakeModel, exec_command, message, reply
 
 pytestmark = pytest.mark.codex
 

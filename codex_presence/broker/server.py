@@ -20,7 +20,7 @@ from codex_presence.broker.http_guard import guarded_protocol
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
 
-__all__ = ["DEAD_PEER_TIMEOUT", "BrokerServer", "listen_socket"]
+__all__ = ["DEAD_PEER_TIMEOUT", "BrokerServer", "bound_socket", "listen_socket"]
 
 DEFAULT_LIMITS = BrokerLimits()
 
@@ -88,13 +88,26 @@ def listen_socket(
     makes it ``dead_peer_timeout`` (:data:`DEAD_PEER_TIMEOUT`: three stream keep-alives
     unanswered).
     """
+    sock = bound_socket(host, port, dead_peer_timeout=dead_peer_timeout)
+    try:
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bound_socket(
+    host: str = "127.0.0.1", port: int = 0, *, dead_peer_timeout: float = DEAD_PEER_TIMEOUT
+) -> socket.socket:
+    """:func:`listen_socket` before its ``listen()``: the port is taken (nobody else can
+    bind it) while connections to it are still refused."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _drop_dead_peers(sock, dead_peer_timeout)
         sock.bind((host.strip("[]"), port))
-        sock.listen(1024)
     except OSError:
         sock.close()
         raise

@@ -1,10 +1,8 @@
-"""Presence objects and the roster text: pure functions, no I/O.
+"""The roster as text: pure renderers of the design's Presence objects, no I/O.
 
-:func:`presence` builds the design's ``Presence`` object exactly: ``name, connected,
-createdAt, lastSeen, role``, then ``activity`` only when not idle and ``busy`` only when
-``activity`` is there (true iff working). :func:`roster_text` renders the design's
-agent-facing roster from such objects (as ``GET /roster`` returns them), so that the CLI,
-the MCP tool and anything else print the same bytes::
+:func:`roster_text` renders the design's agent-facing roster from Presence objects (as
+``GET /roster`` returns them; the object itself is :mod:`codex_presence._wire`'s), so that
+the CLI, the MCP tool and anything else print the same bytes::
 
     team acme roster:
     - alice (you) [director] [admin] connected=2
@@ -21,37 +19,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from codex_presence._wire import privilege
-from codex_presence.broker.team import Role
-from codex_presence.core.activity import ActivityState
 
-__all__ = ["SPINNER", "Presence", "presence", "roster_line", "roster_text", "watch_text"]
+__all__ = ["SPINNER", "roster_line", "roster_text", "watch_text"]
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-
-Presence = dict[str, Any]
-
-
-def presence(
-    *,
-    name: str,
-    connected: int,
-    created_at: int,
-    last_seen: int,
-    role: Role | Mapping[str, Any] | None,
-    activity: ActivityState | str = ActivityState.IDLE,
-) -> Presence:
-    """The design's Presence object, keys in the schema's order."""
-    obj: Presence = {
-        "name": name,
-        "connected": connected,
-        "createdAt": created_at,
-        "lastSeen": last_seen,
-        "role": role.to_json() if isinstance(role, Role) else (dict(role) if role else None),
-    }
-    if activity != "idle":
-        obj["activity"] = str(activity)
-        obj["busy"] = activity == "working"
-    return obj
 
 
 def roster_line(p: Mapping[str, Any], *, you: str | None = None) -> str:

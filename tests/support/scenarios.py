@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from tests.codex_driver import CodexSession, Config, session
-from tests.fake_model import (
+from tests.support.codex_driver import CodexSession, Config, session
+from tests.support.fake_model import (
     Event,
     FakeModel,
     Step,

@@ -1,7 +1,7 @@
 """Run a command and copy its stdout both to ours and to a file: an independent witness of
 what the wrapped child wrote, to compare with what wrap's client received.
 
-``python tests/tee_child.py FILE CMD [ARGS...]``; stdin and stderr are the command's own,
+``python tests/support/tee_child.py FILE CMD [ARGS...]``; stdin and stderr are the command's own,
 and our exit status is the command's (128+N if signal N killed it). Our pid is printed to
 stderr first as ``tee_child pid=<pid> child=<pid>`` so a test can signal the real child.
 """

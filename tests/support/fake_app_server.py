@@ -12,7 +12,7 @@ decides anything itself; the client (a test or the soak driver) decides through 
 "delay_ms": int, "crash": "before_end" | null}}``
 
 ``crash`` makes the process exit abruptly (status 3) in the middle of the turn. Run it as
-``python tests/fake_app_server.py``.
+``python tests/support/fake_app_server.py``.
 """
 
 from __future__ import annotations
