@@ -1,9 +1,11 @@
 """codex-presence: live idle/working/blocked presence for Codex app-server sessions.
 
-The data path, in file order: ``_codex`` maps app-server traffic onto the ``_activity``
-signal (both sans-I/O); ``_relay`` is the byte-exact stdio proxy that feeds them;
-``_recording`` and ``_replay`` write and read sessions; ``_reporter`` tells the broker;
-``_broker`` is the reference presence broker.
+The data path, by subpackage: codex traffic → ``core`` (the sans-I/O mapping onto the
+activity signal, the recording format, the report policy) → ``agent`` (``wrap``: the
+byte-exact relay, the activity reporter, the subscription) → ``broker`` (the reference
+presence broker) → ``client`` (the roster, live or as text, and the MCP tool); ``cli`` is
+the command line over all of them and ``_wire`` the vocabulary they share. The names
+below are the sans-I/O core's.
 """
 
 from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition

@@ -8,6 +8,7 @@ holds as working or blocked is reported idle, bounded to about a second.
 
 With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
 activity stays absent for the whole session, while connection presence works as usual.
+The demo plays its recorded session through this same link.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every subcommand module exposes ``HELP`` (one line), ``configure(parser)`` and
 ``run(args) -> int``, and keeps heavy imports inside ``run`` so that ``wrap`` starts fast.
 Every option can also be set from the environment as ``CODEX_PRESENCE_<OPTION>`` (dashes
-become underscores); a flag on the command line wins over the environment.
+become underscores; :mod:`codex_presence.cli.env`); a flag on the command line wins.
 """
 
 from __future__ import annotations

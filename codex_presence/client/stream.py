@@ -87,8 +87,12 @@ class RosterStream:
     def _set(self, state: ConnectionState) -> None:
         if state is not self.state:
             self.state = state
-            if self._on_change is not None:
-                self._on_change(state)
+            self._changed(state)
+
+    def _changed(self, state: ConnectionState) -> None:
+        """The state changed (a subclass may say so too)."""
+        if self._on_change is not None:
+            self._on_change(state)
 
     async def run(self) -> None:
         """Stay subscribed until cancelled; returns when the broker refuses for good."""
