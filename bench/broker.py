@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from codex_presence._team import Role, render_team
+from codex_presence.broker.team import Role
+from codex_presence.broker.team_file import render_team
 
 HOST = "127.0.0.1"
 BROKER_PID = [0]

@@ -115,12 +115,14 @@ class CountRequests:
 def serve_broker() -> None:
     import uvicorn
 
-    from codex_presence._broker import BrokerServer, create_app, listen_socket
-    from codex_presence._team import Member, Team, hash_token
+    from codex_presence.broker.app import create_app
+    from codex_presence.broker.server import BrokerServer, listen_socket
+    from codex_presence.broker.state import Broker
+    from codex_presence.broker.team import Member, Team, hash_token
 
     members = tuple(Member(n, None, hash_token(token_of(n))) for n in MEMBERS)
-    team = Team(name="bench", members=members)
-    app = create_app(team=team)
+    broker = Broker(team=Team(name="bench", members=members))
+    app = create_app(broker)
     sock = listen_socket(HOST, 0)
     config = uvicorn.Config(
         CountRequests(app), log_config=None, log_level="warning", lifespan="on",
@@ -131,7 +133,7 @@ def serve_broker() -> None:
         sys.stdout.write(f"{sock.getsockname()[1]}\n")
         sys.stdout.flush()
 
-    BrokerServer(config, broker=app.state.broker, on_started=announce).run(sockets=[sock])
+    BrokerServer(config, broker=broker, on_started=announce).run(sockets=[sock])
 
 
 # -- measuring ------------------------------------------------------------------------------

@@ -47,16 +47,16 @@ WRAP = [PY, "-m", "codex_presence", "wrap", "--quiet", "--"]
 
 def patched_wrap(patch: str) -> list[str]:
     """``wrap`` with ``patch`` applied first: a diagnostic, never the product."""
-    run = "import sys; from codex_presence._cli import main; sys.exit(main(sys.argv[1:]))"
+    run = "import sys; from codex_presence.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return [PY, "-c", f"{patch}; {run}", "wrap", "--quiet", "--"]
 
 
 VARIANTS = {
     "relay alone (no analysis)": patched_wrap(
-        "import codex_presence._lines as m; m.ChunkAnalyzer.feed = lambda self, d, c: []"
+        "import codex_presence.core.prefilter as m; m.ChunkAnalyzer.feed = lambda self, d, c: []"
     ),
     "pre-filter alone (inert mapping)": patched_wrap(
-        "import codex_presence._codex as m; m.CodexMapping.feed_line = lambda self, d, l: None"
+        "import codex_presence.core.codex as m; m.CodexMapping.feed_line = lambda self, d, l: None"
     ),
 }
 THREADS = ("01a22c94-1743-7cf3-8b22-0496ed4ad6d8", "01a22c95-8421-74e0-992d-d760cc3d2438")
@@ -177,9 +177,9 @@ def analysis_cost(stream: Path) -> tuple[float, float, float]:
     alone, lines fed to the mapping per MB). On a saturated pipe it is most of wrap's
     cost: the part to make cheaper. The pre-filter alone is timed with a mapping whose
     ``feed_line`` does nothing."""
-    from codex_presence._activity import Transition
-    from codex_presence._codex import CodexMapping, Direction
-    from codex_presence._lines import ChunkAnalyzer
+    from codex_presence.core.activity import Transition
+    from codex_presence.core.codex import CodexMapping, Direction
+    from codex_presence.core.prefilter import ChunkAnalyzer
 
     class Inert(CodexMapping):
         def feed_line(self, direction: Direction, line: bytes) -> Transition | None:

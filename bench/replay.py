@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _streams import server_stream
 
 from codex_presence import encode_entry, read_entries
-from codex_presence._recording import read_relevant_entries
-from codex_presence._replay import timeline
+from codex_presence.core.recording import read_relevant_entries
+from codex_presence.core.timeline import timeline
 
 
 def best_of(runs: int, fn) -> float:  # type: ignore[no-untyped-def]

@@ -1,14 +1,16 @@
 """codex-presence: live idle/working/blocked presence for Codex app-server sessions.
 
-The data path, in file order: ``_codex`` maps app-server traffic onto the ``_activity``
-signal (both sans-I/O); ``_relay`` is the byte-exact stdio proxy that feeds them;
-``_recording`` and ``_replay`` write and read sessions; ``_reporter`` tells the broker;
-``_broker`` is the reference presence broker.
+The data path, by subpackage: codex traffic → ``core`` (the sans-I/O mapping onto the
+activity signal, the recording format, the report policy) → ``agent`` (``wrap``: the
+byte-exact relay, the activity reporter, the subscription) → ``broker`` (the reference
+presence broker) → ``client`` (the roster, live or as text, and the MCP tool); ``cli`` is
+the command line over all of them and ``_wire`` the vocabulary they share. The names
+below are the sans-I/O core's.
 """
 
-from ._activity import ActivitySignal, ActivityState, HandleKind, Transition
-from ._codex import CodexMapping, Direction, MappingStats
-from ._recording import Entry, encode_entry, read_entries
+from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.codex import CodexMapping, Direction, MappingStats
+from codex_presence.core.recording import Entry, encode_entry, read_entries
 
 __version__ = "0.1.0"
 

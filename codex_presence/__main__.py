@@ -2,6 +2,6 @@
 
 import sys
 
-from ._cli import main
+from codex_presence.cli.main import main
 
 sys.exit(main())

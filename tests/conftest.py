@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_driver import require_claude
-from tests.codex_driver import codex_versions, fixtures_dir, require_codex
+from tests.support.claude_driver import require_claude
+from tests.support.codex_driver import codex_versions, fixtures_dir, require_codex
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `tests.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.codex_driver import binary_version, codex_binary, fixtures_dir
-from tests.scenarios import SCENARIOS, record
+from tests.support.codex_driver import binary_version, codex_binary, fixtures_dir
+from tests.support.scenarios import SCENARIOS, record
 
 
 def main(argv: list[str] | None = None) -> int:

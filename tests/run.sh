@@ -84,5 +84,8 @@ step "ruff"
 step "mypy --strict"
 .venv/bin/mypy
 
+step "import contracts (the layering, pyproject.toml [tool.importlinter])"
+.venv/bin/lint-imports
+
 step "pytest"
 .venv/bin/pytest "$@"

@@ -11,70 +11,66 @@ member's requests keep succeeding.
 
 from __future__ import annotations
 
-import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
 
-from codex_presence._broker import BODY_TIMEOUT, MAX_SUBSCRIBERS
-from codex_presence._http_guard import HEAD_TIMEOUT, MAX_HEAD
-from codex_presence._team import hash_token, render_team
-from tests.broker_harness import token_of
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.team import hash_token
+from codex_presence.broker.team_file import render_team
+from tests.support.broker_harness import (
+    BrokerProcess,
+    broker_process,
+    make_team,
+    running_broker,
+    token_of,
+)
+from tests.support.waiting import eventually
 
 NAMES = ("alice", "bob", "carol")
+LIMITS = BrokerLimits()
+"""The shipped broker's limits: what the real command runs with."""
+QUICK = BrokerLimits(head_timeout=1.0, body_timeout=1.0)
+"""Short deadlines for the timing test, on a broker in this process."""
+MAX_HEAD, MAX_SUBSCRIBERS = LIMITS.max_head, LIMITS.max_subscribers
+
+
+class Target(Protocol):
+    """A broker to attack: the real command's (:class:`BrokerProcess`) or a quick one."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 @dataclass
-class BrokerProc:
-    proc: subprocess.Popen[bytes]
+class QuickBroker:
     url: str
     port: int
 
-    def rss_kb(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise AssertionError("no VmRSS")
-
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     team = tmp_path_factory.mktemp("abuse") / "team.toml"
     team.write_text(render_team("acme", [(n, None, token_of(n)) for n in NAMES]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "codex_presence", "broker", "--team", str(team), "--port", "0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        assert match, line
-        port = int(match.group(1))
-        yield BrokerProc(proc, f"http://127.0.0.1:{port}", port)
-    finally:
-        proc.kill()
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with broker_process("--team", str(team)) as running:
+        yield running
 
 
 def auth(name: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token_of(name)}"}
 
 
-def served(broker: BrokerProc) -> None:
+def served(broker: Target) -> None:
     """A normal member is served: a report and a roster read, each within 5 s."""
     with httpx.Client(base_url=broker.url, timeout=5) as client:
         response = client.post("/presence/activity", json={"state": "working"}, headers=auth("bob"))
@@ -87,13 +83,13 @@ def served(broker: BrokerProc) -> None:
         assert response.status_code == 204
 
 
-def member(broker: BrokerProc, name: str) -> dict[str, object]:
+def member(broker: Target, name: str) -> dict[str, object]:
     roster = httpx.get(broker.url + "/roster", headers=auth("carol"), timeout=5).json()
     (me,) = [p for p in roster if p["name"] == name]
     return me  # type: ignore[no-any-return]
 
 
-def connect(broker: BrokerProc) -> socket.socket:
+def connect(broker: Target) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
@@ -110,7 +106,7 @@ def read_status(sock: socket.socket) -> int:
     return int(data.split(b" ", 2)[1])
 
 
-def raw(broker: BrokerProc, request: bytes) -> int:
+def raw(broker: BrokerProcess, request: bytes) -> int:
     with connect(broker) as sock:
         sock.sendall(request)
         return read_status(sock)
@@ -130,7 +126,7 @@ def raw(broker: BrokerProc, request: bytes) -> int:
         f"Bearer  {token_of('alice')} extra",
     ],
 )
-def test_tokens_that_are_not_a_members(broker: BrokerProc, authorization: str) -> None:
+def test_tokens_that_are_not_a_members(broker: BrokerProcess, authorization: str) -> None:
     response = httpx.post(
         broker.url + "/presence/activity",
         json={"state": "working"},
@@ -149,7 +145,7 @@ def test_tokens_that_are_not_a_members(broker: BrokerProc, authorization: str) -
         b"Bearer \xff\xfe",
     ],
 )
-def test_binary_garbage_in_the_header_is_a_4xx(broker: BrokerProc, value: bytes) -> None:
+def test_binary_garbage_in_the_header_is_a_4xx(broker: BrokerProcess, value: bytes) -> None:
     body = b'{"state":"working"}'
     request = (
         b"POST /presence/activity HTTP/1.1\r\nhost: x\r\nauthorization: "
@@ -163,7 +159,7 @@ def test_binary_garbage_in_the_header_is_a_4xx(broker: BrokerProc, value: bytes)
 
 
 def test_an_authorization_header_of_a_megabyte_is_431_and_costs_nothing(
-    broker: BrokerProc,
+    broker: BrokerProcess,
 ) -> None:
     before = broker.rss_kb()
     with connect(broker) as sock:
@@ -176,7 +172,7 @@ def test_an_authorization_header_of_a_megabyte_is_431_and_costs_nothing(
     served(broker)
 
 
-def test_endless_headers_are_431_and_memory_stays_flat(broker: BrokerProc) -> None:
+def test_endless_headers_are_431_and_memory_stays_flat(broker: BrokerProcess) -> None:
     """Before the guard, 40 MB of headers grew the broker by 40 MB."""
     before = broker.rss_kb()
     sent = 0
@@ -207,7 +203,7 @@ def test_endless_headers_are_431_and_memory_stays_flat(broker: BrokerProc) -> No
         "name=%61lice&name=bob",
     ],
 )
-def test_subscribing_under_a_confusable_name(broker: BrokerProc, query: str) -> None:
+def test_subscribing_under_a_confusable_name(broker: BrokerProcess, query: str) -> None:
     """Alice's token never opens a stream counted for bob, whatever the query holds."""
     with (
         httpx.Client(base_url=broker.url, timeout=5) as client,
@@ -221,7 +217,9 @@ def test_subscribing_under_a_confusable_name(broker: BrokerProc, query: str) -> 
 
 
 @pytest.mark.parametrize("alice_first", [True, False])
-def test_two_authorization_headers_never_mix_members(broker: BrokerProc, alice_first: bool) -> None:
+def test_two_authorization_headers_never_mix_members(
+    broker: BrokerProcess, alice_first: bool
+) -> None:
     """Two Authorization headers are ambiguous: neither counts, in either order."""
     body = b'{"state":"blocked"}'
     headers = [
@@ -242,7 +240,7 @@ def test_two_authorization_headers_never_mix_members(broker: BrokerProc, alice_f
 # -- bodies -----------------------------------------------------------------------------------
 
 
-def test_a_50_mb_streamed_body_is_413_and_never_buffered(broker: BrokerProc) -> None:
+def test_a_50_mb_streamed_body_is_413_and_never_buffered(broker: BrokerProcess) -> None:
     before = broker.rss_kb()
     sent = 0
 
@@ -268,7 +266,7 @@ def test_a_50_mb_streamed_body_is_413_and_never_buffered(broker: BrokerProc) -> 
     served(broker)
 
 
-def test_a_deeply_nested_body_is_bounded_by_the_size_cap(broker: BrokerProc) -> None:
+def test_a_deeply_nested_body_is_bounded_by_the_size_cap(broker: BrokerProcess) -> None:
     for depth in (400, 100_000):
         response = httpx.post(
             broker.url + "/presence/activity",
@@ -283,7 +281,7 @@ def test_a_deeply_nested_body_is_bounded_by_the_size_cap(broker: BrokerProc) -> 
 # -- many connections, slow connections --------------------------------------------------------
 
 
-def test_thousands_of_streams_from_one_member(broker: BrokerProc) -> None:
+def test_thousands_of_streams_from_one_member(broker: BrokerProcess) -> None:
     """2000 subscriptions as alice: the first MAX_SUBSCRIBERS stream, every other one is
     a 429 at once; everyone else is served meanwhile; all of it ends when alice goes."""
     before = broker.rss_kb()
@@ -311,16 +309,22 @@ def test_thousands_of_streams_from_one_member(broker: BrokerProc) -> None:
         served(broker)
         assert broker.rss_kb() - before < 32 * 1024
         keep.close()
-    deadline = time.monotonic() + 10
-    while member(broker, "alice")["connected"] != 0:
-        assert time.monotonic() < deadline, "streams not uncounted"
-        time.sleep(0.05)
+    eventually(lambda: member(broker, "alice")["connected"] == 0, 10, "streams uncounted")
 
 
-def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(broker: BrokerProc) -> None:
+@pytest.fixture
+def quick_broker() -> Iterator[QuickBroker]:
+    """A broker in this process whose head and body deadlines are a second."""
+    with running_broker(team=make_team(*NAMES), limits=QUICK) as running:
+        yield QuickBroker(running.url, int(running.url.rsplit(":", 1)[1]))
+
+
+def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(quick_broker: QuickBroker) -> None:
     """300 sockets trickle a request head one byte at a time, 50 send nothing, 50 send a
     head and then a body that never ends. Each is answered 408 and closed within its
-    deadline (plus slack), and a normal member is served all along."""
+    deadline (plus slack), and a normal member is served all along. (The deadlines are
+    :data:`QUICK`'s, so that this takes seconds; the shipped ones are ten times longer.)"""
+    broker = quick_broker
     head = b"GET /roster HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + b"a" * 200
     post = (
         b"POST /presence/activity HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n"
@@ -351,12 +355,15 @@ def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(broker: BrokerPro
     started = time.monotonic()
     dripper.start()
     try:
-        while time.monotonic() - started < HEAD_TIMEOUT + 1:
+        while time.monotonic() - started < QUICK.head_timeout + 1:
             served(broker)
             time.sleep(0.5)
         for sock in [*trickle, *silent, *bodies]:
             sock.settimeout(
-                max(0.1, started + max(HEAD_TIMEOUT, BODY_TIMEOUT) + 5 - time.monotonic())
+                max(
+                    0.1,
+                    started + max(QUICK.head_timeout, QUICK.body_timeout) + 5 - time.monotonic(),
+                )
             )
             assert read_status(sock) == 408
             assert _until_eof(sock)

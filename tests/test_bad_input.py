@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,6 +125,7 @@ DANGLING = _line(
 _CHILD = 'cat "$0" && exec cat'  # replay the server stream, then echo the client
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,

@@ -8,8 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,8 +19,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
 
-from codex_presence._team import Member
-from tests.broker_harness import FakeClock, RunningBroker, make_team, running_broker, token_of
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.team import Member
+from tests.support.broker_harness import (
+    FakeClock,
+    RunningBroker,
+    make_team,
+    running_broker,
+    token_of,
+)
+from tests.support.waiting import eventually
 
 TEAM = make_team("alice", "builder", "scout")
 
@@ -60,18 +67,6 @@ def roster(client: httpx.Client, as_: str = "alice") -> dict[str, dict[str, Any]
     response = client.get("/roster", headers=_auth(as_))
     assert response.status_code == 200
     return {p["name"]: p for p in response.json()}
-
-
-def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    """Poll (bounded in time and count) until ``predicate`` holds; a liveness bound only."""
-    deadline = time.monotonic() + timeout
-    for _ in range(100_000):
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # -- basics --------------------------------------------------------------------------------
@@ -339,7 +334,10 @@ def test_oversized_body_with_content_length_is_413(client: httpx.Client) -> None
 
 
 def test_body_at_the_limit_is_read() -> None:
-    with running_broker(team=TEAM, max_body=64) as b, httpx.Client(base_url=b.url) as c:
+    with (
+        running_broker(team=TEAM, limits=BrokerLimits(max_body=64)) as b,
+        httpx.Client(base_url=b.url) as c,
+    ):
         body = b'{"state": "working"' + b" " * (64 - 20) + b"}"
         assert len(body) == 64
         assert post_raw(c, body).status_code == 204
@@ -426,8 +424,8 @@ def test_connected_counts_live_streams(
             assert p["connected"] == 2
             assert p["createdAt"] == 1_800_000_000_000
             assert p["lastSeen"] == 1_800_000_060_000
-        wait_until(lambda: roster(client)["alice"]["connected"] == 1)
-    wait_until(lambda: roster(client)["alice"]["connected"] == 0)
+        eventually(lambda: roster(client)["alice"]["connected"] == 1)
+    eventually(lambda: roster(client)["alice"]["connected"] == 0)
     assert roster(client)["alice"]["lastSeen"] == 1_800_000_060_000
 
 
@@ -487,7 +485,7 @@ def test_keepalive_comments() -> None:
 
 def test_too_many_streams_for_one_member_is_429() -> None:
     with (
-        running_broker(team=TEAM, max_subscribers=2) as b,
+        running_broker(team=TEAM, limits=BrokerLimits(max_subscribers=2)) as b,
         httpx.Client(base_url=b.url, timeout=10) as c,
         subscribed(b, "alice") as s1,
         subscribed(b, "alice") as s2,
@@ -530,7 +528,7 @@ def _kill_and_watch(proc: subprocess.Popen[str], client: httpx.Client) -> None:
         assert roster(client)["builder"]["connected"] == 1
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(10) == -signal.SIGKILL
-        wait_until(lambda: roster(client)["builder"]["connected"] == 0)
+        eventually(lambda: roster(client)["builder"]["connected"] == 0)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -546,10 +544,10 @@ def test_a_broken_pipe_is_uncounted(broker: RunningBroker, client: httpx.Client)
         f"Authorization: Bearer {token_of('scout')}\r\n\r\n".encode()
     )
     assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
-    wait_until(lambda: roster(client)["scout"]["connected"] == 1)
+    eventually(lambda: roster(client)["scout"]["connected"] == 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()
-    wait_until(lambda: roster(client)["scout"]["connected"] == 0)
+    eventually(lambda: roster(client)["scout"]["connected"] == 0)
 
 
 def test_shutdown_ends_open_streams() -> None:
@@ -591,8 +589,8 @@ def _events(chunk: bytes) -> list[tuple[str, Any]]:
 
 
 def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeClock) -> None:
-    from codex_presence._activity import ActivityState
-    from codex_presence._broker import Broker
+    from codex_presence.broker.state import Broker
+    from codex_presence.core.activity import ActivityState
 
     b = Broker(team=TEAM, clock=clock)
     alice, builder = TEAM.member("alice"), TEAM.member("builder")
@@ -631,6 +629,15 @@ def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeC
     assert [p["name"] for p in data["members"]] == ["alice", "builder", "scout"]
 
 
+def test_the_roster_event_says_each_members_privilege() -> None:
+    """The web page shows the broker's privilege bucket, not its own copy of the rule."""
+    from codex_presence.broker.state import Broker
+
+    ((kind, data),) = _events(Broker(team=TEAM).roster_event("scout"))
+    assert kind == "roster"
+    assert data["privileges"] == {"alice": "admin", "builder": None, "scout": "operator"}
+
+
 _json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -652,8 +659,8 @@ _json_values = st.recursive(
     )
 )
 def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
-    from codex_presence._activity import ActivityState
-    from codex_presence._broker import _parse_state
+    from codex_presence.broker.app import _parse_state
+    from codex_presence.core.activity import ActivityState
 
     result = _parse_state(orjson.dumps(value))
     valid = (
@@ -673,7 +680,8 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
     quietly and is uncounted (uvicorn, ASGI 2.3, is covered by the tests above)."""
     import anyio
 
-    from codex_presence._broker import Broker, _Subscription
+    from codex_presence.broker.app import _Subscription
+    from codex_presence.broker.state import Broker
 
     broker = Broker(team=TEAM)
     sent: list[Any] = []
@@ -700,7 +708,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
 
 
 def test_accepted_connections_give_up_on_a_silent_peer() -> None:
-    from codex_presence._broker import DEAD_PEER_TIMEOUT, listen_socket
+    from codex_presence.broker.server import DEAD_PEER_TIMEOUT, listen_socket
 
     assert DEAD_PEER_TIMEOUT == 45.0  # three stream keep-alives
     with listen_socket() as server, socket.create_connection(server.getsockname()) as client:
@@ -714,7 +722,7 @@ def test_accepted_connections_give_up_on_a_silent_peer() -> None:
 
 VANISHING_PEER = r"""
 import socket, subprocess, sys, time
-from codex_presence._broker import listen_socket
+from codex_presence.broker.server import listen_socket
 
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 server = listen_socket(dead_peer_timeout=1.0)

@@ -3,7 +3,7 @@
 Each test runs claude 2.1.332 against the fake Messages API, with every hook an HTTP hook
 to a capture server, and checks what docs/claude-code-hooks.md says: which hooks fire in
 which order, what the transcript and the session status file show, and when. Interactive
-sessions run in tmux (``tests/claude_scenarios.py`` holds their scripts).
+sessions run in tmux (``tests/support/claude_scenarios.py`` holds their scripts).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.claude_driver import Capture, HookAnswer, run_print
-from tests.claude_scenarios import record
-from tests.fake_anthropic import FakeAnthropic, Reply, bash, say, tool_results
+from tests.support.claude_driver import Capture, HookAnswer, run_print
+from tests.support.claude_scenarios import record
+from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, tool_results
 
 pytestmark = pytest.mark.claude
 

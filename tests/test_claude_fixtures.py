@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.claude_scenarios import FIXTURES, RECORDED_TYPES, SCENARIOS
+from tests.support.claude_scenarios import FIXTURES, RECORDED_TYPES, SCENARIOS
 
 RECORDINGS = sorted(p for p in FIXTURES.glob("*.jsonl"))
 

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import os
-import queue
-import re
 import signal
 import stat
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -18,72 +14,30 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codex_presence._cli import main
-from codex_presence._cmd_broker import exposure_warning, is_loopback
-from codex_presence._team import Role, Team, render_team
-from tests.broker_harness import RunningBroker, make_team, not_a_broker, running_broker, token_of
+from codex_presence.broker.team import Role, Team
+from codex_presence.broker.team_file import render_team
+from codex_presence.cli.broker import exposure_warning, is_loopback
+from codex_presence.cli.main import main
+from tests.support.broker_harness import (
+    RunningBroker,
+    broker_process,
+    make_team,
+    not_a_broker,
+    running_broker,
+    token_of,
+)
+from tests.support.waiting import Lines
 
 CLI = [sys.executable, "-m", "codex_presence"]
 TEAM = make_team("alice", "builder", "scout")
 
 
-class Lines:
-    """A process's stream read line by line in a thread, with bounded waits."""
-
-    def __init__(self, stream: object) -> None:
-        self.queue: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-
-        def pump() -> None:
-            for line in stream:  # type: ignore[attr-defined]
-                self.queue.put(line)
-            self.queue.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-
-    def until(self, pattern: str, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.queue.get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.seen.append(line)
-            if re.search(pattern, line):
-                return line
-        raise AssertionError(f"{pattern!r} not seen in: {''.join(self.seen)!r}")
-
-
-@contextmanager
-def broker_process(
-    *args: str, env: dict[str, str] | None = None
-) -> Iterator[tuple[subprocess.Popen[str], str, Lines]]:
-    with subprocess.Popen(
-        [*CLI, "broker", "--port", "0", *args],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **(env or {})},
-    ) as proc:
-        try:
-            err = Lines(proc.stderr)
-            line = err.until("listening on")
-            url = re.search(r"http://[0-9.]+:[0-9]+", line)
-            assert url is not None
-            yield proc, url.group(0), err
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-
-
 def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) -> None:
     team = tmp_path / "team.toml"
     team.write_text(render_team("acme", [("alice", Role("director", ()), "cp_alice-token")]))
-    with broker_process("--team", str(team)) as (proc, url, err):
-        assert "team acme, 1 members" in "".join(err.seen)
+    with broker_process("--team", str(team)) as broker:
+        proc, url = broker.proc, broker.url
+        assert "team acme, 1 members" in broker.said()
         assert httpx.get(url + "/healthz").json() == {"status": "ok"}
         headers = {"authorization": "Bearer cp_alice-token"}
         with (
@@ -142,8 +96,8 @@ def test_a_token_file_that_is_not_text(
 
 def test_broker_without_team_makes_a_dev_team_and_says_where_the_token_is(tmp_path: Path) -> None:
     env = {"XDG_STATE_HOME": str(tmp_path)}
-    with broker_process(env=env) as (_, url, err):
-        said = "".join(err.seen)  # said before "listening on"
+    with broker_process(env=env) as broker:
+        url, said = broker.url, broker.said()  # said before "listening on"
         token_path = tmp_path / "codex-presence" / "dev-token"
         assert f"your token is in {token_path}" in said
         assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
@@ -369,7 +323,7 @@ def test_roster_against_a_url_that_is_not_a_broker(
 
 
 def test_read_token_rules(tmp_path: Path) -> None:
-    from codex_presence._client import TokenError, read_token
+    from codex_presence.client.auth import TokenError, read_token
 
     assert read_token(token_file=None, environ={"CODEX_PRESENCE_TOKEN": " cp_x \n"}) == "cp_x"
     path = tmp_path / "token"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, Direction
-from codex_presence._codex import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
+from codex_presence.core.codex_protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
 
 
 def note(method: str, **params: Any) -> dict[str, Any]:

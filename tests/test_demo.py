@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from codex_presence._demo import DEFAULT_FIXTURE, bundled_fixtures
+from codex_presence.cli.demo import DEFAULT_FIXTURE, bundled_fixtures
 
 
 def demo(*args: str) -> subprocess.CompletedProcess[str]:

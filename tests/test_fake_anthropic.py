@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.fake_anthropic import (
+from tests.support.fake_anthropic import (
     FakeAnthropic,
     Reply,
     bash,

@@ -2,8 +2,9 @@
 the child or wrap itself dying; a client that hangs up early; a record target that fails.
 
 Every test runs the real ``codex-presence wrap`` around the scripted app-server
-(``tests/fake_app_server.py``), behind ``tests/tee_child.py`` so that what the child wrote
-is witnessed independently of wrap and compared with what the client received. Broker
+(``tests/support/fake_app_server.py``), behind ``tests/support/tee_child.py`` so that what
+the child wrote is witnessed independently of wrap and compared with what the client
+received. Broker
 faults come from :class:`FaultProxy`, a small TCP proxy on loopback in front of a real
 broker that can refuse connections, answer 500, or hold every request for 10 s before
 passing it on. The roster is read from the real broker, around the proxy.
@@ -25,13 +26,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,29 +41,28 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from codex_presence._reporting import HEARTBEAT_SECONDS, Backoff
-from codex_presence._team import render_team
-from tests.broker_harness import make_team, not_a_broker, running_broker, token_of
-from tests.fault_proxy import FaultProxy
-from tests.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
+from codex_presence._wire import HEARTBEAT
+from codex_presence.broker.team_file import render_team
+from codex_presence.core.backoff import Backoff
+from tests.support.broker_harness import (
+    broker_process,
+    make_team,
+    not_a_broker,
+    running_broker,
+    token_of,
+)
+from tests.support.fault_proxy import FaultProxy
+from tests.support.waiting import eventually
+from tests.support.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
 
-HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent / "support"
 PY = sys.executable
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("alice")}
 REQUEST_TIMEOUT = 2.0  # the reporter's per-POST timeout
-CONVERGE = HEARTBEAT_SECONDS + Backoff().cap + REQUEST_TIMEOUT
+CONVERGE = HEARTBEAT + Backoff().cap + REQUEST_TIMEOUT
 """After the broker's return the roster is right within this: the next heartbeat (or the
 next retry, at most one capped backoff step away) plus one request."""
 SETTLE = 3.0  # scheduling slack on a loaded 2-core machine
-
-
-def until(predicate: Callable[[], bool], within: float, what: str = "condition") -> float:
-    """Wait (bounded) for ``predicate``; returns how long it took."""
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < within, f"{what} never held within {within} s"
-        time.sleep(0.02)
-    return time.monotonic() - start
 
 
 # -- a misbehaving network in front of the broker --------------------------------------------
@@ -78,7 +77,7 @@ class RosterWatch:
         self.shown: list[str] = ["idle"]
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-        until(lambda: self.ready, 10, "the watcher's first roster")
+        eventually(lambda: self.ready, 10, "the watcher's first roster")
 
     ready = False
 
@@ -139,7 +138,7 @@ def connected(url: str, name: str = "alice") -> int:
 
 @contextmanager
 def teed_wrap(tmp_path: Path, broker_url: str, *extra: str) -> Iterator[WrapProcess]:
-    child = [PY, str(HERE / "tee_child.py"), str(tmp_path / "child.out"), *FAKE_APP_SERVER]
+    child = [PY, str(SUPPORT / "tee_child.py"), str(tmp_path / "child.out"), *FAKE_APP_SERVER]
     options = ["--broker", broker_url, "--name", "alice", *extra]
     with WrapProcess(options, child, env=TOKEN) as wrap:
         yield wrap
@@ -151,7 +150,7 @@ def child_wrote(tmp_path: Path) -> bytes:
 
 def child_pid(wrap: WrapProcess) -> int:
     """The fake app-server's pid, as tee_child announced it on (wrap's) stderr."""
-    until(lambda: b"tee_child child=" in wrap.stderr, 10, "tee_child's announcement")
+    eventually(lambda: b"tee_child child=" in wrap.stderr, 10, "tee_child's announcement")
     match = re.search(rb"tee_child child=(\d+)", bytes(wrap.stderr))
     assert match is not None
     return int(match.group(1))
@@ -174,11 +173,11 @@ def recover(
     subscription come back, and — once the client approves — the turn's end show as idle,
     each within the convergence bound. Returns how long "blocked" took to show."""
     proxy.set_mode("pass")
-    took = until(lambda: activity(broker_url) == "blocked", CONVERGE + SETTLE)
-    until(lambda: connected(broker_url) == 1, 10 + SETTLE, "resubscribed")
+    took = eventually(lambda: activity(broker_url) == "blocked", CONVERGE + SETTLE)
+    eventually(lambda: connected(broker_url) == 1, 10 + SETTLE, "resubscribed")
     approve(wrap, request)
     wrap.wait_for(is_note("turn/completed"))
-    until(lambda: activity(broker_url) == "idle", CONVERGE + SETTLE)
+    eventually(lambda: activity(broker_url) == "idle", CONVERGE + SETTLE)
     return took
 
 
@@ -212,8 +211,8 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
 ) -> None:
     """The session runs inside the broker link's task group; a task that raised would
     cancel it. A reporter that blows up is logged, and the session goes on."""
-    import codex_presence._daemon as daemon
-    from codex_presence._relay import Relay
+    import codex_presence.agent.broker_link as daemon
+    from codex_presence.agent.relay import Relay
 
     class Broken(daemon.ActivityReporter):
         async def run(self) -> None:
@@ -261,7 +260,7 @@ def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
     assert "blocked" in watch.shown
 
 
-@pytest.mark.parametrize("fault", ["500", "stall", "refuse"])
+@pytest.mark.parametrize("fault", ["500", pytest.param("stall", marks=pytest.mark.slow), "refuse"])
 def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault: str) -> None:
     """The broker fails while the member is blocked; the client approves, the turn runs to
     its end and a second turn blocks, all during the fault; then the broker comes back."""
@@ -270,20 +269,22 @@ def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault
         watch = RosterWatch(broker.url)
         try:
             with teed_wrap(tmp_path, proxy.url) as wrap:
-                until(lambda: connected(broker.url) == 1, 10, "subscribed")
+                eventually(lambda: connected(broker.url) == 1, 10, "subscribed")
                 request = blocked_turn(wrap, 1)
-                until(lambda: activity(broker.url) == "blocked", 5)
+                eventually(lambda: activity(broker.url) == "blocked", 5)
                 proxy.set_mode(fault)
                 approve(wrap, request)  # working, then idle: the broker hears none of it
                 wrap.wait_for(is_note("turn/completed"))
                 request = blocked_turn(wrap, 2)
                 if fault != "refuse":
-                    until(lambda: proxy.counts[fault] > 0, 10, "a request met the fault")
+                    eventually(lambda: proxy.counts[fault] > 0, 10, "a request met the fault")
                 if fault == "stall":
                     # Both turns ran while no broker request had been answered.
                     assert proxy.counts["answered_after_stall"] == 0
                     # Hold the fault past the stall so held requests are answered late.
-                    until(lambda: proxy.counts["answered_after_stall"] > 0, 15, "a late answer")
+                    eventually(
+                        lambda: proxy.counts["answered_after_stall"] > 0, 15, "a late answer"
+                    )
                 took = recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
@@ -338,58 +339,30 @@ def test_a_flapping_broker(tmp_path: Path) -> None:
     assert watch.shown[-1] == "idle"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def broker_process(team: Path, port: int, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
-        [PY, "-m", "codex_presence", "broker", "--team", str(team), "--port", str(port), *extra],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "broker did not start"
-            with suppress(httpx.HTTPError):
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.05)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-
-
+@pytest.mark.slow
 def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
     """A restarted broker knows nothing; the daemon's next heartbeat (or retry) tells it."""
     team = tmp_path / "team.toml"
     team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with teed_wrap(tmp_path, url) as wrap:
-        with broker_process(team, port) as first:
-            until(lambda: connected(url) == 1, 10, "subscribed")
-            request = blocked_turn(wrap, 1)
-            until(lambda: activity(url) == "blocked", 5)
-            first.kill()
-            first.wait(10)
+    with (
+        broker_process("--team", str(team)) as first,
+        teed_wrap(tmp_path, first.url) as wrap,
+    ):
+        url = first.url
+        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        request = blocked_turn(wrap, 1)
+        eventually(lambda: activity(url) == "blocked", 5)
+        first.proc.kill()
+        first.proc.wait(10)
         approve(wrap, request)  # the turn goes on with no broker at all
         wrap.wait_for(is_note("turn/completed"))
         request = blocked_turn(wrap, 2)
-        with broker_process(team, port):
-            took = until(lambda: activity(url) == "blocked", CONVERGE + SETTLE)
-            until(lambda: connected(url) == 1, 10 + SETTLE, "resubscribed")
+        with broker_process("--team", str(team), port=first.port):  # back, knowing nothing
+            took = eventually(lambda: activity(url) == "blocked", CONVERGE + SETTLE)
+            eventually(lambda: connected(url) == 1, 10 + SETTLE, "resubscribed")
             approve(wrap, request)
             wrap.wait_for(is_note("turn/completed"))
-            until(lambda: activity(url) == "idle", 5)
+            eventually(lambda: activity(url) == "idle", 5)
             assert wrap.close() == 0
     assert wrap.stdout == child_wrote(tmp_path)
     assert took < CONVERGE + SETTLE
@@ -405,10 +378,10 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
     ):
         wrap.start_turn(1, deltas=500, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
-        until(lambda: activity(broker.url) == "working", 5)
+        eventually(lambda: activity(broker.url) == "working", 5)
         os.kill(child_pid(wrap), signal.SIGKILL)
         assert wrap.proc.wait(20) == 128 + signal.SIGKILL  # tee_child passes it on
-        took = until(lambda: activity(broker.url) == "idle", 5)
+        took = eventually(lambda: activity(broker.url) == "idle", 5)
         wrap.close()
     assert took < 1.0 + SETTLE  # "within a second" of the exit (the grace), plus slack
     assert wrap.stdout == child_wrote(tmp_path)
@@ -423,11 +396,11 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
         blocked_turn(wrap, 1)
-        until(lambda: activity(broker.url) == "blocked", 5)
+        eventually(lambda: activity(broker.url) == "blocked", 5)
         assert wrap.proc.stdin is not None
         wrap.proc.stdin.close()
         assert wrap.proc.wait(20) == 0
-        took = until(lambda: activity(broker.url) == "idle", 5)
+        took = eventually(lambda: activity(broker.url) == "idle", 5)
         wrap.close()
     assert took < 1.0 + SETTLE
     assert wrap.stdout == child_wrote(tmp_path)
@@ -451,16 +424,16 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
     ):
         wrap.start_turn(1, deltas=1000, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
-        until(lambda: activity(broker.url) == "working", 5)
-        until(lambda: connected(broker.url) == 1, 5)
+        eventually(lambda: activity(broker.url) == "working", 5)
+        eventually(lambda: connected(broker.url) == 1, 5)
         child = child_pid(wrap)
         wrap.proc.kill()  # no chance to report idle
         wrap.proc.wait(10)
         killed = time.monotonic()
-        until(lambda: not _alive(child), 10, "the child died with wrap")
-        until(lambda: activity(broker.url) == "idle", ttl + SETTLE, "the TTL lapse")
+        eventually(lambda: not _alive(child), 10, "the child died with wrap")
+        eventually(lambda: activity(broker.url) == "idle", ttl + SETTLE, "the TTL lapse")
         lapsed = time.monotonic() - killed
-        until(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
+        eventually(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
     assert lapsed < ttl + SETTLE
 
 
@@ -476,7 +449,7 @@ def test_record_on_a_full_or_read_only_target(tmp_path: Path, target: str) -> No
     assert Path(target).exists(), f"{target} is needed for this test"
     with WrapProcess(
         ["--record", target],
-        [PY, str(HERE / "tee_child.py"), str(tmp_path / "child.out"), *FAKE_APP_SERVER],
+        [PY, str(SUPPORT / "tee_child.py"), str(tmp_path / "child.out"), *FAKE_APP_SERVER],
     ) as wrap:
         for turn in range(1, 4):
             wrap.start_turn(turn, deltas=200)

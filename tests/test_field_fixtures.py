@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
+from codex_presence.core.recording import read_entries
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FIELD = FIXTURES / "field"

@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
-from codex_presence._replay import timeline
-from tests.scenarios import SCENARIOS
+from codex_presence.core.recording import read_entries
+from codex_presence.core.timeline import timeline
+from tests.support.scenarios import SCENARIOS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 VERSION_DIRS = sorted(FIXTURES.glob("codex-[0-9]*/"))

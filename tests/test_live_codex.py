@@ -13,11 +13,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
-from codex_presence._replay import timeline
-from tests.scenarios import SCENARIOS, record
+from codex_presence.core.recording import read_entries
+from codex_presence.core.timeline import timeline
+from tests.support.scenarios import SCENARIOS, record
 
-pytestmark = pytest.mark.codex
+pytestmark = [pytest.mark.codex, pytest.mark.slow]
 
 
 def expected(fixtures: Path, name: str) -> list[tuple[str, str]]:

@@ -20,15 +20,15 @@ from httpx_sse import aconnect_sse
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.broker_harness import (
+from tests.support.broker_harness import (
     RunningBroker,
     make_team,
     not_a_broker,
     running_broker,
     token_of,
 )
-from tests.codex_driver import Config, session
-from tests.fake_model import Event, FakeModel, function_call, message, running, tool_names
+from tests.support.codex_driver import Config, session
+from tests.support.fake_model import Event, FakeModel, function_call, message, running, tool_names
 
 TEAM = make_team("alice", "builder", "scout")
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codex_presence import Entry, encode_entry, read_entries
-from codex_presence._recording import detect_format, read_relevant_entries
-from codex_presence._replay import timeline
+from codex_presence.core.recording import detect_format, read_relevant_entries
+from codex_presence.core.timeline import timeline
 
 
 def test_json_line_is_embedded_verbatim_with_t_and_from_first() -> None:

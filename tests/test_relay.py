@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
-from codex_presence._relay import Relay, exit_status
+from codex_presence.agent.relay import Relay, exit_status
+from tests.support.waiting import eventually, eventually_async
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
@@ -387,10 +388,7 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert group == child  # its own process group, so signals reach its helpers too
     proc.kill()
     proc.wait(10)
-    for _ in range(100):
-        if not pid_alive(child):
-            break
-        time.sleep(0.05)
+    eventually(lambda: not pid_alive(child), 5, "the child's death")
     assert not pid_alive(child)
 
 
@@ -432,6 +430,7 @@ def _blocks(seed: int, count: int, size: int) -> Iterator[bytes]:
         yield n.to_bytes(8, "little") + base[8:]
 
 
+@pytest.mark.slow
 def test_one_gigabyte_has_the_same_sha256_on_both_sides() -> None:
     count, size = 1024, 1024 * 1024
     proc = wrap("--quiet", "--", "cat", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -716,7 +715,7 @@ def deschedule_after_writing(
 ) -> None:
     """Make the relay's thread that just wrote a part for which ``when(fd, part)`` holds
     lose the CPU for ``seconds`` right after that write, as a busy machine may."""
-    import codex_presence._relay as relay_module
+    import codex_presence.agent.relay as relay_module
 
     class Descheduled:
         def __getattr__(self, name: str) -> Any:
@@ -793,8 +792,8 @@ async def session_and_replay(
     """Run ``child`` behind a recording Relay; a client thread reads its output and, once
     ``answer(seen)`` returns bytes, writes them and closes stdin. Returns the transitions
     seen live, those of the recording's replay, and the replay's rows."""
-    from codex_presence._recording import read_relevant_entries
-    from codex_presence._replay import timeline
+    from codex_presence.core.recording import read_relevant_entries
+    from codex_presence.core.timeline import timeline
 
     rec = tmp_path / "session.jsonl"
     in_r, in_w = os.pipe()
@@ -922,11 +921,11 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
     """Chunks dropped for lack of room leave a gap line for their direction; the line they
     cut is left out whole (nothing after the gap is glued to what came before it), the
     other direction keeps every line, and a gap at the very end is marked too."""
-    from codex_presence._recording import read_entries
-    from codex_presence._relay import _Recorder
+    from codex_presence.agent.recorder import Recorder
+    from codex_presence.core.recording import read_entries
 
     path = tmp_path / "rec.jsonl"
-    recorder = _Recorder(path, max_pending=64)
+    recorder = Recorder(path, max_pending=64)
     assert recorder.open()
     recorder.add(0.1, "server", b'{"id":1}\n{"id":2,"cut":"')  # a line the gap will cut
     recorder.add(0.2, "server", b"x" * 100)  # no room: dropped
@@ -943,4 +942,34 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
         (0.3, "server", {"id": 3}, 0, False),
         (0.35, "client", None, 100, False),
         (0.4, "server", None, 0, True),
+    ]
+
+
+@pytest.mark.anyio
+async def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
+    """``--record`` keeps "an idle session costs no wake-ups": the recorder's task sleeps
+    on its wake pipe, not on a timer. Over an idle second it never wakes; a chunk wakes it
+    at once, and is on disk."""
+    from codex_presence.agent.recorder import Recorder
+    from codex_presence.core.recording import read_entries
+
+    path = tmp_path / "rec.jsonl"
+    recorder = Recorder(path)
+    assert recorder.open()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(recorder.run)
+        recorder.add(0.1, "server", b'{"id":1}\n')
+        await eventually_async(lambda: path.read_bytes().count(b"\n") == 1, 5, "the first line")
+        woken = recorder.wakeups
+        await anyio.sleep(1.0)
+        assert recorder.wakeups == woken  # idle: not one wake-up
+        recorder.add(1.1, "client", b'{"id":0,"result":{}}\n')
+        await eventually_async(lambda: path.read_bytes().count(b"\n") == 2, 5, "the second")
+        assert recorder.wakeups == woken + 1
+        recorder.finish(1.2)
+    entries = list(read_entries(path.read_bytes().splitlines()))
+    assert [(e.direction, e.message, e.end) for e in entries] == [
+        ("server", {"id": 1}, False),
+        ("client", {"id": 0, "result": {}}, False),
+        ("server", None, True),
     ]

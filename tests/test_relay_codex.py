@@ -1,7 +1,7 @@
 """The real codex app-server behind ``wrap``, driven by a client through a turn (once per
 codex version with fixtures, against that version's expectations).
 
-The client (``tests/codex_driver.py``) records what it wrote and what it read; ``wrap``
+The client (``tests/support/codex_driver.py``) records what it wrote and what it read; ``wrap``
 records (``--record``) what it read from each side. The two must agree message for
 message in both directions, and the transitions wrap logged on stderr must be the
 scenario's expected timeline. Needs the codex binaries (``tests/run.sh`` installs them):
@@ -18,8 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
-from tests.scenarios import record
+from codex_presence.core.recording import read_entries
+from tests.support.scenarios import record
 
 pytestmark = pytest.mark.codex
 

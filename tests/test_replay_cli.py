@@ -79,8 +79,8 @@ def test_speed_replays_in_scaled_real_time(recording: Path) -> None:
 
 @pytest.mark.anyio
 async def test_paced_waits_the_recorded_gaps_scaled_by_speed() -> None:
-    from codex_presence._recording import read_entries
-    from codex_presence._replay import paced
+    from codex_presence.cli.replay import paced
+    from codex_presence.core.recording import read_entries
 
     lines = [encode_entry(t, d, orjson.dumps(m)) for t, d, m in SESSION]  # type: ignore[arg-type]
     now = 100.0

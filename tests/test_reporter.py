@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
@@ -12,22 +11,23 @@ import httpx
 import pytest
 
 from codex_presence import ActivityState
-from codex_presence._presence import ConnectionPresence, ConnectionState
-from codex_presence._reporter import ActivityReporter
-from codex_presence._reporting import Backoff, ReportPolicy
-from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.fault_proxy import FaultProxy
+from codex_presence.agent.reporter import ActivityReporter
+from codex_presence.agent.subscription import ConnectionPresence, ConnectionState
+from codex_presence.core.backoff import Backoff
+from codex_presence.core.report_policy import ReportPolicy
+from tests.support.broker_harness import (
+    RunningBroker,
+    make_team,
+    reserved_port,
+    running_broker,
+    token_of,
+)
+from tests.support.fault_proxy import FaultProxy
+from tests.support.waiting import eventually_async
 
 pytestmark = pytest.mark.anyio
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def client_for(url: str, name: str = "alice", token: str | None = None) -> httpx.AsyncClient:
@@ -40,13 +40,6 @@ def activity(broker: RunningBroker, name: str = "alice") -> str | None:
     (me,) = [p for p in roster if p["name"] == name]
     assert ("busy" in me) == ("activity" in me)
     return me.get("activity")
-
-
-async def until(predicate: Callable[[], bool], *, within: float = 5.0) -> None:
-    """Poll ``predicate`` (bounded); fail the test if it never holds."""
-    with anyio.fail_after(within):
-        while not predicate():
-            await anyio.sleep(0.01)
 
 
 @asynccontextmanager
@@ -72,7 +65,7 @@ async def test_every_transition_reaches_the_roster_and_idle_is_absence() -> None
             assert activity(broker) is None
             for state, shown in [(WORKING, "working"), (BLOCKED, "blocked"), (IDLE, None)]:
                 reporter.observe(state)
-                await until(lambda shown=shown: activity(broker) == shown)  # type: ignore[misc]
+                await eventually_async(lambda shown=shown: activity(broker) == shown, 5)  # type: ignore[misc]
             assert reporter.posts == 3
 
 
@@ -80,13 +73,13 @@ async def test_heartbeat_keeps_a_short_ttl_from_lapsing_and_idle_is_silent() -> 
     with running_broker(team=make_team("alice", "bob"), activity_ttl=0.5) as broker:
         async with reporting(broker.url, policy=fast_policy(heartbeat=0.1)) as reporter:
             reporter.observe(WORKING)
-            await until(lambda: activity(broker) == "working")
+            await eventually_async(lambda: activity(broker) == "working", 5)
             start = reporter.posts
             await anyio.sleep(1.2)  # more than twice the TTL
             assert activity(broker) == "working"
             assert reporter.posts >= start + 5  # the heartbeats did it
             reporter.observe(IDLE)
-            await until(lambda: activity(broker) is None)
+            await eventually_async(lambda: activity(broker) is None, 5)
             after_idle = reporter.posts
             await anyio.sleep(0.5)
             assert reporter.posts == after_idle  # silence when idle
@@ -97,8 +90,8 @@ async def test_without_heartbeats_the_ttl_lapses() -> None:
     with running_broker(team=make_team("alice", "bob"), activity_ttl=0.3) as broker:
         async with reporting(broker.url, policy=fast_policy(heartbeat=60)) as reporter:
             reporter.observe(WORKING)
-            await until(lambda: activity(broker) == "working")
-            await until(lambda: activity(broker) is None)
+            await eventually_async(lambda: activity(broker) == "working", 5)
+            await eventually_async(lambda: activity(broker) is None, 5)
 
 
 async def test_coalescing_sends_only_the_latest_state() -> None:
@@ -106,21 +99,21 @@ async def test_coalescing_sends_only_the_latest_state() -> None:
         async with reporting(broker.url) as reporter:
             for state in (WORKING, BLOCKED, WORKING, BLOCKED, WORKING):
                 reporter.observe(state)  # all before the reporter task runs once
-            await until(lambda: activity(broker) == "working")
+            await eventually_async(lambda: activity(broker) == "working", 5)
             await anyio.sleep(0.1)
             assert reporter.posts == 1
 
 
 async def test_broker_down_at_start_then_up_is_recovered_with_backoff() -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    async with reporting(url, policy=fast_policy()) as reporter:
-        reporter.observe(WORKING)
-        await until(lambda: reporter.posts >= 3)  # refused, retried with backoff
-        assert not reporter.policy.settled
-        with running_broker(team=make_team("alice", "bob"), port=port) as broker:
-            await until(lambda: activity(broker) == "working")
-            await until(lambda: reporter.policy.settled)  # the 204 is read just after
+    with reserved_port() as sock:
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        async with reporting(url, policy=fast_policy()) as reporter:
+            reporter.observe(WORKING)
+            await eventually_async(lambda: reporter.posts >= 3, 5)  # refused, retried
+            assert not reporter.policy.settled
+            with running_broker(team=make_team("alice", "bob"), sock=sock) as broker:
+                await eventually_async(lambda: activity(broker) == "working", 5)
+                await eventually_async(lambda: reporter.policy.settled, 5)  # the 204 is read after
 
 
 async def test_unauthorized_is_logged_once_and_reporting_stops(
@@ -145,43 +138,50 @@ async def test_finish_reports_idle_within_its_grace() -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(reporter.run)
                 reporter.observe(BLOCKED)
-                await until(lambda: activity(broker) == "blocked")
+                await eventually_async(lambda: activity(broker) == "blocked", 5)
                 tg.cancel_scope.cancel()
             await reporter.finish(grace=1.0)
             assert activity(broker) is None
 
 
 async def test_finish_gives_up_when_the_broker_is_gone() -> None:
-    async with client_for(f"http://127.0.0.1:{free_port()}") as client:
-        reporter = ActivityReporter(client=client, policy=fast_policy())
-        reporter.policy.held = WORKING  # as if reported before the broker vanished
-        reporter.policy.truth = WORKING
-        reporter.policy.held_since = anyio.current_time()
-        with anyio.fail_after(3):
-            await reporter.finish(grace=0.3)
-        assert not reporter.policy.settled
+    with reserved_port() as sock:  # nobody listens there
+        async with client_for(f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+            reporter = ActivityReporter(client=client, policy=fast_policy())
+            reporter.policy.held = WORKING  # as if reported before the broker vanished
+            reporter.policy.truth = WORKING
+            reporter.policy.held_since = anyio.current_time()
+            with anyio.fail_after(3):
+                await reporter.finish(grace=0.3)
+            assert not reporter.policy.settled
 
 
 async def test_connection_presence_counts_and_reconnects() -> None:
-    port = free_port()
     states: list[ConnectionState] = []
     team = make_team("alice", "bob")
-    async with client_for(f"http://127.0.0.1:{port}") as client, anyio.create_task_group() as tg:
-        presence = ConnectionPresence(
-            client=client,
-            name="alice",
-            backoff=Backoff(base=0.02, cap=0.1),
-            on_change=states.append,
-        )
-        tg.start_soon(presence.run)
-        await until(lambda: ConnectionState.OFFLINE in states)  # broker down at start
-        for round_ in (1, 2):
-            with running_broker(team=team, port=port) as broker:
-                await until(lambda: presence.state is ConnectionState.ONLINE)
-                await until(lambda: connected(broker) == 1)
-                assert presence.connects == round_
-            await until(lambda: presence.state is not ConnectionState.ONLINE)
-        tg.cancel_scope.cancel()
+    with reserved_port() as sock:  # the first broker's, once it starts
+        port = sock.getsockname()[1]
+        async with (
+            client_for(f"http://127.0.0.1:{port}") as client,
+            anyio.create_task_group() as tg,
+        ):
+            presence = ConnectionPresence(
+                client=client,
+                name="alice",
+                backoff=Backoff(base=0.02, cap=0.1),
+                on_change=states.append,
+            )
+            tg.start_soon(presence.run)
+            await eventually_async(lambda: ConnectionState.OFFLINE in states, 5)  # down at start
+            for round_ in (1, 2):
+                # the second life binds the port the first one let go of, as a restart does
+                life = running_broker(team=team, sock=sock) if round_ == 1 else None
+                with life or running_broker(team=team, port=port) as broker:
+                    await eventually_async(lambda: presence.state is ConnectionState.ONLINE, 5)
+                    await eventually_async(lambda: connected(broker) == 1, 5)
+                    assert presence.connects == round_
+                await eventually_async(lambda: presence.state is not ConnectionState.ONLINE, 5)
+            tg.cancel_scope.cancel()
     assert states[:3] == [
         ConnectionState.CONNECTING,
         ConnectionState.OFFLINE,
@@ -218,10 +218,11 @@ async def test_a_report_applied_but_answered_too_late_is_followed_by_idle() -> N
                 )
                 tg.start_soon(reporter.run)
                 reporter.observe(WORKING)
-                await until(lambda: activity(broker) == "working")  # applied; answer held
+                # applied; its answer held
+                await eventually_async(lambda: activity(broker) == "working", 5)
                 proxy.set_mode("pass")
                 reporter.observe(IDLE)
-                await until(lambda: reporter.policy.settled)
+                await eventually_async(lambda: reporter.policy.settled, 5)
                 tg.cancel_scope.cancel()
             assert activity(broker) is None  # idle is absence
         finally:
@@ -239,7 +240,7 @@ async def test_finish_reports_idle_after_a_report_cancelled_in_flight() -> None:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(reporter.run)
                     reporter.observe(WORKING)
-                    await until(lambda: activity(broker) == "working")
+                    await eventually_async(lambda: activity(broker) == "working", 5)
                     tg.cancel_scope.cancel()  # the session ends, the answer still held
                 proxy.set_mode("pass")
                 await reporter.finish(grace=2.0)

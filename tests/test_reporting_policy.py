@@ -4,7 +4,8 @@ coalescing, backoff and recovery, 401, rejected bodies, the broker's own TTL."""
 from __future__ import annotations
 
 from codex_presence import ActivityState
-from codex_presence._reporting import Backoff, Outcome, Post, ReportPolicy, Wait
+from codex_presence.core.backoff import Backoff
+from codex_presence.core.report_policy import Outcome, Post, ReportPolicy, Wait
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
 

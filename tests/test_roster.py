@@ -7,9 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence._activity import ActivityState
-from codex_presence._roster import presence, roster_line, roster_text, watch_text
-from codex_presence._team import Role
+from codex_presence._wire import presence
+from codex_presence.broker.team import Role
+from codex_presence.client.roster_text import roster_line, roster_text, watch_text
+from codex_presence.core.activity import ActivityState
 
 
 def test_presence_idle_has_neither_activity_nor_busy() -> None:

@@ -1,4 +1,4 @@
-"""The schema probe (``tests/support_schema_probe.py``, the prototype of a doctor command)
+"""The schema probe (``tests/support/schema_probe.py``, the prototype of a doctor command)
 reads the protocol sets of every codex version with fixtures, and the mapping classifies
 all of them.
 
@@ -16,15 +16,15 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence._codex import (
-    _THREAD_ENDING_STATUSES,
-    _WAITING_FLAGS,
+from codex_presence.core.codex_protocol import (
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
     PASSIVE_ITEM_TYPES,
+    THREAD_ENDING_STATUSES,
     TOOL_ITEM_TYPES,
+    WAITING_FLAGS,
 )
-from tests.support_schema_probe import (
+from tests.support.schema_probe import (
     Classification,
     ProtocolSets,
     SchemaDrift,
@@ -39,9 +39,9 @@ MAPPING = Classification(
     automatic_requests=AUTOMATIC_REQUESTS,
     tool_item_types=TOOL_ITEM_TYPES,
     passive_item_types=PASSIVE_ITEM_TYPES,
-    ending_statuses=_THREAD_ENDING_STATUSES,
+    ending_statuses=THREAD_ENDING_STATUSES,
     other_statuses=frozenset({"active"}),
-    waiting_flags=_WAITING_FLAGS,
+    waiting_flags=WAITING_FLAGS,
     other_flags=frozenset(),
 )
 

@@ -9,16 +9,15 @@ Each run below is searched, after the fact, for the token in every output it pro
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from codex_presence._team import render_team
-from tests.broker_harness import make_team, running_broker, token_of
-from tests.wrap_harness import WrapProcess, is_note, is_request
+from codex_presence.broker.team_file import render_team
+from tests.support.broker_harness import broker_process, make_team, running_broker, token_of
+from tests.support.wrap_harness import WrapProcess, is_note, is_request
 
 PY = sys.executable
 SECRET = token_of("alice")
@@ -126,23 +125,11 @@ def test_a_token_file_others_can_read_draws_a_warning(tmp_path: Path) -> None:
         assert SECRET.encode() not in w.stderr
 
 
-def _broker(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+def _team_file(tmp_path: Path) -> str:
     team = tmp_path / "team.toml"
     if not team.exists():
         team.write_text(render_team("acme", [("alice", None, SECRET)]))
-    proc = subprocess.Popen(
-        [PY, "-m", "codex_presence", "broker", "--team", str(team), "--port", "0", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 20
-    while b"listening on" not in seen:
-        assert time.monotonic() < deadline and proc.poll() is None, seen
-        seen += proc.stderr.readline()
-    return proc, seen.decode()
+    return str(team)
 
 
 def _listening_addresses(port: int) -> set[str]:
@@ -162,8 +149,8 @@ def test_the_broker_binds_loopback_by_default_and_its_debug_log_has_no_token(
 ) -> None:
     import httpx
 
-    proc, said = _broker(tmp_path, "-vv")
-    try:
+    with broker_process("--team", _team_file(tmp_path), "-vv") as broker:
+        said = broker.said()
         match = re.search(r"http://(127\.0\.0\.1):(\d+)", said)
         assert match, said
         port = int(match.group(2))
@@ -177,19 +164,14 @@ def test_the_broker_binds_loopback_by_default_and_its_debug_log_has_no_token(
         with httpx.stream("GET", url + "/subscribe?name=alice", headers=headers) as stream:
             assert next(stream.iter_lines()).startswith("retry:")
         time.sleep(0.3)
-    finally:
-        proc.terminate()
-        _, rest = proc.communicate(timeout=20)
-    log = said.encode() + rest
+        broker.proc.terminate()
+        log = broker.stderr.rest().encode()
     assert b"alice subscribed" in log  # debug logging was on
     assert SECRET.encode() not in log
 
 
 def test_a_broker_exposed_without_tls_warns(tmp_path: Path) -> None:
-    proc, said = _broker(tmp_path, "--host", "0.0.0.0")
-    try:
+    with broker_process("--team", _team_file(tmp_path), "--host", "0.0.0.0") as broker:
+        said = broker.said()
         assert "reachable from other machines, over plain HTTP" in said
         assert "TLS" in said
-    finally:
-        proc.kill()
-        proc.communicate(timeout=20)

@@ -12,21 +12,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence._cli import main
-from codex_presence._team import (
-    Role,
-    TeamError,
+from codex_presence._wire import privilege
+from codex_presence.broker.team import Role, TeamError, hash_token, new_token
+from codex_presence.broker.team_file import (
     dev_team,
-    hash_token,
     load_team,
-    new_token,
     parse_member_spec,
     parse_team,
-    privilege,
     render_team,
     state_dir,
     write_team,
 )
+from codex_presence.cli.main import main
 
 SHA = hashlib.sha256(b"alice-token").hexdigest()
 X = 'team = "a"\n[[members]]\nname = "x"\ntoken = "t"\n'  # one good member

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence._activity import ActivityState
-from codex_presence._registry import Connection, MemoryRegistry
-from codex_presence._tracker import ActivityTracker
-from tests.broker_harness import FakeClock
+from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.connections import Connection, ConnectionRegistry
+from codex_presence.core.activity import ActivityState
+from tests.support.broker_harness import FakeClock
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
 
@@ -114,7 +114,7 @@ def test_matches_a_model(steps: list[tuple[str, ActivityState, float]]) -> None:
 
 
 def test_registry_counts_and_timestamps() -> None:
-    registry = MemoryRegistry()
+    registry = ConnectionRegistry()
     assert registry.get("a") == Connection(0, 0, 0)
     assert registry.attach("a", 1000) == 1
     assert registry.attach("a", 2000) == 2
@@ -128,7 +128,7 @@ def test_registry_counts_and_timestamps() -> None:
 
 
 def test_registry_first_emit_sets_created_at() -> None:
-    registry = MemoryRegistry()
+    registry = ConnectionRegistry()
     registry.touch("b", 500)
     registry.attach("b", 900)
     assert registry.get("b") == Connection(1, 500, 900)

@@ -1,6 +1,6 @@
 """The issue-16 groundwork: the websocket relay probe on the wire, and the real TUI through it.
 
-The wire tests put hand-made frames on both sides of :mod:`tests.ws_relay_probe` and parse
+The wire tests put hand-made frames on both sides of :mod:`tests.support.ws_relay_probe` and parse
 what comes out with a parser of their own (not wsproto's), so that masking, FIN bits,
 opcodes and payload bytes are checked independently of the library under test.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from codex_presence._recording import read_entries
-from tests.tui_driver import record, short_tempdir
-from tests.ws_relay_probe import running_relay, strip_compression_offer
+from codex_presence.core.recording import read_entries
+from tests.support.tui_driver import record, short_tempdir
+from tests.support.ws_relay_probe import running_relay, strip_compression_offer
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,15 +25,18 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from codex_presence._web import COOKIE_NAME, WebRoster
-from tests.broker_harness import (
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.web import COOKIE_NAME, WebRoster
+from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
+    broker_process,
     make_team,
     running_broker,
     serving_html,
     token_of,
 )
+from tests.support.waiting import eventually
 
 TEAM = make_team("alice", "builder", "scout")
 CHROMIUM = Path(os.environ.get("CODEX_PRESENCE_TEST_CHROMIUM") or "/usr/bin/chromium")
@@ -79,21 +81,16 @@ class Web:
 
     def wait_connected(self, name: str, count: int, timeout: float = 10.0) -> None:
         """Poll ``GET /roster`` until ``name`` has ``count`` subscribers (bounded)."""
-        deadline = time.monotonic() + timeout
-        seen = None
-        while time.monotonic() < deadline:
-            seen = self.roster_json()[name]["connected"]
-            if seen == count:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"{name} has connected={seen}, not {count}, after {timeout}s")
+
+        def holds() -> bool:
+            return bool(self.roster_json()[name]["connected"] == count)
+
+        eventually(holds, timeout, f"{name} connected={count}", interval=0.05)
 
 
 def make_web(**roster_kwargs: Any) -> Iterator[Web]:
     roster = WebRoster(team=TEAM, **roster_kwargs)
-    with running_broker(
-        team=TEAM, keepalive=30, authenticators=[roster.authenticate], routes=roster.routes()
-    ) as broker:
+    with running_broker(team=TEAM, keepalive=30, web=roster) as broker:
         yield Web(broker, roster)
 
 
@@ -182,7 +179,7 @@ def test_a_sign_in_body_that_never_ends_is_cut_off() -> None:
     """Sign-in needs no token to reach: a trickled body must not hold a connection."""
     import socket
 
-    for web in make_web(body_timeout=0.5):
+    for web in make_web(limits=BrokerLimits(body_timeout=0.5)):
         port = int(web.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
             conn.sendall(
@@ -569,28 +566,12 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
 
 def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path) -> None:
     """``codex-presence broker`` itself (a real subprocess) has the page and the sign-in."""
-    from codex_presence._team import render_team
+    from codex_presence.broker.team_file import render_team
 
     team_file = tmp_path / "team.toml"
     team_file.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_file), "--port", "0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        assert proc.stderr is not None
-        url = None
-        for _ in range(20):  # a few log lines at most before the announcement
-            line = proc.stderr.readline().decode()
-            match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            if match or not line:
-                url = match and match.group(1)
-                break
-        assert url, "the broker did not announce its address"
+    with broker_process("--team", str(team_file)) as broker:
+        url = broker.url
         page = httpx.get(url + "/", timeout=5)
         assert page.status_code == 200 and 'id="members"' in page.text
         response = httpx.post(
@@ -602,12 +583,3 @@ def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path)
         assert response.status_code == 204
         cookie = {"cookie": f"{COOKIE_NAME}={response.cookies[COOKIE_NAME]}"}
         assert httpx.get(url + "/whoami", headers=cookie, timeout=5).json()["name"] == "alice"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        if proc.stderr is not None:
-            proc.stderr.close()

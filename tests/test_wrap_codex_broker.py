@@ -2,7 +2,7 @@
 and a teammate watching the roster's SSE stream through an approval turn; once per codex
 version with fixtures.
 
-The driver (``tests/codex_driver.py``) starts wrap in front of the real binary, with the
+The driver (``tests/support/codex_driver.py``) starts wrap in front of the real binary, with the
 fake Responses-API model scripting one escalated command. The teammate ``bob`` holds
 ``GET /subscribe`` and records every activity the broker shows for ``alice``; the test
 checks that stream at the moments that matter — while the approval is held back, while
@@ -25,9 +25,9 @@ import orjson
 import pytest
 from httpx_sse import connect_sse
 
-from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.codex_driver import Config, session
-from tests.fake_model import FakeModel, exec_command, message, reply
+from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.codex_driver import Config, session
+from tests.support.fake_model import FakeModel, exec_command, message, reply
 
 pytestmark = pytest.mark.codex
 

@@ -5,27 +5,20 @@ test_wrap_codex_broker.py)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.wrap_harness import WrapProcess, is_note, is_request
+from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.waiting import eventually
+from tests.support.wrap_harness import WrapProcess, is_note, is_request
 
 
 def member(broker: RunningBroker, name: str = "alice") -> dict[str, object]:
     roster = httpx.get(broker.url + "/roster", headers=broker.auth("bob")).json()
     (me,) = [p for p in roster if p["name"] == name]
     return me  # type: ignore[no-any-return]
-
-
-def until(predicate: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.01)
 
 
 def options(broker: RunningBroker, *extra: str) -> list[str]:
@@ -40,17 +33,17 @@ def test_roster_follows_a_turn_with_an_approval() -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         WrapProcess(options(broker), env=TOKEN) as wrap,
     ):
-        until(lambda: member(broker)["connected"] == 1)
+        eventually(lambda: member(broker)["connected"] == 1)
         assert "activity" not in member(broker)
         wrap.start_turn(1, approval=True, deltas=3, delay_ms=1)
         request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
-        until(lambda: member(broker).get("activity") == "blocked")
+        eventually(lambda: member(broker).get("activity") == "blocked")
         assert "busy" not in member(broker) or member(broker)["busy"] is False
         wrap.send({"id": request["id"], "result": {"decision": "accept"}})
         wrap.wait_for(is_note("turn/completed"))
-        until(lambda: "activity" not in member(broker))
+        eventually(lambda: "activity" not in member(broker))
         assert wrap.close() == 0
-        until(lambda: member(broker)["connected"] == 0)
+        eventually(lambda: member(broker)["connected"] == 0)
     log = wrap.stderr.decode()
     assert "blocked (thread/status/changed)" in log
     assert token_of("alice") not in log
@@ -61,7 +54,7 @@ def test_no_trace_keeps_activity_absent_but_counts_the_connection() -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         WrapProcess(options(broker, "--no-trace"), env=TOKEN) as wrap,
     ):
-        until(lambda: member(broker)["connected"] == 1)
+        eventually(lambda: member(broker)["connected"] == 1)
         wrap.start_turn(1, approval=True, deltas=3)
         request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
         time.sleep(0.3)  # time enough for a report, had there been a reporter
@@ -117,10 +110,10 @@ def test_child_exit_mid_turn_reports_idle_and_keeps_the_exit_status() -> None:
     ):
         wrap.start_turn(1, deltas=50, delay_ms=20, crash="before_end")
         wrap.wait_for(is_note("turn/started"))
-        until(lambda: member(broker).get("activity") == "working")
+        eventually(lambda: member(broker).get("activity") == "working")
         start = time.monotonic()
         assert wrap.proc.wait(20) == 3  # the child's status
-        until(lambda: "activity" not in member(broker), within=5)
+        eventually(lambda: "activity" not in member(broker), within=5)
         assert time.monotonic() - start < 3  # "within a second" of the exit, plus slack
         wrap.close()
 
@@ -137,6 +130,6 @@ def test_token_file_and_env_both_work(tmp_path: Path, flag: str | None) -> None:
         WrapProcess(options(broker, *extra), env=env) as wrap,
     ):
         wrap.start_turn(1, deltas=200, delay_ms=5)
-        until(lambda: member(broker).get("activity") == "working")
+        eventually(lambda: member(broker).get("activity") == "working")
         wrap.wait_for(is_note("turn/completed"))
         assert wrap.close() == 0

@@ -1,0 +1,192 @@
+"""The shared vocabulary of everything that talks to a broker, pure data and pure functions.
+
+One place for what a runner, the broker, its clients and the web page must agree on:
+
+* :class:`ActivityState`, and the design's ``Presence`` object (:func:`presence` builds it
+  exactly: ``name, connected, createdAt, lastSeen, role``, then ``activity`` only when not
+  idle and ``busy`` only when ``activity`` is there, true iff working);
+* the endpoint paths and the SSE event names;
+* the defaults: the broker's port and URL, the activity TTL, the runner's heartbeat, the
+  stream keep-alive, and how long a silent stream may stay silent;
+* the token: where it comes from in the environment, and which characters it may hold;
+* the privilege bucket (admin, operator or none) and the permissions that make it;
+* the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None).
+
+No I/O here, and no import from the rest of the package: every subpackage may use it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired, Protocol, TypedDict
+
+import orjson
+
+__all__ = [
+    "ACTIVITY_PATH",
+    "ADMIN_PERMISSION",
+    "DEFAULT_BROKER",
+    "DEFAULT_PORT",
+    "DEFAULT_TTL",
+    "HEALTHZ_PATH",
+    "HEARTBEAT",
+    "KEEPALIVE",
+    "OPERATOR_PERMISSION",
+    "PRESENCE_EVENT",
+    "ROSTER_EVENT",
+    "ROSTER_PATH",
+    "SILENT_STREAM_TIMEOUT",
+    "SUBSCRIBE_PATH",
+    "TOKEN_ENV",
+    "WHOAMI_PATH",
+    "ActivityState",
+    "Presence",
+    "RoleJson",
+    "Whoami",
+    "is_token_text",
+    "parse_whoami",
+    "presence",
+    "privilege",
+]
+
+
+class ActivityState(enum.StrEnum):
+    """What a member is doing, as the design's schema names it."""
+
+    IDLE = "idle"
+    WORKING = "working"
+    BLOCKED = "blocked"
+
+
+# -- endpoints -------------------------------------------------------------------------------
+
+ACTIVITY_PATH = "/presence/activity"
+SUBSCRIBE_PATH = "/subscribe"
+ROSTER_PATH = "/roster"
+WHOAMI_PATH = "/whoami"
+HEALTHZ_PATH = "/healthz"
+
+ROSTER_EVENT = "roster"
+"""SSE event: the whole roster, ``{"team", "you", "members": [Presence...], "privileges"}``."""
+PRESENCE_EVENT = "presence"
+"""SSE event: one member's full, current Presence object."""
+
+# -- defaults --------------------------------------------------------------------------------
+
+DEFAULT_PORT = 8765
+DEFAULT_BROKER = f"http://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_TTL = 30.0
+"""Seconds a working/blocked report holds at the broker without a heartbeat."""
+HEARTBEAT = 10.0
+"""Seconds between a non-idle runner's re-reports, well inside :data:`DEFAULT_TTL`."""
+KEEPALIVE = 15.0
+"""Seconds between the broker's keep-alive comments on a quiet stream."""
+SILENT_STREAM_TIMEOUT = 3 * KEEPALIVE
+"""A stream (or a connection) silent this long is taken for dead, on both sides."""
+
+# -- the token -------------------------------------------------------------------------------
+
+TOKEN_ENV = "CODEX_PRESENCE_TOKEN"
+
+
+def is_token_text(token: str) -> bool:
+    """The token rule: non-empty, printable ASCII, no whitespace (it travels in a header)."""
+    return bool(token) and all(33 <= ord(c) < 127 for c in token)
+
+
+# -- privilege -------------------------------------------------------------------------------
+
+ADMIN_PERMISSION = "members.manage"
+OPERATOR_PERMISSION = "objectives.create"
+
+
+def privilege(permissions: Iterable[str]) -> str | None:
+    """The design's privilege bucket: admin, operator or nothing."""
+    perms = set(permissions)
+    if ADMIN_PERMISSION in perms:
+        return "admin"
+    if OPERATOR_PERMISSION in perms:
+        return "operator"
+    return None
+
+
+# -- the Presence object ---------------------------------------------------------------------
+
+
+class RoleJson(TypedDict):
+    """The design's ``Role`` object."""
+
+    title: str
+    permissions: list[str]
+
+
+class _HasRoleJson(Protocol):
+    def to_json(self) -> RoleJson: ...
+
+
+class Presence(TypedDict):
+    """The design's ``Presence`` object, as the broker sends it."""
+
+    name: str
+    connected: int
+    createdAt: int
+    lastSeen: int
+    role: RoleJson | None
+    activity: NotRequired[str]
+    busy: NotRequired[bool]
+
+
+def presence(
+    *,
+    name: str,
+    connected: int,
+    created_at: int,
+    last_seen: int,
+    role: _HasRoleJson | Mapping[str, Any] | None,
+    activity: ActivityState | str = ActivityState.IDLE,
+) -> Presence:
+    """The design's Presence object, keys in the schema's order."""
+    role_json: Any
+    if role is None or isinstance(role, Mapping):
+        role_json = dict(role) if role else None
+    else:
+        role_json = role.to_json()
+    obj: Presence = {
+        "name": name,
+        "connected": connected,
+        "createdAt": created_at,
+        "lastSeen": last_seen,
+        "role": role_json,
+    }
+    if activity != "idle":
+        obj["activity"] = str(activity)
+        obj["busy"] = activity == "working"
+    return obj
+
+
+# -- GET /whoami -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Whoami:
+    """A broker's answer to ``GET /whoami``: whose token this is, in which team."""
+
+    team: str
+    name: str
+
+
+def parse_whoami(body: bytes) -> Whoami | None:
+    """The ``/whoami`` answer in ``body``, or None if it is not one (a proxy's sign-in
+    page, a dev server's fallback route: a URL that is not a codex-presence broker)."""
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    team, name = answer.get("team"), answer.get("name")
+    if not isinstance(team, str) or not isinstance(name, str) or not name:
+        return None
+    return Whoami(team=team, name=name)

@@ -1,0 +1,129 @@
+"""The wrap daemon's broker side: connection presence and the activity reporter.
+
+:class:`BrokerLink` plugs into the relay as one observer (every transition, synchronously,
+never blocking) and one companion (a context that lives exactly as long as the wrapped
+session): inside it, one task holds the member's SSE subscription and another reports
+activity. On the way out — the child exited, or we were told to stop — a member the broker
+holds as working or blocked is reported idle, bounded to about a second.
+
+With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
+activity stays absent for the whole session, while connection presence works as usual.
+The demo plays its recorded session through this same link.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import httpx
+
+from codex_presence.agent.reporter import ActivityReporter
+from codex_presence.agent.subscription import ConnectionPresence
+from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
+from codex_presence.client.auth import make_async_client
+from codex_presence.core.activity import Transition
+from codex_presence.core.backoff import Backoff, reconnect_backoff
+from codex_presence.core.report_policy import ReportPolicy
+
+__all__ = ["BrokerLink", "BrokerSettings"]
+
+logger = logging.getLogger("codex_presence.daemon")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerSettings:
+    url: str
+    token: str
+    name: str | None = None
+    """The member name; asked of the broker (``GET /whoami``) when not given."""
+    trace: bool = True
+    exit_grace: float = 1.0
+
+
+class BrokerLink:
+    """Tells one broker about one wrapped session."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        *,
+        policy: ReportPolicy | None = None,
+        presence_backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self._policy = policy
+        self._presence_backoff = presence_backoff
+        self.reporter: ActivityReporter | None = None
+        self.presence: ConnectionPresence | None = None
+
+    def observe(self, transition: Transition) -> None:
+        """The relay's observer: hand the new state to the reporter (never blocks)."""
+        if self.reporter is not None:
+            self.reporter.observe(transition.state)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """The relay's companion: presence and reporting for the session's lifetime."""
+        settings = self.settings
+        async with make_async_client(settings.url, settings.token) as client:
+            if settings.trace:
+                self.reporter = ActivityReporter(client=client, policy=self._policy)
+            else:
+                logger.info("--no-trace: activity is not reported; connection presence only")
+            async with anyio.create_task_group() as tg:
+                # The relayed session runs inside this task group: a task that raised
+                # would cancel it, so neither task may (see _never_fatal).
+                tg.start_soon(_never_fatal, "connection presence", self._hold_presence, client)
+                if self.reporter is not None:
+                    tg.start_soon(_never_fatal, "activity reporting", self.reporter.run)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+            if self.reporter is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.reporter.finish(grace=settings.exit_grace)
+
+    async def _hold_presence(self, client: httpx.AsyncClient) -> None:
+        name = self.settings.name or await self._whoami(client)
+        if name is None:
+            return
+        self.presence = ConnectionPresence(client=client, name=name, backoff=self._presence_backoff)
+        await self.presence.run()
+
+    async def _whoami(self, client: httpx.AsyncClient) -> str | None:
+        """The member the token belongs to, retried with backoff while the broker is away."""
+        backoff = reconnect_backoff()
+        while True:
+            try:
+                me = await fetch_whoami(client)
+            except TokenRefused as exc:
+                logger.error("the broker refused our token (HTTP %d); not subscribing", exc.status)
+                return None
+            except NotABroker as exc:
+                # A proxy's page, a dev server's fallback: not (yet) our broker.
+                logger.log(
+                    logging.WARNING if backoff.attempts == 0 else logging.DEBUG,
+                    "GET %s/whoami answered 200 without a member name (%s); retrying",
+                    self.settings.url,
+                    exc.content_type,
+                )
+            except BrokerError as exc:
+                logger.debug("whoami: %s", exc)
+            else:
+                logger.info("the token is %s's", me.name)
+                return me.name
+            await anyio.sleep(backoff.next_delay())
+
+
+async def _never_fatal(what: str, task: Callable[..., Awaitable[object]], *args: object) -> None:
+    """Run a background task of the session; a bug in it is logged, and the wrapped
+    session goes on without it instead of being cancelled with it."""
+    try:
+        await task(*args)
+    except Exception:
+        logger.exception("%s failed; the session goes on without it", what)

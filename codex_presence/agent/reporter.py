@@ -1,0 +1,141 @@
+"""The activity reporter: the I/O shell that carries out :class:`ReportPolicy` with httpx.
+
+:meth:`ActivityReporter.observe` is synchronous and never blocks, so the relay can call it
+from its hot path; a background task (:meth:`ActivityReporter.run`) does every POST. Each
+POST has a short timeout; what to send and when is the policy's business. On shutdown
+(:meth:`ActivityReporter.finish`) a member that the broker holds as non-idle is reported
+idle, bounded to about a second. The token is sent in a header and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import anyio
+import httpx
+
+from codex_presence.core.activity import ActivityState
+from codex_presence.core.report_policy import Outcome, Post, ReportPolicy
+
+__all__ = ["ActivityReporter"]
+
+logger = logging.getLogger("codex_presence.reporter")
+
+ACTIVITY_PATH = "/presence/activity"
+
+
+def classify(status: int) -> Outcome:
+    if 200 <= status < 300:
+        return Outcome.OK
+    if status in (401, 403):
+        return Outcome.UNAUTHORIZED
+    if status in (408, 429) or status >= 500:
+        return Outcome.FAILED
+    return Outcome.REJECTED
+
+
+class ActivityReporter:
+    """Reports one member's activity to the broker behind ``client``."""
+
+    def __init__(
+        self,
+        *,
+        client: httpx.AsyncClient,
+        policy: ReportPolicy | None = None,
+        clock: Callable[[], float] = anyio.current_time,
+        request_timeout: float = 2.0,
+    ) -> None:
+        self._client = client
+        self.policy = policy if policy is not None else ReportPolicy()
+        self._clock = clock
+        self._timeout = request_timeout
+        self._wake = anyio.Event()
+        self._failing = False
+        self.posts = 0
+        """How many POSTs were attempted (for tests and the idle-cost benchmark)."""
+
+    def observe(self, state: ActivityState) -> None:
+        """The derived state is now ``state``. Never blocks; call it from the event loop."""
+        self.policy.observe(state)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Send what the policy says, forever (cancel to stop, then call :meth:`finish`)."""
+        while True:
+            self._wake = anyio.Event()  # before asking, so no observe() can be missed
+            action = self.policy.next_action(self._clock())
+            if isinstance(action, Post):
+                await self._send(action)
+                continue
+            delay = math.inf if action.until is None else max(0.0, action.until - self._clock())
+            with anyio.move_on_after(delay):
+                await self._wake.wait()
+
+    async def _send(self, action: Post) -> None:
+        try:
+            outcome = await self._post(action)
+        except BaseException:
+            self.policy.abandon(self._clock())  # cancelled mid-request: maybe applied
+            raise
+        self.policy.on_result(outcome, self._clock())
+
+    async def _post(self, action: Post) -> Outcome:
+        self.posts += 1
+        try:
+            response = await self._client.post(
+                ACTIVITY_PATH, json={"state": action.state.value}, timeout=self._timeout
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            self._note_failure(type(exc).__name__)
+            return Outcome.FAILED  # it never left
+        except httpx.HTTPError as exc:
+            self._note_failure(type(exc).__name__)
+            return Outcome.UNKNOWN  # it may have reached the broker
+        outcome = classify(response.status_code)
+        if outcome is Outcome.OK:
+            if self._failing:
+                logger.info("broker reachable again; activity reported (%s)", action.state)
+            self._failing = False
+            logger.debug(
+                "reported %s%s", action.state.value, " (heartbeat)" if action.heartbeat else ""
+            )
+        elif outcome is Outcome.UNAUTHORIZED:
+            logger.error(
+                "the broker refused our token (HTTP %d): activity reporting stopped; "
+                "the session goes on",
+                response.status_code,
+            )
+        elif outcome is Outcome.REJECTED:
+            logger.warning(
+                "the broker rejected an activity report (HTTP %d): %s",
+                response.status_code,
+                response.text[:200],
+            )
+        else:
+            self._note_failure(f"HTTP {response.status_code}")
+        return outcome
+
+    def _note_failure(self, why: str) -> None:
+        if not self._failing:
+            logger.warning("cannot report activity to the broker (%s); retrying with backoff", why)
+        else:
+            logger.debug("activity report failed again (%s)", why)
+        self._failing = True
+
+    async def finish(self, *, grace: float = 1.0) -> None:
+        """Report idle if the broker may hold anything else; give up after ``grace`` s.
+
+        Call it once :meth:`run` has been cancelled."""
+        self.policy.observe(ActivityState.IDLE)
+        with anyio.move_on_after(grace):
+            while True:
+                action = self.policy.next_action(self._clock())
+                if isinstance(action, Post):
+                    await self._send(action)
+                elif action.until is None:
+                    return
+                else:
+                    await anyio.sleep(max(0.0, action.until - self._clock()))
+        logger.warning("could not report idle to the broker in time; its TTL will reset us")

@@ -1,0 +1,62 @@
+"""The activity tracker: who is working or blocked right now, with the design's TTL.
+
+Only ``working`` and ``blocked`` occupy the tracker; ``idle`` is the absence of an entry.
+Each report holds for ``ttl`` seconds (:data:`~codex_presence._wire.DEFAULT_TTL` by default,
+fractional allowed) and a runner re-reports every :data:`~codex_presence._wire.HEARTBEAT`
+seconds while non-idle. There is no sweeper: every read resolves the TTL
+against the injected clock, and drops what has lapsed, so a runner that died mid-turn
+reads as idle again within the TTL whether or not anything ever runs in the background.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from codex_presence._wire import DEFAULT_TTL, ActivityState
+
+__all__ = ["ActivityTracker"]
+
+_IDLE = ActivityState.IDLE
+
+
+class ActivityTracker:
+    """Each member's reported activity in memory: ``name -> (state, expires_at)``."""
+
+    __slots__ = ("_clock", "_entries", "ttl")
+
+    def __init__(self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
+        if not ttl > 0:
+            raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
+        self.ttl = ttl
+        self._clock = clock
+        self._entries: dict[str, tuple[ActivityState, float]] = {}
+
+    def report(self, name: str, state: ActivityState) -> bool:
+        previous = self.get(name)
+        if state is _IDLE:
+            self._entries.pop(name, None)
+        else:
+            self._entries[name] = (state, self._clock() + self.ttl)
+        return previous is not state
+
+    def get(self, name: str) -> ActivityState:
+        entry = self._entries.get(name)
+        if entry is None:
+            return _IDLE
+        state, expires_at = entry
+        if self._clock() >= expires_at:
+            del self._entries[name]
+            return _IDLE
+        return state
+
+    def next_expiry(self) -> float | None:
+        now = self._clock()
+        lapsed = [name for name, (_, expires) in self._entries.items() if now >= expires]
+        for name in lapsed:
+            del self._entries[name]
+        return min((expires for _, expires in self._entries.values()), default=None)
+
+    def __len__(self) -> int:
+        """Entries held, lapsed or not (for tests and stats)."""
+        return len(self._entries)

@@ -1,0 +1,266 @@
+"""The broker over HTTP: a small Starlette app in front of a :class:`~.state.Broker`.
+
+:func:`create_app` takes the broker, the :class:`~codex_presence.broker.limits.BrokerLimits`
+and any extra routes (the web roster's), and nothing else: everything about the rules is
+the :class:`~.state.Broker`'s to configure. The handlers are the methods of one small
+class, :class:`_Endpoints`; every request body is read by the one bounded reader
+(:func:`~codex_presence.broker.http.read_body`). The fan-out task runs in the app's
+lifespan, so the server must run lifespan.
+
+Endpoints
+---------
+``POST /presence/activity``
+    Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}`` (JSON; a
+    content type, if given, must be ``application/json``). Keyed on the authenticated
+    member: nothing in the body can name anyone else. 204 on success; 401 without or with a
+    wrong token; 415 for another content type; 413 past ``max_body`` bytes (enforced while
+    reading, so a huge body is never buffered); 408 for a body still arriving after
+    ``body_timeout`` s (both :class:`~codex_presence.broker.limits.BrokerLimits`); 400
+    ``{"error": reason}`` for anything else.
+``GET /subscribe?name=<self>``
+    Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name``, 429
+    past ``max_subscribers`` streams for one member). An SSE stream held open; while it is
+    open the member's ``connected`` counts it. It is uncounted on every kind of close: a
+    clean disconnect, a broken pipe, the subscriber's death (the kernel closes the socket
+    and the server sees EOF), or the broker shutting down.
+``GET /roster``
+    Bearer auth. A JSON array of the design's Presence objects, one per team member in
+    team-file order, connected or not. ``createdAt`` and ``lastSeen`` are unix epoch
+    milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
+    subscribe and every activity report.
+``GET /whoami``
+    Bearer auth. ``{"team": name, "name": member, "role": Role | null}`` — what a client
+    needs to print ``team <name> roster:`` and the ``(you)`` marker.
+``GET /healthz``
+    No auth. ``{"status": "ok"}``.
+
+The SSE stream (for the web roster and ``roster --watch``)
+----------------------------------------------------------
+The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every event's
+``data`` is one line of JSON.
+
+``event: roster``
+    First on every stream, and again whenever a slow subscriber has fallen too far behind
+    to be sent the individual changes: ``{"team": str, "you": str, "members": [Presence,
+    ...], "privileges": {name: "admin" | "operator" | null}}`` — the whole roster, as
+    ``GET /roster`` returns it, and each member's privilege bucket. Replace everything.
+``event: presence``
+    ``Presence`` — one member's full, current object, sent when their ``connected`` or
+    their activity changed. Replace that member's row (matched by ``name``). Missing
+    ``activity`` means idle, as everywhere.
+``: keepalive``
+    A comment line every ``keepalive`` seconds while nothing else was published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from codex_presence._wire import (
+    ACTIVITY_PATH,
+    HEALTHZ_PATH,
+    ROSTER_PATH,
+    SUBSCRIBE_PATH,
+    WHOAMI_PATH,
+    ActivityState,
+)
+from codex_presence.broker.http import BodyRefused, error, json_response, read_body
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.state import Broker
+
+__all__ = ["create_app"]
+
+_STATES = {state.value: state for state in ActivityState}
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_UNAUTHORIZED_HEADERS = {"www-authenticate": 'Bearer realm="codex-presence"'}
+
+
+def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
+    return error(401, reason, _UNAUTHORIZED_HEADERS)
+
+
+def _parse_state(body: bytes) -> ActivityState | str:
+    """The reported state, or the reason the body is not exactly ``{"state": ...}``."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "body is not valid JSON"
+    if not isinstance(data, dict):
+        return 'body must be a JSON object {"state": ...}'
+    extra = sorted(set(data) - {"state"})
+    if extra:
+        keys = ", ".join(map(repr, extra))
+        return f'unexpected key(s) {keys}: the body is exactly {{"state": ...}}'
+    if "state" not in data:
+        return 'missing "state"'
+    state = data["state"]
+    if not isinstance(state, str) or state not in _STATES:
+        return '"state" must be one of "idle", "working", "blocked"'
+    return _STATES[state]
+
+
+class _Subscription:
+    """The SSE stream of one subscriber, as a raw ASGI response.
+
+    Raw so that it can watch for the client's disconnect itself while it waits to send:
+    uvicorn (ASGI spec 2.3) silently drops a send to a closed connection, so waiting for
+    ``http.disconnect`` is the only prompt way to see a subscriber that died.
+    """
+
+    def __init__(
+        self, broker: Broker, name: str, authorized: Callable[[], bool] | None = None
+    ) -> None:
+        self.broker = broker
+        self.name = name
+        self.authorized = authorized
+        """None for a bearer token (valid for the broker's life); else asked before
+        every send, so that a browser session that ended ends its stream too."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        broker = self.broker
+        broker.attach(self.name)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
+                await self._stream(send)
+                tg.cancel_scope.cancel()
+        except* OSError:
+            pass  # a send to a closed connection (ASGI 2.4 servers): the finally matters
+        finally:
+            broker.detach(self.name)
+
+    async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                scope.cancel()
+                return
+
+    async def _stream(self, send: Send) -> None:
+        broker = self.broker
+        version = broker.version
+        first = b"retry: 2000\n\n" + broker.roster_event(self.name)
+        await send({"type": "http.response.body", "body": first, "more_body": True})
+        while not broker.closing:
+            if self.authorized is not None and not self.authorized():
+                break
+            wake = broker.wake
+            if broker.version != version:
+                chunk, version = broker.since(version, you=self.name)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                continue
+            await wake.wait()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _still_authenticated(broker: Broker, request: Request, name: str) -> Callable[[], bool]:
+    def authorized() -> bool:
+        again = broker.authenticate(request)
+        return again is not None and again.name == name
+
+    return authorized
+
+
+class _Endpoints:
+    """The broker's own routes, each a method, for one broker and its limits."""
+
+    def __init__(self, broker: Broker, limits: BrokerLimits) -> None:
+        self.broker = broker
+        self.limits = limits
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route(ACTIVITY_PATH, self.activity, methods=["POST"]),
+            Route(SUBSCRIBE_PATH, self.subscribe, methods=["GET"]),
+            Route(ROSTER_PATH, self.roster, methods=["GET"]),
+            Route(WHOAMI_PATH, self.whoami, methods=["GET"]),
+            Route(HEALTHZ_PATH, self.healthz, methods=["GET"]),
+        ]
+
+    async def activity(self, request: Request) -> Response:
+        broker = self.broker
+        member = broker.authenticate_bearer(request)  # a browser session cannot report
+        if member is None:
+            return _unauthorized()
+        ctype = request.headers.get("content-type")
+        if ctype is not None and ctype.partition(";")[0].strip().lower() != "application/json":
+            return error(415, "the body must be application/json")
+        limits = self.limits
+        try:
+            body = await read_body(request, limit=limits.max_body, within=limits.body_timeout)
+        except BodyRefused as exc:
+            return error(exc.status, exc.reason, exc.headers)
+        state = _parse_state(body)
+        if not isinstance(state, ActivityState):
+            return error(400, state)
+        broker.report(member, state)
+        return Response(status_code=204)
+
+    async def subscribe(self, request: Request) -> Response | _Subscription:
+        broker = self.broker
+        authorized: Callable[[], bool] | None = None
+        member = broker.authenticate_bearer(request)
+        if member is None:  # a browser session: it can end while the stream is open
+            member = broker.authenticate(request)
+            if member is None:
+                return _unauthorized(broker.unauthorized_reason)
+            authorized = _still_authenticated(broker, request, member.name)
+        name = request.query_params.get("name")
+        if not name:
+            return error(400, "missing ?name=<self>")
+        if name != member.name:
+            return error(403, "a member may only subscribe as themselves")
+        cap = self.limits.max_subscribers
+        if broker.registry.get(name).connected >= cap:
+            return error(429, f"at most {cap} streams per member")
+        return _Subscription(broker, name, authorized)
+
+    async def roster(self, request: Request) -> Response:
+        if self.broker.authenticate(request) is None:
+            return _unauthorized(self.broker.unauthorized_reason)
+        return Response(self.broker.roster_json(), media_type="application/json")
+
+    async def whoami(self, request: Request) -> Response:
+        broker = self.broker
+        member = broker.authenticate(request)
+        if member is None:
+            return _unauthorized(broker.unauthorized_reason)
+        role = member.role.to_json() if member.role else None
+        return json_response(200, {"team": broker.team.name, "name": member.name, "role": role})
+
+    async def healthz(self, request: Request) -> Response:
+        return json_response(200, {"status": "ok"})
+
+
+def create_app(
+    broker: Broker, *, limits: BrokerLimits | None = None, routes: Sequence[BaseRoute] = ()
+) -> Starlette:
+    """The broker as an ASGI app, bounded by ``limits``; ``routes`` are added after the
+    broker's own (the web roster page goes there)."""
+    endpoints = _Endpoints(broker, limits if limits is not None else BrokerLimits())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(broker.run_fanout)
+            try:
+                yield
+            finally:
+                broker.close()
+                tg.cancel_scope.cancel()
+
+    return Starlette(routes=[*endpoints.routes(), *routes], lifespan=lifespan)

@@ -1,0 +1,114 @@
+"""The broker on a socket: uvicorn, bounded, and quick to notice a vanished peer.
+
+:class:`BrokerServer` is uvicorn for the broker app: it ends the SSE streams first on
+shutdown (else shutdown would wait for every subscriber to leave), bounds each request
+head with the limits it is given (:mod:`codex_presence.broker.http_guard`), and says when it
+listens. :func:`listen_socket` makes the listening socket, with the dead-peer settings that
+drop a subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from contextlib import suppress
+
+import uvicorn
+
+from codex_presence._wire import SILENT_STREAM_TIMEOUT
+from codex_presence.broker.http_guard import guarded_protocol
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.state import Broker
+
+__all__ = ["DEAD_PEER_TIMEOUT", "BrokerServer", "bound_socket", "listen_socket"]
+
+DEFAULT_LIMITS = BrokerLimits()
+
+
+class BrokerServer(uvicorn.Server):
+    """uvicorn for the broker app: on shutdown, end the SSE streams first (else shutdown
+    would wait for every subscriber to leave); once listening, call ``on_started``."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        broker: Broker,
+        limits: BrokerLimits = DEFAULT_LIMITS,
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
+        if config.http in ("auto", "httptools"):  # bound what a request head may cost
+            config.http = guarded_protocol(limits)
+        super().__init__(config)
+        self.broker = broker
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit and self.on_started is not None:
+            self.on_started()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.broker.close()
+        await super().shutdown(sockets)
+
+
+DEAD_PEER_TIMEOUT = SILENT_STREAM_TIMEOUT
+"""Seconds of unacknowledged data (or keep-alive probes) before a connection is dropped."""
+
+
+def _drop_dead_peers(sock: socket.socket, timeout: float) -> None:
+    """Best effort: these options are Linux's (others keep the system's defaults)."""
+    options = [
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", max(1, round(timeout / 3))),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", max(1, round(timeout / 9))),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", round(timeout * 1000)),
+    ]
+    for level, name, value in options:
+        option = getattr(socket, name, None)
+        if option is not None:
+            with suppress(OSError):
+                sock.setsockopt(level, option, value)
+
+
+def listen_socket(
+    host: str = "127.0.0.1", port: int = 0, *, dead_peer_timeout: float = DEAD_PEER_TIMEOUT
+) -> socket.socket:
+    """A listening TCP socket to hand to ``BrokerServer.run(sockets=[...])``.
+
+    Created with ``IPPROTO_TCP`` spelled out: asyncio sets ``TCP_NODELAY`` only on sockets
+    whose ``proto`` says TCP, and without it every response with a body stalls ~40 ms
+    (Nagle's algorithm against the client's delayed ACK).
+
+    A subscriber whose machine vanished (no FIN, no RST: a laptop lid, a dropped link)
+    would stay counted as connected until the kernel gives up retransmitting, ~15 minutes.
+    ``TCP_USER_TIMEOUT`` (inherited by accepted sockets, as are the keep-alive settings)
+    makes it ``dead_peer_timeout`` (:data:`DEAD_PEER_TIMEOUT`: three stream keep-alives
+    unanswered).
+    """
+    sock = bound_socket(host, port, dead_peer_timeout=dead_peer_timeout)
+    try:
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bound_socket(
+    host: str = "127.0.0.1", port: int = 0, *, dead_peer_timeout: float = DEAD_PEER_TIMEOUT
+) -> socket.socket:
+    """:func:`listen_socket` before its ``listen()``: the port is taken (nobody else can
+    bind it) while connections to it are still refused."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _drop_dead_peers(sock, dead_peer_timeout)
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    return sock

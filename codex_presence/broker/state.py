@@ -1,0 +1,291 @@
+"""The reference broker's state and rules, without HTTP: who is connected, who is doing
+what, and the fan-out of changes to every open stream.
+
+:class:`Broker` keeps the connection counts (:mod:`codex_presence.broker.connections`) and
+the activity with its TTL (:mod:`codex_presence.broker.activity`) in memory, in one
+process, as the design says; :mod:`codex_presence.broker.app` puts HTTP in front of it.
+
+TTL lapses are resolved on read (there is no sweeper in the tracker), so nothing *has* to
+happen when a report lapses. The fan-out task nevertheless wakes at the earliest TTL
+deadline, reads the members whose shown activity may have lapsed, and sends a
+``presence`` event for each one that did: a UI never has to poll ``GET /roster`` to see a
+crashed runner go idle. Changes are coalesced: at most one batch every
+``fanout_interval`` seconds (longer with many subscribers: the pause grows so that the
+fan-out stays near :data:`FANOUT_SENDS_PER_SECOND` writes per second), each batch encoded
+once and shared by every subscriber, so that a burst of reports costs each subscriber one
+write, not one per report, and a member who flips twice in a window is sent once. The
+keep-alive is a broker-wide tick published like a batch, so a waiting stream holds no
+timer of its own. ``lastSeen`` alone changing sends nothing; it rides along with the next
+event and is exact in ``GET /roster``.
+
+Authentication is in one place, :meth:`Broker.authenticate`, which asks each
+:data:`Authenticator` in turn (the bearer header first). A session cookie is added by
+passing one more authenticator to :class:`Broker`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import anyio
+import orjson
+from starlette.requests import Request
+
+from codex_presence._wire import (
+    DEFAULT_TTL,
+    KEEPALIVE,
+    PRESENCE_EVENT,
+    ROSTER_EVENT,
+    ActivityState,
+    Presence,
+    presence,
+    privilege,
+)
+from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.connections import ConnectionRegistry
+from codex_presence.broker.team import Member, Team
+
+__all__ = ["Authenticator", "Broker", "bearer_token"]
+
+logger = logging.getLogger("codex_presence.broker")
+
+Authenticator = Callable[[Request], "Member | None"]
+"""Maps a request to the member it is authenticated as, or None."""
+
+FANOUT_INTERVAL = 0.05
+FANOUT_SENDS_PER_SECOND = 5000
+_LOG_SIZE = 64
+_STATES = {state.value: state for state in ActivityState}
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None. Two such
+    headers are ambiguous (a proxy added one?): neither counts."""
+    headers = request.headers.getlist("authorization")
+    if len(headers) != 1 or not headers[0]:
+        return None
+    header = headers[0]
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def _sse(event: str, data: bytes) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+class Broker:
+    """The broker's state and rules, without HTTP."""
+
+    def __init__(
+        self,
+        *,
+        team: Team,
+        activity_ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        authenticators: Sequence[Authenticator] = (),
+        fanout_interval: float = FANOUT_INTERVAL,
+        keepalive: float = KEEPALIVE,
+    ) -> None:
+        self.team = team
+        self.registry = ConnectionRegistry()
+        self.tracker = ActivityTracker(ttl=activity_ttl, clock=clock)
+        self._clock = clock
+        self._wall_clock = wall_clock
+        bearer: Authenticator = self.authenticate_bearer
+        self._authenticators: tuple[Authenticator, ...] = (bearer, *authenticators)
+        self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
+        self._names = tuple(m.name for m in team.members)
+        self._privileges = orjson.dumps(
+            {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
+        )
+        self._encoded: dict[str, tuple[object, ActivityState, bytes]] = {}
+        self._fanout_interval = fanout_interval
+        self._keepalive = keepalive
+        self.streams = 0
+        # fan-out state
+        self.version = 0
+        self._log: deque[tuple[int, bytes]] = deque(maxlen=_LOG_SIZE)
+        self._dirty: dict[str, None] = {}
+        self._shown: dict[str, ActivityState] = {}
+        self._pending = anyio.Event()
+        self._wake = anyio.Event()
+        self.closing = False
+
+    # -- authentication ----------------------------------------------------------------
+
+    def authenticate_bearer(self, request: Request) -> Member | None:
+        """The member whose bearer token this request carries, or None. Reporting
+        activity takes this alone: it is a runner's act, never a browser's."""
+        token = bearer_token(request)
+        return None if token is None else self.team.authenticate(token)
+
+    @property
+    def unauthorized_reason(self) -> str:
+        if len(self._authenticators) > 1:
+            return "missing or wrong bearer token, and no valid browser session"
+        return "missing or wrong bearer token"
+
+    def authenticate(self, request: Request) -> Member | None:
+        """The member this request is authenticated as, by any authenticator, or None."""
+        for authenticator in self._authenticators:
+            member = authenticator(request)
+            if member is not None:
+                return member
+        return None
+
+    # -- the rules ---------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._wall_clock() * 1000)
+
+    def report(self, member: Member, state: ActivityState) -> None:
+        """``member`` reported ``state``: an emit (lastSeen ticks), maybe a change."""
+        self.registry.touch(member.name, self._now_ms())
+        if self.tracker.report(member.name, state):
+            self._changed(member.name)
+
+    def attach(self, name: str) -> None:
+        """A subscriber for ``name`` opened."""
+        self.streams += 1
+        count = self.registry.attach(name, self._now_ms())
+        logger.debug("%s subscribed (connected=%d)", name, count)
+        self._changed(name)
+
+    def detach(self, name: str) -> None:
+        """A subscriber for ``name`` closed, however it closed."""
+        self.streams -= 1
+        count = self.registry.detach(name)
+        logger.debug("%s unsubscribed (connected=%d)", name, count)
+        self._changed(name)
+
+    def presence(self, name: str) -> Presence:
+        conn = self.registry.get(name)
+        return presence(
+            name=name,
+            connected=conn.connected,
+            created_at=conn.created_at,
+            last_seen=conn.last_seen,
+            role=self._roles[name],
+            activity=self.tracker.get(name),
+        )
+
+    def roster_json(self) -> bytes:
+        """``GET /roster``'s body. Each member's encoded object is cached until their
+        connection or activity changes, because with a thousand members building and
+        encoding every object on every request is most of the request's cost."""
+        cache = self._encoded
+        get_connection = self.registry.get
+        get_activity = self.tracker.get
+        parts = []
+        for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
+            connection = get_connection(name)
+            activity = get_activity(name)
+            hit = cache.get(name)
+            if hit is None or hit[1] is not activity or hit[0] != connection:
+                hit = (connection, activity, orjson.dumps(self.presence(name)))
+                cache[name] = hit
+            parts.append(hit[2])
+        return b"[" + b",".join(parts) + b"]"
+
+    def roster_event(self, you: str) -> bytes:
+        """The stream's ``roster`` event: the whole roster, and each member's privilege
+        bucket (the page shows it without a copy of the rule)."""
+        head = orjson.dumps({"team": self.team.name, "you": you})[:-1]
+        body = b',"members":' + self.roster_json() + b',"privileges":' + self._privileges
+        return _sse(ROSTER_EVENT, head + body + b"}")
+
+    # -- fan-out -----------------------------------------------------------------------
+
+    def _changed(self, name: str) -> None:
+        self._dirty[name] = None
+        self._pending.set()
+
+    @property
+    def wake(self) -> anyio.Event:
+        """Set when a new batch is published (or the broker closes); then replaced."""
+        return self._wake
+
+    def since(self, version: int, *, you: str) -> tuple[bytes, int]:
+        """Everything published after ``version``, as bytes to send, and the new version.
+
+        A subscriber too far behind for the log gets the whole roster instead.
+        """
+        if self._log and self._log[0][0] <= version + 1:
+            chunk = b"".join(data for v, data in self._log if v > version)
+        else:
+            chunk = self.roster_event(you)
+        return chunk, self.version
+
+    def _find_lapses(self) -> None:
+        for name, shown in list(self._shown.items()):
+            if self.tracker.get(name) is not shown:
+                self._dirty[name] = None
+
+    def publish(self) -> bool:
+        """Encode the pending changes once, log them, wake every subscriber."""
+        self._find_lapses()
+        if not self._dirty:
+            return False
+        parts = []
+        for name in self._dirty:
+            p = self.presence(name)
+            activity = p.get("activity")
+            if activity is None:
+                self._shown.pop(name, None)
+            else:
+                self._shown[name] = _STATES[activity]
+            parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))
+        self._dirty.clear()
+        self._append(b"".join(parts))
+        return True
+
+    def _append(self, chunk: bytes) -> None:
+        self.version += 1
+        self._log.append((self.version, chunk))
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        wake, self._wake = self._wake, anyio.Event()
+        wake.set()
+
+    def recheck_streams(self) -> None:
+        """Wake every stream to check that it is still authorized (a browser session
+        ended); streams otherwise check at each event and keep-alive tick."""
+        self._wake_all()
+
+    async def run_fanout(self) -> None:
+        """Publish changes as they come (coalesced), TTL lapses as they fall due, and the
+        keep-alive tick when nothing else went out."""
+        quiet_since = anyio.current_time()
+        while not self.closing:
+            deadline = self.tracker.next_expiry()
+            lapse = math.inf if deadline is None else max(0.0, deadline - self._clock())
+            tick = max(0.0, quiet_since + self._keepalive - anyio.current_time())
+            with anyio.move_on_after(min(lapse, tick)):
+                await self._pending.wait()
+            self._pending = anyio.Event()
+            if self.publish():
+                quiet_since = anyio.current_time()
+                # The pause bounds the writes of the fan-out: one per stream per batch. It
+                # follows a batch only: a change after a quiet spell (or a keep-alive) goes
+                # out at once.
+                await anyio.sleep(
+                    max(self._fanout_interval, self.streams / FANOUT_SENDS_PER_SECOND)
+                )
+            elif anyio.current_time() >= quiet_since + self._keepalive:
+                self._append(b": keepalive\n\n")
+                quiet_since = anyio.current_time()
+
+    def close(self) -> None:
+        """End every stream (the server is shutting down)."""
+        self.closing = True
+        self._pending.set()
+        self._wake_all()

@@ -1,0 +1,275 @@
+"""The team file: reading, checking and writing it, and the development team.
+
+The file is TOML (read with :mod:`tomllib`, written by hand) and its shape is fixed by the
+design::
+
+    team = "acme"
+
+    [[members]]
+    name = "alice"
+    role = { title = "director", permissions = ["members.manage", "objectives.create"] }
+    token_sha256 = "<hex sha256 of alice's token>"   # or token = "..." for development
+
+Unknown keys are ignored (more may come later); every known key is checked, and a bad file
+is refused with a message naming the member and the key. A plain ``token`` is accepted for
+development with a warning, because whoever can read the file can then act as that member.
+Files are written with mode 0600. ``broker`` without ``--team`` uses :func:`dev_team`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import re
+import tempfile
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION, is_token_text
+from codex_presence.broker.team import Member, Role, Team, TeamError, hash_token, new_token
+
+__all__ = [
+    "DevTeam",
+    "dev_team",
+    "load_team",
+    "parse_member_spec",
+    "parse_team",
+    "render_team",
+    "state_dir",
+    "write_team",
+]
+
+logger = logging.getLogger("codex_presence.team")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def load_team(path: str | os.PathLike[str]) -> Team:
+    """Read and validate a team file."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise TeamError(f"{path}: no such team file") from None
+    except OSError as exc:  # a directory, no permission, an I/O error
+        raise TeamError(f"{path}: cannot read the team file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise TeamError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TeamError(f"{path}: not valid TOML: {exc}") from None
+    return parse_team(data, source=str(path))
+
+
+def parse_team(data: Mapping[str, Any], *, source: str = "team file") -> Team:
+    """Validate the parsed TOML of a team file."""
+    name = data.get("team")
+    if not isinstance(name, str) or not name.strip():
+        raise TeamError(f"{source}: 'team' must be a non-empty string")
+    raw_members = data.get("members", [])
+    if not isinstance(raw_members, list):
+        raise TeamError(f"{source}: 'members' must be an array of tables ([[members]])")
+    members = [_parse_member(raw, index, source) for index, raw in enumerate(raw_members)]
+    if not members:
+        raise TeamError(f"{source}: the team has no members")
+    try:
+        return Team(name=name, members=tuple(members))
+    except TeamError as exc:
+        raise TeamError(f"{source}: {exc}") from None
+
+
+def _parse_member(raw: object, index: int, source: str) -> Member:
+    where = f"{source}: members[{index}]"
+    if not isinstance(raw, dict):
+        raise TeamError(f"{where} must be a table")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise TeamError(
+            f"{where}: 'name' must be 1-64 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit (got {name!r})"
+        )
+    where = f"{source}: member {name!r}"
+    role = _parse_role(raw.get("role"), where)
+    has_hash = "token_sha256" in raw
+    has_plain = "token" in raw
+    if has_hash == has_plain:
+        raise TeamError(f"{where} needs exactly one of 'token_sha256' or 'token'")
+    if has_hash:
+        hexdigest = raw["token_sha256"]
+        if not isinstance(hexdigest, str) or not _HEX64.match(hexdigest.lower()):
+            raise TeamError(f"{where}: 'token_sha256' must be 64 hex digits")
+        digest = bytes.fromhex(hexdigest)
+    else:
+        token = raw["token"]
+        if not isinstance(token, str) or not is_token_text(token):
+            raise TeamError(f"{where}: 'token' must be a non-empty string without whitespace")
+        logger.warning(
+            "%s has a plain 'token': fine for development, but anyone who can read the "
+            "file can act as %s; use token_sha256 (codex-presence team init) for real teams",
+            where,
+            name,
+        )
+        digest = hash_token(token)
+    return Member(name=name, role=role, token_digest=digest)
+
+
+def _parse_role(raw: object, where: str) -> Role | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TeamError(f"{where}: 'role' must be an inline table {{ title = ..., ... }}")
+    title = raw.get("title")
+    if not isinstance(title, str):
+        raise TeamError(f"{where}: role 'title' must be a string")
+    permissions = raw.get("permissions", [])
+    if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
+        raise TeamError(f"{where}: role 'permissions' must be an array of strings")
+    return Role(title=title, permissions=tuple(permissions))
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def parse_member_spec(spec: str) -> tuple[str, Role | None]:
+    """``NAME[:TITLE[:perm,perm]]`` as ``team init --member`` takes it."""
+    name, _, rest = spec.partition(":")
+    if not _NAME.match(name):
+        raise TeamError(
+            f"--member {spec!r}: the name must be 1-64 letters, digits, '.', '_' or '-'"
+        )
+    if not rest and ":" not in spec:
+        return name, None
+    title, _, perms = rest.partition(":")
+    permissions = tuple(p.strip() for p in perms.split(",") if p.strip())
+    return name, Role(title=title, permissions=permissions)
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string. tomllib only reads, and the subset we write is tiny."""
+    out = ['"']
+    for ch in value:
+        code = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def render_team(
+    team_name: str, members: Sequence[tuple[str, Role | None, str]], *, plain: bool = False
+) -> str:
+    """The TOML text of a team file. ``members`` holds (name, role, token) triples; the
+    file gets the token's sha256, or the token itself when ``plain`` (development)."""
+    lines = [
+        "# codex-presence team file. Tokens are stored as sha256; the tokens themselves were",
+        "# printed once when this file was written.",
+        f"team = {_toml_string(team_name)}",
+    ]
+    for name, role, token in members:
+        lines.append("")
+        lines.append("[[members]]")
+        lines.append(f"name = {_toml_string(name)}")
+        if role is not None:
+            perms = ", ".join(_toml_string(p) for p in role.permissions)
+            lines.append(
+                f"role = {{ title = {_toml_string(role.title)}, permissions = [{perms}] }}"
+            )
+        if plain:
+            lines.append(f"token = {_toml_string(token)}")
+        else:
+            lines.append(f"token_sha256 = {_toml_string(hash_token(token).hex())}")
+    return "\n".join(lines) + "\n"
+
+
+def write_team(path: str | os.PathLike[str], text: str, *, force: bool = False) -> None:
+    """Write a team (or token) file with mode 0600; refuse to replace one unless ``force``."""
+    path = Path(path)
+    data = text.encode("utf-8")
+    if not force:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise TeamError(f"{path} already exists (use --force to replace it)") from None
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return
+    # Replace atomically so that a reader never sees half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+        os.close(fd)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- the development team ------------------------------------------------------------------
+
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/codex-presence``, or ``~/.local/state/codex-presence``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "codex-presence"
+
+
+@dataclass(frozen=True, slots=True)
+class DevTeam:
+    """Where ``broker`` without ``--team`` keeps its team and the one member's token."""
+
+    team_path: Path
+    token_path: Path
+    member: str
+    created: bool
+
+
+def dev_team(directory: Path | None = None, *, member: str | None = None) -> DevTeam:
+    """Reuse or make the development team: one member (the user), token in a 0600 file."""
+    directory = state_dir() if directory is None else directory
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    team_path = directory / "dev-team.toml"
+    token_path = directory / "dev-token"
+    if team_path.exists() and token_path.exists():
+        token = token_path.read_text(encoding="utf-8").strip()
+        team = load_team(team_path)
+        found = team.authenticate(token)
+        if found is not None:
+            return DevTeam(team_path, token_path, found.name, created=False)
+        logger.warning("%s does not match %s; making a new development team", token_path, team_path)
+    name = member or _user_name()
+    token = new_token()
+    write_team(token_path, token + "\n", force=True)
+    text = render_team(
+        "dev",
+        [(name, Role("developer", (ADMIN_PERMISSION, OPERATOR_PERMISSION)), token)],
+    )
+    write_team(team_path, text, force=True)
+    return DevTeam(team_path, token_path, name, created=True)
+
+
+def _user_name() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", user).lstrip("._-")[:64]
+    return cleaned or "dev"

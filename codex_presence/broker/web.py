@@ -1,0 +1,274 @@
+"""The web roster: the page the broker serves at ``/``, and its session-cookie sign-in.
+
+:class:`WebRoster` owns the browser side of the broker. It adds routes to the broker app
+(:func:`~.app.create_app`'s ``routes=``) and an :data:`~.state.Authenticator` (the
+:class:`~.state.Broker`'s ``authenticators=``) that recognises its session cookie, so that
+``/whoami``, ``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a
+bearer token (reporting activity is a runner's act and takes the bearer token alone). The
+cookie counts only on requests from the page's own origin (``Origin``, ``Sec-Fetch-Site``):
+SameSite=Strict still lets a page on another port of the same host make the browser send
+it.
+
+Routes
+------
+``GET /``
+    The live roster page (``static/roster.html``). Its script asks ``/whoami``; signed
+    out, it shows the sign-in form, signed in it opens ``EventSource('/subscribe?name=me')``
+    and redraws rows from the ``roster``/``presence`` events (the privilege bucket it shows
+    comes from the ``roster`` event: the page has no copy of the rule).
+``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
+    The page's own assets. No CDN, no external asset of any kind: the page works on an
+    air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
+``POST /session``
+    Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 204 with
+    a ``Set-Cookie`` on success; 401 for a wrong token. The cookie is HttpOnly (no script
+    can read it), SameSite=Strict (no other site can make the browser send it), Path=/,
+    and Secure when the request came over https. It holds a random session id that maps to
+    the member *here*, in memory: the token never reaches the cookie jar, and a broker
+    restart signs everyone out.
+``POST /session/logout``
+    Forget the session, expire the cookie and end the streams it opened. 204. (A session
+    that expires, or that a member's 33rd sign-in pushes out, ends its streams at their
+    next event or keep-alive.)
+
+Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
+the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
+a victim in as the attacker.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from codex_presence.broker.http import BodyRefused, read_body
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.state import Broker
+from codex_presence.broker.team import Member, Team
+
+__all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
+
+logger = logging.getLogger("codex_presence.web")
+
+COOKIE_NAME = "codex_presence_session"
+HIDE_DELAY = 5.0
+"""Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
+SESSION_TTL = 12 * 3600.0
+"""Seconds a browser session lasts before signing in again."""
+MAX_SESSIONS = 32
+"""Browser sessions per member; a new sign-in past it ends that member's oldest."""
+
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+_SECURITY_HEADERS = {
+    "content-security-policy": _CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
+_ASSETS = {
+    "roster.js": "text/javascript; charset=utf-8",
+    "roster.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("codex_presence.broker").joinpath("static", name).read_bytes()
+
+
+def _json(status: int, data: object, headers: dict[str, str] | None = None) -> Response:
+    headers = {**_SECURITY_HEADERS, **(headers or {})}
+    return Response(orjson.dumps(data), status, headers, "application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    member: str
+    expires: float
+
+
+class WebRoster:
+    """The page, its assets and the cookie sessions, for one broker's team.
+
+    ``hide_delay`` is written into the page (a ``?hideDelay=<ms>`` query parameter
+    overrides it, for tests). ``clock`` (monotonic seconds) times the sessions out.
+    ``limits`` bound the sign-in form (``max_form`` bytes within ``body_timeout`` s).
+    ``secure_cookie`` forces the Secure attribute on or off; by default it follows the
+    request's scheme, so that plain-HTTP loopback works and a TLS proxy gets Secure.
+    """
+
+    def __init__(
+        self,
+        *,
+        team: Team,
+        hide_delay: float = HIDE_DELAY,
+        session_ttl: float = SESSION_TTL,
+        max_sessions: int = MAX_SESSIONS,
+        secure_cookie: bool | None = None,
+        limits: BrokerLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.team = team
+        self.hide_delay = hide_delay
+        self.session_ttl = session_ttl
+        self.max_sessions = max_sessions
+        self.secure_cookie = secure_cookie
+        self.limits = limits if limits is not None else BrokerLimits()
+        self._clock = clock
+        # Oldest first, so that the cap drops the session least recently made.
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        page = _asset("roster.html").decode("utf-8")
+        delay_ms = str(round(hide_delay * 1000))
+        self._page = page.replace("{{HIDE_DELAY_MS}}", delay_ms).encode("utf-8")
+        self._assets = {name: _asset(name) for name in _ASSETS}
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def sign_in(self, token: str) -> str | None:
+        """A new session id for the member whose token this is, or None."""
+        member = self.team.authenticate(token)
+        if member is None:
+            return None
+        self._expire()
+        mine = [sid for sid, s in self._sessions.items() if s.member == member.name]
+        for session_id in mine[: max(0, len(mine) - self.max_sessions + 1)]:
+            del self._sessions[session_id]  # the member's oldest: nobody else's
+        session_id = secrets.token_urlsafe(32)
+        self._sessions[session_id] = _Session(member.name, self._clock() + self.session_ttl)
+        return session_id
+
+    def sign_out(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def member_of(self, session_id: str) -> Member | None:
+        """The member a session id belongs to, or None (unknown or expired)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if session.expires <= self._clock():
+            del self._sessions[session_id]
+            return None
+        return self.team.member(session.member)
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for session_id in [k for k, s in self._sessions.items() if s.expires <= now]:
+            del self._sessions[session_id]
+
+    def authenticate(self, request: Request) -> Member | None:
+        """The broker :data:`~.state.Authenticator` for the session cookie, on requests
+        from the page's own origin only."""
+        session_id = request.cookies.get(COOKIE_NAME)
+        if not session_id or not self._same_origin(request):
+            return None
+        return self.member_of(session_id)
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def routes(self, broker: Broker) -> list[BaseRoute]:
+        """The routes to pass to ``create_app(routes=...)``, for ``broker`` (whose streams
+        a sign-out ends at once)."""
+
+        async def sign_out(request: Request) -> Response:
+            return await self._sign_out_route(request, broker)
+
+        return [
+            Route("/", self._page_route, methods=["GET"]),
+            Route("/static/{name}", self._asset_route, methods=["GET"]),
+            Route("/session", self._sign_in_route, methods=["POST"]),
+            Route("/session/logout", sign_out, methods=["POST"]),
+        ]
+
+    async def _page_route(self, request: Request) -> Response:
+        return Response(self._page, 200, _SECURITY_HEADERS, "text/html; charset=utf-8")
+
+    async def _asset_route(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self._assets:
+            return _json(404, {"error": "no such asset"})
+        return Response(self._assets[name], 200, _SECURITY_HEADERS, _ASSETS[name])
+
+    def _cross_site(self, request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin is None:
+            return False  # not a browser, or a same-origin GET-ish request: SameSite rules
+        host = request.headers.get("host", "")
+        return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
+
+    def _same_origin(self, request: Request) -> bool:
+        """Whether a request carrying the cookie comes from the page itself. A browser
+        says where a request comes from in ``Sec-Fetch-Site`` (``none``: typed or
+        bookmarked) and, on cross-origin and non-GET requests, in ``Origin``; same-site
+        is not enough (another port of this host is the same site)."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return False
+        return not self._cross_site(request)
+
+    def _secure(self, request: Request) -> bool:
+        if self.secure_cookie is not None:
+            return self.secure_cookie
+        return request.url.scheme == "https"
+
+    async def _sign_in_route(self, request: Request) -> Response:
+        if self._cross_site(request):
+            return _json(403, {"error": "cross-site sign-in refused"})
+        ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ctype != "application/x-www-form-urlencoded":
+            return _json(415, {"error": "the body must be a form: token=<member token>"})
+        limits = self.limits
+        try:
+            body = await read_body(
+                request, limit=limits.max_form, within=limits.body_timeout, what="form"
+            )
+        except BodyRefused as exc:
+            return _json(exc.status, {"error": exc.reason}, exc.headers)
+        try:
+            form = parse_qs(body.decode("utf-8"), max_num_fields=8)
+        except (UnicodeDecodeError, ValueError):
+            return _json(400, {"error": "the form is not valid"})
+        token = (form.get("token") or [""])[0].strip()
+        session_id = self.sign_in(token) if token else None
+        if session_id is None:
+            logger.info("web sign-in refused from %s", request.client)
+            return _json(401, {"error": "that token is not a member's token"})
+        name = self._sessions[session_id].member
+        logger.info("web sign-in: %s", name)
+        response = Response(status_code=204, headers=_SECURITY_HEADERS)
+        response.set_cookie(
+            COOKIE_NAME,
+            session_id,
+            max_age=round(self.session_ttl),
+            path="/",
+            secure=self._secure(request),
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    async def _sign_out_route(self, request: Request, broker: Broker) -> Response:
+        if self._cross_site(request):
+            return _json(403, {"error": "cross-site sign-out refused"})
+        session_id = request.cookies.get(COOKIE_NAME)
+        if session_id:
+            self.sign_out(session_id)
+            broker.recheck_streams()  # the session's streams end now
+        response = Response(status_code=204, headers=_SECURITY_HEADERS)
+        response.delete_cookie(
+            COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"
+        )
+        return response

@@ -1,0 +1,1 @@
+"""The ``codex-presence`` command line: one module per subcommand, each import-light."""

@@ -1,0 +1,148 @@
+"""``codex-presence broker``: the reference presence broker on uvicorn, loopback by default."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+
+HELP = "run the reference presence broker"
+
+_EPILOG = """\
+Without --team, a development team (one member: you) is made in
+$XDG_STATE_HOME/codex-presence (or ~/.local/state/codex-presence) and the broker says
+where your token is. The broker speaks plain HTTP: keep it on loopback, or put a TLS
+proxy in front of it.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE
+
+    parser.epilog = _EPILOG
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
+    )
+    parser.add_argument("--team", metavar="FILE", help="the team file (TOML)")
+    parser.add_argument(
+        "--activity-ttl",
+        type=float,
+        default=DEFAULT_TTL,
+        metavar="SECONDS",
+        help="how long a working/blocked report holds without a heartbeat "
+        f"(default: {DEFAULT_TTL:g})",
+    )
+    parser.add_argument(
+        "--keepalive",
+        type=float,
+        default=KEEPALIVE,
+        metavar="SECONDS",
+        help=f"SSE keep-alive comment interval (default: {KEEPALIVE:g})",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    parser.add_argument("--log-file", metavar="FILE", help="log here instead of stderr")
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host that only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str) -> str | None:
+    """What to say when ``host`` lets other machines in (the broker has no TLS)."""
+    if is_loopback(host):
+        return None
+    return (
+        f"listening on {host}, reachable from other machines, over plain HTTP: tokens and "
+        "presence travel unencrypted; put a TLS proxy in front"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import socket
+    import sys
+
+    import uvicorn
+
+    from codex_presence.broker.app import create_app
+    from codex_presence.broker.server import BrokerServer, listen_socket
+    from codex_presence.broker.state import Broker
+    from codex_presence.broker.team import TeamError
+    from codex_presence.broker.team_file import dev_team, load_team
+    from codex_presence.broker.web import WebRoster
+    from codex_presence.cli.main import UsageError, setup_logging
+
+    setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    logger = logging.getLogger("codex_presence.broker")
+    if not args.activity_ttl > 0:
+        raise UsageError("--activity-ttl must be positive")
+    if not args.keepalive > 0:
+        raise UsageError("--keepalive must be positive")
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0..65535")
+    try:
+        if args.team:
+            team = load_team(args.team)
+        else:
+            dev = dev_team()
+            team = load_team(dev.team_path)
+            logger.info(
+                "no --team: development team %s (member %r); your token is in %s "
+                "(export CODEX_PRESENCE_TOKEN_FILE=%s)",
+                dev.team_path,
+                dev.member,
+                dev.token_path,
+                dev.token_path,
+            )
+    except TeamError as exc:
+        raise UsageError(str(exc)) from None
+    warning = exposure_warning(args.host)
+    if warning:
+        logger.warning("%s", warning)
+
+    web = WebRoster(team=team)  # the page at / and its session cookie
+    broker = Broker(
+        team=team,
+        activity_ttl=args.activity_ttl,
+        keepalive=args.keepalive,
+        authenticators=[web.authenticate],
+    )
+    app = create_app(broker, routes=web.routes(broker))
+
+    try:
+        sock = listen_socket(args.host, args.port)
+    except OSError as exc:
+        sys.stderr.write(f"codex-presence broker: cannot bind {args.host}:{args.port}: {exc}\n")
+        return 1
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+
+    def announce() -> None:
+        sys.stderr.write(
+            f"codex-presence broker: listening on {url} "
+            f"(team {team.name}, {len(team.members)} members)\n"
+        )
+        sys.stderr.flush()
+
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level=logging.DEBUG if args.verbose > 1 else logging.WARNING,
+        access_log=args.verbose > 1,
+        timeout_graceful_shutdown=3,
+        lifespan="on",
+    )
+    try:
+        BrokerServer(config, broker=broker, on_started=announce).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0

@@ -1,0 +1,225 @@
+"""The demo: the whole system on one machine, from a bundled real codex session.
+
+An embedded broker on a free loopback port; a member ``codex-agent`` whose daemon side is
+wrap's own — the recorded session is played through the codex mapping in real time (scaled
+by ``speed``) and every transition goes to the same broker link that ``wrap`` uses
+(:class:`~codex_presence.agent.broker_link.BrokerLink`: the activity reporter and the
+agent's SSE subscription); and a watcher (``alice``) that draws the live roster from the
+broker's own SSE stream with ``roster --watch``'s code. No codex binary, no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from codex_presence.broker.team import Team
+    from codex_presence.core.activity import Transition
+    from codex_presence.core.recording import Entry
+    from codex_presence.core.timeline import TimelineRow
+
+__all__ = [
+    "DEFAULT_FIXTURE",
+    "HELP",
+    "DemoResult",
+    "bundled_fixtures",
+    "configure",
+    "run",
+    "run_demo",
+]
+
+HELP = "run an embedded broker and play a real recorded codex session through the pipeline"
+
+_EPILOG = """\
+Starts a broker on a free loopback port, plays a recorded codex 0.169.0 session through
+the codex mapping, the activity reporter and the broker in real time, and shows the live
+roster as it changes: a spinner while the agent works, "needs input" while it waits on a
+human. It ends with the final roster and the session's timeline. No codex binary, no
+network, no setup.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = _EPILOG
+    parser.add_argument(
+        "--session",
+        metavar="NAME",
+        default=None,
+        help="which bundled session to play (default: demo_session); --list shows them",
+    )
+    parser.add_argument("--list", action="store_true", help="list the bundled sessions")
+    parser.add_argument(
+        "--speed", type=float, default=1.0, metavar="X", help="play X times faster (default: 1)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    import anyio
+
+    from codex_presence.cli.main import UsageError, setup_logging
+
+    setup_logging(quiet=True)
+    fixtures = bundled_fixtures()
+    if args.list:
+        sys.stdout.write("".join(f"{name}\n" for name in fixtures))
+        return 0
+    if not args.speed > 0:
+        raise UsageError("--speed must be a positive number")
+    name = args.session or (DEFAULT_FIXTURE if DEFAULT_FIXTURE in fixtures else None)
+    if name is None and fixtures:
+        name = next(iter(fixtures))
+    if name not in fixtures:
+        raise UsageError(f"no bundled session {name!r}; try --list")
+    result = anyio.run(lambda: run_demo(fixture=fixtures[name], speed=args.speed, out=sys.stdout))
+    sys.stdout.write(summary(result) + "\n")
+    return 0
+
+
+DEFAULT_FIXTURE = "demo_session"
+AGENT = "codex-agent"
+WATCHER = "alice"
+FIXTURE_DIR = "codex-0.169.0"
+
+
+def bundled_fixtures() -> dict[str, Path]:
+    """Recorded sessions shipped with the package (or beside it, in a source checkout)."""
+    candidates = [
+        Path(str(resources.files("codex_presence"))) / "_fixtures" / FIXTURE_DIR,
+        Path(__file__).resolve().parents[2] / "fixtures" / FIXTURE_DIR,
+    ]
+    for directory in candidates:
+        if directory.is_dir():
+            return {p.stem: p for p in sorted(directory.glob("*.jsonl"))}
+    return {}
+
+
+@dataclass
+class DemoResult:
+    timeline: list[TimelineRow] = field(default_factory=list)
+    roster: list[dict[str, Any]] = field(default_factory=list)
+    team: str = ""
+    reports: int = 0
+
+
+def _team() -> tuple[Team, dict[str, str]]:
+    from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION
+    from codex_presence.broker.team import Member, Role, Team, hash_token, new_token
+
+    tokens = {name: new_token() for name in (AGENT, WATCHER, "scout")}
+    roles = {
+        WATCHER: Role("director", (ADMIN_PERMISSION, OPERATOR_PERMISSION)),
+        AGENT: Role("engineer"),
+        "scout": Role("scout", (OPERATOR_PERMISSION,)),
+    }
+    members = tuple(Member(n, roles[n], hash_token(t)) for n, t in tokens.items())
+    return Team(name="demo", members=members), tokens
+
+
+async def run_demo(*, fixture: Path, speed: float = 1.0, out: TextIO) -> DemoResult:
+    """Play ``fixture`` through mapping → broker link (wrap's reporter and subscription)
+    → broker, with ``roster --watch``'s live view of it on ``out``."""
+    import anyio
+    import uvicorn
+
+    from codex_presence._wire import Whoami
+    from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
+    from codex_presence.broker.app import create_app
+    from codex_presence.broker.server import BrokerServer, listen_socket
+    from codex_presence.broker.state import Broker
+    from codex_presence.cli.roster import watch
+    from codex_presence.client.api import fetch_roster
+    from codex_presence.client.auth import make_async_client
+    from codex_presence.core.recording import read_entries
+
+    team, tokens = _team()
+    broker = Broker(team=team, fanout_interval=0.02)
+    sock = listen_socket("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = uvicorn.Config(create_app(broker), log_config=None, log_level="warning", lifespan="on")
+    server = BrokerServer(config, broker=broker)
+    entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
+    result = DemoResult(team=team.name)
+    link = BrokerLink(BrokerSettings(url=url, token=tokens[AGENT], name=AGENT))
+
+    async with (
+        make_async_client(url, tokens[WATCHER]) as watcher,
+        anyio.create_task_group() as tg,
+    ):
+        started = anyio.Event()
+        server.on_started = started.set
+        tg.start_soon(lambda: server.serve(sockets=[sock]))
+        with anyio.fail_after(10):
+            await started.wait()
+        out.write(f"demo: broker on {url}; playing {fixture.name} at {speed:g}x\n")
+        out.flush()
+        watching = anyio.CancelScope()
+
+        async def watch_roster() -> None:
+            with watching:
+                await watch(watcher, Whoami(team=team.name, name=WATCHER), out)
+
+        tg.start_soon(watch_roster)
+        async with link.session():
+            await _play(entries, speed, link.observe, result)
+            await anyio.sleep(0.5)  # let the last state show
+        if link.reporter is not None:
+            result.reports = link.reporter.posts
+        await anyio.sleep(0.2)
+        result.roster = await fetch_roster(watcher)
+        watching.cancel()
+        server.should_exit = True  # a graceful stop: the broker ends its streams first
+    sock.close()
+    return result
+
+
+async def _play(
+    entries: list[Entry],
+    speed: float,
+    observe: Callable[[Transition], object],
+    result: DemoResult,
+) -> None:
+    """Feed the session to the mapping at its pace; each transition goes to ``observe``,
+    as the relay hands wrap's transitions to the broker link."""
+    from codex_presence.cli.replay import paced
+    from codex_presence.core.activity import ActivityState, Transition
+    from codex_presence.core.timeline import TimelineBuilder
+
+    builder = TimelineBuilder()
+    state = ActivityState.IDLE
+
+    def note(row: TimelineRow | None) -> None:
+        nonlocal state
+        if row is not None:
+            result.timeline.append(row)
+            new = ActivityState(row.state)
+            observe(Transition(previous=state, state=new, cause=row.cause))
+            state = new
+
+    async for entry in paced(entries, speed):
+        note(builder.feed(entry))
+    note(builder.finish())
+
+
+def summary(result: DemoResult) -> str:
+    """The final roster and the session's timeline, as the demo ends with them."""
+    from codex_presence.client.roster_text import roster_text
+
+    lines = [
+        "",
+        "final roster:",
+        roster_text(result.team, result.roster, you=WATCHER),
+        "",
+        "timeline (seconds into the session, new state, the codex message that caused it):",
+    ]
+    for row in result.timeline:
+        when = "-" if row.t is None else f"{row.t:7.3f}"
+        lines.append(f"  {when}  {row.state:<8} {row.cause}")
+    lines.append(f"\n{result.reports} activity reports sent to the broker.")
+    return "\n".join(lines)

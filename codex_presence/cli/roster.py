@@ -1,0 +1,140 @@
+"""``codex-presence roster``: the team roster from a broker, once or live."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    import httpx
+
+    from codex_presence._wire import Whoami
+
+HELP = "print the team roster from a broker (--watch: live)"
+
+_EPILOG = """\
+The token comes from --token-file FILE or $CODEX_PRESENCE_TOKEN. --watch holds a
+subscription (so you count as connected) and redraws on every change: a spinner for a
+member who is working, "needs input" for one who is blocked. When the stream is lost
+(the broker restarted, the network dropped) it says so under the last roster and
+reconnects with backoff; only a refused token, or Ctrl-C, ends it.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from codex_presence.client.auth import add_client_options
+
+    parser.epilog = _EPILOG
+    add_client_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the raw roster JSON")
+    parser.add_argument("--watch", action="store_true", help="redraw live from the SSE stream")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    import anyio
+
+    from codex_presence.cli.main import UsageError, setup_logging
+    from codex_presence.client.api import BrokerError
+    from codex_presence.client.auth import TokenError, read_token
+
+    setup_logging(quiet=True)
+    try:
+        token = read_token(token_file=args.token_file)
+    except TokenError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.broker:
+        raise UsageError("no broker: pass --broker URL or set CODEX_PRESENCE_BROKER")
+    try:
+        anyio.run(_roster, args, token)
+    except BrokerError as exc:
+        sys.stderr.write(f"codex-presence roster: {exc}\n")
+        return 1
+    return 0
+
+
+async def _roster(args: argparse.Namespace, token: str) -> None:
+    import sys
+
+    import orjson
+
+    from codex_presence.cli.main import UsageError
+    from codex_presence.client.api import fetch_roster, fetch_whoami
+    from codex_presence.client.auth import make_async_client
+    from codex_presence.client.roster_text import roster_text
+
+    async with make_async_client(args.broker, token) as client:
+        me = await fetch_whoami(client)
+        if args.name and args.name != me.name:
+            raise UsageError(f"the token is {me.name!r}'s, not {args.name!r}'s")
+        if args.watch:
+            await watch(client, me, sys.stdout)
+        roster = await fetch_roster(client)
+    if args.json:
+        sys.stdout.write(orjson.dumps(roster).decode() + "\n")
+    else:
+        sys.stdout.write(roster_text(me.team, roster, you=me.name) + "\n")
+
+
+async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
+    """Draw the roster on ``out``, then redraw on every event; animate the spinner while
+    anyone works.
+
+    A lost stream (the broker restarted, the network dropped) is retried with backoff, the
+    last roster staying on screen under a line that says so; only a refused token ends it,
+    with :class:`~codex_presence.client.api.TokenRefused`.
+    """
+    import anyio
+
+    from codex_presence.client.api import token_refused
+    from codex_presence.client.roster_text import watch_text
+    from codex_presence.client.stream import ConnectionState, RosterStream, RosterView
+
+    tty = out.isatty()
+    status = ""
+    """Empty while the stream is live; otherwise why it is not, shown under the roster."""
+    frame = 0
+    last = ""
+    view = RosterView(team=me.team)
+
+    def draw() -> None:
+        nonlocal last
+        text = watch_text(view.team, view.members.values(), you=me.name, frame=frame)
+        if status:
+            text += f"\n({status})"
+        if text == last:
+            return
+        last = text
+        out.write("\x1b[H\x1b[J" + text + "\n" if tty else text + "\n\n")
+        out.flush()
+
+    def on_roster(new: RosterView) -> None:
+        nonlocal view
+        view = new
+        draw()
+
+    def on_change(state: ConnectionState) -> None:
+        nonlocal status
+        if state is ConnectionState.ONLINE:
+            status = ""
+        elif state is ConnectionState.OFFLINE and stream.retry_in is not None:
+            status = f"{stream.reason}; reconnecting in {stream.retry_in:.1f} s"
+            draw()
+
+    async def spin() -> None:
+        nonlocal frame
+        while True:
+            await anyio.sleep(0.1)
+            if tty and any(p.get("activity") == "working" for p in view.members.values()):
+                frame += 1
+                draw()
+
+    stream = RosterStream(client, me.name, on_change=on_change, on_roster=on_roster)
+    async with anyio.create_task_group() as tg:
+        if tty:
+            tg.start_soon(spin)
+        await stream.run()
+        tg.cancel_scope.cancel()
+    assert stream.refused is not None  # run() returns only then
+    raise token_refused(client, stream.refused)

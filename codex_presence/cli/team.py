@@ -1,0 +1,76 @@
+"""``codex-presence team init``: write a team file with fresh tokens, each printed once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "write a team file for the broker, with fresh member tokens"
+
+_EPILOG = """\
+example:
+  codex-presence team init team.toml --team acme \\
+      --member alice:director:members.manage,objectives.create \\
+      --member builder:engineer --member scout:scout:objectives.create
+
+Each token is printed once on stdout (NAME<TAB>TOKEN); the file keeps only their sha256
+and is written with mode 0600. Give each member their token, e.g. in a 0600 file for
+--token-file, or in $CODEX_PRESENCE_TOKEN.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="team_action", metavar="ACTION", required=True)
+    init = actions.add_parser(
+        "init",
+        help="write a new team file",
+        description="Write a new team file with a fresh random token per member.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    init.add_argument("file", metavar="FILE", help="the team file to write (TOML)")
+    init.add_argument(
+        "--member",
+        "-m",
+        dest="members",
+        metavar="NAME[:TITLE[:perm,perm]]",
+        action="append",
+        required=True,
+        help="a member, with an optional role title and permissions (repeat)",
+    )
+    init.add_argument(
+        "--team", dest="team_name", metavar="NAME", default="team", help="the team's name"
+    )
+    init.add_argument("--force", action="store_true", help="replace an existing file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from codex_presence.broker.team import TeamError, new_token
+    from codex_presence.broker.team_file import parse_member_spec, render_team, write_team
+    from codex_presence.cli.main import UsageError
+
+    try:
+        specs = [parse_member_spec(spec) for spec in args.members]
+    except TeamError as exc:
+        raise UsageError(str(exc)) from None
+    names = [name for name, _ in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"member(s) given twice: {', '.join(dupes)}")
+    if not args.team_name.strip():
+        raise UsageError("--team must not be empty")
+    members = [(name, role, new_token()) for name, role in specs]
+    try:
+        write_team(args.file, render_team(args.team_name, members), force=args.force)
+    except TeamError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        sys.stderr.write(f"codex-presence team: cannot write {args.file}: {exc.strerror}\n")
+        return 1
+    for name, _, token in members:
+        sys.stdout.write(f"{name}\t{token}\n")
+    sys.stderr.write(
+        f"codex-presence team: wrote {args.file} ({len(members)} members, mode 0600). "
+        "The tokens above are shown only now; the file keeps their sha256.\n"
+    )
+    return 0

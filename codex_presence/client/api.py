@@ -1,0 +1,112 @@
+"""The broker's JSON endpoints as a member calls them: ``GET /whoami`` and ``GET /roster``.
+
+One fetch for each, used by everything that asks: ``wrap`` (whose token is this?),
+``roster``, the MCP tool and the demo. Each either returns the answer or raises one
+:class:`BrokerError` saying why not, in words fit for a user and never holding the token:
+
+* :class:`BrokerUnreachable` — no answer at all (the broker is down, the URL is wrong);
+* :class:`TokenRefused` — 401/403: the token is not (or no longer) a member's;
+* :class:`NotABroker` — an answer that is not a broker's JSON (a proxy's sign-in page, a
+  dev server's fallback route);
+* :class:`BrokerError` itself — another HTTP status.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from codex_presence._wire import ROSTER_PATH, WHOAMI_PATH, Whoami, parse_whoami
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "BrokerError",
+    "BrokerUnreachable",
+    "NotABroker",
+    "TokenRefused",
+    "fetch_roster",
+    "fetch_whoami",
+    "token_refused",
+]
+
+
+class BrokerError(Exception):
+    """The broker did not give the answer asked for; the message says why."""
+
+
+class BrokerUnreachable(BrokerError):
+    """No HTTP answer at all."""
+
+
+class TokenRefused(BrokerError):
+    """401/403: the broker does not take this token."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotABroker(BrokerError):
+    """An answer, but not a codex-presence broker's JSON."""
+
+    def __init__(self, message: str, content_type: str) -> None:
+        super().__init__(message)
+        self.content_type = content_type
+
+
+def _where(client: httpx.AsyncClient) -> str:
+    return str(client.base_url).rstrip("/")
+
+
+async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response:
+    """The 200 response to ``GET path``, or the :class:`BrokerError` saying why not."""
+    import httpx
+
+    try:
+        response = await client.get(path)
+    except httpx.HTTPError as exc:
+        raise BrokerUnreachable(
+            f"cannot reach the presence broker at {_where(client)}: {exc or type(exc).__name__}"
+        ) from None
+    status = response.status_code
+    if status in (401, 403):
+        raise token_refused(client, status)
+    if status != 200:
+        raise BrokerError(f"GET {path}: HTTP {status} {response.text[:200]}".rstrip())
+    return response
+
+
+def token_refused(client: httpx.AsyncClient, status: int) -> TokenRefused:
+    """What to raise when the broker behind ``client`` refused its token with ``status``."""
+    return TokenRefused(f"the broker at {_where(client)} refused the token ({status})", status)
+
+
+def _not_a_broker(client: httpx.AsyncClient, response: httpx.Response, path: str) -> NotABroker:
+    kind = response.headers.get("content-type", "no content type")
+    return NotABroker(
+        f"GET {path}: {_where(client)} is not a codex-presence broker "
+        f"(it answered {kind}, not a codex-presence broker's JSON)",
+        kind,
+    )
+
+
+async def fetch_whoami(client: httpx.AsyncClient) -> Whoami:
+    """Whose token ``client`` carries, and in which team."""
+    response = await _get(client, WHOAMI_PATH)
+    me = parse_whoami(response.content)
+    if me is None:
+        raise _not_a_broker(client, response, WHOAMI_PATH)
+    return me
+
+
+async def fetch_roster(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """The team's roster: one Presence object per member, in team-file order."""
+    response = await _get(client, ROSTER_PATH)
+    try:
+        roster = response.json()
+    except ValueError:
+        raise _not_a_broker(client, response, ROSTER_PATH) from None
+    if not isinstance(roster, list):
+        raise _not_a_broker(client, response, ROSTER_PATH)
+    return roster

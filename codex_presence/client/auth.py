@@ -1,0 +1,82 @@
+"""How a member reaches its broker: the options that say where, the token, the HTTP client.
+
+The token comes from ``--token-file FILE`` or else ``$CODEX_PRESENCE_TOKEN`` — never from a
+flag carrying the token itself (argv is world-readable in ``ps``), and it is never logged.
+A token file that group or others can read draws a warning. The client made here sends the
+token on every request. ``wrap``, ``roster``, ``mcp`` and the demo all start here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from codex_presence._wire import DEFAULT_BROKER, TOKEN_ENV, is_token_text
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["TokenError", "add_client_options", "make_async_client", "read_token"]
+
+logger = logging.getLogger("codex_presence.client")
+
+
+class TokenError(Exception):
+    """No usable token (the message never contains the token)."""
+
+
+def add_client_options(
+    parser: argparse.ArgumentParser, *, broker_default: str | None = DEFAULT_BROKER
+) -> None:
+    """``--broker``, ``--name`` and ``--token-file`` (each also from ``CODEX_PRESENCE_*``)."""
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        default=broker_default,
+        help=f"the presence broker (default: {broker_default or 'none'})",
+    )
+    parser.add_argument("--name", metavar="NAME", help="your member name on the team")
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"file holding your member token (default: ${TOKEN_ENV})",
+    )
+
+
+def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The member token: from ``token_file`` if given, else from ``$CODEX_PRESENCE_TOKEN``."""
+    if token_file:
+        path = Path(token_file)
+        try:
+            mode = path.stat().st_mode
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise TokenError(f"cannot read token file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise TokenError(f"token file {path} is not text (UTF-8)") from None
+        if mode & (stat.S_IRGRP | stat.S_IROTH):
+            logger.warning("token file %s is readable by group or others; chmod 600 it", path)
+        token, where = text.strip(), f"token file {path}"
+    else:
+        env = os.environ if environ is None else environ
+        token, where = env.get(TOKEN_ENV, "").strip(), f"${TOKEN_ENV}"
+        if not token:
+            raise TokenError(f"no token: set ${TOKEN_ENV} or pass --token-file FILE")
+    if not token:
+        raise TokenError(f"{where} is empty")
+    if not is_token_text(token):
+        raise TokenError(f"{where} holds whitespace or non-ASCII characters inside the token")
+    return token
+
+
+def make_async_client(broker: str, token: str, *, timeout: float = 5.0) -> httpx.AsyncClient:
+    """A client for ``broker`` that sends the token on every request."""
+    import httpx
+
+    headers = {"authorization": f"Bearer {token}"}
+    return httpx.AsyncClient(base_url=broker, headers=headers, timeout=timeout)

@@ -1,0 +1,153 @@
+"""The one SSE follow loop: hold ``GET /subscribe?name=<self>`` for as long as it takes.
+
+While the stream is open the broker counts the member as connected. :class:`RosterStream`
+connects, reads the events, and when the stream drops (the broker restarted, the network
+went away, or it stayed silent past ``read_timeout`` although the broker sends keep-alives)
+reconnects with capped, jittered backoff (:func:`~codex_presence.core.backoff.reconnect_backoff`).
+A 401/403 ends it: a wrong token or name will not fix itself.
+
+Its state — ``connecting``, ``online``, ``offline`` — goes to ``on_change`` on every change,
+with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.retry_in`
+(when it tries again) to read. Whoever wants the roster itself passes ``on_roster``: the
+stream then parses the ``roster`` and ``presence`` events into one :class:`RosterView`
+and calls back after each; without it the events are not even parsed. Users: wrap's
+connection presence (:mod:`codex_presence.agent.subscription`), ``roster --watch`` and the
+demo's watcher.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from httpx_sse import ServerSentEvent, aconnect_sse
+
+from codex_presence._wire import (
+    PRESENCE_EVENT,
+    ROSTER_EVENT,
+    SILENT_STREAM_TIMEOUT,
+    SUBSCRIBE_PATH,
+)
+from codex_presence.core.backoff import Backoff, reconnect_backoff
+
+__all__ = ["ConnectionState", "RosterStream", "RosterView"]
+
+
+class ConnectionState(enum.StrEnum):
+    CONNECTING = "connecting"
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+
+@dataclass
+class RosterView:
+    """The roster as the stream has told it so far."""
+
+    team: str = ""
+    members: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Presence objects by name, in roster order."""
+    privileges: dict[str, str | None] = field(default_factory=dict)
+    """Each member's privilege bucket, as the broker computed it."""
+
+
+class RosterStream:
+    """One member's live subscription, kept open across broker restarts."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        name: str,
+        *,
+        backoff: Backoff | None = None,
+        read_timeout: float = SILENT_STREAM_TIMEOUT,
+        on_change: Callable[[ConnectionState], None] | None = None,
+        on_roster: Callable[[RosterView], None] | None = None,
+    ) -> None:
+        self._client = client
+        self.name = name
+        self._backoff = backoff if backoff is not None else reconnect_backoff()
+        self._read_timeout = read_timeout
+        self._on_change = on_change
+        self._on_roster = on_roster
+        self.state = ConnectionState.OFFLINE
+        self.view = RosterView()
+        self.connects = 0
+        self.reason = ""
+        """Why the stream last ended (empty while it never did)."""
+        self.retry_in: float | None = None
+        """Seconds until the next attempt, while offline; None once refused."""
+        self.refused: int | None = None
+        """The HTTP status (401 or 403) that ended the attempts for good."""
+
+    def _set(self, state: ConnectionState) -> None:
+        if state is not self.state:
+            self.state = state
+            self._changed(state)
+
+    def _changed(self, state: ConnectionState) -> None:
+        """The state changed (a subclass may say so too)."""
+        if self._on_change is not None:
+            self._on_change(state)
+
+    async def run(self) -> None:
+        """Stay subscribed until cancelled; returns when the broker refuses for good."""
+        while True:
+            self._set(ConnectionState.CONNECTING)
+            self.reason = await self._hold_once()
+            if self.refused is not None:
+                self.retry_in = None
+                self._set(ConnectionState.OFFLINE)
+                return
+            self.retry_in = self._backoff.next_delay()
+            self._set(ConnectionState.OFFLINE)
+            await anyio.sleep(self.retry_in)
+
+    async def _hold_once(self) -> str:
+        """One subscription, from connect to close; returns why it ended."""
+        timeout = httpx.Timeout(5.0, read=self._read_timeout)
+        params = {"name": self.name}
+        try:
+            async with aconnect_sse(
+                self._client, "GET", SUBSCRIBE_PATH, params=params, timeout=timeout
+            ) as source:
+                status = source.response.status_code
+                if status in (401, 403):
+                    self.refused = status
+                    return f"the broker refused the subscription (HTTP {status}); not retrying"
+                if status != 200:
+                    await source.response.aread()
+                    return f"subscribe: HTTP {status} {source.response.text[:200]}".rstrip()
+                self.connects += 1
+                self._backoff.reset()
+                self._set(ConnectionState.ONLINE)
+                async for event in source.aiter_sse():
+                    if self._on_roster is not None and self._apply(event):
+                        self._on_roster(self.view)
+                return "the broker closed the stream"
+        except httpx.HTTPError as exc:
+            return f"lost the stream: {exc or type(exc).__name__}"
+
+    def _apply(self, event: ServerSentEvent) -> bool:
+        """Fold one event into :attr:`view`; whether it changed anything."""
+        try:
+            data = orjson.loads(event.data) if event.data else None
+        except orjson.JSONDecodeError:
+            return False  # not a broker's event
+        if not isinstance(data, dict):
+            return False
+        view = self.view
+        if event.event == ROSTER_EVENT and isinstance(data.get("members"), list):
+            view.team = str(data.get("team", ""))
+            view.members = {p["name"]: p for p in data["members"] if isinstance(p, dict)}
+            privileges = data.get("privileges")
+            view.privileges = privileges if isinstance(privileges, dict) else {}
+            return True
+        if event.event == PRESENCE_EVENT and isinstance(data.get("name"), str):
+            view.members[data["name"]] = data
+            return True
+        return False

@@ -1,0 +1,131 @@
+"""The activity signal: keyed handles in, one idle/working/blocked state out.
+
+This module owns the design's derivation rule and nothing else::
+
+    blocked ? 'blocked' : (turn_active or tool_inflight) ? 'working' : 'idle'
+
+It is sans-I/O in the manner of h11: it knows no pipes, sockets or clocks. A feeder
+(the codex mapping) opens and closes *handles* — a turn, a tool, a human-facing request —
+each under a key of its choosing, then calls :meth:`ActivitySignal.commit` with the cause,
+and gets back the :class:`Transition` if the derived state changed. Handles are sets, not
+counters, so opening one twice or closing one that is not open can never drive a count
+negative or leave it stuck: such calls are absorbed and tallied in :attr:`anomalies`.
+
+The state itself, :class:`ActivityState`, is the wire's vocabulary (:mod:`codex_presence._wire`),
+re-exported here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+
+from codex_presence._wire import ActivityState
+
+__all__ = ["ActivitySignal", "ActivityState", "HandleKind", "Transition"]
+
+
+class HandleKind(enum.Enum):
+    """The three sources of the derived state."""
+
+    TURN = "turn_active"
+    TOOL = "tool_inflight"
+    BLOCK = "blocked"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One change of the derived state, with the message that caused it."""
+
+    previous: ActivityState
+    state: ActivityState
+    cause: str
+
+
+HandleKey = tuple[Hashable, ...]
+"""A handle's key. By convention it starts with its scope (a thread id), so that a whole
+scope can be closed at once with :meth:`ActivitySignal.close_scope`."""
+
+
+@dataclass(slots=True)
+class Anomalies:
+    """Calls that were absorbed instead of corrupting the counts."""
+
+    double_open: int = 0
+    close_unknown: int = 0
+
+
+@dataclass(slots=True)
+class ActivitySignal:
+    """turn_active + tool_inflight + blocked, each a set of keyed handles."""
+
+    _handles: dict[HandleKind, set[HandleKey]] = field(
+        default_factory=lambda: {kind: set() for kind in HandleKind}
+    )
+    _committed: ActivityState = ActivityState.IDLE
+    anomalies: Anomalies = field(default_factory=Anomalies)
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ActivityState:
+        """The state derived from the handles open right now (committed or not)."""
+        if self._handles[HandleKind.BLOCK]:
+            return ActivityState.BLOCKED
+        if self._handles[HandleKind.TURN] or self._handles[HandleKind.TOOL]:
+            return ActivityState.WORKING
+        return ActivityState.IDLE
+
+    def count(self, kind: HandleKind) -> int:
+        """How many handles of this kind are open (never negative, by construction)."""
+        return len(self._handles[kind])
+
+    def is_open(self, kind: HandleKind, key: HandleKey) -> bool:
+        return key in self._handles[kind]
+
+    def keys(self, kind: HandleKind) -> Iterator[HandleKey]:
+        return iter(tuple(self._handles[kind]))
+
+    # -- writing -------------------------------------------------------------------------
+
+    def open(self, kind: HandleKind, key: HandleKey) -> None:
+        handles = self._handles[kind]
+        if key in handles:
+            self.anomalies.double_open += 1
+        handles.add(key)
+
+    def close(self, kind: HandleKind, key: HandleKey) -> bool:
+        """Close one handle; returns whether it was open."""
+        try:
+            self._handles[kind].remove(key)
+        except KeyError:
+            self.anomalies.close_unknown += 1
+            return False
+        return True
+
+    def close_scope(
+        self, *prefix: Hashable, kinds: tuple[HandleKind, ...] = tuple(HandleKind)
+    ) -> int:
+        """Close every handle whose key starts with ``prefix``; returns how many closed."""
+        n = len(prefix)
+        closed = 0
+        for kind in kinds:
+            handles = self._handles[kind]
+            doomed = [key for key in handles if key[:n] == prefix]
+            handles.difference_update(doomed)
+            closed += len(doomed)
+        return closed
+
+    def close_all(self) -> None:
+        for handles in self._handles.values():
+            handles.clear()
+
+    def commit(self, cause: str) -> Transition | None:
+        """Publish the derived state; returns the transition if it differs from the last."""
+        state = self.state
+        if state is self._committed:
+            return None
+        transition = Transition(previous=self._committed, state=state, cause=cause)
+        self._committed = state
+        return transition

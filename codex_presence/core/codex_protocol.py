@@ -1,0 +1,153 @@
+"""The codex app-server vocabulary that the activity mapping reads (codex 0.169.0).
+
+Which item types are tools and which are passive, which server requests park a turn on a
+human and which the client answers by itself, the methods that can change the state, the
+thread statuses and flags that matter, and the bytes codex starts its lines with
+(:data:`METHOD_PREFIX`, :data:`RESPONSE_PREFIX`). :func:`skips_unparsed` is the one byte-level
+rule, shared by the mapping (:mod:`codex_presence.core.codex`) and the relay's pre-filter
+(:mod:`codex_presence.core.prefilter`), for which server lines cannot change the state. See
+``shared/codex-app-server-protocol.md`` §2, §5–7. Pure data and pure functions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "AUTOMATIC_REQUESTS",
+    "BLOCKING_REQUESTS",
+    "ITEM_TYPE_PREFIX",
+    "METHOD_PREFIX",
+    "PASSIVE_ITEM_TYPES",
+    "RESPONSE_PREFIX",
+    "STATE_METHODS",
+    "THREAD_ENDING_STATUSES",
+    "TOOL_ITEM_TYPES",
+    "WAITING_FLAGS",
+    "Direction",
+    "skips_unparsed",
+]
+
+Direction = Literal["client", "server"]
+"""``server`` is what ``codex app-server`` writes; ``client`` is what its client writes to it."""
+
+TOOL_ITEM_TYPES: frozenset[str] = frozenset(
+    {
+        "commandExecution",
+        "fileChange",
+        "mcpToolCall",
+        "dynamicToolCall",
+        "collabAgentToolCall",
+        "subAgentActivity",
+        "webSearch",
+        "imageView",
+        "imageGeneration",
+        "functionCallOutput",
+        "sleep",
+    }
+)
+"""Item types that are tool execution (0.169.0 schema). Model output and bookkeeping items
+(agentMessage, reasoning, userMessage, plan, contextCompaction, hookPrompt, review-mode
+markers) are covered by the turn handle and open nothing of their own."""
+
+BLOCKING_REQUESTS: frozenset[str] = frozenset(
+    {
+        "item/commandExecution/requestApproval",
+        "item/fileChange/requestApproval",
+        "item/tool/requestUserInput",
+        "mcpServer/elicitation/request",
+        "item/permissions/requestApproval",
+        "execCommandApproval",
+        "applyPatchApproval",
+    }
+)
+"""Server→client requests that park the turn on a human."""
+
+AUTOMATIC_REQUESTS: frozenset[str] = frozenset(
+    {
+        "item/tool/call",
+        "account/chatgptAuthTokens/refresh",
+        "attestation/generate",
+        "currentTime/read",
+    }
+)
+"""Server→client requests the client answers by itself: they never block."""
+
+THREAD_ENDING_STATUSES: frozenset[str] = frozenset({"idle", "systemError", "notLoaded"})
+"""Thread statuses that end every turn of the thread: the server's own view."""
+WAITING_FLAGS: frozenset[str] = frozenset({"waitingOnApproval", "waitingOnUserInput"})
+"""``activeFlags`` of an ``active`` thread that mean it waits on a human."""
+STATE_METHODS: frozenset[str] = frozenset(
+    {
+        "turn/started",
+        "turn/completed",
+        "item/started",
+        "item/completed",
+        "thread/status/changed",
+        "thread/closed",
+        "serverRequest/resolved",
+    }
+    | BLOCKING_REQUESTS
+    | AUTOMATIC_REQUESTS
+)
+"""Every method the mapping routes; everything else is skipped before parsing."""
+_STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in STATE_METHODS)
+
+PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
+    {
+        "userMessage",
+        "agentMessage",
+        "reasoning",
+        "plan",
+        "contextCompaction",
+        "hookPrompt",
+        "enteredReviewMode",
+        "exitedReviewMode",
+    }
+)
+"""Item types that open nothing (the turn covers them): their item events change no state."""
+
+METHOD_PREFIX = b'{"method":"'
+"""How codex starts every notification and request line it writes: the method first."""
+RESPONSE_PREFIX = b'{"id":'
+"""How codex starts every response line it writes: the id first."""
+_PREFIX_LEN = len(METHOD_PREFIX)
+_ITEM_METHODS_BYTES = frozenset({b"item/started", b"item/completed"})
+ITEM_TYPE_PREFIX = b'","params":{"item":{"type":"'
+"""What follows an item event's method: ``item`` comes first in its params, ``type`` first
+in the item."""
+_PASSIVE_ITEM_TYPES_BYTES = frozenset(kind.encode() for kind in PASSIVE_ITEM_TYPES)
+
+
+def skips_unparsed(head: bytes) -> bool | None:
+    """Whether :meth:`CodexMapping.feed_line` skips, unparsed, a server line that starts
+    with ``head``; ``None`` while ``head`` is too short to tell.
+
+    Codex writes a message's ``method`` first (or ``id``, for its responses), and an item
+    event's ``item`` first with ``type`` first in it; a JSON string cannot hold an unescaped
+    quote, so these bytes can only be the message's own. Deltas, responses, usage updates
+    and the events of passive items are skipped this way — most of a session.
+    """
+    if head.startswith(RESPONSE_PREFIX):
+        return True
+    if not head.startswith(METHOD_PREFIX):
+        if METHOD_PREFIX.startswith(head) or RESPONSE_PREFIX.startswith(head):
+            return None
+        return False
+    end = head.find(b'"', _PREFIX_LEN)
+    if end < 0:
+        return None
+    method = head[_PREFIX_LEN:end]
+    if b"\\" in method:
+        return False
+    if method not in _STATE_METHODS_BYTES:
+        return True
+    if method not in _ITEM_METHODS_BYTES:
+        return False
+    if not head.startswith(ITEM_TYPE_PREFIX, end):
+        return None if ITEM_TYPE_PREFIX.startswith(head[end:]) else False
+    start = end + len(ITEM_TYPE_PREFIX)
+    type_end = head.find(b'"', start)
+    if type_end < 0:
+        return None
+    return head[start:type_end] in _PASSIVE_ITEM_TYPES_BYTES

@@ -1,0 +1,210 @@
+"""The recording format: one JSON object per line, both directions, with timestamps.
+
+A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "msg": <message>}``;
+a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
+UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no message:
+``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording cut short,
+by SIGKILL say, has none), and ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says that
+the recorder could not keep up and left out that many bytes of that direction there (the
+lines they cut are left out whole). :func:`encode_entry` writes a message line;
+:func:`read_entries` reads a file in either the recording format or plain app-server stdout
+(one message per line, no timestamps), telling them apart from the first line.
+
+The writer embeds a JSON line's bytes as they were — it re-serialises nothing — and always
+writes ``t`` and ``from`` before ``msg``.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from codex_presence.core.codex import Direction
+
+__all__ = [
+    "Entry",
+    "RecordingFormat",
+    "detect_format",
+    "encode_end",
+    "encode_entry",
+    "encode_gap",
+    "read_entries",
+    "read_relevant_entries",
+]
+
+RecordingFormat = Literal["recording", "server-stdout"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message of a session, as read back from a file."""
+
+    line: int
+    """1-based line number in the file it came from."""
+    t: float | None
+    direction: Direction
+    message: Any
+    """The parsed message, or ``None`` when the line is passed on as raw bytes."""
+    raw: bytes | None = None
+    """The original bytes of the line when it was not parsed here: a line of plain server
+    stdout (left to the mapping's pre-filter, which skips deltas without parsing them) or
+    a line that is not JSON."""
+    size: int | None = None
+    """Bytes of the message as it crossed the wire, where known: the relay analyses no
+    line longer than its ``max_line``, and neither does a replay."""
+    end: bool = False
+    """The end line: no message, only the time the session ended."""
+    gap: int = 0
+    """A gap line: bytes the recorder left out here (no message)."""
+
+
+def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
+    """One recording line for ``line`` (its trailing newline, if any, is dropped)."""
+    body = line[:-1] if line.endswith(b"\n") else line
+    head = b'{"t":%.6f,"from":"%s",' % (t, direction.encode())
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return head + b'"msg":' + body + b"}\n"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
+    try:
+        return head + b'"raw":' + orjson.dumps(text) + b"}\n"
+    except TypeError:  # lone surrogates cannot be written as JSON strings
+        return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
+
+
+def encode_end(t: float) -> bytes:
+    """The end line: the session ended ``t`` seconds in."""
+    return b'{"t":%.6f,"end":"eof"}\n' % t
+
+
+def encode_gap(t: float, direction: Direction, size: int) -> bytes:
+    """A gap line: ``size`` bytes of ``direction`` from ``t`` on were left out."""
+    return b'{"t":%.6f,"from":"%s","gap":%d}\n' % (t, direction.encode(), size)
+
+
+def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
+    """A recording entry, or None if ``value`` is not one."""
+    if not isinstance(value, dict):
+        return None
+    t = value.get("t")
+    if isinstance(t, bool) or not isinstance(t, int | float):
+        return None
+    if value.get("from") not in ("client", "server"):
+        if value.get("end") == "eof" and len(value) == 2:
+            return Entry(line=number, t=float(t), direction="server", message=None, end=True)
+        return None
+    gap = value.get("gap")
+    if isinstance(gap, int) and not isinstance(gap, bool) and gap > 0 and len(value) == 3:
+        return Entry(line=number, t=float(t), direction=value["from"], message=None, gap=gap)
+    if "msg" in value:
+        return Entry(number, float(t), value["from"], value["msg"], size=size)
+    if isinstance(value.get("raw"), str):
+        raw = value["raw"].encode("utf-8", "surrogateescape")
+    elif isinstance(value.get("raw_b64"), str):
+        try:
+            raw = base64.b64decode(value["raw_b64"], validate=True)
+        except ValueError:  # binascii.Error is one; so is a non-ASCII string
+            return None
+    else:
+        return None
+    return Entry(number, float(t), value["from"], None, raw=raw, size=len(raw))
+
+
+def detect_format(first_line: bytes) -> RecordingFormat:
+    """A file whose first non-empty line is a recording entry is a recording."""
+    try:
+        value = orjson.loads(first_line)
+    except orjson.JSONDecodeError:
+        return "server-stdout"
+    return "recording" if _as_entry(1, value) is not None else "server-stdout"
+
+
+def _entry(number: int, line: bytes, fmt: RecordingFormat) -> Entry:
+    """The entry for one stripped, non-empty line of a file of format ``fmt``."""
+    if fmt == "server-stdout":
+        return Entry(number, None, "server", None, raw=line, size=len(line))
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return Entry(number, None, "server", None, raw=line, size=len(line))
+    msg = line.find(b'"msg":')  # the writer puts the message last: its bytes are the rest
+    entry = _as_entry(number, value, None if msg < 0 else len(line) - msg - len(b'"msg":}'))
+    return entry if entry is not None else Entry(number, None, "server", value, size=len(line))
+
+
+def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
+    """Entries of a recording or of plain server stdout, detected from the first line.
+
+    In server-stdout mode every line is a server message with no time, passed on unparsed.
+    In recording mode a line that is not a valid entry is passed on as an unparsed server
+    line, so that a truncated or hand-edited recording still replays.
+    """
+    fmt: RecordingFormat | None = None
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if fmt is None:
+            fmt = detect_format(stripped)
+        yield _entry(number, stripped, fmt)
+
+
+_CANDIDATES: dict[RecordingFormat, re.Pattern[bytes]] = {}
+_RECORDING_SERVER_HEAD = rb'\{"t":[-+0-9.eE]+,"from":"server","msg":'
+
+
+def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
+    """A newline that starts a line which may change the state (see read_relevant_entries)."""
+    if fmt not in _CANDIDATES:
+        from codex_presence.core.prefilter import (
+            candidate_starts,  # the relay's scanner, and its prefix list
+        )
+
+        head = b"" if fmt == "server-stdout" else _RECORDING_SERVER_HEAD
+        _CANDIDATES[fmt] = candidate_starts(head)
+    return _CANDIDATES[fmt]
+
+
+def read_relevant_entries(data: bytes) -> Iterator[Entry]:
+    """:func:`read_entries` of a whole file, minus the lines that cannot change the state.
+
+    Streaming deltas, the server's responses and the like (the relay's
+    ``HOT_SKIPPED_PREFIXES``, each a prefix of the line as codex writes it, or of its
+    ``msg`` as the recorder writes it) are most of a session. One regular-expression scan
+    finds the other lines, so the skipped ones cost no Python at all; the timeline is the
+    same as feeding every entry. The file's last entry always comes, for its time.
+    """
+    start = 0
+    while start < len(data) and data[start] in b" \t\r\n":
+        start += 1
+    if start == len(data):
+        return
+    first_end = data.find(b"\n", start)
+    first_end = len(data) if first_end < 0 else first_end
+    fmt = detect_format(data[start:first_end].strip())
+    number = data.count(b"\n", 0, start) + 1
+    yield _entry(number, data[start:first_end].strip(), fmt)
+    last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1
+    counted_to, last_fed = first_end, start
+    for match in _candidates(fmt).finditer(data, first_end):
+        begin = match.end()
+        number += data.count(b"\n", counted_to, begin)
+        counted_to = begin
+        end = data.find(b"\n", begin)
+        line = data[begin : len(data) if end < 0 else end].strip()
+        if line:
+            last_fed = begin
+            yield _entry(number, line, fmt)
+    if last_start > last_fed:
+        yield _entry(data.count(b"\n", 0, last_start) + 1, data[last_start:].strip(), fmt)

@@ -1,0 +1,159 @@
+"""When to tell the broker what: the activity reporter's policy, sans-I/O.
+
+The design's rules ("Activity presence" in presence-design.md), as a state machine that is
+fed the derived state, the outcome of each POST and the time, and answers what to do next:
+
+* on every transition, POST the new state at once; while non-idle, re-POST every
+  ``heartbeat`` seconds so the broker's TTL never lapses mid-turn; on going idle, POST idle
+  once, then nothing — an idle member sends nothing at all;
+* one request in flight at a time; the latest state wins (states that were superseded while
+  a request was in flight are never sent);
+* a failed POST is retried with capped exponential backoff and jitter for as long as what
+  the broker holds differs from the truth; a success resets the backoff;
+* a POST whose outcome is unknown (it timed out or was cancelled after it went out) may
+  have been applied: until a success says otherwise the broker may hold that state too, so
+  a different truth (idle, typically, at the end of a session) is still reported;
+* a 401/403 stops reporting for good (the token is wrong; retrying cannot help), and a
+  rejected body (another 4xx) is not retried until the next transition.
+
+:class:`ReportPolicy` knows no sockets or clocks: ``now`` is passed in, which is what lets
+the tests check heartbeat and backoff timings exactly. The I/O shell is
+:mod:`codex_presence.agent.reporter`; the retry schedule is :mod:`codex_presence.core.backoff`'s.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from codex_presence._wire import DEFAULT_TTL, HEARTBEAT, ActivityState
+from codex_presence.core.backoff import Backoff
+
+__all__ = ["Outcome", "Post", "ReportPolicy", "Wait"]
+
+
+class Outcome(enum.Enum):
+    """How a POST ended, as far as the policy cares."""
+
+    OK = "ok"
+    """2xx: the broker holds what was sent."""
+    UNAUTHORIZED = "unauthorized"
+    """401/403: stop reporting."""
+    REJECTED = "rejected"
+    """Another 4xx: the request itself is wrong; do not retry the same thing."""
+    FAILED = "failed"
+    """No connection, 5xx, 429: not applied; retry with backoff."""
+    UNKNOWN = "unknown"
+    """Timed out or broken after the request went out: maybe applied; retry with backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """Send this state now."""
+
+    state: ActivityState
+    heartbeat: bool
+    """True when the state is unchanged since the last success: a TTL refresh."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to send until ``until`` (None: until the state changes)."""
+
+    until: float | None
+
+
+@dataclass(slots=True)
+class ReportPolicy:
+    """Decides every POST of one member's activity reporter."""
+
+    heartbeat: float = HEARTBEAT
+    broker_ttl: float = DEFAULT_TTL
+    """After this long without a successful report the broker holds idle by itself."""
+    backoff: Backoff = field(default_factory=Backoff)
+    truth: ActivityState = ActivityState.IDLE
+    """The latest derived state."""
+    held: ActivityState = ActivityState.IDLE
+    """What the broker holds as far as we know (absence of a report is idle)."""
+    held_since: float = 0.0
+    """When the broker last accepted a report (the TTL runs from there)."""
+    in_flight: ActivityState | None = None
+    uncertain: ActivityState | None = None
+    """A state the broker may hold besides :attr:`held`: a POST of it ended without an
+    answer, and no success came since."""
+    uncertain_since: float = 0.0
+    stopped: bool = False
+    _retry_at: float | None = None
+    _rejected: ActivityState | None = None
+
+    def observe(self, state: ActivityState) -> None:
+        """The derived state changed (or was re-announced)."""
+        if state is not self.truth:
+            self._rejected = None  # a new state deserves a new try
+        self.truth = state
+
+    def next_action(self, now: float) -> Post | Wait:
+        """What to do at ``now``. Never a second Post while one is in flight."""
+        if self.stopped or self.in_flight is not None:
+            return Wait(until=None)
+        if self.held is not ActivityState.IDLE and now >= self.held_since + self.broker_ttl:
+            self.held = ActivityState.IDLE  # the broker's TTL has lapsed: it holds idle now
+        if self.uncertain is not None and now >= self.uncertain_since + self.broker_ttl:
+            self.uncertain = None  # even if it was applied, it has lapsed by now
+        differs = self.truth is not self.held or (
+            self.uncertain is not None and self.uncertain is not self.truth
+        )
+        if self._retry_at is not None and now < self._retry_at:
+            if self.truth is ActivityState.IDLE and not differs:
+                return Wait(until=None)
+            return Wait(until=self._retry_at)
+        if differs:
+            if self.truth is self._rejected:
+                return Wait(until=None)
+            return self._post(heartbeat=False)
+        self._retry_at = None
+        if self.truth is ActivityState.IDLE:
+            return Wait(until=None)  # silence when idle
+        due = self.held_since + self.heartbeat
+        if now >= due:
+            return self._post(heartbeat=True)
+        return Wait(until=due)
+
+    def _post(self, *, heartbeat: bool) -> Post:
+        self.in_flight = self.truth
+        return Post(state=self.truth, heartbeat=heartbeat)
+
+    def on_result(self, outcome: Outcome, now: float) -> None:
+        """The POST of :attr:`in_flight` ended with ``outcome`` at ``now``."""
+        sent, self.in_flight = self.in_flight, None
+        if sent is None:
+            return
+        if outcome is Outcome.OK:
+            self.held, self.held_since = sent, now
+            self.uncertain = None
+            self._retry_at = None
+            self.backoff.reset()
+        elif outcome is Outcome.UNAUTHORIZED:
+            self.stopped = True
+        elif outcome is Outcome.REJECTED:
+            self._rejected = sent
+        else:
+            if outcome is Outcome.UNKNOWN:
+                self.uncertain, self.uncertain_since = sent, now
+            self._retry_at = now + self.backoff.next_delay()
+
+    def abandon(self, now: float) -> None:
+        """The request in flight was cancelled: it may have been applied, and a new
+        request may be sent."""
+        sent, self.in_flight = self.in_flight, None
+        if sent is not None:
+            self.uncertain, self.uncertain_since = sent, now
+
+    @property
+    def settled(self) -> bool:
+        """True when the broker holds the truth (or reporting has stopped)."""
+        return self.stopped or (
+            self.in_flight is None
+            and self.held is self.truth
+            and self.uncertain in (None, self.truth)
+        )

@@ -1,0 +1,222 @@
+"""A real broker on loopback for tests: in this process (:func:`running_broker`, uvicorn
+in a thread, with injectable clocks and limits) or as the real command
+(:func:`broker_process`, ``codex-presence broker --port 0``, which says its address)::
+
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        httpx.get(broker.url + "/roster", headers=broker.auth("alice"))
+
+Ports are never guessed: a broker binds port 0 and says which it got, and a test that
+needs a port before its broker exists holds it with :func:`reserved_port` (bound, so
+nobody else can take it, and not listening, so connections are refused) and hands the
+socket over.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION
+from codex_presence.broker.app import create_app
+from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.server import BrokerServer, bound_socket, listen_socket
+from codex_presence.broker.state import Broker
+from codex_presence.broker.team import Member, Role, Team, hash_token
+from codex_presence.broker.web import WebRoster
+from tests.support.waiting import Lines, eventually
+
+
+class FakeClock:
+    """A clock the test moves by hand (thread-safe enough: one float)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def token_of(name: str) -> str:
+    return f"cp_test-token-of-{name}"
+
+
+_ROLES = {
+    "alice": Role("director", (ADMIN_PERMISSION, OPERATOR_PERMISSION)),
+    "builder": Role("engineer", ()),
+    "scout": Role("scout", (OPERATOR_PERMISSION,)),
+}
+
+
+def make_team(*names: str, team: str = "acme") -> Team:
+    """A team whose member ``x`` has the token ``token_of(x)``; known names get roles."""
+    members = tuple(Member(n, _ROLES.get(n), hash_token(token_of(n))) for n in names)
+    return Team(name=team, members=members)
+
+
+@dataclass
+class RunningBroker:
+    url: str
+    broker: Broker
+    server: uvicorn.Server
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {token_of(name)}"}
+
+
+@contextmanager
+def reserved_port() -> Iterator[socket.socket]:
+    """A loopback port that is ours until the socket is handed to a broker
+    (``running_broker(sock=...)``) or the block ends; its number is
+    ``sock.getsockname()[1]``."""
+    sock = bound_socket("127.0.0.1", 0)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+@contextmanager
+def running_broker(
+    *,
+    team: Team,
+    port: int = 0,
+    sock: socket.socket | None = None,
+    limits: BrokerLimits | None = None,
+    web: WebRoster | None = None,
+    **broker_kwargs: Any,
+) -> Iterator[RunningBroker]:
+    """``port`` 0 picks a free one; a fixed port lets a test stop and restart "the" broker;
+    ``sock`` (from :func:`reserved_port`) is a port held until now. ``limits`` bound the
+    requests (short deadlines for the timing tests); ``web`` adds the web roster (its
+    routes and its cookie sign-in); ``broker_kwargs`` configure the :class:`Broker`
+    (clocks, TTL, keep-alive, authenticators)."""
+    if web is not None:
+        authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
+        broker_kwargs["authenticators"] = authenticators
+    broker = Broker(team=team, **broker_kwargs)
+    limits = limits if limits is not None else BrokerLimits()
+    routes = web.routes(broker) if web is not None else ()
+    app = create_app(broker, limits=limits, routes=routes)
+    if sock is None:
+        sock = listen_socket("127.0.0.1", port)  # with TCP_NODELAY on accepted connections
+    else:
+        sock.listen(1024)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_config=None, log_level="warning", lifespan="on", timeout_graceful_shutdown=3
+    )
+    server = BrokerServer(config, broker=broker, limits=limits)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    eventually(lambda: server.started or not thread.is_alive(), what="the broker's start")
+    if not server.started:
+        raise RuntimeError("the broker did not start")
+    try:
+        yield RunningBroker(f"http://127.0.0.1:{port}", broker, server)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        assert not thread.is_alive(), "the broker did not stop"
+
+
+@dataclass
+class BrokerProcess:
+    """The real ``codex-presence broker`` command, running."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    port: int
+    stderr: Lines
+    """What it says on stderr; ``stderr.seen`` holds the lines read so far."""
+
+    def said(self) -> str:
+        return "".join(self.stderr.seen)
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+
+@contextmanager
+def broker_process(
+    *args: str, port: int = 0, env: Mapping[str, str] | None = None
+) -> Iterator[BrokerProcess]:
+    """``codex-presence broker --port PORT ARGS...`` in a clean environment (no
+    ``CODEX_PRESENCE_*`` from the host, plus ``env``), once it has said where it listens;
+    killed at the end if it still runs."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    with subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "broker", "--port", str(port), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**clean, **(env or {})},
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            err = Lines(proc.stderr)
+            match = re.search(
+                r"listening on (http://\S+:(\d+))", err.until("listening on http", 20)
+            )
+            assert match is not None
+            yield BrokerProcess(proc, match.group(1), int(match.group(2)), err)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+@contextmanager
+def serving_html(html: str) -> Iterator[str]:
+    """A web server on 127.0.0.1 that answers every GET and POST 200 with ``html``."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = html.encode()
+
+    class Page(BaseHTTPRequestHandler):
+        def _page(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _page
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def not_a_broker() -> AbstractContextManager[str]:
+    """A web server that answers every request 200 with an HTML page, as a proxy's
+    sign-in page or a dev server's fallback route does."""
+    return serving_html("<!doctype html><title>Sign in</title>")

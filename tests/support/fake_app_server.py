@@ -1,0 +1,138 @@
+"""A scripted stand-in for ``codex app-server``, for load and fault tests where the real
+binary would be too heavy (50 at once) or cannot be made to misbehave on cue.
+
+It speaks the 0.169.0 wire format (message shapes from shared/codex-app-server-protocol.md)
+on stdio: every ``turn/start`` from the client runs one scripted turn — status active,
+``turn/started``, a command item with output deltas, optionally an approval request that
+waits for the client's answer, a streamed answer, status idle, ``turn/completed``. It never
+decides anything itself; the client (a test or the soak driver) decides through the
+``turn/start`` params:
+
+``{"threadId": ..., "input": [...], "script": {"approval": bool, "deltas": int,
+"delay_ms": int, "crash": "before_end" | null}}``
+
+``crash`` makes the process exit abruptly (status 3) in the middle of the turn. Run it as
+``python tests/support/fake_app_server.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+out = sys.stdout.buffer
+inp = sys.stdin.buffer
+_next_server_id = 0
+
+
+def emit(message: dict[str, Any]) -> None:
+    out.write(orjson.dumps(message) + b"\n")
+    out.flush()
+
+
+def note(method: str, **params: Any) -> None:
+    emit({"method": method, "params": params, "emittedAtMs": int(time.time() * 1000)})
+
+
+def status(thread: str, kind: str, *flags: str) -> None:
+    body: dict[str, Any] = {"type": kind}
+    if kind == "active":
+        body["activeFlags"] = list(flags)
+    note("thread/status/changed", threadId=thread, status=body)
+
+
+def wait_for_response(request_id: int) -> None:
+    """Read client lines until the answer to our request ``request_id`` arrives."""
+    for line in inp:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if (
+            isinstance(message, dict)
+            and message.get("id") == request_id
+            and "method" not in message
+        ):
+            return
+        if isinstance(message, dict) and "method" in message and "id" in message:
+            emit({"id": message["id"], "error": {"code": -32600, "message": "busy in a turn"}})
+    sys.exit(0)  # stdin closed while waiting
+
+
+def run_turn(request: dict[str, Any]) -> None:
+    global _next_server_id
+    params = request.get("params") or {}
+    thread = params.get("threadId") or "thread-1"
+    script = params.get("script") or {}
+    turn = str(uuid.uuid4())
+    ids = {"threadId": thread, "turnId": turn}
+    delay = script.get("delay_ms", 1) / 1000
+    emit({"id": request["id"], "result": {"turn": {"id": turn, "status": "inProgress"}}})
+    status(thread, "active")
+    note("turn/started", threadId=thread, turn={"id": turn, "status": "inProgress", "items": []})
+    command = {
+        "type": "commandExecution",
+        "id": f"call-{turn[:8]}",
+        "status": "inProgress",
+        "command": "/bin/bash -lc 'make test'",
+    }
+    if script.get("approval"):
+        status(thread, "active", "waitingOnApproval")
+        note("item/started", item=command, **ids)
+        request_id = _next_server_id
+        _next_server_id += 1
+        emit(
+            {
+                "method": "item/commandExecution/requestApproval",
+                "id": request_id,
+                "params": {**ids, "itemId": command["id"], "reason": "run the tests"},
+            }
+        )
+        wait_for_response(request_id)
+        note("serverRequest/resolved", threadId=thread, requestId=request_id)
+        status(thread, "active")
+    else:
+        note("item/started", item=command, **ids)
+    for k in range(int(script.get("deltas", 5))):
+        time.sleep(delay)
+        note("item/commandExecution/outputDelta", **ids, itemId=command["id"], delta=f"line {k}\n")
+    if script.get("crash") == "before_end":
+        os._exit(3)
+    note("item/completed", item={**command, "status": "completed", "exitCode": 0}, **ids)
+    message = {"type": "agentMessage", "id": f"msg-{turn[:8]}", "text": ""}
+    note("item/started", item=message, **ids)
+    for k in range(int(script.get("deltas", 5))):
+        note("item/agentMessage/delta", **ids, itemId=message["id"], delta=f"word{k} ")
+    note("item/completed", item={**message, "text": "done"}, **ids)
+    status(thread, "idle")
+    note("turn/completed", threadId=thread, turn={"id": turn, "status": "completed", "items": []})
+
+
+def main() -> None:
+    for line in inp:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        method = message.get("method")
+        if method == "initialize":
+            emit({"id": message.get("id"), "result": {"userAgent": "fake_app_server/0.169.0"}})
+        elif method == "thread/start":
+            thread = str(uuid.uuid4())
+            emit({"id": message.get("id"), "result": {"thread": {"id": thread}}})
+            note("thread/started", thread={"id": thread, "status": {"type": "idle"}})
+        elif method == "turn/start":
+            run_turn(message)
+        elif "id" in message and method is not None:
+            emit({"id": message["id"], "result": {}})
+
+
+if __name__ == "__main__":
+    main()

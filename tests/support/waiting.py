@@ -1,0 +1,85 @@
+"""Waiting in tests, always bounded: :func:`eventually` for a condition, :class:`Lines` for
+what a process writes."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import anyio
+
+
+def eventually(
+    predicate: Callable[[], object],
+    within: float = 10.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.01,
+) -> float:
+    """Poll ``predicate`` until it holds; fail the test if it does not ``within`` that many
+    seconds. Returns how long it took."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < within, f"{what} never held within {within} s"
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
+async def eventually_async(
+    predicate: Callable[[], object],
+    within: float = 10.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.01,
+) -> float:
+    """:func:`eventually` for an async test: the polling runs in a worker thread, so the
+    event loop (and whatever the test is waiting for on it) runs meanwhile."""
+    poll = functools.partial(eventually, predicate, within, what=what, interval=interval)
+    return await anyio.to_thread.run_sync(poll)
+
+
+class Lines:
+    """A process's text stream read line by line in a thread, with bounded waits."""
+
+    def __init__(self, stream: Iterable[str]) -> None:
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+
+        def pump() -> None:
+            for line in stream:
+                self.queue.put(line)
+            self.queue.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def until(self, pattern: str, timeout: float = 15.0) -> str:
+        """The next line matching ``pattern`` (a regular expression)."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"{pattern!r} not seen in: {''.join(self.seen)!r}")
+
+    def rest(self, timeout: float = 20.0) -> str:
+        """Everything the stream said, once it has ended."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                return "".join(self.seen)
+            self.seen.append(line)
+        raise AssertionError(f"the stream did not end; so far: {''.join(self.seen)!r}")
