@@ -298,7 +298,11 @@ def test_client_lines_matter_only_while_a_request_is_pending() -> None:
         (b'{"method":"turn/started"', False),
         (b'{"method":"turn\\/started"', False),
         (b'{ "method"', False),
-        (b"garbage", False),
+        (b"garbage", True),  # the leading-byte rule: only a line starting with { matters
+        (b' {"method":"turn/started"', True),
+        (b"\n", True),
+        (b"{", None),
+        (b'{"foo":1}', False),
         (b'{"method":"item/started","params":{"item":{"type":"agentMessage"', True),
         (b'{"method":"item/started","params":{"item":{"type":"commandExecution"', False),
         (b'{"method":"item/started","params":{"item":{"type":"agentMess', None),

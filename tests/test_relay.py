@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
 from codex_presence.agent.relay import Relay, exit_status
-from tests.support.waiting import eventually, eventually_async
+from tests.support.waiting import eventually
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
@@ -916,8 +916,7 @@ async def test_the_analysis_and_the_recording_follow_the_wire(
     assert replayed == live
 
 
-@pytest.mark.anyio
-async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
+def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
     """Chunks dropped for lack of room leave a gap line for their direction; the line they
     cut is left out whole (nothing after the gap is glued to what came before it), the
     other direction keeps every line, and a gap at the very end is marked too."""
@@ -933,7 +932,8 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
     recorder.add(0.3, "server", b'y"}\n{"id":3}\n')  # the cut line's end, then a whole one
     recorder.add(0.35, "client", b"z" * 100)  # dropped, and nothing follows it
     recorder.finish(0.4)
-    await recorder.run()
+    recorder.start()
+    assert recorder.join(10)
     entries = list(read_entries(path.read_bytes().splitlines()))
     assert [(e.t, e.direction, e.message, e.gap, e.end) for e in entries] == [
         (0.1, "server", {"id": 1}, 0, False),
@@ -945,10 +945,9 @@ async def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> N
     ]
 
 
-@pytest.mark.anyio
-async def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
-    """``--record`` keeps "an idle session costs no wake-ups": the recorder's task sleeps
-    on its wake pipe, not on a timer. Over an idle second it never wakes; a chunk wakes it
+def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
+    """``--record`` keeps "an idle session costs no wake-ups": the recorder's thread sleeps
+    on a condition, not on a timer. Over an idle second it never wakes; a chunk wakes it
     at once, and is on disk."""
     from codex_presence.agent.recorder import Recorder
     from codex_presence.core.recording import read_entries
@@ -956,17 +955,17 @@ async def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     recorder = Recorder(path)
     assert recorder.open()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(recorder.run)
-        recorder.add(0.1, "server", b'{"id":1}\n')
-        await eventually_async(lambda: path.read_bytes().count(b"\n") == 1, 5, "the first line")
-        woken = recorder.wakeups
-        await anyio.sleep(1.0)
-        assert recorder.wakeups == woken  # idle: not one wake-up
-        recorder.add(1.1, "client", b'{"id":0,"result":{}}\n')
-        await eventually_async(lambda: path.read_bytes().count(b"\n") == 2, 5, "the second")
-        assert recorder.wakeups == woken + 1
-        recorder.finish(1.2)
+    recorder.start()
+    recorder.add(0.1, "server", b'{"id":1}\n')
+    eventually(lambda: path.read_bytes().count(b"\n") == 1, 5, "the first line")
+    woken = recorder.wakeups
+    time.sleep(1.0)
+    assert recorder.wakeups == woken  # idle: not one wake-up
+    recorder.add(1.1, "client", b'{"id":0,"result":{}}\n')
+    eventually(lambda: path.read_bytes().count(b"\n") == 2, 5, "the second")
+    assert recorder.wakeups == woken + 1
+    recorder.finish(1.2)
+    assert recorder.join(10)
     entries = list(read_entries(path.read_bytes().splitlines()))
     assert [(e.direction, e.message, e.end) for e in entries] == [
         ("server", {"id": 1}, False),

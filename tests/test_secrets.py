@@ -9,6 +9,7 @@ Each run below is searched, after the fact, for the token in every output it pro
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ import pytest
 
 from codex_presence.broker.team_file import render_team
 from tests.support.broker_harness import broker_process, make_team, running_broker, token_of
-from tests.support.wrap_harness import WrapProcess, is_note, is_request
+from tests.support.waiting import eventually
+from tests.support.wrap_harness import WrapProcess, is_note, is_request, wrap_env
 
 PY = sys.executable
 SECRET = token_of("alice")
@@ -29,6 +31,17 @@ def children(pid: int) -> list[int]:
         with open(task / "children") as f:
             found += [int(p) for p in f.read().split()]
     return found
+
+
+def read_if_there(path: Path) -> bytes:
+    return path.read_bytes() if path.exists() else b""
+
+
+def the_wrapped_child(wrap: int) -> int:
+    """The command wrap runs: the only child of its watchdog, wrap's only child."""
+    (watchdog,) = children(wrap)
+    (child,) = children(watchdog)
+    return child
 
 
 def cmdline(pid: int) -> bytes:
@@ -59,14 +72,17 @@ def test_a_session_at_full_verbosity_leaks_the_token_nowhere(tmp_path: Path) -> 
         ):
             argv = {"wrap": cmdline(logged.proc.pid), "wrap2": cmdline(verbose.proc.pid)}
             for wrap in (logged, verbose):
+                # The broker link attaches once loaded (the child starts first): a turn
+                # over before that would be reported as its outcome (idle), not at all.
+                eventually(lambda w=wrap: b"online" in w.stderr + read_if_there(log))
                 wrap.start_turn(1, approval=True, deltas=3)
                 request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
-                for child in children(wrap.proc.pid):
+                for child in (*children(wrap.proc.pid), the_wrapped_child(wrap.proc.pid)):
                     argv[f"child {child}"] = cmdline(child)
                 wrap.send({"id": request["id"], "result": {"decision": "accept"}})
                 wrap.wait_for(is_note("turn/completed"))
                 assert wrap.close() == 0
-    assert len(argv) == 4  # both wraps and both children were looked at
+    assert len(argv) == 6  # both wraps, their watchdogs and their children were looked at
     outputs = {**everything_it_wrote(logged, log, record), "verbose stderr": verbose.stderr}
     assert b"reported " in outputs[str(log)]  # debug level was on
     assert b"reported " in verbose.stderr
@@ -106,10 +122,49 @@ def test_the_child_does_not_inherit_the_token() -> None:
     with WrapProcess(["--broker", "http://127.0.0.1:9"], env={"CODEX_PRESENCE_TOKEN": SECRET}) as w:
         w.start_turn(1, deltas=1)
         w.wait_for(is_note("turn/completed"))
-        (child,) = children(w.proc.pid)
-        child_env = environ(child)
+        child_env = environ(the_wrapped_child(w.proc.pid))
         assert w.close() == 0
     assert SECRET.encode() not in child_env
+
+
+READS_ITS_ELDERS_ENVIRONMENTS = r"""
+import os, sys
+def parent(pid):
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+pid, found = os.getpid(), []
+for _ in range(2):  # its parent (the watchdog), then that one's (wrap)
+    pid = parent(pid)
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        found.append(f.read())
+print(len(found), "LEAK" if any(sys.argv[1].encode() in e for e in found) else "clean")
+"""
+
+
+def test_the_token_cannot_be_read_from_wraps_original_environment() -> None:
+    """``os.environ.pop`` leaves the token in the process's original environment block,
+    which ``/proc/<pid>/environ`` shows to every process of the same user: the child reads
+    its parent's (the watchdog's) and its grandparent's (wrap's). Both are blanked."""
+    proc = subprocess.run(
+        [
+            PY,
+            "-m",
+            "codex_presence",
+            "wrap",
+            "--quiet",
+            "--",
+            PY,
+            "-c",
+            READS_ITS_ELDERS_ENVIRONMENTS,
+            SECRET,
+        ],
+        env=wrap_env({"CODEX_PRESENCE_TOKEN": SECRET}),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"2 clean\n", b"")
 
 
 def test_a_token_file_others_can_read_draws_a_warning(tmp_path: Path) -> None:

@@ -81,9 +81,13 @@ def test_a_refused_token_is_logged_once_and_the_session_goes_on() -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         WrapProcess(options(broker), env={"CODEX_PRESENCE_TOKEN": "cp_not-a-member"}) as wrap,
     ):
+        # The broker link attaches once its imports are done (the child starts first):
+        # turns run before that would only be reported as their outcome (idle), not at all.
+        eventually(lambda: b"refused the subscription" in wrap.stderr)
         for n in (1, 2):
             wrap.start_turn(n, deltas=2)
             wrap.wait_for(is_note("turn/completed"))
+        eventually(lambda: b"refused our token" in wrap.stderr)
         assert wrap.close() == 0
         assert "activity" not in member(broker)
     log = wrap.stderr.decode()

@@ -1,30 +1,42 @@
 """The wrapped child process and the descriptors around it: what the relay needs from the OS.
 
-Spawning the child in its own process group with ``PR_SET_PDEATHSIG`` = SIGKILL (so it never
-outlives wrap, even a SIGKILLed wrap), waiting for it without a thread where the kernel has
-pidfds, signalling its whole group, a shell's view of its exit status, bigger pipes, and
-making our own stdin/stdout non-blocking *without* touching the child's stderr: where one of
-them shares its open file description with stderr (a terminal's 0, 1 and 2 are one
-description; so is ``2>&1``) the flag would reach the child's stderr, so a private
+Standard library only, and cheap to import: ``wrap`` spawns its child before it loads
+anything else (issue 13).
+
+The child runs under a watchdog (:mod:`codex_presence.agent.watchdog`): a small process
+forked from us that starts the command in its own process group, is its parent and the
+subreaper of its whole tree, and kills that tree, descendants in their own sessions or
+groups included, the moment we die or let go of it, whatever killed us (SIGKILL too). We
+talk to it over two pipes: a lifeline it watches for our end, and the reports it sends
+back (the command's pid, or why it could not run; later its wait status). :class:`Child`
+is our side of that.
+
+Also here: signalling the child's whole group, a shell's view of its exit status, bigger
+pipes, and making our own stdin/stdout non-blocking *without* touching the child's stderr:
+where one of them shares its open file description with stderr (a terminal's 0, 1 and 2
+are one description; so is ``2>&1``) the flag would reach the child's stderr, so a private
 description of the same terminal or pipe is opened instead (:func:`nonblocking`).
 Linux-first: the pieces that are Linux's degrade to doing nothing elsewhere.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import select
 import signal
 import stat
-import subprocess
-from collections.abc import Callable, Sequence
+import time
+import warnings
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
-
-import anyio
 
 __all__ = [
     "PIPE_SIZE",
+    "Child",
     "exit_status",
+    "forget_env",
     "grow_pipe",
     "is_fifo",
     "kill_group",
@@ -37,7 +49,6 @@ logger = logging.getLogger("codex_presence.relay")
 
 PIPE_SIZE = 1024 * 1024
 _F_SETPIPE_SZ = 1031
-_PR_SET_PDEATHSIG = 1
 
 
 def grow_pipe(fd: int, size: int = PIPE_SIZE) -> None:
@@ -103,54 +114,195 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
-    """Runs in the child between fork and exec: die with the parent, even if the parent
-    already died before the prctl took effect."""
+def forget_env(name: str) -> str | None:
+    """Take ``name`` out of our environment, and its value out of our *original*
+    environment block too (what ``/proc/<our pid>/environ`` shows to any process of the same
+    user, our child included: removing a variable from ``os.environ`` leaves it there); its
+    value, or None. The block is overwritten in place with NULs; where that cannot be done
+    (not Linux), the debug log says so."""
+    value = os.environ.pop(name, None)
+    if value is not None:
+        try:
+            _blank_original_environ(name.encode())
+        except (OSError, ValueError, IndexError) as exc:
+            logger.debug("cannot blank $%s in our original environment: %s", name, exc)
+    return value
+
+
+def _blank_original_environ(key: bytes) -> None:
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
+    if not 0 < start < end:
+        raise ValueError("no environment block")
+    block = ctypes.string_at(start, end - start)
+    prefix = key + b"="
+    pos = 0
+    while pos < len(block):
+        nul = block.find(b"\0", pos)
+        nul = len(block) if nul < 0 else nul
+        if block.startswith(prefix, pos):
+            ctypes.memset(start + pos + len(prefix), 0, nul - pos - len(prefix))
+        pos = nul + 1
 
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(128 + signal.SIGKILL)
 
-    return preexec
+class Child:
+    """The wrapped command, as its watchdog reports it (see the module's doc).
+
+    ``pid`` is the command's, and its process group's. :attr:`reports` becomes readable
+    when the watchdog has news: :meth:`poll` then sets :attr:`returncode` (negative N for
+    signal N, as :mod:`subprocess` has it). :meth:`release` lets go of the tree: what is
+    left of it is killed."""
+
+    def __init__(
+        self, *, pid: int, watchdog: int, lifeline: int, reports: int, pending: bytes = b""
+    ) -> None:
+        self.pid = pid
+        self.watchdog = watchdog
+        self.returncode: int | None = None
+        self.reports = reports
+        self._lifeline = lifeline
+        self._pending = pending
+
+    def poll(self) -> int | None:
+        """The return code once the command has ended (never blocks)."""
+        if self.returncode is not None:
+            return self.returncode
+        if b"\n" not in self._pending and self.reports >= 0:
+            try:
+                data = os.read(self.reports, 4096)
+            except BlockingIOError:
+                return None
+            if not data:  # the watchdog is gone and said nothing: the command lost its keeper
+                logger.warning("the watchdog of pid %d vanished; killing the child", self.pid)
+                with suppress(OSError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            self._pending += data
+        if b"\n" in self._pending:
+            kind, value = self._pending.split(b"\n", 1)[0].split()
+            assert kind == b"X", kind
+            self.returncode = os.waitstatus_to_exitcode(int(value))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the command has ended (or ``timeout`` seconds have passed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if left == 0.0:
+                break
+            select.select([self.reports], [], [], left)
+        return self.returncode
+
+    def release(self, timeout: float = 2.0) -> None:
+        """Let go: the watchdog kills what is left of the tree, and exits (waited for up
+        to ``timeout`` seconds, so that nothing of ours outlives us for long)."""
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
+        deadline = time.monotonic() + timeout
+        while self.watchdog > 0:
+            try:
+                pid, _ = os.waitpid(self.watchdog, os.WNOHANG)
+            except ChildProcessError:
+                pid = self.watchdog
+            if pid == self.watchdog:
+                self.watchdog = 0
+            elif time.monotonic() >= deadline:
+                logger.warning("the watchdog (pid %d) is still busy; not waiting", self.watchdog)
+                break
+            else:
+                time.sleep(0.002)
+        if self.reports >= 0:
+            os.close(self.reports)
+            self.reports = -1
 
 
-def spawn(command: Sequence[str], *, stdin: int, stdout: int) -> subprocess.Popen[bytes]:
-    """Start ``command`` in its own process group, dying with us; stderr is ours.
-    (anyio.open_process has no preexec_fn, which PR_SET_PDEATHSIG needs.)"""
-    return subprocess.Popen(
-        list(command),
+def spawn(
+    command: Sequence[str],
+    *,
+    stdin: int,
+    stdout: int,
+    env: Mapping[str, str] | None = None,
+) -> Child:
+    """Start ``command`` under a watchdog (see the module's doc), with ``stdin`` and
+    ``stdout`` as its own; our stderr is its stderr. Raises :class:`OSError` (e.g.
+    :class:`FileNotFoundError`) if it cannot be run. Every other descriptor of ours stays
+    out of both processes.
+
+    Call it from a process that has no other threads if you can (``wrap`` does): the
+    watchdog is a fork of this process that goes on running Python."""
+    from codex_presence.agent import watchdog
+
+    lifeline_r, lifeline_w = os.pipe()
+    reports_r, reports_w = os.pipe()
+    plan = watchdog.Plan(
+        command=list(command),
+        env=dict(os.environ if env is None else env),
         stdin=stdin,
         stdout=stdout,
-        process_group=0,
-        preexec_fn=_pdeathsig_preexec(os.getpid()),
+        lifeline=lifeline_r,
+        reports=reports_w,
+    )
+    prctl = watchdog.load_prctl()  # before the fork: the watchdog imports nothing
+    with warnings.catch_warnings():
+        # Python 3.12+ warns of fork() in a process with threads (a test's event loop has
+        # worker threads); the watchdog touches no lock another thread may hold.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the watchdog: never returns
+        watchdog.run(plan, prctl)
+    os.close(lifeline_r)
+    os.close(reports_w)
+    first = b""
+    try:
+        while b"\n" not in first:
+            data = os.read(reports_r, 64)
+            if not data:
+                raise OSError(errno.ECHILD, "the watchdog exited before starting the command")
+            first += data
+    except BaseException:
+        os.close(lifeline_w)
+        os.close(reports_r)
+        with suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        raise
+    line, pending = first.split(b"\n", 1)
+    kind, value = line.split()
+    if kind == b"E":
+        os.close(lifeline_w)
+        os.close(reports_r)
+        os.waitpid(pid, 0)
+        code = int(value)
+        raise OSError(code, os.strerror(code), command[0])
+    os.set_blocking(reports_r, False)
+    return Child(
+        pid=int(value), watchdog=pid, lifeline=lifeline_w, reports=reports_r, pending=pending
     )
 
 
-async def wait_child(process: subprocess.Popen[bytes]) -> int:
-    """The child's return code, once it has exited (a pidfd, or a worker thread)."""
-    try:
-        pidfd = os.pidfd_open(process.pid)
-    except OSError:  # no pidfd (old kernel): a worker thread waits instead
-        return await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
-    try:
-        while process.poll() is None:
-            await anyio.wait_readable(pidfd)
-    finally:
-        os.close(pidfd)
-    assert process.returncode is not None
-    return process.returncode
+async def wait_child(child: Child) -> int:
+    """The child's return code, once its watchdog has reported its end."""
+    import anyio
+
+    while child.poll() is None:
+        await anyio.wait_readable(child.reports)
+    assert child.returncode is not None
+    return child.returncode
 
 
-def kill_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    """Signal the child's whole process group (its helpers too)."""
+def kill_group(child: Child, signum: int) -> None:
+    """Signal the child's whole process group (its helpers too), while it runs."""
+    if child.returncode is not None:
+        return
     try:
-        os.killpg(process.pid, signum)
+        os.killpg(child.pid, signum)
     except ProcessLookupError:
         pass
     except PermissionError:  # the group is gone and the id reused: the child alone
         with suppress(ProcessLookupError):
-            process.send_signal(signum)
+            os.kill(child.pid, signum)

@@ -1,29 +1,45 @@
 """``wrap --record``: the session written in the recording format, off the relay's hot path.
 
 The format is :mod:`codex_presence.core.recording`'s; this module is the writer: a queue
-that the relay fills from both of its threads in the order of the analysis, and a task that
-frames the chunks into lines and writes them from a worker thread, waking only when there is
-something to write.
+that the relay fills from both of its threads in the order of the analysis, and a thread of
+its own that frames the chunks into lines and writes them, sleeping while there is nothing
+to write. Standard library only at import: ``wrap`` starts recording from its first byte,
+before anything else is loaded.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections import deque
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import anyio
-
 from codex_presence.core.codex_protocol import Direction
+from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "open_private"]
 
 logger = logging.getLogger("codex_presence.relay")
+
+DEFAULT_MAX_PENDING = 16 * 1024 * 1024
+"""Bytes queued for the writer at most; beyond, chunks are dropped (a gap line says so)."""
+
+
+def open_private(path: str | os.PathLike[str], *, append: bool = False) -> int:
+    """A descriptor of ``path`` for writing, created 0600 (a recording holds the whole
+    session); an existing regular file loses its group and other bits."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    with suppress(OSError):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) and mode & 0o077:
+            os.fchmod(fd, stat.S_IMODE(mode) & ~0o077)
+    return fd
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,31 +50,76 @@ class _Gap:
     ends_a_line: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """The live analysis closed every handle here."""
+
+    cause: str
+
+
+@dataclass(slots=True)
+class _Line:
+    """The unfinished last line of one direction, kept up to ``max_line`` bytes; past
+    that only its size is counted (the recording says how long it was, not what)."""
+
+    pieces: list[bytes] = field(default_factory=list)
+    size: int = 0
+    t: float = 0.0
+    oversized: bool = False
+    resync: bool = False
+    """The next bytes up to a newline end a line a gap cut: left out."""
+
+    def extend(self, data: bytes, t: float, max_line: int) -> None:
+        self.t = t
+        self.size += len(data)
+        if self.oversized:
+            return
+        if self.size > max_line:
+            self.pieces.clear()
+            self.oversized = True
+        else:
+            self.pieces.append(data)
+
+    def reset(self) -> None:
+        self.pieces.clear()
+        self.size = 0
+        self.oversized = False
+
+
 class Recorder:
     """``--record``: the session in the recording format, written off the hot path.
 
     The relay hands over each chunk with :meth:`add` once it was forwarded, under the
     analysis lock, so the queue is in the order of the analysis even across the two
-    threads; :meth:`add` never blocks and never raises. A task frames the chunks into lines
-    and writes them from a worker thread. The queue is bounded in bytes, not count: if the
-    disk cannot keep up, chunks are dropped with one warning, and the file says where, with
-    a gap line for the direction that lost bytes (the lines cut by it are left out whole; the
-    other direction keeps every line). :meth:`finish` ends the file with an end line that
-    dates the end of the session. Any write error (ENOSPC, EROFS, EIO, …) stops the
-    recording with one warning.
+    threads; :meth:`add` never blocks and never raises. A thread of its own
+    (:meth:`start`) frames the chunks into lines and writes them. The queue is bounded in
+    bytes, not count: if the disk cannot keep up, chunks are dropped with one warning, and
+    the file says where, with a gap line for the direction that lost bytes (the lines cut
+    by it are left out whole; the other direction keeps every line); :meth:`drop` leaves
+    bytes out the same way on purpose. A line longer than ``max_line`` (the longest the
+    relay analyses) is not kept: an ``oversized`` line gives its size. So memory stays
+    bounded by ``max_pending`` + ``max_line``, whatever the stream. :meth:`finish` ends the
+    file with an end line that dates the end of the session. Any write error (ENOSPC,
+    EROFS, EIO, …) stops the recording with one warning.
 
-    The writing task sleeps until there is something to write: :meth:`add` (from either
-    thread) and :meth:`finish` wake it through a pipe, and only when it is waiting, so an
-    idle session costs the recorder no wake-ups at all (:attr:`wakeups` counts them).
+    The writer sleeps on a condition until there is something to write, so an idle session
+    costs the recorder no wake-ups at all (:attr:`wakeups` counts them).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, max_pending: int = 64 * 1024 * 1024):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        max_line: int = DEFAULT_MAX_LINE,
+    ):
         self.path = Path(path)
         self.max_pending = max_pending
+        self.max_line = max_line
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction, bytes | _Gap]] = deque()
-        # Chunks come from the event loop and from the server's worker thread.
-        self._lock = threading.Lock()
+        self._queue: deque[tuple[float, Direction, bytes | _Gap | _Closed]] = deque()
+        # Chunks come from both relay threads; the writer takes them.
+        self._ready = threading.Condition(threading.Lock())
         self._pending = 0
         self._failed = False
         self._dropped = False
@@ -66,43 +127,65 @@ class Recorder:
         """Bytes dropped per direction and not yet marked in the queue (from when)."""
         self._closing = False
         self._end_t: float | None = None
-        self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
-        self._partial_t: dict[Direction, float] = {"client": 0.0, "server": 0.0}
-        self._resync: dict[Direction, bool] = {"client": False, "server": False}
-        self._waiting = False
-        """The writing task waits on the wake pipe: the next chunk must wake it."""
-        self._wake_r = self._wake_w = -1
+        self._lines: dict[Direction, _Line] = {"client": _Line(), "server": _Line()}
+        self._thread: threading.Thread | None = None
         self.wakeups = 0
-        """How often the writing task woke up (for tests)."""
+        """How often the writer woke up (for tests)."""
 
     def open(self) -> bool:
-        """Open the file (and the wake pipe); False, with one warning, if it cannot be.
-        Once it is open, :meth:`run` must run: it closes both."""
+        """Create the file (0600); False, with one warning, if it cannot be. Once it is
+        open, :meth:`start` must follow: the writer closes it."""
         try:
-            self._file = self.path.open("wb")
+            self._file = open(open_private(self.path), "wb", buffering=1 << 20)  # noqa: SIM115
         except OSError as exc:
             self._fail(exc)
             return False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         return True
 
-    def _wake_locked(self) -> None:
-        """Wake the writing task if it waits; under the lock, so that the pipe is never
-        written after :meth:`run` closed it."""
-        if self._waiting and self._wake_w >= 0:
-            self._waiting = False
-            with suppress(BlockingIOError):  # full: it is woken already
-                os.write(self._wake_w, b"!")
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._run, name="codex-presence-recorder")
+        self._thread.daemon = True  # joined by the relay; never keeps a dying wrap alive
+        self._thread.start()
 
     def add(self, t: float, direction: Direction, chunk: bytes) -> None:
         """Queue a chunk (any thread; never blocks)."""
+        self._queue_chunk(t, direction, chunk, dropped=False)
+
+    def drop(self, t: float, direction: Direction, chunk: bytes) -> None:
+        """Leave a chunk out on purpose (the analysis left it out too): a gap line."""
+        self._queue_chunk(t, direction, chunk, dropped=True)
+
+    def mark_closed(self, t: float, cause: str) -> None:
+        """The live analysis closed every handle now (after the gaps so far)."""
         if self._failed or self._closing:
             return
-        with self._lock:
-            if self._pending + len(chunk) > self.max_pending:
-                if not self._dropped:
+        with self._ready:
+            self._flush_gaps_locked()
+            self._queue.append((t, "server", _Closed(cause)))
+            self._ready.notify()
+
+    def finish(self, t: float) -> None:
+        """The session ended ``t`` seconds in; the writer ends once the rest is on disk
+        (:meth:`join`)."""
+        self._end_t = t
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the writer to end; True if it has (or never started)."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _queue_chunk(self, t: float, direction: Direction, chunk: bytes, *, dropped: bool) -> None:
+        if self._failed or self._closing or not chunk:
+            return
+        with self._ready:
+            if dropped or self._pending + len(chunk) > self.max_pending:
+                if not dropped and not self._dropped:
                     self._dropped = True
                     logger.warning("recording to %s cannot keep up; it has gaps", self.path)
                 since, gap = self._gaps.get(direction, (t, _Gap()))
@@ -113,105 +196,112 @@ class Recorder:
                 self._queue.append((since, direction, gap))
             self._pending += len(chunk)
             self._queue.append((t, direction, chunk))
-            self._wake_locked()
+            self._ready.notify()
 
-    async def run(self) -> None:
-        """Write what is queued until :meth:`finish`, then the rest, then close the file."""
+    def _flush_gaps_locked(self) -> None:
+        for direction, (since, gap) in sorted(self._gaps.items()):
+            self._queue.append((since, direction, gap))
+        self._gaps.clear()
+
+    # -- the writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
         try:
             while True:
-                with self._lock:
+                with self._ready:
+                    while not self._queue and not self._closing:
+                        self._ready.wait()
+                        self.wakeups += 1
                     batch = list(self._queue)
                     self._queue.clear()
                     self._pending = 0
-                    self._waiting = not batch and not self._closing
-                if batch:
-                    if not self._failed:
-                        await anyio.to_thread.run_sync(self._write, batch)
-                elif self._closing:
+                    if not batch:
+                        self._flush_gaps_locked()  # bytes dropped at the very end
+                        batch = list(self._queue)
+                        self._queue.clear()
+                        done = True
+                    else:
+                        done = False
+                if not self._failed:
+                    self._write(batch)
+                if done:
                     break
-                else:
-                    await self._sleep()
-            await anyio.to_thread.run_sync(self._close)
-        finally:
-            with self._lock:
-                for fd in (self._wake_r, self._wake_w):
-                    if fd >= 0:
-                        os.close(fd)
-                self._wake_r = self._wake_w = -1
+            self._close()
+        except Exception:  # a bug here must never reach the relay
+            logger.exception("recording to %s failed", self.path)
+            self._failed = True
+            self._close()
 
-    async def _sleep(self) -> None:
-        """Until :meth:`add` or :meth:`finish` wakes us: no timer."""
-        await anyio.wait_readable(self._wake_r)
-        self.wakeups += 1
-        with suppress(BlockingIOError):
-            while os.read(self._wake_r, 4096):
-                pass
-
-    def finish(self, t: float) -> None:
-        """The session ended ``t`` seconds in; :meth:`run` returns once the rest is on
-        disk."""
-        self._end_t = t
-        with self._lock:
-            self._closing = True
-            self._wake_locked()
-
-    # -- worker thread -------------------------------------------------------------------
-
-    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap]]) -> None:
-        from codex_presence.core.recording import encode_entry
+    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap | _Closed]]) -> None:
+        from codex_presence.core.recording import encode_closed, encode_gap
 
         out: list[bytes] = []
-        for t, direction, chunk in batch:
-            if isinstance(chunk, _Gap):
-                out.append(self._mark_gap(t, direction, chunk))
-                continue
-            if self._resync[direction]:
-                newline = chunk.find(b"\n")
-                if newline < 0:
-                    continue
-                self._resync[direction] = False
-                chunk = chunk[newline + 1 :]
-            partial = self._partial[direction]
-            if b"\n" not in chunk:
-                if chunk:
-                    partial.append(chunk)
-                    self._partial_t[direction] = t
-                continue
-            lines = chunk.split(b"\n")
-            if partial:
-                partial.append(lines[0])
-                lines[0] = b"".join(partial)
-                partial.clear()
-            if lines[-1]:
-                partial.append(lines[-1])
-                self._partial_t[direction] = t
-            out.extend(encode_entry(t, direction, line) for line in lines[:-1])
+        for t, direction, item in batch:
+            if isinstance(item, _Gap):
+                line = self._lines[direction]
+                line.reset()  # the line the gap cut is left out whole: its start…
+                line.resync = not item.ends_a_line  # …and its end
+                out.append(encode_gap(t, direction, item.size))
+            elif isinstance(item, _Closed):
+                out.append(encode_closed(t, item.cause))
+            else:
+                self._frame(t, direction, item, out)
         self._emit(out)
 
-    def _mark_gap(self, t: float, direction: Direction, gap: _Gap) -> bytes:
-        """The gap line; the line the gap cut is left out whole: its start (the partial
-        line) and, unless the dropped bytes ended a line, its end (up to the next newline
-        of this direction)."""
-        from codex_presence.core.recording import encode_gap
+    def _frame(self, t: float, direction: Direction, chunk: bytes, out: list[bytes]) -> None:
+        line = self._lines[direction]
+        if line.resync:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                return
+            line.resync = False
+            chunk = chunk[newline + 1 :]
+        if b"\n" not in chunk:
+            if chunk:
+                line.extend(chunk, t, self.max_line)
+            return
+        pieces = chunk.split(b"\n")
+        if line.size:
+            line.extend(pieces[0], t, self.max_line)
+            self._encode_line(direction, line, out)
+        else:
+            self._encode(t, direction, pieces[0], out)
+        for piece in pieces[1:-1]:
+            self._encode(t, direction, piece, out)
+        if pieces[-1]:
+            line.extend(pieces[-1], t, self.max_line)
 
-        self._partial[direction].clear()
-        self._resync[direction] = not gap.ends_a_line
-        return encode_gap(t, direction, gap.size)
+    def _encode_line(self, direction: Direction, line: _Line, out: list[bytes]) -> None:
+        """The unfinished line, now complete (or the session's end)."""
+        if line.oversized:
+            from codex_presence.core.recording import encode_oversized
+
+            out.append(encode_oversized(line.t, direction, line.size))
+        else:
+            whole = line.pieces[0] if len(line.pieces) == 1 else b"".join(line.pieces)
+            line.pieces.clear()  # one copy of a long line at a time
+            self._encode(line.t, direction, whole, out)
+        line.reset()
+
+    def _encode(self, t: float, direction: Direction, data: bytes, out: list[bytes]) -> None:
+        from codex_presence.core.recording import encode_entry_parts, encode_oversized
+
+        if len(data) > self.max_line:
+            out.append(encode_oversized(t, direction, len(data)))
+        else:
+            out += encode_entry_parts(t, direction, data)
 
     def _close(self) -> None:
-        from codex_presence.core.recording import encode_end, encode_entry
+        from codex_presence.core.recording import encode_end
 
-        with self._lock:  # bytes dropped at the very end: no later chunk marked them
-            last_gaps, self._gaps = self._gaps, {}
-        out = [self._mark_gap(t, direction, gap) for direction, (t, gap) in last_gaps.items()]
-        out += [
-            encode_entry(self._partial_t[direction], direction, b"".join(partial))
-            for direction, partial in self._partial.items()
-            if partial and b"".join(partial)
-        ]
-        if self._end_t is not None:
-            out.append(encode_end(self._end_t))
-        self._emit(out)
+        out: list[bytes] = []
+        if not self._failed:
+            for direction, line in self._lines.items():
+                if line.size:
+                    self._encode_line(direction, line, out)
+            if self._end_t is not None:
+                out.append(encode_end(self._end_t))
+            self._emit(out)
         if self._file is not None:
             try:
                 self._file.close()
@@ -223,7 +313,7 @@ class Recorder:
         if not out or self._failed or self._file is None:
             return
         try:
-            self._file.write(b"".join(out))
+            self._file.writelines(out)  # long lines go to the file as they are, uncopied
             self._file.flush()
         except OSError as exc:
             self._fail(exc)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from codex_presence.cli.main import UsageError, setup_logging
 
 if TYPE_CHECKING:
+    import logging
+
     from codex_presence.agent.broker_link import BrokerLink
 
 HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that derives its state"
@@ -74,42 +76,56 @@ def run(args: argparse.Namespace) -> int:
         except OSError:
             os.open(os.devnull, os.O_RDWR)
 
+    from codex_presence._wire import TOKEN_ENV
+    from codex_presence.agent.child import forget_env
+    from codex_presence.agent.pump import Pump
+    from codex_presence.agent.recorder import Recorder
+    from codex_presence.core.prefilter import ChunkAnalyzer
+
+    # The token is ours, not the child's: codex and every command its agent runs would
+    # inherit it, or read it from our original environment (/proc/<pid>/environ).
+    token = forget_env(TOKEN_ENV)
+    if not args.broker:
+        _logger().info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
+    # Spawn first: the child starts before anything beyond the standard library loads
+    # (the mapping, anyio, the broker client); its first bytes are analysed once they have.
+    pump = Pump(
+        analyzer=ChunkAnalyzer(deferred=True),
+        recorder=Recorder(args.record) if args.record else None,
+    )
+    status = pump.start(command)
+    if status is not None:
+        return status
+
     import anyio
 
-    from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.relay import Relay, log_transition
 
-    link = _broker_link(args)
-    # The token is ours, not the child's: codex and every command its agent runs would
-    # inherit it. (Read above, if at all; the child is spawned below.)
-    os.environ.pop(TOKEN_ENV, None)
+    link = _broker_link(args, {} if token is None else {TOKEN_ENV: token}) if args.broker else None
     if link is None:
-        relay = Relay(record=args.record)
+        relay = Relay(pump=pump)
     else:
-        relay = Relay(
-            record=args.record,
-            observers=[log_transition, link.observe],
-            companions=[link.session],
-        )
-    return anyio.run(relay.run, command)
+        observers = [log_transition, link.observe]
+        relay = Relay(pump=pump, observers=observers, companions=[link.session])
+    return anyio.run(relay.run)
 
 
-def _broker_link(args: argparse.Namespace) -> BrokerLink | None:
-    """The broker side of the session, or None (said once on stderr) when there is none.
-    A missing token is not fatal: the relay must work whatever the reporting does."""
+def _logger() -> logging.Logger:
     import logging
 
-    logger = logging.getLogger("codex_presence.wrap")
-    if not args.broker:
-        logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
-        return None
+    return logging.getLogger("codex_presence.wrap")
+
+
+def _broker_link(args: argparse.Namespace, environ: dict[str, str]) -> BrokerLink | None:
+    """The broker side of the session, or None (said once on stderr) if no token can be
+    had. A missing token is not fatal: the relay must work whatever the reporting does."""
     from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
     from codex_presence.client.auth import TokenError, read_token
 
     try:
-        token = read_token(token_file=args.token_file)
+        token = read_token(token_file=args.token_file, environ=environ)
     except TokenError as exc:
-        logger.error("not reporting to %s: %s", args.broker, exc)
+        _logger().error("not reporting to %s: %s", args.broker, exc)
         return None
     settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
     return BrokerLink(settings)

@@ -60,6 +60,7 @@ from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
 from codex_presence.core.codex_protocol import (
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
+    MESSAGE_START,
     STATE_METHODS,
     THREAD_ENDING_STATUSES,
     TOOL_ITEM_TYPES,
@@ -155,6 +156,9 @@ class CodexMapping:
     def feed_line(self, direction: Direction, line: bytes) -> Transition | None:
         """Feed one raw line (with or without its newline) as it crossed the wire."""
         self.stats.lines += 1
+        if not line.startswith(MESSAGE_START):  # the leading-byte rule (skips_unparsed)
+            self.stats.not_json += 1
+            return None
         if direction == "server":
             if skips_unparsed(line):
                 self.stats.skipped += 1

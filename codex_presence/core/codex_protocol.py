@@ -17,6 +17,7 @@ __all__ = [
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
     "ITEM_TYPE_PREFIX",
+    "MESSAGE_START",
     "METHOD_PREFIX",
     "PASSIVE_ITEM_TYPES",
     "RESPONSE_PREFIX",
@@ -107,6 +108,8 @@ PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
 )
 """Item types that open nothing (the turn covers them): their item events change no state."""
 
+MESSAGE_START = b"{"
+"""The first byte of every message line that can matter, in either direction."""
 METHOD_PREFIX = b'{"method":"'
 """How codex starts every notification and request line it writes: the method first."""
 RESPONSE_PREFIX = b'{"id":'
@@ -127,7 +130,14 @@ def skips_unparsed(head: bytes) -> bool | None:
     event's ``item`` first with ``type`` first in it; a JSON string cannot hold an unescaped
     quote, so these bytes can only be the message's own. Deltas, responses, usage updates
     and the events of passive items are skipped this way — most of a session.
+
+    The leading-byte rule: a line that does not start with ``{`` (:data:`MESSAGE_START`) is
+    skipped, whatever follows (codex writes no whitespace before a message, and neither do
+    its clients); the mapping applies it to client lines too. It lets the relay skip such
+    lines without looking at them one by one.
     """
+    if head[:1] != MESSAGE_START:
+        return True if head else None
     if head.startswith(RESPONSE_PREFIX):
         return True
     if not head.startswith(METHOD_PREFIX):

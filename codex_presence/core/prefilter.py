@@ -1,26 +1,37 @@
 """Chunks in, the few lines that can matter out: the relay's pre-filter for the mapping.
 
-Sans-I/O. The relay hands :class:`ChunkAnalyzer` each chunk it has just forwarded, in
-whatever pieces the pipes produced, and gets back the transitions those bytes caused. The
-analyzer owns line framing (the partial last line of each direction, bounded) and the
-decision which complete lines reach :meth:`CodexMapping.feed_line` at all.
+Sans-I/O, and standard library only at import (``wrap`` frames its first bytes before the
+mapping is loaded). The relay hands :class:`ChunkAnalyzer` each chunk it has just
+forwarded, in whatever pieces the pipes produced, and gets back the transitions those
+bytes caused. The analyzer owns line framing (the partial last line of each direction,
+bounded) and the decision which complete lines reach :meth:`CodexMapping.feed_line` at all.
 
 Why it exists: ``feed_line`` costs about a microsecond even for a line it skips, and a busy
-app-server writes thousands of deltas per megabyte. So the analyzer skips in bulk what it
-can prove ``feed_line`` would skip anyway, and feeds everything else, so that the result is
-the same as feeding every line one by one (the property ``tests/test_lines.py`` checks):
+app-server writes thousands of deltas per megabyte. So the analyzer skips in bulk, at C
+speed (one regular-expression scan per chunk, no Python per skipped line), what it can
+prove ``feed_line`` would skip anyway, and feeds everything else, so that the result is the
+same as feeding every line one by one (the property ``tests/test_lines.py`` checks):
 
+* a line that does not start with ``{`` cannot matter, in either direction (the leading-byte
+  rule, :func:`~codex_presence.core.codex_protocol.skips_unparsed`): garbage, bare
+  newlines, 2-byte lines and the like cost the scan and nothing else.
 * server lines: ``feed_line`` decides on the first bytes (codex writes ``{"method":"…"`` or
-  ``{"id":`` first). One regular-expression scan of the chunk (in C) finds the lines that
-  do not start with one of :data:`HOT_SKIPPED_PREFIXES`, the frequent kinds that change
-  nothing; only those are sliced out and go to ``feed_line``, which parses only those
-  that can change the state. A partial line whose prefix already shows it is irrelevant
-  is not buffered at all, however long it gets.
+  ``{"id":`` first). The scan finds the lines that start with ``{`` but not with one of
+  :data:`HOT_SKIPPED_PREFIXES` (the frequent kinds that change nothing) nor with any other
+  method that cannot change the state; only those are sliced out and fed. A partial line
+  whose prefix already shows it is irrelevant is not buffered at all, however long it gets.
 * client lines matter only while the mapping waits for answers to server requests
-  (``CodexMapping.has_pending``); otherwise a chunk's complete lines are skipped wholesale,
-  with a single ``rfind`` for the line framing.
+  (``CodexMapping.has_pending``), and only those starting with ``{``.
 * a line longer than ``max_line`` that would have to be parsed is dropped from analysis
   (counted in :class:`AnalyzerStats`, logged at debug). It was relayed all the same.
+
+Start-up (``deferred=True``): until :meth:`ChunkAnalyzer.attach` gives it the mapping, the
+analyzer frames and filters as usual but keeps the lines it would feed, in order, up to
+``max_deferred`` bytes; ``attach`` feeds them. If they do not fit, the bytes from there to
+``attach`` are a *gap*, as in a recording: they are not analysed, the line the gap cut is
+left out whole, and ``attach`` closes every handle (cause ``gap``: what would have closed
+them may be in the gap). :attr:`ChunkAnalyzer.in_gap` tells the recorder to leave out the
+same bytes, so that the replay is the live timeline.
 """
 
 from __future__ import annotations
@@ -29,9 +40,8 @@ import logging
 import operator
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping
 from codex_presence.core.codex_protocol import (
     ITEM_TYPE_PREFIX,
     METHOD_PREFIX,
@@ -43,7 +53,12 @@ from codex_presence.core.codex_protocol import (
     skips_unparsed,
 )
 
+if TYPE_CHECKING:
+    from codex_presence.core.activity import Transition
+    from codex_presence.core.codex import CodexMapping
+
 __all__ = [
+    "DEFAULT_MAX_DEFERRED",
     "DEFAULT_MAX_LINE",
     "HOT_SKIPPED_PREFIXES",
     "AnalyzerStats",
@@ -55,6 +70,8 @@ logger = logging.getLogger("codex_presence.lines")
 
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 """Longest line (bytes) that is still parsed; longer ones are relayed, never analysed."""
+DEFAULT_MAX_DEFERRED = 4 * 1024 * 1024
+"""Bytes of lines kept for the mapping before it is attached (``wrap``'s start-up)."""
 
 _HOT_SKIPPED_METHODS = (
     "item/agentMessage/delta",
@@ -84,16 +101,28 @@ the item events of passive item types (codex writes ``"item"`` first in ``params
 ``"type"`` first in the item) are parsed by the mapping only to change nothing."""
 
 
+def _skipped_after_brace() -> bytes:
+    """A regular expression for what follows the ``{`` of a server line that cannot change
+    the state: a hot prefix, or any other method the mapping skips unparsed (one with no
+    escape in it that is not a state method; see ``skips_unparsed``)."""
+    hot = b"|".join(re.escape(prefix[1:]) for prefix in HOT_SKIPPED_PREFIXES)
+    states = b"|".join(re.escape(m.encode()) for m in sorted(STATE_METHODS, key=len, reverse=True))
+    other = re.escape(METHOD_PREFIX[1:]) + b"(?!(?:" + states + b')")[^"\\\\\\n]*"'
+    return hot + b"|" + other
+
+
 def candidate_starts(head: bytes = b"") -> re.Pattern[bytes]:
-    """A pattern for the newlines that start a line which does not begin with ``head``
-    (a regular expression; the recording format puts ``{"t":…,"from":"server","msg":``
-    there) followed by a hot prefix: the only lines worth a look."""
-    hot = b"|".join(re.escape(prefix) for prefix in HOT_SKIPPED_PREFIXES)
-    return re.compile(b"\\n(?!" + head + b"(?:" + hot + b"))")
+    """A pattern for the newline and ``{`` that start a line worth a look: one that does
+    not begin with ``{`` + ``head`` (a regular expression; the recording format puts
+    ``"t":…,"from":"server","msg":`` there) followed by a line that cannot change the state.
+    The line starts one byte after the match's start."""
+    return re.compile(b"\\n\\{(?!" + head + (b"\\{" if head else b"") + b"(?:" + _SKIP + b"))")
 
 
+_SKIP = _skipped_after_brace()
 _CANDIDATE_START = candidate_starts()
-_match_end = operator.methodcaller("end")
+_CLIENT_START = re.compile(b"\\n\\{")
+_line_start = operator.methodcaller("start")
 
 
 @dataclass(slots=True)
@@ -106,6 +135,10 @@ class AnalyzerStats:
     """Complete lines handed to ``CodexMapping.feed_line``."""
     oversized: int = 0
     """Lines longer than ``max_line`` dropped from analysis (they were relayed)."""
+    deferred: int = 0
+    """Lines kept for the mapping before it was attached."""
+    gap: int = 0
+    """Bytes left out of the analysis because the deferred lines overflowed."""
 
 
 @dataclass(slots=True)
@@ -116,28 +149,91 @@ class _Partial:
     size: int = 0
     skipping: bool = False
     """The line is known not to matter (or is too long): its bytes are not kept."""
-    oversized: bool = False
 
     def reset(self) -> None:
         self.pieces.clear()
         self.size = 0
         self.skipping = False
-        self.oversized = False
 
     @property
     def empty(self) -> bool:
         return self.size == 0 and not self.skipping
 
 
+@dataclass(slots=True)
+class _Gap:
+    """Bytes of one direction left out of the analysis (see the module's doc)."""
+
+    size: int = 0
+    ends_a_line: bool = True
+
+
 class ChunkAnalyzer:
     """Frames both directions into lines and feeds the mapping only what can matter."""
 
-    def __init__(self, mapping: CodexMapping | None = None, *, max_line: int = DEFAULT_MAX_LINE):
-        self.mapping = mapping if mapping is not None else CodexMapping()
+    def __init__(
+        self,
+        mapping: CodexMapping | None = None,
+        *,
+        max_line: int = DEFAULT_MAX_LINE,
+        deferred: bool = False,
+        max_deferred: int = DEFAULT_MAX_DEFERRED,
+    ):
+        if mapping is None and not deferred:
+            from codex_presence.core.codex import CodexMapping
+
+            mapping = CodexMapping()
+        self._mapping = mapping
         self.max_line = max_line
+        self.max_deferred = max_deferred
         self.stats = AnalyzerStats()
         self._partial: dict[Direction, _Partial] = {"client": _Partial(), "server": _Partial()}
         self._closed = False
+        self._deferred: list[tuple[Direction, bytes]] = []
+        self._deferred_size = 0
+        self._gaps: dict[Direction, _Gap] | None = None
+        """Set once the deferred lines overflowed: what each direction lost since."""
+        self._resync: dict[Direction, bool] = {"client": False, "server": False}
+        """The direction's next bytes up to a newline end a line a gap cut: left out."""
+
+    @property
+    def mapping(self) -> CodexMapping:
+        assert self._mapping is not None, "the mapping is not attached yet"
+        return self._mapping
+
+    @property
+    def attached(self) -> bool:
+        return self._mapping is not None
+
+    @property
+    def in_gap(self) -> bool:
+        """Bytes fed now are left out of the analysis (see the module's doc)."""
+        return self._gaps is not None
+
+    def attach(self, mapping: CodexMapping) -> list[Transition]:
+        """Give the analyzer its mapping: the lines kept until now are fed, in order, and a
+        gap (if the kept lines overflowed) closes every handle; returns the transitions."""
+        self._mapping = mapping
+        out: list[Transition] = []
+        deferred, self._deferred, self._deferred_size = self._deferred, [], 0
+        for direction, line in deferred:
+            self._feed(direction, line, out)
+        if self._gaps is not None:
+            gaps, self._gaps = self._gaps, None
+            for direction, gap in gaps.items():
+                if gap.size:
+                    self.stats.gap += gap.size
+                    self._partial[direction].reset()  # the line the gap cut: left out whole
+                    self._resync[direction] = not gap.ends_a_line
+            logger.warning(
+                "%d bytes crossed before the analysis was ready and did not fit in its "
+                "start-up buffer; they were relayed, not analysed: the state starts afresh",
+                self.stats.gap,
+            )
+            transition = mapping.close("gap")
+            if transition is not None:
+                out.append(transition)
+        return out
 
     def feed(self, direction: Direction, chunk: bytes) -> list[Transition]:
         """Account for ``chunk`` (bytes as they crossed the wire); returns the transitions."""
@@ -145,10 +241,21 @@ class ChunkAnalyzer:
             return []
         self.stats.chunks += 1
         self.stats.bytes += len(chunk)
+        if self._gaps is not None:
+            gap = self._gaps[direction]
+            gap.size += len(chunk)
+            gap.ends_a_line = chunk.endswith(b"\n")
+            return []
         out: list[Transition] = []
         partial = self._partial[direction]
         pos = 0
-        if not partial.empty:
+        if self._resync[direction]:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                return out
+            self._resync[direction] = False
+            pos = nl + 1
+        elif not partial.empty:
             nl = chunk.find(b"\n")
             if nl < 0:
                 self._extend(direction, partial, chunk)
@@ -160,18 +267,20 @@ class ChunkAnalyzer:
         if last >= pos:
             if direction == "server":
                 self._server_lines(chunk, pos, last, out)
-            elif self.mapping.has_pending:
+            elif self._mapping is None or self._mapping.has_pending:
                 self._client_lines(chunk, pos, last, out)
             pos = last + 1
         if pos < len(chunk):
             self._extend(direction, partial, chunk[pos:] if pos else chunk)
+        if self._deferred_size > self.max_deferred:
+            self._gaps = {"client": _Gap(), "server": _Gap()}
         return out
 
     def close(self, cause: str = "eof") -> list[Transition]:
         """End of both streams: an unterminated last line still counts, then all closes."""
         if self._closed:
             return []
-        out: list[Transition] = []
+        out = [] if self._mapping is not None else self.attach(_default_mapping())
         for direction in ("client", "server"):
             partial = self._partial[direction]
             if not partial.empty:
@@ -188,8 +297,13 @@ class ChunkAnalyzer:
         if len(line) > self.max_line:
             self._oversized(direction, len(line))
             return
+        if self._mapping is None:
+            self.stats.deferred += 1
+            self._deferred.append((direction, line))
+            self._deferred_size += len(line)
+            return
         self.stats.fed += 1
-        transition = self.mapping.feed_line(direction, line)
+        transition = self._mapping.feed_line(direction, line)
         if transition is not None:
             out.append(transition)
 
@@ -199,9 +313,9 @@ class ChunkAnalyzer:
 
     def _server_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
         # The complete lines are chunk[start:last + 1]. One regular-expression scan finds
-        # the newlines *not* followed by a hot prefix: the starts of the few lines to feed.
+        # the newlines followed by a line that may matter: the starts of the few to feed.
         if start == 0:  # the first line is not preceded by a newline in this chunk
-            if not chunk.startswith(HOT_SKIPPED_PREFIXES):
+            if chunk.startswith(b"{") and not skips_unparsed(chunk[: chunk.find(b"\n")]):
                 self._feed("server", chunk[: chunk.find(b"\n")], out)
         else:
             start -= 1
@@ -210,17 +324,24 @@ class ChunkAnalyzer:
         # (measured: the mapping's cost per MB falls by a third).
         find = chunk.find
         lines = [
-            chunk[begin : find(b"\n", begin)]
-            for begin in map(_match_end, _CANDIDATE_START.finditer(chunk, start, last))
+            chunk[begin + 1 : find(b"\n", begin + 1)]
+            for begin in map(_line_start, _CANDIDATE_START.finditer(chunk, start, last))
         ]
         for line in lines:
             self._feed("server", line, out)
 
     def _client_lines(self, chunk: bytes, start: int, last: int, out: list[Transition]) -> None:
-        for line in chunk[start:last].split(b"\n"):
-            if not self.mapping.has_pending:
+        find = chunk.find
+        if start == 0:
+            begins = [-1] if chunk.startswith(b"{") else []
+        else:
+            start -= 1
+            begins = []
+        begins += map(_line_start, _CLIENT_START.finditer(chunk, start, last))
+        for begin in begins:
+            if self._mapping is not None and not self._mapping.has_pending:
                 return  # nothing left to answer: the rest cannot matter
-            self._feed("client", line, out)
+            self._feed("client", chunk[begin + 1 : find(b"\n", begin + 1)], out)
 
     def _extend(self, direction: Direction, partial: _Partial, data: bytes) -> None:
         if partial.skipping:
@@ -228,9 +349,9 @@ class ChunkAnalyzer:
             return
         partial.pieces.append(data)
         partial.size += len(data)
-        if direction == "server" and partial.size <= 4096:
+        if partial.size <= 4096:
             head = b"".join(partial.pieces) if len(partial.pieces) > 1 else partial.pieces[0]
-            if skips_unparsed(head):
+            if skips_unparsed(head) if direction == "server" else head[:1] not in b"{":
                 partial.pieces.clear()
                 partial.skipping = True
                 return
@@ -238,7 +359,6 @@ class ChunkAnalyzer:
             self._oversized(direction, partial.size)
             partial.pieces.clear()
             partial.skipping = True
-            partial.oversized = True
 
     def _finish_partial(
         self, direction: Direction, partial: _Partial, out: list[Transition]
@@ -247,6 +367,12 @@ class ChunkAnalyzer:
             line = b"".join(partial.pieces)
             if line.endswith(b"\n"):
                 line = line[:-1]
-            if direction == "server" or self.mapping.has_pending:
+            if direction == "server" or self._mapping is None or self._mapping.has_pending:
                 self._feed(direction, line, out)
         partial.reset()
+
+
+def _default_mapping() -> CodexMapping:
+    from codex_presence.core.codex import CodexMapping
+
+    return CodexMapping()

@@ -4,9 +4,14 @@ A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "m
 a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
 UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no message:
 ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording cut short,
-by SIGKILL say, has none), and ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says that
-the recorder could not keep up and left out that many bytes of that direction there (the
-lines they cut are left out whole). :func:`encode_entry` writes a message line;
+by SIGKILL say, has none); ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says that
+that many bytes of that direction are left out there (the recorder could not keep up, or
+they crossed before the analysis was ready and did not fit in its start-up buffer; the
+lines they cut are left out whole), and ``{"t": <seconds>, "from": …, "oversized": <bytes>}``
+stands for a line too long to record (longer than the relay's ``max_line``: the relay did not
+analyse it either). ``{"t": <seconds>, "closed": "gap"}`` says that the live analysis closed
+every handle there, after bytes it could not analyse (its start-up buffer overflowed; gap
+lines say which), so that the replay does too. :func:`encode_entry` writes a message line;
 :func:`read_entries` reads a file in either the recording format or plain app-server stdout
 (one message per line, no timestamps), telling them apart from the first line.
 
@@ -24,15 +29,18 @@ from typing import Any, Literal
 
 import orjson
 
-from codex_presence.core.codex import Direction
+from codex_presence.core.codex_protocol import Direction
 
 __all__ = [
     "Entry",
     "RecordingFormat",
     "detect_format",
+    "encode_closed",
     "encode_end",
     "encode_entry",
+    "encode_entry_parts",
     "encode_gap",
+    "encode_oversized",
     "read_entries",
     "read_relevant_entries",
 ]
@@ -56,15 +64,25 @@ class Entry:
     a line that is not JSON."""
     size: int | None = None
     """Bytes of the message as it crossed the wire, where known: the relay analyses no
-    line longer than its ``max_line``, and neither does a replay."""
+    line longer than its ``max_line``, and neither does a replay. An oversized line (left
+    out of the recording) has only its size: no message, no raw bytes."""
     end: bool = False
     """The end line: no message, only the time the session ended."""
     gap: int = 0
     """A gap line: bytes the recorder left out here (no message)."""
+    closed: str | None = None
+    """The live analysis closed every handle here, for this cause (no message)."""
 
 
 def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
     """One recording line for ``line`` (its trailing newline, if any, is dropped)."""
+    return b"".join(encode_entry_parts(t, direction, line))
+
+
+def encode_entry_parts(t: float, direction: Direction, line: bytes) -> tuple[bytes, ...]:
+    """:func:`encode_entry` in parts whose concatenation is the recording line: a JSON
+    line's bytes are one of them, uncopied (a writer with ``writelines`` never copies a
+    long line)."""
     body = line[:-1] if line.endswith(b"\n") else line
     head = b'{"t":%.6f,"from":"%s",' % (t, direction.encode())
     try:
@@ -72,15 +90,15 @@ def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
     except orjson.JSONDecodeError:
         pass
     else:
-        return head + b'"msg":' + body + b"}\n"
+        return head, b'"msg":', body, b"}\n"
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
+        return head, b'"raw_b64":', orjson.dumps(base64.b64encode(body).decode()), b"}\n"
     try:
-        return head + b'"raw":' + orjson.dumps(text) + b"}\n"
+        return head, b'"raw":', orjson.dumps(text), b"}\n"
     except TypeError:  # lone surrogates cannot be written as JSON strings
-        return head + b'"raw_b64":' + orjson.dumps(base64.b64encode(body).decode()) + b"}\n"
+        return head, b'"raw_b64":', orjson.dumps(base64.b64encode(body).decode()), b"}\n"
 
 
 def encode_end(t: float) -> bytes:
@@ -88,9 +106,19 @@ def encode_end(t: float) -> bytes:
     return b'{"t":%.6f,"end":"eof"}\n' % t
 
 
+def encode_closed(t: float, cause: str) -> bytes:
+    """The analysis closed every handle ``t`` seconds in, for ``cause`` (``gap``)."""
+    return b'{"t":%.6f,"closed":%s}\n' % (t, orjson.dumps(cause))
+
+
 def encode_gap(t: float, direction: Direction, size: int) -> bytes:
     """A gap line: ``size`` bytes of ``direction`` from ``t`` on were left out."""
     return b'{"t":%.6f,"from":"%s","gap":%d}\n' % (t, direction.encode(), size)
+
+
+def encode_oversized(t: float, direction: Direction, size: int) -> bytes:
+    """The line that stands for one too long to record: ``size`` bytes (newline apart)."""
+    return b'{"t":%.6f,"from":"%s","oversized":%d}\n' % (t, direction.encode(), size)
 
 
 def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
@@ -103,10 +131,15 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     if value.get("from") not in ("client", "server"):
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
+        if isinstance(value.get("closed"), str) and len(value) == 2:
+            return Entry(number, float(t), "server", None, closed=value["closed"])
         return None
     gap = value.get("gap")
     if isinstance(gap, int) and not isinstance(gap, bool) and gap > 0 and len(value) == 3:
         return Entry(line=number, t=float(t), direction=value["from"], message=None, gap=gap)
+    oversized = value.get("oversized")
+    if isinstance(oversized, int) and not isinstance(oversized, bool) and len(value) == 3:
+        return Entry(number, float(t), value["from"], None, size=oversized)
     if "msg" in value:
         return Entry(number, float(t), value["from"], value["msg"], size=size)
     if isinstance(value.get("raw"), str):
@@ -161,7 +194,7 @@ def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
 
 
 _CANDIDATES: dict[RecordingFormat, re.Pattern[bytes]] = {}
-_RECORDING_SERVER_HEAD = rb'\{"t":[-+0-9.eE]+,"from":"server","msg":'
+_RECORDING_SERVER_HEAD = rb'"t":[-+0-9.eE]+,"from":"server","msg":'
 
 
 def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
@@ -198,7 +231,7 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1
     counted_to, last_fed = first_end, start
     for match in _candidates(fmt).finditer(data, first_end):
-        begin = match.end()
+        begin = match.start() + 1
         number += data.count(b"\n", counted_to, begin)
         counted_to = begin
         end = data.find(b"\n", begin)

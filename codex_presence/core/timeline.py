@@ -32,8 +32,9 @@ class TimelineRow:
 
 class TimelineBuilder:
     """Feeds entries to a mapping and turns its transitions into rows, as the relay did
-    live: a line longer than ``max_line`` is not analysed (it was not, live), and the
-    ``eof`` row comes at the recording's end line, if it has one."""
+    live: a line longer than ``max_line`` is not analysed (it was not, live; the recorder
+    keeps only its size), every handle closes where the live analysis closed them (a
+    ``closed`` line), and the ``eof`` row comes at the recording's end line, if it has one."""
 
     def __init__(
         self, mapping: CodexMapping | None = None, *, max_line: int = DEFAULT_MAX_LINE
@@ -53,10 +54,14 @@ class TimelineBuilder:
         if entry.gap:
             self.gaps.append(entry)
             return None
-        if entry.size is not None and entry.size > self.max_line:
+        if entry.closed is not None:
+            transition = self.mapping.close(entry.closed)
+        elif (entry.size is not None and entry.size > self.max_line) or (
+            entry.message is None and entry.raw is None  # only its size was recorded
+        ):
             self.oversized += 1
             return None
-        if entry.message is None:
+        elif entry.message is None:
             assert entry.raw is not None
             transition = self.mapping.feed_line(entry.direction, entry.raw)
         else:

@@ -1,0 +1,381 @@
+"""The byte path of ``wrap``: the child spawned, and every byte copied both ways by two threads.
+
+Standard library only (with the sans-I/O pre-filter and the recorder, which are too), so
+that ``wrap`` spawns the child and copies its first bytes before it loads anything else
+(issue 13): :class:`Pump` starts at once, and the event loop of
+:mod:`codex_presence.agent.relay`, the codex mapping and the broker link attach when their
+imports are done. Until then the analyzer frames and filters the bytes as usual and keeps
+the lines that may matter, in order, in a bounded buffer (see
+:mod:`codex_presence.core.prefilter`); the relay is never held back.
+
+Design, and why:
+
+* Raw non-blocking file descriptors, one read and one write per chunk, no stream
+  buffering: the bytes are exactly those read, and each direction holds at most one chunk
+  (the backpressure: while the client does not read, we do not read the child). A read or
+  write is tried first and waited for only on ``EAGAIN``, so regular files and
+  ``/dev/null`` (which poll treats as always ready) work as stdin or stdout too.
+* One thread per direction, each waiting in ``poll`` on its descriptor and on a wake pipe
+  (so that it ends the moment it is told to, and an idle session costs no wake-ups). Their
+  copies release the GIL and overlap. Neither ever waits on the event loop: the
+  transitions they find go into an outbox, and a byte on the ready pipe wakes whoever
+  delivers them.
+* Each write, and the recording and analysis of the bytes it wrote, happen under one lock
+  (never held while waiting): the other side cannot answer bytes before they are written,
+  so an answer is never analysed before the request it answers, and the recording is in
+  the very order of the analysis (its replay is the live timeline; bytes that never
+  reached the other side are in neither).
+* Our stdin and stdout are made non-blocking without the flag reaching the child's stderr
+  through a shared open file description (a terminal, ``2>&1``); the child's stderr is our
+  stderr, inherited, untouched. See :mod:`codex_presence.agent.child`, which also owns the
+  child's process and its death with us.
+* Until the event loop takes over, SIGINT, SIGTERM and SIGHUP are forwarded to the child's
+  process group from here (a second SIGINT kills it).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from codex_presence.agent.child import Child, grow_pipe, is_fifo, kill_group, nonblocking, spawn
+from codex_presence.agent.recorder import Recorder
+from codex_presence.core.codex_protocol import Direction
+from codex_presence.core.prefilter import ChunkAnalyzer
+
+if TYPE_CHECKING:
+    from codex_presence.core.activity import Transition
+    from codex_presence.core.codex import CodexMapping
+
+__all__ = ["CHUNK_SIZE", "FORWARDED_SIGNALS", "Pump"]
+
+logger = logging.getLogger("codex_presence.relay")
+
+CHUNK_SIZE = 1024 * 1024
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Pump:
+    """One session's bytes: spawn, copy both ways, hand every forwarded chunk to the
+    analyzer and the recorder, forward signals until the event loop does."""
+
+    def __init__(
+        self,
+        *,
+        analyzer: ChunkAnalyzer,
+        recorder: Recorder | None = None,
+        stdin: int = 0,
+        stdout: int = 1,
+        chunk_size: int = CHUNK_SIZE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.analyzer = analyzer
+        self.recorder = recorder
+        self.child: Child | None = None
+        self.outbox: deque[Transition] = deque()
+        """Transitions found by the copy threads, for the event loop to deliver."""
+        self.lock = threading.Lock()
+        """The analysis lock: each write with the analysis and recording of its bytes."""
+        self.client_done = threading.Event()
+        self.server_done = threading.Event()
+        self.server_waiting_to_read = False
+        self.interrupts = 0
+        """SIGINTs forwarded so far (the second one kills)."""
+        self._stdin = stdin
+        self._stdout = stdout
+        self._chunk_size = chunk_size
+        self._clock = clock
+        self._start = clock()
+        self._analysis_failed = False
+        self._stop = False
+        self._wake_r = self._wake_w = -1
+        self.ready_r = -1
+        """Readable when the outbox has transitions or a copy thread has ended."""
+        self._ready_w = -1
+        self._child_in = self._child_out = -1
+        self._originals: dict[int, int] = {}
+        """Private descriptors opened for our stdin/stdout → the inherited ones."""
+        self._saved_flags: dict[int, bool] = {}
+        self._saved_handlers: dict[int, Any] = {}
+        self._threads: list[threading.Thread] = []
+
+    def now(self) -> float:
+        """Seconds since the session started (the recording's clock)."""
+        return self._clock() - self._start
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self, command: Sequence[str], *, env: Mapping[str, str] | None = None) -> int | None:
+        """Spawn ``command``, open the recording, and start copying. If the command cannot
+        be run, everything is undone and its exit status is returned (127 if it was not
+        found, else 126; said on stderr, as a shell does)."""
+        for fd in (self._stdin, self._stdout):
+            with suppress(OSError):  # a closed descriptor reads as EOF, fails as a write
+                self._saved_flags[fd] = os.get_blocking(fd)
+        child_in_r, self._child_in = os.pipe()
+        self._child_out, child_out_w = os.pipe()
+        for fd in (self._child_in, child_out_w):
+            grow_pipe(fd)
+        try:
+            # Before the child exists, so that not even a probe reaches its stderr.
+            self._stdin = self._nonblocking(self._stdin, os.O_RDONLY)
+            self._stdout = self._nonblocking(self._stdout, os.O_WRONLY)
+            for fd in (self._stdin, self._stdout):
+                if is_fifo(fd):
+                    grow_pipe(fd)
+            self.child = spawn(command, stdin=child_in_r, stdout=child_out_w, env=env)
+        except OSError as exc:
+            self.close()
+            logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            os.close(child_in_r)
+            os.close(child_out_w)
+        for fd in (self._child_in, self._child_out):
+            os.set_blocking(fd, False)
+        if self.recorder is not None:
+            if self.recorder.open():
+                self.recorder.start()
+            else:
+                self.recorder = None
+        self._wake_r, self._wake_w = os.pipe()
+        self.ready_r, self._ready_w = os.pipe()
+        for fd in (self._wake_w, self.ready_r, self._ready_w):
+            os.set_blocking(fd, False)
+        if threading.current_thread() is threading.main_thread():
+            for signum in FORWARDED_SIGNALS:
+                self._saved_handlers[signum] = signal.signal(signum, self._on_signal)
+        for name, copy in (
+            ("relay-client", self._copy_client),
+            ("relay-server", self._copy_server),
+        ):
+            thread = threading.Thread(target=self._run_copy, args=(copy,), name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return None
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.forward(signal.Signals(signum))
+
+    def forward(self, signum: signal.Signals) -> None:
+        """Forward a signal to the child's group; a second SIGINT kills it."""
+        if self.child is None:
+            return
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:
+                logger.warning("second interrupt: killing pid %d", self.child.pid)
+                kill_group(self.child, signal.SIGKILL)
+                return
+        logger.debug("forwarding %s", signum.name)
+        kill_group(self.child, signum)
+
+    def attach(self, mapping: CodexMapping) -> None:
+        """The mapping is loaded: the analysis catches up on what crossed meanwhile."""
+        with self.lock:
+            if self._analysis_failed:
+                return
+            try:
+                transitions = self.analyzer.attach(mapping)
+            except Exception:
+                self._analysis_crashed()
+                return
+            if self.analyzer.stats.gap and self.recorder is not None:
+                self.recorder.mark_closed(self.now(), "gap")
+            self.outbox.extend(transitions)
+        self._poke()
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Tell the copy threads to end, waking them if they wait in ``poll``."""
+        self._stop = True
+        if self._wake_w >= 0:
+            with suppress(OSError):  # full (already woken) or closed: either way, done
+                os.write(self._wake_w, b"!")
+
+    def close(self, timeout: float = 2.0) -> None:
+        """End the session's byte path: stop and join the copy threads, close our
+        descriptors, give our stdin/stdout back as they were, and let go of the child
+        (its watchdog kills whatever is left of its tree)."""
+        self.request_stop()
+        deadline = time.monotonic() + timeout
+        threads_ended = True
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            threads_ended = threads_ended and not thread.is_alive()
+        if not threads_ended:
+            # A descriptor closed under a thread could be reused by the next open().
+            logger.warning("a copy thread did not end; its descriptors stay open")
+        else:
+            for name in ("_wake_r", "_wake_w", "ready_r", "_ready_w", "_child_in", "_child_out"):
+                fd = getattr(self, name)
+                if fd >= 0:
+                    os.close(fd)
+                    setattr(self, name, -1)
+            for private, original in self._originals.items():
+                os.close(private)
+                if self._stdin == private:
+                    self._stdin = original
+                if self._stdout == private:
+                    self._stdout = original
+            self._originals.clear()
+        for fd, blocking in self._saved_flags.items():
+            with suppress(OSError):
+                os.set_blocking(fd, blocking)
+        self._saved_flags.clear()
+        for signum, handler in self._saved_handlers.items():
+            with suppress(ValueError, TypeError):
+                signal.signal(signum, handler)
+        self._saved_handlers.clear()
+        if self.child is not None:
+            self.child.release()
+
+    # -- the copy threads ----------------------------------------------------------------
+
+    def _run_copy(self, copy: Callable[[], None]) -> None:
+        # The event loop's thread takes the forwarded signals (so that it wakes up).
+        with suppress(AttributeError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        try:
+            copy()
+        except Exception:
+            logger.exception("the relay's copy failed")
+        finally:
+            (self.client_done if copy == self._copy_client else self.server_done).set()
+            self._poke()
+
+    def _copy_client(self) -> None:
+        """Our stdin → the child's stdin. On EOF the child's stdin is closed."""
+        src, dst = self._stdin, self._child_in
+        try:
+            self._copy(src, dst, "client")
+        except OSError as exc:
+            if not isinstance(exc, BrokenPipeError):
+                logger.warning("relaying our stdin to the child failed: %s", exc)
+            # The child no longer reads: our client should see that, as it would without
+            # us. Detach our stdin from its pipe.
+            self._detach(src, os.O_RDONLY)
+        finally:
+            if self._child_in >= 0 and not self._stop:
+                os.close(self._child_in)
+                self._child_in = -1
+
+    def _copy_server(self) -> None:
+        """The child's stdout → our stdout."""
+        try:
+            self._copy(self._child_out, self._stdout, "server")
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                logger.warning("writing to stdout failed: %s", exc)
+            # Our reader is gone; the child finds out on its next write.
+            if self._child_out >= 0 and not self._stop:
+                os.close(self._child_out)
+                self._child_out = -1
+
+    def _copy(self, src: int, dst: int, direction: Direction) -> None:
+        """Copy until EOF (or a read error that means one) or a stop request; a write
+        error is raised."""
+        readable, writable = select.poll(), select.poll()
+        readable.register(src, select.POLLIN)
+        writable.register(dst, select.POLLOUT)
+        for waiter in (readable, writable):
+            waiter.register(self._wake_r, select.POLLIN)
+        server = direction == "server"
+        while not self._stop:
+            try:
+                data = os.read(src, self._chunk_size)
+            except BlockingIOError:
+                if server:
+                    self.server_waiting_to_read = True
+                readable.poll()
+                self.server_waiting_to_read = False
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EBADF, errno.ECONNRESET):
+                    return  # a hung-up terminal or closed descriptor: end of input
+                raise
+            if not data:
+                return
+            t = self.now()
+            view, pos, ready = memoryview(data), 0, False
+            while pos < len(data):
+                written, fed = self._write_part(dst, direction, data, view, pos, t)
+                pos, ready = pos + written, ready or fed
+                if pos < len(data):
+                    if self._stop:
+                        return
+                    writable.poll()
+            if ready:
+                self._poke()
+
+    def _write_part(
+        self, fd: int, direction: Direction, data: bytes, view: memoryview, pos: int, t: float
+    ) -> tuple[int, bool]:
+        """One non-blocking write of ``data[pos:]``, and the recording and analysis of the
+        part it wrote, under the analysis lock: (bytes written, transitions waiting).
+        OSError other than EAGAIN is the caller's."""
+        with self.lock:
+            try:
+                written = os.write(fd, view[pos:])
+            except BlockingIOError:
+                return 0, False
+            done = data if written == len(data) else data[pos : pos + written]
+            return written, self._analyse_locked(direction, done, t)
+
+    def _analyse_locked(self, direction: Direction, data: bytes, t: float) -> bool:
+        """Record and analyse bytes that were forwarded (read ``t`` seconds into the
+        session); True if transitions wait in the outbox."""
+        if self.recorder is not None:
+            # Bytes the analysis leaves out (a start-up gap) are left out of the recording
+            # too, so that its replay is the live timeline.
+            if self.analyzer.in_gap:
+                self.recorder.drop(t, direction, data)
+            else:
+                self.recorder.add(t, direction, data)
+        if self._analysis_failed:
+            return False
+        try:
+            transitions = self.analyzer.feed(direction, data)
+        except Exception:  # a bug in the analysis must never stop the bytes
+            self._analysis_crashed()
+            return False
+        self.outbox.extend(transitions)
+        return bool(self.outbox)
+
+    def _analysis_crashed(self) -> None:
+        logger.exception("activity analysis failed; relaying without it")
+        self._analysis_failed = True
+
+    def _poke(self) -> None:
+        with suppress(OSError):  # full: the reader is already woken; closed: session over
+            os.write(self._ready_w, b"!")
+
+    def _detach(self, fd: int, mode: int) -> None:
+        null = os.open(os.devnull, mode)
+        try:
+            os.dup2(null, fd)
+            if fd in self._originals:  # the inherited descriptor holds the pipe open too
+                os.dup2(null, self._originals[fd])
+        finally:
+            os.close(null)
+
+    def _nonblocking(self, fd: int, mode: int) -> int:
+        """``fd`` made non-blocking, or a private descriptor of it (see
+        :func:`~codex_presence.agent.child.nonblocking`), remembered for the cleanup."""
+        private = nonblocking(fd, mode)
+        if private != fd:
+            self._originals[private] = fd
+        return private

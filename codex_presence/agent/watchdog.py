@@ -1,0 +1,222 @@
+"""The watchdog: a fork of ``wrap`` that owns the wrapped command's whole process tree.
+
+Why a process of its own: when wrap is SIGKILLed nothing of wrap runs any more, and the
+command's descendants may have left its process group and session (codex starts its
+commands in sessions of their own), so neither ``PR_SET_PDEATHSIG`` (the command only) nor
+a process-group kill reaches them. The watchdog is the command's parent and a *child
+subreaper* (``PR_SET_CHILD_SUBREAPER``, no privileges needed): every orphan of the tree is
+re-parented to it, so the whole tree stays below it, and it sees wrap's end as the end of
+file on its lifeline pipe (the kernel closes wrap's end whatever killed wrap). It then
+SIGKILLs every descendant, round after round until it has no child left, and exits.
+
+It imports nothing (the caller loads ``prctl`` before forking), holds only the descriptors
+it needs, ignores the terminal's signals (wrap forwards them to the command), never wakes
+up while nothing happens (``poll`` on the lifeline and on a SIGCHLD wake-up pipe), and
+reports to wrap over its report pipe, one line each: ``P <pid>`` once the command runs or
+``E <errno>`` if it cannot, and ``X <wait status>`` when it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import NoReturn
+
+__all__ = ["Plan", "load_prctl", "run"]
+
+_PR_SET_CHILD_SUBREAPER = 36
+_TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Python ignores these; the command gets the default back, as :mod:`subprocess` does."""
+
+Prctl = Callable[[int, int, int, int, int], int]
+
+
+class Plan:
+    """What the watchdog is to run, and its descriptors (all inherited through the fork)."""
+
+    __slots__ = ("command", "env", "lifeline", "reports", "stdin", "stdout")
+
+    def __init__(
+        self,
+        *,
+        command: list[str],
+        env: dict[str, str],
+        stdin: int,
+        stdout: int,
+        lifeline: int,
+        reports: int,
+    ) -> None:
+        self.command = command
+        self.env = env
+        self.stdin = stdin
+        self.stdout = stdout
+        self.lifeline = lifeline
+        self.reports = reports
+
+
+def load_prctl() -> Prctl | None:
+    """libc's ``prctl``, or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def run(plan: Plan, prctl: Prctl | None) -> NoReturn:
+    """The watchdog's life, in the forked process: start the command, watch, kill the
+    tree, exit. Never returns, whatever happens."""
+    try:
+        _keep_only(plan.stdin, plan.stdout, plan.lifeline, plan.reports)
+        for signum in _TERMINAL_SIGNALS:
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                signal.signal(signum, _ignore)  # a handler, not SIG_IGN: exec resets it
+        if prctl is not None:
+            prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, _ignore)
+        try:
+            pid = _start(plan)
+        except OSError as exc:
+            _say(plan.reports, b"E %d\n" % (exc.errno or 0))
+            os._exit(0)
+        for fd in (plan.stdin, plan.stdout):
+            os.close(fd)
+        _say(plan.reports, b"P %d\n" % pid)
+        _watch(pid, plan, wake_r)
+        _kill_tree()
+    except BaseException as exc:  # never back into the caller's code: this is a fork
+        with suppress(BaseException):
+            os.write(2, f"codex-presence watchdog: {exc!r}\n".encode())
+        with suppress(BaseException):
+            _kill_tree()
+    finally:
+        os._exit(0)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """Wrap forwards the terminal's signals to the command; the watchdog stays."""
+
+
+def _keep_only(*keep: int) -> None:
+    """Close every descriptor but stderr and ``keep``; 0 and 1 become /dev/null (wrap's
+    stdin and stdout are the client's, not ours to hold open)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        if fd not in keep:
+            os.dup2(null, fd, inheritable=False)
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # /dev/null's descriptor too
+
+
+def _start(plan: Plan) -> int:
+    """Fork and exec the command in its own process group, ``plan.stdin``/``stdout`` as its
+    0 and 1; OSError if it cannot be run (its errno comes back over a close-on-exec pipe)."""
+    errors_r, errors_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 127
+        try:
+            os.setpgid(0, 0)
+            for signum in _RESTORED:
+                signal.signal(signum, signal.SIG_DFL)
+            os.dup2(plan.stdin, 0)
+            os.dup2(plan.stdout, 1)
+            os.execvpe(plan.command[0], plan.command, plan.env)
+        except OSError as exc:
+            with suppress(OSError):
+                os.write(errors_w, b"%d" % (exc.errno or 0))
+        finally:
+            os._exit(code)
+    os.close(errors_w)
+    with suppress(OSError):
+        os.setpgid(pid, pid)  # also here: no window in which wrap's killpg misses it
+    failure = b""
+    while data := os.read(errors_r, 64):
+        failure += data
+    os.close(errors_r)
+    if failure:
+        os.waitpid(pid, 0)
+        code = int(failure)
+        raise OSError(code, os.strerror(code))
+    return pid
+
+
+def _say(fd: int, line: bytes) -> None:
+    with suppress(OSError):  # wrap is gone: nobody to tell
+        os.write(fd, line)
+
+
+def _watch(pid: int, plan: Plan, wake_r: int) -> None:
+    """Reap (the command's end is reported; orphans of the tree are ours to reap too)
+    until the lifeline ends."""
+    waiter = select.poll()
+    waiter.register(plan.lifeline, select.POLLIN)
+    waiter.register(wake_r, select.POLLIN)
+    os.set_blocking(wake_r, False)
+    while True:
+        while True:
+            try:
+                ended, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                ended = 0
+            if ended == 0:
+                break
+            if ended == pid:
+                _say(plan.reports, b"X %d\n" % status)
+        if any(fd == plan.lifeline for fd, _ in waiter.poll()):
+            return
+        with suppress(BlockingIOError):
+            while os.read(wake_r, 256):
+                pass
+
+
+def _kill_tree() -> None:
+    """SIGKILL every descendant, round after round, until no child is left: a process
+    forked meanwhile, or orphaned by a kill, is re-parented to us and found next round."""
+    me = os.getpid()
+    while True:
+        for pid in _descendants(me):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.002)  # the killed are still dying
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, from the kernel's list of each thread's children."""
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")  # noqa: PTH208 (imports nothing)
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
