@@ -15,9 +15,11 @@ codex mapping pulls in jsonrpcserver, and with it jsonschema).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: importing typing costs the child's start-up time
 if TYPE_CHECKING:
+    from typing import Any
+
     from codex_presence.core.activity import (
         ActivitySignal,
         ActivityState,

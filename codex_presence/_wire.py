@@ -12,7 +12,8 @@ One place for what a runner, the broker, its clients and the web page must agree
 * the privilege bucket (admin, operator or none) and the permissions that make it;
 * the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None).
 
-No I/O here, and no import from the rest of the package: every subpackage may use it.
+No I/O here, and no import from the rest of the package but :mod:`codex_presence._env` (the
+names a command reads before anything loads, re-exported here): every subpackage may use it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, Protocol, TypedDict
 
 import orjson
+
+from codex_presence._env import DEFAULT_BROKER, DEFAULT_PORT, TOKEN_ENV
 
 __all__ = [
     "ACTIVITY_PATH",
@@ -75,8 +78,6 @@ PRESENCE_EVENT = "presence"
 
 # -- defaults --------------------------------------------------------------------------------
 
-DEFAULT_PORT = 8765
-DEFAULT_BROKER = f"http://127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_TTL = 30.0
 """Seconds a working/blocked report holds at the broker without a heartbeat."""
 HEARTBEAT = 10.0
@@ -87,8 +88,6 @@ SILENT_STREAM_TIMEOUT = 3 * KEEPALIVE
 """A stream (or a connection) silent this long is taken for dead, on both sides."""
 
 # -- the token -------------------------------------------------------------------------------
-
-TOKEN_ENV = "CODEX_PRESENCE_TOKEN"
 
 
 def is_token_text(token: str) -> bool:

@@ -22,7 +22,6 @@ Linux-first: the pieces that are Linux's degrade to doing nothing elsewhere.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import select
 import signal
@@ -35,17 +34,26 @@ from contextlib import suppress
 __all__ = [
     "PIPE_SIZE",
     "Child",
+    "Launched",
     "exit_status",
     "forget_env",
     "grow_pipe",
     "is_fifo",
     "kill_group",
+    "launch",
     "nonblocking",
+    "open_private",
     "spawn",
     "wait_child",
 ]
 
-logger = logging.getLogger("codex_presence.relay")
+
+def _log(level: str, message: str, *args: object) -> None:
+    """Log (lazily: ``logging`` is not loaded before the child is spawned)."""
+    import logging
+
+    getattr(logging.getLogger("codex_presence.relay"), level)(message, *args)
+
 
 PIPE_SIZE = 1024 * 1024
 _F_SETPIPE_SZ = 1031
@@ -103,10 +111,23 @@ def nonblocking(fd: int, mode: int) -> int:
     os.set_blocking(fd, True)  # undo: this description is the child's stderr too
     private = _reopen(fd, mode)
     if private is None:
-        logger.debug("fd %d shares stderr's description and cannot be reopened", fd)
+        _log("debug", "fd %d shares stderr's description and cannot be reopened", fd)
         os.set_blocking(fd, False)
         return fd
     return private
+
+
+def open_private(path: str | os.PathLike[str], *, append: bool = False) -> int:
+    """A descriptor of ``path`` for writing, created 0600 (a recording holds the whole
+    session; a log says what it did); an existing regular file loses its group and other
+    bits."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    with suppress(OSError):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) and mode & 0o077:
+            os.fchmod(fd, stat.S_IMODE(mode) & ~0o077)
+    return fd
 
 
 def exit_status(returncode: int) -> int:
@@ -125,7 +146,7 @@ def forget_env(name: str) -> str | None:
         try:
             _blank_original_environ(name.encode())
         except (OSError, ValueError, IndexError) as exc:
-            logger.debug("cannot blank $%s in our original environment: %s", name, exc)
+            _log("debug", "cannot blank $%s in our original environment: %s", name, exc)
     return value
 
 
@@ -176,7 +197,7 @@ class Child:
             except BlockingIOError:
                 return None
             if not data:  # the watchdog is gone and said nothing: the command lost its keeper
-                logger.warning("the watchdog of pid %d vanished; killing the child", self.pid)
+                _log("warning", "the watchdog of pid %d vanished; killing the child", self.pid)
                 with suppress(OSError):
                     os.killpg(self.pid, signal.SIGKILL)
                 self.returncode = -signal.SIGKILL
@@ -213,7 +234,7 @@ class Child:
             if pid == self.watchdog:
                 self.watchdog = 0
             elif time.monotonic() >= deadline:
-                logger.warning("the watchdog (pid %d) is still busy; not waiting", self.watchdog)
+                _log("warning", "the watchdog (pid %d) is still busy; not waiting", self.watchdog)
                 break
             else:
                 time.sleep(0.002)
@@ -282,6 +303,89 @@ def spawn(
     os.set_blocking(reports_r, False)
     return Child(
         pid=int(value), watchdog=pid, lifeline=lifeline_w, reports=reports_r, pending=pending
+    )
+
+
+class Launched:
+    """A spawned child and the descriptors around it, ready to be copied (:func:`launch`)."""
+
+    __slots__ = ("child", "child_in", "child_out", "originals", "saved_flags", "stdin", "stdout")
+
+    def __init__(
+        self,
+        *,
+        child: Child,
+        stdin: int,
+        stdout: int,
+        child_in: int,
+        child_out: int,
+        originals: dict[int, int],
+        saved_flags: dict[int, bool],
+    ) -> None:
+        self.child = child
+        self.stdin = stdin
+        """Our stdin, non-blocking: the inherited descriptor or a private one."""
+        self.stdout = stdout
+        self.child_in = child_in
+        """Our end of the child's stdin (non-blocking)."""
+        self.child_out = child_out
+        """Our end of the child's stdout (non-blocking)."""
+        self.originals = originals
+        """Private descriptors opened for our stdin/stdout → the inherited ones."""
+        self.saved_flags = saved_flags
+        """Our stdin's and stdout's blocking flags as they were, to give them back."""
+
+
+def launch(
+    command: Sequence[str],
+    *,
+    stdin: int = 0,
+    stdout: int = 1,
+    env: Mapping[str, str] | None = None,
+) -> Launched:
+    """Everything before the first byte is copied: our stdin and stdout made non-blocking
+    (see :func:`nonblocking`; before the child exists, so that not even a probe reaches its
+    stderr), pipes to the child (grown), and the child spawned (:func:`spawn`). Raises
+    :class:`OSError` if it cannot be run, with everything undone."""
+    saved_flags: dict[int, bool] = {}
+    for fd in (stdin, stdout):
+        with suppress(OSError):  # a closed descriptor reads as EOF, fails as a write
+            saved_flags[fd] = os.get_blocking(fd)
+    child_in_r, child_in = os.pipe()
+    child_out, child_out_w = os.pipe()
+    for fd in (child_in, child_out_w):
+        grow_pipe(fd)
+    originals: dict[int, int] = {}
+    try:
+        ours = []
+        for fd, mode in ((stdin, os.O_RDONLY), (stdout, os.O_WRONLY)):
+            private = nonblocking(fd, mode)
+            if private != fd:
+                originals[private] = fd
+            if is_fifo(private):
+                grow_pipe(private)
+            ours.append(private)
+        child = spawn(command, stdin=child_in_r, stdout=child_out_w, env=env)
+    except BaseException:
+        for fd in (child_in, child_out, *originals):
+            os.close(fd)
+        for fd, blocking in saved_flags.items():
+            with suppress(OSError):
+                os.set_blocking(fd, blocking)
+        raise
+    finally:
+        os.close(child_in_r)
+        os.close(child_out_w)
+    for fd in (child_in, child_out):
+        os.set_blocking(fd, False)
+    return Launched(
+        child=child,
+        stdin=ours[0],
+        stdout=ours[1],
+        child_in=child_in,
+        child_out=child_out,
+        originals=originals,
+        saved_flags=saved_flags,
     )
 
 

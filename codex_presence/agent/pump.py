@@ -45,23 +45,32 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
 
-from codex_presence.agent.child import Child, grow_pipe, is_fifo, kill_group, nonblocking, spawn
+from codex_presence.agent.child import Child, Launched, kill_group, launch
 from codex_presence.agent.recorder import Recorder
 from codex_presence.core.codex_protocol import Direction
 from codex_presence.core.prefilter import ChunkAnalyzer
 
+TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
+    from typing import Any
+
     from codex_presence.core.activity import Transition
     from codex_presence.core.codex import CodexMapping
 
-__all__ = ["CHUNK_SIZE", "FORWARDED_SIGNALS", "Pump"]
+__all__ = ["CHUNK_SIZE", "FORWARDED_SIGNALS", "Pump", "cannot_run"]
 
 logger = logging.getLogger("codex_presence.relay")
 
 CHUNK_SIZE = 1024 * 1024
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def cannot_run(command: Sequence[str], exc: OSError) -> int:
+    """Say why ``command`` cannot be run; its exit status, as a shell has it (127 if it was
+    not found, else 126)."""
+    logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
+    return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
 class Pump:
@@ -115,36 +124,23 @@ class Pump:
     # -- start ---------------------------------------------------------------------------
 
     def start(self, command: Sequence[str], *, env: Mapping[str, str] | None = None) -> int | None:
-        """Spawn ``command``, open the recording, and start copying. If the command cannot
-        be run, everything is undone and its exit status is returned (127 if it was not
-        found, else 126; said on stderr, as a shell does)."""
-        for fd in (self._stdin, self._stdout):
-            with suppress(OSError):  # a closed descriptor reads as EOF, fails as a write
-                self._saved_flags[fd] = os.get_blocking(fd)
-        child_in_r, self._child_in = os.pipe()
-        self._child_out, child_out_w = os.pipe()
-        for fd in (self._child_in, child_out_w):
-            grow_pipe(fd)
+        """Spawn ``command`` and start copying (see :meth:`adopt`). If the command cannot
+        be run, everything is undone and its exit status is returned (see
+        :func:`cannot_run`)."""
         try:
-            # Before the child exists, so that not even a probe reaches its stderr.
-            self._stdin = self._nonblocking(self._stdin, os.O_RDONLY)
-            self._stdout = self._nonblocking(self._stdout, os.O_WRONLY)
-            for fd in (self._stdin, self._stdout):
-                if is_fifo(fd):
-                    grow_pipe(fd)
-            self.child = spawn(command, stdin=child_in_r, stdout=child_out_w, env=env)
+            launched = launch(command, stdin=self._stdin, stdout=self._stdout, env=env)
         except OSError as exc:
-            self.close()
-            logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
-            return 127 if isinstance(exc, FileNotFoundError) else 126
-        except BaseException:
-            self.close()
-            raise
-        finally:
-            os.close(child_in_r)
-            os.close(child_out_w)
-        for fd in (self._child_in, self._child_out):
-            os.set_blocking(fd, False)
+            return cannot_run(command, exc)
+        self.adopt(launched)
+        return None
+
+    def adopt(self, launched: Launched) -> None:
+        """Take over a launched child (:func:`~codex_presence.agent.child.launch`): open
+        the recording, and start copying."""
+        self.child = launched.child
+        self._stdin, self._stdout = launched.stdin, launched.stdout
+        self._child_in, self._child_out = launched.child_in, launched.child_out
+        self._originals, self._saved_flags = launched.originals, launched.saved_flags
         if self.recorder is not None:
             if self.recorder.open():
                 self.recorder.start()
@@ -164,7 +160,6 @@ class Pump:
             thread = threading.Thread(target=self._run_copy, args=(copy,), name=name, daemon=True)
             self._threads.append(thread)
             thread.start()
-        return None
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.forward(signal.Signals(signum))
@@ -310,6 +305,7 @@ class Pump:
             if not data:
                 return
             t = self.now()
+
             view, pos, ready = memoryview(data), 0, False
             while pos < len(data):
                 written, fed = self._write_part(dst, direction, data, view, pos, t)
@@ -371,11 +367,3 @@ class Pump:
                 os.dup2(null, self._originals[fd])
         finally:
             os.close(null)
-
-    def _nonblocking(self, fd: int, mode: int) -> int:
-        """``fd`` made non-blocking, or a private descriptor of it (see
-        :func:`~codex_presence.agent.child.nonblocking`), remembered for the cleanup."""
-        private = nonblocking(fd, mode)
-        if private != fd:
-            self._originals[private] = fd
-        return private

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 from collections import deque
 from contextlib import suppress
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import BinaryIO
 
+from codex_presence.agent.child import open_private
 from codex_presence.core.codex_protocol import Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 
-__all__ = ["Recorder", "open_private"]
+TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+__all__ = ["Recorder"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -30,44 +31,39 @@ DEFAULT_MAX_PENDING = 16 * 1024 * 1024
 """Bytes queued for the writer at most; beyond, chunks are dropped (a gap line says so)."""
 
 
-def open_private(path: str | os.PathLike[str], *, append: bool = False) -> int:
-    """A descriptor of ``path`` for writing, created 0600 (a recording holds the whole
-    session); an existing regular file loses its group and other bits."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
-    with suppress(OSError):
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode) and mode & 0o077:
-            os.fchmod(fd, stat.S_IMODE(mode) & ~0o077)
-    return fd
-
-
-@dataclass(frozen=True, slots=True)
 class _Gap:
-    """Bytes of one direction that the recorder dropped."""
+    """Bytes of one direction that the recorder dropped. (Plain classes here, not
+    dataclasses: ``wrap`` loads this module before its child's first bytes.)"""
 
-    size: int = 0
-    ends_a_line: bool = True
+    __slots__ = ("ends_a_line", "size")
+
+    def __init__(self, size: int = 0, ends_a_line: bool = True) -> None:
+        self.size = size
+        self.ends_a_line = ends_a_line
 
 
-@dataclass(frozen=True, slots=True)
 class _Closed:
     """The live analysis closed every handle here."""
 
-    cause: str
+    __slots__ = ("cause",)
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
 
 
-@dataclass(slots=True)
 class _Line:
     """The unfinished last line of one direction, kept up to ``max_line`` bytes; past
     that only its size is counted (the recording says how long it was, not what)."""
 
-    pieces: list[bytes] = field(default_factory=list)
-    size: int = 0
-    t: float = 0.0
-    oversized: bool = False
-    resync: bool = False
-    """The next bytes up to a newline end a line a gap cut: left out."""
+    __slots__ = ("oversized", "pieces", "resync", "size", "t")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.size = 0
+        self.t = 0.0
+        self.oversized = False
+        self.resync = False
+        """The next bytes up to a newline end a line a gap cut: left out."""
 
     def extend(self, data: bytes, t: float, max_line: int) -> None:
         self.t = t
@@ -113,7 +109,7 @@ class Recorder:
         max_pending: int = DEFAULT_MAX_PENDING,
         max_line: int = DEFAULT_MAX_LINE,
     ):
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self.max_pending = max_pending
         self.max_line = max_line
         self._file: BinaryIO | None = None

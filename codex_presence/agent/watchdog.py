@@ -25,7 +25,10 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import NoReturn
+
+TYPE_CHECKING = False  # typing is not loaded before the child runs
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 __all__ = ["Plan", "load_prctl", "run"]
 

@@ -8,7 +8,7 @@ the command it belongs to runs: a variable meant for one command must not break 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
 
 __all__ = ["ENV_PREFIX", "apply_env_defaults"]
 
@@ -47,7 +47,7 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str])
                 const = action.const if action.const is not None else True
                 action.default = const if truthy else (not const)
             continue
-        converter: Any = action.type or str
+        converter: Callable[[str], object] = action.type or str  # type: ignore[assignment]
         try:
             action.default = converter(value)
         except (TypeError, ValueError) as exc:

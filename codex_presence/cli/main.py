@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
 
 from codex_presence.cli.env import apply_env_defaults
+
+TYPE_CHECKING = False  # not typing's: wrap imports as little as it can before its child runs
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class _Command(Protocol):
+        HELP: str
+
+        def configure(self, parser: argparse.ArgumentParser) -> None: ...
+
+        def run(self, args: argparse.Namespace) -> int: ...
+
 
 __all__ = ["main"]
 
@@ -43,23 +53,21 @@ Live presence for Codex: is each agent on the wire, and is it idle, working or b
 """
 
 
-class _Command(Protocol):
-    HELP: str
-
-    def configure(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def run(self, args: argparse.Namespace) -> int: ...
-
-
 class UsageError(Exception):
     """A bad option value; reported on one line with exit status 2."""
 
 
 def _load(name: str) -> _Command:
-    return cast(_Command, importlib.import_module(_COMMANDS[name]))
+    command: _Command = importlib.import_module(_COMMANDS[name])
+    return command
 
 
-def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    environ: dict[str, str] | None = None, *, only: str | None = None
+) -> argparse.ArgumentParser:
+    """The command line's parser; with ``only``, just that subcommand's (the others are
+    not even imported: ``wrap`` must start its child fast). Parsing the subcommand's
+    arguments gives the same result either way."""
     parser = argparse.ArgumentParser(
         prog="codex-presence",
         description=_DESCRIPTION,
@@ -69,7 +77,7 @@ def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentPars
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in _COMMANDS:
+    for name in [only] if only else _COMMANDS:
         command = _load(name)
         sub = subparsers.add_parser(
             name,
@@ -84,10 +92,19 @@ def build_parser(environ: dict[str, str] | None = None) -> argparse.ArgumentPars
 
 
 def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None = None) -> None:
-    """The daemon's own words go to stderr (or a file), never to stdout."""
+    """The daemon's own words go to stderr (or a file, created 0600), never to stdout."""
+    import logging
+
+    from codex_presence.agent.child import open_private
+
+    class PrivateFileHandler(logging.FileHandler):
+        def _open(self):  # type: ignore[no-untyped-def]  # logging's own hook
+            fd = open_private(self.baseFilename, append=True)
+            return open(fd, "a", encoding=self.encoding, errors=self.errors)
+
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 0 else logging.INFO)
     handler: logging.Handler = (
-        logging.FileHandler(log_file, encoding="utf-8")
+        PrivateFileHandler(log_file, encoding="utf-8")
         if log_file
         else logging.StreamHandler(sys.stderr)
     )
@@ -103,7 +120,9 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    only = args_list[0] if args_list and args_list[0] in _COMMANDS else None
+    args = build_parser(only=only).parse_args(args_list)
     command: _Command = args._command
     if args._env_problems:
         sys.stderr.write(f"codex-presence {args.command}: {args._env_problems[0]}\n")

@@ -6,14 +6,15 @@ Import-light on purpose: the relay and everything under it load inside :func:`ru
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from codex_presence.cli.main import UsageError, setup_logging
 
+TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
     import logging
 
     from codex_presence.agent.broker_link import BrokerLink
+    from codex_presence.agent.child import Launched
 
 HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that derives its state"
 
@@ -63,40 +64,51 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError(f"no command to wrap; {_USAGE_HINT}")
-    try:
-        setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
-    except OSError as exc:
-        raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
 
     import os
 
+    from codex_presence._env import TOKEN_ENV
+    from codex_presence.agent.child import forget_env, launch, open_private
+
+    if args.log_file:  # a bad --log-file is a usage error: before anything runs
+        try:
+            os.close(open_private(args.log_file, append=True))
+        except OSError as exc:
+            raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
     for fd in (0, 1, 2):  # a closed standard descriptor must not be reused by our pipes
         try:
             os.fstat(fd)
         except OSError:
             os.open(os.devnull, os.O_RDWR)
-
-    from codex_presence._wire import TOKEN_ENV
-    from codex_presence.agent.child import forget_env
-    from codex_presence.agent.pump import Pump
-    from codex_presence.agent.recorder import Recorder
-    from codex_presence.core.prefilter import ChunkAnalyzer
-
     # The token is ours, not the child's: codex and every command its agent runs would
     # inherit it, or read it from our original environment (/proc/<pid>/environ).
     token = forget_env(TOKEN_ENV)
-    if not args.broker:
-        _logger().info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
-    # Spawn first: the child starts before anything beyond the standard library loads
-    # (the mapping, anyio, the broker client); its first bytes are analysed once they have.
+    # Spawn first: the child starts before anything beyond the standard library is
+    # loaded (logging, the mapping, anyio, the broker client); the bytes it exchanges
+    # meanwhile are copied at once, and analysed once the analysis has loaded.
+    launched: Launched | OSError
+
+    try:
+        launched = launch(command)
+    except OSError as exc:
+        launched = exc
+    setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    from codex_presence.agent.pump import Pump, cannot_run
+
+    if isinstance(launched, OSError):
+        return cannot_run(command, launched)
+    from codex_presence.agent.recorder import Recorder
+    from codex_presence.core.prefilter import ChunkAnalyzer
+
     pump = Pump(
         analyzer=ChunkAnalyzer(deferred=True),
         recorder=Recorder(args.record) if args.record else None,
     )
-    status = pump.start(command)
-    if status is not None:
-        return status
+    pump.adopt(launched)
+    if not args.broker:
+        _logger().info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
 
+    _load_yielding_to_the_child(with_broker=bool(args.broker))
     import anyio
 
     from codex_presence.agent.relay import Relay, log_transition
@@ -108,6 +120,29 @@ def run(args: argparse.Namespace) -> int:
         observers = [log_transition, link.observe]
         relay = Relay(pump=pump, observers=observers, companions=[link.session])
     return anyio.run(relay.run)
+
+
+def _load_yielding_to_the_child(*, with_broker: bool) -> None:
+    """Import the rest of the session (anyio, the codex mapping with jsonrpcserver, the
+    broker client): a few hundred milliseconds of CPU, in a thread at the lowest priority,
+    so that the child's own start-up, which runs meanwhile, comes first. The copy threads
+    keep their priority; the thread's end takes its priority with it."""
+    import os
+    import threading
+    from contextlib import suppress
+
+    def load() -> None:
+        with suppress(OSError, AttributeError):  # Linux: a thread's own nice value
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        import codex_presence.agent.relay
+        import codex_presence.core.codex
+
+        if with_broker:
+            import codex_presence.agent.broker_link  # noqa: F401
+
+    loader = threading.Thread(target=load, name="codex-presence-loader", daemon=True)
+    loader.start()
+    loader.join()  # an import that failed there fails again, visibly, here
 
 
 def _logger() -> logging.Logger:

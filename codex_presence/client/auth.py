@@ -9,21 +9,17 @@ token on every request. ``wrap``, ``roster``, ``mcp`` and the demo all start her
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import stat
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from codex_presence._wire import DEFAULT_BROKER, TOKEN_ENV, is_token_text
+from codex_presence._env import DEFAULT_BROKER, TOKEN_ENV
 
+TYPE_CHECKING = False  # import-light: wrap configures its options before its child runs
 if TYPE_CHECKING:
     import httpx
 
 __all__ = ["TokenError", "add_client_options", "make_async_client", "read_token"]
-
-logger = logging.getLogger("codex_presence.client")
 
 
 class TokenError(Exception):
@@ -50,6 +46,10 @@ def add_client_options(
 
 def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The member token: from ``token_file`` if given, else from ``$CODEX_PRESENCE_TOKEN``."""
+    from pathlib import Path
+
+    from codex_presence._wire import is_token_text
+
     if token_file:
         path = Path(token_file)
         try:
@@ -60,6 +60,9 @@ def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = No
         except UnicodeDecodeError:
             raise TokenError(f"token file {path} is not text (UTF-8)") from None
         if mode & (stat.S_IRGRP | stat.S_IROTH):
+            import logging
+
+            logger = logging.getLogger("codex_presence.client")
             logger.warning("token file %s is readable by group or others; chmod 600 it", path)
         token, where = text.strip(), f"token file {path}"
     else:

@@ -39,8 +39,6 @@ from __future__ import annotations
 import logging
 import operator
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from codex_presence.core.codex_protocol import (
     ITEM_TYPE_PREFIX,
@@ -53,6 +51,7 @@ from codex_presence.core.codex_protocol import (
     skips_unparsed,
 )
 
+TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
     from codex_presence.core.activity import Transition
     from codex_presence.core.codex import CodexMapping
@@ -125,30 +124,40 @@ _CLIENT_START = re.compile(b"\\n\\{")
 _line_start = operator.methodcaller("start")
 
 
-@dataclass(slots=True)
 class AnalyzerStats:
-    """What the analyzer saw; for debug logs, tests and the benchmark."""
+    """What the analyzer saw; for debug logs, tests and the benchmark. (Plain classes here,
+    not dataclasses: ``wrap`` loads this module before its child's first bytes, and
+    :mod:`dataclasses` costs more to import than the rest of the byte path.)"""
 
-    chunks: int = 0
-    bytes: int = 0
-    fed: int = 0
-    """Complete lines handed to ``CodexMapping.feed_line``."""
-    oversized: int = 0
-    """Lines longer than ``max_line`` dropped from analysis (they were relayed)."""
-    deferred: int = 0
-    """Lines kept for the mapping before it was attached."""
-    gap: int = 0
-    """Bytes left out of the analysis because the deferred lines overflowed."""
+    __slots__ = ("bytes", "chunks", "deferred", "fed", "gap", "oversized")
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.bytes = 0
+        self.fed = 0
+        """Complete lines handed to ``CodexMapping.feed_line``."""
+        self.oversized = 0
+        """Lines longer than ``max_line`` dropped from analysis (they were relayed)."""
+        self.deferred = 0
+        """Lines kept for the mapping before it was attached."""
+        self.gap = 0
+        """Bytes left out of the analysis because the deferred lines overflowed."""
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)}" for name in self.__slots__)
+        return f"AnalyzerStats({fields})"
 
 
-@dataclass(slots=True)
 class _Partial:
     """The unfinished last line of one direction."""
 
-    pieces: list[bytes] = field(default_factory=list)
-    size: int = 0
-    skipping: bool = False
-    """The line is known not to matter (or is too long): its bytes are not kept."""
+    __slots__ = ("pieces", "size", "skipping")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.size = 0
+        self.skipping = False
+        """The line is known not to matter (or is too long): its bytes are not kept."""
 
     def reset(self) -> None:
         self.pieces.clear()
@@ -160,12 +169,14 @@ class _Partial:
         return self.size == 0 and not self.skipping
 
 
-@dataclass(slots=True)
 class _Gap:
     """Bytes of one direction left out of the analysis (see the module's doc)."""
 
-    size: int = 0
-    ends_a_line: bool = True
+    __slots__ = ("ends_a_line", "size")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.ends_a_line = True
 
 
 class ChunkAnalyzer:
