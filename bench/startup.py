@@ -36,6 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _python import installed_like
+
 CACHE = Path(
     os.environ.get("CODEX_PRESENCE_TEST_CODEX_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "codex-presence"
@@ -158,18 +162,12 @@ def main() -> None:
         home.mkdir()
         work.mkdir()
         (home / "config.toml").write_text(CONFIG)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("CODEX_", "OPENAI_")) and k != "PYTHONDONTWRITEBYTECODE"
-        }
-        # Bytecode cached, as in an installation (pip compiles it), in a cache of this
-        # run's own: nothing is written into the checkouts.
+        env = installed_like(os.environ, root / "pycache")
+        env = {k: v for k, v in env.items() if not k.startswith(("CODEX_", "OPENAI_"))}
         env.update(
             HOME=str(home),
             CODEX_HOME=str(home),
             RUST_LOG="warn",
-            PYTHONPYCACHEPREFIX=str(root / "pycache"),
             # codex looks for plugin updates at start-up: a closed loopback port answers.
             HTTPS_PROXY=CLOSED,
             HTTP_PROXY=CLOSED,

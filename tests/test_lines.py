@@ -214,6 +214,42 @@ def test_whole_chunks_of_many_lines(
     assert analysed(events) == oracle(events)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunked(), st.data())
+def test_lines_kept_until_the_mapping_is_attached_give_the_same_transitions(
+    events: list[tuple[Direction, bytes]], data: st.DataObject
+) -> None:
+    """wrap's start-up: the analyzer frames and filters before it has its mapping, keeps
+    the lines that may matter, and feeds them, in order, when the mapping is attached, at
+    any point of the session: the same transitions as whole lines one by one."""
+    attach_at = data.draw(st.integers(0, len(events)))
+    analyzer = ChunkAnalyzer(deferred=True)
+    out = []
+    for n, (direction, chunk) in enumerate(events):
+        if n == attach_at:
+            out.extend(analyzer.attach(CodexMapping()))
+        out.extend(analyzer.feed(direction, chunk))
+    if attach_at == len(events):
+        out.extend(analyzer.attach(CodexMapping()))
+    out.extend(analyzer.close("eof"))
+    assert [(t.previous.value, t.state.value, t.cause) for t in out] == oracle(events)
+
+
+def test_what_cannot_matter_is_neither_parsed_nor_kept() -> None:
+    """The leading-byte rule, at C speed: lines that do not start with ``{`` (2-byte lines,
+    bare newlines, garbage) and methods that cannot change the state reach no Python code
+    per line, and are not kept for a mapping still to come."""
+    analyzer = ChunkAnalyzer(deferred=True)
+    for direction in ("server", "client"):
+        analyzer.feed(direction, b"x\n" * 100_000 + b"\n" * 100_000 + b" {not}\n" * 1000)
+    analyzer.feed("server", note("some/unknown/method", threadId="a") + b"\n")
+    assert (analyzer.stats.deferred, analyzer.stats.fed) == (0, 0)
+    analyzer.feed("server", note("turn/started", threadId="a", turn={"id": "t"}) + b"\n")
+    assert analyzer.stats.deferred == 1
+    (transition,) = analyzer.attach(CodexMapping())
+    assert transition.state == "working"
+
+
 def test_a_real_session_byte_by_byte_and_in_one_piece() -> None:
     lines = FIXTURE_LINES
     whole = [(d, ln + b"\n") for d, ln in lines]

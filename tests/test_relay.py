@@ -392,6 +392,56 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert not pid_alive(child)
 
 
+TREE = r"""
+import os, subprocess, sys, time
+sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
+kids = [
+    subprocess.Popen(sleeper),  # in our process group
+    subprocess.Popen(sleeper, start_new_session=True),  # a session of its own, as codex's commands
+]
+# A grandchild in a session of its own, orphaned at once: its parent exits.
+middle = subprocess.Popen(
+    [sys.executable, "-c", f"import subprocess, sys; p = subprocess.Popen({sleeper!r}, "
+     "start_new_session=True); print(p.pid, flush=True)"],
+    stdout=subprocess.PIPE,
+)
+orphan = int(middle.stdout.readline())
+middle.wait()
+print(" ".join(str(p) for p in (os.getpid(), *(k.pid for k in kids), orphan)), flush=True)
+if sys.argv[1:] == ["wait"]:
+    time.sleep(300)
+"""
+
+
+def tree_of(proc: subprocess.Popen[bytes]) -> list[int]:
+    assert proc.stdout is not None
+    pids = [int(p) for p in wait_line(proc.stdout).split()]
+    assert all(pid_alive(pid) for pid in pids[1:])
+    return pids
+
+
+def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled() -> None:
+    """Descendants in the child's process group, in sessions of their own, and orphans
+    re-parented away from it: none outlives a SIGKILLed wrap (bench/relay.py says how long
+    they take)."""
+    proc = wrap(
+        "--quiet", "--", PY, "-c", TREE, "wait", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    pids = tree_of(proc)
+    proc.kill()
+    proc.wait(10)
+    eventually(lambda: not any(pid_alive(pid) for pid in pids), 5, "the whole tree's death")
+
+
+def test_what_the_child_leaves_running_dies_with_wrap() -> None:
+    """The child exits leaving commands running (in sessions of their own, orphans): wrap
+    ends with the child's status, and takes them with it."""
+    proc = wrap("--quiet", "--", PY, "-c", TREE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    pids = tree_of(proc)
+    assert proc.wait(30) == 0
+    eventually(lambda: not any(pid_alive(pid) for pid in pids), 5, "the leftovers' death")
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -945,6 +995,72 @@ def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
         (0.35, "client", None, 100, False),
         (0.4, "server", None, 0, True),
     ]
+
+
+def test_a_line_too_long_to_record_is_kept_as_its_size(tmp_path: Path) -> None:
+    """A line longer than the longest the relay analyses is not kept in memory nor written:
+    an ``oversized`` line gives its size (its bytes past the limit are queued as a count),
+    the lines around it are whole, and a replay counts it as a line it did not analyse."""
+    from codex_presence.agent.recorder import Recorder
+    from codex_presence.core.recording import read_entries, read_relevant_entries
+    from codex_presence.core.timeline import TimelineBuilder
+
+    path = tmp_path / "rec.jsonl"
+    recorder = Recorder(path, max_line=100, max_pending=400)
+    assert recorder.open()
+    recorder.add(0.1, "server", STARTED + b'{"pad":"' + b"x" * 50)
+    for n in range(20):  # 2,000 bytes more: past the limit, and far past max_pending
+        recorder.add(0.2 + n / 100, "server", b"x" * 100)
+    recorder.add(0.5, "server", b'"}\n{"id":1}\n')
+    recorder.finish(0.6)
+    recorder.start()
+    assert recorder.join(10)
+    entries = list(read_entries(path.read_bytes().splitlines()))
+    assert [(e.t, e.message, e.raw, e.size, e.gap) for e in entries if not e.end] == [
+        (0.1, orjson.loads(STARTED), None, len(STARTED) - 1, 0),
+        (0.5, None, None, 8 + 50 + 2000 + 2, 0),  # no gap: nothing was dropped
+        (0.5, {"id": 1}, None, 8, 0),
+    ]
+    builder = TimelineBuilder(max_line=100)
+    for entry in read_relevant_entries(path.read_bytes()):
+        builder.feed(entry)
+    assert builder.oversized == 1
+
+
+def test_record_keeps_memory_bounded_with_a_100_mb_line(tmp_path: Path) -> None:
+    """``--record`` used about five times the longest line (a 100 MB line: ~500 MB). The
+    line is now kept as its size, and wrap's peak RSS stays far below the line."""
+    from codex_presence.core.recording import read_entries
+
+    line = tmp_path / "line.jsonl"
+    with line.open("wb") as f:
+        f.write(b'{"method":"item/completed","params":{"output":"')
+        for _ in range(100):
+            f.write(b"x" * 1_000_000)
+        f.write(b'"}}\n')
+    record = tmp_path / "rec.jsonl"
+    usage = tmp_path / "usage"
+    # Peak RSS measured by a small parent: a process spawned with vfork takes its parent's
+    # peak as its own at exec, and pytest's is large.
+    measure = (
+        "import os, subprocess, sys; p = subprocess.Popen(sys.argv[2:])"
+        "; _, status, ru = os.wait4(p.pid, 0); open(sys.argv[1], 'w').write(str(ru.ru_maxrss))"
+        "; sys.exit(os.waitstatus_to_exitcode(status))"
+    )
+    argv = [*WRAP, "-q", "--record", str(record), "--", "cat", str(line)]
+    proc = subprocess.run(
+        [PY, "-c", measure, str(usage), *argv],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert hashlib.sha256(proc.stdout).digest() == hashlib.sha256(line.read_bytes()).digest()
+    (entry,) = [e for e in read_entries(record.read_bytes().splitlines()) if not e.end]
+    assert (entry.message, entry.raw, entry.size) == (None, None, line.stat().st_size - 1)
+    assert int(usage.read_text()) < 100 * 1024  # KB
 
 
 def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ Each run below is searched, after the fact, for the token in every output it pro
 from __future__ import annotations
 
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -230,3 +231,38 @@ def test_a_broker_exposed_without_tls_warns(tmp_path: Path) -> None:
         said = broker.said()
         assert "reachable from other machines, over plain HTTP" in said
         assert "TLS" in said
+
+
+def test_the_recording_and_the_log_file_are_created_private(tmp_path: Path) -> None:
+    """A recording holds the whole session, and a log says what it did: both are created
+    0600 (whatever the umask), and an existing file others could read loses those bits."""
+    record, log = tmp_path / "session.jsonl", tmp_path / "wrap.log"
+    old_record = tmp_path / "old.jsonl"
+    old_record.write_text("")
+    old_record.chmod(0o644)
+    for target in (record, old_record):
+        proc = subprocess.run(
+            [
+                PY,
+                "-m",
+                "codex_presence",
+                "wrap",
+                "--record",
+                str(target),
+                "--log-file",
+                str(log),
+                "--",
+                PY,
+                "-c",
+                "print('{\"id\":1}')",
+            ],
+            env=wrap_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert target.read_bytes().startswith(b'{"t":')  # written to, not just created
+    for path in (record, old_record, log):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

@@ -96,6 +96,8 @@ class Pump:
         """The analysis lock: each write with the analysis and recording of its bytes."""
         self.client_done = threading.Event()
         self.server_done = threading.Event()
+        self.first_output = threading.Event()
+        """Set once the child has written something (or its output has ended)."""
         self.server_waiting_to_read = False
         self.interrupts = 0
         """SIGINTs forwarded so far (the second one kills)."""
@@ -249,7 +251,11 @@ class Pump:
         except Exception:
             logger.exception("the relay's copy failed")
         finally:
-            (self.client_done if copy == self._copy_client else self.server_done).set()
+            if copy == self._copy_client:
+                self.client_done.set()
+            else:
+                self.server_done.set()
+                self.first_output.set()
             self._poke()
 
     def _copy_client(self) -> None:
@@ -304,6 +310,8 @@ class Pump:
                 raise
             if not data:
                 return
+            if server:
+                self.first_output.set()
             t = self.now()
 
             view, pos, ready = memoryview(data), 0, False

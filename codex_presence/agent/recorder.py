@@ -42,6 +42,15 @@ class _Gap:
         self.ends_a_line = ends_a_line
 
 
+class _Skip:
+    """More bytes of a line already too long to record: only their count is queued."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
 class _Closed:
     """The live analysis closed every handle here."""
 
@@ -64,6 +73,13 @@ class _Line:
         self.oversized = False
         self.resync = False
         """The next bytes up to a newline end a line a gap cut: left out."""
+
+    def extend_size(self, size: int, t: float) -> None:
+        """More of a line known to be too long: its size only."""
+        self.t = t
+        self.size += size
+        self.pieces.clear()
+        self.oversized = True
 
     def extend(self, data: bytes, t: float, max_line: int) -> None:
         self.t = t
@@ -113,7 +129,7 @@ class Recorder:
         self.max_pending = max_pending
         self.max_line = max_line
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction, bytes | _Gap | _Closed]] = deque()
+        self._queue: deque[tuple[float, Direction, bytes | _Gap | _Skip | _Closed]] = deque()
         # Chunks come from both relay threads; the writer takes them.
         self._ready = threading.Condition(threading.Lock())
         self._pending = 0
@@ -121,6 +137,9 @@ class Recorder:
         self._dropped = False
         self._gaps: dict[Direction, tuple[float, _Gap]] = {}
         """Bytes dropped per direction and not yet marked in the queue (from when)."""
+        self._line_size: dict[Direction, int] = {"client": 0, "server": 0}
+        """Bytes queued of each direction's unfinished line, as far as the queue goes: past
+        ``max_line`` a chunk without a newline is queued as its size alone."""
         self._closing = False
         self._end_t: float | None = None
         self._lines: dict[Direction, _Line] = {"client": _Line(), "server": _Line()}
@@ -131,6 +150,10 @@ class Recorder:
     def open(self) -> bool:
         """Create the file (0600); False, with one warning, if it cannot be. Once it is
         open, :meth:`start` must follow: the writer closes it."""
+        # The encoder (orjson) loads here, on the caller's thread: in the writer it could
+        # wait on the import lock of a module wrap's low-priority loader is importing.
+        import codex_presence.core.recording  # noqa: F401
+
         try:
             self._file = open(open_private(self.path), "wb", buffering=1 << 20)  # noqa: SIM115
         except OSError as exc:
@@ -180,18 +203,32 @@ class Recorder:
         if self._failed or self._closing or not chunk:
             return
         with self._ready:
-            if dropped or self._pending + len(chunk) > self.max_pending:
+            newline = chunk.rfind(b"\n")
+            if not dropped and newline < 0 and self._line_size[direction] > self.max_line:
+                item: bytes | _Skip = _Skip(len(chunk))  # costs no memory: never dropped
+            elif dropped or self._pending + len(chunk) > self.max_pending:
                 if not dropped and not self._dropped:
                     self._dropped = True
                     logger.warning("recording to %s cannot keep up; it has gaps", self.path)
                 since, gap = self._gaps.get(direction, (t, _Gap()))
-                self._gaps[direction] = (since, _Gap(gap.size + len(chunk), chunk[-1:] == b"\n"))
+                self._gaps[direction] = (
+                    since,
+                    _Gap(gap.size + len(chunk), newline == len(chunk) - 1),
+                )
+                # The line the gap cuts is left out up to its newline: skipped, not queued.
+                self._line_size[direction] = 0 if newline == len(chunk) - 1 else self.max_line + 1
                 return
+            else:
+                item = chunk
+                self._pending += len(chunk)
             if direction in self._gaps:
                 since, gap = self._gaps.pop(direction)
                 self._queue.append((since, direction, gap))
-            self._pending += len(chunk)
-            self._queue.append((t, direction, chunk))
+            if newline < 0:
+                self._line_size[direction] += len(chunk)
+            else:
+                self._line_size[direction] = len(chunk) - newline - 1
+            self._queue.append((t, direction, item))
             self._ready.notify()
 
     def _flush_gaps_locked(self) -> None:
@@ -228,7 +265,7 @@ class Recorder:
             self._failed = True
             self._close()
 
-    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap | _Closed]]) -> None:
+    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap | _Skip | _Closed]]) -> None:
         from codex_presence.core.recording import encode_closed, encode_gap
 
         out: list[bytes] = []
@@ -240,6 +277,10 @@ class Recorder:
                 out.append(encode_gap(t, direction, item.size))
             elif isinstance(item, _Closed):
                 out.append(encode_closed(t, item.cause))
+            elif isinstance(item, _Skip):
+                line = self._lines[direction]
+                if not line.resync:  # else: still the line a gap cut, left out anyway
+                    line.extend_size(item.size, t)
             else:
                 self._frame(t, direction, item, out)
         self._emit(out)

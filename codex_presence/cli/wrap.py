@@ -36,6 +36,9 @@ example: codex-presence wrap --record session.jsonl -- codex app-server
 
 _USAGE_HINT = "usage: codex-presence wrap [options] -- CMD [ARGS...]"
 
+START_GRACE = 1.0
+"""Seconds the analysis waits at most for the child's first output before it loads."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _EPILOG
@@ -107,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
     pump.adopt(launched)
     if not args.broker:
         _logger().info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
-
-    _load_yielding_to_the_child(with_broker=bool(args.broker))
+    # The rest (anyio, the codex mapping with jsonrpcserver, the broker client) is a few
+    # hundred milliseconds of CPU: it loads once the child has started up (its first
+    # output, its end, or a second), so that it does not slow the child's start down.
+    pump.first_output.wait(START_GRACE)
     import anyio
 
     from codex_presence.agent.relay import Relay, log_transition
@@ -120,29 +125,6 @@ def run(args: argparse.Namespace) -> int:
         observers = [log_transition, link.observe]
         relay = Relay(pump=pump, observers=observers, companions=[link.session])
     return anyio.run(relay.run)
-
-
-def _load_yielding_to_the_child(*, with_broker: bool) -> None:
-    """Import the rest of the session (anyio, the codex mapping with jsonrpcserver, the
-    broker client): a few hundred milliseconds of CPU, in a thread at the lowest priority,
-    so that the child's own start-up, which runs meanwhile, comes first. The copy threads
-    keep their priority; the thread's end takes its priority with it."""
-    import os
-    import threading
-    from contextlib import suppress
-
-    def load() -> None:
-        with suppress(OSError, AttributeError):  # Linux: a thread's own nice value
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        import codex_presence.agent.relay
-        import codex_presence.core.codex
-
-        if with_broker:
-            import codex_presence.agent.broker_link  # noqa: F401
-
-    loader = threading.Thread(target=load, name="codex-presence-loader", daemon=True)
-    loader.start()
-    loader.join()  # an import that failed there fails again, visibly, here
 
 
 def _logger() -> logging.Logger:
