@@ -18,6 +18,8 @@ In one run it prints:
     state).
 * ``wrap -- yes | head -c 10``: how long wrap takes to exit after ``head`` did (its reader
   gone, wrap must end its child and itself).
+* a SIGKILLed wrap: how long its child's tree outlives it (tests/support/process_tree.py:
+  a command in the child's group, one in a session of its own, an orphan).
 * ``wrap --record`` with one 100 MB line: wrap's peak RSS, and what the recording keeps of
   the line (an ``oversized`` line with its size).
 * added latency: a child writes one message per millisecond, each stamped with
@@ -35,7 +37,8 @@ In one run it prints:
 
 Goals: realistic ratio ≥ 0.5 (issue 3) and not below the baseline's (issue 13); 2-byte
 lines ≥ 50 MB/s; ``yes | head`` exits within 0.5 s of ``head``; added p99 ≤ 1 ms; RSS ≤ 40
-MB; with ``--record`` and a 100 MB line, RSS < 100 MB (issue 14).
+MB; with ``--record`` and a 100 MB line, RSS < 100 MB; a SIGKILLed wrap's tree gone within
+1 s (issue 14).
 """
 
 from __future__ import annotations
@@ -172,7 +175,7 @@ def make_worst_stream(path: Path, unit: bytes, megabytes: int) -> int:
     return size
 
 
-START_UP = 1.5
+START_UP = 3.0
 """Seconds the source waits before it writes: wrap's analysis is loaded by then, and the
 stream measures the session's steady state (bench/startup.py measures the start)."""
 
@@ -294,6 +297,35 @@ def yes_head_exit() -> float:
     after_head = time.perf_counter()
     wrap.wait(30)
     return time.perf_counter() - after_head
+
+
+TREE = Path(__file__).resolve().parent.parent / "tests" / "support" / "process_tree.py"
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+def tree_outlives_sigkill() -> float:
+    """Seconds the child's tree (a command in its process group, one in a session of its
+    own, an orphan: tests/support/process_tree.py) outlives a SIGKILLed wrap."""
+    wrap = subprocess.Popen(
+        [*WRAP, PY, str(TREE), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert wrap.stdout is not None
+    pids = [int(pid) for pid in wrap.stdout.readline().split()]
+    assert len(pids) == 4 and all(alive(pid) for pid in pids)
+    wrap.kill()
+    killed = time.perf_counter()
+    wrap.wait()
+    while any(alive(pid) for pid in pids):
+        assert time.perf_counter() - killed < 30, "the tree outlived wrap"
+        time.sleep(0.001)
+    return time.perf_counter() - killed
 
 
 def record_a_long_line(tmp: Path, megabytes: int) -> tuple[float, str]:
@@ -421,6 +453,11 @@ def main() -> None:
         print(
             f"wrap -- yes | head -c 10: wrap exits {statistics.median(exits):.2f} s after head"
             f" (median of 5; max {max(exits):.2f} s; goal < 0.5 s)"
+        )
+        lives = [tree_outlives_sigkill() for _ in range(5)]
+        print(
+            f"SIGKILLed wrap: its child's tree gone {1e3 * statistics.median(lives):.0f} ms later"
+            f" (median of 5; max {1e3 * max(lives):.0f} ms; goal < 1 s)"
         )
         peak, kept = record_a_long_line(Path(tmp), 100)
         print(

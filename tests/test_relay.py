@@ -392,25 +392,7 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert not pid_alive(child)
 
 
-TREE = r"""
-import os, subprocess, sys, time
-sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
-kids = [
-    subprocess.Popen(sleeper),  # in our process group
-    subprocess.Popen(sleeper, start_new_session=True),  # a session of its own, as codex's commands
-]
-# A grandchild in a session of its own, orphaned at once: its parent exits.
-middle = subprocess.Popen(
-    [sys.executable, "-c", f"import subprocess, sys; p = subprocess.Popen({sleeper!r}, "
-     "start_new_session=True); print(p.pid, flush=True)"],
-    stdout=subprocess.PIPE,
-)
-orphan = int(middle.stdout.readline())
-middle.wait()
-print(" ".join(str(p) for p in (os.getpid(), *(k.pid for k in kids), orphan)), flush=True)
-if sys.argv[1:] == ["wait"]:
-    time.sleep(300)
-"""
+TREE = str(Path(__file__).resolve().parent / "support" / "process_tree.py")
 
 
 def tree_of(proc: subprocess.Popen[bytes]) -> list[int]:
@@ -424,9 +406,7 @@ def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled() -> None:
     """Descendants in the child's process group, in sessions of their own, and orphans
     re-parented away from it: none outlives a SIGKILLed wrap (bench/relay.py says how long
     they take)."""
-    proc = wrap(
-        "--quiet", "--", PY, "-c", TREE, "wait", stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    proc = wrap("--quiet", "--", PY, TREE, "wait", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     pids = tree_of(proc)
     proc.kill()
     proc.wait(10)
@@ -436,7 +416,7 @@ def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled() -> None:
 def test_what_the_child_leaves_running_dies_with_wrap() -> None:
     """The child exits leaving commands running (in sessions of their own, orphans): wrap
     ends with the child's status, and takes them with it."""
-    proc = wrap("--quiet", "--", PY, "-c", TREE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = wrap("--quiet", "--", PY, TREE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     pids = tree_of(proc)
     assert proc.wait(30) == 0
     eventually(lambda: not any(pid_alive(pid) for pid in pids), 5, "the leftovers' death")

@@ -94,8 +94,8 @@ class Pump:
         """Transitions found by the copy threads, for the event loop to deliver."""
         self.lock = threading.Lock()
         """The analysis lock: each write with the analysis and recording of its bytes."""
-        self.client_done = threading.Event()
         self.server_done = threading.Event()
+        """Set once the copy of the child's output has ended."""
         self.first_output = threading.Event()
         """Set once the child has written something (or its output has ended)."""
         self.server_waiting_to_read = False
@@ -251,9 +251,7 @@ class Pump:
         except Exception:
             logger.exception("the relay's copy failed")
         finally:
-            if copy == self._copy_client:
-                self.client_done.set()
-            else:
+            if copy == self._copy_server:
                 self.server_done.set()
                 self.first_output.set()
             self._poke()
@@ -313,7 +311,6 @@ class Pump:
             if server:
                 self.first_output.set()
             t = self.now()
-
             view, pos, ready = memoryview(data), 0, False
             while pos < len(data):
                 written, fed = self._write_part(dst, direction, data, view, pos, t)

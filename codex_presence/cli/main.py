@@ -53,6 +53,36 @@ Live presence for Codex: is each agent on the wire, and is it idle, working or b
 """
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, the terminal's width read without :mod:`shutil` (whose import, with bz2
+    and lzma, argparse pays on the first option it adds): ``wrap`` builds its parser before
+    its child runs. The width is the same: ``$COLUMNS``, else the terminal's, else 80."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 class UsageError(Exception):
     """A bad option value; reported on one line with exit status 2."""
 
@@ -71,7 +101,7 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog="codex-presence",
         description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     from codex_presence import __version__
 
@@ -83,7 +113,7 @@ def build_parser(
             name,
             help=command.HELP,
             description=command.HELP,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         command.configure(sub)
         problems = apply_env_defaults(sub, dict(os.environ) if environ is None else environ)

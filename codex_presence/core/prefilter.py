@@ -69,8 +69,9 @@ logger = logging.getLogger("codex_presence.lines")
 
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 """Longest line (bytes) that is still parsed; longer ones are relayed, never analysed."""
-DEFAULT_MAX_DEFERRED = 4 * 1024 * 1024
-"""Bytes of lines kept for the mapping before it is attached (``wrap``'s start-up)."""
+DEFAULT_MAX_DEFERRED = DEFAULT_MAX_LINE
+"""Bytes of lines kept for the mapping before it is attached (``wrap``'s start-up): the
+longest line that is analysed fits."""
 
 _HOT_SKIPPED_METHODS = (
     "item/agentMessage/delta",
