@@ -402,13 +402,26 @@ def tree_of(proc: subprocess.Popen[bytes]) -> list[int]:
     return pids
 
 
-def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled() -> None:
+@pytest.mark.parametrize("target", ["wrap", "its process group"])
+def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled(target: str) -> None:
     """Descendants in the child's process group, in sessions of their own, and orphans
-    re-parented away from it: none outlives a SIGKILLed wrap (bench/relay.py says how long
-    they take)."""
-    proc = wrap("--quiet", "--", PY, TREE, "wait", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    re-parented away from it: none outlives a SIGKILLed wrap, nor a SIGKILL sent to wrap's
+    whole process group (bench/relay.py says how long they take)."""
+    proc = wrap(
+        "--quiet",
+        "--",
+        PY,
+        TREE,
+        "wait",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     pids = tree_of(proc)
-    proc.kill()
+    if target == "wrap":
+        proc.kill()
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     eventually(lambda: not any(pid_alive(pid) for pid in pids), 5, "the whole tree's death")
 
@@ -747,7 +760,7 @@ def deschedule_after_writing(
 ) -> None:
     """Make the relay's thread that just wrote a part for which ``when(fd, part)`` holds
     lose the CPU for ``seconds`` right after that write, as a busy machine may."""
-    import codex_presence.agent.relay as relay_module
+    import codex_presence.agent.pump as pump_module  # the copy threads write there
 
     class Descheduled:
         def __getattr__(self, name: str) -> Any:
@@ -760,7 +773,7 @@ def deschedule_after_writing(
                 time.sleep(seconds)
             return written
 
-    monkeypatch.setattr(relay_module, "os", Descheduled())
+    monkeypatch.setattr(pump_module, "os", Descheduled())
 
 
 @pytest.mark.anyio

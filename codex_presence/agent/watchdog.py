@@ -10,7 +10,9 @@ file on its lifeline pipe (the kernel closes wrap's end whatever killed wrap). I
 SIGKILLs every descendant, round after round until it has no child left, and exits.
 
 It imports nothing (the caller loads ``prctl`` before forking), holds only the descriptors
-it needs, ignores the terminal's signals (wrap forwards them to the command), never wakes
+it needs, ignores the terminal's signals (wrap forwards them to the command) and lives in a
+process group of its own (a SIGKILL aimed at wrap's group spares it, so that it can do its
+job; the command has ``PR_SET_PDEATHSIG`` should the watchdog itself be killed), never wakes
 up while nothing happens (``poll`` on the lifeline and on a SIGCHLD wake-up pipe), and
 reports to wrap over its report pipe, one line each: ``P <pid>`` once the command runs or
 ``E <errno>`` if it cannot, and ``X <wait status>`` when it ends.
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Plan", "load_prctl", "run"]
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -83,6 +86,8 @@ def run(plan: Plan, prctl: Prctl | None) -> NoReturn:
         for signum in _TERMINAL_SIGNALS:
             if signal.getsignal(signum) != signal.SIG_IGN:
                 signal.signal(signum, _ignore)  # a handler, not SIG_IGN: exec resets it
+        # A group of our own: a kill aimed at wrap's process group is not aimed at us.
+        os.setpgid(0, 0)
         if prctl is not None:
             prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         wake_r, wake_w = os.pipe()
@@ -90,7 +95,7 @@ def run(plan: Plan, prctl: Prctl | None) -> NoReturn:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, _ignore)
         try:
-            pid = _start(plan)
+            pid = _start(plan, prctl)
         except OSError as exc:
             _say(plan.reports, b"E %d\n" % (exc.errno or 0))
             os._exit(0)
@@ -126,14 +131,20 @@ def _keep_only(*keep: int) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # /dev/null's descriptor too
 
 
-def _start(plan: Plan) -> int:
+def _start(plan: Plan, prctl: Prctl | None) -> int:
     """Fork and exec the command in its own process group, ``plan.stdin``/``stdout`` as its
-    0 and 1; OSError if it cannot be run (its errno comes back over a close-on-exec pipe)."""
+    0 and 1, dying with us should we be killed ourselves (``PR_SET_PDEATHSIG``); OSError if
+    it cannot be run (its errno comes back over a close-on-exec pipe)."""
     errors_r, errors_w = os.pipe()
+    watchdog = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 127
         try:
+            if prctl is not None:
+                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != watchdog:  # we died before the prctl took effect
+                os._exit(128 + signal.SIGKILL)
             os.setpgid(0, 0)
             for signum in _RESTORED:
                 signal.signal(signum, signal.SIG_DFL)

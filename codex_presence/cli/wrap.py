@@ -1,6 +1,10 @@
 """``codex-presence wrap [options] -- CMD [ARGS...]``: the byte-exact stdio proxy.
 
-Import-light on purpose: the relay and everything under it load inside :func:`run`.
+Spawn first (issue 13): :func:`run` starts the child, and copies its bytes, before it loads
+anything beyond the standard library; the mapping, anyio and the broker link load once the
+child has started up, and the analysis catches up then (see
+:mod:`codex_presence.agent.pump`). So this module, and everything :func:`run` needs before
+the child runs, is import-light, and ``typing`` is not loaded either.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that d
 _EPILOG = """\
 Everything CMD writes reaches our stdout unchanged, and everything on our stdin reaches
 CMD; CMD's stderr is ours. wrap exits with CMD's status (128+N if a signal killed it) and
-forwards SIGINT, SIGTERM and SIGHUP (a second Ctrl-C kills). Transitions and warnings go
-to stderr (or --log-file), never to stdout.
+forwards SIGINT, SIGTERM and SIGHUP (a second Ctrl-C kills). CMD and every process it
+starts end with wrap, however wrap ends. Transitions and warnings go to stderr (or
+--log-file, created 0600), never to stdout; --record's file is created 0600 too.
 
 With --broker (or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or
 $CODEX_PRESENCE_TOKEN), wrap holds the member's subscription for the whole session and

@@ -375,12 +375,13 @@ class ChunkAnalyzer:
     def _finish_partial(
         self, direction: Direction, partial: _Partial, out: list[Transition]
     ) -> None:
-        if not partial.skipping:
-            line = b"".join(partial.pieces)
-            if line.endswith(b"\n"):
-                line = line[:-1]
-            if direction == "server" or self._mapping is None or self._mapping.has_pending:
-                self._feed(direction, line, out)
+        if not partial.skipping and (
+            direction == "server" or self._mapping is None or self._mapping.has_pending
+        ):
+            pieces = partial.pieces
+            if pieces[-1].endswith(b"\n"):  # the newline off the last piece: one copy in all
+                pieces[-1] = pieces[-1][:-1]
+            self._feed(direction, b"".join(pieces), out)
         partial.reset()
 
 
