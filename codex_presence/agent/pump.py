@@ -205,8 +205,10 @@ class Pump:
 
     def close(self, timeout: float = 2.0) -> None:
         """End the session's byte path: stop and join the copy threads, close our
-        descriptors, give our stdin/stdout back as they were, and let go of the child
-        (its watchdog kills whatever is left of its tree)."""
+        descriptors, give our stdin/stdout back as they were, let go of the child (its
+        watchdog kills whatever is left of its tree), and see the recording to its end."""
+        if self.recorder is not None:
+            self.recorder.finish(self.now())
         self.request_stop()
         deadline = time.monotonic() + timeout
         threads_ended = True
@@ -239,6 +241,8 @@ class Pump:
         self._saved_handlers.clear()
         if self.child is not None:
             self.child.release()
+        if self.recorder is not None and not self.recorder.join(10):
+            logger.warning("the recording of %s is not complete", self.recorder.path)
 
     # -- the copy threads ----------------------------------------------------------------
 

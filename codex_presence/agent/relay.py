@@ -122,12 +122,7 @@ class Relay:
                         transitions = pump.analyzer.close("eof")
                     self._deliver(transitions)
         finally:
-            recorder = pump.recorder
-            if recorder is not None:
-                recorder.finish(pump.now())
-            pump.close()
-            if recorder is not None and not await anyio.to_thread.run_sync(recorder.join, 10):
-                logger.warning("the recording of %s is not complete", recorder.path)
+            await anyio.to_thread.run_sync(pump.close)
 
     # -- the session ---------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ _USAGE_HINT = "usage: codex-presence wrap [options] -- CMD [ARGS...]"
 
 START_GRACE = 1.0
 """Seconds the analysis waits at most for the child's first output before it loads."""
+SETTLE = 0.05
+"""Seconds more it waits after that output: a child that says one thing and ends (``codex
+--version``) is done by then, and its session needs no analysis at all."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -117,8 +120,20 @@ def run(args: argparse.Namespace) -> int:
         _logger().info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
     # The rest (anyio, the codex mapping with jsonrpcserver, the broker client) is a few
     # hundred milliseconds of CPU: it loads once the child has started up (its first
-    # output, its end, or a second), so that it does not slow the child's start down.
+    # output and a moment more, its end, or a second), so that it does not slow the
+    # child's start down.
     pump.first_output.wait(START_GRACE)
+    pump.server_done.wait(SETTLE)
+    if pump.server_done.is_set() and pump.analyzer.nothing_to_analyse:
+        # Over before the analysis loaded, and nothing in it could change the state (a
+        # `codex --version`, a `yes | head`): no need to load it at all.
+        returncode = launched.child.wait(timeout=0.2)
+        if returncode is not None and pump.analyzer.nothing_to_analyse:
+            _logger().debug("the child ended before the analysis loaded, with nothing to analyse")
+            pump.close()
+            from codex_presence.agent.child import exit_status
+
+            return exit_status(returncode)
     import anyio
 
     from codex_presence.agent.relay import Relay, log_transition

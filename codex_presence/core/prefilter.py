@@ -222,6 +222,13 @@ class ChunkAnalyzer:
         """Bytes fed now are left out of the analysis (see the module's doc)."""
         return self._gaps is not None
 
+    @property
+    def nothing_to_analyse(self) -> bool:
+        """No line that could change the state has crossed yet (none kept, none begun, no
+        gap): only server lines can, and client lines matter only once one has."""
+        server = self._partial["server"]
+        return not self._deferred and self._gaps is None and (server.empty or server.skipping)
+
     def attach(self, mapping: CodexMapping) -> list[Transition]:
         """Give the analyzer its mapping: the lines kept until now are fed, in order, and a
         gap (if the kept lines overflowed) closes every handle; returns the transitions."""
