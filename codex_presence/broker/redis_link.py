@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
+from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -168,21 +169,26 @@ class RedisLink:
         """Keep the link until cancelled; ``task_status`` is told after the first attempt
         (connected and resynced, or found down)."""
         started = False
+
+        def ready() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
         try:
             while True:
                 try:
-                    await self._connected(task_status if not started else None)
+                    await self._connected(ready)
                 except UNREACHABLE as exc:
                     self._down(_why(exc))
-                if not started:
-                    started = True
-                    task_status.started()
+                ready()
                 await anyio.sleep(self._backoff.next_delay())
         finally:
             with anyio.CancelScope(shield=True):
                 await self.client.aclose()
 
-    async def _connected(self, task_status: TaskStatus[None] | None) -> None:
+    async def _connected(self, ready: Callable[[], None]) -> None:
         """One connection, from subscribing to its failure (raised)."""
         async with self.client.pubsub() as pubsub:
             with anyio.fail_after(self._timeout):
@@ -194,8 +200,7 @@ class RedisLink:
             for listener in self._listeners:
                 await listener.resync()
             self._up()
-            if task_status is not None:
-                task_status.started()
+            ready()
             self._failure = None
             async with anyio.create_task_group() as tg:
                 for listener in self._listeners:
