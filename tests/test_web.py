@@ -620,3 +620,54 @@ def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path)
         assert response.status_code == 204
         cookie = {"cookie": f"{COOKIE_NAME}={response.cookies[COOKIE_NAME]}"}
         assert httpx.get(url + "/whoami", headers=cookie, timeout=5).json()["name"] == "alice"
+
+
+@pytest.mark.browser
+def test_a_broker_restart_signs_nobody_out_and_a_lost_redis_shows_stale(
+    browser: Browser,
+) -> None:
+    """With the sessions in Redis (issue 18): the page stays signed in while its broker is
+    replaced by a new process's worth of state on the same port, and says "stale" while
+    Redis hangs (and not after). (A Redis restarted without persistence has forgotten
+    every session: that sends the page to sign in, rightly.)"""
+    from tests.support.broker_harness import reserved_port
+    from tests.support.redis_server import redis_server
+
+    def broker(port: int, url: str) -> Any:
+        shared = shared_state(url, TEAM)
+        roster = WebRoster(team=TEAM, sessions=shared.sessions)
+        running = running_broker(team=TEAM, port=port, web=roster, store=shared.store)
+        return running, roster
+
+    opened: list[Tab] = []
+    with redis_server() as server, reserved_port() as sock:
+        port = sock.getsockname()[1]
+        sock.close()
+        try:
+            running, roster = broker(port, server.url)
+            with running as first:
+                page = signed_in(browser, Web(first, roster), opened, "alice").page
+                Web(first, roster).report("builder", "working")
+                expect(row(page, "builder")).to_have_attribute("data-activity", "working")
+            running, roster = broker(port, server.url)  # the same broker, restarted
+            with running as second:
+                web = Web(second, roster)
+                web.wait_connected("alice", 1, timeout=20)  # the page came back by itself
+                expect(page.locator("body")).to_have_attribute("data-view", "roster")
+                expect(page.locator("body")).to_have_attribute("data-stream", "live")
+                expect(row(page, "builder")).to_have_attribute("data-activity", "working")
+                web.report("builder", "blocked")
+                expect(row(page, "builder")).to_have_attribute("data-activity", "blocked")
+
+                server.pause()
+                expect(page.locator("body")).to_have_attribute("data-stream", "stale")
+                expect(page.locator("#stream")).to_contain_text("stale")
+                page.screenshot(path=str(SHOTS / "roster-stale.png"))
+                server.resume()
+                expect(page.locator("body")).to_have_attribute(
+                    "data-stream", "live", timeout=20_000
+                )
+                expect(page.locator("body")).to_have_attribute("data-view", "roster")
+        finally:
+            for tab in opened:
+                tab.context.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -99,11 +100,21 @@ class RedisServer:
         if self.proc is None:
             return
         if kill:
-            self.proc.kill()
+            self.proc.kill()  # a paused one too
         else:
             self.proc.terminate()
         self.proc.wait(10)
         self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: a Redis that hangs (its connections stay open, nothing answers)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: it answers again, with everything it held."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
 
     def restart(self, *, down_for: float = 0.0) -> None:
         """Kill it, wait ``down_for`` seconds, and start it again on the same port, empty."""
