@@ -324,3 +324,13 @@ def test_a_bad_redis_url_is_a_usage_error() -> None:
     )
     assert result.returncode == 2
     assert "redis://" in result.stderr
+
+
+def test_a_redis_password_is_never_logged(tmp_path: Path) -> None:
+    url = "redis://:s3cret-pass@127.0.0.1:1/0"  # nothing listens there: "redis down"
+    with broker_process("--team", _team_file(tmp_path), redis=url) as broker:
+        assert "redis down: redis://:***@127.0.0.1:1/0" in broker.said()
+        assert "s3cret-pass" not in broker.said()
+    with broker_process("--team", _team_file(tmp_path), "--redis", url) as broker:
+        assert "anyone on this machine can read" in broker.said()  # in argv: a warning
+        assert "s3cret-pass" not in broker.said()
