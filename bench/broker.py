@@ -246,15 +246,19 @@ async def _delivery(
             buffer += chunk
             *blocks, buffer = buffer.split(b"\n\n")
             for block in blocks:
-                if block.startswith(b"event: presence") and needle in block:
+                if b"event: presence" in block and needle in block:  # (chunk sizes too)
                     state = "blocked" if b'"activity":"blocked"' in block else "other"
                     arrived.put_nowait((state, now))
 
     task = asyncio.create_task(read())
     poster = await Conn.open(post_port)
+    await poster.request(_post(tokens[mover], "idle"))  # from a known state
+    await asyncio.sleep(0.5)
+    while not arrived.empty():
+        arrived.get_nowait()
     lat = []
     for i in range(samples + 1):
-        state = "blocked" if i % 2 == 0 else "working"
+        state = "working" if i % 2 == 0 else "blocked"
         sent = time.perf_counter()
         status, _ = await poster.request(_post(tokens[mover], state))
         assert status == 204, status
