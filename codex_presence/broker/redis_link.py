@@ -49,7 +49,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from codex_presence.broker.store import StoreUnavailable
 from codex_presence.core.backoff import Backoff
@@ -62,8 +62,9 @@ DEFAULT_PREFIX = "codex-presence"
 TIMEOUT = 2.0
 """Seconds a Redis command (or a connection attempt) may take before Redis counts as down."""
 
-UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-"""What a Redis that went away (or never answered) raises."""
+UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
+"""What a Redis that went away, never answered, or refused (out of memory, an ACL) raises:
+an outage, never a crash."""
 
 
 class RedisListener(Protocol):

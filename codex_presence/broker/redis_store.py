@@ -247,10 +247,6 @@ class RedisStore:
 
     # -- reads: the mirror ---------------------------------------------------------------
 
-    @property
-    def available(self) -> bool:
-        return self._link.up
-
     def connection(self, name: str) -> Connection:
         return self._connections.get(name, _NEVER)
 

@@ -68,10 +68,6 @@ class Store(Protocol):
     def shared(self) -> bool:
         """Whether other brokers share this state (``/healthz`` says which store)."""
 
-    @property
-    def available(self) -> bool:
-        """Whether reports can be recorded now."""
-
     def connection(self, name: str) -> Connection:
         """``name``'s connection presence, over every broker sharing the state."""
 
@@ -109,7 +105,6 @@ class MemoryStore:
     """The state in this process, as the design's reference broker keeps it."""
 
     shared = False
-    available = True
 
     def __init__(
         self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic
