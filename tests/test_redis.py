@@ -210,6 +210,17 @@ def test_a_sigkilled_brokers_connections_leave_within_the_bound(
         assert roster(survivor.url)["builder"]["lastSeen"] > 0  # what it saw stays
 
 
+def test_a_broker_that_stops_cleanly_takes_its_counts_along(redis_url: str) -> None:
+    brokers_key = "codex-presence:{acme}:brokers"
+    with running_broker(team=TEAM, redis=redis_url) as stays:
+        with running_broker(team=TEAM, redis=redis_url) as stops:
+            Stream(stops.url, "builder")
+            eventually(lambda: roster(stays.url)["builder"]["connected"] == 1, 5)
+            assert redis.Redis.from_url(redis_url).zcard(brokers_key) == 2
+        eventually(lambda: roster(stays.url)["builder"]["connected"] == 0, 3, "not the bound")
+        assert redis.Redis.from_url(redis_url).zcard(brokers_key) == 1  # it left
+
+
 def test_a_broker_restart_keeps_sessions_and_activity(redis_url: str, tmp_path: Path) -> None:
     team = _team_file(tmp_path)
     with broker_process("--team", team, redis=redis_url) as first:

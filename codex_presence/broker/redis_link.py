@@ -12,7 +12,8 @@ the client (redis-py's asyncio client), the team's key names, the team's event c
    connection and after every reconnection, because events published while the link was
    down are gone for good;
 3. then delivers every event on the channel to every listener, while each listener's
-   background work (the broker's heartbeat) runs beside it;
+   background work (the broker's heartbeat) runs beside it, until the broker stops (each
+   listener then takes back what is its broker's alone);
 
 and, when anything fails, tells the listeners (reports then get 503 at once; streams say
 the roster is stale), logs ``redis down: <why>`` once, retries with capped, jittered backoff,
@@ -37,7 +38,7 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -85,6 +86,10 @@ class RedisListener(Protocol):
 
     def on_back(self) -> None:
         """Every listener resynced: the link is up again."""
+
+    async def leave(self) -> None:
+        """The broker is stopping cleanly, the link still up: take back what is this
+        broker's alone."""
 
 
 def redacted(url: str) -> str:
@@ -187,6 +192,10 @@ class RedisLink:
                 await anyio.sleep(self._backoff.next_delay())
         finally:
             with anyio.CancelScope(shield=True):
+                if self.up:
+                    with anyio.move_on_after(self._timeout):
+                        for listener in self._listeners:
+                            await _quietly(listener.leave())
                 await self.client.aclose()
 
     async def _connected(self, ready: Callable[[], None]) -> None:
@@ -259,6 +268,14 @@ class RedisLink:
         logger.warning("redis down: %s: %s (retrying with backoff)", self.url, reason)
         for listener in self._listeners:
             listener.on_down(reason)
+
+
+async def _quietly(work: Awaitable[None]) -> None:
+    """``work``, whose outage changes nothing (the broker is stopping)."""
+    try:
+        await work
+    except UNREACHABLE as exc:
+        logger.debug("redis: %s", _why(exc))
 
 
 def _why(exc: BaseException) -> str:

@@ -152,3 +152,6 @@ class RedisSessions:
 
     def on_back(self) -> None:
         pass
+
+    async def leave(self) -> None:
+        pass  # sessions outlive the broker: that is the point

@@ -44,7 +44,8 @@ deadline as it does in memory. Redis's expiry stays the truth for every broker t
 
 Connections. A broker's streams are its own facts: they are counted here at once and shared
 by one background task, which sends the members whose count changed (coalesced) together
-with the broker's heartbeat every :data:`BEAT` s. The same script prunes: any broker whose
+with the broker's heartbeat every :data:`BEAT` s. A broker that stops cleanly takes its
+counts along (a ``g`` event). The heartbeat's script also prunes: any broker whose
 heartbeat is older than :data:`BOUND` s is removed with its counts, and a ``g`` event says
 so. A broker that dies (SIGKILL, power loss) thus leaves the roster within
 ``BOUND + BEAT`` = 12 s. A broker that was pruned while alive (Redis was away longer than
@@ -176,6 +177,15 @@ if known then return 1 end
 return 0
 """
 )
+_LEAVE = """
+local ns, me = ARGV[1], ARGV[2]
+redis.call('DEL', ns .. 'c:' .. me)
+if redis.call('ZREM', ns .. 'brokers', me) == 1 then
+  local seq = redis.call('INCR', ns .. 'seq')
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', me}))
+end
+return 1
+"""
 _SNAPSHOT = """
 local ns = ARGV[1]
 local seq = tonumber(redis.call('GET', ns .. 'seq') or '0')
@@ -243,6 +253,7 @@ class RedisStore:
         self._report_script = link.script(_REPORT)
         self._counts_script = link.script(_COUNTS)
         self._snapshot_script = link.script(_SNAPSHOT)
+        self._leave_script = link.script(_LEAVE)
         link.add_listener(self)
 
     # -- reads: the mirror ---------------------------------------------------------------
@@ -378,6 +389,11 @@ class RedisStore:
                 self._flush.set()
             else:
                 self._recount(self._there.pop(event[2], {}))
+
+    async def leave(self) -> None:
+        """Stopping cleanly: this broker's counts leave the roster now, not after the
+        bound (a rolling restart moves subscribers without counting them twice)."""
+        await self._link.run_script(self._leave_script, [self._me])
 
     def on_down(self, reason: str) -> None:
         if self._listener is not None:
