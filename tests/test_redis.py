@@ -284,7 +284,7 @@ def test_redis_restarted_mid_session(caplog: pytest.LogCaptureFixture) -> None:
         server.stop(kill=True)
         eventually(lambda: "stale" in on_b.kinds(), 5, "the stream saying it is stale")
         answer = report(a.url, "builder", "blocked")
-        assert answer.status_code == 503
+        assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
         assert "Redis" in answer.json()["error"] and "not recorded" in answer.json()["error"]
         health = httpx.get(a.url + "/healthz", timeout=5)
         assert (health.status_code, health.json()["status"]) == (503, "unavailable")
@@ -326,15 +326,22 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
             assert roster(broker.url)["builder"]["activity"] == "working"
 
 
-def test_a_bad_redis_url_is_a_usage_error() -> None:
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--redis", "http://127.0.0.1:1"], "redis://"),
+        (["--redis", "redis://127.0.0.1:1", "--redis-prefix", "a{b}"], "--redis-prefix"),
+    ],
+)
+def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "codex_presence", "broker", "--redis", "http://127.0.0.1:1"],
+        [sys.executable, "-m", "codex_presence", "broker", "--team", _team_file(tmp_path), *args],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert result.returncode == 2
-    assert "redis://" in result.stderr
+    assert said in result.stderr
 
 
 def test_a_redis_password_is_never_logged(tmp_path: Path) -> None:

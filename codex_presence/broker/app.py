@@ -277,7 +277,7 @@ class _Endpoints:
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
-    return error(503, str(exc))
+    return error(503, str(exc), {"retry-after": "1"})
 
 
 def create_app(

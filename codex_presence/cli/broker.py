@@ -112,6 +112,8 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         raise UsageError(f"--redis: not a URL: {exc}") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise UsageError("--redis must be a redis://, rediss:// or unix:// URL")
+    if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
+        raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
     if password and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
         logging.getLogger("codex_presence.broker").warning(
             "the --redis URL holds a password, which anyone on this machine can read in the "
