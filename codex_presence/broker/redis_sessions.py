@@ -2,7 +2,8 @@
 
 ``s:<session id>`` holds the :class:`~codex_presence.broker.sessions.WebSession` record as
 JSON, with ``PX`` = the session's lifetime (Redis's expiry times it out); ``sm:<member>`` is a
-sorted set of the member's session ids by expiry, for the per-member cap. Signing in and
+sorted set of the member's session ids by expiry (in microseconds of Redis's clock, so that
+two sign-ins in one millisecond still have an order), for the per-member cap. Signing in and
 signing out are Lua scripts (the record and the set change together), and each session
 that ends — signed out, or pushed out by the cap — is announced on the team's channel as
 ``[0, "x", session_id]``, so that every broker ends the streams it opened at once.
@@ -36,7 +37,7 @@ __all__ = ["RedisSessions"]
 
 _CREATE = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ns, id, member, record = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, max = tonumber(ARGV[5]), tonumber(ARGV[6])
 local mine = ns .. 'sm:' .. member
@@ -52,7 +53,7 @@ if over > 0 then
   redis.call('ZREMRANGEBYRANK', mine, 0, over - 1)
 end
 redis.call('SET', ns .. 's:' .. id, record, 'PX', ttl)
-redis.call('ZADD', mine, now + ttl, id)
+redis.call('ZADD', mine, now + ttl * 1000, id)
 redis.call('PEXPIRE', mine, ttl)
 return ended
 """
