@@ -25,6 +25,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import anyio
@@ -39,7 +40,11 @@ logger = logging.getLogger("codex_presence.hooks")
 MAX_BODY = 32 * 1024 * 1024
 """Hook bodies carry tool inputs and outputs (claude truncates those); far above them."""
 MAX_HEAD = 64 * 1024
-_READ = 64 * 1024
+_READ = 16 * 1024
+"""Reads smaller than MAX_HEAD: h11 checks the cap between reads."""
+_LINGER = 1.0
+"""After a refusal, how long the rest of the request is read (and dropped) so that a client
+still sending it sees our answer instead of a reset."""
 _OK = b"{}"
 
 
@@ -108,6 +113,8 @@ class HookServer:
                 pass  # the client went away
             except h11.ProtocolError as exc:
                 logger.debug("hook server: %s", exc)
+            except Exception:  # one connection's trouble must never end the server
+                logger.exception("hook server: a connection failed")
             finally:
                 self._open -= 1
 
@@ -120,6 +127,7 @@ class HookServer:
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 body = orjson.dumps({"error": refusal.reason})
                 await self._send(conn, stream, refusal.status, body, refusal.headers, close=True)
+                await self._linger(stream)
             return False
         if message is None:
             return False  # closed between requests
@@ -192,6 +200,14 @@ class HookServer:
             except anyio.EndOfStream:
                 return b""
         return None
+
+    @staticmethod
+    async def _linger(stream: SocketStream) -> None:
+        """Half-close, then drop what the client still sends, for a moment, unbuffered."""
+        with anyio.move_on_after(_LINGER), suppress(anyio.EndOfStream):
+            await stream.send_eof()
+            while await stream.receive(_READ):
+                pass
 
     @staticmethod
     async def _send(

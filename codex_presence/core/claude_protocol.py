@@ -9,6 +9,7 @@ them. Pure data and pure functions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -84,14 +85,16 @@ TRANSCRIPT_TYPES: frozenset[bytes] = frozenset(
 markers and the prompt queue. The rest is bookkeeping (``api-request-shape`` holds the
 whole system prompt), ~90% of the bytes."""
 
-_TYPE_MARKERS = tuple(b'"type":"%s"' % kind for kind in sorted(TRANSCRIPT_TYPES))
+_TYPE_MARKER = re.compile(
+    rb'"type"\s*:\s*"(?:%s)"' % b"|".join(re.escape(kind) for kind in sorted(TRANSCRIPT_TYPES))
+)
 
 
 def transcript_line_may_matter(line: bytes) -> bool:
     """A byte-level pre-check: can this transcript line be of a :data:`TRANSCRIPT_TYPES`
-    type? (A ``"type":"…"`` with quotes unescaped is JSON structure, never string text.)
-    False lines are skipped unparsed."""
-    return any(marker in line for marker in _TYPE_MARKERS)
+    type? (A ``"type": "…"`` with its quotes unescaped is JSON structure, never string
+    text.) False lines are skipped unparsed."""
+    return _TYPE_MARKER.search(line) is not None
 
 
 def is_interrupt_marker(entry: Mapping[str, Any]) -> bool:
