@@ -132,6 +132,38 @@ def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) ->
     assert "cp_secret-token" not in json.dumps(given)
 
 
+def test_a_settings_of_the_users_own_is_carried_with_ours(tmp_path: Path) -> None:
+    """claude takes the last --settings only: theirs and ours must become one."""
+    dump = tmp_path / "dump.json"
+    theirs = tmp_path / "mine.json"
+    mine = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]}, "x": 1}
+    theirs.write_text(json.dumps(mine))
+    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env.update(FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"))
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    proc = subprocess.run([*command, "--settings", str(theirs), "-p", "hi"], env=env, check=False)
+    assert proc.returncode == 0
+    given = json.loads(dump.read_text())
+    assert given["argv"][1] == "--settings" and given["argv"][3:] == ["-p", "hi"]
+    settings = given["settings"]
+    assert settings["x"] == 1 and settings["hooks"]["Stop"][0] == mine["hooks"]["Stop"][0]
+    assert settings["hooks"]["Stop"][1]["hooks"][0]["type"] == "http"
+    assert sorted(settings["hooks"]) == sorted(HOOK_EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [(["--settings"], "needs a file"), (["--settings=/nonexistent"], "No such file")],
+)
+def test_a_settings_that_cannot_be_read_is_a_usage_error(
+    tmp_path: Path, given: list[str], says: str
+) -> None:
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    proc = subprocess.run([*command, *given], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and says in proc.stderr
+
+
 # -- exit status, signals, lifetime -------------------------------------------------------------
 
 

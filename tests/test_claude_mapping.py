@@ -507,3 +507,17 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
     assert mapping.state == "idle", mapping.signal
     # ... and the process's end closes everything whatever came before.
     assert mapping.close() is None
+
+
+# -- the settings ----------------------------------------------------------------------------------
+
+
+def test_our_hooks_come_after_the_users_own() -> None:
+    from codex_presence.core.claude_protocol import HOOK_EVENTS, with_hooks
+
+    theirs = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {}}
+    merged = with_hooks(theirs, "http://127.0.0.1:1/s/hook")
+    assert merged["env"] == {} and sorted(merged["hooks"]) == sorted(HOOK_EVENTS)
+    assert merged["hooks"]["Stop"][0] == theirs["hooks"]["Stop"][0]
+    assert merged["hooks"]["Stop"][1]["hooks"][0]["url"] == "http://127.0.0.1:1/s/hook"
+    assert theirs["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "x"}]}]

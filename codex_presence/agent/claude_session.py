@@ -17,7 +17,9 @@ as the session.
   status is claude's (128+N for signal N).
 * **claude's settings**: ``--settings FILE`` is put after the command's first word; FILE
   (mode 0600, in a private 0700 directory removed at the end) holds one HTTP hook per event
-  the mapping reads. The user's own settings still apply (claude merges them). The hook URL
+  the mapping reads. The user's settings files still apply (claude merges them); a
+  ``--settings`` of the user's own in the arguments (claude would take only the last) is
+  taken out and carried in FILE, our hooks after theirs. The hook URL
   holds the session's secret: it is never logged, and ``127.0.0.1`` is added to claude's
   ``NO_PROXY`` so that no proxy ever sees it.
 * **Reading files only while it can matter**: the transcript and the session file are
@@ -51,14 +53,51 @@ from codex_presence.agent.recorder import Recorder
 from codex_presence.agent.relay import Companion, Observer, log_transition
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
-from codex_presence.core.claude_protocol import ClaudeSource, hook_settings
+from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
 
-__all__ = ["ClaudeSession", "child_environment", "with_settings"]
+__all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings", "with_settings"]
 
 logger = logging.getLogger("codex_presence.claude")
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 POLL_INTERVAL = 0.1
+
+
+class SettingsError(Exception):
+    """The ``--settings`` given in claude's arguments cannot be read."""
+
+
+def split_settings(command: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """``claude ARGS...`` without a ``--settings`` of the user's (claude takes the last one
+    given, so ours must carry theirs), and that settings document ({} if none): a JSON
+    object, or a file holding one. Raises :class:`SettingsError`."""
+    argv: list[str] = [command[0]]
+    value: str | None = None
+    args = iter(command[1:])
+    for arg in args:
+        if arg == "--settings":
+            value = next(args, None)
+            if value is None:
+                raise SettingsError("--settings needs a file or a JSON object")
+        elif arg.startswith("--settings="):
+            value = arg.removeprefix("--settings=")
+        else:
+            argv.append(arg)
+    if value is None:
+        return argv, {}
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"--settings {value}: {getattr(exc, 'strerror', exc)}") from exc
+    try:
+        settings = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SettingsError(f"--settings {value}: not JSON ({exc})") from exc
+    if not isinstance(settings, dict):
+        raise SettingsError(f"--settings {value}: not a JSON object")
+    return argv, settings
 
 
 def with_settings(command: Sequence[str], settings: Path) -> list[str]:
@@ -78,11 +117,11 @@ def child_environment(environ: Mapping[str, str], *, drop: Sequence[str] = ()) -
     return env
 
 
-def _write_settings(directory: Path, url: str) -> Path:
+def _write_settings(directory: Path, settings: dict[str, Any]) -> Path:
     path = directory / "settings.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
-        out.write(orjson.dumps(hook_settings(url)))
+        out.write(orjson.dumps(settings))
     return path
 
 
@@ -112,10 +151,19 @@ class ClaudeSession:
         self._start = clock()
         self._files: ClaudeFiles | None = None
         self._wake: anyio.Event | None = None
+        self._user_settings: dict[str, Any] = {}
         self._analysis_failed = False
 
-    async def run(self, command: Sequence[str], *, env: Mapping[str, str]) -> int:
-        """Run claude to its end; its exit status."""
+    async def run(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        settings: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Run claude to its end; its exit status. ``settings``: the user's own settings
+        document, which ours extends (see :func:`split_settings`)."""
+        self._user_settings = dict(settings or {})
         async with AsyncExitStack() as stack:
             for companion in self.companions:
                 await stack.enter_async_context(companion())
@@ -147,7 +195,8 @@ class ClaudeSession:
     ) -> int:
         async with anyio.create_task_group() as tg:
             url = await tg.start(self.server.serve)
-            argv = with_settings(command, _write_settings(private, url))
+            settings = with_hooks(self._user_settings, url)
+            argv = with_settings(command, _write_settings(private, settings))
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
                 self._start = self._clock()
                 try:

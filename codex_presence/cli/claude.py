@@ -17,8 +17,9 @@ HELP = "run Claude Code (`claude`) with hooks that put its state on the roster"
 
 _EPILOG = """\
 Put `codex-presence claude --` in front of `claude`: claude runs as usual, on your terminal
-(nothing is proxied), with `--settings FILE` added after the command's first word. FILE
-(private, removed at the end) sends claude's hooks to a server of ours on 127.0.0.1, which
+(nothing is proxied), with `--settings FILE` added after the command's first word (a
+--settings of your own in ARGS is carried in FILE). FILE (private, removed at the end)
+sends claude's hooks to a server of ours on 127.0.0.1, which
 derives your state: working while a turn, a tool or a subagent runs, blocked while a
 permission dialog or a question waits for you, idle otherwise. Interrupts (Esc, Ctrl-C,
 "No"), which fire no hook, are read from claude's transcript and its session status file;
@@ -62,8 +63,18 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.claude_files import config_dir
-    from codex_presence.agent.claude_session import ClaudeSession, child_environment
+    from codex_presence.agent.claude_session import (
+        ClaudeSession,
+        SettingsError,
+        child_environment,
+        split_settings,
+    )
     from codex_presence.agent.relay import log_transition
+
+    try:
+        command, settings = split_settings(command)
+    except SettingsError as exc:
+        raise UsageError(f"claude's {exc}") from exc
 
     link = wrap.broker_link(args)
     # The token is ours, not claude's: every command its agent runs would inherit it.
@@ -74,4 +85,4 @@ def run(args: argparse.Namespace) -> int:
         observers=[log_transition] if link is None else [log_transition, link.observe],
         companions=[] if link is None else [link.session],
     )
-    return anyio.run(lambda: session.run(command, env=env))
+    return anyio.run(lambda: session.run(command, env=env, settings=settings))

@@ -27,6 +27,7 @@ __all__ = [
     "hook_settings",
     "is_interrupt_marker",
     "transcript_line_may_matter",
+    "with_hooks",
 ]
 
 ClaudeSource = Literal["hook", "transcript", "session"]
@@ -123,3 +124,16 @@ def hook_settings(
     (no ``matcher``: every tool matches)."""
     hook = {"type": "http", "url": url, "timeout": timeout}
     return {"hooks": {event: [{"hooks": [hook]}] for event in events}}
+
+
+def with_hooks(settings: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """The user's own settings document (from a ``--settings`` they gave claude) with our
+    hooks added after theirs: claude takes one ``--settings``, the last one given."""
+    merged = dict(settings)
+    theirs = merged.get("hooks")
+    hooks = dict(theirs) if isinstance(theirs, dict) else {}
+    for event, groups in hook_settings(url)["hooks"].items():
+        existing = hooks.get(event)
+        hooks[event] = [*(existing if isinstance(existing, list) else []), *groups]
+    merged["hooks"] = hooks
+    return merged

@@ -36,7 +36,12 @@ def main() -> int:
     assert args[0] == "--settings", args
     settings_path = Path(args[1])
     settings = json.loads(settings_path.read_text())
-    url = urlsplit(settings["hooks"]["Stop"][0]["hooks"][0]["url"])
+    (url,) = {
+        urlsplit(hook["url"])
+        for group in settings["hooks"]["Stop"]
+        for hook in group["hooks"]
+        if hook["type"] == "http"
+    }
     connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
     transcript = Path(os.environ.get("FAKE_CLAUDE_TRANSCRIPT", "/nonexistent/transcript.jsonl"))
     config = Path(os.environ.get("CLAUDE_CONFIG_DIR", Path.home() / ".claude"))
