@@ -50,7 +50,7 @@ from codex_presence.agent.child import exit_status, spawn, wait_child
 from codex_presence.agent.claude_files import ClaudeFiles
 from codex_presence.agent.hook_server import HookServer
 from codex_presence.agent.recorder import Recorder
-from codex_presence.agent.relay import Companion, Observer, log_transition
+from codex_presence.agent.relay import Companion, Observer, deliver, log_transition
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
 from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
@@ -151,7 +151,6 @@ class ClaudeSession:
         self._start = clock()
         self._files: ClaudeFiles | None = None
         self._wake: anyio.Event | None = None
-        self._user_settings: dict[str, Any] = {}
         self._analysis_failed = False
 
     async def run(
@@ -163,18 +162,19 @@ class ClaudeSession:
     ) -> int:
         """Run claude to its end; its exit status. ``settings``: the user's own settings
         document, which ours extends (see :func:`split_settings`)."""
-        self._user_settings = dict(settings or {})
         async with AsyncExitStack() as stack:
             for companion in self.companions:
                 await stack.enter_async_context(companion())
             try:
-                return await self._run(command, env)
+                return await self._run(command, env, settings or {})
             finally:
                 self._deliver([t] if (t := self.mapping.close("eof")) else [])
 
     # -- the session ---------------------------------------------------------------------
 
-    async def _run(self, command: Sequence[str], env: Mapping[str, str]) -> int:
+    async def _run(
+        self, command: Sequence[str], env: Mapping[str, str], settings: Mapping[str, Any]
+    ) -> int:
         status = 1
         with tempfile.TemporaryDirectory(prefix="codex-presence-claude-") as private:
             async with anyio.create_task_group() as outer:
@@ -184,19 +184,22 @@ class ClaudeSession:
                         self._recorder = recorder
                         outer.start_soon(recorder.run)
                 try:
-                    status = await self._supervise(command, env, Path(private))
+                    status = await self._supervise(command, env, settings, Path(private))
                 finally:
                     if self._recorder is not None:
                         self._recorder.finish(self._now())
         return status
 
     async def _supervise(
-        self, command: Sequence[str], env: Mapping[str, str], private: Path
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        settings: Mapping[str, Any],
+        private: Path,
     ) -> int:
         async with anyio.create_task_group() as tg:
             url = await tg.start(self.server.serve)
-            settings = with_hooks(self._user_settings, url)
-            argv = with_settings(command, _write_settings(private, settings))
+            argv = with_settings(command, _write_settings(private, with_hooks(settings, url)))
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
                 self._start = self._clock()
                 try:
@@ -282,12 +285,7 @@ class ClaudeSession:
         self._deliver(transitions)
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        for transition in transitions:
-            for observer in self.observers:
-                try:
-                    observer(transition)
-                except Exception:
-                    logger.exception("observer %r failed", observer)
+        deliver(self.observers, transitions)
 
 
 def _shares_our_terminal() -> bool:
