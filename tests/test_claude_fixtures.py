@@ -10,6 +10,8 @@ applying the rules of :mod:`codex_presence.core.claude` by hand; nothing here ge
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -84,3 +86,19 @@ def test_recording_replays_to_expected_timeline(path: Path) -> None:
     assert [(row.line, row.state, row.cause) for row in rows] == expected(path)
     fast = timeline(read_relevant_entries(path.read_bytes()))
     assert fast == rows, "replay's reader gives another timeline"
+
+
+def test_the_replay_command_gives_a_claude_code_recordings_timeline() -> None:
+    path = FIXTURES / "esc_during_stream.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "replay", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stderr == ""
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["state"], r["cause"]) for r in rows] == expected(path)
+    # The file's idle (line 6, 2.838 s) was adopted when it had held 1 s with no hook.
+    assert rows[-1]["t"] == pytest.approx(2.838265 + 1.0)

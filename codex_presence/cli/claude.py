@@ -19,13 +19,13 @@ _EPILOG = """\
 Put `codex-presence claude --` in front of `claude`: claude runs as usual, on your terminal
 (nothing is proxied), with `--settings FILE` added after the command's first word (a
 --settings of your own in ARGS is carried in FILE). FILE (private, removed at the end)
-sends claude's hooks to a server of ours on 127.0.0.1, which
-derives your state: working while a turn, a tool or a subagent runs, blocked while a
-permission dialog or a question waits for you, idle otherwise. Interrupts (Esc, Ctrl-C,
-"No"), which fire no hook, are read from claude's transcript and its session status file;
-the roster shows idle within about a second. The exit status is claude's (128+N if signal
-N killed it); SIGTERM and SIGHUP are forwarded, and so is SIGINT unless it came from the
-terminal (claude has it then). claude never outlives this command.
+sends claude's hooks to a server of ours on 127.0.0.1, which derives your state: working
+while a turn, a tool or a subagent runs, blocked while a permission dialog or a question
+waits for you, idle otherwise. Interrupts (Esc, Ctrl-C, "No"), which fire no hook, are read
+from claude's transcript and its session status file: the roster shows idle within 2 s,
+mostly well under one. The exit status is claude's (128+N if signal N killed it); SIGTERM
+and SIGHUP are forwarded, and so is SIGINT unless it came from the terminal (claude has it
+then). claude never outlives this command.
 
 Reporting, --record, --no-trace and the environment variables are wrap's: with --broker
 (or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or $CODEX_PRESENCE_TOKEN), the
