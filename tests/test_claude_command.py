@@ -281,22 +281,18 @@ def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: Running
     assert watch.sequence() == [None, "working", None]
 
 
-def test_no_trace_reports_no_activity_but_holds_the_subscription(
+def test_no_trace_reports_no_activity_and_installs_no_hooks(
     tmp_path: Path, broker: RunningBroker
 ) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
-    script = [
-        {"do": "sleep", "seconds": 1.5},
-        hook("UserPromptSubmit"),
-        {"do": "sleep", "seconds": 1},
-    ]
-    proc = run_claude(
-        tmp_path, script, *reporting(broker, tmp_path), "--no-trace", "-q", wait=False
-    )
-    watch.wait_connected(1)
+    dump = tmp_path / "dump.json"
+    script = [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 1.5}]
+    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "--no-trace", wait=False)
+    watch.wait_connected(1)  # connection presence, as ever
     assert proc.wait(30) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None]
+    assert json.loads(dump.read_text())["argv"][1:] == []  # claude as given: no --settings
 
 
 # -- reading claude's files only while it can matter -----------------------------------------------

@@ -28,6 +28,8 @@ as the session.
   the next hook. The mapping's timer is honoured at the same polls.
 * A bug in the analysis never touches claude: it is logged once and the session goes on
   unobserved; the hook server still answers.
+* ``observe=False`` (``--no-trace`` without ``--record``) runs claude as given, with no
+  hooks, no server and no reading of its files: there is nothing to observe for.
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class ClaudeSession:
         companions: Sequence[Companion] = (),
         record: str | os.PathLike[str] | None = None,
         mapping: ClaudeMapping | None = None,
+        observe: bool = True,
         poll_interval: float = POLL_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -144,6 +147,7 @@ class ClaudeSession:
         self.companions = list(companions)
         self.server = HookServer(self._on_hook)
         self._config = config
+        self._observe = observe
         self._record_path = record
         self._recorder: Recorder | None = None
         self._poll_interval = poll_interval
@@ -198,8 +202,10 @@ class ClaudeSession:
         private: Path,
     ) -> int:
         async with anyio.create_task_group() as tg:
-            url = await tg.start(self.server.serve)
-            argv = with_settings(command, _write_settings(private, with_hooks(settings, url)))
+            argv = list(command)
+            if self._observe:
+                url = await tg.start(self.server.serve)
+                argv = with_settings(argv, _write_settings(private, with_hooks(settings, url)))
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
                 self._start = self._clock()
                 try:
@@ -208,9 +214,10 @@ class ClaudeSession:
                     logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
                     tg.cancel_scope.cancel()
                     return 127 if isinstance(exc, FileNotFoundError) else 126
-                self._files = ClaudeFiles(config=self._config, pid=process.pid)
                 tg.start_soon(self._forward_signals, signals, process)
-                tg.start_soon(self._follow)
+                if self._observe:
+                    self._files = ClaudeFiles(config=self._config, pid=process.pid)
+                    tg.start_soon(self._follow)
                 try:
                     returncode = await wait_child(process)
                 finally:

@@ -30,8 +30,9 @@ then). claude never outlives this command.
 Reporting, --record, --no-trace and the environment variables are wrap's: with --broker
 (or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or $CODEX_PRESENCE_TOKEN), the
 session holds your subscription and reports every transition, with a heartbeat while
-working or blocked. While claude runs, our stderr is its screen: only warnings and errors
-are written there, unless -v; --log-file FILE gets the whole log.
+working or blocked; with --no-trace (and no --record), claude runs with no hooks of ours at
+all, and you still count as connected. While claude runs, our stderr is its screen: only
+warnings and errors are written there, unless -v; --log-file FILE gets the whole log.
 
 example: codex-presence claude --record session.jsonl -- claude --permission-mode default
 """
@@ -71,10 +72,14 @@ def run(args: argparse.Namespace) -> int:
     )
     from codex_presence.agent.relay import log_transition
 
-    try:
-        command, settings = split_settings(command)
-    except SettingsError as exc:
-        raise UsageError(f"claude's {exc}") from exc
+    # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
+    observe = not args.no_trace or bool(args.record)
+    settings: dict[str, object] = {}
+    if observe:
+        try:
+            command, settings = split_settings(command)
+        except SettingsError as exc:
+            raise UsageError(f"claude's {exc}") from exc
 
     link = wrap.broker_link(args)
     # The token is ours, not claude's: every command its agent runs would inherit it.
@@ -84,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
         record=args.record,
         observers=[log_transition] if link is None else [log_transition, link.observe],
         companions=[] if link is None else [link.session],
+        observe=observe,
     )
     return anyio.run(lambda: session.run(command, env=env, settings=settings))

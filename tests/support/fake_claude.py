@@ -1,6 +1,6 @@
 """A stand-in for ``claude``, for the tests of ``codex-presence claude`` that need no real one.
 
-Run as ``fake_claude.py --settings FILE [ARGS...]``, it reads its hook URL from FILE (as
+Run as ``fake_claude.py [--settings FILE] [ARGS...]``, it reads its hook URL from FILE (as
 claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of steps:
 
 - ``{"do": "hook", "event": NAME, ...fields}``: POST a hook payload (``session_id``,
@@ -33,16 +33,19 @@ from urllib.parse import urlsplit
 
 def main() -> int:
     args = sys.argv[1:]
-    assert args[0] == "--settings", args
-    settings_path = Path(args[1])
-    settings = json.loads(settings_path.read_text())
-    (url,) = {
-        urlsplit(hook["url"])
-        for group in settings["hooks"]["Stop"]
-        for hook in group["hooks"]
-        if hook["type"] == "http"
-    }
-    connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+    settings: dict[str, Any] = {}
+    settings_path: Path | None = None
+    connection: http.client.HTTPConnection | None = None
+    if args[:1] == ["--settings"]:
+        settings_path = Path(args[1])
+        settings = json.loads(settings_path.read_text())
+        (url,) = {
+            urlsplit(hook["url"])
+            for group in settings["hooks"]["Stop"]
+            for hook in group["hooks"]
+            if hook["type"] == "http"
+        }
+        connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
     transcript = Path(os.environ.get("FAKE_CLAUDE_TRANSCRIPT", "/nonexistent/transcript.jsonl"))
     config = Path(os.environ.get("CLAUDE_CONFIG_DIR", Path.home() / ".claude"))
     stamp = 0
@@ -57,6 +60,7 @@ def main() -> int:
                 "hook_event_name": step.pop("event"),
                 **step,
             }
+            assert connection is not None, "no --settings: no hooks"
             connection.request(
                 "POST", url.path, json.dumps(body), {"content-type": "application/json"}
             )
@@ -79,8 +83,10 @@ def main() -> int:
                         "argv": sys.argv,
                         "env": dict(os.environ),
                         "settings": settings,
-                        "settings_mode": stat.S_IMODE(settings_path.stat().st_mode),
-                        "dir_mode": stat.S_IMODE(settings_path.parent.stat().st_mode),
+                        "settings_mode": settings_path
+                        and stat.S_IMODE(settings_path.stat().st_mode),
+                        "dir_mode": settings_path
+                        and stat.S_IMODE(settings_path.parent.stat().st_mode),
                         "pgrp_is_parents": os.getpgrp() == os.getpgid(os.getppid()),
                     }
                 )
