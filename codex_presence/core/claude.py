@@ -35,11 +35,13 @@ what closes each — every rule names its closers, so no state can stick:
 * **Tools**, per scope, keyed by ``tool_use_id``: PreToolUse opens; PostToolUse or
   PostToolUseFailure of that id closes; so do PostToolBatch of the scope, the end of the
   scope (the main turn's closers; SubagentStop for a subagent), the file settling on
-  idle, SessionEnd and the end of the process. (A tool interrupted fires neither Post.)
+  idle or going from waiting to idle, SessionEnd and the end of the process. (A tool
+  interrupted fires neither Post.)
 * **Subagents** (the member's work, as codex subagents are; background ones run past
   their parent's Stop, and claude itself says ``busy`` meanwhile): SubagentStart opens
   one per ``agent_id``. Closed by its SubagentStop, by a Stop whose ``background_tasks``
-  no longer list it running, by the file settling on idle, SessionEnd, and the end.
+  no longer list it running, by the file settling on idle or going from waiting to idle,
+  SessionEnd, and the end.
 * **Blocked**, per scope: PermissionRequest (at once, as the dialog appears; it carries
   no ``tool_use_id``) or Notification ``permission_prompt``, ``agent_needs_input`` or
   ``elicitation_dialog`` (only while work is open: a late one must not block an idle
@@ -51,8 +53,11 @@ what closes each — every rule names its closers, so no state can stick:
   session turn (the queued prompt no hook announced), ``waiting`` for a person opens a
   session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the
   first token, the interrupt whose marker is lost). Each closes at once when a view says
-  otherwise, and at Stop, StopFailure, SubagentStop, an interrupt, SessionEnd or the end;
-  the session block also with any hook block.
+  otherwise, and at Stop, StopFailure, SubagentStop, an interrupt (the transcript's
+  marker, ``idle_prompt``), SessionEnd or the end; the session block also with any hook
+  block. Two changes act at once, unsettled, since only a dialog claude reported can end
+  with them: waiting to anything closes the blocks (above), waiting to idle (a dialog
+  refused or interrupted) closes everything.
 
 Background commands (Bash ``run_in_background``) do not count: claude's own status for
 them is ``shell``, idle at its prompt; their end starts a ``<task-notification>`` turn,
