@@ -75,6 +75,7 @@ class HookServer:
         self._request_timeout = request_timeout
         self._path = f"/{secrets.token_urlsafe(24)}/hook".encode()
         self._open = 0
+        self._crowded = False
         self.port: int | None = None
         self.served = 0
         """Hooks answered 200 and handed on."""
@@ -102,7 +103,9 @@ class HookServer:
     async def _connection(self, stream: SocketStream) -> None:
         async with stream:
             if self._open >= self._max_connections:
-                logger.warning("hook server: %d connections open; refusing one", self._open)
+                level = logging.DEBUG if self._crowded else logging.WARNING
+                logger.log(level, "hook server: %d connections open; refusing more", self._open)
+                self._crowded = True  # said once: it is claude's screen
                 return
             self._open += 1
             try:
