@@ -23,7 +23,7 @@ from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.claude_driver import Interactive
 from tests.support.claude_presence import PresenceFiles, interactive_presence, run_print
-from tests.support.claude_scenarios import LONG, PERMISSION_DIALOG, _after_result, _asks
+from tests.support.claude_scenarios import LONG, PERMISSION_DIALOG, after_result, asks
 from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text
 from tests.support.roster_watch import RosterWatch, roster_activity
 from tests.support.waiting import eventually
@@ -103,7 +103,7 @@ def test_print_mode_a_turn_with_an_allowed_tool(
     api = FakeAnthropic(
         [
             Reply(blocks=[text("Running it."), bash("echo hi", id="toolu_p1")], wait=1.0),
-            say("It printed hi.", match=_after_result("toolu_p1"), wait=1.0),
+            say("It printed hi.", match=after_result("toolu_p1"), wait=1.0),
         ]
     )
     with api.serve():
@@ -148,7 +148,7 @@ def test_a_permission_dialog_answered_yes(
     api = FakeAnthropic(
         [
             Reply(blocks=[bash("touch made.txt && sleep 2", id="toolu_yes")], wait=0.5),
-            say("Made it.", match=_after_result("toolu_yes")),
+            say("Made it.", match=after_result("toolu_yes")),
         ]
     )
     with (
@@ -185,7 +185,7 @@ def test_a_permission_dialog_answered_no(
     api = FakeAnthropic(
         [
             Reply(blocks=[text("Making the file."), bash("touch made.txt", id="toolu_no")]),
-            say("Understood.", match=_after_result("toolu_no")),
+            say("Understood.", match=after_result("toolu_no")),
         ]
     )
     with (
@@ -214,7 +214,7 @@ def test_esc_while_a_tool_runs(
     api = FakeAnthropic(
         [
             Reply(blocks=[text("Waiting."), bash(LONG, id="toolu_esc")]),
-            say("unused", match=_after_result("toolu_esc")),
+            say("unused", match=after_result("toolu_esc")),
         ]
     )
     args = ("--permission-mode", "default", "--allowedTools", "Bash")
@@ -267,8 +267,8 @@ def test_two_prompts_in_a_row(
 ) -> None:
     api = FakeAnthropic(
         [
-            say("First answer.", match=_asks("first question"), wait=1.0),
-            say("Second answer.", match=_asks("second question"), wait=1.0),
+            say("First answer.", match=asks("first question"), wait=1.0),
+            say("Second answer.", match=asks("second question"), wait=1.0),
         ]
     )
     with (
