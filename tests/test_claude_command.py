@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -247,6 +248,7 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
         hook("PermissionRequest", tool_name="Bash"),
         {"do": "sleep", "seconds": 1.0},
         hook("PostToolUse", tool_use_id="tu1"),
+        {"do": "summary"},
         {"do": "sleep", "seconds": 1.0},
         hook("Stop", background_tasks=[]),
         {"do": "sleep", "seconds": 1.0},
@@ -265,6 +267,9 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
     ]
     logged = log.read_text()
     assert token_of("alice") not in logged and "/hook" not in logged  # no token, no URL
+    recorded = record.read_text()
+    urls = re.findall(r"127\.0\.0\.1:\d+/([^/\"]+)/hook", recorded)
+    assert urls == ["REDACTED"]  # the transcript's stop_hook_summary, recorded without it
     assert said(tmp_path) == ""  # everything went to the log file
 
 

@@ -165,6 +165,15 @@ async def test_a_failing_handler_never_costs_claude_its_answer() -> None:
         tg.cancel_scope.cancel()
 
 
+async def test_redact_blanks_out_the_secret() -> None:
+    async with serving() as (server, _):
+        line = b'{"hookInfos":[{"command":"' + server.url.encode() + b'"}]}'
+        redacted = server.redact(line)
+        assert server.url.split("/")[3].encode() not in redacted
+        assert b"/REDACTED/hook" in redacted
+        assert server.redact(b"nothing to hide") == b"nothing to hide"
+
+
 async def test_the_url_is_unknown_before_listening() -> None:
     with pytest.raises(RuntimeError):
         _ = HookServer(lambda m: None).url

@@ -273,7 +273,8 @@ class ClaudeSession:
 
     def _feed(self, source: ClaudeSource, message: dict[str, Any], t: float) -> None:
         if self._recorder is not None:
-            self._recorder.add(t, source, orjson.dumps(message) + b"\n")
+            line = orjson.dumps(message) + b"\n"
+            self._recorder.add(t, source, self.server.redact(line))
         self._deliver_analysis(self.mapping.feed, source, message, t)
 
     def _tick(self, now: float) -> list[Transition]:

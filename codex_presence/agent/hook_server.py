@@ -89,6 +89,12 @@ class HookServer:
             raise RuntimeError("the hook server is not listening yet")
         return f"http://127.0.0.1:{self.port}{self._path.decode()}"
 
+    def redact(self, data: bytes) -> bytes:
+        """``data`` with the secret blanked out (claude writes the hook URL into its
+        transcript's ``stop_hook_summary``; a recording must not carry it on)."""
+        secret = self._path.split(b"/")[1]
+        return data.replace(secret, b"REDACTED") if secret in data else data
+
     async def serve(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL."""
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)

@@ -9,6 +9,7 @@ claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of st
 - ``{"do": "status", "status": S}``: write claude's session file
   (``$CLAUDE_CONFIG_DIR/sessions/<pid>.json``);
 - ``{"do": "transcript", "entry": {...}}``: append an entry to the transcript;
+- ``{"do": "summary"}``: append a ``stop_hook_summary`` naming the hook URL, as claude does;
 - ``{"do": "dump", "path": P}``: write what it was given (argv, environment, the settings
   file's content and modes) to P as JSON;
 - ``{"do": "sleep", "seconds": S}``; ``{"do": "exit", "status": N}``;
@@ -76,6 +77,15 @@ def main() -> int:
         elif do == "transcript":
             with transcript.open("a") as out:
                 out.write(json.dumps(step["entry"]) + "\n")
+        elif do == "summary":  # as claude's transcript names its hooks, URL and all
+            assert connection is not None
+            entry = {
+                "type": "system",
+                "subtype": "stop_hook_summary",
+                "hookInfos": [{"command": f"http://{url.netloc}{url.path}"}],
+            }
+            with transcript.open("a") as out:
+                out.write(json.dumps(entry) + "\n")
         elif do == "dump":
             Path(step["path"]).write_text(
                 json.dumps(
