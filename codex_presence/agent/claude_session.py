@@ -51,7 +51,7 @@ import orjson
 from codex_presence.agent.child import exit_status, spawn, wait_child
 from codex_presence.agent.claude_files import ClaudeFiles
 from codex_presence.agent.hook_server import HookServer
-from codex_presence.agent.recorder import Recorder
+from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.relay import Companion, Observer, deliver, log_transition
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
@@ -182,11 +182,7 @@ class ClaudeSession:
         status = 1
         with tempfile.TemporaryDirectory(prefix="codex-presence-claude-") as private:
             async with anyio.create_task_group() as outer:
-                if self._record_path is not None:
-                    recorder = Recorder(self._record_path)
-                    if recorder.open():
-                        self._recorder = recorder
-                        outer.start_soon(recorder.run)
+                self._recorder = start_recorder(self._record_path, outer)
                 try:
                     status = await self._supervise(command, env, settings, Path(private))
                 finally:

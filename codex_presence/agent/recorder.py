@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 import anyio
+import anyio.abc
 
 from codex_presence.core.recording import Source
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "start_recorder"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -236,3 +237,17 @@ class Recorder:
             with suppress(OSError):
                 self._file.close()
             self._file = None
+
+
+def start_recorder(
+    path: str | os.PathLike[str] | None, task_group: anyio.abc.TaskGroup
+) -> Recorder | None:
+    """A recorder of ``path`` writing from a task of ``task_group``; None without a path,
+    or (said once) if the file cannot be opened."""
+    if path is None:
+        return None
+    recorder = Recorder(path)
+    if not recorder.open():
+        return None
+    task_group.start_soon(recorder.run)
+    return recorder

@@ -63,7 +63,7 @@ from codex_presence.agent.child import (
     spawn,
     wait_child,
 )
-from codex_presence.agent.recorder import Recorder
+from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.core.activity import Transition
 from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
@@ -250,11 +250,7 @@ class Relay:
         server_done: anyio.Event,
     ) -> int:
         async with anyio.create_task_group() as outer:
-            if self._record_path is not None:
-                recorder = Recorder(self._record_path)
-                if recorder.open():
-                    self._recorder = recorder
-                    outer.start_soon(recorder.run)
+            self._recorder = start_recorder(self._record_path, outer)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._forward_signals, signals)
