@@ -57,7 +57,7 @@ from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
 from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
 
-__all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings", "with_settings"]
+__all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
 
 logger = logging.getLogger("codex_presence.claude")
 
@@ -102,7 +102,7 @@ def split_settings(command: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     return argv, settings
 
 
-def with_settings(command: Sequence[str], settings: Path) -> list[str]:
+def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
     """``claude ARGS...`` → ``claude --settings FILE ARGS...``."""
     return [command[0], "--settings", str(settings), *command[1:]]
 
@@ -201,7 +201,7 @@ class ClaudeSession:
             argv = list(command)
             if self._observe:
                 url = await tg.start(self.server.serve)
-                argv = with_settings(argv, _write_settings(private, with_hooks(settings, url)))
+                argv = _with_settings(argv, _write_settings(private, with_hooks(settings, url)))
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
                 self._start = self._clock()
                 try:
