@@ -21,7 +21,6 @@ import anyio
 import pytest
 
 from codex_presence.agent.pump import Pump
-from codex_presence.agent.recorder import Recorder
 from codex_presence.agent.relay import Relay
 from codex_presence.core.activity import Transition
 from codex_presence.core.prefilter import ChunkAnalyzer
@@ -99,7 +98,7 @@ def wire() -> Iterator[Wire]:
 def pump_on(w: Wire, *, record: Path | None = None, max_deferred: int = 1 << 22) -> Pump:
     return Pump(
         analyzer=ChunkAnalyzer(deferred=True, max_deferred=max_deferred),
-        recorder=Recorder(record) if record is not None else None,
+        record=record,
         stdin=w.in_r,
         stdout=w.out_w,
     )
@@ -138,8 +137,9 @@ async def test_bytes_before_the_analysis_attached_are_relayed_and_analysed_in_or
         w.wait_for(APPROVAL)  # the child's bytes reached us: relayed with no analysis loaded
         w.send(ANSWER)  # and ours reached the child: it answers with the turn's end
         w.wait_for(completed("a"))
-        assert pump.outbox == type(pump.outbox)()  # nothing analysed yet
-        assert pump.analyzer.stats.deferred == 4  # the lines that may matter, kept in order
+        with pump.lock:  # held from each write to the end of its bytes' analysis
+            assert not pump.outbox  # nothing analysed yet
+            assert pump.analyzer.stats.deferred == 4  # the lines that may matter, in order
         os.close(w.in_w)
         w.in_w = os.open(os.devnull, os.O_WRONLY)  # (closed by the fixture)
         with anyio.fail_after(60):

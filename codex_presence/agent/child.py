@@ -39,7 +39,6 @@ __all__ = [
     "forget_env",
     "grow_pipe",
     "is_fifo",
-    "kill_group",
     "launch",
     "nonblocking",
     "open_private",
@@ -172,15 +171,23 @@ def _blank_original_environ(key: bytes) -> None:
 class Child:
     """The wrapped command, as its watchdog reports it (see the module's doc).
 
-    ``pid`` is the command's, and its process group's. :attr:`reports` becomes readable
-    when the watchdog has news: :meth:`poll` then sets :attr:`returncode` (negative N for
-    signal N, as :mod:`subprocess` has it). :meth:`release` lets go of the tree: what is
-    left of it is killed."""
+    ``pid`` is the command's (and its process group's, if it has its own). :attr:`reports`
+    becomes readable when the watchdog has news: :meth:`poll` then sets :attr:`returncode`
+    (negative N for signal N, as :mod:`subprocess` has it). :meth:`release` lets go of the
+    tree: what is left of it is killed."""
 
     def __init__(
-        self, *, pid: int, watchdog: int, lifeline: int, reports: int, pending: bytes = b""
+        self,
+        *,
+        pid: int,
+        watchdog: int,
+        lifeline: int,
+        reports: int,
+        own_group: bool = True,
+        pending: bytes = b"",
     ) -> None:
         self.pid = pid
+        self.own_group = own_group
         self.watchdog = watchdog
         self.returncode: int | None = None
         self.reports = reports
@@ -208,6 +215,25 @@ class Child:
             assert kind == b"X", kind
             self.returncode = os.waitstatus_to_exitcode(int(value))
         return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        """Signal the command while it runs: its whole process group, if it has its own
+        (its helpers too); nothing once its end was reported (its pid may be another's)."""
+        if self.returncode is not None:
+            return
+        try:
+            if self.own_group:
+                os.killpg(self.pid, signum)
+            else:
+                os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # the group is gone and the id reused: the command alone
+            with suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until the command has ended (or ``timeout`` seconds have passed)."""
@@ -246,14 +272,17 @@ class Child:
 def spawn(
     command: Sequence[str],
     *,
-    stdin: int,
-    stdout: int,
+    stdin: int | None = None,
+    stdout: int | None = None,
     env: Mapping[str, str] | None = None,
+    own_group: bool = True,
 ) -> Child:
     """Start ``command`` under a watchdog (see the module's doc), with ``stdin`` and
-    ``stdout`` as its own; our stderr is its stderr. Raises :class:`OSError` (e.g.
-    :class:`FileNotFoundError`) if it cannot be run. Every other descriptor of ours stays
-    out of both processes.
+    ``stdout`` as its own (ours if None); our stderr is its stderr. It gets a process group
+    of its own unless ``own_group`` is False (a terminal program must stay in the terminal's
+    foreground group to read it; its watchdog stays there too). Raises :class:`OSError`
+    (e.g. :class:`FileNotFoundError`) if it cannot be run. Every other descriptor of ours
+    stays out of both processes.
 
     Call it from a process that has no other threads if you can (``wrap`` does): the
     watchdog is a fork of this process that goes on running Python."""
@@ -264,10 +293,11 @@ def spawn(
     plan = watchdog.Plan(
         command=list(command),
         env=dict(os.environ if env is None else env),
-        stdin=stdin,
-        stdout=stdout,
+        stdin=0 if stdin is None else stdin,
+        stdout=1 if stdout is None else stdout,
         lifeline=lifeline_r,
         reports=reports_w,
+        own_group=own_group,
     )
     prctl = watchdog.load_prctl()  # before the fork: the watchdog imports nothing
     with warnings.catch_warnings():
@@ -302,7 +332,12 @@ def spawn(
         raise OSError(code, os.strerror(code), command[0])
     os.set_blocking(reports_r, False)
     return Child(
-        pid=int(value), watchdog=pid, lifeline=lifeline_w, reports=reports_r, pending=pending
+        pid=int(value),
+        watchdog=pid,
+        lifeline=lifeline_w,
+        reports=reports_r,
+        own_group=own_group,
+        pending=pending,
     )
 
 
@@ -397,16 +432,3 @@ async def wait_child(child: Child) -> int:
         await anyio.wait_readable(child.reports)
     assert child.returncode is not None
     return child.returncode
-
-
-def kill_group(child: Child, signum: int) -> None:
-    """Signal the child's whole process group (its helpers too), while it runs."""
-    if child.returncode is not None:
-        return
-    try:
-        os.killpg(child.pid, signum)
-    except ProcessLookupError:
-        pass
-    except PermissionError:  # the group is gone and the id reused: the child alone
-        with suppress(ProcessLookupError):
-            os.kill(child.pid, signum)

@@ -46,8 +46,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
-from codex_presence.agent.child import Child, Launched, kill_group, launch
-from codex_presence.agent.recorder import Recorder
+from codex_presence.agent.child import Child, Launched, launch
+from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.core.codex_protocol import Direction
 from codex_presence.core.prefilter import ChunkAnalyzer
 
@@ -81,14 +81,16 @@ class Pump:
         self,
         *,
         analyzer: ChunkAnalyzer,
-        recorder: Recorder | None = None,
+        record: str | os.PathLike[str] | None = None,
         stdin: int = 0,
         stdout: int = 1,
         chunk_size: int = CHUNK_SIZE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.analyzer = analyzer
-        self.recorder = recorder
+        self.recorder: Recorder | None = None
+        """``record``'s recorder, from :meth:`adopt` on (None if it cannot be written)."""
+        self._record = record
         self.child: Child | None = None
         self.outbox: deque[Transition] = deque()
         """Transitions found by the copy threads, for the event loop to deliver."""
@@ -143,11 +145,7 @@ class Pump:
         self._stdin, self._stdout = launched.stdin, launched.stdout
         self._child_in, self._child_out = launched.child_in, launched.child_out
         self._originals, self._saved_flags = launched.originals, launched.saved_flags
-        if self.recorder is not None:
-            if self.recorder.open():
-                self.recorder.start()
-            else:
-                self.recorder = None
+        self.recorder = start_recorder(self._record, max_line=self.analyzer.max_line)
         self._wake_r, self._wake_w = os.pipe()
         self.ready_r, self._ready_w = os.pipe()
         for fd in (self._wake_w, self.ready_r, self._ready_w):
@@ -174,10 +172,10 @@ class Pump:
             self.interrupts += 1
             if self.interrupts > 1:
                 logger.warning("second interrupt: killing pid %d", self.child.pid)
-                kill_group(self.child, signal.SIGKILL)
+                self.child.kill()
                 return
         logger.debug("forwarding %s", signum.name)
-        kill_group(self.child, signum)
+        self.child.send_signal(signum)
 
     def attach(self, mapping: CodexMapping) -> None:
         """The mapping is loaded: the analysis catches up on what crossed meanwhile."""

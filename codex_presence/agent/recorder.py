@@ -12,18 +12,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import deque
+from collections import defaultdict, deque
 from contextlib import suppress
 
 from codex_presence.agent.child import open_private
-from codex_presence.core.codex_protocol import Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
     from typing import BinaryIO
 
-__all__ = ["Recorder"]
+    from codex_presence.core.recording import Source
+
+__all__ = ["Recorder", "start_recorder"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -129,20 +130,20 @@ class Recorder:
         self.max_pending = max_pending
         self.max_line = max_line
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction, bytes | _Gap | _Skip | _Closed]] = deque()
+        self._queue: deque[tuple[float, Source, bytes | _Gap | _Skip | _Closed]] = deque()
         # Chunks come from both relay threads; the writer takes them.
         self._ready = threading.Condition(threading.Lock())
         self._pending = 0
         self._failed = False
         self._dropped = False
-        self._gaps: dict[Direction, tuple[float, _Gap]] = {}
+        self._gaps: dict[Source, tuple[float, _Gap]] = {}
         """Bytes dropped per direction and not yet marked in the queue (from when)."""
-        self._line_size: dict[Direction, int] = {"client": 0, "server": 0}
+        self._line_size: dict[Source, int] = defaultdict(int)
         """Bytes queued of each direction's unfinished line, as far as the queue goes: past
         ``max_line`` a chunk without a newline is queued as its size alone."""
         self._closing = False
         self._end_t: float | None = None
-        self._lines: dict[Direction, _Line] = {"client": _Line(), "server": _Line()}
+        self._lines: dict[Source, _Line] = defaultdict(_Line)
         self._thread: threading.Thread | None = None
         self.wakeups = 0
         """How often the writer woke up (for tests)."""
@@ -167,11 +168,11 @@ class Recorder:
         self._thread.daemon = True  # joined by the relay; never keeps a dying wrap alive
         self._thread.start()
 
-    def add(self, t: float, direction: Direction, chunk: bytes) -> None:
+    def add(self, t: float, direction: Source, chunk: bytes) -> None:
         """Queue a chunk (any thread; never blocks)."""
         self._queue_chunk(t, direction, chunk, dropped=False)
 
-    def drop(self, t: float, direction: Direction, chunk: bytes) -> None:
+    def drop(self, t: float, direction: Source, chunk: bytes) -> None:
         """Leave a chunk out on purpose (the analysis left it out too): a gap line."""
         self._queue_chunk(t, direction, chunk, dropped=True)
 
@@ -199,7 +200,7 @@ class Recorder:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _queue_chunk(self, t: float, direction: Direction, chunk: bytes, *, dropped: bool) -> None:
+    def _queue_chunk(self, t: float, direction: Source, chunk: bytes, *, dropped: bool) -> None:
         if self._failed or self._closing or not chunk:
             return
         with self._ready:
@@ -265,7 +266,7 @@ class Recorder:
             self._failed = True
             self._close()
 
-    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap | _Skip | _Closed]]) -> None:
+    def _write(self, batch: list[tuple[float, Source, bytes | _Gap | _Skip | _Closed]]) -> None:
         from codex_presence.core.recording import encode_closed, encode_gap
 
         out: list[bytes] = []
@@ -285,7 +286,7 @@ class Recorder:
                 self._frame(t, direction, item, out)
         self._emit(out)
 
-    def _frame(self, t: float, direction: Direction, chunk: bytes, out: list[bytes]) -> None:
+    def _frame(self, t: float, direction: Source, chunk: bytes, out: list[bytes]) -> None:
         line = self._lines[direction]
         if line.resync:
             newline = chunk.find(b"\n")
@@ -308,7 +309,7 @@ class Recorder:
         if pieces[-1]:
             line.extend(pieces[-1], t, self.max_line)
 
-    def _encode_line(self, direction: Direction, line: _Line, out: list[bytes]) -> None:
+    def _encode_line(self, direction: Source, line: _Line, out: list[bytes]) -> None:
         """The unfinished line, now complete (or the session's end)."""
         if line.oversized:
             from codex_presence.core.recording import encode_oversized
@@ -320,7 +321,7 @@ class Recorder:
             self._encode(line.t, direction, whole, out)
         line.reset()
 
-    def _encode(self, t: float, direction: Direction, data: bytes, out: list[bytes]) -> None:
+    def _encode(self, t: float, direction: Source, data: bytes, out: list[bytes]) -> None:
         from codex_presence.core.recording import encode_entry_parts, encode_oversized
 
         if len(data) > self.max_line:
@@ -363,3 +364,17 @@ class Recorder:
             with suppress(OSError):
                 self._file.close()
             self._file = None
+
+
+def start_recorder(
+    path: str | os.PathLike[str] | None, *, max_line: int = DEFAULT_MAX_LINE
+) -> Recorder | None:
+    """A recorder of ``path``, writing from its thread; None without a path, or (said once)
+    if the file cannot be opened. :meth:`Recorder.finish` and :meth:`Recorder.join` end it."""
+    if path is None:
+        return None
+    recorder = Recorder(path, max_line=max_line)
+    if not recorder.open():
+        return None
+    recorder.start()
+    return recorder

@@ -31,19 +31,18 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
 
 import anyio
 
 from codex_presence.agent.child import exit_status, wait_child
 from codex_presence.agent.pump import CHUNK_SIZE, FORWARDED_SIGNALS, Pump
-from codex_presence.agent.recorder import Recorder
 from codex_presence.core.activity import Transition
 from codex_presence.core.codex import CodexMapping
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Companion", "Observer", "Relay", "exit_status", "log_transition"]
+__all__ = ["Companion", "Observer", "Relay", "deliver", "exit_status", "log_transition"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -57,6 +56,16 @@ Companion = Callable[[], AbstractAsyncContextManager[object]]
 def log_transition(transition: Transition) -> None:
     """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
     logger.info("%s (%s)", transition.state.value, transition.cause)
+
+
+def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) -> None:
+    """Each transition to every observer, in order; an observer that fails is logged."""
+    for transition in transitions:
+        for observer in observers:
+            try:
+                observer(transition)
+            except Exception:
+                logger.exception("observer %r failed", observer)
 
 
 class Relay:
@@ -81,10 +90,9 @@ class Relay:
         self.companions = list(companions)
         self._mapping = mapping if mapping is not None else CodexMapping()
         if pump is None:
-            recorder = Recorder(record, max_line=max_line) if record is not None else None
             pump = Pump(
                 analyzer=ChunkAnalyzer(max_line=max_line, deferred=True),
-                recorder=recorder,
+                record=record,
                 stdin=stdin,
                 stdout=stdout,
                 chunk_size=chunk_size,
@@ -176,9 +184,4 @@ class Relay:
             self._deliver([outbox.popleft()])
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        for transition in transitions:
-            for observer in self.observers:
-                try:
-                    observer(transition)
-                except Exception:
-                    logger.exception("observer %r failed", observer)
+        deliver(self.observers, transitions)

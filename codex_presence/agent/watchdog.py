@@ -10,12 +10,14 @@ file on its lifeline pipe (the kernel closes wrap's end whatever killed wrap). I
 SIGKILLs every descendant, round after round until it has no child left, and exits.
 
 It imports nothing (the caller loads ``prctl`` before forking), holds only the descriptors
-it needs, ignores the terminal's signals (wrap forwards them to the command) and lives in a
-process group of its own (a SIGKILL aimed at wrap's group spares it, so that it can do its
-job; the command has ``PR_SET_PDEATHSIG`` should the watchdog itself be killed), never wakes
-up while nothing happens (``poll`` on the lifeline and on a SIGCHLD wake-up pipe), and
-reports to wrap over its report pipe, one line each: ``P <pid>`` once the command runs or
-``E <errno>`` if it cannot, and ``X <wait status>`` when it ends.
+it needs, and ignores the terminal's signals (wrap forwards them to the command). With the
+command, it lives in a process group of its own: a SIGKILL aimed at wrap's group spares it,
+so that it can do its job (a terminal program, which must stay in the terminal's foreground
+group, stays in ours, and so does its watchdog); the command has ``PR_SET_PDEATHSIG`` should
+the watchdog itself be killed. It never wakes up while nothing happens (``poll`` on the
+lifeline and on a SIGCHLD wake-up pipe), and reports to wrap over its report pipe, one line
+each: ``P <pid>`` once the command runs or ``E <errno>`` if it cannot, and ``X <wait
+status>`` when it ends.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ Prctl = Callable[[int, int, int, int, int], int]
 class Plan:
     """What the watchdog is to run, and its descriptors (all inherited through the fork)."""
 
-    __slots__ = ("command", "env", "lifeline", "reports", "stdin", "stdout")
+    __slots__ = ("command", "env", "lifeline", "own_group", "reports", "stdin", "stdout")
 
     def __init__(
         self,
@@ -57,8 +59,11 @@ class Plan:
         stdout: int,
         lifeline: int,
         reports: int,
+        own_group: bool = True,
     ) -> None:
         self.command = command
+        self.own_group = own_group
+        """The command gets a process group of its own (and so do we)."""
         self.env = env
         self.stdin = stdin
         self.stdout = stdout
@@ -86,8 +91,8 @@ def run(plan: Plan, prctl: Prctl | None) -> NoReturn:
         for signum in _TERMINAL_SIGNALS:
             if signal.getsignal(signum) != signal.SIG_IGN:
                 signal.signal(signum, _ignore)  # a handler, not SIG_IGN: exec resets it
-        # A group of our own: a kill aimed at wrap's process group is not aimed at us.
-        os.setpgid(0, 0)
+        if plan.own_group:  # a kill aimed at wrap's process group is not aimed at us
+            os.setpgid(0, 0)
         if prctl is not None:
             prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         wake_r, wake_w = os.pipe()
@@ -145,7 +150,8 @@ def _start(plan: Plan, prctl: Prctl | None) -> int:
                 prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != watchdog:  # we died before the prctl took effect
                 os._exit(128 + signal.SIGKILL)
-            os.setpgid(0, 0)
+            if plan.own_group:
+                os.setpgid(0, 0)
             for signum in _RESTORED:
                 signal.signal(signum, signal.SIG_DFL)
             os.dup2(plan.stdin, 0)
@@ -157,8 +163,9 @@ def _start(plan: Plan, prctl: Prctl | None) -> int:
         finally:
             os._exit(code)
     os.close(errors_w)
-    with suppress(OSError):
-        os.setpgid(pid, pid)  # also here: no window in which wrap's killpg misses it
+    if plan.own_group:
+        with suppress(OSError):
+            os.setpgid(pid, pid)  # also here: no window in which wrap's killpg misses it
     failure = b""
     while data := os.read(errors_r, 64):
         failure += data

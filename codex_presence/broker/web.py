@@ -24,12 +24,13 @@ Routes
     a ``Set-Cookie`` on success; 401 for a wrong token. The cookie is HttpOnly (no script
     can read it), SameSite=Strict (no other site can make the browser send it), Path=/,
     and Secure when the request came over https. It holds a random session id that maps to
-    the member *here*, in memory: the token never reaches the cookie jar, and a broker
-    restart signs everyone out.
+    the member in the broker's :mod:`session store <codex_presence.broker.sessions>`: the
+    token never reaches the cookie jar. In memory (the default), a broker restart signs
+    everyone out; in the Redis that brokers share (``--redis``), nobody.
 ``POST /session/logout``
-    Forget the session, expire the cookie and end the streams it opened. 204. (A session
-    that expires, or that a member's 33rd sign-in pushes out, ends its streams at their
-    next event or keep-alive.)
+    Forget the session, expire the cookie and end the streams it opened (on every broker
+    sharing the sessions). 204. (A session that a member's 33rd sign-in pushes out ends its
+    streams at once too; one that expires, at their next event or keep-alive.)
 
 Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
 the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
@@ -39,11 +40,8 @@ a victim in as the attacker.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
@@ -54,6 +52,13 @@ from starlette.routing import BaseRoute, Route
 
 from codex_presence.broker.http import BodyRefused, read_body
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.sessions import (
+    MAX_SESSIONS,
+    SESSION_TTL,
+    MemorySessions,
+    SessionStore,
+    WebSession,
+)
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
 
@@ -64,10 +69,6 @@ logger = logging.getLogger("codex_presence.web")
 COOKIE_NAME = "codex_presence_session"
 HIDE_DELAY = 5.0
 """Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
-SESSION_TTL = 12 * 3600.0
-"""Seconds a browser session lasts before signing in again."""
-MAX_SESSIONS = 32
-"""Browser sessions per member; a new sign-in past it ends that member's oldest."""
 
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -95,17 +96,12 @@ def _json(status: int, data: object, headers: dict[str, str] | None = None) -> R
     return Response(orjson.dumps(data), status, headers, "application/json")
 
 
-@dataclass(frozen=True, slots=True)
-class _Session:
-    member: str
-    expires: float
-
-
 class WebRoster:
     """The page, its assets and the cookie sessions, for one broker's team.
 
     ``hide_delay`` is written into the page (a ``?hideDelay=<ms>`` query parameter
-    overrides it, for tests). ``clock`` (monotonic seconds) times the sessions out.
+    overrides it, for tests). ``sessions`` is where the sessions live; without it, in
+    memory, with ``session_ttl``, ``max_sessions`` and ``clock`` (monotonic seconds).
     ``limits`` bound the sign-in form (``max_form`` bytes within ``body_timeout`` s).
     ``secure_cookie`` forces the Secure attribute on or off; by default it follows the
     request's scheme, so that plain-HTTP loopback works and a TLS proxy gets Secure.
@@ -121,16 +117,15 @@ class WebRoster:
         secure_cookie: bool | None = None,
         limits: BrokerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sessions: SessionStore | None = None,
     ) -> None:
         self.team = team
         self.hide_delay = hide_delay
-        self.session_ttl = session_ttl
-        self.max_sessions = max_sessions
         self.secure_cookie = secure_cookie
         self.limits = limits if limits is not None else BrokerLimits()
-        self._clock = clock
-        # Oldest first, so that the cap drops the session least recently made.
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        if sessions is None:
+            sessions = MemorySessions(ttl=session_ttl, max_sessions=max_sessions, clock=clock)
+        self.sessions = sessions
         page = _asset("roster.html").decode("utf-8")
         delay_ms = str(round(hide_delay * 1000))
         self._page = page.replace("{{HIDE_DELAY_MS}}", delay_ms).encode("utf-8")
@@ -138,59 +133,40 @@ class WebRoster:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def sign_in(self, token: str) -> str | None:
-        """A new session id for the member whose token this is, or None."""
+    async def sign_in(self, token: str) -> tuple[str, Member] | None:
+        """A new session id for the member whose token this is, and the member; or None."""
         member = self.team.authenticate(token)
         if member is None:
             return None
-        self._expire()
-        mine = [sid for sid, s in self._sessions.items() if s.member == member.name]
-        for session_id in mine[: max(0, len(mine) - self.max_sessions + 1)]:
-            del self._sessions[session_id]  # the member's oldest: nobody else's
-        session_id = secrets.token_urlsafe(32)
-        self._sessions[session_id] = _Session(member.name, self._clock() + self.session_ttl)
-        return session_id
+        return await self.sessions.create(WebSession(member.name)), member
 
-    def sign_out(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+    async def sign_out(self, session_id: str) -> None:
+        await self.sessions.end(session_id)
 
-    def member_of(self, session_id: str) -> Member | None:
+    async def member_of(self, session_id: str) -> Member | None:
         """The member a session id belongs to, or None (unknown or expired)."""
-        session = self._sessions.get(session_id)
-        if session is None:
-            return None
-        if session.expires <= self._clock():
-            del self._sessions[session_id]
-            return None
-        return self.team.member(session.member)
+        session = await self.sessions.get(session_id)
+        return None if session is None else self.team.member(session.member)
 
-    def _expire(self) -> None:
-        now = self._clock()
-        for session_id in [k for k, s in self._sessions.items() if s.expires <= now]:
-            del self._sessions[session_id]
-
-    def authenticate(self, request: Request) -> Member | None:
+    async def authenticate(self, request: Request) -> Member | None:
         """The broker :data:`~.state.Authenticator` for the session cookie, on requests
         from the page's own origin only."""
         session_id = request.cookies.get(COOKIE_NAME)
         if not session_id or not self._same_origin(request):
             return None
-        return self.member_of(session_id)
+        return await self.member_of(session_id)
 
     # -- HTTP --------------------------------------------------------------------------
 
     def routes(self, broker: Broker) -> list[BaseRoute]:
         """The routes to pass to ``create_app(routes=...)``, for ``broker`` (whose streams
-        a sign-out ends at once)."""
-
-        async def sign_out(request: Request) -> Response:
-            return await self._sign_out_route(request, broker)
-
+        a session that ends ends at once)."""
+        self.sessions.on_ended = broker.recheck_streams
         return [
             Route("/", self._page_route, methods=["GET"]),
             Route("/static/{name}", self._asset_route, methods=["GET"]),
             Route("/session", self._sign_in_route, methods=["POST"]),
-            Route("/session/logout", sign_out, methods=["POST"]),
+            Route("/session/logout", self._sign_out_route, methods=["POST"]),
         ]
 
     async def _page_route(self, request: Request) -> Response:
@@ -242,17 +218,17 @@ class WebRoster:
         except (UnicodeDecodeError, ValueError):
             return _json(400, {"error": "the form is not valid"})
         token = (form.get("token") or [""])[0].strip()
-        session_id = self.sign_in(token) if token else None
-        if session_id is None:
+        signed_in = await self.sign_in(token) if token else None
+        if signed_in is None:
             logger.info("web sign-in refused from %s", request.client)
             return _json(401, {"error": "that token is not a member's token"})
-        name = self._sessions[session_id].member
-        logger.info("web sign-in: %s", name)
+        session_id, member = signed_in
+        logger.info("web sign-in: %s", member.name)
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.set_cookie(
             COOKIE_NAME,
             session_id,
-            max_age=round(self.session_ttl),
+            max_age=round(self.sessions.ttl),
             path="/",
             secure=self._secure(request),
             httponly=True,
@@ -260,13 +236,12 @@ class WebRoster:
         )
         return response
 
-    async def _sign_out_route(self, request: Request, broker: Broker) -> Response:
+    async def _sign_out_route(self, request: Request) -> Response:
         if self._cross_site(request):
             return _json(403, {"error": "cross-site sign-out refused"})
         session_id = request.cookies.get(COOKIE_NAME)
         if session_id:
-            self.sign_out(session_id)
-            broker.recheck_streams()  # the session's streams end now
+            await self.sign_out(session_id)  # its streams end now (the store says so)
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.delete_cookie(
             COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"

@@ -15,7 +15,7 @@ from codex_presence.cli.main import UsageError, setup_logging
 
 TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
-    import logging
+    from collections.abc import Mapping
 
     from codex_presence.agent.broker_link import BrokerLink
     from codex_presence.agent.child import Launched
@@ -53,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--record",
         metavar="FILE",
-        help="write the session (both directions, timestamped) to FILE in the recording format",
+        help="write the session (timestamped) to FILE in the recording format, for `replay`",
     )
     parser.add_argument("--log-file", metavar="FILE", help="log to FILE instead of stderr")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
@@ -108,16 +108,11 @@ def run(args: argparse.Namespace) -> int:
 
     if isinstance(launched, OSError):
         return cannot_run(command, launched)
-    from codex_presence.agent.recorder import Recorder
     from codex_presence.core.prefilter import ChunkAnalyzer
 
-    pump = Pump(
-        analyzer=ChunkAnalyzer(deferred=True),
-        recorder=Recorder(args.record) if args.record else None,
-    )
+    pump = Pump(analyzer=ChunkAnalyzer(deferred=True), record=args.record)
     pump.adopt(launched)
-    if not args.broker:
-        _logger().info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
+    link = None if args.broker else broker_link(args)  # said at once, and cheap
     # The rest (anyio, the codex mapping with jsonrpcserver, the broker client) is a few
     # hundred milliseconds of CPU: it loads once the child has started up (its first
     # output and a moment more, its end, or a second), so that it does not slow the
@@ -129,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
         # `codex --version`, a `yes | head`): no need to load it at all.
         returncode = launched.child.wait(timeout=0.2)
         if returncode is not None and pump.analyzer.nothing_to_analyse:
-            _logger().debug("the child ended before the analysis loaded, with nothing to analyse")
+            import logging
+
+            logging.getLogger("codex_presence.wrap").debug(
+                "the child ended before the analysis loaded, with nothing to analyse"
+            )
             pump.close()
             from codex_presence.agent.child import exit_status
 
@@ -138,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence.agent.relay import Relay, log_transition
 
-    link = _broker_link(args, {} if token is None else {TOKEN_ENV: token}) if args.broker else None
+    if args.broker:
+        link = broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
     if link is None:
         relay = Relay(pump=pump)
     else:
@@ -147,22 +147,25 @@ def run(args: argparse.Namespace) -> int:
     return anyio.run(relay.run)
 
 
-def _logger() -> logging.Logger:
+def broker_link(
+    args: argparse.Namespace, *, environ: Mapping[str, str] | None = None
+) -> BrokerLink | None:
+    """The broker side of the session, or None (said once on stderr) when there is none,
+    or no token (from ``--token-file``, or ``environ``'s, by default ours). A missing token
+    is not fatal: the relay must work whatever the reporting does."""
     import logging
 
-    return logging.getLogger("codex_presence.wrap")
-
-
-def _broker_link(args: argparse.Namespace, environ: dict[str, str]) -> BrokerLink | None:
-    """The broker side of the session, or None (said once on stderr) if no token can be
-    had. A missing token is not fatal: the relay must work whatever the reporting does."""
+    logger = logging.getLogger(f"codex_presence.{getattr(args, 'command', 'wrap')}")
+    if not args.broker:
+        logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
+        return None
     from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
     from codex_presence.client.auth import TokenError, read_token
 
     try:
         token = read_token(token_file=args.token_file, environ=environ)
     except TokenError as exc:
-        _logger().error("not reporting to %s: %s", args.broker, exc)
+        logger.error("not reporting to %s: %s", args.broker, exc)
         return None
     settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
     return BrokerLink(settings)

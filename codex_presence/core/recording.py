@@ -1,17 +1,21 @@
-"""The recording format: one JSON object per line, both directions, with timestamps.
+"""The recording format: one JSON object per line, every source, with timestamps.
 
-A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "msg": <message>}``;
-a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
-UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no message:
-``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording cut short,
-by SIGKILL say, has none); ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says that
-that many bytes of that direction are left out there (the recorder could not keep up, or
-they crossed before the analysis was ready and did not fit in its start-up buffer; the
-lines they cut are left out whole), and ``{"t": <seconds>, "from": …, "oversized": <bytes>}``
+A recording line is ``{"t": <seconds since start>, "from": <source>, "msg": <message>}``.
+A codex session (``wrap``) has two sources, ``"client"`` and ``"server"``: what crossed the
+wire each way. A Claude Code session (``claude``) has three: ``"hook"`` (a hook POST's
+body), ``"transcript"`` (one entry of claude's transcript) and ``"session"`` (a new content of
+claude's session status file); which of the two a recording holds is told by its first
+message. A line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it
+was not even UTF-8), so nothing that crossed the wire is lost. More kinds of line carry no
+message: ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording
+cut short, by SIGKILL say, has none); ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says
+that that many bytes of that source are left out there (the recorder could not keep up, or
+they crossed before ``wrap``'s analysis was ready and did not fit in its start-up buffer;
+the lines they cut are left out whole); ``{"t": <seconds>, "from": …, "oversized": <bytes>}``
 stands for a line too long to record (longer than the relay's ``max_line``: the relay did not
-analyse it either). ``{"t": <seconds>, "closed": "gap"}`` says that the live analysis closed
-every handle there, after bytes it could not analyse (its start-up buffer overflowed; gap
-lines say which), so that the replay does too. :func:`encode_entry` writes a message line;
+analyse it either), and ``{"t": <seconds>, "closed": "gap"}`` says that the live analysis
+closed every handle there, after bytes it could not analyse (its start-up buffer overflowed;
+gap lines say which), so that the replay does too. :func:`encode_entry` writes a message line;
 :func:`read_entries` reads a file in either the recording format or plain app-server stdout
 (one message per line, no timestamps), telling them apart from the first line.
 
@@ -29,11 +33,15 @@ from typing import Any, Literal
 
 import orjson
 
+from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
+from codex_presence.core.claude_protocol import ClaudeSource
 from codex_presence.core.codex_protocol import Direction
 
 __all__ = [
+    "CLAUDE_SOURCES",
     "Entry",
     "RecordingFormat",
+    "Source",
     "detect_format",
     "encode_closed",
     "encode_end",
@@ -47,6 +55,9 @@ __all__ = [
 
 RecordingFormat = Literal["recording", "server-stdout"]
 
+Source = Direction | ClaudeSource
+"""A recording line's ``from``: a codex session's direction, or a Claude Code source."""
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -55,7 +66,7 @@ class Entry:
     line: int
     """1-based line number in the file it came from."""
     t: float | None
-    direction: Direction
+    direction: Source
     message: Any
     """The parsed message, or ``None`` when the line is passed on as raw bytes."""
     raw: bytes | None = None
@@ -74,12 +85,12 @@ class Entry:
     """The live analysis closed every handle here, for this cause (no message)."""
 
 
-def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
+def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
     """One recording line for ``line`` (its trailing newline, if any, is dropped)."""
     return b"".join(encode_entry_parts(t, direction, line))
 
 
-def encode_entry_parts(t: float, direction: Direction, line: bytes) -> tuple[bytes, ...]:
+def encode_entry_parts(t: float, direction: Source, line: bytes) -> tuple[bytes, ...]:
     """:func:`encode_entry` in parts whose concatenation is the recording line: a JSON
     line's bytes are one of them, uncopied (a writer with ``writelines`` never copies a
     long line)."""
@@ -111,12 +122,12 @@ def encode_closed(t: float, cause: str) -> bytes:
     return b'{"t":%.6f,"closed":%s}\n' % (t, orjson.dumps(cause))
 
 
-def encode_gap(t: float, direction: Direction, size: int) -> bytes:
+def encode_gap(t: float, direction: Source, size: int) -> bytes:
     """A gap line: ``size`` bytes of ``direction`` from ``t`` on were left out."""
     return b'{"t":%.6f,"from":"%s","gap":%d}\n' % (t, direction.encode(), size)
 
 
-def encode_oversized(t: float, direction: Direction, size: int) -> bytes:
+def encode_oversized(t: float, direction: Source, size: int) -> bytes:
     """The line that stands for one too long to record: ``size`` bytes (newline apart)."""
     return b'{"t":%.6f,"from":"%s","oversized":%d}\n' % (t, direction.encode(), size)
 
@@ -128,7 +139,7 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     t = value.get("t")
     if isinstance(t, bool) or not isinstance(t, int | float):
         return None
-    if value.get("from") not in ("client", "server"):
+    if value.get("from") not in ("client", "server", *CLAUDE_SOURCES):
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
         if isinstance(value.get("closed"), str) and len(value) == 2:
@@ -216,7 +227,9 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     ``HOT_SKIPPED_PREFIXES``, each a prefix of the line as codex writes it, or of its
     ``msg`` as the recorder writes it) are most of a session. One regular-expression scan
     finds the other lines, so the skipped ones cost no Python at all; the timeline is the
-    same as feeding every entry. The file's last entry always comes, for its time.
+    same as feeding every entry. The file's last entry always comes, for its time. A
+    Claude Code recording (its first entry says) is small and every line of it matters:
+    all of it comes.
     """
     start = 0
     while start < len(data) and data[start] in b" \t\r\n":
@@ -227,7 +240,11 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     first_end = len(data) if first_end < 0 else first_end
     fmt = detect_format(data[start:first_end].strip())
     number = data.count(b"\n", 0, start) + 1
-    yield _entry(number, data[start:first_end].strip(), fmt)
+    first = _entry(number, data[start:first_end].strip(), fmt)
+    if first.direction in CLAUDE_SOURCES:
+        yield from read_entries(data.splitlines())
+        return
+    yield first
     last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1
     counted_to, last_fed = first_end, start
     for match in _candidates(fmt).finditer(data, first_end):
