@@ -28,7 +28,7 @@ In one run it prints:
 * wrap's peak RSS (``ru_maxrss`` of the wrap process) over the realistic throughput runs.
 * wrap's own CPU time (user + sys) per MB relayed, next to the middle ``cat``'s of the
   plain pipeline (``wait4`` counts wrap's child ``cat`` in wrap's figure: it is
-  subtracted, as is wrap's start-up, measured with ``wrap -- true``), and the machine's
+  subtracted, as is wrap's start-up, measured on a one-line session), and the machine's
   load: on a shared 2-core machine the throughput swings with other work, the CPU cost
   much less.
 * where the time goes, in the same runs: wrap with its analysis switched off (the relay
@@ -232,12 +232,21 @@ def pipeline(source: Path, middle: list[list[str]]) -> tuple[int, float, tuple[i
     return int(total), float(seconds), rss_cpu
 
 
-def start_up_cpu() -> float:
-    """CPU seconds of ``wrap -- true``: imports and set-up, to subtract from a run."""
-    proc = subprocess.Popen([*WRAP, "true"], stdin=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    return usage.ru_utime + usage.ru_stime
+SAYS_ONE_THING = [PY, "-c", 'print(\'{"method":"turn/started","params":{}}\')']
+"""A child that writes one line that may matter, and ends: wrap loads all it loads for a
+session (a child that says nothing that could matter spares it that)."""
+
+
+def start_up_cpu(wrap: list[str]) -> float:
+    """CPU seconds of a whole session of ``wrap`` with :data:`SAYS_ONE_THING` (its child's
+    figure taken off): imports and set-up, to subtract from a run."""
+    costs = []
+    for argv in ([*wrap, *SAYS_ONE_THING], SAYS_ONE_THING):
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        costs.append(usage.ru_utime + usage.ru_stime)
+    return costs[0] - costs[1]
 
 
 def latencies(command: list[str], messages: int) -> list[float]:
@@ -374,9 +383,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-relay-") as tmp:
         os.environ.clear()  # every command below runs as installed (see _python.py)
         os.environ.update(installed_like(ENVIRON, Path(tmp) / "pycache"))
-        subprocess.run([*WRAP, "true"], check=True)  # compiles it
-        if baseline is not None:
-            subprocess.run([*baseline, "true"], check=True)
+        for warm in [WRAP] if baseline is None else [WRAP, baseline]:  # compiles them
+            subprocess.run([*warm, *SAYS_ONE_THING], check=True, stdout=subprocess.DEVNULL)
         stream = Path(tmp) / "stream.jsonl"
         size, delta_share = make_stream(stream, args.mb)
         print(f"stream: {size / 1e6:.0f} MB of app-server JSONL, {delta_share:.0%} deltas")
@@ -413,7 +421,7 @@ def main() -> None:
         for name, values in variants.items():
             v = statistics.median(values)
             print(f"  diagnostic, {name + ':':34s} {v:5.0f} MB/s   ratio {v / p:4.2f}")
-        start = statistics.median(start_up_cpu() for _ in range(3))
+        start = statistics.median(start_up_cpu(WRAP) for _ in range(3))
         cat = statistics.median(cat_cpu) / (size / 1e6) * 1e3
         own = (statistics.median(cpu) - start) / (size / 1e6) * 1e3 - cat
         print(
