@@ -92,8 +92,12 @@ class Pump:
         """``record``'s recorder, from :meth:`adopt` on (None if it cannot be written)."""
         self._record = record
         self.child: Child | None = None
-        self.outbox: deque[Transition] = deque()
-        """Transitions found by the copy threads, for the event loop to deliver."""
+        self._outbox: deque[Transition] = deque()
+        """Transitions found by the copy threads, for the event loop to deliver
+        (:meth:`take_transitions`); under :attr:`lock`."""
+        self._woken = False
+        """The ready pipe was written for the transitions in the outbox: the event loop
+        has yet to take them, and needs no second wake-up."""
         self.lock = threading.Lock()
         """The analysis lock: each write with the analysis and recording of its bytes."""
         self.server_done = threading.Event()
@@ -189,8 +193,16 @@ class Pump:
                 return
             if self.analyzer.stats.gap and self.recorder is not None:
                 self.recorder.mark_closed(self.now(), "gap")
-            self.outbox.extend(transitions)
+            self._outbox.extend(transitions)
         self._poke()
+
+    def take_transitions(self) -> list[Transition]:
+        """The transitions found since the last call, in order (for the event loop)."""
+        with self.lock:  # held only by a write and its analysis: never for long
+            taken = list(self._outbox)
+            self._outbox.clear()
+            self._woken = False
+        return taken
 
     # -- stop ----------------------------------------------------------------------------
 
@@ -340,7 +352,9 @@ class Pump:
 
     def _analyse_locked(self, direction: Direction, data: bytes, t: float) -> bool:
         """Record and analyse bytes that were forwarded (read ``t`` seconds into the
-        session); True if transitions wait in the outbox."""
+        session); True if new transitions wait in the outbox and the event loop must be
+        woken for them (once, until it takes them: a wake-up per chunk would cost the relay
+        a tenth of its throughput on a busy stream, in GIL hand-overs)."""
         if self.recorder is not None:
             # Bytes the analysis leaves out (a start-up gap) are left out of the recording
             # too, so that its replay is the live timeline.
@@ -355,8 +369,11 @@ class Pump:
         except Exception:  # a bug in the analysis must never stop the bytes
             self._analysis_crashed()
             return False
-        self.outbox.extend(transitions)
-        return bool(self.outbox)
+        self._outbox.extend(transitions)
+        if not transitions or self._woken:
+            return False
+        self._woken = True
+        return True
 
     def _analysis_crashed(self) -> None:
         logger.exception("activity analysis failed; relaying without it")

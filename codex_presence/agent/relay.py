@@ -179,9 +179,7 @@ class Relay:
 
     def _flush_outbox(self) -> None:
         """Deliver waiting transitions in order; on the event loop thread only."""
-        outbox = self.pump.outbox
-        while outbox:
-            self._deliver([outbox.popleft()])
+        self._deliver(self.pump.take_transitions())
 
     def _deliver(self, transitions: list[Transition]) -> None:
         deliver(self.observers, transitions)
