@@ -345,7 +345,8 @@ def record_a_long_line(tmp: Path, megabytes: int) -> tuple[float, str]:
     line, recording = tmp / "long-line.jsonl", tmp / "long-line.rec.jsonl"
     line.write_bytes(big_line(megabytes * 1_000_000))
     usage = tmp / "long-line.usage"
-    argv = [*WRAP[:-2], "--quiet", "--record", str(recording), "--", "cat", str(line)]
+    late_cat = ["sh", "-c", f'sleep {START_UP}; exec cat "$0"', str(line)]  # wrap loaded
+    argv = [*WRAP[:-2], "--quiet", "--record", str(recording), "--", *late_cat]
     proc = subprocess.Popen(usage_of(argv, usage), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     got = 0

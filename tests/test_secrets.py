@@ -75,7 +75,9 @@ def test_a_session_at_full_verbosity_leaks_the_token_nowhere(tmp_path: Path) -> 
             for wrap in (logged, verbose):
                 # The broker link attaches once loaded (the child starts first): a turn
                 # over before that would be reported as its outcome (idle), not at all.
-                eventually(lambda w=wrap: b"online" in w.stderr + read_if_there(log))
+                eventually(
+                    lambda w=wrap: b"online" in (read_if_there(log) if w is logged else w.stderr)
+                )
                 wrap.start_turn(1, approval=True, deltas=3)
                 request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
                 for child in (*children(wrap.proc.pid), the_wrapped_child(wrap.proc.pid)):

@@ -95,12 +95,17 @@ def wire() -> Iterator[Wire]:
         w.close()
 
 
-def pump_on(w: Wire, *, record: Path | None = None, max_deferred: int = 1 << 22) -> Pump:
+def pump_on(
+    w: Wire, *, record: Path | None = None, max_early: int = 1 << 24, analyzer: bool = False
+) -> Pump:
+    """A pump as ``wrap`` starts it: no analysis loaded yet (unless ``analyzer``), the
+    bytes kept for it up to ``max_early``."""
     return Pump(
-        analyzer=ChunkAnalyzer(deferred=True, max_deferred=max_deferred),
+        analyzer=ChunkAnalyzer(deferred=True) if analyzer else None,
         record=record,
         stdin=w.in_r,
         stdout=w.out_w,
+        max_early=max_early,
     )
 
 
@@ -137,8 +142,10 @@ async def test_bytes_before_the_analysis_attached_are_relayed_and_analysed_in_or
         w.wait_for(APPROVAL)  # the child's bytes reached us: relayed with no analysis loaded
         w.send(ANSWER)  # and ours reached the child: it answers with the turn's end
         w.wait_for(completed("a"))
-        with pump.lock:  # held from each write to the end of its bytes' analysis
-            assert pump.analyzer.stats.deferred == 4  # the lines that may matter, in order
+        assert pump.analyzer is None  # nothing loaded: the bytes are kept for it
+        analyzer = ChunkAnalyzer(deferred=True)
+        pump.equip(analyzer)  # the analysis has loaded (the mapping has not)
+        assert analyzer.stats.deferred == 4  # the lines that may matter, in order
         assert pump.take_transitions() == []  # nothing analysed yet
         os.close(w.in_w)
         w.in_w = os.open(os.devnull, os.O_WRONLY)  # (closed by the fixture)
@@ -189,18 +196,20 @@ PADDING = b'{"pad":"' + b"x" * 200 + b'"}\n'
 """A line the pre-filter cannot rule out: kept for the mapping until it is attached."""
 
 
+@pytest.mark.parametrize("full", ["bytes kept for the analysis", "lines kept for the mapping"])
 @pytest.mark.anyio
 async def test_a_start_up_buffer_overflow_is_said_and_closes_nothing_it_should_not(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    full: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before the analysis attaches, a turn starts, then more lines that may matter than
-    the start-up buffer holds cross, the turn's end among them. They are relayed all the
-    same; the analysis says it missed them, and closes what was open (what closed it may
-    be among them) — the turn, as a gap does in a recording — and nothing else: the child
-    keeps its pipes and answers, a turn started after the gap counts, every byte arrives,
-    and the recording replays to the same timeline."""
+    the start-up buffer holds cross, the turn's end among them: the buffer of bytes kept
+    until the analysis loads, or the analyzer's of lines kept until the mapping does. They
+    are relayed all the same; the analysis says it missed them, and closes what was open
+    (what closed it may be among them) — the turn, as a gap does in a recording — and
+    nothing else: the child keeps its pipes and answers, a turn started after the gap
+    counts, every byte arrives, and the recording replays to the same timeline."""
     record = tmp_path / "session.jsonl"
-    before = started("a") + PADDING * 10  # over the 1000 bytes kept: the rest is a gap
+    before = started("a") + PADDING * 10  # kept; what follows does not fit: a gap
     lost = PADDING * 20 + completed("a") + PADDING * 20
     after = started("b")
     child = (
@@ -212,7 +221,12 @@ async def test_a_start_up_buffer_overflow_is_said_and_closes_nothing_it_should_n
     )
     seen: list[Transition] = []
     with wire() as w:
-        pump = pump_on(w, record=record, max_deferred=1000)
+        if full == "bytes kept for the analysis":
+            pump = pump_on(w, record=record, max_early=len(before) + 100)
+        else:
+            pump = pump_on(w, record=record, analyzer=True)
+            assert pump.analyzer is not None
+            pump.analyzer.max_deferred = 1000  # under ``before``'s lines
 
         def observe(transition: Transition) -> None:
             seen.append(transition)
@@ -221,6 +235,8 @@ async def test_a_start_up_buffer_overflow_is_said_and_closes_nothing_it_should_n
 
         assert pump.start([PY, "-c", child]) is None
         w.wait_for(lost)
+        if pump.analyzer is None:
+            pump.equip(ChunkAnalyzer(deferred=True))
         with caplog.at_level(logging.WARNING, logger="codex_presence"), anyio.fail_after(60):
             status = await Relay(pump=pump, observers=[observe]).run()
     assert status == 0

@@ -42,13 +42,14 @@ __all__ = [
     "launch",
     "nonblocking",
     "open_private",
+    "relay_log",
     "spawn",
     "wait_child",
 ]
 
 
-def _log(level: str, message: str, *args: object) -> None:
-    """Log (lazily: ``logging`` is not loaded before the child is spawned)."""
+def relay_log(level: str, message: str, *args: object) -> None:
+    """Log as the relay (lazily: ``logging`` is loaded after the child has started up)."""
     import logging
 
     getattr(logging.getLogger("codex_presence.relay"), level)(message, *args)
@@ -110,7 +111,7 @@ def nonblocking(fd: int, mode: int) -> int:
     os.set_blocking(fd, True)  # undo: this description is the child's stderr too
     private = _reopen(fd, mode)
     if private is None:
-        _log("debug", "fd %d shares stderr's description and cannot be reopened", fd)
+        relay_log("debug", "fd %d shares stderr's description and cannot be reopened", fd)
         os.set_blocking(fd, False)
         return fd
     return private
@@ -145,7 +146,7 @@ def forget_env(name: str) -> str | None:
         try:
             _blank_original_environ(name.encode())
         except (OSError, ValueError, IndexError) as exc:
-            _log("debug", "cannot blank $%s in our original environment: %s", name, exc)
+            relay_log("debug", "cannot blank $%s in our original environment: %s", name, exc)
     return value
 
 
@@ -204,7 +205,7 @@ class Child:
             except BlockingIOError:
                 return None
             if not data:  # the watchdog is gone and said nothing: the command lost its keeper
-                _log("warning", "the watchdog of pid %d vanished; killing the child", self.pid)
+                relay_log("warning", "the watchdog of pid %d vanished; killing the child", self.pid)
                 with suppress(OSError):
                     os.killpg(self.pid, signal.SIGKILL)
                 self.returncode = -signal.SIGKILL
@@ -260,7 +261,9 @@ class Child:
             if pid == self.watchdog:
                 self.watchdog = 0
             elif time.monotonic() >= deadline:
-                _log("warning", "the watchdog (pid %d) is still busy; not waiting", self.watchdog)
+                relay_log(
+                    "warning", "the watchdog (pid %d) is still busy; not waiting", self.watchdog
+                )
                 break
             else:
                 time.sleep(0.002)
@@ -299,14 +302,13 @@ def spawn(
         reports=reports_w,
         own_group=own_group,
     )
-    prctl = watchdog.load_prctl()  # before the fork: the watchdog imports nothing
     with warnings.catch_warnings():
         # Python 3.12+ warns of fork() in a process with threads (a test's event loop has
         # worker threads); the watchdog touches no lock another thread may hold.
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the watchdog: never returns
-        watchdog.run(plan, prctl)
+        watchdog.run(plan)
     os.close(lifeline_r)
     os.close(reports_w)
     first = b""

@@ -1,12 +1,12 @@
 """The byte path of ``wrap``: the child spawned, and every byte copied both ways by two threads.
 
-Standard library only (with the sans-I/O pre-filter and the recorder, which are too), so
-that ``wrap`` spawns the child and copies its first bytes before it loads anything else
-(issue 13): :class:`Pump` starts at once, and the event loop of
-:mod:`codex_presence.agent.relay`, the codex mapping and the broker link attach when their
-imports are done. Until then the analyzer frames and filters the bytes as usual and keeps
-the lines that may matter, in order, in a bounded buffer (see
-:mod:`codex_presence.core.prefilter`); the relay is never held back.
+Standard library only, and light: ``wrap`` spawns the child and copies its first bytes
+before it loads anything else (issue 13) — logging, the analysis and the recording come
+once the child has started up, the codex mapping, anyio and the broker link after them.
+Until the analysis is loaded (:meth:`Pump.equip`), the bytes that cross are kept, in order,
+in a bounded buffer; then the analyzer frames and filters them and keeps the lines that may
+matter until the mapping is attached (see :mod:`codex_presence.core.prefilter`). The relay
+is never held back.
 
 Design, and why:
 
@@ -36,7 +36,6 @@ Design, and why:
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import select
 import signal
@@ -46,51 +45,63 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
-from codex_presence.agent.child import Child, Launched, launch
-from codex_presence.agent.recorder import Recorder, start_recorder
-from codex_presence.core.codex_protocol import Direction
-from codex_presence.core.prefilter import ChunkAnalyzer
+from codex_presence.agent.child import Child, Launched, launch, relay_log
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
     from typing import Any
 
+    from codex_presence.agent.recorder import Recorder
     from codex_presence.core.activity import Transition
     from codex_presence.core.codex import CodexMapping
+    from codex_presence.core.codex_protocol import Direction
+    from codex_presence.core.prefilter import ChunkAnalyzer
 
-__all__ = ["CHUNK_SIZE", "FORWARDED_SIGNALS", "Pump", "cannot_run"]
-
-logger = logging.getLogger("codex_presence.relay")
+__all__ = ["CHUNK_SIZE", "DEFAULT_MAX_EARLY", "FORWARDED_SIGNALS", "Pump", "cannot_run"]
 
 CHUNK_SIZE = 1024 * 1024
+DEFAULT_MAX_EARLY = 16 * 1024 * 1024
+"""Bytes kept for the analysis and the recording until they are loaded (:meth:`Pump.equip`);
+past that, the rest until then is a gap."""
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def cannot_run(command: Sequence[str], exc: OSError) -> int:
     """Say why ``command`` cannot be run; its exit status, as a shell has it (127 if it was
     not found, else 126)."""
-    logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
+    relay_log("error", "cannot run %s: %s", command[0], exc.strerror or exc)
     return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
 class Pump:
     """One session's bytes: spawn, copy both ways, hand every forwarded chunk to the
-    analyzer and the recorder, forward signals until the event loop does."""
+    analyzer and the recorder, forward signals until the event loop does.
+
+    Without an ``analyzer`` (``wrap``), the copy threads start before the analysis and the
+    recording are even imported: what crosses meanwhile is kept, in order, up to
+    ``max_early`` bytes, and handed to them by :meth:`equip`; past that, the rest until then
+    is a gap for both (as a recorder that cannot keep up has one), said by the analysis."""
 
     def __init__(
         self,
         *,
-        analyzer: ChunkAnalyzer,
+        analyzer: ChunkAnalyzer | None = None,
         record: str | os.PathLike[str] | None = None,
         stdin: int = 0,
         stdout: int = 1,
         chunk_size: int = CHUNK_SIZE,
+        max_early: int = DEFAULT_MAX_EARLY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.analyzer = analyzer
         self.recorder: Recorder | None = None
-        """``record``'s recorder, from :meth:`adopt` on (None if it cannot be written)."""
+        """``record``'s recorder, once equipped (None if it cannot be written)."""
         self._record = record
+        self._early: list[tuple[float, Direction, bytes]] = []
+        self._early_size = 0
+        self._max_early = max_early
+        self._early_lost: dict[Direction, list[Any]] = {}
+        """Past ``max_early``, per direction: [since, bytes, whether they end a line]."""
         self.child: Child | None = None
         self._outbox: deque[Transition] = deque()
         """Transitions found by the copy threads, for the event loop to deliver
@@ -149,7 +160,8 @@ class Pump:
         self._stdin, self._stdout = launched.stdin, launched.stdout
         self._child_in, self._child_out = launched.child_in, launched.child_out
         self._originals, self._saved_flags = launched.originals, launched.saved_flags
-        self.recorder = start_recorder(self._record, max_line=self.analyzer.max_line)
+        if self.analyzer is not None:
+            self._equip_locked(self.analyzer)
         self._wake_r, self._wake_w = os.pipe()
         self.ready_r, self._ready_w = os.pipe()
         for fd in (self._wake_w, self.ready_r, self._ready_w):
@@ -165,6 +177,26 @@ class Pump:
             self._threads.append(thread)
             thread.start()
 
+    def equip(self, analyzer: ChunkAnalyzer) -> None:
+        """The analysis (and the recording) are loaded: they get every byte kept until now,
+        in order, and a gap for what did not fit; then each chunk as it crosses."""
+        with self.lock:
+            self._equip_locked(analyzer)
+
+    def _equip_locked(self, analyzer: ChunkAnalyzer) -> None:
+        from codex_presence.agent.recorder import start_recorder
+
+        self.analyzer = analyzer
+        self.recorder = start_recorder(self._record, max_line=analyzer.max_line)
+        early, self._early, self._early_size = self._early, [], 0
+        for t, direction, data in early:
+            self._analyse_locked(direction, data, t)
+        for direction, (since, size, ends_a_line) in self._early_lost.items():
+            analyzer.lose(direction, size, ends_a_line=ends_a_line)
+            if self.recorder is not None:
+                self.recorder.lose(since, direction, size, ends_a_line=ends_a_line)
+        self._early_lost.clear()
+
     def _on_signal(self, signum: int, frame: object) -> None:
         self.forward(signal.Signals(signum))
 
@@ -175,23 +207,25 @@ class Pump:
         if signum == signal.SIGINT:
             self.interrupts += 1
             if self.interrupts > 1:
-                logger.warning("second interrupt: killing pid %d", self.child.pid)
+                relay_log("warning", "second interrupt: killing pid %d", self.child.pid)
                 self.child.kill()
                 return
-        logger.debug("forwarding %s", signum.name)
+        relay_log("debug", "forwarding %s", signum.name)
         self.child.send_signal(signum)
 
     def attach(self, mapping: CodexMapping) -> None:
         """The mapping is loaded: the analysis catches up on what crossed meanwhile."""
+        analyzer = self.analyzer
+        assert analyzer is not None, "equip the pump first"
         with self.lock:
             if self._analysis_failed:
                 return
             try:
-                transitions = self.analyzer.attach(mapping)
+                transitions = analyzer.attach(mapping)
             except Exception:
                 self._analysis_crashed()
                 return
-            if self.analyzer.stats.gap and self.recorder is not None:
+            if analyzer.stats.gap and self.recorder is not None:
                 self.recorder.mark_closed(self.now(), "gap")
             self._outbox.extend(transitions)
         self._poke()
@@ -227,7 +261,7 @@ class Pump:
             threads_ended = threads_ended and not thread.is_alive()
         if not threads_ended:
             # A descriptor closed under a thread could be reused by the next open().
-            logger.warning("a copy thread did not end; its descriptors stay open")
+            relay_log("warning", "a copy thread did not end; its descriptors stay open")
         else:
             for name in ("_wake_r", "_wake_w", "ready_r", "_ready_w", "_child_in", "_child_out"):
                 fd = getattr(self, name)
@@ -252,7 +286,7 @@ class Pump:
         if self.child is not None:
             self.child.release()
         if self.recorder is not None and not self.recorder.join(10):
-            logger.warning("the recording of %s is not complete", self.recorder.path)
+            relay_log("warning", "the recording of %s is not complete", self.recorder.path)
 
     # -- the copy threads ----------------------------------------------------------------
 
@@ -263,7 +297,7 @@ class Pump:
         try:
             copy()
         except Exception:
-            logger.exception("the relay's copy failed")
+            relay_log("exception", "the relay's copy failed")
         finally:
             if copy == self._copy_server:
                 self.server_done.set()
@@ -277,7 +311,7 @@ class Pump:
             self._copy(src, dst, "client")
         except OSError as exc:
             if not isinstance(exc, BrokenPipeError):
-                logger.warning("relaying our stdin to the child failed: %s", exc)
+                relay_log("warning", "relaying our stdin to the child failed: %s", exc)
             # The child no longer reads: our client should see that, as it would without
             # us. Detach our stdin from its pipe.
             self._detach(src, os.O_RDONLY)
@@ -292,7 +326,7 @@ class Pump:
             self._copy(self._child_out, self._stdout, "server")
         except OSError as exc:
             if exc.errno != errno.EPIPE:
-                logger.warning("writing to stdout failed: %s", exc)
+                relay_log("warning", "writing to stdout failed: %s", exc)
             # Our reader is gone; the child finds out on its next write.
             if self._child_out >= 0 and not self._stop:
                 os.close(self._child_out)
@@ -355,6 +389,15 @@ class Pump:
         session); True if new transitions wait in the outbox and the event loop must be
         woken for them (once, until it takes them: a wake-up per chunk would cost the relay
         a tenth of its throughput on a busy stream, in GIL hand-overs)."""
+        if self.analyzer is None:  # not loaded yet: kept for it, or lost past the bound
+            if self._early_lost or self._early_size + len(data) > self._max_early:
+                lost = self._early_lost.setdefault(direction, [t, 0, True])
+                lost[1] += len(data)
+                lost[2] = data.endswith(b"\n")
+            else:
+                self._early.append((t, direction, data))
+                self._early_size += len(data)
+            return False
         if self.recorder is not None:
             # Bytes the analysis leaves out (a start-up gap) are left out of the recording
             # too, so that its replay is the live timeline.
@@ -376,7 +419,7 @@ class Pump:
         return True
 
     def _analysis_crashed(self) -> None:
-        logger.exception("activity analysis failed; relaying without it")
+        relay_log("exception", "activity analysis failed; relaying without it")
         self._analysis_failed = True
 
     def _poke(self) -> None:

@@ -170,11 +170,48 @@ class Recorder:
 
     def add(self, t: float, direction: Source, chunk: bytes) -> None:
         """Queue a chunk (any thread; never blocks)."""
-        self._queue_chunk(t, direction, chunk, dropped=False)
+        if self._failed or self._closing or not chunk:
+            return
+        with self._ready:
+            newline = chunk.rfind(b"\n")
+            if newline < 0 and self._line_size[direction] > self.max_line:
+                item: bytes | _Skip = _Skip(len(chunk))  # costs no memory: never dropped
+            elif self._pending + len(chunk) > self.max_pending:
+                if not self._dropped:
+                    self._dropped = True
+                    logger.warning("recording to %s cannot keep up; it has gaps", self.path)
+                self._lose_locked(t, direction, len(chunk), newline == len(chunk) - 1)
+                return
+            else:
+                item = chunk
+                self._pending += len(chunk)
+            if direction in self._gaps:
+                since, gap = self._gaps.pop(direction)
+                self._queue.append((since, direction, gap))
+            if newline < 0:
+                self._line_size[direction] += len(chunk)
+            else:
+                self._line_size[direction] = len(chunk) - newline - 1
+            self._queue.append((t, direction, item))
+            self._ready.notify()
 
     def drop(self, t: float, direction: Source, chunk: bytes) -> None:
         """Leave a chunk out on purpose (the analysis left it out too): a gap line."""
-        self._queue_chunk(t, direction, chunk, dropped=True)
+        self.lose(t, direction, len(chunk), ends_a_line=chunk.endswith(b"\n"))
+
+    def lose(self, t: float, direction: Source, size: int, *, ends_a_line: bool) -> None:
+        """``size`` bytes of ``direction`` left out from ``t`` on (they end a line, or cut
+        one): a gap line, before the next chunk of that direction."""
+        if self._failed or self._closing or not size:
+            return
+        with self._ready:
+            self._lose_locked(t, direction, size, ends_a_line)
+
+    def _lose_locked(self, t: float, direction: Source, size: int, ends_a_line: bool) -> None:
+        since, gap = self._gaps.get(direction, (t, _Gap()))
+        self._gaps[direction] = (since, _Gap(gap.size + size, ends_a_line))
+        # The line the gap cuts is left out up to its newline: skipped, not queued.
+        self._line_size[direction] = 0 if ends_a_line else self.max_line + 1
 
     def mark_closed(self, t: float, cause: str) -> None:
         """The live analysis closed every handle now (after the gaps so far)."""
@@ -199,38 +236,6 @@ class Recorder:
             return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
-
-    def _queue_chunk(self, t: float, direction: Source, chunk: bytes, *, dropped: bool) -> None:
-        if self._failed or self._closing or not chunk:
-            return
-        with self._ready:
-            newline = chunk.rfind(b"\n")
-            if not dropped and newline < 0 and self._line_size[direction] > self.max_line:
-                item: bytes | _Skip = _Skip(len(chunk))  # costs no memory: never dropped
-            elif dropped or self._pending + len(chunk) > self.max_pending:
-                if not dropped and not self._dropped:
-                    self._dropped = True
-                    logger.warning("recording to %s cannot keep up; it has gaps", self.path)
-                since, gap = self._gaps.get(direction, (t, _Gap()))
-                self._gaps[direction] = (
-                    since,
-                    _Gap(gap.size + len(chunk), newline == len(chunk) - 1),
-                )
-                # The line the gap cuts is left out up to its newline: skipped, not queued.
-                self._line_size[direction] = 0 if newline == len(chunk) - 1 else self.max_line + 1
-                return
-            else:
-                item = chunk
-                self._pending += len(chunk)
-            if direction in self._gaps:
-                since, gap = self._gaps.pop(direction)
-                self._queue.append((since, direction, gap))
-            if newline < 0:
-                self._line_size[direction] += len(chunk)
-            else:
-                self._line_size[direction] = len(chunk) - newline - 1
-            self._queue.append((t, direction, item))
-            self._ready.notify()
 
     def _flush_gaps_locked(self) -> None:
         for direction, (since, gap) in sorted(self._gaps.items()):

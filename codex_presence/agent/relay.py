@@ -103,7 +103,9 @@ class Relay:
 
     @property
     def analyzer(self) -> ChunkAnalyzer:
-        return self.pump.analyzer
+        analyzer = self.pump.analyzer
+        assert analyzer is not None, "the pump has no analyzer"
+        return analyzer
 
     @property
     def mapping(self) -> CodexMapping:
@@ -127,7 +129,7 @@ class Relay:
                 finally:
                     self._flush_outbox()
                     with pump.lock:
-                        transitions = pump.analyzer.close("eof")
+                        transitions = self.analyzer.close("eof")
                     self._deliver(transitions)
         finally:
             await anyio.to_thread.run_sync(pump.close)

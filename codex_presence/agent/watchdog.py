@@ -9,12 +9,13 @@ re-parented to it, so the whole tree stays below it, and it sees wrap's end as t
 file on its lifeline pipe (the kernel closes wrap's end whatever killed wrap). It then
 SIGKILLs every descendant, round after round until it has no child left, and exits.
 
-It imports nothing (the caller loads ``prctl`` before forking), holds only the descriptors
-it needs, and ignores the terminal's signals (wrap forwards them to the command). With the
-command, it lives in a process group of its own: a SIGKILL aimed at wrap's group spares it,
-so that it can do its job (a terminal program, which must stay in the terminal's foreground
-group, stays in ours, and so does its watchdog); the command has ``PR_SET_PDEATHSIG`` should
-the watchdog itself be killed. It never wakes up while nothing happens (``poll`` on the
+It holds only the descriptors it needs, and ignores the terminal's signals (wrap forwards
+them to the command). With the command, it lives in a process group of its own: a SIGKILL
+aimed at wrap's group spares it, so that it can do its job (a terminal program, which must
+stay in the terminal's foreground group, stays in ours, and so does its watchdog; should the
+watchdog itself be killed, wrap kills the command's group when it hears of it). It starts the
+command before anything else (its only import, ctypes for ``prctl``, comes after: the
+command's start is what counts), never wakes up while nothing happens (``poll`` on the
 lifeline and on a SIGCHLD wake-up pipe), and reports to wrap over its report pipe, one line
 each: ``P <pid>`` once the command runs or ``E <errno>`` if it cannot, and ``X <wait
 status>`` when it ends.
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Plan", "load_prctl", "run"]
 
-_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -83,7 +83,7 @@ def load_prctl() -> Prctl | None:
         return None
 
 
-def run(plan: Plan, prctl: Prctl | None) -> NoReturn:
+def run(plan: Plan) -> NoReturn:
     """The watchdog's life, in the forked process: start the command, watch, kill the
     tree, exit. Never returns, whatever happens."""
     try:
@@ -93,17 +93,20 @@ def run(plan: Plan, prctl: Prctl | None) -> NoReturn:
                 signal.signal(signum, _ignore)  # a handler, not SIG_IGN: exec resets it
         if plan.own_group:  # a kill aimed at wrap's process group is not aimed at us
             os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, _ignore)
         try:
-            pid = _start(plan, prctl)
+            pid = _start(plan)
         except OSError as exc:
             _say(plan.reports, b"E %d\n" % (exc.errno or 0))
             os._exit(0)
+        # The command first, its start being the one that counts; then the subreaper (a
+        # descendant orphaned later, however much later, is re-parented to us).
+        prctl = load_prctl()
+        if prctl is not None:
+            prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for fd in (plan.stdin, plan.stdout):
             os.close(fd)
         _say(plan.reports, b"P %d\n" % pid)
@@ -136,20 +139,15 @@ def _keep_only(*keep: int) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # /dev/null's descriptor too
 
 
-def _start(plan: Plan, prctl: Prctl | None) -> int:
-    """Fork and exec the command in its own process group, ``plan.stdin``/``stdout`` as its
-    0 and 1, dying with us should we be killed ourselves (``PR_SET_PDEATHSIG``); OSError if
-    it cannot be run (its errno comes back over a close-on-exec pipe)."""
+def _start(plan: Plan) -> int:
+    """Fork and exec the command (in its own process group, unless ``plan.own_group`` is
+    False), ``plan.stdin``/``stdout`` as its 0 and 1; OSError if it cannot be run (its errno
+    comes back over a close-on-exec pipe)."""
     errors_r, errors_w = os.pipe()
-    watchdog = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 127
         try:
-            if prctl is not None:
-                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != watchdog:  # we died before the prctl took effect
-                os._exit(128 + signal.SIGKILL)
             if plan.own_group:
                 os.setpgid(0, 0)
             for signum in _RESTORED:

@@ -98,32 +98,34 @@ def run(args: argparse.Namespace) -> int:
     # loaded (logging, the mapping, anyio, the broker client); the bytes it exchanges
     # meanwhile are copied at once, and analysed once the analysis has loaded.
     launched: Launched | OSError
-
     try:
         launched = launch(command)
     except OSError as exc:
         launched = exc
-    setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
     from codex_presence.agent.pump import Pump, cannot_run
 
     if isinstance(launched, OSError):
+        setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
         return cannot_run(command, launched)
-    from codex_presence.core.prefilter import ChunkAnalyzer
-
-    pump = Pump(analyzer=ChunkAnalyzer(deferred=True), record=args.record)
-    pump.adopt(launched)
-    link = None if args.broker else broker_link(args)  # said at once, and cheap
-    # The rest (anyio, the codex mapping with jsonrpcserver, the broker client) is a few
-    # hundred milliseconds of CPU: it loads once the child has started up (its first
-    # output and a moment more, its end, or a second), so that it does not slow the
-    # child's start down.
+    pump = Pump(record=args.record)
+    pump.adopt(launched)  # the bytes flow; kept for the analysis and the recording
+    # The rest (logging, the analysis and the recording, then anyio, the codex mapping
+    # with jsonrpcserver and the broker client) is a few hundred milliseconds of CPU: it
+    # loads once the child has started up (its first output and a moment more, its end,
+    # or a second), so that it does not slow the child's start down.
     pump.first_output.wait(START_GRACE)
     pump.server_done.wait(SETTLE)
-    if pump.server_done.is_set() and pump.analyzer.nothing_to_analyse:
+    setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    link = None if args.broker else broker_link(args)  # said at once, and cheap
+    from codex_presence.core.prefilter import ChunkAnalyzer
+
+    analyzer = ChunkAnalyzer(deferred=True)
+    pump.equip(analyzer)
+    if pump.server_done.is_set() and analyzer.nothing_to_analyse:
         # Over before the analysis loaded, and nothing in it could change the state (a
         # `codex --version`, a `yes | head`): no need to load it at all.
         returncode = launched.child.wait(timeout=0.2)
-        if returncode is not None and pump.analyzer.nothing_to_analyse:
+        if returncode is not None and analyzer.nothing_to_analyse:
             import logging
 
             logging.getLogger("codex_presence.wrap").debug(

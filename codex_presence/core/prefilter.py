@@ -222,6 +222,16 @@ class ChunkAnalyzer:
         """Bytes fed now are left out of the analysis (see the module's doc)."""
         return self._gaps is not None
 
+    def lose(self, direction: Direction, size: int, *, ends_a_line: bool) -> None:
+        """``size`` bytes of ``direction`` crossed that never reach the analyzer (the relay
+        could not keep them for it while it loaded): a gap, as when the kept lines
+        overflow, until :meth:`attach`."""
+        if self._gaps is None:
+            self._gaps = {"client": _Gap(), "server": _Gap()}
+        gap = self._gaps[direction]
+        gap.size += size
+        gap.ends_a_line = ends_a_line
+
     @property
     def nothing_to_analyse(self) -> bool:
         """No line that could change the state has crossed yet (none kept, none begun, no
