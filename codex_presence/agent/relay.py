@@ -68,7 +68,7 @@ from codex_presence.core.activity import Transition
 from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Companion", "Observer", "Relay", "exit_status", "log_transition"]
+__all__ = ["Companion", "Observer", "Relay", "deliver", "exit_status", "log_transition"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -85,6 +85,17 @@ _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def log_transition(transition: Transition) -> None:
     """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
     logger.info("%s (%s)", transition.state.value, transition.cause)
+
+
+def deliver(observers: Sequence[Observer], transitions: Sequence[Transition]) -> None:
+    """Hand each transition to every observer, in order; an observer that raises is logged
+    and the others still get it."""
+    for transition in transitions:
+        for observer in observers:
+            try:
+                observer(transition)
+            except Exception:
+                logger.exception("observer %r failed", observer)
 
 
 class Relay:
@@ -482,9 +493,4 @@ class Relay:
             self._deliver([self._outbox.popleft()])
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        for transition in transitions:
-            for observer in self.observers:
-                try:
-                    observer(transition)
-                except Exception:
-                    logger.exception("observer %r failed", observer)
+        deliver(self.observers, transitions)

@@ -1,6 +1,9 @@
 """The timeline of a recorded session: entries in, state transitions out, as the relay
 derived them live. Pure, so tests, ``replay`` and the demo share it; reading files and
 pacing the entries in real time is ``replay``'s (:mod:`codex_presence.cli.replay`).
+Connection lines (``codex-presence codex``) go through the same rule as live
+(:class:`~codex_presence.core.websocket.ClientLinks`): the client's hang-up closes the
+mapping.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from codex_presence.core.codex import CodexMapping
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 from codex_presence.core.recording import Entry
+from codex_presence.core.websocket import HANGUP, ClientLinks
 
 __all__ = ["TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
 
@@ -44,6 +48,7 @@ class TimelineBuilder:
         self.gaps: list[Entry] = []
         """The recording's gap lines: after each, the replay may differ from the session."""
         self._last_t: float | None = None
+        self._links = ClientLinks()
 
     def feed(self, entry: Entry) -> TimelineRow | None:
         if entry.t is not None:
@@ -56,7 +61,11 @@ class TimelineBuilder:
         if entry.size is not None and entry.size > self.max_line:
             self.oversized += 1
             return None
-        if entry.message is None:
+        if entry.connection is not None:
+            if not self._links.apply(*entry.connection):
+                return None
+            transition = self.mapping.close(HANGUP)
+        elif entry.message is None:
             assert entry.raw is not None
             transition = self.mapping.feed_line(entry.direction, entry.raw)
         else:
