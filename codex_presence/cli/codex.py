@@ -78,4 +78,4 @@ def run(args: argparse.Namespace) -> int:
         return anyio.run(session.run, command)
     finally:
         if held is not None:
-            held.release()
+            held.let_go()

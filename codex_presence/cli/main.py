@@ -121,8 +121,9 @@ class HeldLog(logging.Handler):
             self.dropped += 1
         self.records.append(record)
 
-    def release(self) -> None:
-        """Write what was held to stderr, and log there from now on."""
+    def let_go(self) -> None:
+        """Write what was held to stderr, and log there from now on. (Not ``release``:
+        that is the handler's lock.)"""
         if self.dropped:
             sys.stderr.write(f"codex-presence: ({self.dropped} earlier log lines dropped)\n")
         for record in self.records:

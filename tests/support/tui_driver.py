@@ -44,6 +44,7 @@ from codex_presence.agent.child import descendants
 from tests.support.codex_driver import Config
 
 __all__ = [
+    "PRESENCE_MARKER",
     "AppServer",
     "Tui",
     "TuiHome",
@@ -333,10 +334,19 @@ def presence_command(binary: Path, *options: str) -> list[str]:
     return [sys.executable, "-m", "codex_presence", "codex", *options, "--", str(binary)]
 
 
+PRESENCE_MARKER = b"\0-m\0codex_presence\0codex\0"
+"""In the command line of :func:`presence_command` (and of the shells that run it)."""
+
+
 def pane_process(tui: Tui, marker: bytes, *, deepest: bool = False) -> int:
     """The pid of the first process in the pane whose command line holds ``marker`` (the
-    last one with ``deepest``: the npm launcher runs the native binary as its child)."""
-    found = [pid for pid in descendants(tui.pane_pid()) if marker in _cmdline(pid)]
+    last one with ``deepest``: the npm launcher runs the native binary as its child).
+    Shells are passed over: their command lines hold the commands they run."""
+    found = [
+        pid
+        for pid in descendants(tui.pane_pid())
+        if marker in (cmdline := _cmdline(pid)) and not cmdline.startswith(b"/bin/sh\0")
+    ]
     if not found:
         raise LookupError(f"no process with {marker!r} in the pane")
     return found[-1] if deepest else found[0]

@@ -32,6 +32,7 @@ from tests.support.codex_driver import Config, codex_binary
 from tests.support.fake_model import FakeModel, Step, exec_command, message, reply, user_texts
 from tests.support.tui_driver import (
     COMPOSER,
+    PRESENCE_MARKER,
     READY,
     TITLE_PROMPT,
     Tui,
@@ -77,6 +78,8 @@ class Session:
     home: TuiHome
     broker: RunningBroker
     log: Path
+    stty: Path
+    """``stty -a`` of the pane's terminal once the command has ended."""
     marks: list[tuple[float, str]] = field(default_factory=list)
     _clock: float | None = None
 
@@ -106,6 +109,12 @@ class Session:
             return self.log.read_text()
         except FileNotFoundError:
             return ""
+
+    def terminal_is_sane(self) -> bool:
+        """After the command: the terminal is back in its usual (cooked, echoing) mode."""
+        eventually(self.stty.exists, what="stty -a after the command")
+        modes = self.stty.read_text().split()
+        return all(mode in modes for mode in ("icanon", "echo", "isig"))
 
     def transitions(self) -> list[str]:
         """The states the command reported so far, in order (its log at -v)."""
@@ -156,11 +165,12 @@ class Session:
         self.shows("idle", since=at, within=IDLE_WITHIN)
         assert self.tui.wait_exit() == 0
         self.tui.snap("after /exit")
+        assert self.terminal_is_sane()
 
     # -- faults -----------------------------------------------------------------------------
 
     def command_pid(self) -> int:
-        return pane_process(self.tui, b"codex_presence")
+        return pane_process(self.tui, PRESENCE_MARKER)
 
     def drop(self) -> None:
         """Break the TUI's connection (test only); wait until the TUI is connected again."""
@@ -339,6 +349,7 @@ def server_dies(s: Session) -> None:
     s.shows("idle", since=at, within=IDLE_WITHIN)
     assert s.tui.wait_exit() == 1
     s.tui.snap("after the app-server died")
+    assert s.terminal_is_sane()  # the TUI was ended by a signal: the command put it back
 
 
 @dataclass
@@ -376,8 +387,10 @@ def record(name: str, out_dir: Path, *, binary: Path | None = None) -> Result:
             *("--record", str(recording), "--log-file", str(log), "-vv"),
         )
         env = {**home.env, TOKEN_ENV: token_of(MEMBER)}
-        tui = Tui(argv, env=env, cwd=home.work, sock_dir=tmp)
-        session = Session(tui, model, home, broker, log)
+        stty = tmp / "stty.txt"
+        then_stty = ["/bin/sh", "-c", '"$@"; s=$?; stty -a > "$0"; exit $s', str(stty)]
+        tui = Tui([*then_stty, *argv], env=env, cwd=home.work, sock_dir=tmp)
+        session = Session(tui, model, home, broker, log, stty)
         try:
             first = tui.wait_for("OpenAI Codex", timeout=30)
             tui.snap("first paint")
