@@ -155,7 +155,9 @@ def test_an_app_server_that_cannot_start_is_said(setup: Setup) -> None:
     assert proc.returncode == 1
     assert "exited (status 3) before it listened" in err.decode()
     assert "boom: the fake app-server cannot start" in err.decode()
-    assert not any(e["role"] == "tui" for e in setup.seen())
+    # The TUI starts with the app-server (it waits for it in its first connection); it is
+    # ended with the session.
+    assert not any(alive(e["pid"]) for e in setup.seen() if e["role"] == "tui" and "pid" in e)
 
 
 def test_a_codex_that_is_not_there(setup: Setup) -> None:

@@ -59,12 +59,14 @@ class WsRelay:
     """Relays every client connection of OUTER to INNER, feeding one mapping.
 
     ``on_transition`` gets every transition, synchronously, on the event loop; it must not
-    block. ``clock`` gives the session's time in seconds (the recording's ``t``)."""
+    block. ``clock`` gives the session's time in seconds (the recording's ``t``). A client
+    that connects before ``inner_ready`` is set waits for it."""
 
     def __init__(
         self,
         *,
         inner: str,
+        inner_ready: anyio.Event | None = None,
         mapping: CodexMapping,
         on_transition: Callable[[Transition], None],
         clock: Callable[[], float],
@@ -72,6 +74,9 @@ class WsRelay:
         max_size: int = DEFAULT_MAX_LINE,
     ) -> None:
         self.inner = inner
+        self.inner_ready = inner_ready
+        """Set once INNER listens: a client that comes earlier waits for it (the TUI starts
+        while the app-server does)."""
         self.mapping = mapping
         self.links = ClientLinks()
         self.connections = 0
@@ -113,6 +118,8 @@ class WsRelay:
             first, rest = forward
             if not first:
                 return  # the client left before saying anything
+            if self.inner_ready is not None:
+                await self.inner_ready.wait()
             try:
                 server = await _connect(self.inner)
             except OSError as exc:

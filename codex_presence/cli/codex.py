@@ -68,14 +68,23 @@ def run(args: argparse.Namespace) -> int:
         setup_logging(verbose=args.verbose, quiet=args.quiet)
     ensure_standard_fds()
 
-    import anyio
+    import os
 
+    from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.tui import TuiSession
 
+    # Spawn first: the TUI starts while the rest loads (the broker link's HTTP client, the
+    # websocket parsers). The token is ours, not the children's.
+    token = os.environ.pop(TOKEN_ENV, None)
+    session = TuiSession(record=args.record)
     try:
-        observers, companions = reporting(args)
-        session = TuiSession(record=args.record, observers=observers, companions=companions)
-        return anyio.run(session.run, command)
+        if session.start(command) is None:
+            environ = {TOKEN_ENV: token} if token is not None else {}
+            session.observers, session.companions = reporting(args, environ)
+
+        import anyio
+
+        return anyio.run(session.run)
     finally:
         if held is not None:
             held.let_go()

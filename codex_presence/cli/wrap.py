@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from codex_presence.cli.main import UsageError, setup_logging
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from codex_presence.agent.broker_link import BrokerLink
     from codex_presence.agent.relay import Companion, Observer
 
@@ -95,15 +97,18 @@ def ensure_standard_fds() -> None:
             os.open(os.devnull, os.O_RDWR)
 
 
-def reporting(args: argparse.Namespace) -> tuple[list[Observer], list[Companion]]:
+def reporting(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> tuple[list[Observer], list[Companion]]:
     """A session's observers and companions: the transition log, and the broker link if
-    there is one. Call it before spawning: it takes the token out of our environment."""
+    there is one. Call it before spawning: it takes the token out of our environment (or
+    pass the ``environ`` it was taken from)."""
     import os
 
     from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.relay import log_transition
 
-    link = _broker_link(args)
+    link = _broker_link(args, environ)
     # The token is ours, not the child's: codex and every command its agent runs would
     # inherit it. (Read above, if at all; the child is spawned later.)
     os.environ.pop(TOKEN_ENV, None)
@@ -112,7 +117,9 @@ def reporting(args: argparse.Namespace) -> tuple[list[Observer], list[Companion]
     return [log_transition, link.observe], [link.session]
 
 
-def _broker_link(args: argparse.Namespace) -> BrokerLink | None:
+def _broker_link(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> BrokerLink | None:
     """The broker side of the session, or None (said once on stderr) when there is none.
     A missing token is not fatal: the relay must work whatever the reporting does."""
     import logging
@@ -125,7 +132,7 @@ def _broker_link(args: argparse.Namespace) -> BrokerLink | None:
     from codex_presence.client.auth import TokenError, read_token
 
     try:
-        token = read_token(token_file=args.token_file)
+        token = read_token(token_file=args.token_file, environ=environ)
     except TokenError as exc:
         logger.error("not reporting to %s: %s", args.broker, exc)
         return None

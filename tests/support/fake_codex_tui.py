@@ -17,6 +17,10 @@ for a signal (and dies of it).
 
 Both roles append what they saw (argv, cwd, whether the member token reached them, pids)
 to ``$FAKE_CODEX_LOG`` as JSON lines.
+
+For ``bench/tui.py``, with ``$FAKE_CODEX_CONTROL`` the app-server also listens there: each
+line is a message, sent at once to every client connection with ``params.benchT`` set to
+``time.monotonic()`` just before, and answered with that time and the number of clients.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +83,36 @@ def app_server(path: Path) -> None:
     )
     sys.stderr.write("fake app-server: listening\n")
     sys.stderr.flush()
+    control = os.environ.get("FAKE_CODEX_CONTROL")
+    if control:
+        threading.Thread(target=serve_control, args=(Path(control),), daemon=True).start()
     while True:
         conn, _ = listener.accept()
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+_clients: list[tuple[socket.socket, Connection]] = []
+_clients_lock = threading.Lock()
+
+
+def serve_control(path: Path) -> None:
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+    while True:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rwb") as stream:
+            for line in stream:
+                message = orjson.loads(line)
+                with _clients_lock:
+                    t = time.monotonic()
+                    message.setdefault("params", {})["benchT"] = t
+                    text = orjson.dumps(message).decode()
+                    for client, ws in _clients:
+                        with suppress(OSError):
+                            client.sendall(ws.send(Message(data=text)))
+                stream.write(b"%r %d\n" % (t, len(_clients)))
+                stream.flush()
 
 
 def serve(conn: socket.socket) -> None:
@@ -106,16 +138,22 @@ def serve(conn: socket.socket) -> None:
         out = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
         out += b"connection: Upgrade\r\nsec-websocket-accept: " + accept + b"\r\n\r\n"
         out += b"".join(ws.send(Message(data=m.decode())) for m in frames())
-        conn.sendall(out)
-        ws.receive_data(rest)
-        while True:
-            for event in ws.events():
-                if isinstance(event, CloseConnection):
-                    return  # codex answers no close frame: it ends the connection
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            ws.receive_data(chunk)
+        with _clients_lock:
+            conn.sendall(out)
+            _clients.append((conn, ws))
+        try:
+            ws.receive_data(rest)
+            while True:
+                for event in ws.events():
+                    if isinstance(event, CloseConnection):
+                        return  # codex answers no close frame: it ends the connection
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                ws.receive_data(chunk)
+        finally:
+            with _clients_lock:
+                _clients.remove((conn, ws))
 
 
 # -- the TUI ------------------------------------------------------------------------------------
