@@ -17,7 +17,7 @@ import os
 import signal
 import stat
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 import anyio
@@ -123,21 +123,25 @@ def _pdeathsig_preexec(parent: int, signum: int = signal.SIGKILL) -> Callable[[]
 def spawn(
     command: Sequence[str],
     *,
-    stdin: int | None,
-    stdout: int | None,
+    stdin: int | None = None,
+    stdout: int | None = None,
     stderr: int | None = None,
+    env: Mapping[str, str] | None = None,
     own_group: bool = True,
     death_signal: int = signal.SIGKILL,
 ) -> subprocess.Popen[bytes]:
-    """Start ``command`` in its own process group, sent ``death_signal`` when we die; None
-    for a stream inherits ours (stderr by default). ``own_group=False`` keeps it in ours:
-    a program that reads the terminal must stay in its foreground group.
-    (anyio.open_process has no preexec_fn, which PR_SET_PDEATHSIG needs.)"""
+    """Start ``command`` sent ``death_signal`` when we die, in its own process group unless
+    ``own_group`` is False (a terminal program must stay in the terminal's foreground group
+    to read it); stdin, stdout and stderr as given (ours if None). A launcher that forwards
+    signals to the program it runs (codex's npm script) wants SIGTERM: SIGKILL would leave
+    the program behind. (anyio.open_process has no preexec_fn, which PR_SET_PDEATHSIG
+    needs.)"""
     return subprocess.Popen(
         list(command),
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
+        env=env,
         process_group=0 if own_group else None,
         preexec_fn=_pdeathsig_preexec(os.getpid(), death_signal),
     )

@@ -49,7 +49,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
 
 import anyio
@@ -87,9 +87,8 @@ def log_transition(transition: Transition) -> None:
     logger.info("%s (%s)", transition.state.value, transition.cause)
 
 
-def deliver(observers: Sequence[Observer], transitions: Sequence[Transition]) -> None:
-    """Hand each transition to every observer, in order; an observer that raises is logged
-    and the others still get it."""
+def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) -> None:
+    """Each transition to every observer, in order; an observer that fails is logged."""
     for transition in transitions:
         for observer in observers:
             try:

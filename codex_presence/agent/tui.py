@@ -50,7 +50,7 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -128,10 +128,11 @@ class TuiSession:
 
     # -- the start -----------------------------------------------------------------------------
 
-    def start(self, command: Sequence[str]) -> int | None:
-        """Spawn the app-server and the TUI ``command`` (``codex [ARGS...]``) now; None, or
-        the exit status when one cannot be run (said on the log). Signals that come from
-        here on are kept for the TUI. Then :meth:`run` must follow."""
+    def start(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> int | None:
+        """Spawn the app-server and the TUI ``command`` (``codex [ARGS...]``) now, with
+        ``env`` (ours if None); None, or the exit status when one cannot be run (said on
+        the log). Signals that come from here on are kept for the TUI. Then :meth:`run`
+        must follow."""
         for signum in _FORWARDED_SIGNALS:
             signal.signal(signum, lambda n, _: self._early_signals.append(n))
         self.directory = private_directory()
@@ -149,13 +150,13 @@ class TuiSession:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
+                env=env,
             )
             self._output_fd, read_output = read_output, -1
             self._terminal = SavedTerminal.save()
             self._tui = spawn(
                 [command[0], "--remote", f"unix://{outer}", *command[1:]],
-                stdin=None,
-                stdout=None,
+                env=env,
                 own_group=False,
                 death_signal=signal.SIGTERM,
             )

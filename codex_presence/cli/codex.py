@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from codex_presence.cli import wrap
 from codex_presence.cli.main import UsageError, hold_logging, setup_logging
-from codex_presence.cli.wrap import add_session_options, ensure_standard_fds, reporting
 
 HELP = "run the codex TUI in your terminal, its app-server traffic read for your presence"
 
@@ -43,9 +43,8 @@ example: codex-presence codex --broker http://127.0.0.1:8765 --name alice -- cod
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    wrap.configure(parser)
     parser.epilog = _EPILOG
-    add_session_options(parser)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,21 +65,22 @@ def run(args: argparse.Namespace) -> int:
         held = hold_logging(verbose=args.verbose, quiet=args.quiet)
     else:
         setup_logging(verbose=args.verbose, quiet=args.quiet)
-    ensure_standard_fds()
-
     import os
 
     from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.tui import TuiSession
 
     # Spawn first: the TUI starts while the rest loads (the broker link's HTTP client, the
-    # websocket parsers). The token is ours, not the children's.
-    token = os.environ.pop(TOKEN_ENV, None)
+    # websocket parsers). The token is ours, not the children's: codex, and every command
+    # its agent runs, would inherit it.
+    env = {key: value for key, value in os.environ.items() if key != TOKEN_ENV}
     session = TuiSession(record=args.record)
     try:
-        if session.start(command) is None:
-            environ = {TOKEN_ENV: token} if token is not None else {}
-            session.observers, session.companions = reporting(args, environ)
+        if session.start(command, env) is None:
+            link = wrap.broker_link(args)
+            if link is not None:
+                session.observers.append(link.observe)
+                session.companions.append(link.session)
 
         import anyio
 

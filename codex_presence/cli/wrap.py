@@ -11,10 +11,7 @@ from typing import TYPE_CHECKING
 from codex_presence.cli.main import UsageError, setup_logging
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from codex_presence.agent.broker_link import BrokerLink
-    from codex_presence.agent.relay import Companion, Observer
 
 HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that derives its state"
 
@@ -39,13 +36,6 @@ _USAGE_HINT = "usage: codex-presence wrap [options] -- CMD [ARGS...]"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _EPILOG
-    add_session_options(parser)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
-
-
-def add_session_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a relayed session (wrap's, and codex's): recording, logging, the
-    broker and the member, --no-trace."""
     parser.add_argument(
         "--record",
         metavar="FILE",
@@ -62,6 +52,7 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="report no activity at all (the roster shows you idle); connection presence stays",
     )
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,56 +66,40 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
 
-    ensure_standard_fds()
-
-    import anyio
-
-    from codex_presence.agent.relay import Relay
-
-    observers, companions = reporting(args)
-    relay = Relay(record=args.record, observers=observers, companions=companions)
-    return anyio.run(relay.run, command)
-
-
-def ensure_standard_fds() -> None:
-    """A closed standard descriptor must not be reused by our pipes and sockets."""
     import os
 
-    for fd in (0, 1, 2):
+    for fd in (0, 1, 2):  # a closed standard descriptor must not be reused by our pipes
         try:
             os.fstat(fd)
         except OSError:
             os.open(os.devnull, os.O_RDWR)
 
-
-def reporting(
-    args: argparse.Namespace, environ: Mapping[str, str] | None = None
-) -> tuple[list[Observer], list[Companion]]:
-    """A session's observers and companions: the transition log, and the broker link if
-    there is one. Call it before spawning: it takes the token out of our environment (or
-    pass the ``environ`` it was taken from)."""
-    import os
+    import anyio
 
     from codex_presence._wire import TOKEN_ENV
-    from codex_presence.agent.relay import log_transition
+    from codex_presence.agent.relay import Relay, log_transition
 
-    link = _broker_link(args, environ)
+    link = broker_link(args)
     # The token is ours, not the child's: codex and every command its agent runs would
-    # inherit it. (Read above, if at all; the child is spawned later.)
+    # inherit it. (Read above, if at all; the child is spawned below.)
     os.environ.pop(TOKEN_ENV, None)
     if link is None:
-        return [log_transition], []
-    return [log_transition, link.observe], [link.session]
+        relay = Relay(record=args.record)
+    else:
+        relay = Relay(
+            record=args.record,
+            observers=[log_transition, link.observe],
+            companions=[link.session],
+        )
+    return anyio.run(relay.run, command)
 
 
-def _broker_link(
-    args: argparse.Namespace, environ: Mapping[str, str] | None = None
-) -> BrokerLink | None:
+def broker_link(args: argparse.Namespace) -> BrokerLink | None:
     """The broker side of the session, or None (said once on stderr) when there is none.
     A missing token is not fatal: the relay must work whatever the reporting does."""
     import logging
 
-    logger = logging.getLogger("codex_presence.wrap")
+    logger = logging.getLogger(f"codex_presence.{getattr(args, 'command', 'wrap')}")
     if not args.broker:
         logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
         return None
@@ -132,7 +107,7 @@ def _broker_link(
     from codex_presence.client.auth import TokenError, read_token
 
     try:
-        token = read_token(token_file=args.token_file, environ=environ)
+        token = read_token(token_file=args.token_file)
     except TokenError as exc:
         logger.error("not reporting to %s: %s", args.broker, exc)
         return None
