@@ -122,20 +122,20 @@ class Session:
 
     # -- the roster ------------------------------------------------------------------------
 
-    def activity(self) -> str:
-        """What the broker's roster shows for the member (idle when there is no activity)."""
+    def row(self) -> dict[str, object]:
+        """The member's row of the broker's roster, as a teammate (bob) reads it."""
         rows = httpx.get(
             self.broker.url + "/roster", headers=self.broker.auth("bob"), trust_env=False
         ).json()
         (row,) = [r for r in rows if r["name"] == MEMBER]
-        return str(row.get("activity", "idle"))
+        return dict(row)
+
+    def activity(self) -> str:
+        """What the roster shows for the member (idle when there is no activity)."""
+        return str(self.row().get("activity", "idle"))
 
     def connected(self) -> int:
-        rows = httpx.get(
-            self.broker.url + "/roster", headers=self.broker.auth("bob"), trust_env=False
-        ).json()
-        (row,) = [r for r in rows if r["name"] == MEMBER]
-        return int(row["connected"])
+        return int(str(self.row()["connected"]))
 
     def shows(
         self, state: str, *, since: float | None = None, within: float = SHOWN_WITHIN
@@ -231,6 +231,16 @@ def _long_command_steps() -> list[Step]:
     ]
 
 
+def _run_long_command(s: Session, settle: float = 1.0) -> None:
+    """Prompt for the 40 s command; the roster shows working while it runs."""
+    s.tui.wait_for(COMPOSER)
+    s.prompt("sleep a while")
+    s.tui.wait_for("esc to interrupt")
+    s.shows("working")
+    time.sleep(settle)
+    s.tui.snap("running")
+
+
 def _approve_and_finish(s: Session) -> None:
     s.tui.wait_for(APPROVAL_SCREEN)
     s.shows("blocked")
@@ -277,12 +287,7 @@ def approval_denied(s: Session) -> None:
     NO_APPROVALS,
 )
 def esc_during_command(s: Session) -> None:
-    s.tui.wait_for(COMPOSER)
-    s.prompt("sleep a while")
-    s.tui.wait_for("esc to interrupt")
-    s.shows("working")
-    time.sleep(1.0)
-    s.tui.snap("running")
+    _run_long_command(s)
     at = s.key("Escape")
     s.shows("idle", since=at, within=IDLE_WITHIN)
     s.tui.wait_for("interrupted", timeout=10)
@@ -323,12 +328,7 @@ def reconnect_pending_approval(s: Session) -> None:
     NO_APPROVALS,
 )
 def exit_while_working(s: Session) -> None:
-    s.tui.wait_for(COMPOSER)
-    s.prompt("sleep a while")
-    s.tui.wait_for("esc to interrupt")
-    s.shows("working")
-    time.sleep(1.0)
-    s.tui.snap("running")
+    _run_long_command(s)
     s.exit()
 
 
@@ -339,10 +339,7 @@ def exit_while_working(s: Session) -> None:
     NO_APPROVALS,
 )
 def server_dies(s: Session) -> None:
-    s.tui.wait_for(COMPOSER)
-    s.prompt("sleep a while")
-    s.tui.wait_for("esc to interrupt")
-    s.shows("working")
+    _run_long_command(s, settle=0.0)
     server = pane_process(s.tui, b"app-server", deepest=True)
     at = s.mark("kill app-server")
     os.kill(server, signal.SIGKILL)
