@@ -169,7 +169,8 @@ class WsRelay:
     # -- reading, after writing ----------------------------------------------------------------
 
     def _read(self, reader: MessageReader, data: bytes) -> None:
-        """Read bytes just written on; ``t`` is when they were (the recording's clock)."""
+        """Read bytes just written on; their messages are dated now (the recording's
+        clock), recorded, and fed to the mapping."""
         if reader.done or self._analysis_failed:
             return
         direction: Direction = reader.sender
