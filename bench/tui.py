@@ -122,7 +122,9 @@ def rtt_client(outer: Path, rounds: int, warmup: int, out: Path) -> None:
     """Run as the command's "TUI": time round trips straight to the app-server's socket
     (next to ours in the session's directory) and through the relay, interleaved."""
     inner = outer.parent / "app-server.sock"
-    clients = {"direct": BlockingClient(inner), "relay": BlockingClient(outer)}
+    # Through the relay first: its handshake completes once the app-server listens, which
+    # starts with us.
+    clients = {"relay": BlockingClient(outer), "direct": BlockingClient(inner)}
     init = {
         "method": "initialize",
         "id": 0,
