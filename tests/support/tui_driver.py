@@ -11,7 +11,6 @@ Pieces, each usable alone:
   The environment is that of :func:`tests.support.codex_driver.session`: ``HOME`` and
   ``CODEX_HOME`` private, every proxy variable at a dead loopback port (plugin and update
   fetches fail at once), ``NO_PROXY`` for the model on 127.0.0.1.
-* :class:`AppServer` runs ``codex app-server --listen unix://PATH`` in the work directory.
 * :class:`Tui` runs one command (``codex --remote unix://PATH`` or plain ``codex``) in a
   detached tmux session on a private tmux socket: keys in (``send-keys``), screen out
   (``capture-pane``), exit status kept (``remain-on-exit``).
@@ -29,14 +28,13 @@ import ctypes
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +43,6 @@ from tests.support.codex_driver import Config
 
 __all__ = [
     "PRESENCE_MARKER",
-    "AppServer",
     "Tui",
     "TuiHome",
     "codex_version",
@@ -136,62 +133,6 @@ def tui_home(
         LANG="C.UTF-8",
     )
     return TuiHome(root, home, work, env)
-
-
-class AppServer:
-    """``codex app-server --listen unix://PATH`` in the work directory, own process group."""
-
-    def __init__(self, binary: Path, home: TuiHome, socket_path: Path, log: Path) -> None:
-        self.socket = socket_path
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [str(binary), "app-server", "--listen", f"unix://{socket_path}"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            cwd=home.work,
-            env=home.env,
-            start_new_session=True,
-        )
-
-    def wait_ready(self, timeout: float = 20.0) -> float:
-        """Seconds until the socket accepts connections."""
-        import socket
-
-        start = time.monotonic()
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"app-server exited with {self.proc.returncode}")
-            with socket.socket(socket.AF_UNIX) as probe:
-                try:
-                    probe.connect(str(self.socket))
-                except OSError:
-                    pass
-                else:
-                    return time.monotonic() - start
-            if time.monotonic() - start > timeout:
-                raise TimeoutError("app-server socket never came up")
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        """SIGKILL the app-server and everything it started. Its commands (background
-        terminals too) run in process groups of their own, so its group is not enough."""
-        doomed = [self.proc.pid, *descendants(self.proc.pid)]
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        for pid in doomed:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            with suppress(subprocess.TimeoutExpired):
-                self.proc.wait(5)
-        self.kill()
-        self._log.close()
 
 
 class Tui:
