@@ -24,6 +24,8 @@ import anyio
 
 __all__ = [
     "PIPE_SIZE",
+    "ProcessTree",
+    "descendants",
     "exit_status",
     "grow_pipe",
     "is_fifo",
@@ -103,7 +105,7 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
+def _pdeathsig_preexec(parent: int, signum: int = signal.SIGKILL) -> Callable[[], None]:
     """Runs in the child between fork and exec: die with the parent, even if the parent
     already died before the prctl took effect."""
     import ctypes
@@ -111,9 +113,9 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)
 
     def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
         if os.getppid() != parent:
-            os._exit(128 + signal.SIGKILL)
+            os._exit(128 + signum)
 
     return preexec
 
@@ -123,20 +125,25 @@ def spawn(
     *,
     stdin: int | None = None,
     stdout: int | None = None,
+    stderr: int | None = None,
     env: Mapping[str, str] | None = None,
     own_group: bool = True,
+    death_signal: int = signal.SIGKILL,
 ) -> subprocess.Popen[bytes]:
-    """Start ``command`` dying with us, in its own process group unless ``own_group`` is
-    False (a terminal program must stay in the terminal's foreground group to read it);
-    stdin and stdout as given (ours if None), stderr ours. (anyio.open_process has no
-    preexec_fn, which PR_SET_PDEATHSIG needs.)"""
+    """Start ``command`` sent ``death_signal`` when we die, in its own process group unless
+    ``own_group`` is False (a terminal program must stay in the terminal's foreground group
+    to read it); stdin, stdout and stderr as given (ours if None). A launcher that forwards
+    signals to the program it runs (codex's npm script) wants SIGTERM: SIGKILL would leave
+    the program behind. (anyio.open_process has no preexec_fn, which PR_SET_PDEATHSIG
+    needs.)"""
     return subprocess.Popen(
         list(command),
         stdin=stdin,
         stdout=stdout,
+        stderr=stderr,
         env=env,
         process_group=0 if own_group else None,
-        preexec_fn=_pdeathsig_preexec(os.getpid()),
+        preexec_fn=_pdeathsig_preexec(os.getpid(), death_signal),
     )
 
 
@@ -164,3 +171,69 @@ def kill_group(process: subprocess.Popen[bytes], signum: int) -> None:
     except PermissionError:  # the group is gone and the id reused: the child alone
         with suppress(ProcessLookupError):
             process.send_signal(signum)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (from /proc; Linux), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(0), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class ProcessTree:
+    """A child and every process under it, for ending them all: codex runs each command
+    in a process group of its own, so signalling the child's group misses them.
+
+    :meth:`hold` takes a pidfd of each process under the child at that moment, so that one
+    orphaned later (its parent died, it was reparented) is still signalled, and a pid that
+    was reused meanwhile never is. Without pidfds (old kernels), pids are signalled."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self._held: dict[int, int | None] = {}
+
+    def hold(self) -> None:
+        """Take hold of every process under the child now (again: new ones are added)."""
+        if self.process.poll() is not None:
+            return  # its pid may be another process's by now
+        for pid in descendants(self.process.pid):
+            if pid not in self._held:
+                try:
+                    self._held[pid] = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    continue
+                except OSError:
+                    self._held[pid] = None
+
+    def kill(self, signum: int = signal.SIGKILL) -> None:
+        """Signal the child's group and every process held (taking hold of new ones first)."""
+        self.hold()
+        if self.process.poll() is None:
+            kill_group(self.process, signum)
+        for pid, pidfd in self._held.items():
+            with suppress(OSError):
+                if pidfd is None:
+                    os.kill(pid, signum)
+                else:
+                    signal.pidfd_send_signal(pidfd, signum)
+
+    def close(self) -> None:
+        for pidfd in self._held.values():
+            if pidfd is not None:
+                os.close(pidfd)
+        self._held.clear()

@@ -35,6 +35,13 @@ class _Gap:
     ends_a_line: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A line already in the recording format (a connection line, say)."""
+
+    data: bytes
+
+
 class Recorder:
     """``--record``: the session in the recording format, written off the hot path.
 
@@ -57,7 +64,7 @@ class Recorder:
         self.path = Path(path)
         self.max_pending = max_pending
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Source, bytes | _Gap]] = deque()
+        self._queue: deque[tuple[float, Source, bytes | _Gap | _Line]] = deque()
         # Chunks come from the event loop and from the server's worker thread.
         self._lock = threading.Lock()
         self._pending = 0
@@ -116,6 +123,15 @@ class Recorder:
             self._queue.append((t, direction, chunk))
             self._wake_locked()
 
+    def add_line(self, line: bytes) -> None:
+        """Queue a line already in the recording format, in its place among the chunks
+        (any thread; never blocks). Such lines are few and small: they are never dropped."""
+        if self._failed or self._closing:
+            return
+        with self._lock:
+            self._queue.append((0.0, "server", _Line(line)))
+            self._wake_locked()
+
     async def run(self) -> None:
         """Write what is queued until :meth:`finish`, then the rest, then close the file."""
         try:
@@ -158,11 +174,14 @@ class Recorder:
 
     # -- worker thread -------------------------------------------------------------------
 
-    def _write(self, batch: list[tuple[float, Source, bytes | _Gap]]) -> None:
+    def _write(self, batch: list[tuple[float, Source, bytes | _Gap | _Line]]) -> None:
         from codex_presence.core.recording import encode_entry
 
         out: list[bytes] = []
         for t, direction, chunk in batch:
+            if isinstance(chunk, _Line):
+                out.append(chunk.data)
+                continue
             if isinstance(chunk, _Gap):
                 out.append(self._mark_gap(t, direction, chunk))
                 continue

@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+from collections import deque
 from collections.abc import Sequence
 from typing import Protocol, cast
 
@@ -23,6 +24,7 @@ __all__ = ["main"]
 _COMMANDS: dict[str, str] = {
     "wrap": "codex_presence.cli.wrap",
     "claude": "codex_presence.cli.claude",
+    "codex": "codex_presence.cli.codex",
     "replay": "codex_presence.cli.replay",
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
@@ -37,6 +39,7 @@ working or blocked?
 
   wrap     put codex-presence in front of `codex app-server` (a byte-exact stdio proxy)
   claude   put codex-presence in front of `claude` (its hooks, to a loopback server)
+  codex    run the codex TUI in your terminal, its app-server traffic read on the way
   replay   print the state timeline of a recorded session
   broker   run the reference presence broker (with the live roster page at /)
   team     make a team file with fresh member tokens
@@ -103,6 +106,47 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+
+
+class HeldLog(logging.Handler):
+    """Holds the package's log records while an interactive child draws on the terminal
+    (a line written there would break its screen), then writes them to stderr; the last
+    ``capacity`` records are kept."""
+
+    def __init__(self, capacity: int = 500) -> None:
+        super().__init__()
+        self.records: deque[logging.LogRecord] = deque(maxlen=capacity)
+        self.dropped = 0
+        self.setFormatter(logging.Formatter("codex-presence: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) == self.records.maxlen:
+            self.dropped += 1
+        self.records.append(record)
+
+    def let_go(self) -> None:
+        """Write what was held to stderr, and log there from now on. (Not ``release``:
+        that is the handler's lock.)"""
+        if self.dropped:
+            sys.stderr.write(f"codex-presence: ({self.dropped} earlier log lines dropped)\n")
+        for record in self.records:
+            sys.stderr.write(self.format(record) + "\n")
+        self.records.clear()
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(self.formatter)
+        logging.getLogger("codex_presence").handlers[:] = [handler]
+
+
+def hold_logging(*, verbose: int = 0, quiet: bool = False) -> HeldLog:
+    """Log into a :class:`HeldLog`: warnings and errors, ``-v`` adds info (the
+    transitions), ``-vv`` debug."""
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    held = HeldLog()
+    root = logging.getLogger("codex_presence")
+    root.handlers[:] = [held]
+    root.setLevel(logging.WARNING if quiet else level)
+    root.propagate = False
+    return held
 
 
 def main(argv: Sequence[str] | None = None) -> int:

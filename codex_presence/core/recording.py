@@ -10,7 +10,12 @@ was not even UTF-8), so nothing that crossed the wire is lost. Two more kinds of
 message: ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording
 cut short, by SIGKILL say, has none), and ``{"t": <seconds>, "from": …, "gap": <bytes>}``
 says that the recorder could not keep up and left out that many bytes of that source there
-(the lines they cut are left out whole). :func:`encode_entry` writes a message line;
+(the lines they cut are left out whole). A session relayed over websocket connections
+(``codex-presence codex``) also has connection lines, ``{"t": <seconds>, "conn": <n>,
+"event": "open" | "hangup" | "lost"}``: client connection ``n`` (counted from 1) was
+opened, ended by the client's close frame (a hang-up), or ended without one (dropped); its
+messages are message lines, one per websocket text message, and a reconnect is a new
+``open``. :func:`encode_entry` writes a message line;
 :func:`read_entries` reads a file in either the recording format or plain app-server stdout
 (one message per line, no timestamps), telling them apart from the first line.
 
@@ -34,10 +39,13 @@ from codex_presence.core.codex import Direction
 
 __all__ = [
     "CLAUDE_SOURCES",
+    "CONNECTION_EVENTS",
+    "ConnectionEvent",
     "Entry",
     "RecordingFormat",
     "Source",
     "detect_format",
+    "encode_connection",
     "encode_end",
     "encode_entry",
     "encode_gap",
@@ -46,6 +54,9 @@ __all__ = [
 ]
 
 RecordingFormat = Literal["recording", "server-stdout"]
+ConnectionEvent = Literal["open", "hangup", "lost"]
+"""What a connection line says happened to a client connection."""
+CONNECTION_EVENTS: tuple[ConnectionEvent, ...] = ("open", "hangup", "lost")
 
 Source = Direction | ClaudeSource
 """A recording line's ``from``: a codex session's direction, or a Claude Code source."""
@@ -72,18 +83,23 @@ class Entry:
     """The end line: no message, only the time the session ended."""
     gap: int = 0
     """A gap line: bytes the recorder left out here (no message)."""
+    connection: tuple[int, ConnectionEvent] | None = None
+    """A connection line: the client connection's number and what happened to it."""
 
 
 def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
-    """One recording line for ``line`` (its trailing newline, if any, is dropped)."""
+    """One recording line for ``line`` (its trailing newline, if any, is dropped). A message
+    with a newline inside (a websocket message may hold one) is kept as ``raw``: embedded,
+    it would split the recording's line."""
     body = line[:-1] if line.endswith(b"\n") else line
     head = b'{"t":%.6f,"from":"%s",' % (t, direction.encode())
-    try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
-        pass
-    else:
-        return head + b'"msg":' + body + b"}\n"
+    if b"\n" not in body:
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return head + b'"msg":' + body + b"}\n"
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -97,6 +113,11 @@ def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
 def encode_end(t: float) -> bytes:
     """The end line: the session ended ``t`` seconds in."""
     return b'{"t":%.6f,"end":"eof"}\n' % t
+
+
+def encode_connection(t: float, connection: int, event: ConnectionEvent) -> bytes:
+    """A connection line: client connection ``connection`` was opened, hung up or lost."""
+    return b'{"t":%.6f,"conn":%d,"event":"%s"}\n' % (t, connection, event.encode())
 
 
 def encode_gap(t: float, direction: Source, size: int) -> bytes:
@@ -114,6 +135,15 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     if value.get("from") not in ("client", "server", *CLAUDE_SOURCES):
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
+        conn, event = value.get("conn"), value.get("event")
+        if (
+            isinstance(conn, int)
+            and not isinstance(conn, bool)
+            and conn > 0
+            and event in CONNECTION_EVENTS
+            and len(value) == 3
+        ):
+            return Entry(number, float(t), "client", None, connection=(conn, event))
         return None
     gap = value.get("gap")
     if isinstance(gap, int) and not isinstance(gap, bool) and gap > 0 and len(value) == 3:
