@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from codex_presence.broker.team_file import render_team
 
 HOST = "127.0.0.1"
 BROKER_PID = [0]
+CPUS = sorted(os.sched_getaffinity(0))
+"""The CPUs this benchmark may use: the broker gets the first, the load the others."""
 DEPTH = 8
 
 
@@ -218,6 +221,57 @@ async def _bench(port: int, tokens: dict[str, str], seconds: float, concurrency:
     await asyncio.gather(*subs, return_exceptions=True)
 
 
+def broker_command(team_path: Path, *extra: str) -> list[str]:
+    """``codex-presence broker`` on a free loopback port, for ``team_path``."""
+    return [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_path),
+            "--port", "0", "--host", HOST, *extra]  # fmt: skip
+
+
+def start_broker(
+    command: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """Start a broker pinned to the first CPU (this process to the others, when there are
+    more); return it and its port, once it says where it listens."""
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    cpus = CPUS
+    if len(cpus) > 1:
+        os.sched_setaffinity(proc.pid, {cpus[0]})
+        os.sched_setaffinity(0, set(cpus[1:]))
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if "listening on" not in line:
+        stop_broker(proc)
+        sys.exit(f"broker did not start: {line}{proc.stderr.read()}")
+    port = int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # never let it block
+    return proc, port
+
+
+def stop_broker(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def describe_machine() -> None:
+    where = f"broker pinned to CPU {CPUS[0]}" if len(CPUS) > 1 else "one CPU shared"
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {len(CPUS)} CPUs, {where}, load average {load} (other work skews figures)")
+
+
+def bench_team(directory: Path, members: int) -> tuple[Path, dict[str, str]]:
+    """A team file of ``members`` members in ``directory``, and their tokens by name."""
+    tokens = {f"m{i:04d}": f"cp_bench-token-{i:04d}" for i in range(members)}
+    team_path = directory / "team.toml"
+    team_path.write_text(
+        render_team("bench", [(n, Role("engineer", ()), t) for n, t in tokens.items()])
+    )
+    return team_path, tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--members", type=int, default=1000)
@@ -226,50 +280,16 @@ def main() -> None:
     args = parser.parse_args()
     _raise_fd_limit(2 * args.members + 256)
 
-    cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
-        tokens = {f"m{i:04d}": f"cp_bench-token-{i:04d}" for i in range(args.members)}
-        members = [(n, Role("engineer", ()), t) for n, t in tokens.items()]
-        team_path = Path(tmp) / "team.toml"
-        team_path.write_text(render_team("bench", members))
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "codex_presence",
-                "broker",
-                "--team",
-                str(team_path),
-                "--port",
-                "0",
-                "--host",
-                HOST,
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        team_path, tokens = bench_team(Path(tmp), args.members)
+        proc, port = start_broker(broker_command(team_path))
         BROKER_PID[0] = proc.pid
         try:
-            if len(cpus) > 1:
-                os.sched_setaffinity(proc.pid, {cpus[0]})
-                os.sched_setaffinity(0, set(cpus[1:]))
-            assert proc.stderr is not None
-            line = proc.stderr.readline()
-            if "listening on" not in line:
-                sys.exit(f"broker did not start: {line}{proc.stderr.read()}")
-            port = int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
-            where = f"broker pinned to CPU {cpus[0]}" if len(cpus) > 1 else "one CPU shared"
-            print(f"broker bench: {args.members} members, {args.members} SSE subscribers, {where}")
-            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-            print(f"machine: {len(cpus)} CPUs, load average {load} (other work skews the figures)")
+            print(f"broker bench: {args.members} members, {args.members} SSE subscribers")
+            describe_machine()
             asyncio.run(_bench(port, tokens, args.seconds, args.concurrency))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_broker(proc)
 
 
 if __name__ == "__main__":

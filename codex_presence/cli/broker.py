@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 
 HELP = "run the reference presence broker"
 
@@ -17,6 +18,9 @@ proxy in front of it.
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE
+    from codex_presence.broker.limits import BrokerLimits
+
+    max_connections = BrokerLimits().max_connections
 
     parser.epilog = _EPILOG
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -38,6 +42,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=KEEPALIVE,
         metavar="SECONDS",
         help=f"SSE keep-alive comment interval (default: {KEEPALIVE:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=max_connections,
+        metavar="N",
+        help="open connections, SSE streams included; past it a new connection is answered "
+        f"503 and closed (default: {max_connections})",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -64,14 +76,38 @@ def exposure_warning(host: str) -> str | None:
     )
 
 
+_SPARE_FILES = 64
+"""Open files the broker needs besides its connections: the listening socket, logs, …"""
+
+
+def _allow_open_files(connections: int, logger: logging.Logger) -> None:
+    """Raise the soft open-file limit to fit ``connections`` (as far as the hard limit
+    lets), so that the cap, not the system's accept() failing, is what refuses them."""
+    import resource
+
+    need = connections + _SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        if raised < need:
+            logger.warning(
+                "the open-file limit (%d) is below --max-connections + %d: connections "
+                "past about %d fail to be accepted (raise `ulimit -n`)",
+                hard,
+                _SPARE_FILES,
+                hard - _SPARE_FILES,
+            )
+
+
 def run(args: argparse.Namespace) -> int:
-    import logging
     import socket
     import sys
 
     import uvicorn
 
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError
@@ -87,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--keepalive must be positive")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
+    if args.max_connections < 1:
+        raise UsageError("--max-connections must be at least 1")
+    limits = BrokerLimits(max_connections=args.max_connections)
+    _allow_open_files(args.max_connections, logger)
     try:
         if args.team:
             team = load_team(args.team)
@@ -107,14 +147,14 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         logger.warning("%s", warning)
 
-    web = WebRoster(team=team)  # the page at / and its session cookie
+    web = WebRoster(team=team, limits=limits)  # the page at / and its session cookie
     broker = Broker(
         team=team,
         activity_ttl=args.activity_ttl,
         keepalive=args.keepalive,
         authenticators=[web.authenticate],
     )
-    app = create_app(broker, routes=web.routes(broker))
+    app = create_app(broker, limits=limits, routes=web.routes(broker))
 
     try:
         sock = listen_socket(args.host, args.port)
@@ -140,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     try:
-        BrokerServer(config, broker=broker, on_started=announce).run(sockets=[sock])
+        BrokerServer(config, broker=broker, limits=limits, on_started=announce).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
