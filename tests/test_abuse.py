@@ -11,6 +11,7 @@ member's requests keep succeeding.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -24,10 +25,12 @@ import httpx
 import pytest
 
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.logs import RepeatLimit
 from codex_presence.broker.team import hash_token
 from codex_presence.broker.team_file import render_team
 from tests.support.broker_harness import (
     BrokerProcess,
+    FakeClock,
     broker_process,
     make_team,
     running_broker,
@@ -269,6 +272,62 @@ def _served_now(broker: Target) -> bool:
     except (httpx.HTTPError, AssertionError):
         return False
     return True
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["default", "quiet"])
+def test_malformed_requests_do_not_flood_the_log(tmp_path: Path, quiet: bool) -> None:
+    """200 malformed requests, each answered 400. By default the log says so 5 times, the
+    5th saying that the rest are counted; with ``-q`` not at all: a client's bad request is
+    not a warning about the broker. (Before, each one was a line, ``-q`` or not.)"""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in NAMES]))
+    with broker_process("--team", str(team), *(["-q"] if quiet else [])) as noisy:
+        for _ in range(200):
+            with connect(noisy) as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                assert read_status(sock) == 400
+        served(noisy)
+        noisy.proc.terminate()
+        said = noisy.stderr.rest().splitlines()
+    about_them = [line for line in said if "Invalid HTTP request" in line]
+    if quiet:
+        assert about_them == []
+    else:
+        assert len(about_them) == 5, said
+        assert "more like this in the next 60 s are counted, not logged" in about_them[-1]
+
+
+def test_repeated_log_lines_are_counted_and_the_count_is_logged() -> None:
+    clock = FakeClock()
+    limit = RepeatLimit(burst=2, window=60, clock=clock)
+    logger = logging.getLogger("tests.repeat_limit")
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect()
+    handler.addFilter(limit)
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        for k in range(10):
+            logger.warning("bad request from %s", k)
+        logger.warning("something else")
+        logger.debug("bad request from %s", "debug")  # what -v asks for always passes
+        clock.advance(61)
+        logger.warning("bad request from %s", "later")
+    finally:
+        logger.removeHandler(handler)
+    assert lines == [
+        "bad request from 0",
+        "bad request from 1 (more like this in the next 60 s are counted, not logged)",
+        "something else",
+        "bad request from debug",
+        "bad request from later (8 more like this in the last 60 s not logged)",
+    ]
 
 
 # -- speaking or listening as someone else ----------------------------------------------------

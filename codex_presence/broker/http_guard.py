@@ -149,7 +149,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _hold(self, rest: bytes) -> None:
         if len(rest) > self.max_head:
             # A pipeline this deep is no client's honest use: stop it here.
-            logger.warning("closing a connection that pipelined over %d bytes", self.max_head)
+            logger.info("closing a connection that pipelined over %d bytes", self.max_head)
             self.transport.close()
             return
         self._held = rest

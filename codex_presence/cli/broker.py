@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
+    from codex_presence.broker.logs import route_server_logs
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError
@@ -116,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence.cli.main import UsageError, setup_logging
 
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    ours = logging.getLogger("codex_presence")
+    route_server_logs(ours.handlers[0], level=ours.level)  # uvicorn's too, no flood
     logger = logging.getLogger("codex_presence.broker")
     if not args.activity_ttl > 0:
         raise UsageError("--activity-ttl must be positive")
