@@ -10,7 +10,10 @@ One place for what a runner, the broker, its clients and the web page must agree
   stream keep-alive, and how long a silent stream may stay silent;
 * the token: where it comes from in the environment, and which characters it may hold;
 * the privilege bucket (admin, operator or none) and the permissions that make it;
-* the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None).
+* the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None);
+* text that is safe to show: which characters a terminal or a log would act on instead of
+  showing (:func:`control_character`), and the same text with them escaped
+  (:func:`printable`).
 
 No I/O here, and no import from the rest of the package: every subpackage may use it.
 """
@@ -18,6 +21,7 @@ No I/O here, and no import from the rest of the package: every subpackage may us
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, Protocol, TypedDict
@@ -45,9 +49,11 @@ __all__ = [
     "Presence",
     "RoleJson",
     "Whoami",
+    "control_character",
     "is_token_text",
     "parse_whoami",
     "presence",
+    "printable",
     "privilege",
 ]
 
@@ -190,3 +196,31 @@ def parse_whoami(body: bytes) -> Whoami | None:
     if not isinstance(team, str) or not isinstance(name, str) or not name:
         return None
     return Whoami(team=team, name=name)
+
+
+# -- text that is safe to show ---------------------------------------------------------------
+
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+"""C0 and C1 controls and DEL (escape sequences: screen clearing, OSC 52 clipboard writes;
+line breaks that forge lines), Unicode's line and paragraph separators, and the
+bidirectional marks and overrides that make text read other than it is."""
+
+
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` that a terminal, a log or a line-based reader would
+    act on instead of showing, or None."""
+    found = _CONTROL.search(text)
+    return None if found is None else found.group()
+
+
+def printable(text: str) -> str:
+    """``text`` with each such character written as ``\\xNN`` or ``\\uNNNN``: it shows as
+    what it is, and does nothing."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

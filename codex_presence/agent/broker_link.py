@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import anyio
 import httpx
 
+from codex_presence._wire import printable
 from codex_presence.agent.reporter import ActivityReporter
 from codex_presence.agent.subscription import ConnectionPresence
 from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
@@ -115,7 +116,7 @@ class BrokerLink:
             except BrokerError as exc:
                 logger.debug("whoami: %s", exc)
             else:
-                logger.info("the token is %s's", me.name)
+                logger.info("the token is %s's", printable(me.name))
                 return me.name
             await anyio.sleep(backoff.next_delay())
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import anyio
 import httpx
 
+from codex_presence._wire import printable
 from codex_presence.core.activity import ActivityState
 from codex_presence.core.report_policy import Outcome, Post, ReportPolicy
 
@@ -111,7 +112,7 @@ class ActivityReporter:
             logger.warning(
                 "the broker rejected an activity report (HTTP %d): %s",
                 response.status_code,
-                response.text[:200],
+                printable(response.text[:200]),
             )
         else:
             self._note_failure(f"HTTP {response.status_code}")

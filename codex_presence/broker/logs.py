@@ -8,6 +8,8 @@ broker's own handler, at the broker's level, with two changes:
 * what a client's bad request makes uvicorn say (a malformed request, an upgrade it
   cannot do) is demoted to INFO: the client got its 400, and ``-q`` ("warnings and errors
   only") means warnings about the broker, not about its clients;
+* every message is escaped (:func:`~codex_presence._wire.printable`): whatever a client
+  or the team file put in it, no escape sequence or line break reaches the terminal;
 * :class:`RepeatLimit` lets each message through ``burst`` times per ``window`` seconds,
   then counts it: the last one let through says so, and the first one after the window
   says how many were not logged. It applies from INFO up, to uvicorn's records and the
@@ -20,6 +22,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from codex_presence._wire import printable
 
 __all__ = ["RepeatLimit", "route_server_logs"]
 
@@ -85,11 +89,20 @@ def _demote_client_noise(record: logging.LogRecord) -> bool:
     return True
 
 
+def _escape(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    escaped = printable(message)
+    if escaped != message:
+        record.msg, record.args = escaped, None
+    return True
+
+
 def route_server_logs(handler: logging.Handler, *, level: int) -> None:
     """Send uvicorn's records to ``handler`` (the broker's), which lets through ``level``
-    and up, repeats limited; a client's bad request is INFO."""
+    and up, escaped, repeats limited; a client's bad request is INFO."""
     handler.setLevel(level)
     handler.addFilter(RepeatLimit())
+    handler.addFilter(_escape)
     server = logging.getLogger("uvicorn")
     server.handlers[:] = [handler]
     server.propagate = False

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from codex_presence._wire import printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     def announce() -> None:
         sys.stderr.write(
             f"codex-presence broker: listening on {url} "
-            f"(team {team.name}, {len(team.members)} members)\n"
+            f"(team {printable(team.name)}, {len(team.members)} members)\n"
         )
         sys.stderr.flush()
 
