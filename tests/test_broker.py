@@ -294,6 +294,29 @@ def test_malformed_bodies_get_400_with_a_reason(
     assert "activity" not in roster(client)["builder"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"state":"idle","state":"blocked"}',
+        b'{"state": "blocked", "state": "idle"}',
+        b'{"state":{"x":1},"state":"working"}',
+        b'{"st\\u0061te":"idle","state":"blocked"}',
+        b'{"state":"idle", "state":"idle"}',
+    ],
+)
+def test_a_repeated_key_is_400(client: httpx.Client, body: bytes) -> None:
+    """A body must say one thing: with a key twice, a reader that keeps the first and one
+    that keeps the last would disagree (the broker's JSON parser keeps the last)."""
+    response = client.post(
+        "/presence/activity",
+        content=body,
+        headers={**_auth("builder"), "content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "key 'state' is repeated: each key may appear once"}
+    assert "activity" not in roster(client)["builder"]
+
+
 def test_missing_content_type_is_taken_as_json(client: httpx.Client) -> None:
     response = client.post(
         "/presence/activity", content=b'{"state":"working"}', headers=_auth("scout")
