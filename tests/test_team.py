@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import stat
 import tomllib
@@ -259,6 +260,48 @@ def test_dev_team_is_made_once_and_reused(tmp_path: Path) -> None:
     third = dev_team(tmp_path / "state")
     assert third.created
     assert third.token_path.read_text().strip() != token
+
+
+def test_a_state_directory_others_can_write_to_is_made_private_and_not_trusted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone who could write to the directory could have planted a team and a token of
+    their own: its mode is fixed, with a warning, and a new development team is made."""
+    state = tmp_path / "state"
+    planted = dev_team(state, member="me").token_path.read_text()
+    state.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="codex_presence"):
+        made = dev_team(state)
+    assert made.created
+    assert made.token_path.read_text() != planted
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert "was writable by others (mode 0777): made it 0700" in caplog.text
+    assert not dev_team(state).created  # private now: reused
+
+
+def test_a_state_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.getuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)  # nobody's
+    else:
+        theirs = Path("/")  # root's
+    with pytest.raises(TeamError, match="belongs to another user"):
+        dev_team(theirs)
+
+
+def test_a_planted_link_in_the_state_directory_is_not_followed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = dev_team(state, member="me")
+    elsewhere = tmp_path / "elsewhere-token"
+    token = first.token_path.read_text()
+    elsewhere.write_text(token)
+    first.token_path.unlink()
+    first.token_path.symlink_to(elsewhere)
+    again = dev_team(state)
+    assert again.created  # not reused through the link...
+    assert not again.token_path.is_symlink()
+    assert elsewhere.read_text() == token  # ...nor written through it
 
 
 # -- the command ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import getpass
 import logging
 import os
 import re
+import stat
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "load_team",
     "parse_member_spec",
     "parse_team",
+    "private_directory",
     "refuse_control_characters",
     "render_team",
     "state_dir",
@@ -272,12 +274,17 @@ class DevTeam:
 
 
 def dev_team(directory: Path | None = None, *, member: str | None = None) -> DevTeam:
-    """Reuse or make the development team: one member (the user), token in a 0600 file."""
+    """Reuse or make the development team: one member (the user), token in a 0600 file,
+    in a directory only the user can write to (see :func:`private_directory`)."""
     directory = state_dir() if directory is None else directory
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise TeamError(f"cannot make the state directory {directory}: {exc}") from None
+    trusted = private_directory(directory)
     team_path = directory / "dev-team.toml"
     token_path = directory / "dev-token"
-    if team_path.exists() and token_path.exists():
+    if trusted and _ours(team_path) and _ours(token_path):
         token = token_path.read_text(encoding="utf-8").strip()
         team = load_team(team_path)
         found = team.authenticate(token)
@@ -293,6 +300,40 @@ def dev_team(directory: Path | None = None, *, member: str | None = None) -> Dev
     )
     write_team(team_path, text, force=True)
     return DevTeam(team_path, token_path, name, created=True)
+
+
+def private_directory(directory: Path) -> bool:
+    """Make sure only we can write to ``directory``: refuse (:class:`TeamError`) one that
+    another user owns; take write access away from group and others, with a warning, where
+    they had it. Returns False then: whatever is in it may have been put there by someone
+    else, and must not be trusted."""
+    info = directory.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise TeamError(f"{directory} is not a directory")
+    if info.st_uid != os.getuid():
+        raise TeamError(
+            f"{directory} belongs to another user (uid {info.st_uid}): a team and a token "
+            "kept there would be theirs to change; remove it, or set XDG_STATE_HOME"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if not mode & 0o022:
+        return True
+    directory.chmod(0o700)
+    logger.warning(
+        "%s was writable by others (mode %04o): made it 0700, and will not trust what is in it",
+        directory,
+        mode,
+    )
+    return False
+
+
+def _ours(path: Path) -> bool:
+    """A regular file of ours (not a link, not someone else's)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
 
 
 def _user_name() -> str:
