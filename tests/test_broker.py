@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
 
+from codex_presence._wire import Whoami, parse_whoami
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.team import Member
 from tests.support.broker_harness import (
@@ -79,11 +80,15 @@ def test_healthz_needs_no_token(client: httpx.Client) -> None:
 
 
 def test_whoami(client: httpx.Client) -> None:
-    assert client.get("/whoami", headers=_auth("scout")).json() == {
+    """Who the token is, and the broker's TTL: runners heartbeat at a third of it."""
+    response = client.get("/whoami", headers=_auth("scout"))
+    assert response.json() == {
         "team": "acme",
         "name": "scout",
         "role": {"title": "scout", "permissions": ["objectives.create"]},
+        "activityTtlMs": 30_000,
     }
+    assert parse_whoami(response.content) == Whoami("acme", "scout", activity_ttl=30.0)
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,10 @@ Endpoints
     milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
     subscribe and every activity report.
 ``GET /whoami``
-    Bearer auth. ``{"team": name, "name": member, "role": Role | null}`` — what a client
-    needs to print ``team <name> roster:`` and the ``(you)`` marker.
+    Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
+    int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
+    and how long (milliseconds) a working/blocked report holds here without a heartbeat:
+    a runner heartbeats at a third of it.
 ``GET /healthz``
     No auth. ``{"status": "ok"}``.
 
@@ -276,7 +278,9 @@ class _Endpoints:
         if member is None:
             return _unauthorized(broker.unauthorized_reason)
         role = member.role.to_json() if member.role else None
-        return json_response(200, {"team": broker.team.name, "name": member.name, "role": role})
+        ttl_ms = round(broker.activity_ttl * 1000)
+        answer = {"team": broker.team.name, "name": member.name, "role": role}
+        return json_response(200, {**answer, "activityTtlMs": ttl_ms})
 
     async def healthz(self, request: Request) -> Response:
         return json_response(200, {"status": "ok"})

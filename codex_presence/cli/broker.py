@@ -17,7 +17,7 @@ proxy in front of it.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE
+    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE, MIN_TTL
     from codex_presence.broker.limits import BrokerLimits
 
     max_connections = BrokerLimits().max_connections
@@ -33,8 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_TTL,
         metavar="SECONDS",
-        help="how long a working/blocked report holds without a heartbeat "
-        f"(default: {DEFAULT_TTL:g})",
+        help="how long a working/blocked report holds without a heartbeat; runners learn it "
+        f"from GET /whoami and heartbeat at a third of it (default: {DEFAULT_TTL:g}, "
+        f"at least {MIN_TTL:g})",
     )
     parser.add_argument(
         "--keepalive",
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from codex_presence._wire import printable
+    from codex_presence._wire import MIN_TTL, printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
@@ -121,8 +122,11 @@ def run(args: argparse.Namespace) -> int:
     ours = logging.getLogger("codex_presence")
     route_server_logs(ours.handlers[0], level=ours.level)  # uvicorn's too, no flood
     logger = logging.getLogger("codex_presence.broker")
-    if not args.activity_ttl > 0:
-        raise UsageError("--activity-ttl must be positive")
+    if not args.activity_ttl >= MIN_TTL:
+        raise UsageError(
+            f"--activity-ttl must be at least {MIN_TTL:g} s (got {args.activity_ttl:g}): "
+            "runners heartbeat at a third of it"
+        )
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
     if not 0 <= args.port <= 65535:
