@@ -19,6 +19,7 @@ broker's own handler, at the broker's level, with two changes:
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,6 +98,18 @@ def _escape(record: logging.LogRecord) -> bool:
     return True
 
 
+_KEY_IN_QUERY = re.compile(r"([?&]key=)[^&\s]*")
+
+
+def _redact_keys(record: logging.LogRecord) -> bool:
+    """``-vv``'s access log shows each request's query: not a web session's key."""
+    if isinstance(record.args, tuple) and len(record.args) > 2:
+        args = list(record.args)
+        args[2] = _KEY_IN_QUERY.sub(r"\1…", str(args[2]))
+        record.args = tuple(args)
+    return True
+
+
 def route_server_logs(handler: logging.Handler, *, level: int) -> None:
     """Send uvicorn's records to ``handler`` (the broker's), which lets through ``level``
     and up, escaped, repeats limited; a client's bad request is INFO."""
@@ -107,3 +120,4 @@ def route_server_logs(handler: logging.Handler, *, level: int) -> None:
     server.handlers[:] = [handler]
     server.propagate = False
     logging.getLogger("uvicorn.error").addFilter(_demote_client_noise)
+    logging.getLogger("uvicorn.access").addFilter(_redact_keys)

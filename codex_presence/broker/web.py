@@ -4,32 +4,40 @@
 (:func:`~.app.create_app`'s ``routes=``) and an :data:`~.state.Authenticator` (the
 :class:`~.state.Broker`'s ``authenticators=``) that recognises its session cookie, so that
 ``/whoami``, ``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a
-bearer token (reporting activity is a runner's act and takes the bearer token alone). The
-cookie counts only on requests from the page's own origin (``Origin``, ``Sec-Fetch-Site``):
-SameSite=Strict still lets a page on another port of the same host make the browser send
-it.
+bearer token (reporting activity is a runner's act and takes the bearer token alone).
+
+A session is two secrets: the cookie, and a key that the page keeps in its origin's
+``localStorage`` and sends with every request (the ``x-codex-presence-key`` header; for
+``/subscribe``, which ``EventSource`` opens without headers, ``?key=``). Cookies are not
+kept apart by port: a page on another port of this host is sent the cookie (and could keep
+it), and can plant one of its own — its author's session — so that the victim's page would
+show the attacker's roster as the victim's own. Storage is kept apart by origin, port
+included: that page can neither read the key nor set one, so neither a stolen nor a planted
+cookie is a session. The cookie also counts only on requests from the page's own origin
+(``Origin``, ``Sec-Fetch-Site``).
 
 Routes
 ------
 ``GET /``
     The live roster page (``static/roster.html``). Its script asks ``/whoami``; signed
-    out, it shows the sign-in form, signed in it opens ``EventSource('/subscribe?name=me')``
+    out, it shows the sign-in form, signed in it opens
+    ``EventSource('/subscribe?name=me&key=...')``
     and redraws rows from the ``roster``/``presence`` events (the privilege bucket it shows
     comes from the ``roster`` event: the page has no copy of the rule).
 ``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
     The page's own assets. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
 ``POST /session``
-    Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 204 with
-    a ``Set-Cookie`` on success; 401 for a wrong token. The cookie is HttpOnly (no script
-    can read it), SameSite=Strict (no other site can make the browser send it), Path=/,
-    and Secure when the request came over https. It holds a random session id that maps to
-    the member *here*, in memory: the token never reaches the cookie jar, and a broker
-    restart signs everyone out.
+    Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 200
+    ``{"name": member, "key": session key}`` with a ``Set-Cookie`` on success; 401 for a
+    wrong token. The cookie is HttpOnly (no script can read it), SameSite=Strict (no other
+    site can make the browser send it), Path=/, and Secure when the request came over
+    https. Cookie and key are random and map to the member *here*, in memory: the token
+    never reaches the browser's storage, and a broker restart signs everyone out.
 ``POST /session/logout``
-    Forget the session, expire the cookie and end the streams it opened. 204. (A session
-    that expires, or that a member's 33rd sign-in pushes out, ends its streams at their
-    next event or keep-alive.)
+    With the session's key: forget the session and end the streams it opened. Always:
+    expire the cookie. 204. (A session that expires, or that a member's 33rd sign-in
+    pushes out, ends its streams at their next event or keep-alive.)
 
 Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
 the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
@@ -38,6 +46,7 @@ a victim in as the attacker.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 import time
@@ -52,16 +61,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from codex_presence._wire import SUBSCRIBE_PATH
 from codex_presence.broker.http import BodyRefused, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
 
-__all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
+__all__ = ["COOKIE_NAME", "HIDE_DELAY", "KEY_HEADER", "SESSION_TTL", "WebRoster", "WebSession"]
 
 logger = logging.getLogger("codex_presence.web")
 
 COOKIE_NAME = "codex_presence_session"
+KEY_HEADER = "x-codex-presence-key"
+"""The header that carries the session's key (``?key=`` on ``/subscribe``)."""
 HIDE_DELAY = 5.0
 """Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
 SESSION_TTL = 12 * 3600.0
@@ -90,6 +102,15 @@ def _asset(name: str) -> bytes:
     return resources.files("codex_presence.broker").joinpath("static", name).read_bytes()
 
 
+def _key_of(request: Request) -> str | None:
+    """The session key a request carries: in its header, or on ``/subscribe`` (which
+    ``EventSource`` opens without headers) in ``?key=``."""
+    key = request.headers.get(KEY_HEADER)
+    if key is None and request.url.path == SUBSCRIBE_PATH:
+        key = request.query_params.get("key")
+    return key
+
+
 def _json(status: int, data: object, headers: dict[str, str] | None = None) -> Response:
     headers = {**_SECURITY_HEADERS, **(headers or {})}
     return Response(orjson.dumps(data), status, headers, "application/json")
@@ -99,6 +120,15 @@ def _json(status: int, data: object, headers: dict[str, str] | None = None) -> R
 class _Session:
     member: str
     expires: float
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    """A new browser session: the cookie's value, and the key the page keeps."""
+
+    cookie: str
+    key: str
 
 
 class WebRoster:
@@ -138,8 +168,8 @@ class WebRoster:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def sign_in(self, token: str) -> str | None:
-        """A new session id for the member whose token this is, or None."""
+    def sign_in(self, token: str) -> WebSession | None:
+        """A new session for the member whose token this is, or None."""
         member = self.team.authenticate(token)
         if member is None:
             return None
@@ -147,20 +177,28 @@ class WebRoster:
         mine = [sid for sid, s in self._sessions.items() if s.member == member.name]
         for session_id in mine[: max(0, len(mine) - self.max_sessions + 1)]:
             del self._sessions[session_id]  # the member's oldest: nobody else's
-        session_id = secrets.token_urlsafe(32)
-        self._sessions[session_id] = _Session(member.name, self._clock() + self.session_ttl)
-        return session_id
+        new = WebSession(cookie=secrets.token_urlsafe(32), key=secrets.token_urlsafe(32))
+        expires = self._clock() + self.session_ttl
+        self._sessions[new.cookie] = _Session(member.name, expires, new.key)
+        return new
 
-    def sign_out(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+    def sign_out(self, cookie: str, key: str) -> bool:
+        """End the session of ``cookie`` if ``key`` is its key; whether it did."""
+        if self.member_of(cookie, key) is None:
+            return False
+        del self._sessions[cookie]
+        return True
 
-    def member_of(self, session_id: str) -> Member | None:
-        """The member a session id belongs to, or None (unknown or expired)."""
-        session = self._sessions.get(session_id)
+    def member_of(self, cookie: str, key: str) -> Member | None:
+        """The member of the session whose cookie and key these are, or None (unknown,
+        expired, or the key of another session)."""
+        session = self._sessions.get(cookie)
         if session is None:
             return None
         if session.expires <= self._clock():
-            del self._sessions[session_id]
+            del self._sessions[cookie]
+            return None
+        if not hmac.compare_digest(session.key.encode(), key.encode()):
             return None
         return self.team.member(session.member)
 
@@ -170,12 +208,13 @@ class WebRoster:
             del self._sessions[session_id]
 
     def authenticate(self, request: Request) -> Member | None:
-        """The broker :data:`~.state.Authenticator` for the session cookie, on requests
-        from the page's own origin only."""
-        session_id = request.cookies.get(COOKIE_NAME)
-        if not session_id or not self._same_origin(request):
+        """The broker :data:`~.state.Authenticator` for the session: its cookie and its
+        key, on requests from the page's own origin only."""
+        cookie = request.cookies.get(COOKIE_NAME)
+        key = _key_of(request)
+        if not cookie or not key or not self._same_origin(request):
             return None
-        return self.member_of(session_id)
+        return self.member_of(cookie, key)
 
     # -- HTTP --------------------------------------------------------------------------
 
@@ -242,16 +281,16 @@ class WebRoster:
         except (UnicodeDecodeError, ValueError):
             return _json(400, {"error": "the form is not valid"})
         token = (form.get("token") or [""])[0].strip()
-        session_id = self.sign_in(token) if token else None
-        if session_id is None:
+        session = self.sign_in(token) if token else None
+        if session is None:
             logger.info("web sign-in refused from %s", request.client)
             return _json(401, {"error": "that token is not a member's token"})
-        name = self._sessions[session_id].member
+        name = self._sessions[session.cookie].member
         logger.info("web sign-in: %s", name)
-        response = Response(status_code=204, headers=_SECURITY_HEADERS)
+        response = _json(200, {"name": name, "key": session.key})
         response.set_cookie(
             COOKIE_NAME,
-            session_id,
+            session.cookie,
             max_age=round(self.session_ttl),
             path="/",
             secure=self._secure(request),
@@ -263,9 +302,9 @@ class WebRoster:
     async def _sign_out_route(self, request: Request, broker: Broker) -> Response:
         if self._cross_site(request):
             return _json(403, {"error": "cross-site sign-out refused"})
-        session_id = request.cookies.get(COOKIE_NAME)
-        if session_id:
-            self.sign_out(session_id)
+        cookie = request.cookies.get(COOKIE_NAME)
+        key = _key_of(request)
+        if cookie and key and self.sign_out(cookie, key):
             broker.recheck_streams()  # the session's streams end now
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.delete_cookie(
