@@ -10,7 +10,8 @@ member on its own keep-alive connection:
   ``--seconds`` and never reads a byte (from a separate process). The broker's RSS is
   sampled from /proc throughout: goal, flat within 50 MB;
 * ``idle``: ``--idle`` connections (10,000 by default) opened as fast as possible and held
-  for ``--seconds`` without sending a byte, against the broker's default connection cap.
+  for ``--idle-seconds`` (12: past the 10 s head deadline, so the broker's mass close is
+  inside the window) without sending a byte, against the broker's default connection cap.
   Says how many the broker refused (503 and close) and how many it closed meanwhile.
 
 ``--before DIR`` runs the same attacks on the broker of another source tree too (in the
@@ -172,7 +173,7 @@ async def attack(pid: int, port: int, token: str, args: argparse.Namespace) -> N
     print(f"  baseline GET /roster:   {percentiles(await roster_latency(port, token, 3.0))}")
     await pipelining(pid, port, token, args.seconds)
     await asyncio.sleep(1.0)
-    await idle_connections(pid, port, token, args.idle, args.seconds)
+    await idle_connections(pid, port, token, args.idle, args.idle_seconds)
 
 
 def main() -> None:
@@ -180,6 +181,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle", type=int, default=10_000)
+    parser.add_argument("--idle-seconds", type=float, default=12.0)
     parser.add_argument("--before", metavar="DIR", help="also attack the broker of this tree")
     args = parser.parse_args()
     _raise_fd_limit(args.idle + 256)

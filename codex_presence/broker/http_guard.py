@@ -49,7 +49,7 @@ logger = logging.getLogger("codex_presence.broker")
 
 _DEFAULTS = BrokerLimits()
 
-SLICE = 1024
+SLICE = 512
 """Bytes handed to the HTTP parser at a time: what bounds the heads parsed ahead of the
 request in progress (a minimal head is ~20 bytes, so a few dozen at most)."""
 
