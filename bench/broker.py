@@ -7,11 +7,19 @@ members and 1,000 open SSE subscribers (one per member), then drives it from thi
 * baseline: ``GET /healthz`` requests/s — the framework's floor, measured in the same run;
 * ``POST /presence/activity`` requests/s: heartbeats (same state again: no fan-out) and
   transitions (working <-> blocked: every one is a change the 1,000 streams must carry);
-* ``GET /roster`` latency p50/p99 (1,000 Presence objects per response).
+* ``GET /roster`` latency p50/p99 (1,000 Presence objects per response);
+* delivery latency p50/p99: a report POSTed → its ``presence`` event on a stream.
 
-Goals (issue 4): >= 2,000 POSTs/s on one core; roster p99 <= 10 ms.
+With ``--redis``, the same run then measures the broker with its state in a real
+``redis-server`` (``--redis``; Debian's, started here on loopback with persistence off, on
+the load generator's core), and a second broker sharing it: the same figures on the first
+broker, and the delivery latency from a report on the first to the event on the second.
 
-    .venv/bin/python bench/broker.py [--members 1000] [--seconds 5]
+Goals: in memory (issue 4) >= 2,000 POSTs/s on one core, roster p99 <= 10 ms; with Redis
+(issue 18) >= 1,500 POSTs/s on one core, roster p99 <= 15 ms, cross-broker delivery
+p99 <= 20 ms.
+
+    .venv/bin/python bench/broker.py [--members 1000] [--seconds 5] [--redis]
 """
 
 from __future__ import annotations
@@ -24,17 +32,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from codex_presence.broker.team import Role
 from codex_presence.broker.team_file import render_team
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+
 HOST = "127.0.0.1"
 BROKER_PID = [0]
-CPUS = sorted(os.sched_getaffinity(0))
-"""The CPUs this benchmark may use: the broker gets the first, the load the others."""
 DEPTH = 8
 
 
@@ -154,7 +161,10 @@ async def _load(
     return done / elapsed, bad, cpu / elapsed
 
 
-async def _bench(port: int, tokens: dict[str, str], seconds: float, concurrency: int) -> None:
+async def _bench(
+    port: int, tokens: dict[str, str], seconds: float, concurrency: int
+) -> dict[str, float]:
+    """The throughput and roster figures of the broker on ``port``, printed and returned."""
     names = list(tokens)
     got = [0, 0, len(names)]
     ready = asyncio.Event()
@@ -210,44 +220,92 @@ async def _bench(port: int, tokens: dict[str, str], seconds: float, concurrency:
         f"one-core capacity (rate / broker CPU share): heartbeats {rate / cpu_h:.0f}/s, "
         f"transitions {rate_t / cpu:.0f}/s"
     )
-    print(
-        f"goals: >= 2000 POSTs/s -> heartbeats {'met' if rate >= 2000 else 'NOT met'}, "
-        f"transitions {'met' if rate_t >= 2000 else 'NOT met'}; "
-        f"roster p99 <= 10 ms -> {'met' if p99 <= 10 else 'NOT met'}"
-    )
     probe.close()
     for task in subs:
         task.cancel()
     await asyncio.gather(*subs, return_exceptions=True)
+    return {"heartbeats": rate, "transitions": rate_t, "p50": p50, "p99": p99}
 
 
-def broker_command(team_path: Path, *extra: str) -> list[str]:
-    """``codex-presence broker`` on a free loopback port, for ``team_path``."""
-    return [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_path),
-            "--port", "0", "--host", HOST, *extra]  # fmt: skip
+async def _delivery(
+    post_port: int, stream_port: int, tokens: dict[str, str], samples: int
+) -> tuple[float, float]:
+    """Report -> event latency: a member flips state by a POST to ``post_port``; the time
+    until a stream on ``stream_port`` carries it. One flip at a time, spaced past the
+    fan-out's coalescing pause, so that each sample is one delivery."""
+    watcher, mover = list(tokens)[:2]
+    reader, writer = await asyncio.open_connection(HOST, stream_port)
+    writer.write(_get(f"/subscribe?name={watcher}", tokens[watcher]))
+    arrived: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+    needle = f'"name":"{mover}"'.encode()
+
+    async def read() -> None:
+        buffer = b""
+        while chunk := await reader.read(65536):
+            now = time.perf_counter()
+            buffer += chunk
+            *blocks, buffer = buffer.split(b"\n\n")
+            for block in blocks:
+                if b"event: presence" in block and needle in block:  # (chunk sizes too)
+                    state = "blocked" if b'"activity":"blocked"' in block else "other"
+                    arrived.put_nowait((state, now))
+
+    task = asyncio.create_task(read())
+    poster = await Conn.open(post_port)
+    await poster.request(_post(tokens[mover], "idle"))  # from a known state
+    await asyncio.sleep(0.5)
+    while not arrived.empty():
+        arrived.get_nowait()
+    lat = []
+    for i in range(samples + 1):
+        state = "working" if i % 2 == 0 else "blocked"
+        sent = time.perf_counter()
+        status, _ = await poster.request(_post(tokens[mover], state))
+        assert status == 204, status
+        while True:
+            got, at = await asyncio.wait_for(arrived.get(), 10)
+            if got == ("blocked" if state == "blocked" else "other"):
+                break
+        if i:  # the first one may meet a stream still settling
+            lat.append((at - sent) * 1000)
+        await asyncio.sleep(0.07)
+    poster.close()
+    task.cancel()
+    writer.close()
+    lat.sort()
+    return statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
 
 
-def start_broker(
-    command: list[str], env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], int]:
-    """Start a broker pinned to the first CPU (this process to the others, when there are
-    more); return it and its port, once it says where it listens."""
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    cpus = CPUS
-    if len(cpus) > 1:
-        os.sched_setaffinity(proc.pid, {cpus[0]})
-        os.sched_setaffinity(0, set(cpus[1:]))
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _start_broker(
+    team_path: Path, cpu: int | None, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_path),
+         "--port", "0", "--host", HOST, *extra],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )  # fmt: skip
+    if cpu is not None:
+        os.sched_setaffinity(proc.pid, {cpu})
+    return proc
+
+
+def _port_of(proc: subprocess.Popen[str]) -> int:
     assert proc.stderr is not None
-    line = proc.stderr.readline()
-    if "listening on" not in line:
-        stop_broker(proc)
-        sys.exit(f"broker did not start: {line}{proc.stderr.read()}")
-    port = int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # never let it block
-    return proc, port
+    said = ""
+    while "listening on" not in (line := proc.stderr.readline()):
+        said += line
+        if not line:
+            sys.exit(f"broker did not start: {said}")
+    return int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
 
 
-def stop_broker(proc: subprocess.Popen[str]) -> None:
+def _stop(proc: subprocess.Popen[str]) -> None:
     proc.terminate()
     try:
         proc.wait(10)
@@ -256,40 +314,92 @@ def stop_broker(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def describe_machine() -> None:
-    where = f"broker pinned to CPU {CPUS[0]}" if len(CPUS) > 1 else "one CPU shared"
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {len(CPUS)} CPUs, {where}, load average {load} (other work skews figures)")
-
-
-def bench_team(directory: Path, members: int) -> tuple[Path, dict[str, str]]:
-    """A team file of ``members`` members in ``directory``, and their tokens by name."""
-    tokens = {f"m{i:04d}": f"cp_bench-token-{i:04d}" for i in range(members)}
-    team_path = directory / "team.toml"
-    team_path.write_text(
-        render_team("bench", [(n, Role("engineer", ()), t) for n, t in tokens.items()])
-    )
-    return team_path, tokens
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--members", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=300, help="delivery latency samples")
+    parser.add_argument("--redis", action="store_true", help="also with the state in Redis")
     args = parser.parse_args()
     _raise_fd_limit(2 * args.members + 256)
 
+    cpus = sorted(os.sched_getaffinity(0))
+    broker_cpu = cpus[0] if len(cpus) > 1 else None
+    if broker_cpu is not None:
+        os.sched_setaffinity(0, set(cpus[1:]))
     with tempfile.TemporaryDirectory() as tmp:
-        team_path, tokens = bench_team(Path(tmp), args.members)
-        proc, port = start_broker(broker_command(team_path))
+        tokens = {f"m{i:04d}": f"cp_bench-token-{i:04d}" for i in range(args.members)}
+        members = [(n, Role("engineer", ()), t) for n, t in tokens.items()]
+        team_path = Path(tmp) / "team.toml"
+        team_path.write_text(render_team("bench", members))
+        where = f"broker pinned to CPU {broker_cpu}" if broker_cpu is not None else "one CPU"
+        print(f"broker bench: {args.members} members, {args.members} SSE subscribers, {where}")
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"machine: {len(cpus)} CPUs, load average {load} (other work skews the figures)")
+
+        print("\n== in memory (the default)")
+        proc = _start_broker(team_path, broker_cpu)
         BROKER_PID[0] = proc.pid
         try:
-            print(f"broker bench: {args.members} members, {args.members} SSE subscribers")
-            describe_machine()
-            asyncio.run(_bench(port, tokens, args.seconds, args.concurrency))
+            port = _port_of(proc)
+            memory = asyncio.run(_bench(port, tokens, args.seconds, args.concurrency))
+            d50, d99 = asyncio.run(_delivery(port, port, tokens, args.samples))
+            print(
+                f"delivery, report -> event on the same broker: p50 {d50:.2f} ms  p99 {d99:.2f} ms"
+            )
         finally:
-            stop_broker(proc)
+            _stop(proc)
+        print(
+            f"goals: >= 2000 POSTs/s -> heartbeats {_met(memory['heartbeats'] >= 2000)}, "
+            f"transitions {_met(memory['transitions'] >= 2000)}; "
+            f"roster p99 <= 10 ms -> {_met(memory['p99'] <= 10)}"
+        )
+        if args.redis:
+            _bench_redis(args, tokens, team_path, broker_cpu, memory)
+
+
+def _bench_redis(
+    args: argparse.Namespace,
+    tokens: dict[str, str],
+    team_path: Path,
+    broker_cpu: int | None,
+    memory: dict[str, float],
+) -> None:
+    import shutil
+
+    from tests.support.redis_server import RedisServer
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("--redis needs redis-server (apt-get install redis-server)")
+    print("\n== with Redis (--redis): broker A under load, broker B sharing its state")
+    with tempfile.TemporaryDirectory() as workdir:
+        server = RedisServer(binary, Path(workdir))
+        server.start()  # on the load generator's core(s)
+        a = _start_broker(team_path, broker_cpu, "--redis", server.url)
+        b = _start_broker(team_path, None, "--redis", server.url)
+        BROKER_PID[0] = a.pid
+        try:
+            port_a, port_b = _port_of(a), _port_of(b)
+            shared = asyncio.run(_bench(port_a, tokens, args.seconds, args.concurrency))
+            d50, d99 = asyncio.run(_delivery(port_a, port_b, tokens, args.samples))
+            print(f"delivery, report on A -> event on B:   p50 {d50:.2f} ms  p99 {d99:.2f} ms")
+        finally:
+            _stop(a)
+            _stop(b)
+            server.stop()
+    for key, what in (("heartbeats", "heartbeat"), ("transitions", "transition")):
+        print(
+            f"{what} POSTs/s with Redis: {shared[key]:.0f} "
+            f"({shared[key] / memory[key]:.2f} x in memory, {memory[key]:.0f})"
+        )
+    print(
+        f"goals: >= 1500 POSTs/s -> heartbeats {_met(shared['heartbeats'] >= 1500)}, "
+        f"transitions {_met(shared['transitions'] >= 1500)}; "
+        f"roster p99 <= 15 ms -> {_met(shared['p99'] <= 15)}; "
+        f"cross-broker delivery p99 <= 20 ms -> {_met(d99 <= 20)}"
+    )
 
 
 if __name__ == "__main__":

@@ -30,21 +30,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import suppress
 from pathlib import Path
 
-from broker import (
-    HOST,
-    Conn,
-    _get,
-    _raise_fd_limit,
-    bench_team,
-    broker_command,
-    describe_machine,
-    start_broker,
-    stop_broker,
-)
+from broker import HOST, Conn, _get, _port_of, _raise_fd_limit, _start_broker, _stop
+
+from codex_presence.broker.team import Role
+from codex_presence.broker.team_file import render_team
 
 PIPELINER = """
 import socket, sys, time
@@ -186,23 +180,37 @@ def main() -> None:
     args = parser.parse_args()
     _raise_fd_limit(args.idle + 256)
 
+    cpus = sorted(os.sched_getaffinity(0))
+    broker_cpu = cpus[0] if len(cpus) > 1 else None
+    if broker_cpu is not None:
+        os.sched_setaffinity(0, set(cpus[1:]))
+    where = f"broker pinned to CPU {broker_cpu}" if broker_cpu is not None else "one CPU"
     brokers = [("this checkout", None)]
     if args.before:
         brokers.insert(0, (f"before ({args.before})", str(Path(args.before).resolve())))
     with tempfile.TemporaryDirectory() as tmp:
-        team_path, tokens = bench_team(Path(tmp), args.members)
+        tokens = {f"m{i:04d}": f"cp_bench-token-{i:04d}" for i in range(args.members)}
+        team_path = Path(tmp) / "team.toml"
+        members = [(n, Role("engineer", ()), t) for n, t in tokens.items()]
+        team_path.write_text(render_team("bench", members))
         token = next(iter(tokens.values()))
         for label, source in brokers:
             env = dict(os.environ)
             if source is not None:
                 env["PYTHONPATH"] = source
-            proc, port = start_broker(broker_command(team_path), env)
+            proc = _start_broker(team_path, broker_cpu, env=env)
             try:
-                print(f"{label}: {args.members} members, RSS {rss_mb(proc.pid):.0f} MB at start")
-                describe_machine()
+                port = _port_of(proc)
+                assert proc.stderr is not None
+                threading.Thread(target=proc.stderr.read, daemon=True).start()  # never block
+                load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+                print(
+                    f"{label}: {args.members} members, RSS {rss_mb(proc.pid):.0f} MB at start; "
+                    f"{len(cpus)} CPUs, {where}, load average {load}"
+                )
                 asyncio.run(attack(proc.pid, port, token, args))
             finally:
-                stop_broker(proc)
+                _stop(proc)
 
 
 if __name__ == "__main__":

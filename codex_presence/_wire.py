@@ -44,6 +44,7 @@ __all__ = [
     "ROSTER_EVENT",
     "ROSTER_PATH",
     "SILENT_STREAM_TIMEOUT",
+    "STALE_EVENT",
     "SUBSCRIBE_PATH",
     "TOKEN_ENV",
     "WHOAMI_PATH",
@@ -81,6 +82,9 @@ ROSTER_EVENT = "roster"
 """SSE event: the whole roster, ``{"team", "you", "members": [Presence...], "privileges"}``."""
 PRESENCE_EVENT = "presence"
 """SSE event: one member's full, current Presence object."""
+STALE_EVENT = "stale"
+"""SSE event: ``{"stale": true, "reason"}`` — the broker lost its shared store; what the
+stream shows may be out of date until its next ``roster`` event."""
 
 # -- defaults --------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.claude_driver import require_claude
 from tests.support.codex_driver import codex_versions, fixtures_dir, require_codex
+from tests.support.redis_server import redis_server
 
 
 @pytest.fixture
@@ -36,6 +37,18 @@ def codex(codex_version: str) -> Path:
 def codex_fixtures(codex_version: str) -> Path:
     """The recordings and expectations of :func:`codex_version`."""
     return fixtures_dir(codex_version)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """Where a broker under test keeps its state, in turn: None (in memory, the default)
+    and the URL of a fresh redis-server of the test's own. A broker test that takes it runs
+    once per store: the rules are the same in both."""
+    if request.param == "memory":
+        yield None
+        return
+    with redis_server() as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")

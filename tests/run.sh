@@ -16,6 +16,8 @@
 #                                 the real claude, npm @anthropic-ai/claude-code@VERSION
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
 #   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI and claude tests
+#   /usr/bin/redis-server         Debian's redis-server, for the brokers that share state
+#                                 (each test starts its own, on loopback, persistence off)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,11 +73,13 @@ apt_install() {  # apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND 
     fi
 }
 
-step "chromium, tmux"
+step "chromium, tmux, redis-server"
 apt_install chromium chromium
 apt_install tmux tmux
+apt_install redis-server redis-server
 command -v chromium && chromium --version || true
 command -v tmux && tmux -V || true
+command -v redis-server && redis-server --version || true
 
 step "ruff"
 .venv/bin/ruff check .

@@ -4,6 +4,7 @@ configuration under attack is the shipped one), beyond what tests/test_broker.py
 someone else, malformed and nested bodies, 415, 413 by Content-Length and while reading a
 chunked body, 429 past the stream cap).
 
+The command runs with its state in memory, then in a real redis-server (``--redis``).
 Every abuse gets a precise 4xx or a bounded cost (in time: the request-head and body
 deadlines; in memory: the broker's RSS, read from /proc), and while it goes on a normal
 member's requests keep succeeding.
@@ -36,6 +37,7 @@ from tests.support.broker_harness import (
     running_broker,
     token_of,
 )
+from tests.support.redis_server import redis_server
 from tests.support.waiting import eventually
 
 NAMES = ("alice", "bob", "carol")
@@ -62,12 +64,17 @@ class QuickBroker:
     port: int
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """The real command, with its state in memory, then in a real redis-server: abuse is
+    refused the same way by both (issue 18)."""
     team = tmp_path_factory.mktemp("abuse") / "team.toml"
     team.write_text(render_team("acme", [(n, None, token_of(n)) for n in NAMES]))
-    with broker_process("--team", str(team)) as running:
-        yield running
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server()).url if request.param == "redis" else None
+        yield stack.enter_context(broker_process("--team", str(team), redis=redis))
 
 
 def auth(name: str) -> dict[str, str]:

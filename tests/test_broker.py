@@ -1,4 +1,7 @@
-"""The broker over real HTTP on loopback (uvicorn in a thread), rule by rule (issue 4)."""
+"""The broker over real HTTP on loopback (uvicorn in a thread), rule by rule (issue 4).
+
+The tests that take ``store_url`` run twice: with the state in memory, and in a real
+redis-server (issue 18): the rules, and what bad input gets, are the same in both."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
@@ -45,8 +49,10 @@ def wall() -> FakeClock:
 
 
 @pytest.fixture
-def broker(clock: FakeClock, wall: FakeClock) -> Iterator[RunningBroker]:
-    with running_broker(team=TEAM, clock=clock, wall_clock=wall, keepalive=30) as b:
+def broker(clock: FakeClock, wall: FakeClock, store_url: str | None) -> Iterator[RunningBroker]:
+    with running_broker(
+        team=TEAM, clock=clock, wall_clock=wall, keepalive=30, redis=store_url
+    ) as b:
         yield b
 
 
@@ -73,10 +79,11 @@ def roster(client: httpx.Client, as_: str = "alice") -> dict[str, dict[str, Any]
 # -- basics --------------------------------------------------------------------------------
 
 
-def test_healthz_needs_no_token(client: httpx.Client) -> None:
+def test_healthz_needs_no_token(client: httpx.Client, store_url: str | None) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+    shared = {} if store_url is None else {"store": "redis"}
+    assert response.json() == {"status": "ok", **shared}
 
 
 def test_whoami(client: httpx.Client) -> None:
@@ -157,8 +164,11 @@ def test_roster_lists_every_member_in_the_exact_schema(client: httpx.Client) -> 
     ]
 
 
-def test_role_null_for_a_member_without_one() -> None:
-    with running_broker(team=make_team("alice", "zed")) as b, httpx.Client(base_url=b.url) as c:
+def test_role_null_for_a_member_without_one(store_url: str | None) -> None:
+    with (
+        running_broker(team=make_team("alice", "zed"), redis=store_url) as b,
+        httpx.Client(base_url=b.url) as c,
+    ):
         assert roster(c)["zed"]["role"] is None
 
 
@@ -218,9 +228,9 @@ def test_blocked_lapses_too_and_a_new_report_revives(
     assert roster(client)["alice"]["activity"] == "blocked"
 
 
-def test_fractional_ttl(clock: FakeClock) -> None:
+def test_fractional_ttl(clock: FakeClock, store_url: str | None) -> None:
     with (
-        running_broker(team=TEAM, clock=clock, activity_ttl=0.25) as b,
+        running_broker(team=TEAM, clock=clock, activity_ttl=0.25, redis=store_url) as b,
         httpx.Client(base_url=b.url) as c,
     ):
         post(c, "alice", {"state": "working"})
@@ -361,9 +371,9 @@ def test_oversized_body_with_content_length_is_413(client: httpx.Client) -> None
     assert "activity" not in roster(client)["builder"]
 
 
-def test_body_at_the_limit_is_read() -> None:
+def test_body_at_the_limit_is_read(store_url: str | None) -> None:
     with (
-        running_broker(team=TEAM, limits=BrokerLimits(max_body=64)) as b,
+        running_broker(team=TEAM, limits=BrokerLimits(max_body=64), redis=store_url) as b,
         httpx.Client(base_url=b.url) as c,
     ):
         body = b'{"state": "working"' + b" " * (64 - 20) + b"}"
@@ -482,9 +492,9 @@ def test_stream_carries_changes_of_others(broker: RunningBroker, client: httpx.C
         assert "busy" not in p
 
 
-def test_a_ttl_lapse_is_announced_on_the_stream() -> None:
+def test_a_ttl_lapse_is_announced_on_the_stream(store_url: str | None) -> None:
     with (
-        running_broker(team=TEAM, activity_ttl=0.3) as b,
+        running_broker(team=TEAM, activity_ttl=0.3, redis=store_url) as b,
         httpx.Client(base_url=b.url) as c,
         subscribed(b, "alice") as events,
     ):
@@ -500,9 +510,9 @@ def test_a_ttl_lapse_is_announced_on_the_stream() -> None:
         assert "activity" not in p
 
 
-def test_keepalive_comments() -> None:
+def test_keepalive_comments(store_url: str | None) -> None:
     with (
-        running_broker(team=TEAM, keepalive=0.05) as b,
+        running_broker(team=TEAM, keepalive=0.05, redis=store_url) as b,
         httpx.Client(base_url=b.url, timeout=10) as c,
         c.stream("GET", "/subscribe?name=scout", headers=_auth("scout")) as response,
     ):
@@ -511,9 +521,9 @@ def test_keepalive_comments() -> None:
         assert ": keepalive" in seen
 
 
-def test_too_many_streams_for_one_member_is_429() -> None:
+def test_too_many_streams_for_one_member_is_429(store_url: str | None) -> None:
     with (
-        running_broker(team=TEAM, limits=BrokerLimits(max_subscribers=2)) as b,
+        running_broker(team=TEAM, limits=BrokerLimits(max_subscribers=2), redis=store_url) as b,
         httpx.Client(base_url=b.url, timeout=10) as c,
         subscribed(b, "alice") as s1,
         subscribed(b, "alice") as s2,
@@ -578,8 +588,8 @@ def test_a_broken_pipe_is_uncounted(broker: RunningBroker, client: httpx.Client)
     eventually(lambda: roster(client)["scout"]["connected"] == 0)
 
 
-def test_shutdown_ends_open_streams() -> None:
-    with running_broker(team=TEAM) as b, subscribed(b, "alice") as events:
+def test_shutdown_ends_open_streams(store_url: str | None) -> None:
+    with running_broker(team=TEAM, redis=store_url) as b, subscribed(b, "alice") as events:
         next_event(events, "roster")
         b.server.should_exit = True
         for _ in range(1000):  # the stream ends (StopIteration) rather than hanging
@@ -594,11 +604,14 @@ def test_shutdown_ends_open_streams() -> None:
 # -- extension point for the web page's session cookie -------------------------------------
 
 
-def test_an_extra_authenticator_is_a_second_way_in() -> None:
-    def cookie(request: Request) -> Member | None:
+def test_an_extra_authenticator_is_a_second_way_in(store_url: str | None) -> None:
+    async def cookie(request: Request) -> Member | None:
         return TEAM.member("scout") if request.cookies.get("session") == "s3cret" else None
 
-    with running_broker(team=TEAM, authenticators=[cookie]) as b, httpx.Client(base_url=b.url) as c:
+    with (
+        running_broker(team=TEAM, authenticators=[cookie], redis=store_url) as b,
+        httpx.Client(base_url=b.url) as c,
+    ):
         assert c.get("/roster", headers={"cookie": "session=s3cret"}).status_code == 200
         assert c.get("/roster", headers={"cookie": "session=wrong"}).status_code == 401
         assert c.get("/whoami", headers={"cookie": "session=s3cret"}).json()["name"] == "scout"
@@ -623,11 +636,15 @@ def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeC
     b = Broker(team=TEAM, clock=clock)
     alice, builder = TEAM.member("alice"), TEAM.member("builder")
     assert alice is not None and builder is not None
+
+    def report(member: Member, state: ActivityState) -> None:
+        anyio.run(b.report, member, state)
+
     start = b.version
-    b.report(builder, ActivityState.WORKING)
-    b.report(builder, ActivityState.BLOCKED)
-    b.report(alice, ActivityState.WORKING)
-    b.report(alice, ActivityState.WORKING)  # a heartbeat: no change
+    report(builder, ActivityState.WORKING)
+    report(builder, ActivityState.BLOCKED)
+    report(alice, ActivityState.WORKING)
+    report(alice, ActivityState.WORKING)  # a heartbeat: no change
     assert b.publish()
     assert not b.publish()  # nothing new
     chunk, version = b.since(start, you="scout")
@@ -646,9 +663,9 @@ def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeC
     assert "activity" not in p
     # far behind: more batches than the log keeps -> the whole roster again
     for _ in range(100):
-        b.report(builder, ActivityState.WORKING)
+        report(builder, ActivityState.WORKING)
         b.publish()
-        b.report(builder, ActivityState.IDLE)
+        report(builder, ActivityState.IDLE)
         b.publish()
     chunk, _ = b.since(start, you="scout")
     ((kind, data),) = _events(chunk)
@@ -716,7 +733,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
 
     async def send(message: Any) -> None:
         sent.append(message)
-        assert broker.registry.get("alice").connected == 1
+        assert broker.store.connection("alice").connected == 1
         if len(sent) == 2:  # the start went out; the first body meets a dead peer
             raise OSError("broken pipe")
 
@@ -729,7 +746,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
 
     anyio.run(main)
     assert len(sent) == 2
-    assert broker.registry.get("alice").connected == 0
+    assert broker.store.connection("alice").connected == 0
 
 
 # -- a subscriber whose machine vanished -----------------------------------------------------

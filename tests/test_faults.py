@@ -39,6 +39,7 @@ import anyio
 import httpx
 import orjson
 import pytest
+import redis as redis_client
 from httpx_sse import connect_sse
 
 from codex_presence._wire import HEARTBEAT
@@ -52,6 +53,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.fault_proxy import FaultProxy
+from tests.support.redis_server import redis_server
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
 
@@ -366,6 +368,39 @@ def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
             assert wrap.close() == 0
     assert wrap.stdout == child_wrote(tmp_path)
     assert took < CONVERGE + SETTLE
+
+
+@pytest.mark.slow
+def test_a_broker_sharing_redis_sigkilled_mid_turn_comes_back_knowing(tmp_path: Path) -> None:
+    """With ``--redis`` (issue 18), the restarted broker shows what the killed one knew at
+    once, before any heartbeat could tell it; the session goes on as ever."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
+    with (
+        redis_server() as redis,
+        broker_process("--team", str(team), redis=redis.url) as first,
+        teed_wrap(tmp_path, first.url) as wrap,
+    ):
+        url = first.url
+        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        request = blocked_turn(wrap, 1)
+        eventually(lambda: activity(url) == "blocked", 5)
+        first.proc.kill()
+        first.proc.wait(10)
+        with broker_process("--team", str(team), redis=redis.url, port=first.port):
+            assert activity(url) == "blocked"  # its first answer: no report since the kill
+            approve(wrap, request)
+            wrap.wait_for(is_note("turn/completed"))
+            eventually(lambda: activity(url) == "idle", CONVERGE + SETTLE)
+            # the killed broker and its count leave within the bound; wrap's new stream counts
+            brokers = redis_client.Redis.from_url(redis.url)
+
+            def only_the_new_one() -> bool:
+                return brokers.zcard("codex-presence:{acme}:brokers") == 1 and connected(url) == 1
+
+            eventually(only_the_new_one, 15 + SETTLE, "the killed broker gone, wrap's stream on")
+            assert wrap.close() == 0
+    assert wrap.stdout == child_wrote(tmp_path)
 
 
 def test_a_restarted_broker_is_told_the_state_at_once_not_at_the_next_heartbeat(

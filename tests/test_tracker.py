@@ -84,6 +84,22 @@ def test_next_expiry_drops_the_lapsed() -> None:
     assert tracker.next_expiry() is None
 
 
+def test_a_report_may_carry_its_own_ttl() -> None:
+    """What the Redis store's mirror does with another broker's report: it holds for the
+    TTL that broker applied (here left: 2.5 s of a 30 s TTL)."""
+    clock = FakeClock(100)
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    assert tracker.next_lapse() is None
+    assert tracker.report("a", BLOCKED, ttl=2.5) is True
+    assert tracker.next_lapse() == 2.5
+    clock.advance(2)
+    assert tracker.next_lapse() == 0.5
+    assert tracker.get("a") is BLOCKED
+    clock.advance(0.5)
+    assert tracker.get("a") is IDLE
+    assert tracker.next_lapse() is None
+
+
 @given(
     st.lists(
         st.tuples(

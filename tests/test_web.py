@@ -6,7 +6,9 @@ subprocess holds an SSE stream, and activity arrives as bearer-authenticated POS
 ``/presence/activity``. Waiting is done with Playwright's ``expect`` and bounded polls of
 ``GET /roster``; nothing asserts how fast anything is.
 
-The tests without the ``browser`` marker check the sign-in endpoints over plain HTTP.
+The tests without the ``browser`` marker check the sign-in endpoints over plain HTTP. The
+tests of the ``web`` fixture run twice: with the sessions in memory, and in a real
+redis-server (issue 18).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from codex_presence.broker.limits import BrokerLimits
-from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, WebRoster
+from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, SignedIn, WebRoster
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -34,6 +37,7 @@ from tests.support.broker_harness import (
     make_team,
     running_broker,
     serving_html,
+    shared_state,
     token_of,
 )
 from tests.support.waiting import eventually
@@ -90,15 +94,19 @@ class Web:
         eventually(holds, timeout, f"{name} connected={count}", interval=0.05)
 
 
-def make_web(**roster_kwargs: Any) -> Iterator[Web]:
-    roster = WebRoster(team=TEAM, **roster_kwargs)
-    with running_broker(team=TEAM, keepalive=30, web=roster) as broker:
+def make_web(store_url: str | None = None, **roster_kwargs: Any) -> Iterator[Web]:
+    """A broker with the web roster; with ``store_url``, both keep their state in Redis."""
+    shared = shared_state(store_url, TEAM) if store_url is not None else None
+    sessions = shared.sessions if shared is not None else None
+    roster = WebRoster(team=TEAM, sessions=sessions, **roster_kwargs)
+    store = shared.store if shared is not None else None
+    with running_broker(team=TEAM, keepalive=30, web=roster, store=store) as broker:
         yield Web(broker, roster)
 
 
 @pytest.fixture
-def web() -> Iterator[Web]:
-    yield from make_web()
+def web(store_url: str | None) -> Iterator[Web]:
+    yield from make_web(store_url)
 
 
 # -- the sign-in endpoints over plain HTTP -------------------------------------------------
@@ -250,22 +258,54 @@ def test_sign_out_forgets_the_session(web: Web) -> None:
     assert httpx.get(web.url + "/whoami", headers=cookie, timeout=5).status_code == 401
 
 
-def test_sessions_expire_and_are_capped_per_member() -> None:
+def test_sessions_expire_and_are_capped_per_member(store_url: str | None) -> None:
+    """In memory the clock is moved by hand; in Redis, its own expiry times a session out
+    (one of 0.5 s here; the cap is checked on sessions that last a minute)."""
     clock = FakeClock()
-    roster = WebRoster(team=TEAM, session_ttl=60, max_sessions=2, clock=clock)
-    first = roster.sign_in(token_of("alice"))
-    assert first is not None
-    member = roster.member_of(first.cookie, first.key)
-    assert member is not None and member.name == "alice"
-    clock.advance(61)
-    assert roster.member_of(first.cookie, first.key) is None
-    builder = roster.sign_in(token_of("builder"))
-    a, b, c = (roster.sign_in(token_of("alice")) for _ in range(3))
-    assert a is not None and b is not None and c is not None and builder is not None
-    assert roster.member_of(a.cookie, a.key) is None  # alice's oldest made room for her third
-    names = [roster.member_of(s.cookie, s.key).name for s in (b, c, builder)]  # type: ignore[union-attr]
-    assert names == ["alice", "alice", "builder"]
-    assert roster.sign_in("cp_wrong") is None
+    links = []
+
+    def roster(ttl: float, max_sessions: int = 2) -> WebRoster:
+        if store_url is None:
+            return WebRoster(team=TEAM, session_ttl=ttl, max_sessions=max_sessions, clock=clock)
+        shared = shared_state(store_url, TEAM, session_ttl=ttl, max_sessions=max_sessions)
+        links.append(shared.link)
+        return WebRoster(team=TEAM, sessions=shared.sessions)
+
+    short, capped = roster(0.5), roster(60)
+
+    async def sign_in(web: WebRoster, token: str) -> SignedIn:
+        signed_in = await web.sign_in(token)
+        assert signed_in is not None
+        return signed_in
+
+    async def whose(web: WebRoster, session: SignedIn, key: str | None = None) -> str | None:
+        member = await web.member_of(session.session_id, key or session.key)
+        return None if member is None else member.name
+
+    async def check() -> None:
+        first = await sign_in(short, token_of("alice"))
+        assert await whose(short, first) == "alice"
+        if store_url is None:
+            clock.advance(0.6)
+        else:
+            await anyio.sleep(0.6)
+        assert await whose(short, first) is None
+        builder = await sign_in(capped, token_of("builder"))
+        a, b, c = [await sign_in(capped, token_of("alice")) for _ in range(3)]
+        assert await whose(capped, b, key=c.key) is None  # the cookie is only half a session
+        assert await whose(capped, a) is None  # alice's oldest made room for her third
+        assert [await whose(capped, s) for s in (b, c, builder)] == ["alice", "alice", "builder"]
+        assert await capped.sign_in("cp_wrong") is None
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for link in links:
+                await tg.start(link.run)
+            with anyio.fail_after(10):
+                await check()
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
 
 
 def test_signing_out_ends_the_sessions_open_stream(web: Web) -> None:
@@ -644,7 +684,9 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
     tab = signed_in(browser, web, tabs, "alice", query="?hideDelay=200")
     (cookie,) = tab.context.cookies()
     key = tab.page.evaluate(f"localStorage.getItem({KEY_ITEM!r})")
-    assert web.roster.sign_out(cookie["value"], key)  # e.g. signed out from another tab
+    session = {"cookie": f"{COOKIE_NAME}={cookie['value']}", KEY_HEADER: key}
+    signed_out = httpx.post(web.url + "/session/logout", headers=session, timeout=5)
+    assert signed_out.status_code == 204  # e.g. signed out from another tab
     # Hide and show, so that the page subscribes again with the dead session.
     set_visibility(tab.page, "hidden")
     web.wait_connected("alice", 0)
@@ -670,3 +712,54 @@ def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path)
         )
         cookie = session_of(response)
         assert httpx.get(url + "/whoami", headers=cookie, timeout=5).json()["name"] == "alice"
+
+
+@pytest.mark.browser
+def test_a_broker_restart_signs_nobody_out_and_a_lost_redis_shows_stale(
+    browser: Browser,
+) -> None:
+    """With the sessions in Redis (issue 18): the page stays signed in while its broker is
+    replaced by a new process's worth of state on the same port, and says "stale" while
+    Redis hangs (and not after). (A Redis restarted without persistence has forgotten
+    every session: that sends the page to sign in, rightly.)"""
+    from tests.support.broker_harness import reserved_port
+    from tests.support.redis_server import redis_server
+
+    def broker(port: int, url: str) -> Any:
+        shared = shared_state(url, TEAM)
+        roster = WebRoster(team=TEAM, sessions=shared.sessions)
+        running = running_broker(team=TEAM, port=port, web=roster, store=shared.store)
+        return running, roster
+
+    opened: list[Tab] = []
+    with redis_server() as server, reserved_port() as sock:
+        port = sock.getsockname()[1]
+        sock.close()
+        try:
+            running, roster = broker(port, server.url)
+            with running as first:
+                page = signed_in(browser, Web(first, roster), opened, "alice").page
+                Web(first, roster).report("builder", "working")
+                expect(row(page, "builder")).to_have_attribute("data-activity", "working")
+            running, roster = broker(port, server.url)  # the same broker, restarted
+            with running as second:
+                web = Web(second, roster)
+                web.wait_connected("alice", 1, timeout=20)  # the page came back by itself
+                expect(page.locator("body")).to_have_attribute("data-view", "roster")
+                expect(page.locator("body")).to_have_attribute("data-stream", "live")
+                expect(row(page, "builder")).to_have_attribute("data-activity", "working")
+                web.report("builder", "blocked")
+                expect(row(page, "builder")).to_have_attribute("data-activity", "blocked")
+
+                server.pause()
+                expect(page.locator("body")).to_have_attribute("data-stream", "stale")
+                expect(page.locator("#stream")).to_contain_text("stale")
+                page.screenshot(path=str(SHOTS / "roster-stale.png"))
+                server.resume()
+                expect(page.locator("body")).to_have_attribute(
+                    "data-stream", "live", timeout=20_000
+                )
+                expect(page.locator("body")).to_have_attribute("data-view", "roster")
+        finally:
+            for tab in opened:
+                tab.context.close()

@@ -7,6 +7,10 @@ states its TTL in ``GET /whoami``; :func:`~codex_presence._wire.heartbeat_for`).
 sweeper: every read resolves the TTL
 against the injected clock, and drops what has lapsed, so a runner that died mid-turn
 reads as idle again within the TTL whether or not anything ever runs in the background.
+
+A report may carry its own TTL: the Redis store's mirror
+(:mod:`codex_presence.broker.redis_store`) holds what another broker recorded, for as long
+as that broker said it holds.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ class ActivityTracker:
         self._clock = clock
         self._entries: dict[str, tuple[ActivityState, float]] = {}
 
-    def report(self, name: str, state: ActivityState) -> bool:
+    def report(self, name: str, state: ActivityState, ttl: float | None = None) -> bool:
+        """``name`` reported ``state``, which holds ``ttl`` seconds (the tracker's by
+        default); whether the state shown changed."""
         previous = self.get(name)
         if state is _IDLE:
             self._entries.pop(name, None)
         else:
-            self._entries[name] = (state, self._clock() + self.ttl)
+            self._entries[name] = (state, self._clock() + (self.ttl if ttl is None else ttl))
         return previous is not state
 
     def get(self, name: str) -> ActivityState:
@@ -57,6 +63,11 @@ class ActivityTracker:
         for name in lapsed:
             del self._entries[name]
         return min((expires for _, expires in self._entries.values()), default=None)
+
+    def next_lapse(self) -> float | None:
+        """Seconds until :meth:`next_expiry` (None: nothing can lapse)."""
+        deadline = self.next_expiry()
+        return None if deadline is None else max(0.0, deadline - self._clock())
 
     def __len__(self) -> int:
         """Entries held, lapsed or not (for tests and stats)."""

@@ -16,10 +16,12 @@ Endpoints
     wrong token; 415 for another content type; 413 past ``max_body`` bytes (enforced while
     reading, so a huge body is never buffered); 408 for a body still arriving after
     ``body_timeout`` s (both :class:`~codex_presence.broker.limits.BrokerLimits`); 400
-    ``{"error": reason}`` for anything else.
+    ``{"error": reason}`` for anything else; 503 ``{"error": reason}`` when the broker
+    shares its state (``--redis``) and cannot reach it: the report was not recorded.
 ``GET /subscribe?name=<self>``
     Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name``, 429
-    past ``max_subscribers`` streams for one member). An SSE stream held open; while it is
+    past ``max_subscribers`` streams for one member on this broker). An SSE stream held
+    open; while it is
     open the member's ``connected`` counts it. It is uncounted on every kind of close: a
     clean disconnect, a broken pipe, the subscriber's death (the kernel closes the socket
     and the server sees EOF), or the broker shutting down.
@@ -34,7 +36,12 @@ Endpoints
     and how long (milliseconds) a working/blocked report holds here without a heartbeat:
     a runner heartbeats at a third of it.
 ``GET /healthz``
-    No auth. ``{"status": "ok"}``.
+    No auth. ``{"status": "ok"}``; with a shared store, ``{"status": "ok", "store":
+    "redis"}``, or 503 ``{"status": "unavailable", "store": "redis", "reason": str}`` while
+    the broker cannot reach it.
+
+Any request that needs the shared store when it is unreachable (a browser session to
+check) gets 503 ``{"error": reason}``.
 
 The SSE stream (for the web roster and ``roster --watch``)
 ----------------------------------------------------------
@@ -50,6 +57,10 @@ The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every 
     ``Presence`` — one member's full, current object, sent when their ``connected`` or
     their activity changed. Replace that member's row (matched by ``name``). Missing
     ``activity`` means idle, as everywhere.
+``event: stale``
+    ``{"stale": true, "reason": str}`` — the broker lost its shared store (``--redis``):
+    the stream stays open, but what it shows may be out of date until the next ``roster``
+    event, which comes when the store is back (and always means the roster is current).
 ``: keepalive``
     A comment line every ``keepalive`` seconds while nothing else was published.
 """
@@ -57,7 +68,7 @@ The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -79,6 +90,7 @@ from codex_presence._wire import (
 from codex_presence.broker.http import BodyRefused, error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
+from codex_presence.broker.store import StoreUnavailable
 
 __all__ = ["create_app"]
 
@@ -159,7 +171,10 @@ class _Subscription:
     """
 
     def __init__(
-        self, broker: Broker, name: str, authorized: Callable[[], bool] | None = None
+        self,
+        broker: Broker,
+        name: str,
+        authorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.broker = broker
         self.name = name
@@ -194,7 +209,7 @@ class _Subscription:
         first = b"retry: 2000\n\n" + broker.roster_event(self.name)
         await send({"type": "http.response.body", "body": first, "more_body": True})
         while not broker.closing:
-            if self.authorized is not None and not self.authorized():
+            if self.authorized is not None and not await self._still_authorized():
                 break
             wake = broker.wake
             if broker.version != version:
@@ -204,10 +219,19 @@ class _Subscription:
             await wake.wait()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    async def _still_authorized(self) -> bool:
+        assert self.authorized is not None
+        try:
+            return await self.authorized()
+        except StoreUnavailable:
+            return True  # cannot tell while the store is away: the stream stays open
 
-def _still_authenticated(broker: Broker, request: Request, name: str) -> Callable[[], bool]:
-    def authorized() -> bool:
-        again = broker.authenticate(request)
+
+def _still_authenticated(
+    broker: Broker, request: Request, name: str
+) -> Callable[[], Awaitable[bool]]:
+    async def authorized() -> bool:
+        again = await broker.authenticate(request)
         return again is not None and again.name == name
 
     return authorized
@@ -245,15 +269,15 @@ class _Endpoints:
         state = _parse_state(body)
         if not isinstance(state, ActivityState):
             return error(400, state)
-        broker.report(member, state)
+        await broker.report(member, state)  # StoreUnavailable: 503 (the app's handler)
         return Response(status_code=204)
 
     async def subscribe(self, request: Request) -> Response | _Subscription:
         broker = self.broker
-        authorized: Callable[[], bool] | None = None
+        authorized: Callable[[], Awaitable[bool]] | None = None
         member = broker.authenticate_bearer(request)
         if member is None:  # a browser session: it can end while the stream is open
-            member = broker.authenticate(request)
+            member = await broker.authenticate(request)
             if member is None:
                 return _unauthorized(broker.unauthorized_reason)
             authorized = _still_authenticated(broker, request, member.name)
@@ -263,18 +287,18 @@ class _Endpoints:
         if name != member.name:
             return error(403, "a member may only subscribe as themselves")
         cap = self.limits.max_subscribers
-        if broker.registry.get(name).connected >= cap:
+        if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
         return _Subscription(broker, name, authorized)
 
     async def roster(self, request: Request) -> Response:
-        if self.broker.authenticate(request) is None:
+        if await self.broker.authenticate(request) is None:
             return _unauthorized(self.broker.unauthorized_reason)
         return Response(self.broker.roster_json(), media_type="application/json")
 
     async def whoami(self, request: Request) -> Response:
         broker = self.broker
-        member = broker.authenticate(request)
+        member = await broker.authenticate(request)
         if member is None:
             return _unauthorized(broker.unauthorized_reason)
         role = member.role.to_json() if member.role else None
@@ -283,7 +307,17 @@ class _Endpoints:
         return json_response(200, {**answer, "activityTtlMs": ttl_ms})
 
     async def healthz(self, request: Request) -> Response:
-        return json_response(200, {"status": "ok"})
+        store = self.broker.store
+        if not store.shared:
+            return json_response(200, {"status": "ok"})
+        if self.broker.stale is None:
+            return json_response(200, {"status": "ok", "store": "redis"})
+        body = {"status": "unavailable", "store": "redis", "reason": self.broker.stale}
+        return json_response(503, body)
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> Response:
+    return error(503, str(exc), {"retry-after": "1"})
 
 
 def create_app(
@@ -296,11 +330,15 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(broker.run_fanout)
+            await tg.start(broker.run)
             try:
                 yield
             finally:
                 broker.close()
                 tg.cancel_scope.cancel()
 
-    return Starlette(routes=[*endpoints.routes(), *routes], lifespan=lifespan)
+    return Starlette(
+        routes=[*endpoints.routes(), *routes],
+        lifespan=lifespan,
+        exception_handlers={StoreUnavailable: _store_unavailable},
+    )

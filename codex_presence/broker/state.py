@@ -1,26 +1,32 @@
 """The reference broker's state and rules, without HTTP: who is connected, who is doing
 what, and the fan-out of changes to every open stream.
 
-:class:`Broker` keeps the connection counts (:mod:`codex_presence.broker.connections`) and
-the activity with its TTL (:mod:`codex_presence.broker.activity`) in memory, in one
-process, as the design says; :mod:`codex_presence.broker.app` puts HTTP in front of it.
+:class:`Broker` applies the rules to a :class:`~codex_presence.broker.store.Store`: by
+default the in-memory one (the connection counts of
+:mod:`codex_presence.broker.connections`, the activity with its TTL of
+:mod:`codex_presence.broker.activity`, in one process, as the design says), or the Redis one
+that several brokers share (:mod:`codex_presence.broker.redis_store`), which also tells the
+broker what changed on the others. :mod:`codex_presence.broker.app` puts HTTP in front of it.
 
-TTL lapses are resolved on read (there is no sweeper in the tracker), so nothing *has* to
-happen when a report lapses. The fan-out task nevertheless wakes at the earliest TTL
-deadline, reads the members whose shown activity may have lapsed, and sends a
-``presence`` event for each one that did: a UI never has to poll ``GET /roster`` to see a
-crashed runner go idle. Changes are coalesced: at most one batch every
-``fanout_interval`` seconds (longer with many subscribers: the pause grows so that the
-fan-out stays near :data:`FANOUT_SENDS_PER_SECOND` writes per second), each batch encoded
-once and shared by every subscriber, so that a burst of reports costs each subscriber one
-write, not one per report, and a member who flips twice in a window is sent once. The
-keep-alive is a broker-wide tick published like a batch, so a waiting stream holds no
-timer of its own. ``lastSeen`` alone changing sends nothing; it rides along with the next
-event and is exact in ``GET /roster``.
+TTL lapses are resolved on read (there is no sweeper), so nothing *has* to happen when a
+report lapses. The fan-out task nevertheless wakes at the earliest TTL deadline, reads the
+members whose shown activity may have lapsed, and sends a ``presence`` event for each one
+that did: a UI never has to poll ``GET /roster`` to see a crashed runner go idle. Changes
+are coalesced: at most one batch every ``fanout_interval`` seconds (longer with many
+subscribers: the pause grows so that the fan-out stays near :data:`FANOUT_SENDS_PER_SECOND`
+writes per second), each batch encoded once and shared by every subscriber, so that a burst
+of reports costs each subscriber one write, not one per report, and a member who flips
+twice in a window is sent once. The keep-alive is a broker-wide tick published like a
+batch, so a waiting stream holds no timer of its own. ``lastSeen`` alone changing sends
+nothing; it rides along with the next event and is exact in ``GET /roster``.
+
+When a shared store becomes unreachable, every stream is told so (a ``stale`` event) and
+keeps what it has; when the store is back, every stream gets the whole roster again.
 
 Authentication is in one place, :meth:`Broker.authenticate`, which asks each
 :data:`Authenticator` in turn (the bearer header first). A session cookie is added by
-passing one more authenticator to :class:`Broker`.
+passing one more authenticator to :class:`Broker`. Authenticators are async, because a
+browser session may live in the shared store.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import orjson
+from anyio.abc import TaskStatus
 from starlette.requests import Request
 
 from codex_presence._wire import (
@@ -40,26 +47,28 @@ from codex_presence._wire import (
     KEEPALIVE,
     PRESENCE_EVENT,
     ROSTER_EVENT,
+    STALE_EVENT,
     ActivityState,
     Presence,
     presence,
     privilege,
 )
-from codex_presence.broker.activity import ActivityTracker
-from codex_presence.broker.connections import ConnectionRegistry
+from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 
 __all__ = ["Authenticator", "Broker", "bearer_token"]
 
 logger = logging.getLogger("codex_presence.broker")
 
-Authenticator = Callable[[Request], "Member | None"]
-"""Maps a request to the member it is authenticated as, or None."""
+Authenticator = Callable[[Request], Awaitable["Member | None"]]
+"""Maps a request to the member it is authenticated as, or None; may raise
+:class:`~codex_presence.broker.store.StoreUnavailable` (503) when it cannot tell."""
 
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 _LOG_SIZE = 64
 _STATES = {state.value: state for state in ActivityState}
+_IDLE = ActivityState.IDLE
 
 
 def bearer_token(request: Request) -> str | None:
@@ -81,12 +90,18 @@ def _sse(event: str, data: bytes) -> bytes:
 
 
 class Broker:
-    """The broker's state and rules, without HTTP."""
+    """The broker's state and rules, without HTTP.
+
+    ``store`` is where the state lives; without it, in memory, with ``activity_ttl`` and
+    ``clock`` (monotonic seconds) for its TTL. ``wall_clock`` dates ``createdAt`` and
+    ``lastSeen``.
+    """
 
     def __init__(
         self,
         *,
         team: Team,
+        store: Store | None = None,
         activity_ttl: float = DEFAULT_TTL,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -95,12 +110,11 @@ class Broker:
         keepalive: float = KEEPALIVE,
     ) -> None:
         self.team = team
-        self.registry = ConnectionRegistry()
-        self.tracker = ActivityTracker(ttl=activity_ttl, clock=clock)
-        self._clock = clock
+        if store is None:
+            store = MemoryStore(ttl=activity_ttl, clock=clock)
+        self.store = store
         self._wall_clock = wall_clock
-        bearer: Authenticator = self.authenticate_bearer
-        self._authenticators: tuple[Authenticator, ...] = (bearer, *authenticators)
+        self._authenticators = tuple(authenticators)
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
         self._privileges = orjson.dumps(
@@ -118,6 +132,8 @@ class Broker:
         self._pending = anyio.Event()
         self._wake = anyio.Event()
         self.closing = False
+        self.stale: str | None = None
+        """Why the shared store is unreachable, while it is (None: the state is current)."""
 
     # -- authentication ----------------------------------------------------------------
 
@@ -129,14 +145,17 @@ class Broker:
 
     @property
     def unauthorized_reason(self) -> str:
-        if len(self._authenticators) > 1:
+        if self._authenticators:
             return "missing or wrong bearer token, and no valid browser session"
         return "missing or wrong bearer token"
 
-    def authenticate(self, request: Request) -> Member | None:
+    async def authenticate(self, request: Request) -> Member | None:
         """The member this request is authenticated as, by any authenticator, or None."""
+        member = self.authenticate_bearer(request)
+        if member is not None:
+            return member
         for authenticator in self._authenticators:
-            member = authenticator(request)
+            member = await authenticator(request)
             if member is not None:
                 return member
         return None
@@ -146,40 +165,40 @@ class Broker:
     @property
     def activity_ttl(self) -> float:
         """Seconds a working/blocked report holds without a heartbeat."""
-        return self.tracker.ttl
+        return self.store.ttl
 
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
 
-    def report(self, member: Member, state: ActivityState) -> None:
-        """``member`` reported ``state``: an emit (lastSeen ticks), maybe a change."""
-        self.registry.touch(member.name, self._now_ms())
-        if self.tracker.report(member.name, state):
+    async def report(self, member: Member, state: ActivityState) -> None:
+        """``member`` reported ``state``: an emit (lastSeen ticks), maybe a change. Raises
+        :class:`~codex_presence.broker.store.StoreUnavailable` when it was not recorded."""
+        if await self.store.report(member.name, state, self._now_ms()):
             self._changed(member.name)
 
     def attach(self, name: str) -> None:
         """A subscriber for ``name`` opened."""
         self.streams += 1
-        count = self.registry.attach(name, self._now_ms())
+        count = self.store.attach(name, self._now_ms())
         logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
     def detach(self, name: str) -> None:
         """A subscriber for ``name`` closed, however it closed."""
         self.streams -= 1
-        count = self.registry.detach(name)
+        count = self.store.detach(name)
         logger.debug("%s unsubscribed (connected=%d)", name, count)
         self._changed(name)
 
     def presence(self, name: str) -> Presence:
-        conn = self.registry.get(name)
+        conn = self.store.connection(name)
         return presence(
             name=name,
             connected=conn.connected,
             created_at=conn.created_at,
             last_seen=conn.last_seen,
             role=self._roles[name],
-            activity=self.tracker.get(name),
+            activity=self.store.activity(name),
         )
 
     def roster_json(self) -> bytes:
@@ -187,8 +206,8 @@ class Broker:
         connection or activity changes, because with a thousand members building and
         encoding every object on every request is most of the request's cost."""
         cache = self._encoded
-        get_connection = self.registry.get
-        get_activity = self.tracker.get
+        get_connection = self.store.connection
+        get_activity = self.store.activity
         parts = []
         for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
             connection = get_connection(name)
@@ -202,10 +221,37 @@ class Broker:
 
     def roster_event(self, you: str) -> bytes:
         """The stream's ``roster`` event: the whole roster, and each member's privilege
-        bucket (the page shows it without a copy of the rule)."""
+        bucket (the page shows it without a copy of the rule); followed by a ``stale``
+        event while the shared store is unreachable."""
         head = orjson.dumps({"team": self.team.name, "you": you})[:-1]
         body = b',"members":' + self.roster_json() + b',"privileges":' + self._privileges
-        return _sse(ROSTER_EVENT, head + body + b"}")
+        roster = _sse(ROSTER_EVENT, head + body + b"}")
+        return roster if self.stale is None else roster + self._stale_event()
+
+    def _stale_event(self) -> bytes:
+        return _sse(STALE_EVENT, orjson.dumps({"stale": True, "reason": self.stale}))
+
+    # -- what the store tells -----------------------------------------------------------
+
+    def changed(self, name: str) -> None:
+        """``name``'s presence changed elsewhere: fan it out."""
+        if name in self._roles:
+            self._changed(name)
+
+    def store_down(self, reason: str) -> None:
+        """Every stream is told that what it shows may be stale, and keeps it."""
+        self.stale = reason
+        self._append(self._stale_event())
+
+    def store_back(self) -> None:
+        """The state was read again in full: every stream gets the whole roster (which
+        also says the roster is current again)."""
+        self.stale = None
+        self._log.clear()
+        self._dirty.clear()
+        self._shown = {n: a for n in self._names if (a := self.store.activity(n)) is not _IDLE}
+        self.version += 1  # no log entry at this version: since() sends the roster
+        self._wake_all()
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -230,8 +276,9 @@ class Broker:
         return chunk, self.version
 
     def _find_lapses(self) -> None:
+        activity = self.store.activity
         for name, shown in list(self._shown.items()):
-            if self.tracker.get(name) is not shown:
+            if activity(name) is not shown:
                 self._dirty[name] = None
 
     def publish(self) -> bool:
@@ -266,13 +313,21 @@ class Broker:
         ended); streams otherwise check at each event and keep-alive tick."""
         self._wake_all()
 
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The broker's background work: its store's (for a shared one, the link) and the
+        fan-out; ``task_status`` is told once the state was first read."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.store.run, self)
+            tg.start_soon(self.run_fanout)
+            task_status.started()
+
     async def run_fanout(self) -> None:
         """Publish changes as they come (coalesced), TTL lapses as they fall due, and the
         keep-alive tick when nothing else went out."""
         quiet_since = anyio.current_time()
         while not self.closing:
-            deadline = self.tracker.next_expiry()
-            lapse = math.inf if deadline is None else max(0.0, deadline - self._clock())
+            lapse = self.store.next_lapse()
+            lapse = math.inf if lapse is None else lapse
             tick = max(0.0, quiet_since + self._keepalive - anyio.current_time())
             with anyio.move_on_after(min(lapse, tick)):
                 await self._pending.wait()

@@ -32,12 +32,15 @@ Routes
     ``{"name": member, "key": session key}`` with a ``Set-Cookie`` on success; 401 for a
     wrong token. The cookie is HttpOnly (no script can read it), SameSite=Strict (no other
     site can make the browser send it), Path=/, and Secure when the request came over
-    https. Cookie and key are random and map to the member *here*, in memory: the token
-    never reaches the browser's storage, and a broker restart signs everyone out.
+    https. It holds a random session id that maps to the member (and the key) in the
+    broker's :mod:`session store <codex_presence.broker.sessions>`: the token never
+    reaches the browser's storage. In memory (the default), a broker restart signs everyone
+    out; in the Redis that brokers share (``--redis``), nobody.
 ``POST /session/logout``
-    With the session's key: forget the session and end the streams it opened. Always:
-    expire the cookie. 204. (A session that expires, or that a member's 33rd sign-in
-    pushes out, ends its streams at their next event or keep-alive.)
+    With the session's key: forget the session and end the streams it opened (on every
+    broker sharing the sessions). Always: expire the cookie. 204. (A session that a
+    member's 33rd sign-in pushes out ends its streams at once too; one that expires, at
+    their next event or keep-alive.)
 
 Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
 the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
@@ -50,7 +53,6 @@ import hmac
 import logging
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -64,10 +66,17 @@ from starlette.routing import BaseRoute, Route
 from codex_presence._wire import SUBSCRIBE_PATH
 from codex_presence.broker.http import BodyRefused, read_body
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.sessions import (
+    MAX_SESSIONS,
+    SESSION_TTL,
+    MemorySessions,
+    SessionStore,
+    WebSession,
+)
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
 
-__all__ = ["COOKIE_NAME", "HIDE_DELAY", "KEY_HEADER", "SESSION_TTL", "WebRoster", "WebSession"]
+__all__ = ["COOKIE_NAME", "HIDE_DELAY", "KEY_HEADER", "SESSION_TTL", "SignedIn", "WebRoster"]
 
 logger = logging.getLogger("codex_presence.web")
 
@@ -76,10 +85,6 @@ KEY_HEADER = "x-codex-presence-key"
 """The header that carries the session's key (``?key=`` on ``/subscribe``)."""
 HIDE_DELAY = 5.0
 """Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
-SESSION_TTL = 12 * 3600.0
-"""Seconds a browser session lasts before signing in again."""
-MAX_SESSIONS = 32
-"""Browser sessions per member; a new sign-in past it ends that member's oldest."""
 
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -111,31 +116,27 @@ def _key_of(request: Request) -> str | None:
     return key
 
 
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """A new browser session: the cookie's value (the session id), the key the page
+    keeps, and whose it is."""
+
+    session_id: str
+    key: str
+    member: Member
+
+
 def _json(status: int, data: object, headers: dict[str, str] | None = None) -> Response:
     headers = {**_SECURITY_HEADERS, **(headers or {})}
     return Response(orjson.dumps(data), status, headers, "application/json")
-
-
-@dataclass(frozen=True, slots=True)
-class _Session:
-    member: str
-    expires: float
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class WebSession:
-    """A new browser session: the cookie's value, and the key the page keeps."""
-
-    cookie: str
-    key: str
 
 
 class WebRoster:
     """The page, its assets and the cookie sessions, for one broker's team.
 
     ``hide_delay`` is written into the page (a ``?hideDelay=<ms>`` query parameter
-    overrides it, for tests). ``clock`` (monotonic seconds) times the sessions out.
+    overrides it, for tests). ``sessions`` is where the sessions live; without it, in
+    memory, with ``session_ttl``, ``max_sessions`` and ``clock`` (monotonic seconds).
     ``limits`` bound the sign-in form (``max_form`` bytes within ``body_timeout`` s).
     ``secure_cookie`` forces the Secure attribute on or off; by default it follows the
     request's scheme, so that plain-HTTP loopback works and a TLS proxy gets Secure.
@@ -151,16 +152,15 @@ class WebRoster:
         secure_cookie: bool | None = None,
         limits: BrokerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sessions: SessionStore | None = None,
     ) -> None:
         self.team = team
         self.hide_delay = hide_delay
-        self.session_ttl = session_ttl
-        self.max_sessions = max_sessions
         self.secure_cookie = secure_cookie
         self.limits = limits if limits is not None else BrokerLimits()
-        self._clock = clock
-        # Oldest first, so that the cap drops the session least recently made.
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        if sessions is None:
+            sessions = MemorySessions(ttl=session_ttl, max_sessions=max_sessions, clock=clock)
+        self.sessions = sessions
         page = _asset("roster.html").decode("utf-8")
         delay_ms = str(round(hide_delay * 1000))
         self._page = page.replace("{{HIDE_DELAY_MS}}", delay_ms).encode("utf-8")
@@ -168,68 +168,52 @@ class WebRoster:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def sign_in(self, token: str) -> WebSession | None:
+    async def sign_in(self, token: str) -> SignedIn | None:
         """A new session for the member whose token this is, or None."""
         member = self.team.authenticate(token)
         if member is None:
             return None
-        self._expire()
-        mine = [sid for sid, s in self._sessions.items() if s.member == member.name]
-        for session_id in mine[: max(0, len(mine) - self.max_sessions + 1)]:
-            del self._sessions[session_id]  # the member's oldest: nobody else's
-        new = WebSession(cookie=secrets.token_urlsafe(32), key=secrets.token_urlsafe(32))
-        expires = self._clock() + self.session_ttl
-        self._sessions[new.cookie] = _Session(member.name, expires, new.key)
-        return new
+        key = secrets.token_urlsafe(32)
+        session_id = await self.sessions.create(WebSession(member.name, key=key))
+        return SignedIn(session_id, key, member)
 
-    def sign_out(self, cookie: str, key: str) -> bool:
-        """End the session of ``cookie`` if ``key`` is its key; whether it did."""
-        if self.member_of(cookie, key) is None:
+    async def sign_out(self, session_id: str, key: str) -> bool:
+        """End the session of ``session_id`` if ``key`` is its key; whether it did."""
+        if await self.member_of(session_id, key) is None:
             return False
-        del self._sessions[cookie]
+        await self.sessions.end(session_id)
         return True
 
-    def member_of(self, cookie: str, key: str) -> Member | None:
-        """The member of the session whose cookie and key these are, or None (unknown,
+    async def member_of(self, session_id: str, key: str) -> Member | None:
+        """The member of the session whose id and key these are, or None (unknown,
         expired, or the key of another session)."""
-        session = self._sessions.get(cookie)
-        if session is None:
-            return None
-        if session.expires <= self._clock():
-            del self._sessions[cookie]
+        session = await self.sessions.get(session_id)
+        if session is None or not session.key:
             return None
         if not hmac.compare_digest(session.key.encode(), key.encode()):
             return None
         return self.team.member(session.member)
 
-    def _expire(self) -> None:
-        now = self._clock()
-        for session_id in [k for k, s in self._sessions.items() if s.expires <= now]:
-            del self._sessions[session_id]
-
-    def authenticate(self, request: Request) -> Member | None:
+    async def authenticate(self, request: Request) -> Member | None:
         """The broker :data:`~.state.Authenticator` for the session: its cookie and its
         key, on requests from the page's own origin only."""
-        cookie = request.cookies.get(COOKIE_NAME)
+        session_id = request.cookies.get(COOKIE_NAME)
         key = _key_of(request)
-        if not cookie or not key or not self._same_origin(request):
+        if not session_id or not key or not self._same_origin(request):
             return None
-        return self.member_of(cookie, key)
+        return await self.member_of(session_id, key)
 
     # -- HTTP --------------------------------------------------------------------------
 
     def routes(self, broker: Broker) -> list[BaseRoute]:
         """The routes to pass to ``create_app(routes=...)``, for ``broker`` (whose streams
-        a sign-out ends at once)."""
-
-        async def sign_out(request: Request) -> Response:
-            return await self._sign_out_route(request, broker)
-
+        a session that ends ends at once)."""
+        self.sessions.on_ended = broker.recheck_streams
         return [
             Route("/", self._page_route, methods=["GET"]),
             Route("/static/{name}", self._asset_route, methods=["GET"]),
             Route("/session", self._sign_in_route, methods=["POST"]),
-            Route("/session/logout", sign_out, methods=["POST"]),
+            Route("/session/logout", self._sign_out_route, methods=["POST"]),
         ]
 
     async def _page_route(self, request: Request) -> Response:
@@ -281,17 +265,17 @@ class WebRoster:
         except (UnicodeDecodeError, ValueError):
             return _json(400, {"error": "the form is not valid"})
         token = (form.get("token") or [""])[0].strip()
-        session = self.sign_in(token) if token else None
-        if session is None:
+        signed_in = await self.sign_in(token) if token else None
+        if signed_in is None:
             logger.info("web sign-in refused from %s", request.client)
             return _json(401, {"error": "that token is not a member's token"})
-        name = self._sessions[session.cookie].member
+        name = signed_in.member.name
         logger.info("web sign-in: %s", name)
-        response = _json(200, {"name": name, "key": session.key})
+        response = _json(200, {"name": name, "key": signed_in.key})
         response.set_cookie(
             COOKIE_NAME,
-            session.cookie,
-            max_age=round(self.session_ttl),
+            signed_in.session_id,
+            max_age=round(self.sessions.ttl),
             path="/",
             secure=self._secure(request),
             httponly=True,
@@ -299,13 +283,13 @@ class WebRoster:
         )
         return response
 
-    async def _sign_out_route(self, request: Request, broker: Broker) -> Response:
+    async def _sign_out_route(self, request: Request) -> Response:
         if self._cross_site(request):
             return _json(403, {"error": "cross-site sign-out refused"})
-        cookie = request.cookies.get(COOKIE_NAME)
+        session_id = request.cookies.get(COOKIE_NAME)
         key = _key_of(request)
-        if cookie and key and self.sign_out(cookie, key):
-            broker.recheck_streams()  # the session's streams end now
+        if session_id and key:
+            await self.sign_out(session_id, key)  # its streams end now (the store says so)
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.delete_cookie(
             COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"

@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from codex_presence.broker.sessions import SessionStore
+    from codex_presence.broker.store import Store
+    from codex_presence.broker.team import Team
 
 HELP = "run the reference presence broker"
 
@@ -13,6 +19,11 @@ Without --team, a development team (one member: you) is made in
 $XDG_STATE_HOME/codex-presence (or ~/.local/state/codex-presence) and the broker says
 where your token is. The broker speaks plain HTTP: keep it on loopback, or put a TLS
 proxy in front of it.
+
+With --redis, the broker keeps the team's presence and browser sessions in Redis, so that
+several brokers with the same team file show one roster and a restart loses nothing
+(needs the redis extra: pip install 'codex-presence[redis]'). Put a Redis password in
+CODEX_PRESENCE_REDIS rather than on the command line, which others can read.
 """
 
 
@@ -51,6 +62,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="open connections, SSE streams included; past it a new connection is answered "
         f"503 and closed (default: {max_connections})",
+    )
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="share state with other brokers through Redis at URL (redis://HOST:PORT/DB, "
+        "rediss:// for TLS, unix:///PATH); default: in memory, this broker alone",
+    )
+    parser.add_argument(
+        "--redis-prefix",
+        metavar="PREFIX",
+        default="codex-presence",
+        help="what every Redis key starts with, before the team name (default: "
+        "codex-presence); deployments sharing one Redis and a team name need their own",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -99,6 +123,44 @@ def _allow_open_files(connections: int, logger: logging.Logger) -> None:
                 _SPARE_FILES,
                 hard - _SPARE_FILES,
             )
+
+
+def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionStore]:
+    """The Redis store and session store of ``--redis``."""
+    import sys
+    from urllib.parse import urlsplit
+
+    from codex_presence.cli.main import UsageError
+
+    try:
+        from codex_presence.broker.redis_link import RedisLink
+        from codex_presence.broker.redis_sessions import RedisSessions
+        from codex_presence.broker.redis_store import RedisStore
+    except ImportError:
+        raise UsageError(
+            "--redis needs the redis extra: pip install 'codex-presence[redis]'"
+        ) from None
+    url = args.redis
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError as exc:
+        raise UsageError(f"--redis: not a URL: {exc}") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise UsageError("--redis must be a redis://, rediss:// or unix:// URL")
+    if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
+        raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
+    if password and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
+        logging.getLogger("codex_presence.broker").warning(
+            "the --redis URL holds a password, which anyone on this machine can read in the "
+            "command line; set CODEX_PRESENCE_REDIS instead"
+        )
+    try:
+        link = RedisLink(url, team=team.name, prefix=args.redis_prefix)
+    except ValueError as exc:
+        raise UsageError(f"--redis: {exc}") from None
+    store = RedisStore(link, names=[m.name for m in team.members], ttl=args.activity_ttl)
+    return store, RedisSessions(link)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,9 +217,11 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         logger.warning("%s", warning)
 
-    web = WebRoster(team=team, limits=limits)  # the page at / and its session cookie
+    store, sessions = _shared_state(args, team) if args.redis else (None, None)
+    web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
     broker = Broker(
         team=team,
+        store=store,
         activity_ttl=args.activity_ttl,
         keepalive=args.keepalive,
         authenticators=[web.authenticate],

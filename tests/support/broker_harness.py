@@ -5,6 +5,10 @@ in a thread, with injectable clocks and limits) or as the real command
     with running_broker(team=make_team("alice", "bob")) as broker:
         httpx.get(broker.url + "/roster", headers=broker.auth("alice"))
 
+Either keeps its state in memory, or in Redis with ``redis=URL`` (a
+:func:`~tests.support.redis_server.redis_server`'s): :func:`shared_state` makes the Redis
+store and session store that :func:`running_broker` and the web roster then share.
+
 Ports are never guessed: a broker binds port 0 and says which it got, and a test that
 needs a port before its broker exists holds it with :func:`reserved_port` (bound, so
 nobody else can take it, and not listening, so connections are refused) and hands the
@@ -27,9 +31,12 @@ from typing import Any
 
 import uvicorn
 
-from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION
+from codex_presence._wire import ADMIN_PERMISSION, DEFAULT_TTL, OPERATOR_PERMISSION
 from codex_presence.broker.app import create_app
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_sessions import RedisSessions
+from codex_presence.broker.redis_store import RedisStore
 from codex_presence.broker.server import BrokerServer, bound_socket, listen_socket
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Role, Team, hash_token
@@ -68,6 +75,29 @@ def make_team(*names: str, team: str = "acme") -> Team:
 
 
 @dataclass
+class SharedState:
+    """A broker's state in Redis: the link, the presence store, the session store."""
+
+    link: RedisLink
+    store: RedisStore
+    sessions: RedisSessions
+
+
+def shared_state(url: str, team: Team, **kwargs: Any) -> SharedState:
+    """The Redis state of one broker of ``team`` at ``url``. ``kwargs``: the store's
+    (``ttl``, ``clock``, ``beat``, ``bound``), and the sessions' ``session_ttl`` and
+    ``max_sessions``."""
+    session_kwargs = {
+        key.removeprefix("session_"): kwargs.pop(key)
+        for key in ("session_ttl", "max_sessions")
+        if key in kwargs
+    }
+    link = RedisLink(url, team=team.name)
+    store = RedisStore(link, names=[m.name for m in team.members], **kwargs)
+    return SharedState(link, store, RedisSessions(link, **session_kwargs))
+
+
+@dataclass
 class RunningBroker:
     url: str
     broker: Broker
@@ -98,13 +128,20 @@ def running_broker(
     sock: socket.socket | None = None,
     limits: BrokerLimits | None = None,
     web: WebRoster | None = None,
+    redis: str | None = None,
     **broker_kwargs: Any,
 ) -> Iterator[RunningBroker]:
     """``port`` 0 picks a free one; a fixed port lets a test stop and restart "the" broker;
     ``sock`` (from :func:`reserved_port`) is a port held until now. ``limits`` bound the
     requests (short deadlines for the timing tests); ``web`` adds the web roster (its
-    routes and its cookie sign-in); ``broker_kwargs`` configure the :class:`Broker`
-    (clocks, TTL, keep-alive, authenticators)."""
+    routes and its cookie sign-in); ``redis`` (a URL, or None: in memory) is where the
+    state lives; ``broker_kwargs`` configure the :class:`Broker` (clocks, TTL, keep-alive,
+    authenticators, or a ``store`` of the caller's)."""
+    if redis is not None:
+        store_kwargs = {"ttl": broker_kwargs.pop("activity_ttl", DEFAULT_TTL)}
+        if "clock" in broker_kwargs:
+            store_kwargs["clock"] = broker_kwargs.pop("clock")
+        broker_kwargs["store"] = shared_state(redis, team, **store_kwargs).store
     if web is not None:
         authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
         broker_kwargs["authenticators"] = authenticators
@@ -157,12 +194,15 @@ class BrokerProcess:
 
 @contextmanager
 def broker_process(
-    *args: str, port: int = 0, env: Mapping[str, str] | None = None
+    *args: str, port: int = 0, env: Mapping[str, str] | None = None, redis: str | None = None
 ) -> Iterator[BrokerProcess]:
     """``codex-presence broker --port PORT ARGS...`` in a clean environment (no
-    ``CODEX_PRESENCE_*`` from the host, plus ``env``), once it has said where it listens;
-    killed at the end if it still runs."""
+    ``CODEX_PRESENCE_*`` from the host, plus ``env``; ``redis``: its
+    ``CODEX_PRESENCE_REDIS``), once it has said where it listens; killed at the end if it
+    still runs."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    if redis is not None:
+        clean["CODEX_PRESENCE_REDIS"] = redis
     with subprocess.Popen(
         [sys.executable, "-m", "codex_presence", "broker", "--port", str(port), *args],
         stdin=subprocess.DEVNULL,

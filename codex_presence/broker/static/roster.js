@@ -191,7 +191,12 @@
       state.retries = 0;
       setStream('live', 'live');
     });
-    source.addEventListener('roster', (e) => replaceAll(JSON.parse(e.data)));
+    source.addEventListener('roster', (e) => {
+      replaceAll(JSON.parse(e.data));
+      setStream('live', 'live'); // a roster is always current (after a stale spell too)
+    });
+    // The broker lost its shared store (Redis): the rows stay, and may be out of date.
+    source.addEventListener('stale', () => setStream('stale', 'stale: broker lost its store'));
     source.addEventListener('presence', (e) => update(JSON.parse(e.data)));
     source.addEventListener('error', () => {
       if (source !== state.source) return;

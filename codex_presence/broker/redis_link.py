@@ -1,0 +1,283 @@
+"""The broker's link to Redis: one client, one pub/sub subscription, and the loop that
+keeps them.
+
+:class:`RedisLink` is what the shared stores (:mod:`~codex_presence.broker.redis_store` for
+presence, :mod:`~codex_presence.broker.redis_sessions` for browser sessions) have in common:
+the client (redis-py's asyncio client), the team's key names, the team's event channel, and
+:meth:`RedisLink.run`, the loop that
+
+1. connects and subscribes to the channel, and waits until Redis confirms the subscription
+   (so no event published after that point can be missed);
+2. asks each :class:`RedisListener` to read (and write) its state in full — on the first
+   connection and after every reconnection, because events published while the link was
+   down are gone for good;
+3. then delivers every event on the channel to every listener, while each listener's
+   background work (the broker's heartbeat) runs beside it, until the broker stops (each
+   listener then takes back what is its broker's alone);
+
+and, when anything fails, tells the listeners (reports then get 503 at once; streams say
+the roster is stale), logs ``redis down: <why>`` once, retries with capped, jittered backoff,
+and logs ``redis back`` once when step 2 succeeded again. redis-py's own retries are off:
+a silent reconnection of the subscription would lose events without anyone knowing, so
+reconnecting is this loop's job alone.
+
+Keys. Every key of a team starts with ``<prefix>:{<team>}:`` (the prefix is
+``codex-presence`` unless ``--redis-prefix`` says otherwise; the team name is quoted so that
+no character of it can reach outside its braces). The braces are a hash tag: a team's keys
+share one Redis Cluster slot, so that the scripts that change several of them at once stay
+legal there. Several teams, or several deployments with their own prefixes, can share one
+Redis.
+
+Events are JSON arrays ``[seq, kind, ...]`` published by the stores' Lua scripts (so an
+event goes out exactly when its change is made, in the same atomic step); ``seq`` orders
+the changes of presence (see :mod:`~codex_presence.broker.redis_store`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+from urllib.parse import quote, urlsplit
+
+import anyio
+import orjson
+import redis.asyncio as aioredis
+from anyio.abc import TaskStatus
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from codex_presence.broker.store import StoreUnavailable
+from codex_presence.core.backoff import Backoff
+
+__all__ = ["DEFAULT_PREFIX", "UNREACHABLE", "RedisLink", "RedisListener", "redacted"]
+
+logger = logging.getLogger("codex_presence.broker")
+
+DEFAULT_PREFIX = "codex-presence"
+TIMEOUT = 2.0
+"""Seconds a Redis command (or a connection attempt) may take before Redis counts as down."""
+
+UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
+"""What a Redis that went away, never answered, or refused (out of memory, an ACL) raises:
+an outage, never a crash."""
+
+
+class RedisListener(Protocol):
+    """A user of the link: told of every (re)connection, every event and every outage."""
+
+    async def resync(self) -> None:
+        """The link (re)connected and is subscribed: read and write the state in full.
+        Raising is an outage."""
+
+    async def keep(self) -> None:
+        """Background work while connected (returns never, or raises: an outage)."""
+
+    def on_event(self, event: list[Any]) -> None:
+        """One event from the team's channel."""
+
+    def on_down(self, reason: str) -> None:
+        """The link is down: the state may be stale."""
+
+    def on_back(self) -> None:
+        """Every listener resynced: the link is up again."""
+
+    async def leave(self) -> None:
+        """The broker is stopping cleanly, the link still up: take back what is this
+        broker's alone."""
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + netloc).geturl()
+
+
+class RedisLink:
+    """One team's link to Redis at ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        team: str,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = TIMEOUT,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.url = redacted(url)
+        self.client = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            client_name="codex-presence",
+        )
+        self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
+        self.channel = self.key("events")
+        self.broker_id = f"{socket.gethostname()}/{secrets.token_hex(4)}"
+        """This broker, among those sharing the team (random per start)."""
+        self._timeout = timeout
+        self._backoff = backoff if backoff is not None else Backoff(base=0.2, cap=5.0)
+        self._listeners: list[RedisListener] = []
+        self.up = False
+        self.reason = "not connected yet"
+        """Why the link is down (while it is)."""
+        self._said_down = False
+        self._failure: BaseException | None = None
+
+    def key(self, *parts: str) -> str:
+        """The team's key named by ``parts``."""
+        return self._namespace + ":".join(parts)
+
+    @property
+    def namespace(self) -> str:
+        """What every key of the team starts with (the scripts build member keys from it)."""
+        return self._namespace
+
+    def script(self, lua: str) -> AsyncScript:
+        """A Lua script, run by its SHA (loaded again if Redis forgot it, after a restart)."""
+        return self.client.register_script(lua)
+
+    def add_listener(self, listener: RedisListener) -> None:
+        self._listeners.append(listener)
+
+    async def run_script(self, script: AsyncScript, args: list[Any]) -> Any:
+        """Run ``script``: ``KEYS[1]`` is the team's channel (which also routes the call to
+        the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``. Raises what
+        redis-py raises (:data:`UNREACHABLE` for an outage)."""
+        return await script(keys=[self.channel], args=[self._namespace, *args])
+
+    async def call(self, script: AsyncScript, args: list[Any], *, doing: str) -> Any:
+        """:meth:`run_script` for a request: :class:`StoreUnavailable` (saying what was not
+        done: ``doing``) when the link is down or Redis does not answer."""
+        if not self.up:
+            raise StoreUnavailable(f"the shared store (Redis) is unreachable: {doing}")
+        try:
+            return await self.run_script(script, args)
+        except UNREACHABLE as exc:
+            raise StoreUnavailable(
+                f"the shared store (Redis) is unreachable ({_why(exc)}): {doing}"
+            ) from None
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the link until cancelled; ``task_status`` is told after the first attempt
+        (connected and resynced, or found down)."""
+        started = False
+
+        def ready() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
+        try:
+            while True:
+                try:
+                    await self._connected(ready)
+                except UNREACHABLE as exc:
+                    self._down(_why(exc))
+                ready()
+                await anyio.sleep(self._backoff.next_delay())
+        finally:
+            with anyio.CancelScope(shield=True):
+                if self.up:
+                    with anyio.move_on_after(self._timeout):
+                        for listener in self._listeners:
+                            await _quietly(listener.leave())
+                await self.client.aclose()
+
+    async def _connected(self, ready: Callable[[], None]) -> None:
+        """One connection, from subscribing to its failure (raised)."""
+        async with self.client.pubsub() as pubsub:
+            with anyio.fail_after(self._timeout):
+                await pubsub.subscribe(self.channel)
+                while (await pubsub.get_message(timeout=self._timeout) or {}).get(
+                    "type"
+                ) != "subscribe":
+                    pass
+            for listener in self._listeners:
+                await listener.resync()
+            self._up()
+            ready()
+            self._failure = None
+            async with anyio.create_task_group() as tg:
+                for listener in self._listeners:
+                    tg.start_soon(self._guard, listener.keep, tg.cancel_scope)
+                await self._guard(lambda: self._listen(pubsub), tg.cancel_scope)
+            if self._failure is not None:
+                raise self._failure
+
+    async def _guard(self, work: Any, scope: anyio.CancelScope) -> None:
+        """Run ``work``; an outage it raises ends the connection (re-raised after the task
+        group, so that the loop sees one plain exception)."""
+        try:
+            await work()
+        except UNREACHABLE as exc:
+            self._failure = exc
+            scope.cancel()
+
+    async def _listen(self, pubsub: Any) -> None:
+        listeners = self._listeners
+        async for message in pubsub.listen():
+            if message.get("type") != "message":
+                continue
+            try:
+                event = orjson.loads(message["data"])
+            except orjson.JSONDecodeError:
+                logger.warning("redis: an event that is not JSON on %s", self.channel)
+                continue
+            if not isinstance(event, list) or len(event) < 2:
+                continue
+            for listener in listeners:
+                try:
+                    listener.on_event(event)
+                except Exception:  # an event of another version, or a bug: never fatal
+                    logger.warning("redis: could not apply the event %r", event, exc_info=True)
+        raise RedisConnectionError("the subscription ended")
+
+    def _up(self) -> None:
+        self._backoff.reset()
+        self.up = True
+        self.reason = ""
+        if self._said_down:
+            self._said_down = False
+            logger.warning("redis back: %s", self.url)
+        else:
+            logger.info("redis: sharing state through %s (keys %s*)", self.url, self._namespace)
+        for listener in self._listeners:
+            listener.on_back()
+
+    def _down(self, reason: str) -> None:
+        self.up = False
+        self.reason = reason
+        if self._said_down:
+            return  # once per outage
+        self._said_down = True
+        logger.warning("redis down: %s: %s (retrying with backoff)", self.url, reason)
+        for listener in self._listeners:
+            listener.on_down(reason)
+
+
+async def _quietly(work: Awaitable[None]) -> None:
+    """``work``, whose outage changes nothing (the broker is stopping)."""
+    try:
+        await work
+    except UNREACHABLE as exc:
+        logger.debug("redis: %s", _why(exc))
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__

@@ -1,0 +1,158 @@
+"""Browser sessions in the Redis that brokers share: :class:`RedisSessions`.
+
+``s:<session id>`` holds the :class:`~codex_presence.broker.sessions.WebSession` record as
+JSON, with ``PX`` = the session's lifetime (Redis's expiry times it out); ``sm:<member>`` is a
+sorted set of the member's session ids by expiry (in microseconds of Redis's clock, so that
+two sign-ins in one millisecond still have an order), for the per-member cap. Signing in and
+signing out are Lua scripts (the record and the set change together), and each session
+that ends — signed out, or pushed out by the cap — is announced on the team's channel as
+``[0, "x", session_id]``, so that every broker ends the streams it opened at once.
+
+A broker restart signs nobody out: the sessions are in Redis. Checking a cookie reads
+Redis once; the answer is then cached here until the session's expiry, an ``x`` event, or a
+reconnection of the link (events may have been missed meanwhile) — so that an open stream,
+which checks its session before every send, costs no round trip, and stays open while Redis
+is away. A cookie this broker has not seen cannot be checked while Redis is away: 503.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import orjson
+
+from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.sessions import (
+    MAX_SESSIONS,
+    SESSION_TTL,
+    WebSession,
+    new_session_id,
+)
+
+__all__ = ["RedisSessions"]
+
+_CREATE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ns, id, member, record = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ttl, max = tonumber(ARGV[5]), tonumber(ARGV[6])
+local mine = ns .. 'sm:' .. member
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
+local over = redis.call('ZCARD', mine) - max + 1
+local ended = {}
+if over > 0 then
+  ended = redis.call('ZRANGE', mine, 0, over - 1)
+  for _, old in ipairs(ended) do
+    redis.call('DEL', ns .. 's:' .. old)
+    redis.call('PUBLISH', KEYS[1], cjson.encode({0, 'x', old}))
+  end
+  redis.call('ZREMRANGEBYRANK', mine, 0, over - 1)
+end
+redis.call('SET', ns .. 's:' .. id, record, 'PX', ttl)
+redis.call('ZADD', mine, now + ttl * 1000, id)
+redis.call('PEXPIRE', mine, ttl)
+return ended
+"""
+_END = """
+local ns, id = ARGV[1], ARGV[2]
+local key = ns .. 's:' .. id
+local record = redis.call('GET', key)
+if not record then return 0 end
+redis.call('DEL', key)
+redis.call('ZREM', ns .. 'sm:' .. cjson.decode(record)['member'], id)
+redis.call('PUBLISH', KEYS[1], cjson.encode({0, 'x', id}))
+return 1
+"""
+_GET = """
+local key = ARGV[1] .. 's:' .. ARGV[2]
+local record = redis.call('GET', key)
+if not record then return false end
+return {record, redis.call('PTTL', key)}
+"""
+_FIELDS = frozenset(field.name for field in dataclasses.fields(WebSession))
+
+
+class RedisSessions:
+    """The browser sessions of a team, in Redis through ``link``; ``clock`` (monotonic
+    seconds) times out the local cache."""
+
+    def __init__(
+        self,
+        link: RedisLink,
+        *,
+        ttl: float = SESSION_TTL,
+        max_sessions: int = MAX_SESSIONS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.max_sessions = max_sessions
+        self.on_ended: Callable[[], None] | None = None
+        self._link = link
+        self._clock = clock
+        self._cache: dict[str, tuple[WebSession, float]] = {}
+        self._create = link.script(_CREATE)
+        self._end = link.script(_END)
+        self._get = link.script(_GET)
+        link.add_listener(self)
+
+    async def create(self, session: WebSession) -> str:
+        session_id = new_session_id()
+        record = orjson.dumps(dataclasses.asdict(session))
+        ttl_ms = max(1, round(self.ttl * 1000))
+        args = [session_id, session.member, record, ttl_ms, self.max_sessions]
+        ended = await self._link.call(self._create, args, doing="cannot sign in; try again")
+        for old in ended:  # pushed out by the cap (every broker hears it from the channel)
+            self._forget(old.decode())
+        self._cache[session_id] = (session, self._clock() + self.ttl)
+        return session_id
+
+    async def end(self, session_id: str) -> None:
+        await self._link.call(self._end, [session_id], doing="cannot sign out; try again")
+        self._forget(session_id)
+
+    async def get(self, session_id: str) -> WebSession | None:
+        hit = self._cache.get(session_id)
+        if hit is not None:
+            if hit[1] > self._clock():
+                return hit[0]
+            del self._cache[session_id]
+        found = await self._link.call(
+            self._get, [session_id], doing="cannot check the browser session"
+        )
+        if not found:
+            return None
+        record, pttl = found
+        data = orjson.loads(record)
+        session = WebSession(**{k: v for k, v in data.items() if k in _FIELDS})
+        self._cache[session_id] = (session, self._clock() + int(pttl) / 1000)
+        return session
+
+    def _forget(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+        if self.on_ended is not None:
+            self.on_ended()
+
+    # -- the link ----------------------------------------------------------------------
+
+    async def resync(self) -> None:
+        self._cache.clear()  # an ``x`` event may have been missed while the link was down
+
+    async def keep(self) -> None:
+        await anyio.sleep_forever()
+
+    def on_event(self, event: list[Any]) -> None:
+        if event[1] == "x":
+            self._forget(event[2])
+
+    def on_down(self, reason: str) -> None:
+        pass
+
+    def on_back(self) -> None:
+        pass
+
+    async def leave(self) -> None:
+        pass  # sessions outlive the broker: that is the point

@@ -1,0 +1,452 @@
+"""Presence shared by several brokers through Redis: the :class:`RedisStore`.
+
+What lives in Redis (keys under the team's prefix, see :mod:`~.redis_link`):
+
+``a:<name>``
+    A working or blocked member's activity, ``"<state> <since-ms>"``, set with ``PX`` = the
+    TTL: Redis's own expiry is the TTL, and idle is the key's absence, as the design says.
+    (``since`` — when the state last changed, kept across heartbeats — is there for the
+    roster's ``activitySince`` to come.)
+``m:<name>``
+    A hash: ``c`` (``createdAt``, the earliest any broker saw) and ``s`` (``lastSeen``, the
+    latest), unix ms. Merged with min/max, so that any order of writes gives the same.
+``c:<broker>``
+    One broker's open streams per member (``name -> count``), written only by that broker,
+    expiring :data:`BOUND` s after its last heartbeat.
+``brokers``
+    A sorted set: every live broker by the Redis time of its last heartbeat.
+``seq``
+    A counter that numbers every change of presence; each event carries its number.
+
+Every change is one Lua script (atomic: nothing is ever half-written) that also publishes
+the event saying what it changed, as a JSON array:
+
+* ``[seq, "a", name, state, ttl_ms, since, createdAt, lastSeen]`` — a report (heartbeats
+  too: they carry ``lastSeen``);
+* ``[seq, "c", name, broker, count, createdAt, lastSeen]`` — a broker's streams for a member;
+* ``[seq, "b", broker, [name, count, ...]]`` — a broker (re)registered all its counts;
+* ``[seq, "g", broker]`` — a broker found dead: its counts leave the roster.
+
+Reads never wait on Redis. Each broker keeps a mirror — activity in an
+:class:`~codex_presence.broker.activity.ActivityTracker` (each entry with the TTL its event
+carried), every live broker's counts, and ``createdAt``/``lastSeen`` — read in full (one
+script: a consistent snapshot with its ``seq``) whenever the link (re)connects, and kept
+current by the events, in order: an event numbered at or below the snapshot's is already in
+it, and a member's activity only moves forward in ``seq`` (a broker applies its own report
+as soon as its script returns, and ignores the echo). So ``GET /roster`` at a thousand
+members costs what it costs in memory.
+
+TTL lapses need no event and no keyspace notification (managed Redis often forbids the
+``CONFIG SET`` they need): each mirror counts the TTL down from the event that set it, which
+ends at most one delivery latency after Redis's own expiry, and the fan-out wakes at that
+deadline as it does in memory. Redis's expiry stays the truth for every broker that
+(re)reads the snapshot.
+
+Connections. A broker's streams are its own facts: they are counted here at once and shared
+by one background task, which sends the members whose count changed (coalesced) together
+with the broker's heartbeat every :data:`BEAT` s. A broker that stops cleanly takes its
+counts along (a ``g`` event). The heartbeat's script also prunes: any broker whose
+heartbeat is older than :data:`BOUND` s is removed with its counts, and a ``g`` event says
+so. A broker that dies (SIGKILL, power loss) thus leaves the roster within
+``BOUND + BEAT`` = 12 s. A broker that was pruned while alive (Redis was away longer than
+the bound) registers all its counts again. After any reconnection — Redis restarted, maybe
+empty — each broker registers its counts in full and merges back the ``createdAt`` and
+``lastSeen`` it knows; working and blocked members come back with their next heartbeat
+(within 10 s), as after a broker restart in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import anyio
+import orjson
+from anyio.abc import TaskStatus
+
+from codex_presence._wire import DEFAULT_TTL, ActivityState
+from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.connections import Connection
+from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.store import StoreListener
+
+__all__ = ["BEAT", "BOUND", "RedisStore"]
+
+BEAT = 2.0
+"""Seconds between a broker's heartbeats in Redis."""
+BOUND = 10.0
+"""Seconds without a heartbeat after which a broker counts as dead: its counts leave the
+roster at the next heartbeat of any other broker (so within ``BOUND + BEAT``)."""
+
+_NEVER = Connection()
+_IDLE = ActivityState.IDLE
+_STATES = {state.value: state for state in ActivityState}
+
+# Each script: KEYS[1] is the team's channel, ARGV[1] the team's key prefix.
+_LUA_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+_LUA_META = """
+local function meta(ns, name, created, seen)
+  local key = ns .. 'm:' .. name
+  local c = tonumber(redis.call('HGET', key, 'c') or '0')
+  local s = tonumber(redis.call('HGET', key, 's') or '0')
+  if created > 0 and (c == 0 or created < c) then
+    c = created
+    redis.call('HSET', key, 'c', c)
+  end
+  if seen > s then
+    s = seen
+    redis.call('HSET', key, 's', s)
+  end
+  return c, s
+end
+"""
+_REPORT = (
+    _LUA_META
+    + """
+local ns, name, state, px, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local key = ns .. 'a:' .. name
+local since = now
+local previous = redis.call('GET', key)
+if previous then
+  local space = string.find(previous, ' ', 1, true)
+  if string.sub(previous, 1, space - 1) == state then
+    since = tonumber(string.sub(previous, space + 1))
+  end
+end
+if state == 'idle' then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, state .. ' ' .. string.format('%d', since), 'PX', px)
+end
+local c, s = meta(ns, name, now, now)
+local seq = redis.call('INCR', ns .. 'seq')
+local event = cjson.encode({seq, 'a', name, state, tonumber(px), since, c, s})
+redis.call('PUBLISH', KEYS[1], event)
+return event
+"""
+)
+_COUNTS = (
+    _LUA_NOW
+    + _LUA_META
+    + """
+local ns, me, bound, full = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local brokers = ns .. 'brokers'
+local mine = ns .. 'c:' .. me
+local known = redis.call('ZSCORE', brokers, me)
+redis.call('ZADD', brokers, now, me)
+if full then
+  redis.call('DEL', mine)
+end
+local all = {}
+for i = 5, #ARGV, 4 do
+  local name, count = ARGV[i], tonumber(ARGV[i + 1])
+  if count > 0 then
+    redis.call('HSET', mine, name, count)
+  else
+    redis.call('HDEL', mine, name)
+  end
+  local c, s = meta(ns, name, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
+  if full then
+    if count > 0 then
+      all[#all + 1] = name
+      all[#all + 1] = count
+    end
+  else
+    local seq = redis.call('INCR', ns .. 'seq')
+    redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'c', name, me, count, c, s}))
+  end
+end
+if full then
+  local seq = redis.call('INCR', ns .. 'seq')
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'b', me, all}))
+end
+redis.call('PEXPIRE', mine, bound)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', brokers, '-inf', now - bound)) do
+  if id ~= me then
+    redis.call('DEL', ns .. 'c:' .. id)
+    redis.call('ZREM', brokers, id)
+    local seq = redis.call('INCR', ns .. 'seq')
+    redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', id}))
+  end
+end
+if known then return 1 end
+return 0
+"""
+)
+_LEAVE = """
+local ns, me = ARGV[1], ARGV[2]
+redis.call('DEL', ns .. 'c:' .. me)
+if redis.call('ZREM', ns .. 'brokers', me) == 1 then
+  local seq = redis.call('INCR', ns .. 'seq')
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', me}))
+end
+return 1
+"""
+_SNAPSHOT = """
+local ns = ARGV[1]
+local seq = tonumber(redis.call('GET', ns .. 'seq') or '0')
+local brokers = {}
+for _, id in ipairs(redis.call('ZRANGE', ns .. 'brokers', 0, -1)) do
+  brokers[#brokers + 1] = id
+  brokers[#brokers + 1] = redis.call('HGETALL', ns .. 'c:' .. id)
+end
+local members = {}
+for i = 2, #ARGV do
+  local key = ns .. 'a:' .. ARGV[i]
+  local activity = redis.call('GET', key)
+  local meta = redis.call('HMGET', ns .. 'm:' .. ARGV[i], 'c', 's')
+  members[#members + 1] = activity or ''
+  members[#members + 1] = activity and redis.call('PTTL', key) or -2
+  members[#members + 1] = meta[1] or '0'
+  members[#members + 1] = meta[2] or '0'
+end
+return {seq, brokers, members}
+"""
+
+
+class RedisStore:
+    """The presence of ``names`` in Redis, through ``link``, mirrored here for reading.
+
+    ``ttl`` is the activity TTL this broker applies to the reports it receives; ``clock``
+    (monotonic seconds) counts the mirror's TTLs down. ``beat`` and ``bound`` are the
+    broker heartbeat and the time after which a silent broker counts as dead.
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        link: RedisLink,
+        *,
+        names: Sequence[str],
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        beat: float = BEAT,
+        bound: float = BOUND,
+    ) -> None:
+        if not ttl > 0:
+            raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
+        self._link = link
+        self._me = link.broker_id
+        self._names = tuple(names)
+        self._known = frozenset(names)
+        self.ttl = ttl
+        self._ttl_ms = max(1, round(ttl * 1000))
+        self._beat = beat
+        self._bound_ms = max(1, round(bound * 1000))
+        self._activity = ActivityTracker(ttl=ttl, clock=clock)
+        self._activity_seq: dict[str, int] = {}
+        self._synced_seq = 0
+        self._here: dict[str, int] = {}
+        self._there: dict[str, dict[str, int]] = {}
+        self._meta: dict[str, tuple[int, int]] = {}
+        self._connections: dict[str, Connection] = {}
+        self._unsent: dict[str, int] = {}
+        """Members whose count here changed since the last heartbeat -> the latest attach
+        time (0: detaches only)."""
+        self._flush = anyio.Event()
+        self._register_again = False
+        self._listener: StoreListener | None = None
+        self._report_script = link.script(_REPORT)
+        self._counts_script = link.script(_COUNTS)
+        self._snapshot_script = link.script(_SNAPSHOT)
+        self._leave_script = link.script(_LEAVE)
+        link.add_listener(self)
+
+    # -- reads: the mirror ---------------------------------------------------------------
+
+    def connection(self, name: str) -> Connection:
+        return self._connections.get(name, _NEVER)
+
+    def activity(self, name: str) -> ActivityState:
+        return self._activity.get(name)
+
+    def subscribers_here(self, name: str) -> int:
+        return self._here.get(name, 0)
+
+    def next_lapse(self) -> float | None:
+        return self._activity.next_lapse()
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
+        event = await self._link.call(
+            self._report_script,
+            [name, state.value, self._ttl_ms, now_ms],
+            doing="the report was not recorded; send it again",
+        )
+        return self._apply_report(orjson.loads(event))
+
+    def attach(self, name: str, now_ms: int) -> int:
+        self._here[name] = self._here.get(name, 0) + 1
+        self._merge_meta(name, now_ms, now_ms)
+        self._unsent[name] = now_ms
+        self._flush.set()
+        return self._refresh(name).connected
+
+    def detach(self, name: str) -> int:
+        count = self._here.get(name, 0) - 1
+        if count > 0:
+            self._here[name] = count
+        else:
+            self._here.pop(name, None)
+        self._unsent.setdefault(name, 0)
+        self._flush.set()
+        return self._refresh(name).connected
+
+    # -- the link ----------------------------------------------------------------------
+
+    async def run(
+        self, listener: StoreListener, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._listener = listener
+        await self._link.run(task_status=task_status)
+
+    async def resync(self) -> None:
+        """Register every count of this broker, then read the whole state."""
+        await self._send_counts(full=True)
+        seq, brokers, members = await self._link.run_script(
+            self._snapshot_script, list(self._names)
+        )
+        self._synced_seq = int(seq)
+        self._activity_seq.clear()
+        there: dict[str, dict[str, int]] = {}
+        for i in range(0, len(brokers), 2):
+            broker = brokers[i].decode()
+            if broker != self._me:
+                there[broker] = _counts(brokers[i + 1])
+        self._there = there
+        for i, name in enumerate(self._names):
+            value, pttl, created, seen = members[4 * i : 4 * i + 4]
+            self._merge_meta(name, int(created), int(seen))
+            state = _STATES[value.split(b" ", 1)[0].decode()] if value and pttl > 0 else _IDLE
+            self._activity.report(name, state, pttl / 1000 if state is not _IDLE else None)
+        for name in self._names:
+            self._refresh(name)
+
+    async def keep(self) -> None:
+        """The heartbeat, carrying the counts that changed (at once when one did)."""
+        while True:
+            with anyio.move_on_after(self._beat):
+                await self._flush.wait()
+            self._flush = anyio.Event()
+            await self._send_counts(full=self._register_again)
+
+    async def _send_counts(self, *, full: bool) -> None:
+        """The heartbeat: with every count of this broker (``full``: its registration),
+        or with those that changed since the last one."""
+        here = self._here
+        entries: list[tuple[str, int, int, int]]
+        if full:
+            self._register_again = False
+            self._unsent.clear()
+            entries = []
+            for name in self._names:
+                created, seen = self._meta.get(name, (0, 0))
+                if here.get(name) or seen:
+                    entries.append((name, here.get(name, 0), created, seen))
+        else:
+            unsent, self._unsent = self._unsent, {}
+            entries = [(name, here.get(name, 0), at, at) for name, at in unsent.items()]
+        args: list[Any] = [self._me, self._bound_ms, "1" if full else "0"]
+        for entry in entries:
+            args.extend(entry)
+        known = await self._link.run_script(self._counts_script, args)
+        if not known and not full:  # pruned while alive (Redis was away past the bound)
+            await self._send_counts(full=True)
+
+    def on_event(self, event: list[Any]) -> None:
+        seq, kind = event[0], event[1]
+        if seq <= self._synced_seq:
+            return  # in the snapshot already (or a session event: seq 0)
+        if kind == "a":
+            if self._apply_report(event):
+                self._changed(event[2])
+        elif kind == "c":
+            _, _, name, broker, count, created, seen = event
+            if broker == self._me or name not in self._known:
+                return
+            counts = self._there.setdefault(broker, {})
+            if count > 0:
+                counts[name] = count
+            else:
+                counts.pop(name, None)
+            self._merge_meta(name, created, seen)
+            self._recount([name])
+        elif kind == "b":
+            broker, flat = event[2], event[3]
+            if broker != self._me:
+                old = self._there.get(broker, {})
+                new = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
+                self._there[broker] = new
+                self._recount({*old, *new})
+        elif kind == "g":
+            if event[2] == self._me:  # another broker took this one for dead
+                self._register_again = True
+                self._flush.set()
+            else:
+                self._recount(self._there.pop(event[2], {}))
+
+    async def leave(self) -> None:
+        """Stopping cleanly: this broker's counts leave the roster now, not after the
+        bound (a rolling restart moves subscribers without counting them twice)."""
+        await self._link.run_script(self._leave_script, [self._me])
+
+    def on_down(self, reason: str) -> None:
+        if self._listener is not None:
+            self._listener.store_down(reason)
+
+    def on_back(self) -> None:
+        if self._listener is not None:
+            self._listener.store_back()
+
+    # -- the mirror --------------------------------------------------------------------
+
+    def _apply_report(self, event: list[Any]) -> bool:
+        """Apply a report's event (ours or another broker's) unless a later one was
+        applied already; whether the activity shown changed."""
+        seq, _, name, state, ttl_ms, _since, created, seen = event
+        if name not in self._known:
+            return False
+        self._merge_meta(name, created, seen)
+        self._refresh(name)
+        if seq <= self._activity_seq.get(name, 0):
+            return False
+        self._activity_seq[name] = seq
+        return self._activity.report(name, _STATES[state], ttl_ms / 1000)
+
+    def _merge_meta(self, name: str, created: int, seen: int) -> None:
+        old_created, old_seen = self._meta.get(name, (0, 0))
+        if created and (not old_created or created < old_created):
+            old_created = created
+        self._meta[name] = (old_created, max(old_seen, seen))
+
+    def _refresh(self, name: str) -> Connection:
+        connected = self._here.get(name, 0)
+        for counts in self._there.values():
+            connected += counts.get(name, 0)
+        created, seen = self._meta.get(name, (0, 0))
+        connection = Connection(connected, created, seen)
+        self._connections[name] = connection
+        return connection
+
+    def _recount(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name not in self._known:
+                continue
+            before = self.connection(name).connected
+            if self._refresh(name).connected != before:
+                self._changed(name)
+
+    def _changed(self, name: str) -> None:
+        if self._listener is not None:
+            self._listener.changed(name)
+
+
+def _counts(flat: list[bytes]) -> dict[str, int]:
+    """``HGETALL``'s flat reply as ``name -> count``."""
+    return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}

@@ -1,0 +1,149 @@
+"""Where the broker's state lives: the :class:`Store` interface, and the in-memory store.
+
+The broker's rules (:class:`~codex_presence.broker.state.Broker`) read and write presence
+through a :class:`Store`, of which there are two:
+
+* :class:`MemoryStore` — the design's reference: the connection registry
+  (:mod:`~codex_presence.broker.connections`) and the activity tracker with its TTL
+  (:mod:`~codex_presence.broker.activity`), in this process. The default.
+* :class:`~codex_presence.broker.redis_store.RedisStore` — the same state shared by every
+  broker of the team through Redis (``codex-presence broker --redis URL``).
+
+The split follows what must wait and what must not. A report is the one write a client
+waits for (``POST /presence/activity`` answers 204 once it is recorded where every broker
+sees it, 503 if it cannot be), so :meth:`Store.report` is async and may raise
+:class:`StoreUnavailable`. Attaching and detaching a subscriber are this broker's own
+facts: they are counted here at once and shared in the background, so they never wait and
+never fail (a stream's ``finally`` must not block on the network). Reads — each member's
+:class:`~codex_presence.broker.connections.Connection` and activity, on every ``GET /roster``
+and every fan-out batch — are local and synchronous in both stores: the shared one keeps a
+mirror.
+
+A store tells the broker what changed elsewhere through a :class:`StoreListener` (the
+broker): a member whose presence changed on another broker, the shared state becoming
+unreachable (streams then say the roster is stale) and coming back (a fresh roster for
+everyone).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+from codex_presence._wire import DEFAULT_TTL, ActivityState
+from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.connections import Connection, ConnectionRegistry
+
+__all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable"]
+
+
+class StoreUnavailable(Exception):
+    """The shared state cannot be reached, so a write was not made (or a browser session
+    could not be checked): the request gets 503 with this reason."""
+
+
+class StoreListener(Protocol):
+    """What a store tells the broker about changes it did not make itself."""
+
+    def changed(self, name: str) -> None:
+        """``name``'s connection count or activity changed (on another broker, or a lapse
+        this store learned of)."""
+
+    def store_down(self, reason: str) -> None:
+        """The shared state became unreachable: what this broker shows may be stale."""
+
+    def store_back(self) -> None:
+        """The shared state is reachable again and was read in full: anything may have
+        changed."""
+
+
+class Store(Protocol):
+    """The broker's state: connection counts, activity with its TTL, ``lastSeen``."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether other brokers share this state (``/healthz`` says which store)."""
+
+    @property
+    def ttl(self) -> float:
+        """Seconds a report to this broker holds without a heartbeat (``/whoami`` says)."""
+
+    def connection(self, name: str) -> Connection:
+        """``name``'s connection presence, over every broker sharing the state."""
+
+    def activity(self, name: str) -> ActivityState:
+        """``name``'s activity, the TTL resolved."""
+
+    def subscribers_here(self, name: str) -> int:
+        """``name``'s streams open on this broker (what the per-member cap bounds)."""
+
+    def next_lapse(self) -> float | None:
+        """Seconds until the earliest TTL deadline known (None: none), for the fan-out to
+        wake then."""
+
+    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
+        """Record a report (an emit: ``lastSeen`` ticks); whether the activity changed.
+        Raises :class:`StoreUnavailable` when it could not be recorded."""
+
+    def attach(self, name: str, now_ms: int) -> int:
+        """A stream for ``name`` opened here; ``name``'s connected count now."""
+
+    def detach(self, name: str) -> int:
+        """A stream for ``name`` closed here; ``name``'s connected count now."""
+
+    async def run(
+        self,
+        listener: StoreListener,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Keep the state (shared: the link to it) until cancelled; ``task_status`` is
+        told once the state was first read (or found unreachable)."""
+
+
+class MemoryStore:
+    """The state in this process, as the design's reference broker keeps it."""
+
+    shared = False
+
+    def __init__(
+        self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self.registry = ConnectionRegistry()
+        self.tracker = ActivityTracker(ttl=ttl, clock=clock)
+
+    def connection(self, name: str) -> Connection:
+        return self.registry.get(name)
+
+    def activity(self, name: str) -> ActivityState:
+        return self.tracker.get(name)
+
+    def subscribers_here(self, name: str) -> int:
+        return self.registry.get(name).connected
+
+    def next_lapse(self) -> float | None:
+        return self.tracker.next_lapse()
+
+    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
+        self.registry.touch(name, now_ms)
+        return self.tracker.report(name, state)
+
+    def attach(self, name: str, now_ms: int) -> int:
+        return self.registry.attach(name, now_ms)
+
+    def detach(self, name: str) -> int:
+        return self.registry.detach(name)
+
+    async def run(
+        self,
+        listener: StoreListener,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Nothing to keep: the state is here."""
+        task_status.started()

@@ -1,0 +1,360 @@
+"""Several brokers sharing one real redis-server (issue 18): one roster, the TTL, the fan-out,
+dead brokers, restarts of a broker and of Redis itself.
+
+Brokers run in this process (uvicorn in threads, each with its own link to Redis, as
+separate processes would have) where a test needs to look inside, and as the real
+``codex-presence broker --redis`` command where a process must die. The rules themselves,
+bad input included, are tested against both stores in ``tests/test_broker.py`` and
+``tests/test_web.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis
+from httpx_sse import EventSource
+
+from codex_presence.broker.team_file import render_team
+from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, WebRoster
+from tests.support.broker_harness import (
+    RunningBroker,
+    broker_process,
+    make_team,
+    running_broker,
+    shared_state,
+    token_of,
+)
+from tests.support.redis_server import redis_server
+from tests.support.waiting import eventually
+
+TEAM = make_team("alice", "builder", "scout")
+
+
+def auth(name: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token_of(name)}"}
+
+
+def roster(url: str) -> dict[str, dict[str, Any]]:
+    response = httpx.get(url + "/roster", headers=auth("scout"), timeout=5)
+    assert response.status_code == 200, response.text
+    return {p["name"]: p for p in response.json()}
+
+
+def report(url: str, name: str, state: str) -> httpx.Response:
+    return httpx.post(
+        url + "/presence/activity", json={"state": state}, headers=auth(name), timeout=5
+    )
+
+
+class Stream:
+    """An SSE subscription read in a thread: every event it got, in order."""
+
+    def __init__(self, url: str, name: str, headers: dict[str, str] | None = None) -> None:
+        self.events: list[tuple[str, Any]] = []
+        self.status = 0
+        self.ended = threading.Event()
+        self._opened = threading.Event()
+        args = (url, name, headers if headers is not None else auth(name))
+        threading.Thread(target=self._read, args=args, daemon=True).start()
+        assert self._opened.wait(10), "the stream did not open"
+        eventually(lambda: self.kinds().count("roster") >= 1 or self.ended.is_set())
+
+    def _read(self, url: str, name: str, headers: dict[str, str]) -> None:
+        try:
+            with (
+                httpx.Client(timeout=httpx.Timeout(10, read=60)) as client,
+                client.stream("GET", f"{url}/subscribe?name={name}", headers=headers) as r,
+            ):
+                self.status = r.status_code
+                self._opened.set()
+                for event in EventSource(r).iter_sse():
+                    if event.data:  # not the opening "retry:" field
+                        self.events.append((event.event, orjson.loads(event.data)))
+        except httpx.HTTPError:
+            pass
+        finally:
+            self._opened.set()
+            self.ended.set()
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.events]
+
+    def of(self, name: str) -> list[dict[str, Any]]:
+        """The ``presence`` events about ``name``."""
+        return [data for kind, data in self.events if kind == "presence" and data["name"] == name]
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    with redis_server() as server:
+        yield server.url
+
+
+@contextmanager
+def brokers(url: str, count: int = 2, **kwargs: Any) -> Iterator[list[RunningBroker]]:
+    """``count`` brokers of TEAM sharing the Redis at ``url``."""
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(running_broker(team=TEAM, redis=url, **kwargs))
+            for _ in range(count)
+        ]
+
+
+# -- one roster ------------------------------------------------------------------------------
+
+
+def test_two_brokers_show_one_roster(redis_url: str) -> None:
+    with brokers(redis_url) as (a, b):
+        streams = [Stream(a.url, "alice"), Stream(b.url, "builder"), Stream(a.url, "builder")]
+        assert report(a.url, "builder", "working").status_code == 204
+        assert report(b.url, "alice", "blocked").status_code == 204
+
+        def same_roster() -> bool:
+            first, second = roster(a.url), roster(b.url)
+            return first == second and second["builder"]["connected"] == 2
+
+        eventually(same_roster, 5, f"one roster: {roster(a.url)} {roster(b.url)}")
+        shown = roster(b.url)
+        assert shown["alice"]["connected"] == 1
+        assert (shown["builder"]["activity"], shown["alice"]["activity"]) == ("working", "blocked")
+        assert shown["scout"]["connected"] == 0 and "activity" not in shown["scout"]
+        # createdAt and lastSeen are shared too: builder's report on A, alice's on B
+        assert shown["builder"]["createdAt"] > 0 and shown["builder"]["lastSeen"] > 0
+        assert shown["alice"]["lastSeen"] >= shown["alice"]["createdAt"] > 0
+        assert [stream.status for stream in streams] == [200, 200, 200]
+
+
+def test_a_report_reaches_the_streams_of_every_broker_once(redis_url: str) -> None:
+    with brokers(redis_url) as (a, b):
+        on_a, on_b = Stream(a.url, "alice"), Stream(b.url, "scout")
+        for sent, state in enumerate(("working", "blocked", "idle"), 1):
+            assert report(a.url, "builder", state).status_code == 204
+            for stream in (on_a, on_b):  # each transition is seen before the next is sent
+                eventually(lambda s=stream, n=sent: len(s.of("builder")) == n, 5)  # type: ignore[misc]
+        assert report(a.url, "builder", "idle").status_code == 204  # no change: no event
+        time.sleep(0.5)  # anything duplicated or late would be here by now
+        for stream in (on_a, on_b):
+            assert [p.get("activity") for p in stream.of("builder")] == ["working", "blocked", None]
+
+
+def test_the_ttl_holds_across_brokers(redis_url: str) -> None:
+    with brokers(redis_url, activity_ttl=0.6) as (a, b):
+        on_b = Stream(b.url, "alice")
+        # heartbeats to B keep alive what was reported to A
+        assert report(a.url, "builder", "working").status_code == 204
+        for _ in range(6):
+            time.sleep(0.2)
+            assert report(b.url, "builder", "working").status_code == 204
+            assert roster(a.url)["builder"]["activity"] == "working"
+        # then silence: the TTL lapses in Redis, and on both brokers, and B's stream says so
+        eventually(lambda: "activity" not in roster(a.url)["builder"], 5, "the lapse on A")
+        eventually(lambda: "activity" not in roster(b.url)["builder"], 5, "the lapse on B")
+        eventually(lambda: "activity" not in on_b.of("builder")[-1], 5, "the lapse announced")
+        assert [p.get("activity") for p in on_b.of("builder")] == ["working", None]
+        keys = redis.Redis.from_url(redis_url).keys("*:a:builder")
+        assert keys == []  # idle is the key's absence
+
+
+def test_teams_sharing_one_redis_stay_apart(redis_url: str) -> None:
+    other = make_team("alice", "builder", "scout", team="globex")
+    with (
+        running_broker(team=TEAM, redis=redis_url) as acme,
+        running_broker(team=other, redis=redis_url) as globex,
+    ):
+        Stream(acme.url, "alice")
+        assert report(acme.url, "builder", "working").status_code == 204
+        eventually(lambda: roster(acme.url)["alice"]["connected"] == 1)
+        time.sleep(0.3)
+        assert all(p["connected"] == 0 and "activity" not in p for p in roster(globex.url).values())
+
+
+# -- a broker dies, a broker restarts --------------------------------------------------------
+
+
+def _team_file(tmp_path: Path) -> str:
+    path = tmp_path / "team.toml"
+    path.write_text(
+        render_team("acme", [(n, None, token_of(n)) for n in ("alice", "builder", "scout")])
+    )
+    return str(path)
+
+
+@pytest.mark.slow
+def test_a_sigkilled_brokers_connections_leave_within_the_bound(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The documented bound: 10 s without a heartbeat, found at the next heartbeat (2 s)."""
+    team = _team_file(tmp_path)
+    with (
+        broker_process("--team", team, redis=redis_url) as doomed,
+        broker_process("--team", team, redis=redis_url) as survivor,
+    ):
+        Stream(doomed.url, "builder")
+        eventually(lambda: roster(survivor.url)["builder"]["connected"] == 1, 5)
+        doomed.proc.kill()
+        doomed.proc.wait(10)
+        took = eventually(lambda: roster(survivor.url)["builder"]["connected"] == 0, 20)
+        assert took <= 15
+        assert roster(survivor.url)["builder"]["lastSeen"] > 0  # what it saw stays
+
+
+def test_a_broker_that_stops_cleanly_takes_its_counts_along(redis_url: str) -> None:
+    brokers_key = "codex-presence:{acme}:brokers"
+    with running_broker(team=TEAM, redis=redis_url) as stays:
+        with running_broker(team=TEAM, redis=redis_url) as stops:
+            Stream(stops.url, "builder")
+            eventually(lambda: roster(stays.url)["builder"]["connected"] == 1, 5)
+            assert redis.Redis.from_url(redis_url).zcard(brokers_key) == 2
+        eventually(lambda: roster(stays.url)["builder"]["connected"] == 0, 3, "not the bound")
+        assert redis.Redis.from_url(redis_url).zcard(brokers_key) == 1  # it left
+
+
+def test_a_broker_restart_keeps_sessions_and_activity(redis_url: str, tmp_path: Path) -> None:
+    team = _team_file(tmp_path)
+    with broker_process("--team", team, redis=redis_url) as first:
+        url, port = first.url, first.port
+        signed_in = httpx.post(
+            url + "/session",
+            content=f"token={token_of('alice')}",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            timeout=5,
+        )
+        assert signed_in.status_code == 200
+        cookie = {
+            "cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}",
+            KEY_HEADER: signed_in.json()["key"],
+        }
+        assert report(url, "builder", "blocked").status_code == 204
+        before = httpx.get(url + "/roster", headers=cookie, timeout=5).json()
+        first.proc.kill()
+        first.proc.wait(10)
+    with broker_process("--team", team, redis=redis_url, port=port) as second:
+        who = httpx.get(second.url + "/whoami", headers=cookie, timeout=5)
+        assert who.status_code == 200 and who.json()["name"] == "alice"  # still signed in
+        after = httpx.get(second.url + "/roster", headers=cookie, timeout=5).json()
+        assert after == before  # builder still blocked, with the same createdAt and lastSeen
+        assert after[1]["activity"] == "blocked"
+        logout = httpx.post(second.url + "/session/logout", headers=cookie, timeout=5)
+        assert logout.status_code == 204
+        assert httpx.get(second.url + "/whoami", headers=cookie, timeout=5).status_code == 401
+
+
+def test_signing_out_on_one_broker_ends_the_stream_on_another(redis_url: str) -> None:
+    shared = [shared_state(redis_url, TEAM) for _ in range(2)]
+    webs = [WebRoster(team=TEAM, sessions=s.sessions) for s in shared]
+    with (
+        running_broker(team=TEAM, web=webs[0], store=shared[0].store) as a,
+        running_broker(team=TEAM, web=webs[1], store=shared[1].store) as b,
+    ):
+        signed_in = httpx.post(
+            a.url + "/session",
+            content=f"token={token_of('alice')}",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            timeout=5,
+        )
+        cookie = {
+            "cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}",
+            KEY_HEADER: signed_in.json()["key"],
+        }
+        on_b = Stream(b.url, "alice", headers=cookie)
+        assert on_b.status == 200
+        eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 5)
+        assert httpx.post(a.url + "/session/logout", headers=cookie, timeout=5).status_code == 204
+        assert on_b.ended.wait(5), "the stream on the other broker did not end"
+        eventually(lambda: roster(a.url)["alice"]["connected"] == 0, 5)
+
+
+# -- Redis goes away -------------------------------------------------------------------------
+
+
+def test_redis_restarted_mid_session(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="codex_presence")
+    with redis_server() as server, brokers(server.url) as (a, b):
+        on_b = Stream(b.url, "alice")
+        assert report(a.url, "builder", "working").status_code == 204
+        eventually(lambda: roster(b.url)["builder"].get("activity") == "working", 5)
+        seen_before = roster(b.url)["builder"]["lastSeen"]
+
+        server.stop(kill=True)
+        eventually(lambda: "stale" in on_b.kinds(), 5, "the stream saying it is stale")
+        answer = report(a.url, "builder", "blocked")
+        assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
+        assert "Redis" in answer.json()["error"] and "not recorded" in answer.json()["error"]
+        health = httpx.get(a.url + "/healthz", timeout=5)
+        assert (health.status_code, health.json()["status"]) == (503, "unavailable")
+        # what the brokers show is kept meanwhile, and the streams stay open
+        assert roster(b.url)["builder"]["activity"] == "working"
+        time.sleep(1.5)  # several reconnection attempts
+        assert not on_b.ended.is_set()
+        stale = on_b.events[on_b.kinds().index("stale")][1]
+        assert stale["stale"] is True and stale["reason"]
+
+        server.start()  # same port, empty: persistence is off
+        for broker in (a, b):
+            eventually(lambda u=broker.url: httpx.get(u + "/healthz").status_code == 200, 15)  # type: ignore[misc]
+        eventually(lambda: "roster" in on_b.kinds()[on_b.kinds().index("stale") :], 5)
+        # converged: alice's stream on B counted again everywhere; lastSeen merged back
+        eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 5)
+        assert roster(a.url)["builder"]["lastSeen"] == seen_before
+        # the empty Redis lost builder's activity: the next report (a heartbeat) restores it
+        assert report(a.url, "builder", "blocked").status_code == 204
+        eventually(lambda: roster(b.url)["builder"].get("activity") == "blocked", 5)
+        assert not on_b.ended.is_set()
+        assert on_b.of("builder")[-1]["activity"] == "blocked"
+
+    said = [r.getMessage() for r in caplog.records if r.name == "codex_presence.broker"]
+    assert sum(m.startswith("redis down") for m in said) == 2  # once per broker
+    assert sum(m.startswith("redis back") for m in said) == 2
+
+
+def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None:
+    with redis_server() as server:
+        server.stop()
+        with broker_process("--team", _team_file(tmp_path), redis=server.url) as broker:
+            assert "redis down" in broker.said()  # said before it listened
+            assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 503
+            assert report(broker.url, "builder", "working").status_code == 503
+            server.start()
+            broker.stderr.until("redis back")
+            assert report(broker.url, "builder", "working").status_code == 204
+            assert roster(broker.url)["builder"]["activity"] == "working"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--redis", "http://127.0.0.1:1"], "redis://"),
+        (["--redis", "redis://127.0.0.1:1", "--redis-prefix", "a{b}"], "--redis-prefix"),
+    ],
+)
+def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "broker", "--team", _team_file(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert said in result.stderr
+
+
+def test_a_redis_password_is_never_logged(tmp_path: Path) -> None:
+    url = "redis://:s3cret-pass@127.0.0.1:1/0"  # nothing listens there: "redis down"
+    with broker_process("--team", _team_file(tmp_path), redis=url) as broker:
+        assert "redis down: redis://:***@127.0.0.1:1/0" in broker.said()
+        assert "s3cret-pass" not in broker.said()
+    with broker_process("--team", _team_file(tmp_path), "--redis", url) as broker:
+        assert "anyone on this machine can read" in broker.said()  # in argv: a warning
+        assert "s3cret-pass" not in broker.said()
