@@ -3,7 +3,7 @@
 Left alone, uvicorn's loggers have no handler, so their warnings reach stderr through
 :data:`logging.lastResort`: past ``--log-file``, past ``-q``, one line per malformed
 request (1.3 MB in 10 s from one client). :func:`route_server_logs` sends them through the
-broker's own handler, at the broker's level, with two changes:
+broker's own handler, at the broker's level, and:
 
 * what a client's bad request makes uvicorn say (a malformed request, an upgrade it
   cannot do) is demoted to INFO: the client got its 400, and ``-q`` ("warnings and errors
@@ -13,7 +13,9 @@ broker's own handler, at the broker's level, with two changes:
 * :class:`RepeatLimit` lets each message through ``burst`` times per ``window`` seconds,
   then counts it: the last one let through says so, and the first one after the window
   says how many were not logged. It applies from INFO up, to uvicorn's records and the
-  broker's alike (DEBUG and ``-vv``'s access log are what was asked for, and pass).
+  broker's alike (DEBUG and ``-vv``'s access log are what was asked for, and pass);
+* the access log (``-vv``) shows a web session's key, which ``EventSource`` has to send in
+  the query of ``/subscribe``, as ``key=…``.
 """
 
 from __future__ import annotations
