@@ -1,4 +1,5 @@
-"""How fast wrap's reports reach the roster, and what an idle wrap costs (issue 5).
+"""How fast wrap's and ``claude``'s reports reach the roster, and what an idle one costs
+(issues 5, 17).
 
 Starts a real broker (``create_app`` behind ``BrokerServer``, production defaults) in a
 subprocess on a free loopback port, with one addition: an ASGI middleware that counts the
@@ -22,6 +23,17 @@ on the machine).
     the broker's state changed, so a ``GET /roster`` at that moment shows the new activity
     (checked once at the end of each run).
 
+(c) Latency, hook POST -> the new activity shown by the broker. A stand-in claude (not
+    Claude Code) sits behind ``codex-presence claude --broker URL --name dave``: it reads
+    its hook URL from the ``--settings FILE`` it is given, as claude does, and on each
+    command POSTs a hook that changes the state (UserPromptSubmit -> working,
+    PermissionRequest -> blocked, PreToolUse -> working, Stop -> idle), stamping
+    ``time.monotonic()`` just before the request. The latency is the SSE event's arrival
+    minus that stamp: the hook server, the Claude Code mapping, the reporter's POST, the
+    broker, its fan-out and the stream. Interleaved with (a)'s steps and its baseline, the
+    same direct POST. Also: how long claude waits for each hook's answer (it waits on the
+    hooks of its own flow), stamped by the stand-in.
+
 (b) Idle cost: the same wrap, its child idle (blocked on stdin), for ``--idle-seconds``.
     Requests: the broker's request counters just before and after the window (wrap's one
     long-lived ``GET /subscribe``, opened before, is held, not repeated: it counts once, at
@@ -29,7 +41,9 @@ on the machine).
     ``/proc/<pid>/stat`` (all its threads, clock-tick resolution) and, finer, the sum of
     ``/proc/<pid>/task/*/schedstat`` run times (nanoseconds; threads alive at both ends).
 
-Goals: (a) p50 <= 5 ms, p99 <= 20 ms; (b) 0 requests, <= 5 ms CPU per minute.
+    The ``claude`` command, idle after its last Stop, is measured in the same window.
+
+Goals: (a) p50 <= 5 ms, p99 <= 20 ms; (b) 0 requests, <= 5 ms CPU per minute; (c) p99 <= 20 ms.
 
     .venv/bin/python bench/latency.py [--transitions 400] [--gap 0.06] [--idle-seconds 60]
 """
@@ -53,7 +67,7 @@ import orjson
 from httpx_sse import aconnect_sse
 
 HOST = "127.0.0.1"
-MEMBERS = ("alice", "bob", "carol")
+MEMBERS = ("alice", "bob", "carol", "dave")
 CYCLE = ("work", "block", "unblock", "idle")
 EXPECTED = {"work": "working", "block": "blocked", "unblock": "working", "idle": None}
 BASELINE_STATE = {"work": "working", "block": "blocked", "unblock": "working", "idle": "idle"}
@@ -87,6 +101,41 @@ for line in inp:
                "status": {"type": "idle"}, "benchT": t}}
     out.write(orjson.dumps(msg) + b"\n")
     out.flush()
+"""
+
+
+# -- the stand-in claude: POSTs a hook that changes the state when told to ------------------
+
+CLAUDE_CHILD = r"""
+import http.client, json, sys, time
+from urllib.parse import urlsplit
+
+assert sys.argv[1] == "--settings"
+with open(sys.argv[2]) as f:
+    url = urlsplit(json.load(f)["hooks"]["Stop"][0]["hooks"][0]["url"])
+conn = http.client.HTTPConnection(url.hostname, url.port)
+common = {"session_id": "bench", "transcript_path": "/nonexistent/bench.jsonl", "cwd": "/",
+          "prompt_id": "p1"}
+tool = 0
+for line in sys.stdin:
+    do = line.strip()
+    if do == "work":
+        body = {"hook_event_name": "UserPromptSubmit", "prompt": "go"}
+    elif do == "block":
+        tool += 1
+        body = {"hook_event_name": "PermissionRequest", "tool_name": "Bash"}
+    elif do == "unblock":
+        body = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": f"t{tool}"}
+    else:
+        body = {"hook_event_name": "Stop", "background_tasks": []}
+    data = json.dumps({**common, **body})
+    t = time.monotonic()
+    conn.request("POST", url.path, data, {"content-type": "application/json"})
+    answer = conn.getresponse()
+    answer.read()
+    answered = time.monotonic()
+    sys.stdout.write(f"{t} {answered}\n")
+    sys.stdout.flush()
 """
 
 
@@ -220,6 +269,18 @@ async def wrap_step(wrap: asyncio.subprocess.Process, watch: Watch, do: str) -> 
     return float(seen - written) * 1000
 
 
+async def claude_step(
+    claude: asyncio.subprocess.Process, watch: Watch, do: str
+) -> tuple[float, float]:
+    """The stand-in claude POSTs a hook: (hook POST -> SSE latency, hook answer time) in ms."""
+    assert claude.stdin is not None and claude.stdout is not None
+    claude.stdin.write(do.encode() + b"\n")
+    await claude.stdin.drain()
+    sent, answered = map(float, (await claude.stdout.readline()).split())
+    seen = await watch.until("dave", EXPECTED[do])
+    return (seen - sent) * 1000, (answered - sent) * 1000
+
+
 def cpu_ticks_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -260,10 +321,28 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         assert wrap.stdin is not None and wrap.stdout is not None
         await watch.until_connected("alice", 1)
 
+        stand_in = tmp / "claude"
+        stand_in.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp / "claude.py"} "$@"\n')
+        stand_in.chmod(0o755)
+        (tmp / "claude.py").write_text(CLAUDE_CHILD)
+        dave_token = tmp / "dave.token"
+        dave_token.write_text(token_of("dave") + "\n")
+        dave_token.chmod(0o600)
+        claude = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "codex_presence", "claude", "-q",
+            "--broker", url, "--name", "dave", "--token-file", str(dave_token),
+            "--", str(stand_in),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert claude.stdin is not None
+        await watch.until_connected("dave", 1)
+
         # (a) baseline and wrap steps interleaved, so that both see the same machine.
         carol_auth = {"authorization": f"Bearer {token_of('carol')}"}
         base: list[float] = []
         through: list[float] = []
+        hooked: list[float] = []
+        answers: list[float] = []
         async with httpx.AsyncClient(base_url=url, headers=carol_auth, trust_env=False) as carol:
             await carol.get("/healthz")  # the connection is open before the first timing
             for i in range(args.transitions):
@@ -272,8 +351,13 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
                 await asyncio.sleep(args.gap)
                 through.append(await wrap_step(wrap, watch, do))
                 await asyncio.sleep(args.gap)
+                latency, answer = await claude_step(claude, watch, do)
+                hooked.append(latency)
+                answers.append(answer)
+                await asyncio.sleep(args.gap)
         assert await roster_activity(client, "alice") is None
         assert await roster_activity(client, "carol") is None
+        assert await roster_activity(client, "dave") is None
 
         gap_ms = args.gap * 1000
         print(f"(a) child write -> activity shown by the broker (SSE), gap {gap_ms:.0f} ms")
@@ -289,14 +373,28 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
             f"p99 <= 20 ms: {'met' if p99 <= 20 else 'MISSED'}"
         )
 
-        # (b) the same wrap, idle. Let the last report and any retry settle first.
+        print(f"(c) hook POST -> activity shown by the broker (SSE), gap {gap_ms:.0f} ms")
+        print(summary("baseline: direct POST (no claude)", base))
+        print(summary("through `claude` (hook -> broker)", hooked))
+        print(summary("the hook's answer, as claude waits", answers))
+        p50, p99 = statistics.median(hooked), statistics.quantiles(hooked, n=100)[98]
+        print(
+            f"  claude adds p50 {p50 - statistics.median(base):+.2f} ms; "
+            f"ratio p50 {p50 / statistics.median(base):.2f}x baseline"
+        )
+        print(f"  goal p99 <= 20 ms: {'met' if p99 <= 20 else 'MISSED'}")
+
+        # (b) the same wrap, idle. Let the last report and any retry settle first (and
+        # `claude`'s view of the session file, which its stand-in never writes).
         await asyncio.sleep(2.0)
         before: Counter[str] = Counter((await client.get("/_bench/requests")).json())
         events_before = watch.events
         pid = wrap.pid
         ticks0, sched0 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
+        claude_sched0 = cpu_schedstat(claude.pid)
         await asyncio.sleep(args.idle_seconds)
         ticks1, sched1 = cpu_ticks_seconds(pid), cpu_schedstat(pid)
+        claude_sched1 = cpu_schedstat(claude.pid)
         after: Counter[str] = Counter((await client.get("/_bench/requests")).json())
         during = after - before
         run_ns = sum(sched1[t][0] - sched0[t][0] for t in sched1 if t in sched0)
@@ -317,6 +415,16 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
             f"({sum(wakes.values()) / args.idle_seconds:.1f}/s; per thread: "
             f"{sorted(wakes.values(), reverse=True)})"
         )
+        claude_ns = sum(
+            claude_sched1[t][0] - claude_sched0[t][0] for t in claude_sched1 if t in claude_sched0
+        )
+        claude_wakes = sum(
+            claude_sched1[t][1] - claude_sched0[t][1] for t in claude_sched1 if t in claude_sched0
+        )
+        print(
+            f"  `claude` idle in the same window: {claude_ns / 1e6 * per_minute:.2f} ms/min run "
+            f"time, scheduled {claude_wakes} times ({claude_wakes / args.idle_seconds:.1f}/s)"
+        )
         print(f"  SSE events to our subscriber meanwhile: {watch.events - events_before}")
         print(
             f"  goal 0 requests: {'met' if not during else 'MISSED'}; <= 5 ms CPU/min: "
@@ -324,7 +432,9 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         )
 
         wrap.stdin.close()
+        claude.stdin.close()
         await asyncio.wait_for(wrap.wait(), 10)
+        await asyncio.wait_for(claude.wait(), 10)
         watcher.cancel()
 
 

@@ -1,18 +1,24 @@
-"""The Claude Code recordings in ``fixtures/claude-code-2.1.332/`` are well formed.
+"""The Claude Code recordings in ``fixtures/claude-code-2.1.332/`` are well formed, and each
+replays to its hand-written timeline.
 
-Their expected timelines are not written yet; this checks only the recording format that
-docs/claude-code-hooks.md proposes, so that the mapping can be built on the files as they
-are: one JSON object a line, hook / transcript / session entries in time order, the end line
-last, and a keys file of driver actions beside each.
+The format (docs/claude-code-hooks.md, the project's recording format with the sources
+``hook``, ``transcript`` and ``session``): one JSON object a line, in time order, the end line
+last, and a keys file of driver actions beside each. The expectations in
+``<name>.expected.json`` were written by reading each recording (and its keys file) and
+applying the rules of :mod:`codex_presence.core.claude` by hand; nothing here generates them.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
+from codex_presence.core.recording import read_entries, read_relevant_entries
+from codex_presence.core.timeline import timeline
 from tests.support.claude_scenarios import FIXTURES, RECORDED_TYPES, SCENARIOS
 
 RECORDINGS = sorted(p for p in FIXTURES.glob("*.jsonl"))
@@ -51,3 +57,48 @@ def test_the_sessions_are_all_of_one_claude_session_each() -> None:
         ids = {e["msg"]["session_id"] for e in entries if e["from"] == "hook"}
         ids |= {e["msg"]["sessionId"] for e in entries if e["from"] == "session"}
         assert len(ids) == 1, path.stem
+
+
+Row = tuple[int | None, str, str]
+
+
+def expected(path: Path) -> list[Row]:
+    doc = orjson.loads(path.with_name(f"{path.stem}.expected.json").read_bytes())
+    assert doc["scenario"] == path.stem
+    return [(row["line"], row["state"], row["cause"]) for row in doc["timeline"]]
+
+
+def test_every_recording_has_an_expectation_and_back() -> None:
+    assert {p.stem for p in RECORDINGS} == {
+        p.name.removesuffix(".expected.json") for p in FIXTURES.glob("*.expected.json")
+    }
+
+
+def test_the_expectations_cover_every_state() -> None:
+    states = {state for path in RECORDINGS for _, state, _ in expected(path)}
+    assert states == {"idle", "working", "blocked"}
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_recording_replays_to_expected_timeline(path: Path) -> None:
+    with path.open("rb") as lines:
+        rows = timeline(read_entries(lines))
+    assert [(row.line, row.state, row.cause) for row in rows] == expected(path)
+    fast = timeline(read_relevant_entries(path.read_bytes()))
+    assert fast == rows, "replay's reader gives another timeline"
+
+
+def test_the_replay_command_gives_a_claude_code_recordings_timeline() -> None:
+    path = FIXTURES / "esc_during_stream.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "replay", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stderr == ""
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["state"], r["cause"]) for r in rows] == expected(path)
+    # The file's idle (line 6, 2.838 s) was adopted when it had held 1 s with no hook.
+    assert rows[-1]["t"] == pytest.approx(2.838265 + 1.0)

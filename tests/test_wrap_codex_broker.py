@@ -15,125 +15,22 @@ from __future__ import annotations
 
 import shlex
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import orjson
 import pytest
-from httpx_sse import connect_sse
 
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.codex_driver import Config, session
 from tests.support.fake_model import FakeModel, exec_command, message, reply
+from tests.support.roster_watch import RosterWatch, roster_activity
 
 pytestmark = pytest.mark.codex
 
 APPROVALS = Config(approval_policy="on-request", sandbox_mode="read-only")
 HOLD = 1.0
 """How long the client holds the approval back while the roster must show blocked."""
-
-
-class RosterWatch:
-    """A teammate's SSE subscription, on a thread: every activity shown for ``member``.
-
-    ``seen`` holds ``(monotonic time, activity)`` per event that carried the member
-    (``None`` is idle: activity absent). The stream ends when the broker shuts down.
-    """
-
-    def __init__(self, broker: RunningBroker, *, watcher: str, member: str) -> None:
-        self._url = broker.url
-        self._headers = broker.auth(watcher)
-        self._watcher = watcher
-        self._member = member
-        self._cond = threading.Condition()
-        self.seen: list[tuple[float, str | None]] = []
-        self.connected: int | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="roster-watch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            with (
-                httpx.Client(base_url=self._url, headers=self._headers, trust_env=False) as client,
-                connect_sse(
-                    client,
-                    "GET",
-                    "/subscribe",
-                    params={"name": self._watcher},
-                    timeout=httpx.Timeout(5.0, read=60.0),
-                ) as source,
-            ):
-                source.response.raise_for_status()
-                for event in source.iter_sse():
-                    data: Any = orjson.loads(event.data) if event.data else None
-                    if event.event == "roster":
-                        rows = data["members"]
-                    elif event.event == "presence":
-                        rows = [data]
-                    else:
-                        continue
-                    for row in rows:
-                        if row["name"] == self._member:
-                            self._note(row)
-        except BaseException as exc:  # reported by the test, not lost in the thread
-            self.error = exc
-        finally:
-            with self._cond:
-                self._cond.notify_all()
-
-    def _note(self, row: dict[str, Any]) -> None:
-        with self._cond:
-            self.seen.append((time.monotonic(), row.get("activity")))
-            self.connected = row["connected"]
-            self._cond.notify_all()
-
-    @property
-    def current(self) -> str | None:
-        with self._cond:
-            return self.seen[-1][1] if self.seen else None
-
-    def wait(self, activity: str | None, *, within: float = 20.0) -> float:
-        """Block until the stream shows ``activity`` as the latest; return when it arrived."""
-        deadline = time.monotonic() + within
-        with self._cond:
-            while not (self.seen and self.seen[-1][1] == activity):
-                left = deadline - time.monotonic()
-                assert left > 0 and self.error is None, (
-                    f"the roster never showed {activity!r}; saw {self.sequence()}, "
-                    f"error {self.error!r}"
-                )
-                self._cond.wait(left)
-            return self.seen[-1][0]
-
-    def wait_connected(self, count: int, *, within: float = 20.0) -> None:
-        deadline = time.monotonic() + within
-        with self._cond:
-            while self.connected != count:
-                left = deadline - time.monotonic()
-                assert left > 0 and self.error is None, f"connected stayed {self.connected}"
-                self._cond.wait(left)
-
-    def sequence(self) -> list[str | None]:
-        """The activities shown, with repeats (other fields changing) collapsed."""
-        out: list[str | None] = []
-        for _, activity in self.seen:
-            if not out or out[-1] != activity:
-                out.append(activity)
-        return out
-
-    def join(self, timeout: float = 10.0) -> None:
-        self._thread.join(timeout)
-
-
-def roster_activity(broker: RunningBroker, name: str = "alice") -> str | None:
-    roster = httpx.get(broker.url + "/roster", headers=broker.auth("bob"), trust_env=False)
-    (row,) = [p for p in roster.json() if p["name"] == name]
-    activity: str | None = row.get("activity")
-    return activity
 
 
 def wrapped(codex: Path, tmp_path: Path, broker: RunningBroker) -> Path:

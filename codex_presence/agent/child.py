@@ -17,7 +17,7 @@ import os
 import signal
 import stat
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 import anyio
@@ -118,14 +118,24 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
     return preexec
 
 
-def spawn(command: Sequence[str], *, stdin: int, stdout: int) -> subprocess.Popen[bytes]:
-    """Start ``command`` in its own process group, dying with us; stderr is ours.
-    (anyio.open_process has no preexec_fn, which PR_SET_PDEATHSIG needs.)"""
+def spawn(
+    command: Sequence[str],
+    *,
+    stdin: int | None = None,
+    stdout: int | None = None,
+    env: Mapping[str, str] | None = None,
+    own_group: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` dying with us, in its own process group unless ``own_group`` is
+    False (a terminal program must stay in the terminal's foreground group to read it);
+    stdin and stdout as given (ours if None), stderr ours. (anyio.open_process has no
+    preexec_fn, which PR_SET_PDEATHSIG needs.)"""
     return subprocess.Popen(
         list(command),
         stdin=stdin,
         stdout=stdout,
-        process_group=0,
+        env=env,
+        process_group=0 if own_group else None,
         preexec_fn=_pdeathsig_preexec(os.getpid()),
     )
 

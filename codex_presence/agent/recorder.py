@@ -11,17 +11,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import deque
+from collections import defaultdict, deque
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import anyio
+import anyio.abc
 
-from codex_presence.core.codex_protocol import Direction
+from codex_presence.core.recording import Source
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "start_recorder"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -56,19 +57,19 @@ class Recorder:
         self.path = Path(path)
         self.max_pending = max_pending
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Direction, bytes | _Gap]] = deque()
+        self._queue: deque[tuple[float, Source, bytes | _Gap]] = deque()
         # Chunks come from the event loop and from the server's worker thread.
         self._lock = threading.Lock()
         self._pending = 0
         self._failed = False
         self._dropped = False
-        self._gaps: dict[Direction, tuple[float, _Gap]] = {}
+        self._gaps: dict[Source, tuple[float, _Gap]] = {}
         """Bytes dropped per direction and not yet marked in the queue (from when)."""
         self._closing = False
         self._end_t: float | None = None
-        self._partial: dict[Direction, list[bytes]] = {"client": [], "server": []}
-        self._partial_t: dict[Direction, float] = {"client": 0.0, "server": 0.0}
-        self._resync: dict[Direction, bool] = {"client": False, "server": False}
+        self._partial: dict[Source, list[bytes]] = defaultdict(list)
+        self._partial_t: dict[Source, float] = defaultdict(float)
+        self._resync: dict[Source, bool] = defaultdict(bool)
         self._waiting = False
         """The writing task waits on the wake pipe: the next chunk must wake it."""
         self._wake_r = self._wake_w = -1
@@ -96,7 +97,7 @@ class Recorder:
             with suppress(BlockingIOError):  # full: it is woken already
                 os.write(self._wake_w, b"!")
 
-    def add(self, t: float, direction: Direction, chunk: bytes) -> None:
+    def add(self, t: float, direction: Source, chunk: bytes) -> None:
         """Queue a chunk (any thread; never blocks)."""
         if self._failed or self._closing:
             return
@@ -157,7 +158,7 @@ class Recorder:
 
     # -- worker thread -------------------------------------------------------------------
 
-    def _write(self, batch: list[tuple[float, Direction, bytes | _Gap]]) -> None:
+    def _write(self, batch: list[tuple[float, Source, bytes | _Gap]]) -> None:
         from codex_presence.core.recording import encode_entry
 
         out: list[bytes] = []
@@ -188,7 +189,7 @@ class Recorder:
             out.extend(encode_entry(t, direction, line) for line in lines[:-1])
         self._emit(out)
 
-    def _mark_gap(self, t: float, direction: Direction, gap: _Gap) -> bytes:
+    def _mark_gap(self, t: float, direction: Source, gap: _Gap) -> bytes:
         """The gap line; the line the gap cut is left out whole: its start (the partial
         line) and, unless the dropped bytes ended a line, its end (up to the next newline
         of this direction)."""
@@ -236,3 +237,17 @@ class Recorder:
             with suppress(OSError):
                 self._file.close()
             self._file = None
+
+
+def start_recorder(
+    path: str | os.PathLike[str] | None, task_group: anyio.abc.TaskGroup
+) -> Recorder | None:
+    """A recorder of ``path`` writing from a task of ``task_group``; None without a path,
+    or (said once) if the file cannot be opened."""
+    if path is None:
+        return None
+    recorder = Recorder(path)
+    if not recorder.open():
+        return None
+    task_group.start_soon(recorder.run)
+    return recorder

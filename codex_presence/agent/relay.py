@@ -49,7 +49,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
 
 import anyio
@@ -63,12 +63,12 @@ from codex_presence.agent.child import (
     spawn,
     wait_child,
 )
-from codex_presence.agent.recorder import Recorder
+from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.core.activity import Transition
 from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Companion", "Observer", "Relay", "exit_status", "log_transition"]
+__all__ = ["Companion", "Observer", "Relay", "deliver", "exit_status", "log_transition"]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -85,6 +85,16 @@ _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def log_transition(transition: Transition) -> None:
     """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
     logger.info("%s (%s)", transition.state.value, transition.cause)
+
+
+def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) -> None:
+    """Each transition to every observer, in order; an observer that fails is logged."""
+    for transition in transitions:
+        for observer in observers:
+            try:
+                observer(transition)
+            except Exception:
+                logger.exception("observer %r failed", observer)
 
 
 class Relay:
@@ -240,11 +250,7 @@ class Relay:
         server_done: anyio.Event,
     ) -> int:
         async with anyio.create_task_group() as outer:
-            if self._record_path is not None:
-                recorder = Recorder(self._record_path)
-                if recorder.open():
-                    self._recorder = recorder
-                    outer.start_soon(recorder.run)
+            self._recorder = start_recorder(self._record_path, outer)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._forward_signals, signals)
@@ -482,9 +488,4 @@ class Relay:
             self._deliver([self._outbox.popleft()])
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        for transition in transitions:
-            for observer in self.observers:
-                try:
-                    observer(transition)
-                except Exception:
-                    logger.exception("observer %r failed", observer)
+        deliver(self.observers, transitions)

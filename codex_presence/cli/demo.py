@@ -203,7 +203,8 @@ async def _play(
             state = new
 
     async for entry in paced(entries, speed):
-        note(builder.feed(entry))
+        for row in builder.feed(entry):
+            note(row)
     note(builder.finish())
 
 

@@ -22,6 +22,7 @@ __all__ = ["main"]
 
 _COMMANDS: dict[str, str] = {
     "wrap": "codex_presence.cli.wrap",
+    "claude": "codex_presence.cli.claude",
     "replay": "codex_presence.cli.replay",
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
@@ -31,9 +32,11 @@ _COMMANDS: dict[str, str] = {
 }
 
 _DESCRIPTION = """\
-Live presence for Codex: is each agent on the wire, and is it idle, working or blocked?
+Live presence for Codex and Claude Code: is each agent on the wire, and is it idle,
+working or blocked?
 
   wrap     put codex-presence in front of `codex app-server` (a byte-exact stdio proxy)
+  claude   put codex-presence in front of `claude` (its hooks, to a loopback server)
   replay   print the state timeline of a recorded session
   broker   run the reference presence broker (with the live roster page at /)
   team     make a team file with fresh member tokens

@@ -158,8 +158,7 @@ async def replay_paths(
                 data = stream.read()
         builder = TimelineBuilder()
         async for entry in paced(read_relevant_entries(data), speed):
-            row = builder.feed(entry)
-            if row is not None:
+            for row in builder.feed(entry):
                 on_row(path, row)
         last = builder.finish()
         if last is not None:

@@ -39,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--record",
         metavar="FILE",
-        help="write the session (both directions, timestamped) to FILE in the recording format",
+        help="write the session (timestamped) to FILE in the recording format, for `replay`",
     )
     parser.add_argument("--log-file", metavar="FILE", help="log to FILE instead of stderr")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence._wire import TOKEN_ENV
     from codex_presence.agent.relay import Relay, log_transition
 
-    link = _broker_link(args)
+    link = broker_link(args)
     # The token is ours, not the child's: codex and every command its agent runs would
     # inherit it. (Read above, if at all; the child is spawned below.)
     os.environ.pop(TOKEN_ENV, None)
@@ -94,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
     return anyio.run(relay.run, command)
 
 
-def _broker_link(args: argparse.Namespace) -> BrokerLink | None:
+def broker_link(args: argparse.Namespace) -> BrokerLink | None:
     """The broker side of the session, or None (said once on stderr) when there is none.
     A missing token is not fatal: the relay must work whatever the reporting does."""
     import logging
 
-    logger = logging.getLogger("codex_presence.wrap")
+    logger = logging.getLogger(f"codex_presence.{getattr(args, 'command', 'wrap')}")
     if not args.broker:
         logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
         return None

@@ -1,12 +1,16 @@
-"""The recording format: one JSON object per line, both directions, with timestamps.
+"""The recording format: one JSON object per line, every source, with timestamps.
 
-A recording line is ``{"t": <seconds since start>, "from": "client"|"server", "msg": <message>}``;
-a line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
-UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no message:
-``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording cut short,
-by SIGKILL say, has none), and ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says that
-the recorder could not keep up and left out that many bytes of that direction there (the
-lines they cut are left out whole). :func:`encode_entry` writes a message line;
+A recording line is ``{"t": <seconds since start>, "from": <source>, "msg": <message>}``.
+A codex session (``wrap``) has two sources, ``"client"`` and ``"server"``: what crossed the
+wire each way. A Claude Code session (``claude``) has three: ``"hook"`` (a hook POST's
+body), ``"transcript"`` (one entry of claude's transcript) and ``"session"`` (a new content of
+claude's session status file); which of the two a recording holds is told by its first
+message. A line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it
+was not even UTF-8), so nothing that crossed the wire is lost. Two more kinds of line carry no
+message: ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording
+cut short, by SIGKILL say, has none), and ``{"t": <seconds>, "from": …, "gap": <bytes>}``
+says that the recorder could not keep up and left out that many bytes of that source there
+(the lines they cut are left out whole). :func:`encode_entry` writes a message line;
 :func:`read_entries` reads a file in either the recording format or plain app-server stdout
 (one message per line, no timestamps), telling them apart from the first line.
 
@@ -24,11 +28,15 @@ from typing import Any, Literal
 
 import orjson
 
+from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
+from codex_presence.core.claude_protocol import ClaudeSource
 from codex_presence.core.codex import Direction
 
 __all__ = [
+    "CLAUDE_SOURCES",
     "Entry",
     "RecordingFormat",
+    "Source",
     "detect_format",
     "encode_end",
     "encode_entry",
@@ -39,6 +47,9 @@ __all__ = [
 
 RecordingFormat = Literal["recording", "server-stdout"]
 
+Source = Direction | ClaudeSource
+"""A recording line's ``from``: a codex session's direction, or a Claude Code source."""
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -47,7 +58,7 @@ class Entry:
     line: int
     """1-based line number in the file it came from."""
     t: float | None
-    direction: Direction
+    direction: Source
     message: Any
     """The parsed message, or ``None`` when the line is passed on as raw bytes."""
     raw: bytes | None = None
@@ -63,7 +74,7 @@ class Entry:
     """A gap line: bytes the recorder left out here (no message)."""
 
 
-def encode_entry(t: float, direction: Direction, line: bytes) -> bytes:
+def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
     """One recording line for ``line`` (its trailing newline, if any, is dropped)."""
     body = line[:-1] if line.endswith(b"\n") else line
     head = b'{"t":%.6f,"from":"%s",' % (t, direction.encode())
@@ -88,7 +99,7 @@ def encode_end(t: float) -> bytes:
     return b'{"t":%.6f,"end":"eof"}\n' % t
 
 
-def encode_gap(t: float, direction: Direction, size: int) -> bytes:
+def encode_gap(t: float, direction: Source, size: int) -> bytes:
     """A gap line: ``size`` bytes of ``direction`` from ``t`` on were left out."""
     return b'{"t":%.6f,"from":"%s","gap":%d}\n' % (t, direction.encode(), size)
 
@@ -100,7 +111,7 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     t = value.get("t")
     if isinstance(t, bool) or not isinstance(t, int | float):
         return None
-    if value.get("from") not in ("client", "server"):
+    if value.get("from") not in ("client", "server", *CLAUDE_SOURCES):
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
         return None
@@ -183,7 +194,9 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     ``HOT_SKIPPED_PREFIXES``, each a prefix of the line as codex writes it, or of its
     ``msg`` as the recorder writes it) are most of a session. One regular-expression scan
     finds the other lines, so the skipped ones cost no Python at all; the timeline is the
-    same as feeding every entry. The file's last entry always comes, for its time.
+    same as feeding every entry. The file's last entry always comes, for its time. A
+    Claude Code recording (its first entry says) is small and every line of it matters:
+    all of it comes.
     """
     start = 0
     while start < len(data) and data[start] in b" \t\r\n":
@@ -194,7 +207,11 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     first_end = len(data) if first_end < 0 else first_end
     fmt = detect_format(data[start:first_end].strip())
     number = data.count(b"\n", 0, start) + 1
-    yield _entry(number, data[start:first_end].strip(), fmt)
+    first = _entry(number, data[start:first_end].strip(), fmt)
+    if first.direction in CLAUDE_SOURCES:
+        yield from read_entries(data.splitlines())
+        return
+    yield first
     last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1
     counted_to, last_fed = first_end, start
     for match in _candidates(fmt).finditer(data, first_end):

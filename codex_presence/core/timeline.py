@@ -1,18 +1,29 @@
-"""The timeline of a recorded session: entries in, state transitions out, as the relay
+"""The timeline of a recorded session: entries in, state transitions out, as the daemon
 derived them live. Pure, so tests, ``replay`` and the demo share it; reading files and
 pacing the entries in real time is ``replay``'s (:mod:`codex_presence.cli.replay`).
+
+Both feeders replay: a codex session (``wrap``'s client and server lines) through the
+codex mapping, a Claude Code session (``claude``'s hooks, transcript and session file)
+through the Claude Code mapping, told apart by the first entry. The Claude Code mapping's
+timer fires between entries, at its deadline, as the live shell's would have.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
-from codex_presence.core.codex import CodexMapping
+from codex_presence.core.activity import Transition
+from codex_presence.core.claude import ClaudeMapping
+from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
+from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 from codex_presence.core.recording import Entry
 
-__all__ = ["TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
+__all__ = ["Mapping", "TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
+
+Mapping = CodexMapping | ClaudeMapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +33,8 @@ class TimelineRow:
     t: float | None
     """Seconds since the start of the recording (None for server-stdout files)."""
     line: int | None
-    """1-based input line of the message that caused it (None for end of stream)."""
+    """1-based input line of the message that caused it (None for end of stream). A
+    Claude Code timer row names the line that last set the timer."""
     state: str
     cause: str
 
@@ -31,41 +43,55 @@ class TimelineRow:
 
 
 class TimelineBuilder:
-    """Feeds entries to a mapping and turns its transitions into rows, as the relay did
-    live: a line longer than ``max_line`` is not analysed (it was not, live), and the
-    ``eof`` row comes at the recording's end line, if it has one."""
+    """Feeds entries to a mapping and turns its transitions into rows, as the daemon did
+    live: a codex line longer than ``max_line`` is not analysed (it was not, live), and
+    the ``eof`` row comes at the recording's end line, if it has one. Without a
+    ``mapping``, the first entry chooses which."""
 
-    def __init__(
-        self, mapping: CodexMapping | None = None, *, max_line: int = DEFAULT_MAX_LINE
-    ) -> None:
-        self.mapping = mapping if mapping is not None else CodexMapping()
+    def __init__(self, mapping: Mapping | None = None, *, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._mapping = mapping
         self.max_line = max_line
         self.oversized = 0
         self.gaps: list[Entry] = []
         """The recording's gap lines: after each, the replay may differ from the session."""
         self._last_t: float | None = None
+        self._timer_line: int | None = None
+        """The line after which the Claude Code mapping's deadline last changed."""
 
-    def feed(self, entry: Entry) -> TimelineRow | None:
+    @property
+    def mapping(self) -> Mapping:
+        if self._mapping is None:
+            self._mapping = CodexMapping()
+        return self._mapping
+
+    def feed(self, entry: Entry) -> list[TimelineRow]:
+        """The rows ``entry`` causes (a Claude Code timer due before it first)."""
+        if self._mapping is None and entry.direction in CLAUDE_SOURCES:
+            self._mapping = ClaudeMapping()
+        rows = self._due(entry.t)
         if entry.t is not None:
             self._last_t = entry.t
         if entry.end:
-            return None
+            return rows
         if entry.gap:
             self.gaps.append(entry)
-            return None
+            return rows
+        mapping = self.mapping
+        if isinstance(mapping, ClaudeMapping):
+            rows += self._feed_claude(mapping, entry)
+            return rows
         if entry.size is not None and entry.size > self.max_line:
             self.oversized += 1
-            return None
+            return rows
+        direction = cast(Direction, entry.direction)
         if entry.message is None:
             assert entry.raw is not None
-            transition = self.mapping.feed_line(entry.direction, entry.raw)
+            transition = mapping.feed_line(direction, entry.raw)
         else:
-            transition = self.mapping.feed_message(entry.direction, entry.message)
-        if transition is None:
-            return None
-        return TimelineRow(
-            t=entry.t, line=entry.line, state=transition.state.value, cause=transition.cause
-        )
+            transition = mapping.feed_message(direction, entry.message)
+        if transition is not None:
+            rows.append(self._row(entry.t, entry.line, transition))
+        return rows
 
     def finish(self) -> TimelineRow | None:
         """End of stream: the row for the final return to idle, if the state was not idle."""
@@ -74,21 +100,48 @@ class TimelineBuilder:
             return None
         return TimelineRow(t=self._last_t, line=None, state=transition.state.value, cause="eof")
 
+    # -- Claude Code ---------------------------------------------------------------------
+
+    def _feed_claude(self, mapping: ClaudeMapping, entry: Entry) -> list[TimelineRow]:
+        t = entry.t if entry.t is not None else (self._last_t or 0.0)
+        if entry.direction not in CLAUDE_SOURCES or entry.message is None:
+            mapping.stats.lines += 1
+            mapping.stats.not_json += entry.message is None
+            return []
+        before = mapping.deadline
+        transitions = mapping.feed(entry.direction, entry.message, t)
+        if mapping.deadline != before:
+            self._timer_line = entry.line
+        return [self._row(entry.t, entry.line, tr) for tr in transitions]
+
+    def _due(self, t: float | None) -> list[TimelineRow]:
+        """The Claude Code mapping's timer, if it fires by ``t`` (at its own time)."""
+        mapping = self._mapping
+        if not isinstance(mapping, ClaudeMapping) or t is None:
+            return []
+        deadline = mapping.deadline
+        if deadline is None or deadline > t:
+            return []
+        transition = mapping.tick(deadline)
+        return [] if transition is None else [self._row(deadline, self._timer_line, transition)]
+
+    @staticmethod
+    def _row(t: float | None, line: int | None, transition: Transition) -> TimelineRow:
+        return TimelineRow(t=t, line=line, state=transition.state.value, cause=transition.cause)
+
 
 def iter_timeline(
-    entries: Iterable[Entry], *, mapping: CodexMapping | None = None
+    entries: Iterable[Entry], *, mapping: Mapping | None = None
 ) -> Iterator[TimelineRow]:
     """Rows as they happen; the last one, if the state was not idle, is the ``eof`` row."""
     builder = TimelineBuilder(mapping)
     for entry in entries:
-        row = builder.feed(entry)
-        if row is not None:
-            yield row
+        yield from builder.feed(entry)
     row = builder.finish()
     if row is not None:
         yield row
 
 
-def timeline(entries: Iterable[Entry], *, mapping: CodexMapping | None = None) -> list[TimelineRow]:
+def timeline(entries: Iterable[Entry], *, mapping: Mapping | None = None) -> list[TimelineRow]:
     """The whole timeline of a session, ending idle."""
     return list(iter_timeline(entries, mapping=mapping))

@@ -48,7 +48,16 @@ from tests.support.fake_anthropic import (
     tool_use,
 )
 
-__all__ = ["FIXTURES", "RECORDED_TYPES", "SCENARIOS", "Scenario", "describe", "record"]
+__all__ = [
+    "FIXTURES",
+    "RECORDED_TYPES",
+    "SCENARIOS",
+    "Scenario",
+    "after_result",
+    "asks",
+    "describe",
+    "record",
+]
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / f"claude-code-{CLAUDE_VERSION}"
 
@@ -108,12 +117,12 @@ def _print_scenario(
     SCENARIOS[name] = Scenario(name, about, replies, None, prompt=prompt, **kw)
 
 
-def _after_result(tool_id: str) -> Callable[[Message], bool]:
+def after_result(tool_id: str) -> Callable[[Message], bool]:
     """A match for the request that carries the result of tool call ``tool_id``."""
     return lambda body: tool_id in tool_results(body)
 
 
-def _asks(text_: str) -> Callable[[Message], bool]:
+def asks(text_: str) -> Callable[[Message], bool]:
     """A match for the request whose last user message contains ``text_``."""
     return lambda body: any(text_ in t for t in last_user_texts(body))
 
@@ -126,7 +135,7 @@ _print_scenario(
     "run echo hi",
     lambda: [
         Reply(blocks=[text("Running it."), bash("echo hi", id="toolu_print01")]),
-        say("It printed hi.", match=_after_result("toolu_print01")),
+        say("It printed hi.", match=after_result("toolu_print01")),
     ],
     args=("--allowedTools", "Bash(echo hi)"),
 )
@@ -138,7 +147,7 @@ _print_scenario(
     "run a failing command",
     lambda: [
         Reply(blocks=[bash("echo failing && exit 3", id="toolu_fail01")]),
-        say("It failed.", match=_after_result("toolu_fail01")),
+        say("It failed.", match=after_result("toolu_fail01")),
     ],
     args=("--allowedTools", "Bash"),
 )
@@ -170,7 +179,7 @@ def _exit(s: Interactive) -> None:
     "A command that needs permission; the dialog is answered Yes; it runs; the turn ends.",
     lambda: [
         Reply(blocks=[text("Making the file."), bash("touch made.txt", id="toolu_yes01")]),
-        say("Made it.", match=_after_result("toolu_yes01")),
+        say("Made it.", match=after_result("toolu_yes01")),
     ],
 )
 def permission_yes(s: Interactive, api: FakeAnthropic) -> None:
@@ -187,7 +196,7 @@ def permission_yes(s: Interactive, api: FakeAnthropic) -> None:
     "A command that needs permission; the dialog is answered No (option 4); the turn ends.",
     lambda: [
         Reply(blocks=[text("Making the file."), bash("touch made.txt", id="toolu_no01")]),
-        say("Understood, I will not.", match=_after_result("toolu_no01")),
+        say("Understood, I will not.", match=after_result("toolu_no01")),
     ],
 )
 def permission_no(s: Interactive, api: FakeAnthropic) -> None:
@@ -204,7 +213,7 @@ def permission_no(s: Interactive, api: FakeAnthropic) -> None:
     "A command that needs permission; the dialog waits 8 s (past the ~6 s notification), then Yes.",
     lambda: [
         Reply(blocks=[bash("touch made.txt", id="toolu_late01")]),
-        say("Made it.", match=_after_result("toolu_late01")),
+        say("Made it.", match=after_result("toolu_late01")),
     ],
 )
 def permission_late_yes(s: Interactive, api: FakeAnthropic) -> None:
@@ -223,7 +232,7 @@ def permission_late_yes(s: Interactive, api: FakeAnthropic) -> None:
     "Esc at a permission dialog: the tool never runs, no hook says so.",
     lambda: [
         Reply(blocks=[text("Making the file."), bash("touch made.txt", id="toolu_escp01")]),
-        say("unused", match=_after_result("toolu_escp01")),
+        say("unused", match=after_result("toolu_escp01")),
     ],
 )
 def esc_at_permission(s: Interactive, api: FakeAnthropic) -> None:
@@ -240,7 +249,7 @@ def esc_at_permission(s: Interactive, api: FakeAnthropic) -> None:
     "Esc while an allowed command (sleep 30) runs.",
     lambda: [
         Reply(blocks=[text("Waiting."), bash(LONG, id="toolu_esct01")]),
-        say("unused", match=_after_result("toolu_esct01")),
+        say("unused", match=after_result("toolu_esct01")),
     ],
     args=("--permission-mode", "default", "--allowedTools", "Bash"),
 )
@@ -273,8 +282,8 @@ def esc_during_stream(s: Interactive, api: FakeAnthropic) -> None:
 @scenario(
     "Two prompts in a row, each a plain text answer.",
     lambda: [
-        say("First answer.", match=_asks("first question")),
-        say("Second answer.", match=_asks("second question")),
+        say("First answer.", match=asks("first question")),
+        say("Second answer.", match=asks("second question")),
     ],
 )
 def two_prompts(s: Interactive, api: FakeAnthropic) -> None:
@@ -291,8 +300,8 @@ def two_prompts(s: Interactive, api: FakeAnthropic) -> None:
 @scenario(
     "A second prompt submitted while the first turn runs a command (echo busy && sleep 5).",
     lambda: [
-        Reply(blocks=[bash("echo busy && sleep 5", id="toolu_busy01")], match=_asks("first task")),
-        say("Both done.", match=_after_result("toolu_busy01")),
+        Reply(blocks=[bash("echo busy && sleep 5", id="toolu_busy01")], match=asks("first task")),
+        say("Both done.", match=after_result("toolu_busy01")),
     ],
     args=("--permission-mode", "default", "--allowedTools", "Bash"),
 )
@@ -310,8 +319,8 @@ def prompt_while_tool(s: Interactive, api: FakeAnthropic) -> None:
 @scenario(
     "A second prompt submitted while the model streams the first answer (a slow reply).",
     lambda: [
-        Reply(blocks=[text("The first answer, slowly.")], delay=0.7, match=_asks("first task")),
-        say("Second answer.", match=_asks("second task")),
+        Reply(blocks=[text("The first answer, slowly.")], delay=0.7, match=asks("first task")),
+        say("Second answer.", match=asks("second task")),
     ],
 )
 def prompt_while_streaming(s: Interactive, api: FakeAnthropic) -> None:
@@ -384,7 +393,7 @@ def esc_after_partial_text(s: Interactive, api: FakeAnthropic) -> None:
         Reply(
             blocks=[text("It printed hi, and more.")],
             delay=1.0,
-            match=_after_result("toolu_escr01"),
+            match=after_result("toolu_escr01"),
         ),
     ],
     args=("--permission-mode", "default", "--allowedTools", "Bash(echo hi)"),
@@ -430,11 +439,11 @@ def idle_notification(s: Interactive, api: FakeAnthropic) -> None:
                     id="toolu_agent01",
                 )
             ],
-            match=_asks("delegate it"),
+            match=asks("delegate it"),
         ),
-        Reply(blocks=[bash("echo sub", id="toolu_sub01")], match=_asks("SUBTASK")),
-        say("Sub done.", match=_after_result("toolu_sub01")),
-        say("The agent is done.", match=_after_result("toolu_agent01")),
+        Reply(blocks=[bash("echo sub", id="toolu_sub01")], match=asks("SUBTASK")),
+        say("Sub done.", match=after_result("toolu_sub01")),
+        say("The agent is done.", match=after_result("toolu_agent01")),
     ],
     args=("--permission-mode", "default", "--allowedTools", "Bash(echo sub)"),
 )
@@ -462,11 +471,11 @@ def subagent(s: Interactive, api: FakeAnthropic) -> None:
                     id="toolu_bgagent01",
                 )
             ],
-            match=_asks("delegate it"),
+            match=asks("delegate it"),
         ),
-        Reply(blocks=[bash("echo sub && sleep 3", id="toolu_bgsub01")], match=_asks("SUBTASK")),
-        say("Sub done.", match=_after_result("toolu_bgsub01")),
-        say("Started it.", match=_after_result("toolu_bgagent01")),
+        Reply(blocks=[bash("echo sub && sleep 3", id="toolu_bgsub01")], match=asks("SUBTASK")),
+        say("Sub done.", match=after_result("toolu_bgsub01")),
+        say("Started it.", match=after_result("toolu_bgagent01")),
     ],
     args=("--permission-mode", "default", "--allowedTools", "Bash"),
 )
@@ -493,9 +502,9 @@ def subagent_background(s: Interactive, api: FakeAnthropic) -> None:
                     id="toolu_bg01",
                 )
             ],
-            match=_asks("in the background"),
+            match=asks("in the background"),
         ),
-        say("Started it.", match=_after_result("toolu_bg01")),
+        say("Started it.", match=after_result("toolu_bg01")),
     ],
     args=("--permission-mode", "default", "--allowedTools", "Bash"),
 )
@@ -530,9 +539,9 @@ def background_command(s: Interactive, api: FakeAnthropic) -> None:
                     id="toolu_ask01",
                 )
             ],
-            match=_asks("ask me"),
+            match=asks("ask me"),
         ),
-        say("Noted.", match=_after_result("toolu_ask01")),
+        say("Noted.", match=after_result("toolu_ask01")),
     ],
 )
 def ask_user_question(s: Interactive, api: FakeAnthropic) -> None:

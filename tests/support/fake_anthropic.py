@@ -211,15 +211,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, orjson.dumps(error))
             return
         model = str(body.get("model") or "claude-fake")
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("request-id", f"req_fake{next(_ids):06d}")
-        # No content-length: the body ends when the connection closes.
-        self.send_header("connection", "close")
-        self.end_headers()
         self.close_connection = True
-        try:
+        try:  # claude may have given up on the request meanwhile (Esc)
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("request-id", f"req_fake{next(_ids):06d}")
+            # No content-length: the body ends when the connection closes.
+            self.send_header("connection", "close")
+            self.end_headers()
             for n, event in enumerate(reply.events(model)):
                 if n and reply.delay:
                     time.sleep(reply.delay)

@@ -1,0 +1,205 @@
+"""Claude Code's own files, read for what the hooks do not say: the transcript and the
+session status file.
+
+* **The transcript** (``transcript_path`` of any hook; JSONL, appended in bursts) is read
+  from where it stood when a hook first named it (a resumed session's history is not news),
+  one appended chunk per poll. Only complete lines of the types the mapping and recordings
+  keep (:data:`~codex_presence.core.claude_protocol.TRANSCRIPT_TYPES`) are parsed; the
+  bookkeeping in between, most of the bytes, is skipped on a byte check.
+* **The session status file**, ``<config dir>/sessions/<pid>.json``: claude's pid is the
+  child's when ``claude`` is the native binary; when it is a wrapper script, the file is
+  found by the hooks' ``session_id`` (at most one directory scan a second). It is read only
+  when its size or mtime changed, and handed on only when its content did.
+
+Sans timers: the shell calls :meth:`ClaudeFiles.poll` as often as it likes. Every error
+(a file not there yet, gone, unreadable, caught mid-write) is a poll with nothing new.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from codex_presence.core.claude_protocol import (
+    TRANSCRIPT_TYPES,
+    ClaudeSource,
+    transcript_line_may_matter,
+)
+
+__all__ = ["ClaudeFiles", "config_dir"]
+
+logger = logging.getLogger("codex_presence.claude")
+
+MAX_CHUNK = 8 * 1024 * 1024
+"""At most this much of the transcript per poll (the rest comes at the next)."""
+MAX_LINE = 16 * 1024 * 1024
+"""A longer transcript line (bookkeeping, in practice) is skipped unread."""
+_SCAN_EVERY = 1.0
+
+
+def config_dir(env: Mapping[str, str]) -> Path:
+    """Claude's config directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    if configured:
+        return Path(configured)
+    home = env.get("HOME")
+    return (Path(home) if home else Path.home()) / ".claude"
+
+
+class ClaudeFiles:
+    """Follows one claude process's transcript and session status file."""
+
+    def __init__(self, *, config: Path, pid: int) -> None:
+        self._sessions = config / "sessions"
+        self._pid = pid
+        self._session_id: str | None = None
+        self._status: Path | None = None
+        self._status_stat: tuple[int, int] | None = None
+        self._status_seen: bytes | None = None
+        self._scanned_at = float("-inf")
+        self._transcript: Path | None = None
+        self._offset = 0
+        self._pending = bytearray()
+        self._skipping = False
+        """The line in progress is over MAX_LINE: drop up to its end."""
+
+    def note_hook(self, msg: dict[str, Any]) -> None:
+        """A hook names the session and its transcript: follow those."""
+        session = msg.get("session_id")
+        if isinstance(session, str) and session != self._session_id:
+            self._session_id = session
+            if self._status is not None and self._status.name != f"{self._pid}.json":
+                self._status = None  # found by the old id: find it again
+        path = msg.get("transcript_path")
+        if isinstance(path, str) and path and Path(path) != self._transcript:
+            self._transcript = Path(path)
+            try:
+                self._offset = self._transcript.stat().st_size
+            except OSError:
+                self._offset = 0  # created at the first prompt: all of it is news
+            self._pending.clear()
+            self._skipping = False
+
+    def poll(self, now: float) -> list[tuple[ClaudeSource, dict[str, Any]]]:
+        """What changed since the last poll: the session file's new content, if any, then
+        the transcript's new entries."""
+        out: list[tuple[ClaudeSource, dict[str, Any]]] = []
+        status = self._read_status(now)
+        if status is not None:
+            out.append(("session", status))
+        out.extend(("transcript", entry) for entry in self._read_transcript())
+        return out
+
+    # -- the session status file ---------------------------------------------------------
+
+    def _status_path(self, now: float) -> Path | None:
+        if self._status is not None:
+            return self._status
+        mine = self._sessions / f"{self._pid}.json"
+        if mine.exists():
+            self._status = mine
+        elif self._session_id is not None and now - self._scanned_at >= _SCAN_EVERY:
+            self._scanned_at = now
+            self._status = self._find_by_session_id(self._session_id)
+        return self._status
+
+    def _find_by_session_id(self, session: str) -> Path | None:
+        try:
+            candidates = list(self._sessions.glob("*.json"))
+        except OSError:
+            return None
+        for path in candidates:
+            try:
+                content = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            if isinstance(content, dict) and content.get("sessionId") == session:
+                logger.debug("claude's session file is %s", path.name)
+                return path
+        return None
+
+    def _read_status(self, now: float) -> dict[str, Any] | None:
+        path = self._status_path(now)
+        if path is None:
+            return None
+        try:
+            st = path.stat()
+            if (st.st_mtime_ns, st.st_size) == self._status_stat:
+                return None
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self._status = self._status_stat = None  # claude is leaving (or rewriting it)
+            return None
+        except OSError as exc:
+            logger.debug("reading %s: %s", path, exc)
+            return None
+        try:
+            content = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None  # caught mid-write: the next poll reads it again
+        self._status_stat = (st.st_mtime_ns, st.st_size)
+        if data == self._status_seen or not isinstance(content, dict):
+            return None
+        self._status_seen = data
+        return content
+
+    # -- the transcript ------------------------------------------------------------------
+
+    def _read_transcript(self) -> list[dict[str, Any]]:
+        path = self._transcript
+        if path is None:
+            return []
+        try:
+            with path.open("rb") as stream:
+                size = os.fstat(stream.fileno()).st_size
+                if size < self._offset:  # replaced by a shorter file: start it over
+                    self._offset = 0
+                    self._pending.clear()
+                if size == self._offset:
+                    return []
+                stream.seek(self._offset)
+                chunk = stream.read(MAX_CHUNK)
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        return list(self._entries(chunk))
+
+    def _entries(self, chunk: bytes) -> list[dict[str, Any]]:
+        lines = chunk.split(b"\n")
+        last = lines.pop()  # the line in progress (b"" after a newline)
+        out: list[dict[str, Any]] = []
+        for piece in lines:
+            if self._skipping:
+                self._skipping = False
+                continue
+            line = bytes(self._pending) + piece if self._pending else piece
+            self._pending.clear()
+            entry = self._entry(line)
+            if entry is not None:
+                out.append(entry)
+        if not self._skipping:
+            self._pending += last
+            if len(self._pending) > MAX_LINE:
+                self._pending.clear()
+                self._skipping = True
+        return out
+
+    @staticmethod
+    def _entry(line: bytes) -> dict[str, Any] | None:
+        if not transcript_line_may_matter(line):
+            return None
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(entry, dict):
+            return None
+        kind = entry.get("type")
+        if not isinstance(kind, str) or kind.encode() not in TRANSCRIPT_TYPES:
+            return None
+        return entry

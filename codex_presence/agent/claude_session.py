@@ -1,0 +1,301 @@
+"""The I/O shell of ``codex-presence claude``: one Claude Code process, its hooks and its
+files, fed to the sans-I/O Claude Code mapping.
+
+It owns the session's plumbing: the loopback hook server (:mod:`.hook_server`), the private
+settings file that points claude's HTTP hooks at it, claude itself, the follower of claude's
+transcript and session status file (:mod:`.claude_files`), the mapping's timer, the
+recording, signals and the exit status. Like the relay for ``wrap``, it hands every
+transition to its observers and keeps its companions (the broker link) alive exactly as long
+as the session.
+
+* **Nothing is proxied.** claude gets our terminal (stdin, stdout, stderr) and stays in our
+  process group, which is the terminal's foreground group, so it reads keys, resizes and
+  suspends as if run directly. A Ctrl-C typed there reaches claude from the terminal, so
+  we do not forward it (claude takes a second one as "exit"); SIGINT sent to us alone, and
+  SIGTERM and SIGHUP, are forwarded; a second forwarded one kills claude. claude dies with
+  us, even when we are SIGKILLed (``PR_SET_PDEATHSIG``, :func:`~.child.spawn`), and our exit
+  status is claude's (128+N for signal N).
+* **claude's settings**: ``--settings FILE`` is put after the command's first word; FILE
+  (mode 0600, in a private 0700 directory removed at the end) holds one HTTP hook per event
+  the mapping reads. The user's settings files still apply (claude merges them); a
+  ``--settings`` of the user's own in the arguments (claude would take only the last) is
+  taken out and carried in FILE, our hooks after theirs. The hook URL
+  holds the session's secret: it is never logged, and ``127.0.0.1`` is added to claude's
+  ``NO_PROXY`` so that no proxy ever sees it.
+* **Reading files only while it can matter**: the transcript and the session file are
+  polled every ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the
+  member is not idle, or claude's view awaits adoption); when idle, the follower sleeps until
+  the next hook. The mapping's timer is honoured at the same polls.
+* A bug in the analysis never touches claude: it is logged once and the session goes on
+  unobserved; the hook server still answers.
+* ``observe=False`` (``--no-trace`` without ``--record``) runs claude as given, with no
+  hooks, no server and no reading of its files: there is nothing to observe for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, suppress
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from codex_presence.agent.child import exit_status, spawn, wait_child
+from codex_presence.agent.claude_files import ClaudeFiles
+from codex_presence.agent.hook_server import HookServer
+from codex_presence.agent.recorder import Recorder, start_recorder
+from codex_presence.agent.relay import Companion, Observer, deliver, log_transition
+from codex_presence.core.activity import Transition
+from codex_presence.core.claude import ClaudeMapping
+from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
+
+__all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
+
+logger = logging.getLogger("codex_presence.claude")
+
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+POLL_INTERVAL = 0.1
+
+
+class SettingsError(Exception):
+    """The ``--settings`` given in claude's arguments cannot be read."""
+
+
+def split_settings(command: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """``claude ARGS...`` without a ``--settings`` of the user's (claude takes the last one
+    given, so ours must carry theirs), and that settings document ({} if none): a JSON
+    object, or a file holding one. Raises :class:`SettingsError`."""
+    argv: list[str] = [command[0]]
+    value: str | None = None
+    args = iter(command[1:])
+    for arg in args:
+        if arg == "--settings":
+            value = next(args, None)
+            if value is None:
+                raise SettingsError("--settings needs a file or a JSON object")
+        elif arg.startswith("--settings="):
+            value = arg.removeprefix("--settings=")
+        else:
+            argv.append(arg)
+    if value is None:
+        return argv, {}
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"--settings {value}: {getattr(exc, 'strerror', exc)}") from exc
+    try:
+        settings = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SettingsError(f"--settings {value}: not JSON ({exc})") from exc
+    if not isinstance(settings, dict):
+        raise SettingsError(f"--settings {value}: not a JSON object")
+    return argv, settings
+
+
+def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
+    """``claude ARGS...`` → ``claude --settings FILE ARGS...``."""
+    return [command[0], "--settings", str(settings), *command[1:]]
+
+
+def child_environment(environ: Mapping[str, str], *, drop: Sequence[str] = ()) -> dict[str, str]:
+    """claude's environment: ours, without ``drop``, with loopback in ``NO_PROXY`` (hook
+    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included)."""
+    env = {key: value for key, value in environ.items() if key not in drop}
+    for key in ("NO_PROXY", "no_proxy"):
+        hosts = [h.strip() for h in env.get(key, "").split(",") if h.strip()]
+        if "127.0.0.1" not in hosts:
+            hosts.append("127.0.0.1")
+        env[key] = ",".join(hosts)
+    return env
+
+
+def _write_settings(directory: Path, settings: dict[str, Any]) -> Path:
+    path = directory / "settings.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(orjson.dumps(settings))
+    return path
+
+
+class ClaudeSession:
+    """One Claude Code session: see the module doc."""
+
+    def __init__(
+        self,
+        *,
+        config: Path,
+        observers: Sequence[Observer] = (log_transition,),
+        companions: Sequence[Companion] = (),
+        record: str | os.PathLike[str] | None = None,
+        mapping: ClaudeMapping | None = None,
+        observe: bool = True,
+        poll_interval: float = POLL_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.mapping = mapping if mapping is not None else ClaudeMapping()
+        self.observers = list(observers)
+        self.companions = list(companions)
+        self.server = HookServer(self._on_hook)
+        self._config = config
+        self._observe = observe
+        self._record_path = record
+        self._recorder: Recorder | None = None
+        self._poll_interval = poll_interval
+        self._clock = clock
+        self._start = clock()
+        self._files: ClaudeFiles | None = None
+        self._wake: anyio.Event | None = None
+        self._analysis_failed = False
+
+    async def run(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        settings: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Run claude to its end; its exit status. ``settings``: the user's own settings
+        document, which ours extends (see :func:`split_settings`)."""
+        async with AsyncExitStack() as stack:
+            for companion in self.companions:
+                await stack.enter_async_context(companion())
+            try:
+                return await self._run(command, env, settings or {})
+            finally:
+                self._deliver([t] if (t := self.mapping.close("eof")) else [])
+
+    # -- the session ---------------------------------------------------------------------
+
+    async def _run(
+        self, command: Sequence[str], env: Mapping[str, str], settings: Mapping[str, Any]
+    ) -> int:
+        status = 1
+        with tempfile.TemporaryDirectory(prefix="codex-presence-claude-") as private:
+            async with anyio.create_task_group() as outer:
+                self._recorder = start_recorder(self._record_path, outer)
+                try:
+                    status = await self._supervise(command, env, settings, Path(private))
+                finally:
+                    if self._recorder is not None:
+                        self._recorder.finish(self._now())
+        return status
+
+    async def _supervise(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        settings: Mapping[str, Any],
+        private: Path,
+    ) -> int:
+        async with anyio.create_task_group() as tg:
+            argv = list(command)
+            if self._observe:
+                url = await tg.start(self.server.serve)
+                argv = _with_settings(argv, _write_settings(private, with_hooks(settings, url)))
+            with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
+                self._start = self._clock()
+                try:
+                    process = spawn(argv, env=env, own_group=False)
+                except OSError as exc:
+                    logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
+                    tg.cancel_scope.cancel()
+                    return 127 if isinstance(exc, FileNotFoundError) else 126
+                tg.start_soon(self._forward_signals, signals, process)
+                if self._observe:
+                    self._files = ClaudeFiles(config=self._config, pid=process.pid)
+                    tg.start_soon(self._follow)
+                try:
+                    returncode = await wait_child(process)
+                finally:
+                    if process.poll() is None:  # we are being cancelled: claude goes too
+                        process.kill()
+                        process.wait()
+                tg.cancel_scope.cancel()
+        return exit_status(returncode)
+
+    async def _forward_signals(
+        self, signals: AsyncIterator[signal.Signals], process: subprocess.Popen[bytes]
+    ) -> None:
+        forwarded = 0
+        async for signum in signals:
+            if signum == signal.SIGINT and _shares_our_terminal():
+                logger.debug("Ctrl-C: claude has it from the terminal")
+                continue
+            forwarded += 1
+            with suppress(ProcessLookupError):
+                if forwarded > 1:
+                    logger.warning("second %s: killing claude (pid %d)", signum.name, process.pid)
+                    process.kill()
+                else:
+                    logger.debug("forwarding %s", signum.name)
+                    process.send_signal(signum)
+
+    # -- what claude says ------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self._clock() - self._start
+
+    def _on_hook(self, message: dict[str, Any]) -> None:
+        """A hook, already answered: note its files, record it, feed it, wake the follower."""
+        if self._files is not None:
+            self._files.note_hook(message)
+        self._feed("hook", message, self._now())
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _follow(self) -> None:
+        """Poll claude's files (and the mapping's timer) while they can matter."""
+        while True:
+            if self._analysis_failed or not self.mapping.wants_follow:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            now = self._now()
+            if self._files is not None:
+                for source, message in self._files.poll(now):
+                    self._feed(source, message, now)
+            self._deliver_analysis(self._tick, now)
+            await anyio.sleep(self._poll_interval)
+
+    def _feed(self, source: ClaudeSource, message: dict[str, Any], t: float) -> None:
+        if self._recorder is not None:
+            line = orjson.dumps(message) + b"\n"
+            self._recorder.add(t, source, self.server.redact(line))
+        self._deliver_analysis(self.mapping.feed, source, message, t)
+
+    def _tick(self, now: float) -> list[Transition]:
+        transition = self.mapping.tick(now)
+        return [] if transition is None else [transition]
+
+    def _deliver_analysis(self, analyse: Callable[..., list[Transition]], *args: Any) -> None:
+        if self._analysis_failed:
+            return
+        try:
+            transitions = analyse(*args)
+        except Exception:  # a bug in the analysis must never reach claude
+            logger.exception("activity analysis failed; the session goes on without it")
+            self._analysis_failed = True
+            return
+        self._deliver(transitions)
+
+    def _deliver(self, transitions: list[Transition]) -> None:
+        deliver(self.observers, transitions)
+
+
+def _shares_our_terminal() -> bool:
+    """Whether we run in the foreground of a terminal, as claude does: then a Ctrl-C typed
+    there reached claude itself."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False

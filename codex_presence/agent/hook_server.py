@@ -1,0 +1,240 @@
+"""The loopback hook server: Claude Code's HTTP hooks in, ``200 {}`` out, at once.
+
+It owns one TCP listener on 127.0.0.1 (an ephemeral port) and the HTTP/1.1 around each hook
+POST; what a hook means is the mapping's business. HTTP is parsed by h11 (sans-I/O, so this
+module is only the socket loop around it) on anyio streams; claude keeps its connection
+alive between hooks, and so do we.
+
+* The URL is ``http://127.0.0.1:PORT/<secret>/hook``: the secret (fresh per session, 24
+  random bytes) is the only credential. A wrong path gets 404 before its body is read, a
+  method other than POST 405; both close the connection. The secret is never logged.
+* The answer comes before any work: claude waits for the hooks of its own flow
+  (UserPromptSubmit, Pre/PostToolUse, PostToolBatch, Stop, SessionEnd), so every
+  millisecond here is a millisecond of the turn. Only once ``200 {}`` is sent does the
+  parsed payload go to ``on_hook``.
+* Bounded: a request head over 64 KiB gets 431, a body over :data:`MAX_BODY` 413 (neither
+  is buffered whole), a body that is not a JSON object 400, each with a one-line reason. A
+  request must arrive whole within ``request_timeout`` of its first byte, and at most
+  ``max_connections`` connections are served at once (more are closed at once); an idle
+  keep-alive connection costs nothing but a descriptor.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import anyio
+import h11
+import orjson
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+
+__all__ = ["MAX_BODY", "HookServer"]
+
+logger = logging.getLogger("codex_presence.hooks")
+
+MAX_BODY = 32 * 1024 * 1024
+"""Hook bodies carry tool inputs and outputs (claude truncates those); far above them."""
+MAX_HEAD = 64 * 1024
+_READ = 16 * 1024
+"""Reads smaller than MAX_HEAD: h11 checks the cap between reads."""
+_LINGER = 1.0
+"""After a refusal, how long the rest of the request is read (and dropped) so that a client
+still sending it sees our answer instead of a reset."""
+_OK = b"{}"
+
+
+class _Refused(Exception):
+    """A request we answer with an error status, then close the connection."""
+
+    def __init__(self, status: int, reason: str, headers: list[tuple[bytes, bytes]] | None = None):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or []
+
+
+class HookServer:
+    """Serves one Claude Code session's hooks on loopback; see the module doc."""
+
+    def __init__(
+        self,
+        on_hook: Callable[[dict[str, Any]], object],
+        *,
+        max_body: int = MAX_BODY,
+        max_connections: int = 64,
+        request_timeout: float = 10.0,
+    ) -> None:
+        self._on_hook = on_hook
+        self._max_body = max_body
+        self._max_connections = max_connections
+        self._request_timeout = request_timeout
+        self._path = f"/{secrets.token_urlsafe(24)}/hook".encode()
+        self._open = 0
+        self._crowded = False
+        self.port: int | None = None
+        self.served = 0
+        """Hooks answered 200 and handed on."""
+        self.refused = 0
+        """Requests answered with an error status (wrong secret, method, size, body)."""
+
+    @property
+    def url(self) -> str:
+        """The hook URL, secret included: for claude's settings file, never for a log."""
+        if self.port is None:
+            raise RuntimeError("the hook server is not listening yet")
+        return f"http://127.0.0.1:{self.port}{self._path.decode()}"
+
+    def redact(self, data: bytes) -> bytes:
+        """``data`` with the secret blanked out (claude writes the hook URL into its
+        transcript's ``stop_hook_summary``; a recording must not carry it on)."""
+        secret = self._path.split(b"/")[1]
+        return data.replace(secret, b"REDACTED") if secret in data else data
+
+    async def serve(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL."""
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        async with listener:
+            self.port = listener.extra(SocketAttribute.local_port)
+            logger.debug("hook server listening on 127.0.0.1:%d", self.port)
+            task_status.started(self.url)
+            await listener.serve(self._connection)
+
+    # -- one connection ------------------------------------------------------------------
+
+    async def _connection(self, stream: SocketStream) -> None:
+        async with stream:
+            if self._open >= self._max_connections:
+                level = logging.DEBUG if self._crowded else logging.WARNING
+                logger.log(level, "hook server: %d connections open; refusing more", self._open)
+                self._crowded = True  # said once: it is claude's screen
+                return
+            self._open += 1
+            try:
+                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+                while await self._exchange(conn, stream):
+                    conn.start_next_cycle()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass  # the client went away
+            except h11.ProtocolError as exc:
+                logger.debug("hook server: %s", exc)
+            except Exception:  # one connection's trouble must never end the server
+                logger.exception("hook server: a connection failed")
+            finally:
+                self._open -= 1
+
+    async def _exchange(self, conn: h11.Connection, stream: SocketStream) -> bool:
+        """One request and its answer; whether the connection can take another."""
+        try:
+            message = await self._receive(conn, stream)
+        except _Refused as refusal:
+            self.refused += 1
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                body = orjson.dumps({"error": refusal.reason})
+                await self._send(conn, stream, refusal.status, body, refusal.headers, close=True)
+                await self._linger(stream)
+            return False
+        if message is None:
+            return False  # closed between requests
+        await self._send(conn, stream, 200, _OK)
+        self.served += 1
+        try:
+            self._on_hook(message)
+        except Exception:  # a bug behind us must not cost claude its hooks
+            logger.exception("handling a hook failed")
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def _receive(self, conn: h11.Connection, stream: SocketStream) -> dict[str, Any] | None:
+        """The next request's JSON body, or None if the client closed before one began."""
+        body = bytearray()
+        deadline: float | None = None  # set at the request's first byte
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _Refused(exc.error_status_hint, str(exc) or "malformed request") from None
+            if event is h11.NEED_DATA:
+                if deadline is None and conn.their_state is h11.IDLE and not body:
+                    data = await self._read(stream, None)  # between requests: no timer
+                    deadline = anyio.current_time() + self._request_timeout
+                else:
+                    deadline = deadline or anyio.current_time() + self._request_timeout
+                    data = await self._read(stream, deadline)
+                if data is None:
+                    raise _Refused(408, "the request did not arrive in time")
+                conn.receive_data(data)
+                if not data and conn.their_state is h11.IDLE:
+                    return None
+            elif isinstance(event, h11.Request):
+                self._check_head(event)
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self._max_body:
+                    raise _Refused(413, f"a hook body over {self._max_body} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                return self._parse(bytes(body))
+            elif isinstance(event, h11.ConnectionClosed):
+                return None
+
+    def _check_head(self, request: h11.Request) -> None:
+        if not hmac.compare_digest(request.target, self._path):
+            raise _Refused(404, "no such hook")
+        if request.method != b"POST":
+            raise _Refused(405, "hooks are POSTed", [(b"allow", b"POST")])
+        for name, value in request.headers:
+            if name == b"content-length" and int(value) > self._max_body:
+                raise _Refused(413, f"a hook body over {self._max_body} bytes")
+
+    @staticmethod
+    def _parse(body: bytes) -> dict[str, Any]:
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise _Refused(400, "the body is not JSON") from None
+        if not isinstance(message, dict):
+            raise _Refused(400, "the body is not a JSON object")
+        return message
+
+    async def _read(self, stream: SocketStream, deadline: float | None) -> bytes | None:
+        """Bytes from the client (b"" at its end); None once ``deadline`` passed."""
+        with anyio.move_on_after(
+            None if deadline is None else max(0.0, deadline - anyio.current_time())
+        ):
+            try:
+                return await stream.receive(_READ)
+            except anyio.EndOfStream:
+                return b""
+        return None
+
+    @staticmethod
+    async def _linger(stream: SocketStream) -> None:
+        """Half-close, then drop what the client still sends, for a moment, unbuffered."""
+        with anyio.move_on_after(_LINGER), suppress(anyio.EndOfStream):
+            await stream.send_eof()
+            while await stream.receive(_READ):
+                pass
+
+    @staticmethod
+    async def _send(
+        conn: h11.Connection,
+        stream: SocketStream,
+        status: int,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        *,
+        close: bool = False,
+    ) -> None:
+        head = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            *(headers or []),
+        ]
+        if close:
+            head.append((b"connection", b"close"))
+        events = (h11.Response(status_code=status, headers=head), h11.Data(data=body))
+        data = b"".join(conn.send(event) or b"" for event in (*events, h11.EndOfMessage()))
+        await stream.send(data)

@@ -1,0 +1,94 @@
+"""``codex-presence claude [options] -- claude [ARGS...]``: a Claude Code session on the roster.
+
+The Claude Code counterpart of ``wrap``, with its options and environment variables. The
+session itself is :mod:`codex_presence.agent.claude_session`'s; this module reads the
+options and sets up logging. Import-light on purpose: everything loads inside :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from codex_presence.cli import wrap
+from codex_presence.cli.main import UsageError, setup_logging
+
+HELP = "run Claude Code (`claude`) with hooks that put its state on the roster"
+
+_EPILOG = """\
+Put `codex-presence claude --` in front of `claude`: claude runs as usual, on your terminal
+(nothing is proxied), with `--settings FILE` added after the command's first word (a
+--settings of your own in ARGS is carried in FILE). FILE (private, removed at the end)
+sends claude's hooks to a server of ours on 127.0.0.1, which derives your state: working
+while a turn, a tool or a subagent runs, blocked while a permission dialog or a question
+waits for you, idle otherwise. Interrupts (Esc, Ctrl-C, "No"), which fire no hook, are read
+from claude's transcript and its session status file: the roster shows idle within 2 s,
+mostly well under one. The exit status is claude's (128+N if signal N killed it); SIGTERM
+and SIGHUP are forwarded, and so is SIGINT unless it came from the terminal (claude has it
+then). claude never outlives this command.
+
+Reporting, --record, --no-trace and the environment variables are wrap's: with --broker
+(or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or $CODEX_PRESENCE_TOKEN), the
+session holds your subscription and reports every transition, with a heartbeat while
+working or blocked; with --no-trace (and no --record), claude runs with no hooks of ours at
+all, and you still count as connected. While claude runs, our stderr is its screen: only
+warnings and errors are written there, unless -v; --log-file FILE gets the whole log.
+
+example: codex-presence claude --record session.jsonl -- claude --permission-mode default
+"""
+
+_USAGE_HINT = "usage: codex-presence claude [options] -- claude [ARGS...]"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    wrap.configure(parser)
+    parser.epilog = _EPILOG
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError(f"no claude command; {_USAGE_HINT}")
+    # claude's screen is our stderr: transitions there would be scribbled over its UI.
+    quiet = args.quiet or (not args.log_file and not args.verbose and sys.stderr.isatty())
+    try:
+        setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
+    except OSError as exc:
+        raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+
+    import os
+
+    import anyio
+
+    from codex_presence._wire import TOKEN_ENV
+    from codex_presence.agent.claude_files import config_dir
+    from codex_presence.agent.claude_session import (
+        ClaudeSession,
+        SettingsError,
+        child_environment,
+        split_settings,
+    )
+    from codex_presence.agent.relay import log_transition
+
+    # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
+    observe = not args.no_trace or bool(args.record)
+    settings: dict[str, object] = {}
+    if observe:
+        try:
+            command, settings = split_settings(command)
+        except SettingsError as exc:
+            raise UsageError(f"claude's {exc}") from exc
+
+    link = wrap.broker_link(args)
+    # The token is ours, not claude's: every command its agent runs would inherit it.
+    env = child_environment(os.environ, drop=(TOKEN_ENV,))
+    session = ClaudeSession(
+        config=config_dir(env),
+        record=args.record,
+        observers=[log_transition] if link is None else [log_transition, link.observe],
+        companions=[] if link is None else [link.session],
+        observe=observe,
+    )
+    return anyio.run(lambda: session.run(command, env=env, settings=settings))

@@ -1,0 +1,427 @@
+"""The Claude Code mapping: hook payloads, transcript entries and session status in, activity
+transitions out.
+
+Sans-I/O, like :mod:`codex_presence.core.codex`: it is fed one message at a time with its
+source (:data:`~codex_presence.core.claude_protocol.ClaudeSource`) and the time it was seen
+(seconds, any monotonic origin), and returns the transitions it caused. It keeps one timer,
+:attr:`ClaudeMapping.deadline`, which its shell honours by calling :meth:`~ClaudeMapping.tick`;
+it reads no clock. ``docs/claude-code-hooks.md`` holds the measurements behind the rules.
+
+Three sources, three trust levels:
+
+* **Hooks** are claude's own word, the moment it acts. They are the primary source, but
+  blind to interrupts: Esc (at a dialog, during a tool, while streaming), Ctrl+C and "No"
+  at a permission dialog fire no hook at all.
+* **The transcript** records an interrupt as a user entry ``[Request interrupted by
+  user…]``, 0.17-0.24 s after the key, except Esc before the model's first token, which
+  leaves nothing. It is read while the member is not idle.
+* **The session status file** (undocumented, best effort) is claude's own view: ``busy``,
+  ``waiting`` (+ ``waitingFor``), ``idle``, ``shell``. It sees every interrupt within
+  ~0.15 s, but claude writes it asynchronously, so it can lag the hooks either way (a
+  ``<task-notification>`` turn's UserPromptSubmit arrives before the idle of the turn
+  before it). So the file's *view* is adopted only once it has held for :data:`SETTLE`
+  seconds with no hook in between; only the end of a dialog it reported acts at once.
+
+The handles (keys start with their scope: the main agent, each subagent, the file), and
+what closes each — every rule names its closers, so no state can stick:
+
+* **Main turn**: UserPromptSubmit opens it (a prompt typed while it runs reuses its
+  ``prompt_id``: nothing new; a new id supersedes it: its tools and block close). Closed by
+  Stop or StopFailure whatever their ``prompt_id`` (a queued prompt can run as a turn that
+  no UserPromptSubmit announced), by the transcript's interrupt marker of its prompt (or
+  of any prompt, if its id is unknown), by Notification ``idle_prompt``, by the file's
+  view settling on idle, by a file view of idle right after one of waiting, by
+  SessionEnd, and by the end of the process (:meth:`close`).
+* **Tools**, per scope, keyed by ``tool_use_id``: PreToolUse opens; PostToolUse or
+  PostToolUseFailure of that id closes; so do PostToolBatch of the scope, the end of the
+  scope (the main turn's closers; SubagentStop for a subagent), the file settling on
+  idle or going from waiting to idle, SessionEnd and the end of the process. (A tool
+  interrupted fires neither Post.)
+* **Subagents** (the member's work, as codex subagents are; background ones run past
+  their parent's Stop, and claude itself says ``busy`` meanwhile): SubagentStart opens
+  one per ``agent_id``. Closed by its SubagentStop, by a Stop whose ``background_tasks``
+  no longer list it running, by the file settling on idle or going from waiting to idle,
+  SessionEnd, and the end.
+* **Blocked**, per scope: PermissionRequest (at once, as the dialog appears; it carries
+  no ``tool_use_id``) or Notification ``permission_prompt``, ``agent_needs_input`` or
+  ``elicitation_dialog`` (only while work is open: a late one must not block an idle
+  member) sets it. Closed by the scope's next PreToolUse, PostToolUse, PostToolUseFailure
+  or PostToolBatch, by UserPromptSubmit, by the end of the scope, by a file view leaving
+  ``waiting`` (the dialog was answered: at once, so a long command after "Yes" shows
+  working), by the file settling on busy or idle, SessionEnd and the end.
+* **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` opens a
+  session turn (the queued prompt no hook announced), ``waiting`` for a person opens a
+  session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the
+  first token, the interrupt whose marker is lost). Each closes at once when a view says
+  otherwise, and at Stop, StopFailure, SubagentStop, an interrupt (the transcript's
+  marker, ``idle_prompt``), SessionEnd or the end; the session block also with any hook
+  block. Two changes act at once, unsettled, since only a dialog claude reported can end
+  with them: waiting to anything closes the blocks (above), waiting to idle (a dialog
+  refused or interrupted) closes everything.
+
+Background commands (Bash ``run_in_background``) do not count: claude's own status for
+them is ``shell``, idle at its prompt; their end starts a ``<task-notification>`` turn,
+which does. Anything else — unknown events and statuses, wrong shapes — is counted in
+:class:`ClaudeStats` and ignored, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.claude_protocol import (
+    BLOCKING_NOTIFICATIONS,
+    IDLE_NOTIFICATION,
+    IDLE_STATUSES,
+    PERSON_WAITS,
+    ClaudeSource,
+    is_interrupt_marker,
+)
+
+__all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
+
+logger = logging.getLogger("codex_presence.claude")
+
+SETTLE = 1.0
+"""Seconds the session file's view must hold, with no hook in between, to be adopted.
+claude rewrote it 4-80 ms after the hooks it follows in every recording; the cost is the
+bound on an interrupt only the file sees (Esc before the first token): ~0.1 s for claude
+to write it, plus this, plus the shell's polling interval."""
+
+Scope = tuple[Hashable, ...]
+MAIN: Scope = ("main",)
+SESSION: Scope = ("session",)
+_TURN = (*MAIN, "turn")
+_SESSION_TURN = (*SESSION, "turn")
+_SESSION_BLOCK = (*SESSION, "block")
+
+
+@dataclass(slots=True)
+class ClaudeStats:
+    """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
+
+    lines: int = 0
+    not_json: int = 0
+    hooks: int = 0
+    ignored: int = 0
+    wrong_shape: int = 0
+    late: int = 0
+    interrupts: int = 0
+    adopted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """One status of the session file, and when it was first seen."""
+
+    status: str
+    waiting_for: object
+    stamp: object
+    since: float
+
+    @property
+    def kind(self) -> str | None:
+        """``idle``, ``busy`` or ``waiting`` (for a person); None: no opinion."""
+        if self.status in IDLE_STATUSES:
+            return "idle"
+        if self.status == "busy":
+            return "busy"
+        if self.status == "waiting" and self.waiting_for in PERSON_WAITS:
+            return "waiting"
+        return None
+
+    def same(self, other: _View | None) -> bool:
+        return other is not None and (self.status, self.waiting_for, self.stamp) == (
+            other.status,
+            other.waiting_for,
+            other.stamp,
+        )
+
+
+def _scope(msg: Mapping[str, Any]) -> Scope:
+    agent = msg.get("agent_id")
+    return ("agent", agent) if isinstance(agent, str) and agent else MAIN
+
+
+@dataclass
+class ClaudeMapping:
+    """Feeds an :class:`ActivitySignal` from a Claude Code session (see the module doc)."""
+
+    signal: ActivitySignal = field(default_factory=ActivitySignal)
+    stats: ClaudeStats = field(default_factory=ClaudeStats)
+    settle: float = SETTLE
+    _prompt: str | None = None
+    """The open main turn's ``prompt_id``, if known."""
+    _view: _View | None = None
+    _adopted: bool = False
+    _last_hook: float = float("-inf")
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self.signal.state.value
+
+    @property
+    def deadline(self) -> float | None:
+        """When the file's current view will be adopted (call :meth:`tick` then), if not yet."""
+        view = self._view
+        if view is None or self._adopted or view.kind is None:
+            return None
+        return max(view.since, self._last_hook) + self.settle
+
+    @property
+    def wants_follow(self) -> bool:
+        """Whether the transcript and the session file can change anything now: the member
+        is not idle, or a view waits for adoption. When False, nothing needs reading."""
+        return self.signal.state is not ActivityState.IDLE or self.deadline is not None
+
+    # -- writing -------------------------------------------------------------------------
+
+    def feed(self, source: ClaudeSource, message: object, t: float) -> list[Transition]:
+        """One message of ``source``, seen ``t`` seconds in; the transitions it caused (a
+        view due for adoption first, so a late caller of :meth:`tick` changes nothing)."""
+        self.stats.lines += 1
+        out = [] if (due := self.tick(t)) is None else [due]
+        if not isinstance(message, dict):
+            self.stats.wrong_shape += 1
+            return out
+        if source == "hook":
+            cause = self._hook(message, t)
+        elif source == "transcript":
+            cause = self._transcript(message)
+        else:
+            cause = self._session(message, t)
+        if cause is not None and (transition := self.signal.commit(cause)) is not None:
+            out.append(transition)
+        return out
+
+    def tick(self, t: float) -> Transition | None:
+        """Adopt the file's view if it has held long enough by ``t``."""
+        deadline = self.deadline
+        if deadline is None or t < deadline:
+            return None
+        view = self._view
+        assert view is not None
+        self._adopted = True
+        self.stats.adopted += 1
+        if view.kind == "idle":
+            self.signal.close_all()
+            self._prompt = None
+        else:
+            self._ensure(HandleKind.TURN, _SESSION_TURN)
+            if view.kind == "waiting":
+                self._ensure(HandleKind.BLOCK, _SESSION_BLOCK)
+            else:
+                self._close_blocks(None)
+        return self.signal.commit(f"session {view.status}")
+
+    def close(self, cause: str = "eof") -> Transition | None:
+        """The process ended: everything closes."""
+        self.signal.close_all()
+        self._prompt = None
+        return self.signal.commit(cause)
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def _hook(self, msg: dict[str, Any], t: float) -> str | None:
+        event = msg.get("hook_event_name")
+        handler = _HOOKS.get(event) if isinstance(event, str) else None
+        if handler is None:
+            self.stats.ignored += 1
+            return None
+        self.stats.hooks += 1
+        self._last_hook = t
+        self._adopted = False  # hook news first: the file must agree again, for SETTLE
+        if not handler(self, msg):
+            self.stats.wrong_shape += 1
+            return None
+        if event == "Notification":
+            return f"Notification {msg.get('notification_type')}"
+        return event
+
+    def _on_prompt(self, msg: dict[str, Any]) -> bool:
+        prompt = msg.get("prompt_id")
+        prompt = prompt if isinstance(prompt, str) else None
+        if not self.signal.is_open(HandleKind.TURN, _TURN):
+            self.signal.open(HandleKind.TURN, _TURN)
+        elif prompt is not None and self._prompt is not None and prompt != self._prompt:
+            self._end_scope(MAIN, keep_turn=True)  # a new prompt supersedes the open turn
+        self._prompt = prompt if prompt is not None else self._prompt
+        self._close_blocks(MAIN)
+        return True
+
+    def _on_pre_tool(self, msg: dict[str, Any]) -> bool:
+        tool = msg.get("tool_use_id")
+        if not isinstance(tool, str):
+            return False
+        scope = _scope(msg)
+        self._close_blocks(scope)
+        self._ensure(HandleKind.TOOL, (*scope, "tool", tool))
+        return True
+
+    def _on_post_tool(self, msg: dict[str, Any]) -> bool:
+        tool = msg.get("tool_use_id")
+        if not isinstance(tool, str):
+            return False
+        scope = _scope(msg)
+        self._close_blocks(scope)
+        key = (*scope, "tool", tool)
+        if self.signal.is_open(HandleKind.TOOL, key):
+            self.signal.close(HandleKind.TOOL, key)
+        return True
+
+    def _on_tool_batch(self, msg: dict[str, Any]) -> bool:
+        scope = _scope(msg)
+        self._close_blocks(scope)
+        self.signal.close_scope(*scope, "tool", kinds=(HandleKind.TOOL,))
+        return True
+
+    def _on_permission(self, msg: dict[str, Any]) -> bool:
+        self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"))
+        return True
+
+    def _on_notification(self, msg: dict[str, Any]) -> bool:
+        kind = msg.get("notification_type")
+        if kind in BLOCKING_NOTIFICATIONS:
+            if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
+                self.stats.late += 1  # no work open: a notification that outlived it
+            else:
+                self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"))
+        elif kind == IDLE_NOTIFICATION:
+            self._end_scope(MAIN)
+            self._close_session()
+        else:
+            self.stats.ignored += 1
+        return True
+
+    def _on_stop(self, msg: dict[str, Any]) -> bool:
+        self._end_scope(MAIN)
+        self._close_session()
+        tasks = msg.get("background_tasks")
+        if isinstance(tasks, list):
+            running = {
+                task.get("id")
+                for task in tasks
+                if isinstance(task, dict)
+                and task.get("type") == "subagent"
+                and task.get("status") == "running"
+            }
+            for key in self.signal.keys(HandleKind.TURN):
+                if key[0] == "agent" and key[1] not in running:
+                    self._end_scope(key[:2])
+        return True
+
+    def _on_stop_failure(self, msg: dict[str, Any]) -> bool:
+        self._end_scope(MAIN)
+        self._close_session()
+        return True
+
+    def _on_subagent_start(self, msg: dict[str, Any]) -> bool:
+        scope = _scope(msg)
+        if scope == MAIN:
+            return False
+        self._ensure(HandleKind.TURN, (*scope, "run"))
+        return True
+
+    def _on_subagent_stop(self, msg: dict[str, Any]) -> bool:
+        scope = _scope(msg)
+        if scope == MAIN:
+            return False
+        self._end_scope(scope)
+        self._close_session()
+        return True
+
+    def _on_session_end(self, msg: dict[str, Any]) -> bool:
+        self.signal.close_all()
+        self._prompt = None
+        return True
+
+    # -- the transcript and the session file ------------------------------------------------
+
+    def _transcript(self, entry: dict[str, Any]) -> str | None:
+        if not is_interrupt_marker(entry):
+            return None
+        prompt = entry.get("promptId")
+        if not self.signal.is_open(HandleKind.TURN, _TURN) or (
+            isinstance(prompt, str) and self._prompt is not None and prompt != self._prompt
+        ):
+            self.stats.late += 1  # a turn that is over, or one a newer prompt superseded
+            return None
+        self.stats.interrupts += 1
+        self._end_scope(MAIN)
+        self._close_session()
+        return "transcript interrupt"
+
+    def _session(self, msg: dict[str, Any], t: float) -> str | None:
+        status = msg.get("status")
+        if not isinstance(status, str):
+            self.stats.ignored += 1  # the file's first content has no status yet
+            return None
+        view = _View(status, msg.get("waitingFor"), msg.get("statusUpdatedAt"), t)
+        previous = self._view
+        if view.same(previous):
+            return None
+        self._view, self._adopted = view, False
+        if previous is not None and previous.kind == "waiting" and view.kind != "waiting":
+            # The dialog claude reported is gone: answered (busy), refused or interrupted.
+            self._close_blocks(None)
+            if view.kind == "idle":
+                self.signal.close_all()
+                self._prompt = None
+        if view.kind not in ("busy", "waiting"):
+            self._close_if_open(HandleKind.TURN, _SESSION_TURN)
+        if view.kind != "waiting":
+            self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+        return f"session {status}"
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _ensure(self, kind: HandleKind, key: tuple[Hashable, ...]) -> None:
+        if not self.signal.is_open(kind, key):
+            self.signal.open(kind, key)
+
+    def _close_if_open(self, kind: HandleKind, key: tuple[Hashable, ...]) -> None:
+        if self.signal.is_open(kind, key):
+            self.signal.close(kind, key)
+
+    def _close_blocks(self, scope: Scope | None) -> None:
+        """The hook blocks of ``scope`` (of every scope: None), and the file's block with
+        them: the hooks are the fresher news."""
+        for key in self.signal.keys(HandleKind.BLOCK):
+            if scope is None or key[: len(scope)] == scope:
+                self.signal.close(HandleKind.BLOCK, key)
+        self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+
+    def _close_session(self) -> None:
+        self._close_if_open(HandleKind.TURN, _SESSION_TURN)
+        self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+
+    def _end_scope(self, scope: Scope, *, keep_turn: bool = False) -> None:
+        """The scope's work is over: its tools, its block and (unless kept) its turn."""
+        self._close_blocks(scope)
+        self.signal.close_scope(*scope, "tool", kinds=(HandleKind.TOOL,))
+        if not keep_turn:
+            self.signal.close_scope(*scope, kinds=(HandleKind.TURN,))
+            if scope == MAIN:
+                self._prompt = None
+
+
+_HOOKS = {
+    "UserPromptSubmit": ClaudeMapping._on_prompt,
+    "PreToolUse": ClaudeMapping._on_pre_tool,
+    "PermissionRequest": ClaudeMapping._on_permission,
+    "PostToolUse": ClaudeMapping._on_post_tool,
+    "PostToolUseFailure": ClaudeMapping._on_post_tool,
+    "PostToolBatch": ClaudeMapping._on_tool_batch,
+    "Notification": ClaudeMapping._on_notification,
+    "Stop": ClaudeMapping._on_stop,
+    "StopFailure": ClaudeMapping._on_stop_failure,
+    "SubagentStart": ClaudeMapping._on_subagent_start,
+    "SubagentStop": ClaudeMapping._on_subagent_stop,
+    "SessionEnd": ClaudeMapping._on_session_end,
+}

@@ -1,0 +1,136 @@
+"""Runs the real claude behind ``codex-presence claude``, reporting to a real broker.
+
+The counterpart of :mod:`tests.support.claude_driver` for the command under test: the same
+private home, fake Messages API and tmux terminal, but no capture server of the tests' own —
+claude's hooks go to the command's hook server, which reports ``alice``'s state to the
+broker. What the test sees is what a teammate sees (the roster, through
+:class:`~tests.support.roster_watch.RosterWatch`), the screen, the fake API's requests, and
+the command's ``--record`` file and log afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.broker_harness import RunningBroker, token_of
+from tests.support.claude_driver import (
+    Capture,
+    Interactive,
+    Tmux,
+    claude_binary,
+    claude_env,
+    prepare_home,
+)
+
+__all__ = ["PresenceFiles", "command", "interactive_presence", "presence_env", "run_print"]
+
+
+@dataclass
+class PresenceFiles:
+    """Where one run keeps its things."""
+
+    root: Path
+    home: Path
+    work: Path
+    record: Path
+    log: Path
+    token: Path
+
+
+def _files(root: Path, config: dict[str, Any] | None) -> PresenceFiles:
+    home, work = prepare_home(root, config=config)
+    token = root / "alice.token"
+    token.write_text(token_of("alice") + "\n")
+    token.chmod(0o600)
+    return PresenceFiles(root, home, work, root / "session.jsonl", root / "presence.log", token)
+
+
+def command(files: PresenceFiles, broker: RunningBroker, claude_args: Sequence[str]) -> list[str]:
+    """``codex-presence claude`` as alice, recording, logging in full to a file."""
+    return [
+        sys.executable,
+        "-m",
+        "codex_presence",
+        "claude",
+        "-v",
+        "--log-file",
+        str(files.log),
+        "--record",
+        str(files.record),
+        "--broker",
+        broker.url,
+        "--name",
+        "alice",
+        "--token-file",
+        str(files.token),
+        "--",
+        str(claude_binary()),
+        *claude_args,
+    ]
+
+
+def presence_env(files: PresenceFiles, base_url: str) -> dict[str, str]:
+    """claude's environment (offline, private home), without the host's CODEX_PRESENCE_*."""
+    env = claude_env(files.home, base_url)
+    return {k: v for k, v in env.items() if not k.startswith("CODEX_PRESENCE_")}
+
+
+def run_print(
+    root: Path,
+    broker: RunningBroker,
+    *,
+    base_url: str,
+    claude_args: Sequence[str],
+    timeout: float = 60.0,
+) -> tuple[subprocess.CompletedProcess[str], PresenceFiles]:
+    """``codex-presence claude ... -- claude -p ...`` to its end, output captured."""
+    files = _files(root, None)
+    result = subprocess.run(
+        command(files, broker, claude_args),
+        cwd=files.work,
+        env=presence_env(files, base_url),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return result, files
+
+
+@contextmanager
+def interactive_presence(
+    root: Path,
+    broker: RunningBroker,
+    *,
+    base_url: str,
+    claude_args: Sequence[str] = ("--permission-mode", "default"),
+    config: dict[str, Any] | None = None,
+) -> Iterator[tuple[Interactive, PresenceFiles]]:
+    """``codex-presence claude ... -- claude ARGS...`` in tmux, its terminal.
+
+    The :class:`Interactive` types and reads the screen (its capture holds only the keys
+    sent, with their times); on leaving the block everything in the pane is ended."""
+    files = _files(root, config)
+    tmux = Tmux(root / "tmux.sock")
+    capture = Capture(None)
+    capture.act("start codex-presence claude")
+    tmux.start(
+        command(files, broker, claude_args), cwd=files.work, env=presence_env(files, base_url)
+    )
+    session = Interactive(capture, tmux, files.work, server=None)  # type: ignore[arg-type]
+    try:
+        yield session, files
+    finally:
+        pid = tmux.pane_pid()
+        tmux.kill()
+        if pid is not None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, 9)

@@ -1,0 +1,122 @@
+"""A stand-in for ``claude``, for the tests of ``codex-presence claude`` that need no real one.
+
+Run as ``fake_claude.py [--settings FILE] [ARGS...]``, it reads its hook URL from FILE (as
+claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of steps:
+
+- ``{"do": "hook", "event": NAME, ...fields}``: POST a hook payload (``session_id``,
+  ``transcript_path`` = ``$FAKE_CLAUDE_TRANSCRIPT``, ``cwd``, ``hook_event_name`` and
+  the fields), waiting for the answer, as claude does;
+- ``{"do": "status", "status": S}``: write claude's session file
+  (``$CLAUDE_CONFIG_DIR/sessions/<pid>.json``);
+- ``{"do": "transcript", "entry": {...}}``: append an entry to the transcript;
+- ``{"do": "summary"}``: append a ``stop_hook_summary`` naming the hook URL, as claude does;
+- ``{"do": "dump", "path": P}``: write what it was given (argv, environment, the settings
+  file's content and modes) to P as JSON;
+- ``{"do": "sleep", "seconds": S}``; ``{"do": "exit", "status": N}``;
+- ``{"do": "trap", "path": P}``: on SIGTERM, write the signal's name to P and exit 143.
+
+At the end of the script it exits 0.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    settings: dict[str, Any] = {}
+    settings_path: Path | None = None
+    connection: http.client.HTTPConnection | None = None
+    if args[:1] == ["--settings"]:
+        settings_path = Path(args[1])
+        settings = json.loads(settings_path.read_text())
+        (url,) = {
+            urlsplit(hook["url"])
+            for group in settings["hooks"]["Stop"]
+            for hook in group["hooks"]
+            if hook["type"] == "http"
+        }
+        connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+    transcript = Path(os.environ.get("FAKE_CLAUDE_TRANSCRIPT", "/nonexistent/transcript.jsonl"))
+    config = Path(os.environ.get("CLAUDE_CONFIG_DIR", Path.home() / ".claude"))
+    stamp = 0
+    for step in json.loads(os.environ.get("FAKE_CLAUDE_SCRIPT", "[]")):
+        do = step.pop("do")
+        if do == "hook":
+            body: dict[str, Any] = {
+                "session_id": "fake-session",
+                "transcript_path": str(transcript),
+                "cwd": str(Path.cwd()),
+                "prompt_id": "p1",
+                "hook_event_name": step.pop("event"),
+                **step,
+            }
+            assert connection is not None, "no --settings: no hooks"
+            connection.request(
+                "POST", url.path, json.dumps(body), {"content-type": "application/json"}
+            )
+            answer = connection.getresponse()
+            assert answer.status == 200 and answer.read() == b"{}", answer.status
+        elif do == "status":
+            stamp += 1
+            sessions = config / "sessions"
+            sessions.mkdir(parents=True, exist_ok=True)
+            content = {"pid": os.getpid(), "sessionId": "fake-session", **step}
+            content["statusUpdatedAt"] = stamp
+            (sessions / f"{os.getpid()}.json").write_text(json.dumps(content))
+        elif do == "transcript":
+            with transcript.open("a") as out:
+                out.write(json.dumps(step["entry"]) + "\n")
+        elif do == "summary":  # as claude's transcript names its hooks, URL and all
+            assert connection is not None
+            entry = {
+                "type": "system",
+                "subtype": "stop_hook_summary",
+                "hookInfos": [{"command": f"http://{url.netloc}{url.path}"}],
+            }
+            with transcript.open("a") as out:
+                out.write(json.dumps(entry) + "\n")
+        elif do == "dump":
+            Path(step["path"]).write_text(
+                json.dumps(
+                    {
+                        "argv": sys.argv,
+                        "env": dict(os.environ),
+                        "settings": settings,
+                        "settings_mode": settings_path
+                        and stat.S_IMODE(settings_path.stat().st_mode),
+                        "dir_mode": settings_path
+                        and stat.S_IMODE(settings_path.parent.stat().st_mode),
+                        "pgrp_is_parents": os.getpgrp() == os.getpgid(os.getppid()),
+                    }
+                )
+            )
+        elif do == "sleep":
+            time.sleep(step["seconds"])
+        elif do == "exit":
+            return int(step["status"])
+        elif do == "trap":
+            path = Path(step["path"])
+
+            def on_term(signum: int, frame: object, path: Path = path) -> None:
+                path.write_text(signal.Signals(signum).name)
+                sys.exit(143)
+
+            signal.signal(signal.SIGTERM, on_term)
+        else:
+            raise SystemExit(f"fake claude: unknown step {do!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

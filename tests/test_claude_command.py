@@ -1,0 +1,345 @@
+"""``codex-presence claude`` around a stand-in claude (``tests/support/fake_claude.py``): the
+settings it writes, the environment claude gets, exit status and signals, claude's death
+with it, reporting to a real broker, the recording, and no polling while idle."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codex_presence.agent import claude_session
+from codex_presence.agent.claude_files import ClaudeFiles
+from codex_presence.agent.claude_session import ClaudeSession
+from codex_presence.core.claude import SETTLE
+from codex_presence.core.claude_protocol import HOOK_EVENTS, HOOK_TIMEOUT
+from codex_presence.core.recording import read_relevant_entries
+from codex_presence.core.timeline import timeline
+from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.roster_watch import RosterWatch
+from tests.support.waiting import eventually
+
+FAKE_CLAUDE = Path(__file__).parent / "support" / "fake_claude.py"
+
+
+def fake_claude(tmp_path: Path) -> str:
+    """An executable "claude" (one word: ``--settings`` goes right after it)."""
+    script = tmp_path / "claude"
+    if not script.exists():
+        script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE_CLAUDE} "$@"\n')
+        script.chmod(0o755)
+    return str(script)
+
+
+def hook(event: str, **fields: Any) -> dict[str, Any]:
+    return {"do": "hook", "event": event, **fields}
+
+
+def run_claude(
+    tmp_path: Path,
+    script: list[dict[str, Any]],
+    *options: str,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+) -> subprocess.Popen[bytes]:
+    """``codex-presence claude OPTIONS -- fake_claude`` playing ``script``; what it says on
+    stderr goes to ``tmp_path/stderr`` (:func:`said`)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    full_env.update(
+        CLAUDE_CONFIG_DIR=str(tmp_path / "config"),
+        FAKE_CLAUDE_SCRIPT=json.dumps(script),
+        FAKE_CLAUDE_TRANSCRIPT=str(tmp_path / "transcript.jsonl"),
+        **(env or {}),
+    )
+    with (tmp_path / "stderr").open("ab") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "codex_presence",
+                "claude",
+                *options,
+                "--",
+                fake_claude(tmp_path),
+            ],
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    if wait:
+        proc.wait(30)
+    return proc
+
+
+def said(tmp_path: Path) -> str:
+    return (tmp_path / "stderr").read_text()
+
+
+def reporting(broker: RunningBroker, tmp_path: Path) -> list[str]:
+    token = tmp_path / "alice.token"
+    token.write_text(token_of("alice") + "\n")
+    token.chmod(0o600)
+    return ["--broker", broker.url, "--name", "alice", "--token-file", str(token)]
+
+
+@pytest.fixture
+def broker() -> Iterator[RunningBroker]:
+    with running_broker(team=make_team("alice", "bob")) as running:
+        yield running
+
+
+# -- what claude is given --------------------------------------------------------------------
+
+
+def test_claude_gets_private_settings_with_a_hook_per_event(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    proc = run_claude(tmp_path, [{"do": "dump", "path": str(dump)}])
+    assert proc.returncode == 0, said(tmp_path)
+    given = json.loads(dump.read_text())
+    argv = given["argv"]
+    assert argv[1] == "--settings" and argv[3:] == []  # inserted after the first word
+    assert given["settings_mode"] == 0o600 and given["dir_mode"] == 0o700
+    hooks = given["settings"]["hooks"]
+    assert sorted(hooks) == sorted(HOOK_EVENTS)
+    urls = set()
+    for event in HOOK_EVENTS:
+        (entry,) = hooks[event]
+        (spec,) = entry["hooks"]
+        assert spec["type"] == "http" and spec["timeout"] == HOOK_TIMEOUT
+        urls.add(spec["url"])
+    (url,) = urls
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/hook")
+    assert not Path(argv[2]).exists() and not Path(argv[2]).parent.exists()  # removed
+    assert given["pgrp_is_parents"]  # in the terminal's foreground group, as run directly
+
+
+def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    env = {"CODEX_PRESENCE_TOKEN": "cp_secret-token", "NO_PROXY": "example.com", "no_proxy": ""}
+    run_claude(tmp_path, [{"do": "dump", "path": str(dump)}], env=env)
+    given = json.loads(dump.read_text())["env"]
+    assert given["NO_PROXY"] == "example.com,127.0.0.1" and given["no_proxy"] == "127.0.0.1"
+    assert "CODEX_PRESENCE_TOKEN" not in given
+    assert "cp_secret-token" not in json.dumps(given)
+
+
+def test_a_settings_of_the_users_own_is_carried_with_ours(tmp_path: Path) -> None:
+    """claude takes the last --settings only: theirs and ours must become one."""
+    dump = tmp_path / "dump.json"
+    theirs = tmp_path / "mine.json"
+    mine = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]}, "x": 1}
+    theirs.write_text(json.dumps(mine))
+    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env.update(FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"))
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    proc = subprocess.run([*command, "--settings", str(theirs), "-p", "hi"], env=env, check=False)
+    assert proc.returncode == 0
+    given = json.loads(dump.read_text())
+    assert given["argv"][1] == "--settings" and given["argv"][3:] == ["-p", "hi"]
+    settings = given["settings"]
+    assert settings["x"] == 1 and settings["hooks"]["Stop"][0] == mine["hooks"]["Stop"][0]
+    assert settings["hooks"]["Stop"][1]["hooks"][0]["type"] == "http"
+    assert sorted(settings["hooks"]) == sorted(HOOK_EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [(["--settings"], "needs a file"), (["--settings=/nonexistent"], "No such file")],
+)
+def test_a_settings_that_cannot_be_read_is_a_usage_error(
+    tmp_path: Path, given: list[str], says: str
+) -> None:
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    proc = subprocess.run([*command, *given], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and says in proc.stderr
+
+
+# -- exit status, signals, lifetime -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("step", "status"), [({"status": 3}, 3), ({"status": 0}, 0)])
+def test_the_exit_status_is_claudes(tmp_path: Path, step: dict[str, Any], status: int) -> None:
+    assert run_claude(tmp_path, [{"do": "exit", **step}]).returncode == status
+
+
+def test_sigterm_is_forwarded_and_the_status_passes_through(tmp_path: Path) -> None:
+    trapped = tmp_path / "trapped"
+    script = [{"do": "trap", "path": str(trapped)}, {"do": "sleep", "seconds": 30}]
+    proc = run_claude(tmp_path, script, wait=False)
+    time.sleep(1.0)  # started, trap set
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 143
+    assert trapped.read_text() == "SIGTERM"
+
+
+def test_a_signalled_claude_gives_128_plus_n(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    script = [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 30}]
+    proc = run_claude(tmp_path, script, wait=False)
+    eventually(dump.exists, within=10)
+    os.kill(_claude_pid(proc), signal.SIGKILL)
+    assert proc.wait(10) == 128 + 9
+
+
+def _claude_pid(proc: subprocess.Popen[bytes]) -> int:
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    (pid,) = children
+    return int(pid)
+
+
+def test_claude_dies_when_the_command_is_sigkilled(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    script = [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 60}]
+    proc = run_claude(tmp_path, script, wait=False)
+    eventually(dump.exists, within=10)
+    child = _claude_pid(proc)
+    proc.kill()
+    proc.wait(10)
+    eventually(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), within=5)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_without_a_command_it_says_how_to_use_it(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "claude"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "usage: codex-presence claude" in proc.stderr
+
+
+def test_a_claude_that_cannot_run_is_127(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "claude", "--", str(tmp_path / "no-claude")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 127 and "cannot run" in proc.stderr
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+
+def test_hooks_reach_the_roster_and_the_recording_replays(
+    tmp_path: Path, broker: RunningBroker
+) -> None:
+    watch = RosterWatch(broker, watcher="bob", member="alice")
+    record, log = tmp_path / "session.jsonl", tmp_path / "presence.log"
+    script = [
+        {"do": "sleep", "seconds": 1.0},  # subscribed first
+        hook("UserPromptSubmit", prompt="go"),
+        {"do": "sleep", "seconds": 1.0},
+        hook("PreToolUse", tool_use_id="tu1", tool_name="Bash"),
+        hook("PermissionRequest", tool_name="Bash"),
+        {"do": "sleep", "seconds": 1.0},
+        hook("PostToolUse", tool_use_id="tu1"),
+        {"do": "summary"},
+        {"do": "sleep", "seconds": 1.0},
+        hook("Stop", background_tasks=[]),
+        {"do": "sleep", "seconds": 1.0},
+    ]
+    options = [*reporting(broker, tmp_path), "--record", str(record), "-v", "--log-file", str(log)]
+    proc = run_claude(tmp_path, script, *options)
+    assert proc.returncode == 0
+    watch.wait_connected(0)
+    assert watch.sequence() == [None, "working", "blocked", "working", None]
+    rows = timeline(read_relevant_entries(record.read_bytes()))
+    assert [(r.state, r.cause) for r in rows] == [
+        ("working", "UserPromptSubmit"),
+        ("blocked", "PermissionRequest"),
+        ("working", "PostToolUse"),
+        ("idle", "Stop"),
+    ]
+    logged = log.read_text()
+    assert token_of("alice") not in logged and "/hook" not in logged  # no token, no URL
+    recorded = record.read_text()
+    urls = re.findall(r"127\.0\.0\.1:\d+/([^/\"]+)/hook", recorded)
+    assert urls == ["REDACTED"]  # the transcript's stop_hook_summary, recorded without it
+    assert said(tmp_path) == ""  # everything went to the log file
+
+
+def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: RunningBroker) -> None:
+    watch = RosterWatch(broker, watcher="bob", member="alice")
+    script = [
+        {"do": "sleep", "seconds": 1.0},
+        hook("UserPromptSubmit"),
+        {"do": "sleep", "seconds": 1},
+    ]
+    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q")
+    assert proc.returncode == 0
+    watch.wait_connected(0)
+    assert watch.sequence() == [None, "working", None]
+
+
+def test_no_trace_reports_no_activity_and_installs_no_hooks(
+    tmp_path: Path, broker: RunningBroker
+) -> None:
+    watch = RosterWatch(broker, watcher="bob", member="alice")
+    dump = tmp_path / "dump.json"
+    script = [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 1.5}]
+    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "--no-trace", wait=False)
+    watch.wait_connected(1)  # connection presence, as ever
+    assert proc.wait(30) == 0
+    watch.wait_connected(0)
+    assert watch.sequence() == [None]
+    assert json.loads(dump.read_text())["argv"][1:] == []  # claude as given: no --settings
+
+
+# -- reading claude's files only while it can matter -----------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_claudes_files_are_read_only_while_they_can_matter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the turn and the settling of claude's view, no poll at all: idle is free."""
+    polls: list[float] = []
+    original = ClaudeFiles.poll
+
+    def counting(self: ClaudeFiles, now: float) -> Any:
+        polls.append(time.monotonic())
+        return original(self, now)
+
+    monkeypatch.setattr(ClaudeFiles, "poll", counting)
+    marks: dict[str, float] = {}
+    transcript = tmp_path / "transcript.jsonl"
+    script = [
+        hook("UserPromptSubmit"),
+        {"do": "status", "status": "busy"},
+        {"do": "transcript", "entry": {"type": "user", "message": {"content": "hi"}}},
+        {"do": "sleep", "seconds": 0.5},
+        hook("Stop", background_tasks=[]),
+        {"do": "status", "status": "idle"},
+        {"do": "sleep", "seconds": SETTLE + 2.5},
+    ]
+    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
+    monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(transcript))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+
+    def observe(transition: Any) -> None:
+        marks[transition.state.value] = time.monotonic()
+
+    session = ClaudeSession(config=tmp_path / "config", observers=[observe])
+    status = await session.run(
+        [fake_claude(tmp_path)], env=claude_session.child_environment(os.environ)
+    )
+    assert status == 0 and "idle" in marks
+    while_working = [t for t in polls if marks["working"] <= t <= marks["idle"]]
+    assert while_working, "the files were not read during the turn"
+    settled = marks["idle"] + SETTLE + 3 * claude_session.POLL_INTERVAL + 0.5
+    assert [t for t in polls if t > settled] == []

@@ -1,0 +1,124 @@
+"""Following claude's transcript and session status file: only what is new, only whole
+lines of the types that matter, the session file found by pid or by session id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codex_presence.agent import claude_files
+from codex_presence.agent.claude_files import ClaudeFiles, config_dir
+
+
+def entry(kind: str, **fields: Any) -> bytes:
+    return json.dumps({"type": kind, **fields}).encode() + b"\n"
+
+
+def files(tmp_path: Path, pid: int = 100) -> tuple[ClaudeFiles, Path]:
+    transcript = tmp_path / "projects" / "s1.jsonl"
+    transcript.parent.mkdir(parents=True)
+    follower = ClaudeFiles(config=tmp_path, pid=pid)
+    return follower, transcript
+
+
+def name(follower: ClaudeFiles, transcript: Path, session: str = "s1") -> None:
+    follower.note_hook({"session_id": session, "transcript_path": str(transcript)})
+
+
+def test_the_transcript_is_read_from_where_the_first_hook_found_it(tmp_path: Path) -> None:
+    follower, transcript = files(tmp_path)
+    transcript.write_bytes(entry("user", n=0))  # a resumed session's history
+    name(follower, transcript)
+    assert follower.poll(0) == []
+    with transcript.open("ab") as out:
+        out.write(entry("user", n=1) + entry("assistant", n=2))
+    assert [e["n"] for _, e in follower.poll(0)] == [1, 2]
+    assert follower.poll(0) == []
+
+
+def test_a_transcript_created_after_the_first_hook_is_read_whole(tmp_path: Path) -> None:
+    follower, transcript = files(tmp_path)
+    name(follower, transcript)
+    transcript.write_bytes(entry("user", n=1))
+    assert follower.poll(0) == [("transcript", {"type": "user", "n": 1})]
+
+
+def test_only_whole_lines_of_the_kept_types(tmp_path: Path) -> None:
+    follower, transcript = files(tmp_path)
+    name(follower, transcript)
+    line = entry("system", subtype="turn_duration")
+    transcript.write_bytes(
+        entry("api-request-shape", system="x" * 1000)
+        + entry("attachment")
+        + b"not json, no type\n"
+        + line[:10]
+    )
+    assert follower.poll(0) == []
+    with transcript.open("ab") as out:
+        out.write(line[10:] + entry("queue-operation", operation="enqueue"))
+    kinds = [e["type"] for _, e in follower.poll(0)]
+    assert kinds == ["system", "queue-operation"]
+
+
+def test_an_overlong_line_is_skipped_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claude_files, "MAX_LINE", 100)
+    follower, transcript = files(tmp_path)
+    name(follower, transcript)
+    transcript.write_bytes(b'{"type":"user","big":"' + b"x" * 150)
+    assert follower.poll(0) == []
+    with transcript.open("ab") as out:
+        out.write(b"x" * 50 + b'"}\n' + entry("user", n=2))
+    assert [e.get("n") for _, e in follower.poll(0)] == [2]
+
+
+def test_a_new_transcript_path_is_followed_instead(tmp_path: Path) -> None:
+    follower, transcript = files(tmp_path)
+    name(follower, transcript)
+    other = transcript.with_name("s2.jsonl")
+    other.write_bytes(entry("user", n=0))
+    name(follower, other, "s2")  # /clear: a new session and transcript
+    with other.open("ab") as out:
+        out.write(entry("user", n=1))
+    transcript.write_bytes(entry("user", n=9))
+    assert [e["n"] for _, e in follower.poll(0)] == [1]
+
+
+def status_file(tmp_path: Path, pid: int, **content: Any) -> Path:
+    path = tmp_path / "sessions" / f"{pid}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"pid": pid, "sessionId": "s1", **content}))
+    return path
+
+
+def test_the_session_file_is_claudes_pid_and_new_content_only(tmp_path: Path) -> None:
+    follower, _ = files(tmp_path, pid=100)
+    path = status_file(tmp_path, 100, status="busy", statusUpdatedAt=1)
+    assert follower.poll(0) == [("session", json.loads(path.read_text()))]
+    assert follower.poll(0) == []
+    path.write_text("{not json yet")  # caught mid-write
+    assert follower.poll(0) == []
+    status_file(tmp_path, 100, status="idle", statusUpdatedAt=2)
+    assert [m["status"] for _, m in follower.poll(0)] == ["idle"]
+    path.unlink()  # claude left
+    assert follower.poll(0) == []
+
+
+def test_behind_a_wrapper_the_session_file_is_found_by_session_id(tmp_path: Path) -> None:
+    follower, transcript = files(tmp_path, pid=100)  # the wrapper's pid, not claude's
+    status_file(tmp_path, 555, status="busy", sessionId="someone-else")
+    status_file(tmp_path, 777, status="busy")
+    assert follower.poll(0) == []  # no session id known yet
+    name(follower, transcript)
+    assert [m["pid"] for _, m in follower.poll(0)] == [777]
+    status_file(tmp_path, 777, status="idle", statusUpdatedAt=3)
+    assert [m["status"] for _, m in follower.poll(0.1)] == ["idle"]
+
+
+def test_the_config_dir_is_claudes() -> None:
+    assert config_dir({"CLAUDE_CONFIG_DIR": "/x/conf", "HOME": "/h"}) == Path("/x/conf")
+    assert config_dir({"HOME": "/h"}) == Path("/h/.claude")

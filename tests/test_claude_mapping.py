@@ -1,0 +1,523 @@
+"""The Claude Code mapping, fed plain data: every rule of its module docstring, each handle's
+closing events, the session file's settling, and any soup of events survived."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codex_presence.core.claude import SETTLE, ClaudeMapping
+from codex_presence.core.claude_protocol import ClaudeSource
+
+_stamps = itertools.count(1_796_000_000_000)
+
+
+def hook(event: str, prompt: str = "p1", **fields: Any) -> dict[str, Any]:
+    return {
+        "session_id": "s1",
+        "transcript_path": "/home/x/.claude/projects/w/s1.jsonl",
+        "cwd": "/w",
+        "prompt_id": prompt,
+        "hook_event_name": event,
+        **fields,
+    }
+
+
+def marker(prompt: str = "p1", text: str = "[Request interrupted by user for tool use]") -> Any:
+    return {
+        "type": "user",
+        "promptId": prompt,
+        "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+        "rowSource": "harness",
+    }
+
+
+def status(value: str, waiting_for: str | None = None) -> dict[str, Any]:
+    snapshot: dict[str, Any] = {"pid": 1, "sessionId": "s1", "status": value}
+    snapshot["statusUpdatedAt"] = next(_stamps)
+    if waiting_for is not None:
+        snapshot["waitingFor"] = waiting_for
+    return snapshot
+
+
+class Session:
+    """Feeds messages at a clock the test moves, and collects (state, cause) transitions."""
+
+    def __init__(self) -> None:
+        self.mapping = ClaudeMapping()
+        self.t = 0.0
+        self.transitions: list[tuple[str, str]] = []
+
+    def _feed(self, source: ClaudeSource, message: Any) -> Session:
+        self.t += 0.01
+        for transition in self.mapping.feed(source, message, self.t):
+            self.transitions.append((transition.state.value, transition.cause))
+        return self
+
+    def hook(self, event: str, **fields: Any) -> Session:
+        return self._feed("hook", hook(event, **fields))
+
+    def transcript(self, entry: Any) -> Session:
+        return self._feed("transcript", entry)
+
+    def session(self, value: str, waiting_for: str | None = None) -> Session:
+        return self._feed("session", status(value, waiting_for))
+
+    def wait(self, seconds: float) -> Session:
+        """Time passes; the shell's timer fires at the mapping's deadline if it comes."""
+        self.t += seconds
+        deadline = self.mapping.deadline
+        if deadline is not None and deadline <= self.t:
+            transition = self.mapping.tick(self.t)
+            if transition is not None:
+                self.transitions.append((transition.state.value, transition.cause))
+        return self
+
+    @property
+    def state(self) -> str:
+        return self.mapping.state
+
+
+# -- the turn ------------------------------------------------------------------------------------
+
+
+def test_a_prompt_opens_the_turn_and_stop_closes_it() -> None:
+    s = Session().hook("UserPromptSubmit").hook("Stop", background_tasks=[])
+    assert s.transitions == [("working", "UserPromptSubmit"), ("idle", "Stop")]
+
+
+@pytest.mark.parametrize("end", ["Stop", "StopFailure"])
+def test_the_turn_ends_whatever_the_ending_prompt_id(end: str) -> None:
+    """A queued prompt can run as a turn whose id only its Stop announces."""
+    s = Session().hook("UserPromptSubmit", prompt="p1").hook(end, prompt="p-unannounced")
+    assert s.state == "idle"
+
+
+def test_a_prompt_typed_during_the_turn_reuses_it() -> None:
+    s = Session().hook("UserPromptSubmit").hook("PreToolUse", tool_use_id="tu1")
+    s.hook("UserPromptSubmit", prompt="p1")  # claude reuses the open prompt_id
+    s.hook("PostToolUse", tool_use_id="tu1")
+    assert s.state == "working"
+    s.hook("Stop")
+    assert s.state == "idle"
+    assert s.transitions == [("working", "UserPromptSubmit"), ("idle", "Stop")]
+
+
+def test_a_new_prompt_supersedes_the_open_turn_and_its_leftovers() -> None:
+    s = Session().hook("UserPromptSubmit", prompt="p1").hook("PreToolUse", tool_use_id="tu1")
+    s.hook("PermissionRequest")
+    assert s.state == "blocked"
+    s.hook("UserPromptSubmit", prompt="p2")
+    assert s.state == "working"
+    s.hook("Stop", prompt="p2")
+    assert s.state == "idle"  # the old turn's tool did not outlive it
+
+
+# -- tools ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("end", ["PostToolUse", "PostToolUseFailure"])
+def test_a_tool_is_bracketed_by_its_id(end: str) -> None:
+    s = Session().hook("PreToolUse", tool_use_id="a").hook("PreToolUse", tool_use_id="b")
+    s.hook(end, tool_use_id="a")
+    assert s.state == "working"
+    s.hook(end, tool_use_id="b")
+    assert s.state == "idle"
+
+
+def test_post_tool_batch_closes_every_tool_of_its_scope() -> None:
+    s = Session().hook("PreToolUse", tool_use_id="a").hook("PreToolUse", tool_use_id="b")
+    s.hook("PostToolBatch")
+    assert s.transitions[-1] == ("idle", "PostToolBatch")
+
+
+def test_post_tool_batch_leaves_the_tools_of_other_scopes() -> None:
+    s = Session().hook("PreToolUse", tool_use_id="main1")
+    s.hook("PreToolUse", tool_use_id="sub1", agent_id="ag").hook("PostToolBatch", agent_id="ag")
+    s.hook("PostToolUse", tool_use_id="main1")
+    assert s.state == "idle"
+    s = Session().hook("PreToolUse", tool_use_id="sub1", agent_id="ag").hook("PostToolBatch")
+    assert s.state == "working"  # the main agent's batch is not the subagent's
+
+
+# -- blocked -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("closer", "fields"),
+    [
+        ("PreToolUse", {"tool_use_id": "next"}),
+        ("PostToolUse", {"tool_use_id": "tu1"}),
+        ("PostToolUseFailure", {"tool_use_id": "tu1"}),
+        ("PostToolBatch", {}),
+        ("UserPromptSubmit", {}),
+        ("Stop", {}),
+        ("StopFailure", {}),
+        ("Notification", {"notification_type": "idle_prompt"}),
+        ("SessionEnd", {"reason": "other"}),
+    ],
+)
+def test_a_permission_request_blocks_at_once_until_a_closer(
+    closer: str, fields: dict[str, Any]
+) -> None:
+    s = Session().hook("UserPromptSubmit").hook("PreToolUse", tool_use_id="tu1")
+    s.hook("PermissionRequest", tool_name="Bash")
+    assert s.transitions[-1] == ("blocked", "PermissionRequest")
+    s.hook(closer, **fields)
+    assert s.state != "blocked"
+
+
+@pytest.mark.parametrize("kind", ["permission_prompt", "agent_needs_input", "elicitation_dialog"])
+def test_a_notification_that_needs_a_person_blocks_while_work_is_open(kind: str) -> None:
+    s = Session().hook("UserPromptSubmit").hook("Notification", notification_type=kind)
+    assert s.transitions[-1] == ("blocked", f"Notification {kind}")
+    s.hook("Stop")
+    assert s.state == "idle"
+
+
+def test_a_late_notification_never_blocks_an_idle_member() -> None:
+    s = Session().hook("UserPromptSubmit").hook("Stop")
+    s.hook("Notification", notification_type="permission_prompt")
+    assert s.state == "idle"
+    assert s.mapping.stats.late == 1
+
+
+def test_idle_prompt_closes_a_turn_left_open() -> None:
+    """The hook-only fallback for an interrupt nothing else saw (60 s by default)."""
+    s = Session().hook("UserPromptSubmit").hook("PreToolUse", tool_use_id="tu1")
+    s.hook("Notification", notification_type="idle_prompt")
+    assert s.transitions[-1] == ("idle", "Notification idle_prompt")
+
+
+def test_other_notifications_change_nothing() -> None:
+    s = Session().hook("UserPromptSubmit").hook("Notification", notification_type="auth_success")
+    assert s.state == "working"
+
+
+# -- subagents and background work ---------------------------------------------------------------
+
+
+def running(*agents: str) -> list[dict[str, Any]]:
+    return [{"id": a, "type": "subagent", "status": "running"} for a in agents]
+
+
+def test_a_subagent_keeps_the_member_working_past_its_parents_stop() -> None:
+    s = Session().hook("UserPromptSubmit").hook("SubagentStart", agent_id="ag")
+    s.hook("PreToolUse", tool_use_id="sub1", agent_id="ag")
+    s.hook("Stop", background_tasks=running("ag"))
+    assert s.state == "working"
+    s.hook("SubagentStop", agent_id="ag", background_tasks=running("ag"))  # lists itself
+    assert s.transitions[-1] == ("idle", "SubagentStop")  # its tool closed with it
+
+
+def test_a_stop_that_no_longer_lists_a_subagent_closes_it() -> None:
+    s = Session().hook("UserPromptSubmit").hook("SubagentStart", agent_id="ag")
+    s.hook("SubagentStart", agent_id="other")
+    s.hook("Stop", background_tasks=running("other"))
+    assert s.state == "working"
+    s.hook("Stop", background_tasks=[])
+    assert s.state == "idle"
+
+
+def test_a_subagents_permission_request_is_its_own() -> None:
+    s = Session().hook("SubagentStart", agent_id="ag")
+    s.hook("PreToolUse", tool_use_id="sub1", agent_id="ag").hook("PermissionRequest", agent_id="ag")
+    s.hook("PreToolUse", tool_use_id="main1")  # the main agent's next tool: not the dialog
+    assert s.state == "blocked"
+    s.hook("PostToolUse", tool_use_id="sub1", agent_id="ag")
+    assert s.state == "working"
+
+
+def test_a_background_command_is_not_the_members_work() -> None:
+    shell = [{"id": "b1", "type": "shell", "status": "running"}]
+    s = Session().hook("UserPromptSubmit").hook("Stop", background_tasks=shell)
+    assert s.state == "idle"
+    s.session("shell").wait(SETTLE)
+    assert s.state == "idle"
+
+
+# -- interrupts: the transcript --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["[Request interrupted by user for tool use]", "[Request interrupted by user]"]
+)
+def test_the_transcripts_interrupt_marker_ends_its_turn(text: str) -> None:
+    s = Session().hook("UserPromptSubmit").hook("PreToolUse", tool_use_id="tu1")
+    s.transcript(marker("p1", text))
+    assert s.transitions[-1] == ("idle", "transcript interrupt")
+
+
+def test_a_marker_of_a_superseded_prompt_is_ignored() -> None:
+    s = Session().hook("UserPromptSubmit", prompt="p1").hook("UserPromptSubmit", prompt="p2")
+    s.transcript(marker("p1"))
+    assert s.state == "working"
+    assert s.mapping.stats.late == 1
+
+
+def test_a_typed_prompt_that_looks_like_a_marker_is_not_one() -> None:
+    typed = {
+        "type": "user",
+        "promptId": "p1",
+        "message": {"role": "user", "content": "[Request interrupted by user]"},
+    }
+    s = Session().hook("UserPromptSubmit").transcript(typed)
+    assert s.state == "working"
+
+
+def test_other_transcript_entries_change_nothing() -> None:
+    s = Session().hook("UserPromptSubmit")
+    s.transcript({"type": "system", "subtype": "turn_duration", "durationMs": 3})
+    s.transcript({"type": "queue-operation", "operation": "enqueue"})
+    assert s.state == "working"
+
+
+# -- interrupts and more: the session file ---------------------------------------------------------
+
+
+def test_an_idle_view_held_with_no_hook_closes_everything() -> None:
+    """Esc before the first token: no hook, no transcript entry; only the file says."""
+    s = Session().hook("UserPromptSubmit").session("busy").wait(2.0)
+    s.hook("SubagentStart", agent_id="ag").hook("PreToolUse", tool_use_id="tu1")
+    s.session("idle")
+    assert s.state == "working"
+    deadline = s.mapping.deadline
+    assert deadline is not None and deadline == pytest.approx(s.t + SETTLE)
+    s.wait(SETTLE / 2)
+    assert s.state == "working"
+    s.wait(SETTLE)
+    assert s.transitions[-1] == ("idle", "session idle")
+    assert s.mapping.deadline is None and not s.mapping.wants_follow
+
+
+def test_a_hook_after_the_view_restarts_its_hold() -> None:
+    """claude writes the file after some hooks: a <task-notification> turn's prompt comes
+    before the idle of the turn before it, and busy 10 ms later."""
+    s = Session().hook("UserPromptSubmit").session("busy").hook("Stop")
+    s.hook("UserPromptSubmit", prompt="p2").session("idle").wait(SETTLE / 2)
+    s.session("busy").wait(SETTLE * 3)
+    assert s.state == "working"
+    s.session("idle").wait(SETTLE / 2).hook("PreToolUse", tool_use_id="tu1").wait(SETTLE * 0.9)
+    assert s.state == "working"  # the hold restarted at PreToolUse
+
+
+def test_the_same_view_again_does_not_restart_its_hold() -> None:
+    s = Session().hook("UserPromptSubmit")
+    snapshot = status("idle")
+    s._feed("session", snapshot)
+    deadline = s.mapping.deadline
+    s.wait(SETTLE / 2)._feed("session", dict(snapshot))
+    assert s.mapping.deadline == deadline
+
+
+def test_a_view_due_is_adopted_before_the_next_message() -> None:
+    """So the shell's timer, however late, changes nothing a replay would not."""
+    s = Session().hook("UserPromptSubmit").session("idle")
+    s.t += SETTLE * 2  # the timer is late: the next message comes first
+    s.transcript({"type": "assistant"})
+    assert s.transitions[-1] == ("idle", "session idle")
+
+
+@pytest.mark.parametrize("answer", ["busy", "idle", "shell"])
+def test_the_end_of_a_dialog_claude_reported_unblocks_at_once(answer: str) -> None:
+    s = Session().hook("UserPromptSubmit").hook("PreToolUse", tool_use_id="tu1")
+    s.hook("PermissionRequest").session("waiting", "permission prompt")
+    s.session(answer)
+    # Answered: working while the command runs. Refused or interrupted: idle.
+    assert s.state == ("working" if answer == "busy" else "idle")
+    assert s.transitions[-1][1] == f"session {answer}"
+
+
+def test_a_busy_view_held_with_nothing_open_is_work() -> None:
+    """A queued prompt can run as a turn with no UserPromptSubmit of its own."""
+    s = Session().hook("UserPromptSubmit").hook("Stop").session("busy").wait(SETTLE * 1.5)
+    assert s.transitions[-1] == ("working", "session busy")
+    s.session("idle")
+    assert s.state == "idle"  # at once: the session's own handle
+    s.session("busy").wait(SETTLE * 1.5).hook("Stop")
+    assert s.state == "idle"
+
+
+def test_a_busy_view_held_clears_a_block_no_dialog_backs() -> None:
+    s = Session().hook("UserPromptSubmit").hook("PermissionRequest").session("busy")
+    s.wait(SETTLE * 1.5)
+    assert s.state == "working"
+
+
+@pytest.mark.parametrize("waiting_for", ["permission prompt", "input needed", "sandbox request"])
+def test_a_waiting_view_held_blocks(waiting_for: str) -> None:
+    s = Session().hook("UserPromptSubmit").session("waiting", waiting_for).wait(SETTLE * 1.5)
+    assert s.transitions[-1] == ("blocked", "session waiting")
+    s.hook("PreToolUse", tool_use_id="tu1")
+    assert s.state == "working"  # hooks are fresher news
+
+
+def test_a_dialog_the_person_opened_has_no_opinion() -> None:
+    s = Session().session("waiting", "dialog open")
+    assert s.mapping.deadline is None
+    s.wait(SETTLE * 2)
+    assert s.state == "idle"
+
+
+def test_the_files_first_content_has_no_status_and_no_opinion() -> None:
+    s = Session()._feed("session", {"pid": 1, "sessionId": "s1"})
+    assert s.mapping.deadline is None and s.mapping.stats.ignored == 1
+
+
+def test_wants_follow_only_while_something_can_change() -> None:
+    s = Session()
+    assert not s.mapping.wants_follow
+    s.hook("UserPromptSubmit")
+    assert s.mapping.wants_follow
+    s.hook("Stop")
+    s.session("idle")
+    assert s.mapping.wants_follow  # a view awaits adoption
+    s.wait(SETTLE * 2)
+    assert not s.mapping.wants_follow
+
+
+# -- the end -------------------------------------------------------------------------------------
+
+
+def test_session_end_and_the_process_end_close_everything() -> None:
+    s = Session().hook("UserPromptSubmit").hook("SubagentStart", agent_id="ag")
+    s.hook("PermissionRequest").hook("SessionEnd", reason="prompt_input_exit")
+    assert s.state == "idle"
+    s = Session().hook("SubagentStart", agent_id="ag").hook("PermissionRequest")
+    s.session("busy").wait(SETTLE * 2)
+    transition = s.mapping.close()
+    assert transition is not None and transition.cause == "eof" and s.state == "idle"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        None,
+        [],
+        "text",
+        {"hook_event_name": "PreToolUse"},  # no tool_use_id
+        {"hook_event_name": "SubagentStart"},  # no agent_id
+        {"hook_event_name": "NoSuchEvent"},
+        {"hook_event_name": 7},
+        {},
+    ],
+)
+def test_malformed_hooks_are_ignored_and_counted(message: Any) -> None:
+    s = Session()._feed("hook", message)
+    assert s.state == "idle" and s.transitions == []
+    stats = s.mapping.stats
+    assert stats.wrong_shape + stats.ignored == 1
+
+
+# -- any soup --------------------------------------------------------------------------------------
+
+EVENTS = [
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PostToolBatch",
+    "Notification",
+    "Stop",
+    "StopFailure",
+    "SubagentStart",
+    "SubagentStop",
+    "SessionEnd",
+    "Unknown",
+]
+BLOCKERS = {"PermissionRequest", "Notification", "session waiting"}
+OPENERS = {"UserPromptSubmit", "PreToolUse", "SubagentStart", "session busy", "session waiting"}
+junk = st.one_of(st.none(), st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=2))
+
+
+@st.composite
+def soup_message(draw: st.DrawFn) -> tuple[ClaudeSource, Any, float]:
+    source: ClaudeSource = draw(st.sampled_from(["hook", "hook", "hook", "transcript", "session"]))
+    gap = draw(st.sampled_from([0.0, 0.01, 0.5, SETTLE, 3.0]))
+    if draw(st.integers(0, 12)) == 0:
+        return source, draw(junk), gap
+    if source == "hook":
+        fields = {
+            "hook_event_name": draw(st.sampled_from(EVENTS)),
+            "prompt_id": draw(st.one_of(st.sampled_from(["p1", "p2"]), junk)),
+            "tool_use_id": draw(st.one_of(st.sampled_from(["t1", "t2"]), junk)),
+            "agent_id": draw(st.one_of(st.sampled_from(["a1", "a2"]), st.none(), junk)),
+            "notification_type": draw(
+                st.sampled_from(["permission_prompt", "idle_prompt", "elicitation_dialog", "x"])
+            ),
+            "background_tasks": draw(
+                st.one_of(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                "id": st.sampled_from(["a1", "a2", "b1"]),
+                                "type": st.sampled_from(["subagent", "shell"]),
+                                "status": st.sampled_from(["running", "completed"]),
+                            }
+                        ),
+                        max_size=2,
+                    ),
+                    junk,
+                )
+            ),
+        }
+        keep = draw(st.sets(st.sampled_from(sorted(fields)), max_size=len(fields)))
+        return source, {k: v for k, v in fields.items() if k in keep or k == "hook_event_name"}, gap
+    if source == "transcript":
+        return source, marker(draw(st.sampled_from(["p1", "p2"]))), gap
+    value = draw(st.sampled_from(["busy", "idle", "shell", "waiting", "other"]))
+    waiting_for = draw(st.sampled_from(["permission prompt", "dialog open", None]))
+    return source, status(value, waiting_for), gap
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(soup_message(), max_size=40))
+def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
+    sequence: list[tuple[ClaudeSource, Any, float]],
+) -> None:
+    mapping = ClaudeMapping()
+    t, state = 0.0, "idle"
+    seen: set[str] = set()
+    for source, message, gap in sequence:
+        t += gap
+        if isinstance(message, dict) and isinstance(message.get("hook_event_name"), str):
+            seen.add(message["hook_event_name"])
+        if source == "session" and isinstance(message, dict):
+            if message.get("status") == "busy":
+                seen.add("session busy")
+            elif message.get("waitingFor") == "permission prompt":
+                seen.add(f"session {message.get('status')}")
+        for transition in mapping.feed(source, message, t):
+            # Every change is reported, chained.
+            assert transition.previous.value == state != transition.state.value
+            state = transition.state.value
+        assert mapping.state == state
+        assert state != "blocked" or seen & BLOCKERS
+        assert state != "working" or seen & OPENERS
+    # No state can stick while claude's own file says idle, held: the safety net ...
+    t += 0.01
+    for transition in mapping.feed("session", status("idle"), t):
+        state = transition.state.value
+    transition = mapping.tick(t + SETTLE)
+    assert mapping.state == "idle", mapping.signal
+    # ... and the process's end closes everything whatever came before.
+    assert mapping.close() is None
+
+
+# -- the settings ----------------------------------------------------------------------------------
+
+
+def test_our_hooks_come_after_the_users_own() -> None:
+    from codex_presence.core.claude_protocol import HOOK_EVENTS, with_hooks
+
+    theirs = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {}}
+    merged = with_hooks(theirs, "http://127.0.0.1:1/s/hook")
+    assert merged["env"] == {} and sorted(merged["hooks"]) == sorted(HOOK_EVENTS)
+    assert merged["hooks"]["Stop"][0] == theirs["hooks"]["Stop"][0]
+    assert merged["hooks"]["Stop"][1]["hooks"][0]["url"] == "http://127.0.0.1:1/s/hook"
+    assert theirs["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "x"}]}]

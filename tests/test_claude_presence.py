@@ -1,0 +1,318 @@
+"""The Claude Code feeder for real: the real claude behind ``codex-presence claude``, a real
+broker on loopback, and a teammate (``bob``) watching ``alice`` on the roster's SSE stream.
+
+Each test drives claude (print mode, or the TUI in tmux) against the fake Messages API and
+checks the roster at the moments that matter: working once a prompt is sent, blocked while a
+permission dialog is open, working again once it is answered, idle after the turn — and,
+after an interrupt that no hook reports (Esc, "No"), idle within :data:`INTERRUPT_BOUND`.
+Each session's ``--record`` file then replays (``codex-presence replay``'s code) to the same
+sequence of states. Needs claude and tmux (``tests/run.sh`` installs them): without them
+this skips, except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from codex_presence.core.recording import read_relevant_entries
+from codex_presence.core.timeline import timeline
+from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.claude_driver import Interactive
+from tests.support.claude_presence import PresenceFiles, interactive_presence, run_print
+from tests.support.claude_scenarios import LONG, PERMISSION_DIALOG, after_result, asks
+from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text
+from tests.support.roster_watch import RosterWatch, roster_activity
+from tests.support.waiting import eventually
+
+pytestmark = [pytest.mark.claude, pytest.mark.slow]
+
+INTERRUPT_BOUND = 2.0
+"""Seconds from an interrupt's key to an idle roster (README: "Claude Code"). Measured:
+~0.4 s when the transcript shows the interrupt, ~1.3 s when only claude's session file
+does (Esc before the first token)."""
+
+HOLD = 1.0
+"""How long a state must stay put while nobody acts."""
+
+
+@pytest.fixture
+def broker() -> Iterator[RunningBroker]:
+    with running_broker(team=make_team("alice", "bob")) as running:
+        yield running
+
+
+@pytest.fixture
+def watch(broker: RunningBroker) -> Iterator[RosterWatch]:
+    watching = RosterWatch(broker, watcher="bob", member="alice")
+    yield watching
+    assert watching.error is None
+
+
+def replayed(files: PresenceFiles) -> list[str]:
+    """The states of the session's recording, replayed."""
+    return [row.state for row in timeline(read_relevant_entries(files.record.read_bytes()))]
+
+
+def logged(files: PresenceFiles) -> str:
+    return files.log.read_text(errors="replace")
+
+
+def held(watch: RosterWatch, activity: str | None, seconds: float = HOLD) -> None:
+    """Nobody acts for ``seconds``: the roster must show ``activity`` all along."""
+    since = time.monotonic()
+    time.sleep(seconds)
+    assert watch.current == activity
+    assert all(a == activity for t, a in watch.seen if t >= since), watch.sequence()
+
+
+def idle_within(watch: RosterWatch, broker: RunningBroker, since: float) -> float:
+    """The roster shows alice idle within :data:`INTERRUPT_BOUND` of ``since``."""
+    left = INTERRUPT_BOUND - (time.monotonic() - since)
+    eventually(lambda: watch.current is None, within=max(left, 0.0), what="idle after the key")
+    assert roster_activity(broker) is None
+    return time.monotonic() - since
+
+
+def press(s: Interactive, key: str) -> float:
+    s.key(key)
+    return time.monotonic()
+
+
+def last_key_at(s: Interactive) -> float:
+    """When the driver sent its last key (``answer_dialog`` waits before it does)."""
+    t, _ = s.capture.actions[-1]
+    return s.capture.start + t
+
+
+def leave(s: Interactive) -> int | None:
+    s.key("C-u")
+    s.prompt("/exit")
+    return s.wait_exit(20)
+
+
+# -- print mode ---------------------------------------------------------------------------------
+
+
+def test_print_mode_a_turn_with_an_allowed_tool(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic(
+        [
+            Reply(blocks=[text("Running it."), bash("echo hi", id="toolu_p1")], wait=1.0),
+            say("It printed hi.", match=after_result("toolu_p1"), wait=1.0),
+        ]
+    )
+    with api.serve():
+        result, files = run_print(
+            tmp_path / "run",
+            broker,
+            base_url=api.base_url,
+            claude_args=("-p", "run echo hi", "--allowedTools", "Bash(echo hi)"),
+        )
+    assert result.returncode == 0, result.stderr
+    assert "It printed hi." in result.stdout
+    assert result.stderr == ""  # not a word of ours on claude's stderr without a terminal
+    watch.wait(None)
+    assert watch.sequence() == [None, "working", None]
+    watch.wait_connected(0)
+    assert replayed(files) == ["working", "idle"]
+    log = logged(files)
+    assert "working (UserPromptSubmit)" in log and "idle (Stop)" in log
+    assert token_of("alice") not in log and "/hook" not in log  # no token, no hook URL
+
+
+def test_print_mode_exit_status_passes_through(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic([Reply(status=400, match=None) for _ in range(10)])
+    with api.serve():
+        result, files = run_print(
+            tmp_path / "run", broker, base_url=api.base_url, claude_args=("-p", "hello")
+        )
+    assert result.returncode == 1  # claude's own status for a failed turn
+    watch.wait(None)
+    assert replayed(files) == ["working", "idle"]  # closed by StopFailure
+    assert "idle (StopFailure)" in logged(files)
+
+
+# -- interactive (tmux) -----------------------------------------------------------------------
+
+
+def test_a_permission_dialog_answered_yes(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic(
+        [
+            Reply(blocks=[bash("touch made.txt && sleep 2", id="toolu_yes")], wait=0.5),
+            say("Made it.", match=after_result("toolu_yes")),
+        ]
+    )
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        watch.wait_connected(1)
+        assert watch.current is None
+        s.prompt("make a file")
+        watch.wait("working")
+        s.tmux.wait_screen(PERMISSION_DIALOG)
+        watch.wait("blocked")
+        held(watch, "blocked")
+        s.answer_dialog("Enter")
+        working_at = watch.wait("working")
+        idle_at = watch.wait(None, within=15)
+        # Working while the command ran (2 s), not blocked until its PostToolUse.
+        assert idle_at - working_at > 1.0, watch.seen
+        assert (files.work / "made.txt").exists()
+        held(watch, None)
+        assert leave(s) == 0
+    watch.wait_connected(0)
+    assert watch.sequence() == [None, "working", "blocked", "working", None]
+    assert replayed(files) == ["working", "blocked", "working", "idle"]
+
+
+def test_a_permission_dialog_answered_no(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic(
+        [
+            Reply(blocks=[text("Making the file."), bash("touch made.txt", id="toolu_no")]),
+            say("Understood.", match=after_result("toolu_no")),
+        ]
+    )
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        s.prompt("make a file")
+        s.tmux.wait_screen(PERMISSION_DIALOG)
+        watch.wait("blocked")
+        s.answer_dialog("4")  # No
+        idle_within(watch, broker, since=last_key_at(s))
+        held(watch, None)
+        assert not (files.work / "made.txt").exists()
+        assert leave(s) == 0
+    assert watch.sequence() == [None, "working", "blocked", None]
+    assert replayed(files) == ["working", "blocked", "idle"]
+
+
+def test_esc_while_a_tool_runs(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic(
+        [
+            Reply(blocks=[text("Waiting."), bash(LONG, id="toolu_esc")]),
+            say("unused", match=after_result("toolu_esc")),
+        ]
+    )
+    args = ("--permission-mode", "default", "--allowedTools", "Bash")
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url, claude_args=args) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        s.prompt("wait a while")
+        s.tmux.wait_screen(r"sleep 30")
+        watch.wait("working")
+        held(watch, "working")  # the command runs; no hook comes
+        idle_within(watch, broker, since=press(s, "Escape"))
+        held(watch, None)
+        assert leave(s) == 0
+    assert watch.sequence() == [None, "working", None]
+    assert replayed(files) == ["working", "idle"]
+
+
+def test_esc_before_the_first_token(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """Nothing but claude's session file sees this interrupt."""
+    api = FakeAnthropic([say("A slow answer.", wait=8.0)])
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        s.prompt("answer slowly")
+        watch.wait("working")
+        api.wait_requests(1, 10)
+        held(watch, "working")
+        idle_within(watch, broker, since=press(s, "Escape"))
+        held(watch, None)
+        assert leave(s) == 0
+    assert watch.sequence() == [None, "working", None]
+    assert replayed(files) == ["working", "idle"]
+    assert "idle (session idle)" in logged(files)
+
+
+def test_two_prompts_in_a_row(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic(
+        [
+            say("First answer.", match=asks("first question"), wait=1.0),
+            say("Second answer.", match=asks("second question"), wait=1.0),
+        ]
+    )
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        s.prompt("first question")
+        watch.wait("working")
+        s.tmux.wait_screen(r"First answer")
+        watch.wait(None)
+        s.prompt("second question")
+        watch.wait("working")
+        s.tmux.wait_screen(r"Second answer")
+        watch.wait(None)
+        held(watch, None)
+        assert leave(s) == 0
+    assert watch.sequence() == [None, "working", None, "working", None]
+    assert replayed(files) == ["working", "idle", "working", "idle"]
+
+
+def test_exit_ends_the_session_and_the_subscription(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeAnthropic([say("Hello.")])
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        watch.wait_connected(1)
+        s.prompt("hello")
+        s.tmux.wait_screen(r"Hello\.")
+        watch.wait(None)
+        assert leave(s) == 0  # /exit: claude's status, 0, is the command's
+    watch.wait_connected(0)
+    assert watch.current is None
+    assert replayed(files) == ["working", "idle"]
+    log = logged(files)
+    assert "online: subscribed to the broker as alice" in log
+    assert token_of("alice") not in log

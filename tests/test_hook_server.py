@@ -1,0 +1,179 @@
+"""The loopback hook server: ``200 {}`` at once for the session's secret path, a precise 4xx
+with a reason for anything else, bounded heads and bodies, keep-alive as claude uses it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from codex_presence.agent.hook_server import HookServer
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def serving(**options: Any) -> AsyncIterator[tuple[HookServer, list[dict[str, Any]]]]:
+    got: list[dict[str, Any]] = []
+    server = HookServer(got.append, **options)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        yield server, got
+        tg.cancel_scope.cancel()
+
+
+def client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(trust_env=False, timeout=5)
+
+
+async def raw_exchange(port: int, data: bytes, *, read: bool = True) -> bytes:
+    """Send ``data`` on a fresh connection; everything the server says until it closes."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(data)
+        answer = b""
+        with anyio.fail_after(5):
+            while read:
+                try:
+                    answer += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+        return answer
+
+
+async def test_a_hook_is_answered_200_empty_object_then_handed_on() -> None:
+    async with serving() as (server, got), client() as http:
+        payload = {"hook_event_name": "Stop", "session_id": "s"}
+        answer = await http.post(server.url, json=payload)
+        assert answer.status_code == 200
+        assert answer.content == b"{}" and answer.headers["content-type"] == "application/json"
+        assert got == [payload] and server.served == 1
+
+
+async def test_the_url_is_loopback_with_a_fresh_secret() -> None:
+    async with serving() as (a, _), serving() as (b, _):
+        assert a.url.startswith("http://127.0.0.1:") and a.url.endswith("/hook")
+        secret_a, secret_b = a.url.split("/")[3], b.url.split("/")[3]
+        assert secret_a != secret_b and len(secret_a) >= 32
+
+
+async def test_keep_alive_many_hooks_on_one_connection() -> None:
+    async with serving() as (server, got), client() as http:
+        for n in range(20):
+            assert (await http.post(server.url, json={"n": n})).status_code == 200
+        assert [m["n"] for m in got] == list(range(20))
+    # httpx reused one connection: the server never closed it between hooks.
+
+
+async def test_a_wrong_secret_is_404_and_its_body_is_never_read() -> None:
+    async with serving() as (server, got), client() as http:
+        base, _, _ = server.url.rpartition("/")
+        wrong = base.rsplit("/", 1)[0] + "/not-the-secret/hook"
+        answer = await http.post(wrong, json={"hook_event_name": "Stop"})
+        assert answer.status_code == 404
+        assert orjson.loads(answer.content) == {"error": "no such hook"}
+        assert got == [] and server.refused == 1
+        # A huge declared body on a wrong path: answered from the head alone.
+        head = b"POST /x/hook HTTP/1.1\r\nhost: a\r\ncontent-length: 1000000000\r\n\r\n"
+        assert b" 404 " in await raw_exchange(server.port or 0, head)
+
+
+async def test_a_method_other_than_post_is_405() -> None:
+    async with serving() as (server, got), client() as http:
+        answer = await http.get(server.url)
+        assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+        assert got == []
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [(b"not json", "the body is not JSON"), (b"[1, 2]", "the body is not a JSON object")],
+)
+async def test_a_body_that_is_not_a_json_object_is_400(body: bytes, reason: str) -> None:
+    async with serving() as (server, got), client() as http:
+        answer = await http.post(server.url, content=body)
+        assert answer.status_code == 400 and orjson.loads(answer.content)["error"] == reason
+        assert got == []
+
+
+async def test_bodies_over_the_cap_are_413_declared_or_streamed() -> None:
+    async with serving(max_body=1000) as (server, got), client() as http:
+        answer = await http.post(server.url, content=b"x" * 1001)
+        assert answer.status_code == 413
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(100):
+                yield b"y" * 100
+
+        answer = await http.post(server.url, content=chunks())  # chunked: no length
+        assert answer.status_code == 413
+        assert got == [] and server.refused == 2
+
+
+async def test_a_head_over_64_kib_is_431() -> None:
+    async with serving() as (server, _):
+        head = b"POST / HTTP/1.1\r\nhost: a\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n"
+        assert b" 431 " in await raw_exchange(server.port or 0, head)
+
+
+async def test_a_request_must_arrive_whole_within_the_timeout() -> None:
+    async with serving(request_timeout=0.3) as (server, got):
+        path = server.url.split(":", 2)[2].split("/", 1)[1]
+        start = anyio.current_time()
+        answer = await raw_exchange(
+            server.port or 0, b"POST /" + path.encode() + b" HTTP/1.1\r\ncontent-length: 10\r\n"
+        )
+        assert b" 408 " in answer and anyio.current_time() - start < 3
+        assert got == []
+
+
+async def test_connections_beyond_the_limit_are_closed() -> None:
+    async with serving(max_connections=2) as (server, _):
+        port = server.port or 0
+        held = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(2)]
+        await anyio.sleep(0.1)
+        assert await raw_exchange(port, b"") == b""  # closed at once, nothing said
+        for stream in held:
+            await stream.aclose()
+        await anyio.sleep(0.1)
+        async with client() as http:
+            assert (await http.post(server.url, json={})).status_code == 200
+
+
+async def test_a_client_that_vanishes_mid_request_never_ends_the_server() -> None:
+    async with serving() as (server, got), client() as http:
+        path = server.url.split("/", 3)[3].encode()
+        for data in (b"POST /", b"POST /" + path + b" HTTP/1.1\r\ncontent-length: 99\r\n\r\n{"):
+            await raw_exchange(server.port or 0, data, read=False)
+        assert (await http.post(server.url, json={"ok": 1})).status_code == 200
+        assert got == [{"ok": 1}]
+
+
+async def test_a_failing_handler_never_costs_claude_its_answer() -> None:
+    def broken(message: dict[str, Any]) -> None:
+        raise RuntimeError("a bug behind the server")
+
+    server = HookServer(broken)
+    async with anyio.create_task_group() as tg, client() as http:
+        await tg.start(server.serve)
+        for _ in range(2):
+            assert (await http.post(server.url, json={"a": 1})).status_code == 200
+        tg.cancel_scope.cancel()
+
+
+async def test_redact_blanks_out_the_secret() -> None:
+    async with serving() as (server, _):
+        line = b'{"hookInfos":[{"command":"' + server.url.encode() + b'"}]}'
+        redacted = server.redact(line)
+        assert server.url.split("/")[3].encode() not in redacted
+        assert b"/REDACTED/hook" in redacted
+        assert server.redact(b"nothing to hide") == b"nothing to hide"
+
+
+async def test_the_url_is_unknown_before_listening() -> None:
+    with pytest.raises(RuntimeError):
+        _ = HookServer(lambda m: None).url
