@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
             )
         if builder.oversized:
             sys.stderr.write(f"{say} {builder.oversized} line(s) over 16 MiB, not analysed\n")
+        for unknown in sorted(builder.mapping.unknowns, key=lambda u: (u.kind, u.name)):
+            sys.stderr.write(
+                f"{say} a {unknown.kind} this codex-presence does not know: {unknown.name!r}\n"
+            )
         stats = builder.mapping.stats
         if stats.lines and stats.not_json == stats.lines:
             sys.stderr.write(f"{say} no line is JSON: not a recording or app-server output?\n")

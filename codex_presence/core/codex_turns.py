@@ -1,0 +1,117 @@
+"""What the codex mapping remembers of turns that ended, and of threads that never count.
+
+Pure bookkeeping for :mod:`codex_presence.core.codex` (whose docstring states the rules),
+bounded in memory, the oldest entries forgotten first:
+
+* **ended turns**: events that arrive for them later are late and open nothing;
+* **revivable turns**, per thread: the ended turns that a new ``item/started`` reopens (the
+  revival rule). A thread's set is emptied by its next ``turn/started``, so it holds the
+  turns ended since then: usually one, or none;
+* **title threads**: the TUI's side threads, which never count.
+
+It also answers, on bytes, whether a passive item's ``item/started`` line may name a
+revivable turn (:meth:`TurnMemory.may_revive`), so that the mapping parses only those.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import orjson
+
+__all__ = ["TurnMemory"]
+
+MAX_ENDED_TURNS = 4096
+MAX_THREADS = 4096
+"""Threads remembered with revivable turns, and title threads."""
+MAX_REVIVABLE_PER_THREAD = 16
+
+
+def _turn_needle(turn: str) -> bytes:
+    """How codex writes a turn id in an item event's params (serde and orjson escape alike)."""
+    return b'"turnId":' + orjson.dumps(turn)
+
+
+class TurnMemory:
+    """Ended turns, revivable turns per thread, title threads."""
+
+    def __init__(self) -> None:
+        self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._revivable: OrderedDict[str, set[str]] = OrderedDict()
+        self._needles: tuple[bytes, ...] | None = ()
+        """The revivable turns' ids as a line holds them; ``None``: to be recomputed."""
+        self._title_threads: OrderedDict[str, None] = OrderedDict()
+
+    # -- ended turns ---------------------------------------------------------------------
+
+    def is_ended(self, thread: str, turn: str) -> bool:
+        return (thread, turn) in self._ended
+
+    def end(self, thread: str, turns: Iterable[str]) -> None:
+        for turn in turns:
+            self._ended[(thread, turn)] = None
+        while len(self._ended) > MAX_ENDED_TURNS:
+            self._ended.popitem(last=False)
+
+    # -- revival -------------------------------------------------------------------------
+
+    def allow_revival(self, thread: str, turns: Iterable[str]) -> None:
+        """``turns`` of ``thread`` (ended) may be reopened by a new item."""
+        revivable = self._revivable.get(thread, set()) | set(turns)
+        if not revivable:
+            return
+        while len(revivable) > MAX_REVIVABLE_PER_THREAD:
+            revivable.pop()
+        self._revivable[thread] = revivable
+        self._revivable.move_to_end(thread)
+        while len(self._revivable) > MAX_THREADS:
+            self._revivable.popitem(last=False)
+        self._needles = None
+
+    def forbid_revival(self, thread: str, turn: str | None = None) -> None:
+        """No new item reopens ``turn`` of ``thread`` (or any of its turns, by default)."""
+        revivable = self._revivable.get(thread)
+        if revivable is None:
+            return
+        if turn is None:
+            del self._revivable[thread]
+        else:
+            revivable.discard(turn)
+            if not revivable:
+                del self._revivable[thread]
+        self._needles = None
+
+    def can_revive(self, thread: str, turn: str) -> bool:
+        return turn in self._revivable.get(thread, ())
+
+    def revive(self, thread: str, turn: str) -> bool:
+        """Reopen an ended turn, if it may be; whether it was."""
+        if not self.can_revive(thread, turn):
+            return False
+        self._ended.pop((thread, turn), None)
+        self.forbid_revival(thread, turn)
+        return True
+
+    def may_revive(self, line: bytes) -> bool:
+        """Whether ``line`` may name a revivable turn: a superset (the bytes of its id
+        anywhere in the line), decided without parsing; one search per revivable turn."""
+        needles = self._needles
+        if needles is None:
+            needles = self._needles = tuple(
+                _turn_needle(turn) for turns in self._revivable.values() for turn in turns
+            )
+        return any(needle in line for needle in needles)
+
+    # -- title threads -------------------------------------------------------------------
+
+    def ignore_thread(self, thread: str) -> None:
+        self.forbid_revival(thread)
+        self._title_threads[thread] = None
+        while len(self._title_threads) > MAX_THREADS:
+            self._title_threads.popitem(last=False)
+
+    def is_ignored(self, thread: object) -> bool:
+        return (
+            bool(self._title_threads) and isinstance(thread, str) and thread in self._title_threads
+        )
