@@ -23,6 +23,7 @@ __all__ = ["main"]
 _COMMANDS: dict[str, str] = {
     "wrap": "codex_presence.cli.wrap",
     "replay": "codex_presence.cli.replay",
+    "doctor": "codex_presence.cli.doctor",
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
     "roster": "codex_presence.cli.roster",
@@ -35,6 +36,7 @@ Live presence for Codex: is each agent on the wire, and is it idle, working or b
 
   wrap     put codex-presence in front of `codex app-server` (a byte-exact stdio proxy)
   replay   print the state timeline of a recorded session
+  doctor   check that codex-presence classifies everything your codex can send
   broker   run the reference presence broker (with the live roster page at /)
   team     make a team file with fresh member tokens
   roster   print the team roster from a broker, once or live

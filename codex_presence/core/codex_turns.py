@@ -38,7 +38,8 @@ class TurnMemory:
 
     def __init__(self) -> None:
         self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._revivable: OrderedDict[str, set[str]] = OrderedDict()
+        self._revivable: OrderedDict[str, dict[str, None]] = OrderedDict()
+        """Per thread, its revivable turns, oldest first."""
         self._needles: tuple[bytes, ...] | None = ()
         """The revivable turns' ids as a line holds them; ``None``: to be recomputed."""
         self._title_threads: OrderedDict[str, None] = OrderedDict()
@@ -58,11 +59,14 @@ class TurnMemory:
 
     def allow_revival(self, thread: str, turns: Iterable[str]) -> None:
         """``turns`` of ``thread`` (ended) may be reopened by a new item."""
-        revivable = self._revivable.get(thread, set()) | set(turns)
+        revivable = self._revivable.get(thread, {})
+        for turn in turns:
+            revivable.pop(turn, None)
+            revivable[turn] = None  # the newest last
         if not revivable:
             return
         while len(revivable) > MAX_REVIVABLE_PER_THREAD:
-            revivable.pop()
+            del revivable[next(iter(revivable))]
         self._revivable[thread] = revivable
         self._revivable.move_to_end(thread)
         while len(self._revivable) > MAX_THREADS:
@@ -77,7 +81,7 @@ class TurnMemory:
         if turn is None:
             del self._revivable[thread]
         else:
-            revivable.discard(turn)
+            revivable.pop(turn, None)
             if not revivable:
                 del self._revivable[thread]
         self._needles = None
