@@ -83,7 +83,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +106,14 @@ from codex_presence.core.codex_protocol import (
     skips_unparsed,
 )
 from codex_presence.core.codex_turns import TurnMemory
-from codex_presence.core.router import Outcome, Router, WrongShape
+from codex_presence.core.router import (
+    Outcome,
+    Router,
+    WrongShape,
+    object_param,
+    request_id_param,
+    str_param,
+)
 
 __all__ = ["CodexMapping", "Direction", "MappingStats", "Unknown"]
 
@@ -150,25 +157,6 @@ class _PendingRequest:
     thread: str | None
     turn: str | None
     blocking: bool
-
-
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise WrongShape(f"{what} is not a string")
-    return value
-
-
-def _obj(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise WrongShape(f"{what} is not an object")
-    return value
-
-
-def _request_id(value: object) -> Hashable:
-    # bool is an int subclass; a JSON id is an integer or a string, nothing else.
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise WrongShape("request id is neither integer nor string")
-    return value
 
 
 @dataclass
@@ -263,7 +251,7 @@ class CodexMapping:
         if self._turns.is_ignored(params.get("threadId")):
             self.stats.title_thread_events += 1
             return None
-        if method == "item/started" and self._passive_without_revival(params):
+        if method == "item/started" and self._turns.revives_nothing(params):
             self.stats.skipped += 1
             return None
         return self._dispatch(method, message.get("id"), params)
@@ -309,17 +297,6 @@ class CodexMapping:
             except Exception:  # the report is a courtesy; the state must not suffer
                 logger.exception("on_unknown failed for %s %r", kind, name)
 
-    def _passive_without_revival(self, params: Mapping[str, Any]) -> bool:
-        """Whether an ``item/started`` is of a passive item on a turn it cannot revive: the
-        handler would do nothing, so the dispatch is skipped (most of them, on replay)."""
-        item = params.get("item")
-        if not isinstance(item, dict) or item.get("type") not in PASSIVE_ITEM_TYPES:
-            return False
-        thread, turn = params.get("threadId"), params.get("turnId")
-        if not isinstance(thread, str) or not isinstance(turn, str):
-            return False  # the handler says what is wrong with it
-        return not self._turns.can_revive(thread, turn)
-
     # -- state helpers used by the handlers ------------------------------------------------
 
     def _open_turns(self, thread: str) -> set[str]:
@@ -331,14 +308,18 @@ class CodexMapping:
             if key[0] == thread and isinstance(key[1], str)
         }
 
-    def _end_thread_work(self, thread: str) -> set[str]:
+    def _end_thread_work(self, thread: str, *, revivable: bool) -> None:
         """End every open turn of ``thread`` and close all its handles (its waiting flags
-        and requests without a turn too); returns the turns that were open."""
+        and requests without a turn too). ``revivable``: the turns that were open may be
+        reopened by a new item; else none of the thread's may."""
         turns = self._open_turns(thread)
         self._turns.end(thread, turns)
+        if revivable:
+            self._turns.allow_revival(thread, turns)
+        else:
+            self._turns.forbid_revival(thread)
         self.signal.close_scope(thread)
         self._forget_requests(lambda p: p.thread == thread)
-        return turns
 
     def _forget_requests(self, doomed: Callable[[_PendingRequest], bool]) -> None:
         for request_id in [rid for rid, p in self._pending.items() if doomed(p)]:
@@ -349,14 +330,10 @@ class CodexMapping:
 
     def _add_request(self, thread: str | None, turn: str | None) -> None:
         method = self._cause
-        request_id = _request_id(self._current_id)
+        request_id = request_id_param(self._current_id)
         blocking = method in BLOCKING_REQUESTS
-        if (
-            blocking
-            and thread is not None
-            and turn is not None
-            and self._turns.is_ended(thread, turn)
-        ):
+        ended = thread is not None and turn is not None and self._turns.is_ended(thread, turn)
+        if blocking and ended:
             self.stats.late_events += 1
             return
         pending = _PendingRequest(method=method, thread=thread, turn=turn, blocking=blocking)
@@ -382,8 +359,8 @@ class CodexMapping:
 
 
 def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
-    thread = _str(threadId, "threadId")
-    turn_id = _str(_obj(turn, "turn").get("id"), "turn.id")
+    thread = str_param(threadId, "threadId")
+    turn_id = str_param(object_param(turn, "turn").get("id"), "turn.id")
     if m._turns.is_ended(thread, turn_id):
         m.stats.late_events += 1
         return
@@ -399,25 +376,26 @@ def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: objec
 
 
 def _on_turn_completed(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
-    thread = _str(threadId, "threadId")
-    body = _obj(turn, "turn")
-    turn_id = _str(body.get("id"), "turn.id")
-    ended = m._end_thread_work(thread) | {turn_id}
-    m._turns.end(thread, ended)
-    # What else was open ended by inference, and may be revived; the named turn only if it
-    # completed normally.
-    m._turns.allow_revival(thread, ended)
-    if body.get("status") != "completed":
+    thread = str_param(threadId, "threadId")
+    body = object_param(turn, "turn")
+    turn_id = str_param(body.get("id"), "turn.id")
+    # Whatever was open ends, and may be revived: the named turn only if it completed
+    # normally, any other because it ended by inference (one turn at a time).
+    m._end_thread_work(thread, revivable=True)
+    m._turns.end(thread, [turn_id])
+    if body.get("status") == "completed":
+        m._turns.allow_revival(thread, [turn_id])
+    else:
         m._turns.forbid_revival(thread, turn_id)
 
 
 def _item_key(threadId: object, turnId: object, item: object) -> tuple[str, str, str, str]:
-    body = _obj(item, "item")
+    body = object_param(item, "item")
     return (
-        _str(threadId, "threadId"),
-        _str(turnId, "turnId"),
-        _str(body.get("id"), "item.id"),
-        _str(body.get("type"), "item.type"),
+        str_param(threadId, "threadId"),
+        str_param(turnId, "turnId"),
+        str_param(body.get("id"), "item.id"),
+        str_param(body.get("type"), "item.type"),
     )
 
 
@@ -449,26 +427,23 @@ def _on_item_completed(
 
 
 def _on_thread_started(m: CodexMapping, thread: object, **_: object) -> None:
-    body = _obj(thread, "thread")
+    body = object_param(thread, "thread")
     if body.get("threadSource") != TITLE_THREAD_SOURCE:
         return
-    thread_id = _str(body.get("id"), "thread.id")
-    m._end_thread_work(thread_id)  # it announces itself first; but if anything came before
+    thread_id = str_param(body.get("id"), "thread.id")
+    m._end_thread_work(thread_id, revivable=False)  # it comes first, but if anything came before
     m._turns.ignore_thread(thread_id)
 
 
 def _on_thread_status_changed(
     m: CodexMapping, threadId: object, status: object, **_: object
 ) -> None:
-    thread = _str(threadId, "threadId")
-    body = _obj(status, "status")
-    kind = _str(body.get("type"), "status.type")
+    thread = str_param(threadId, "threadId")
+    body = object_param(status, "status")
+    kind = str_param(body.get("type"), "status.type")
     flags_key = (thread, None, "flags")
-    if kind == "idle":
-        m._turns.allow_revival(thread, m._end_thread_work(thread))
-    elif kind in THREAD_ENDING_STATUSES:
-        m._end_thread_work(thread)
-        m._turns.forbid_revival(thread)
+    if kind in THREAD_ENDING_STATUSES:
+        m._end_thread_work(thread, revivable=kind == "idle")
     elif kind == ACTIVE_STATUS:
         flags = body.get("activeFlags") or []
         if not isinstance(flags, list):
@@ -490,24 +465,22 @@ def _on_thread_status_changed(
 
 
 def _on_thread_closed(m: CodexMapping, threadId: object, **_: object) -> None:
-    thread = _str(threadId, "threadId")
-    m._end_thread_work(thread)
-    m._turns.forbid_revival(thread)
+    m._end_thread_work(str_param(threadId, "threadId"), revivable=False)
 
 
 def _on_server_request_resolved(m: CodexMapping, requestId: object, **_: object) -> None:
-    m._resolve_request(_request_id(requestId))
+    m._resolve_request(request_id_param(requestId))
 
 
 def _on_blocking_request(
     m: CodexMapping, threadId: object, turnId: object = None, **_: object
 ) -> None:
-    thread = _str(threadId, "threadId")
-    m._add_request(thread, None if turnId is None else _str(turnId, "turnId"))
+    thread = str_param(threadId, "threadId")
+    m._add_request(thread, None if turnId is None else str_param(turnId, "turnId"))
 
 
 def _on_legacy_blocking_request(m: CodexMapping, conversationId: object, **_: object) -> None:
-    m._add_request(_str(conversationId, "conversationId"), None)
+    m._add_request(str_param(conversationId, "conversationId"), None)
 
 
 def _on_automatic_request(m: CodexMapping, threadId: object = None, **_: object) -> None:

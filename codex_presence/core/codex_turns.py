@@ -9,16 +9,20 @@ bounded in memory, the oldest entries forgotten first:
   turns ended since then: usually one, or none;
 * **title threads**: the TUI's side threads, which never count.
 
-It also answers, on bytes, whether a passive item's ``item/started`` line may name a
-revivable turn (:meth:`TurnMemory.may_revive`), so that the mapping parses only those.
+It also tells the mapping which passive items' ``item/started`` can change nothing: on a
+line's bytes (:meth:`TurnMemory.may_revive`), so that the mapping parses only those that
+may name a revivable turn, and on a parsed message (:meth:`TurnMemory.revives_nothing`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
+
+from codex_presence.core.codex_protocol import PASSIVE_ITEM_TYPES
 
 __all__ = ["TurnMemory"]
 
@@ -96,6 +100,17 @@ class TurnMemory:
         self._ended.pop((thread, turn), None)
         self.forbid_revival(thread, turn)
         return True
+
+    def revives_nothing(self, params: Mapping[str, Any]) -> bool:
+        """Whether an ``item/started`` (its params) is of a passive item on a turn it cannot
+        revive: it would change nothing, so the mapping does not dispatch it."""
+        item = params.get("item")
+        if not isinstance(item, dict) or item.get("type") not in PASSIVE_ITEM_TYPES:
+            return False
+        thread, turn = params.get("threadId"), params.get("turnId")
+        if not isinstance(thread, str) or not isinstance(turn, str):
+            return False  # the handler says what is wrong with it
+        return not self.can_revive(thread, turn)
 
     def may_revive(self, line: bytes) -> bool:
         """Whether ``line`` may name a revivable turn: a superset (the bytes of its id

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from jsonrpcserver import Success
@@ -30,7 +30,15 @@ from jsonrpcserver.dispatcher import dispatch_request
 from jsonrpcserver.request import Request
 from jsonrpcserver.sentinels import NOID
 
-__all__ = ["Handler", "Outcome", "Router", "WrongShape"]
+__all__ = [
+    "Handler",
+    "Outcome",
+    "Router",
+    "WrongShape",
+    "object_param",
+    "request_id_param",
+    "str_param",
+]
 
 logger = logging.getLogger("codex_presence.router")
 
@@ -39,7 +47,27 @@ Handler = Callable[..., None]
 
 
 class WrongShape(ValueError):
-    """Raised by a handler for params of the wrong type: the message's fault, not a bug."""
+    """Raised by a handler for params of the wrong type: the message's fault, not a bug.
+    The ``*_param`` checks below raise it."""
+
+
+def str_param(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise WrongShape(f"{what} is not a string")
+    return value
+
+
+def object_param(value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise WrongShape(f"{what} is not an object")
+    return value
+
+
+def request_id_param(value: object) -> Hashable:
+    # bool is an int subclass; a JSON id is an integer or a string, nothing else.
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise WrongShape("request id is neither integer nor string")
+    return value
 
 
 class Outcome(enum.Enum):
