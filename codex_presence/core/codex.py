@@ -244,11 +244,12 @@ class CodexMapping:
             self.stats.skipped += 1  # deltas, usage, warnings, unknown methods: no state
             return None
         params = message.get("params")
-        if params is not None and not isinstance(params, dict):
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):
             self.stats.wrong_shape += 1
             return None
-        params = params or {}
-        if self._turns.is_ignored(params.get("threadId")):
+        if self._turns.title_threads and self._turns.is_ignored(params.get("threadId")):
             self.stats.title_thread_events += 1
             return None
         if method == "item/started" and self._turns.revives_nothing(params):
@@ -301,12 +302,7 @@ class CodexMapping:
 
     def _open_turns(self, thread: str) -> set[str]:
         """The turns of ``thread`` that hold a handle (a turn, a tool or a request)."""
-        return {
-            key[1]
-            for kind in HandleKind
-            for key in self.signal.keys(kind)
-            if key[0] == thread and isinstance(key[1], str)
-        }
+        return {turn for turn in self.signal.subscopes(thread) if isinstance(turn, str)}
 
     def _end_thread_work(self, thread: str, *, revivable: bool) -> None:
         """End every open turn of ``thread`` and close all its handles (its waiting flags

@@ -46,7 +46,8 @@ class TurnMemory:
         """Per thread, its revivable turns, oldest first."""
         self._needles: tuple[bytes, ...] | None = ()
         """The revivable turns' ids as a line holds them; ``None``: to be recomputed."""
-        self._title_threads: OrderedDict[str, None] = OrderedDict()
+        self.title_threads: OrderedDict[str, None] = OrderedDict()
+        """The TUI's title threads (read it as a cheap "are there any?" first)."""
 
     # -- ended turns ---------------------------------------------------------------------
 
@@ -126,11 +127,9 @@ class TurnMemory:
 
     def ignore_thread(self, thread: str) -> None:
         self.forbid_revival(thread)
-        self._title_threads[thread] = None
-        while len(self._title_threads) > MAX_THREADS:
-            self._title_threads.popitem(last=False)
+        self.title_threads[thread] = None
+        while len(self.title_threads) > MAX_THREADS:
+            self.title_threads.popitem(last=False)
 
     def is_ignored(self, thread: object) -> bool:
-        return (
-            bool(self._title_threads) and isinstance(thread, str) and thread in self._title_threads
-        )
+        return isinstance(thread, str) and thread in self.title_threads

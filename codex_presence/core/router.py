@@ -107,16 +107,19 @@ class Router:
         return outcome
 
     def _guard(self, handler: Handler) -> Callable[..., Any]:
+        router = self
+        handled, wrong_shape, internal_error = Outcome  # locals: this runs per message
+
         def guarded(*args: Any, **kwargs: Any) -> Any:
             try:
                 handler(*args, **kwargs)
             except WrongShape:
-                self._outcome = Outcome.WRONG_SHAPE
+                router._outcome = wrong_shape
             except Exception as exc:
-                self._outcome = Outcome.INTERNAL_ERROR
-                self._error = exc
+                router._outcome = internal_error
+                router._error = exc
             else:
-                self._outcome = Outcome.HANDLED
+                router._outcome = handled
             return _SUCCESS
 
         # jsonrpcserver binds the params with inspect.signature() on every dispatch; the
