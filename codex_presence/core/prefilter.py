@@ -79,9 +79,10 @@ HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
 )
 """Server-line prefixes whose lines cannot change the state, most frequent first. Each
 ends at a closing quote (or is ``{"id":``): methods (notifications: codex sends none of them
-as a request), and the ``item/completed`` of passive item types (codex writes ``"item"`` first in ``params`` and ``"type"`` first in the item),
-that ``feed_line`` skips unparsed. A passive item's ``item/started`` is not among them: it
-revives a turn that ended, and ``feed_line`` parses it only when it names such a turn."""
+as a request), and the ``item/completed`` of passive item types (codex writes ``"item"``
+first in ``params`` and ``"type"`` first in the item), that ``feed_line`` skips unparsed.
+A passive item's ``item/started`` is not among them: it revives a turn that ended, and
+``feed_line`` parses it only when it names such a turn."""
 
 
 def candidate_starts(head: bytes = b"") -> re.Pattern[bytes]:

@@ -12,9 +12,10 @@ Two things jsonrpcserver does are not passed on to the mapping:
   handler at best). Here each handler runs inside a guard: :class:`WrongShape` (the
   message's fault) is :attr:`Outcome.WRONG_SHAPE`, any other exception (a bug) is logged
   through the package's logger with its traceback and is :attr:`Outcome.INTERNAL_ERROR`.
-  Either way the message is dropped and the next one is routed as usual.
+  Either way the next message is routed as usual.
 * Its handlers return a jsonrpcserver result; handlers routed here return ``None`` and know
-  nothing of jsonrpcserver.
+  nothing of jsonrpcserver. They check their params with :func:`str_param`,
+  :func:`object_param` and :func:`request_id_param`, which raise :class:`WrongShape`.
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ class Router:
         outcome = self._outcome
         if outcome is Outcome.INTERNAL_ERROR:
             error, self._error = self._error, None
-            logger.error("a bug in the %s handler; the message is ignored", method, exc_info=error)
+            logger.error(
+                "a bug in the %s handler: the state may miss this message", method, exc_info=error
+            )
         return outcome
 
     def _guard(self, handler: Handler) -> Callable[..., Any]:
