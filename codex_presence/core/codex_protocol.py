@@ -168,11 +168,14 @@ def skips_unparsed(head: bytes) -> bool | None:
     if method not in _STATE_METHODS_BYTES:
         if head.startswith(REQUEST_ID_INFIX, end):
             return False
-        return None if REQUEST_ID_INFIX.startswith(head[end:]) else True
+        # (compared only when short: a delta's whole line is never copied for it)
+        cut = len(head) - end < len(REQUEST_ID_INFIX) and REQUEST_ID_INFIX.startswith(head[end:])
+        return None if cut else True
     if method != b"item/completed":
         return False
     if not head.startswith(ITEM_TYPE_PREFIX, end):
-        return None if ITEM_TYPE_PREFIX.startswith(head[end:]) else False
+        cut = len(head) - end < len(ITEM_TYPE_PREFIX) and ITEM_TYPE_PREFIX.startswith(head[end:])
+        return None if cut else False
     start = end + len(ITEM_TYPE_PREFIX)
     type_end = head.find(b'"', start)
     if type_end < 0:
