@@ -2,19 +2,14 @@
 
 The I/O around :mod:`codex_presence.core.codex_schema`: runs the user's codex to write its
 protocol schema into a temporary directory, reads the files the reader needs, and prints,
-for that version, every name the mapping does not classify.
+for that version, every name the mapping does not classify. Import-light, like every
+command module: what it needs loads inside :func:`run`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -98,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _find(codex: str) -> str:
+    import shutil
+
     found = shutil.which(codex)
     if found is None:
         raise _DoctorError(f"no codex at {codex!r} (give its path with --codex)")
@@ -107,6 +104,10 @@ def _find(codex: str) -> str:
 def _codex(codex: str, arguments: list[str], timeout: float) -> str:
     """Run codex; its stdout. In a session of its own, so that a timeout ends the npm
     launcher and the binary under it alike."""
+    import os
+    import signal
+    import subprocess
+
     command = [codex, *arguments]
     try:
         process = subprocess.Popen(
@@ -132,6 +133,9 @@ def _codex(codex: str, arguments: list[str], timeout: float) -> str:
 
 
 def _read_sets(codex: str, timeout: float) -> ProtocolSets:
+    import tempfile
+    from pathlib import Path
+
     import orjson
 
     from codex_presence.core.codex_schema import SCHEMA_FILES, SchemaDrift, read_schema
