@@ -65,10 +65,18 @@ from codex_presence.agent.child import (
 )
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping, Direction
+from codex_presence.core.codex import CodexMapping, Direction, Unknown
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Companion", "Observer", "Relay", "deliver", "exit_status", "log_transition"]
+__all__ = [
+    "Companion",
+    "Observer",
+    "Relay",
+    "deliver",
+    "exit_status",
+    "log_transition",
+    "log_unknown",
+]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -97,6 +105,16 @@ def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) ->
                 logger.exception("observer %r failed", observer)
 
 
+def log_unknown(unknown: Unknown) -> None:
+    """Said once per session for each name the mapping does not classify: codex changed."""
+    logger.warning(
+        "codex sent a %s that this codex-presence does not know: %r; the state may be wrong "
+        "(`codex-presence doctor` lists everything this codex adds)",
+        unknown.kind,
+        unknown.name,
+    )
+
+
 class Relay:
     """One relayed session: spawn, copy both ways, analyse, forward signals, exit status."""
 
@@ -116,6 +134,8 @@ class Relay:
     ) -> None:
         self.observers = list(observers)
         self.companions = list(companions)
+        if mapping is None:
+            mapping = CodexMapping(on_unknown=log_unknown)
         self.analyzer = ChunkAnalyzer(mapping, max_line=max_line)
         self._record_path = record
         self._recorder: Recorder | None = None

@@ -60,7 +60,7 @@ import anyio.abc
 
 from codex_presence.agent.child import ProcessTree, exit_status, kill_group, spawn, wait_child
 from codex_presence.agent.recorder import Recorder
-from codex_presence.agent.relay import Companion, Observer, deliver, log_transition
+from codex_presence.agent.relay import Companion, Observer, deliver, log_transition, log_unknown
 from codex_presence.agent.terminal import SavedTerminal
 from codex_presence.core.codex import CodexMapping
 
@@ -98,7 +98,7 @@ class TuiSession:
     ) -> None:
         self.observers = list(observers)
         self.companions = list(companions)
-        self.mapping = mapping if mapping is not None else CodexMapping()
+        self.mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
         self.grace = grace
         self.ready_timeout = ready_timeout
         self._record_path = record

@@ -26,6 +26,7 @@ _COMMANDS: dict[str, str] = {
     "claude": "codex_presence.cli.claude",
     "codex": "codex_presence.cli.codex",
     "replay": "codex_presence.cli.replay",
+    "doctor": "codex_presence.cli.doctor",
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
     "roster": "codex_presence.cli.roster",
@@ -41,6 +42,7 @@ working or blocked?
   claude   put codex-presence in front of `claude` (its hooks, to a loopback server)
   codex    run the codex TUI in your terminal, its app-server traffic read on the way
   replay   print the state timeline of a recorded session
+  doctor   check that codex-presence classifies everything your codex can send
   broker   run the reference presence broker (with the live roster page at /)
   team     make a team file with fresh member tokens
   roster   print the team roster from a broker, once or live

@@ -71,17 +71,18 @@ HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
     *(METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
     RESPONSE_PREFIX,
     *(
-        METHOD_PREFIX + b"item/" + event + ITEM_TYPE_PREFIX + kind.encode() + b'"'
+        METHOD_PREFIX + b"item/completed" + ITEM_TYPE_PREFIX + kind.encode() + b'"'
         for kind in sorted(PASSIVE_ITEM_TYPES)
-        for event in (b"started", b"completed")
     ),
     METHOD_PREFIX + b'thread/tokenUsage/updated"',
     METHOD_PREFIX + b'account/rateLimits/updated"',
 )
 """Server-line prefixes whose lines cannot change the state, most frequent first. Each
-ends at a closing quote (or is ``{"id":``). Most are methods ``feed_line`` skips unparsed;
-the item events of passive item types (codex writes ``"item"`` first in ``params`` and
-``"type"`` first in the item) are parsed by the mapping only to change nothing."""
+ends at a closing quote (or is ``{"id":``): methods (notifications: codex sends none of them
+as a request), and the ``item/completed`` of passive item types (codex writes ``"item"``
+first in ``params`` and ``"type"`` first in the item), that ``feed_line`` skips unparsed.
+A passive item's ``item/started`` is not among them: it revives a turn that ended, and
+``feed_line`` parses it only when it names such a turn."""
 
 
 def candidate_starts(head: bytes = b"") -> re.Pattern[bytes]:

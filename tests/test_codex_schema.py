@@ -1,6 +1,5 @@
-"""The schema probe (``tests/support/schema_probe.py``, the prototype of a doctor command)
-reads the protocol sets of every codex version with fixtures, and the mapping classifies
-all of them.
+"""The schema reader (``codex_presence/core/codex_schema.py``, under ``doctor``) reads the
+protocol sets of every codex version with fixtures, and the mapping classifies all of them.
 
 The live test generates the schema with the real binary (both with and without
 ``--experimental``) and checks the sets read against the ones written down below from
@@ -16,34 +15,29 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence.core.codex_protocol import (
-    AUTOMATIC_REQUESTS,
-    BLOCKING_REQUESTS,
-    PASSIVE_ITEM_TYPES,
-    THREAD_ENDING_STATUSES,
-    TOOL_ITEM_TYPES,
-    WAITING_FLAGS,
-)
-from tests.support.schema_probe import (
-    Classification,
+from codex_presence.core.codex_schema import (
+    BUNDLE_FILE,
+    MAPPING,
+    SCHEMA_FILES,
     ProtocolSets,
     SchemaDrift,
     read_bundle,
-    read_schema_dir,
+    read_schema,
     stale,
     unclassified,
 )
 
-MAPPING = Classification(
-    blocking_requests=BLOCKING_REQUESTS,
-    automatic_requests=AUTOMATIC_REQUESTS,
-    tool_item_types=TOOL_ITEM_TYPES,
-    passive_item_types=PASSIVE_ITEM_TYPES,
-    ending_statuses=THREAD_ENDING_STATUSES,
-    other_statuses=frozenset({"active"}),
-    waiting_flags=WAITING_FLAGS,
-    other_flags=frozenset(),
-)
+
+def read_schema_dir(directory: Path) -> ProtocolSets:
+    """What ``doctor`` does: the reader's files, parsed, by their relative path."""
+    return read_schema(
+        {
+            name: orjson.loads((directory / name).read_bytes())
+            for name in SCHEMA_FILES
+            if (directory / name).is_file()
+        }
+    )
+
 
 _REQUESTS = frozenset(
     {
@@ -108,7 +102,7 @@ def test_the_probe_reads_each_versions_schema_and_the_mapping_knows_it_all(
         timeout=60,
     )
     sets = read_schema_dir(out)
-    assert read_bundle(out / "codex_app_server_protocol.schemas.json") == sets
+    assert read_bundle(orjson.loads((out / BUNDLE_FILE).read_bytes())) == sets
     assert (codex_version, experimental) in SETS, "read this version's schema and write it down"
     assert sets == SETS[(codex_version, experimental)]
     assert unclassified(sets, MAPPING) == {}

@@ -1,47 +1,56 @@
-"""Reads, from ``codex app-server generate-json-schema [--experimental] --out DIR``, the
-protocol sets the codex mapping classifies, and says what the mapping does not know.
+"""What a codex version can send, read from its JSON schema, against what the mapping knows.
 
-A test-side prototype for a ``codex-presence doctor`` command (to move into the package):
-pure Python, no codex, nothing but reading JSON files. Where the sets are (the same paths in
-codex 0.169.0 and 0.171.0, with and without ``--experimental``):
+``codex app-server generate-json-schema [--experimental] --out DIR`` writes the protocol as
+JSON Schema files. This module reads, from those files already parsed (pure: no file, no
+process; ``codex-presence doctor`` does the I/O), the four sets the codex mapping
+classifies, and says what it does not classify. Where the sets are (the same paths in codex
+0.169.0 and 0.171.0, with and without ``--experimental``):
 
-- server→client request methods: ``ServerRequest.json``,
-  ``oneOf[*].properties.method.enum[*]``;
+- server→client request methods: ``ServerRequest.json``, ``oneOf[*].properties.method.enum``;
 - thread item types (``ThreadItem``'s discriminator): ``v2/ItemStartedNotification.json``,
-  ``definitions.ThreadItem.oneOf[*].properties.type.enum[*]``;
+  ``definitions.ThreadItem.oneOf[*].properties.type.enum``;
 - thread status types: ``v2/ThreadStatusChangedNotification.json``,
-  ``definitions.ThreadStatus.oneOf[*].properties.type.enum[*]``;
-- ``activeFlags`` values: the same file, ``definitions.ThreadActiveFlag.enum[*]``.
+  ``definitions.ThreadStatus.oneOf[*].properties.type.enum``;
+- ``activeFlags`` values: the same file, ``definitions.ThreadActiveFlag.enum``.
 
 The one-file bundle ``codex_app_server_protocol.schemas.json`` holds the same under
 ``definitions.ServerRequest`` and ``definitions.v2.{ThreadItem,ThreadStatus,ThreadActiveFlag}``
-(:func:`read_bundle`); the per-message files are read by default because they are the
-messages the mapping reads. A variant whose discriminator cannot be read is an error
-(:class:`SchemaDrift`), never a silently smaller set: a doctor that misses a new request
-type would say "all classified" when it is not.
+(:func:`read_bundle`, a cross-check); the per-message files are the default because they
+are the messages the mapping reads. A variant whose discriminator cannot be read is an
+error (:class:`SchemaDrift`), never a silently smaller set: a doctor that misses a new
+request type would say "all classified" when it is not.
 
-Tolerated on the way, as JSON-Schema generators write the same thing differently:
-``anyOf`` for ``oneOf``, ``const`` for a one-value ``enum``, and local ``$ref``\\ s
-(``#/definitions/…``) anywhere a variant or discriminator is expected.
+Tolerated on the way, as JSON-Schema generators write the same thing differently: ``anyOf``
+for ``oneOf``, ``const`` for a one-value ``enum``, and local ``$ref``\\ s (``#/definitions/…``)
+anywhere a variant or discriminator is expected.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, fields
 from typing import Any
 
+from codex_presence.core.codex_protocol import (
+    ACTIVE_STATUS,
+    AUTOMATIC_REQUESTS,
+    BLOCKING_REQUESTS,
+    OTHER_FLAGS,
+    PASSIVE_ITEM_TYPES,
+    THREAD_ENDING_STATUSES,
+    TOOL_ITEM_TYPES,
+    WAITING_FLAGS,
+)
+
 __all__ = [
-    "SERVER_REQUEST_FILE",
-    "STATUS_FILE",
-    "THREAD_ITEM_FILE",
+    "BUNDLE_FILE",
+    "MAPPING",
+    "SCHEMA_FILES",
     "Classification",
     "ProtocolSets",
     "SchemaDrift",
     "read_bundle",
-    "read_schema_dir",
+    "read_schema",
     "stale",
     "unclassified",
 ]
@@ -49,6 +58,8 @@ __all__ = [
 SERVER_REQUEST_FILE = "ServerRequest.json"
 THREAD_ITEM_FILE = "v2/ItemStartedNotification.json"
 STATUS_FILE = "v2/ThreadStatusChangedNotification.json"
+SCHEMA_FILES = (SERVER_REQUEST_FILE, THREAD_ITEM_FILE, STATUS_FILE)
+"""The files :func:`read_schema` reads, relative to the output directory."""
 BUNDLE_FILE = "codex_app_server_protocol.schemas.json"
 
 
@@ -68,7 +79,7 @@ class ProtocolSets:
 
 @dataclass(frozen=True)
 class Classification:
-    """What the mapping knows, set by set (from ``codex_presence``'s codex module)."""
+    """What the mapping knows, set by set, and how it reads each name."""
 
     blocking_requests: frozenset[str]
     automatic_requests: frozenset[str]
@@ -88,35 +99,47 @@ class Classification:
         )
 
 
-def unclassified(sets: ProtocolSets, classification: Classification) -> dict[str, frozenset[str]]:
+MAPPING = Classification(
+    blocking_requests=BLOCKING_REQUESTS,
+    automatic_requests=AUTOMATIC_REQUESTS,
+    tool_item_types=TOOL_ITEM_TYPES,
+    passive_item_types=PASSIVE_ITEM_TYPES,
+    ending_statuses=THREAD_ENDING_STATUSES,
+    other_statuses=frozenset({ACTIVE_STATUS}),
+    waiting_flags=WAITING_FLAGS,
+    other_flags=OTHER_FLAGS,
+)
+"""The codex mapping's classification (:mod:`codex_presence.core.codex_protocol`)."""
+
+
+def unclassified(
+    sets: ProtocolSets, classification: Classification = MAPPING
+) -> dict[str, frozenset[str]]:
     """What the schema has and the mapping does not classify, per set (empty sets left out)."""
     return _difference(sets, classification.known())
 
 
-def stale(sets: ProtocolSets, classification: Classification) -> dict[str, frozenset[str]]:
-    """What the mapping classifies and the schema no longer has, per set (harmless, but a
-    doctor may say it)."""
+def stale(
+    sets: ProtocolSets, classification: Classification = MAPPING
+) -> dict[str, frozenset[str]]:
+    """What the mapping classifies and the schema no longer has, per set (harmless)."""
     return _difference(classification.known(), sets)
 
 
 def _difference(a: ProtocolSets, b: ProtocolSets) -> dict[str, frozenset[str]]:
-    out = {
-        "server_requests": a.server_requests - b.server_requests,
-        "item_types": a.item_types - b.item_types,
-        "thread_statuses": a.thread_statuses - b.thread_statuses,
-        "active_flags": a.active_flags - b.active_flags,
-    }
+    out = {f.name: getattr(a, f.name) - getattr(b, f.name) for f in fields(ProtocolSets)}
     return {name: values for name, values in out.items() if values}
 
 
 # -- reading -------------------------------------------------------------------------------
 
 
-def read_schema_dir(directory: Path) -> ProtocolSets:
-    """The four sets from the per-message files of a ``generate-json-schema`` output."""
-    requests = _load(directory / SERVER_REQUEST_FILE)
-    items = _load(directory / THREAD_ITEM_FILE)
-    statuses = _load(directory / STATUS_FILE)
+def read_schema(documents: Mapping[str, object]) -> ProtocolSets:
+    """The four sets from the per-message files of a ``generate-json-schema`` output,
+    parsed, by their path relative to it (:data:`SCHEMA_FILES`)."""
+    requests = _document(documents, SERVER_REQUEST_FILE)
+    items = _document(documents, THREAD_ITEM_FILE)
+    statuses = _document(documents, STATUS_FILE)
     return ProtocolSets(
         server_requests=_tags(requests, requests, "method", SERVER_REQUEST_FILE),
         item_types=_tags(
@@ -131,10 +154,10 @@ def read_schema_dir(directory: Path) -> ProtocolSets:
     )
 
 
-def read_bundle(path: Path) -> ProtocolSets:
-    """The four sets from the one-file bundle (``codex_app_server_protocol.schemas.json``)."""
-    root = _load(path)
-    where = path.name
+def read_bundle(bundle: object) -> ProtocolSets:
+    """The four sets from the one-file bundle (:data:`BUNDLE_FILE`), parsed."""
+    where = BUNDLE_FILE
+    root = _document({where: bundle}, where)
     v2 = _resolve(_definition(root, "v2", where), root, where)
     return ProtocolSets(
         server_requests=_tags(_definition(root, "ServerRequest", where), root, "method", where),
@@ -144,15 +167,12 @@ def read_bundle(path: Path) -> ProtocolSets:
     )
 
 
-def _load(path: Path) -> Mapping[str, Any]:
-    try:
-        doc = json.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise SchemaDrift(f"{path}: no such file; did codex move its schema?") from exc
-    except (OSError, ValueError) as exc:
-        raise SchemaDrift(f"{path}: cannot read it as JSON ({exc})") from exc
+def _document(documents: Mapping[str, object], name: str) -> Mapping[str, Any]:
+    if name not in documents:
+        raise SchemaDrift(f"{name}: no such file; did codex move its schema?")
+    doc = documents[name]
     if not isinstance(doc, dict):
-        raise SchemaDrift(f"{path}: not a JSON object")
+        raise SchemaDrift(f"{name}: not a JSON object")
     return doc
 
 
@@ -198,10 +218,7 @@ def _variants(union: Mapping[str, Any], root: Mapping[str, Any], where: str) -> 
 
 
 def _values(node: Mapping[str, Any], where: str) -> Iterable[str]:
-    if "const" in node:
-        values: Any = [node["const"]]
-    else:
-        values = node.get("enum")
+    values: Any = [node["const"]] if "const" in node else node.get("enum")
     if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
         raise SchemaDrift(f"{where}: no string enum or const")
     return values
