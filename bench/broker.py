@@ -280,12 +280,15 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def _start_broker(team_path: Path, cpu: int | None, *extra: str) -> subprocess.Popen[str]:
+def _start_broker(
+    team_path: Path, cpu: int | None, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_path),
          "--port", "0", "--host", HOST, *extra],
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )  # fmt: skip
     if cpu is not None:
         os.sched_setaffinity(proc.pid, {cpu})

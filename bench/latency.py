@@ -67,7 +67,7 @@ import orjson
 from httpx_sse import aconnect_sse
 
 HOST = "127.0.0.1"
-MEMBERS = ("alice", "bob", "carol", "dave")
+MEMBERS = ("alice", "bob", "carol", "dave")  # dave: the claude section here, bench/tui.py's codex
 CYCLE = ("work", "block", "unblock", "idle")
 EXPECTED = {"work": "working", "block": "blocked", "unblock": "working", "idle": None}
 BASELINE_STATE = {"work": "working", "block": "blocked", "unblock": "working", "idle": "idle"}

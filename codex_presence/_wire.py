@@ -6,11 +6,15 @@ One place for what a runner, the broker, its clients and the web page must agree
   exactly: ``name, connected, createdAt, lastSeen, role``, then ``activity`` only when not
   idle and ``busy`` only when ``activity`` is there, true iff working);
 * the endpoint paths and the SSE event names;
-* the defaults: the broker's port and URL, the activity TTL, the runner's heartbeat, the
-  stream keep-alive, and how long a silent stream may stay silent;
+* the defaults: the broker's port and URL, the activity TTL (and the least a broker
+  accepts), the runner's heartbeat (a third of the TTL), the stream keep-alive, and how
+  long a silent stream may stay silent;
 * the token: where it comes from in the environment, and which characters it may hold;
 * the privilege bucket (admin, operator or none) and the permissions that make it;
-* the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None).
+* the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None);
+* text that is safe to show: which characters a terminal or a log would act on instead of
+  showing (:func:`control_character`), and the same text with them escaped
+  (:func:`printable`).
 
 No I/O here, and no import from the rest of the package but :mod:`codex_presence._env` (the
 names a command reads before anything loads, re-exported here): every subpackage may use it.
@@ -19,6 +23,7 @@ names a command reads before anything loads, re-exported here): every subpackage
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, Protocol, TypedDict
@@ -36,6 +41,7 @@ __all__ = [
     "HEALTHZ_PATH",
     "HEARTBEAT",
     "KEEPALIVE",
+    "MIN_TTL",
     "OPERATOR_PERMISSION",
     "PRESENCE_EVENT",
     "ROSTER_EVENT",
@@ -49,9 +55,12 @@ __all__ = [
     "Presence",
     "RoleJson",
     "Whoami",
+    "control_character",
+    "heartbeat_for",
     "is_token_text",
     "parse_whoami",
     "presence",
+    "printable",
     "privilege",
 ]
 
@@ -84,8 +93,18 @@ stream shows may be out of date until its next ``roster`` event."""
 
 DEFAULT_TTL = 30.0
 """Seconds a working/blocked report holds at the broker without a heartbeat."""
-HEARTBEAT = 10.0
-"""Seconds between a non-idle runner's re-reports, well inside :data:`DEFAULT_TTL`."""
+MIN_TTL = 1.0
+"""The shortest TTL the broker command accepts."""
+
+
+def heartbeat_for(ttl: float) -> float:
+    """Seconds between a non-idle runner's re-reports to a broker whose TTL is ``ttl``: a
+    third of it, so that two heartbeats may be lost before the TTL lapses."""
+    return ttl / 3
+
+
+HEARTBEAT = heartbeat_for(DEFAULT_TTL)
+"""The heartbeat for :data:`DEFAULT_TTL` (10 s), until the broker says its own TTL."""
 KEEPALIVE = 15.0
 """Seconds between the broker's keep-alive comments on a quiet stream."""
 SILENT_STREAM_TIMEOUT = 3 * KEEPALIVE
@@ -174,10 +193,13 @@ def presence(
 
 @dataclass(frozen=True, slots=True)
 class Whoami:
-    """A broker's answer to ``GET /whoami``: whose token this is, in which team."""
+    """A broker's answer to ``GET /whoami``: whose token this is, in which team, and how
+    long the broker holds an activity report (None from a broker that does not say)."""
 
     team: str
     name: str
+    activity_ttl: float | None = None
+    """Seconds, from the answer's ``activityTtlMs``."""
 
 
 def parse_whoami(body: bytes) -> Whoami | None:
@@ -192,4 +214,36 @@ def parse_whoami(body: bytes) -> Whoami | None:
     team, name = answer.get("team"), answer.get("name")
     if not isinstance(team, str) or not isinstance(name, str) or not name:
         return None
-    return Whoami(team=team, name=name)
+    ttl_ms = answer.get("activityTtlMs")
+    ttl = None
+    if isinstance(ttl_ms, int | float) and not isinstance(ttl_ms, bool) and ttl_ms > 0:
+        ttl = ttl_ms / 1000
+    return Whoami(team=team, name=name, activity_ttl=ttl)
+
+
+# -- text that is safe to show ---------------------------------------------------------------
+
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+"""C0 and C1 controls and DEL (escape sequences: screen clearing, OSC 52 clipboard writes;
+line breaks that forge lines), Unicode's line and paragraph separators, and the
+bidirectional marks and overrides that make text read other than it is."""
+
+
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` that a terminal, a log or a line-based reader would
+    act on instead of showing, or None."""
+    found = _CONTROL.search(text)
+    return None if found is None else found.group()
+
+
+def printable(text: str) -> str:
+    """``text`` with each such character written as ``\\xNN`` or ``\\uNNNN``: it shows as
+    what it is, and does nothing."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -12,22 +12,26 @@ member's requests keep succeeding.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import httpx
 import pytest
 
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.logs import RepeatLimit
 from codex_presence.broker.team import hash_token
 from codex_presence.broker.team_file import render_team
 from tests.support.broker_harness import (
     BrokerProcess,
+    FakeClock,
     broker_process,
     make_team,
     running_broker,
@@ -194,6 +198,143 @@ def test_endless_headers_are_431_and_memory_stays_flat(broker: BrokerProcess) ->
     assert sent < MAX_HEAD + 8 * 1024 * 1024
     assert broker.rss_kb() - before < 8 * 1024
     served(broker)
+
+
+def test_a_pipelining_client_that_never_reads_costs_bounded_memory(broker: BrokerProcess) -> None:
+    """One connection writes ``GET /healthz`` heads, 500 at a time, and never reads an
+    answer. Before the guard parsed a slice at a time, every head was queued as a request
+    (~2 KB each): 10 MB of heads grew the broker by over 500 MB. Now the broker stops
+    reading while answers wait, so what the client can send is what the sockets buffer,
+    and memory stays flat; others are served meanwhile."""
+    before = broker.rss_kb()
+    burst = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 500
+    sent = 0
+    with connect(broker) as sock:
+        sock.settimeout(0.2)
+        refused_since = time.monotonic()
+        # Until 10 MB went out, or the broker took nothing for 2 s (bounded either way).
+        while sent < 10 * 1024 * 1024 and time.monotonic() - refused_since < 2:
+            try:
+                sent += sock.send(burst)
+                refused_since = time.monotonic()
+            except TimeoutError:
+                pass
+            except OSError:
+                break  # closed on us: also bounded
+        served(broker)
+        assert broker.rss_kb() - before < 50 * 1024, f"{sent} bytes of heads were taken in"
+    served(broker)
+
+
+def test_a_pipelining_client_gets_every_answer_in_order(broker: BrokerProcess) -> None:
+    """Pipelining itself still works: 300 requests in one write, then every answer, in
+    the order asked."""
+    paths = ["/healthz", "/roster", "/whoami"] * 100
+    request = b"".join(
+        b"GET %s HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n\r\n"
+        % (path.encode(), token_of("alice").encode())
+        for path in paths
+    )
+    with connect(broker) as sock, sock.makefile("rb") as answers:
+        sock.sendall(request)
+        for path in paths:
+            status = answers.readline()
+            assert status.startswith(b"HTTP/1.1 200 "), (path, status)
+            length = 0
+            while (line := answers.readline()) != b"\r\n":
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            body = answers.read(length)
+            expected = {"/healthz": b'"status"', "/roster": b'"lastSeen"', "/whoami": b'"team"'}
+            assert expected[path] in body, (path, body)
+
+
+def test_past_max_connections_a_new_connection_gets_503(tmp_path: Path) -> None:
+    """With ``CODEX_PRESENCE_MAX_CONNECTIONS=20``, 20 idle connections fill the broker: the
+    next one is answered 503 with a reason and closed, at once; once they go, a member is
+    served again."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in NAMES]))
+    env = {"CODEX_PRESENCE_MAX_CONNECTIONS": "20"}
+    with broker_process("--team", str(team), env=env) as capped, ExitStack() as idle:
+        for _ in range(20):
+            idle.enter_context(connect(capped))
+        with connect(capped) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503 "), answer
+        assert b"retry-after: " in answer
+        assert b"the broker has 20 connections open" in answer
+        idle.close()
+        eventually(lambda: _served_now(capped), 10, "served after the idle connections left")
+        capped.stderr.until("refusing connections: 20 are open", 5)
+
+
+def _served_now(broker: Target) -> bool:
+    try:
+        served(broker)
+    except (httpx.HTTPError, AssertionError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["default", "quiet"])
+def test_malformed_requests_do_not_flood_the_log(tmp_path: Path, quiet: bool) -> None:
+    """200 malformed requests, each answered 400. By default the log says so 5 times, the
+    5th saying that the rest are counted; with ``-q`` not at all: a client's bad request is
+    not a warning about the broker. (Before, each one was a line, ``-q`` or not.)"""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in NAMES]))
+    with broker_process("--team", str(team), *(["-q"] if quiet else [])) as noisy:
+        for _ in range(200):
+            with connect(noisy) as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                assert read_status(sock) == 400
+        served(noisy)
+        noisy.proc.terminate()
+        said = noisy.stderr.rest().splitlines()
+    about_them = [line for line in said if "Invalid HTTP request" in line]
+    if quiet:
+        assert about_them == []
+    else:
+        assert len(about_them) == 5, said
+        assert "more like this in the next 60 s are counted, not logged" in about_them[-1]
+
+
+def test_repeated_log_lines_are_counted_and_the_count_is_logged() -> None:
+    clock = FakeClock()
+    limit = RepeatLimit(burst=2, window=60, clock=clock)
+    logger = logging.getLogger("tests.repeat_limit")
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect()
+    handler.addFilter(limit)
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        for k in range(10):
+            logger.warning("bad request from %s", k)
+        logger.warning("something else")
+        logger.debug("bad request from %s", "debug")  # what -v asks for always passes
+        clock.advance(61)
+        logger.warning("bad request from %s", "later")
+    finally:
+        logger.removeHandler(handler)
+    assert lines == [
+        "bad request from 0",
+        "bad request from 1 (more like this in the next 60 s are counted, not logged)",
+        "something else",
+        "bad request from debug",
+        "bad request from later (8 more like this in the last 60 s not logged)",
+    ]
 
 
 # -- speaking or listening as someone else ----------------------------------------------------

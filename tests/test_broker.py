@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
 
+from codex_presence._wire import Whoami, parse_whoami
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.team import Member
 from tests.support.broker_harness import (
@@ -86,11 +87,15 @@ def test_healthz_needs_no_token(client: httpx.Client, store_url: str | None) -> 
 
 
 def test_whoami(client: httpx.Client) -> None:
-    assert client.get("/whoami", headers=_auth("scout")).json() == {
+    """Who the token is, and the broker's TTL: runners heartbeat at a third of it."""
+    response = client.get("/whoami", headers=_auth("scout"))
+    assert response.json() == {
         "team": "acme",
         "name": "scout",
         "role": {"title": "scout", "permissions": ["objectives.create"]},
+        "activityTtlMs": 30_000,
     }
+    assert parse_whoami(response.content) == Whoami("acme", "scout", activity_ttl=30.0)
 
 
 @pytest.mark.parametrize(
@@ -301,6 +306,29 @@ def test_malformed_bodies_get_400_with_a_reason(
     )
     assert response.status_code == 400
     assert reason in response.json()["error"]
+    assert "activity" not in roster(client)["builder"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"state":"idle","state":"blocked"}',
+        b'{"state": "blocked", "state": "idle"}',
+        b'{"state":{"x":1},"state":"working"}',
+        b'{"st\\u0061te":"idle","state":"blocked"}',
+        b'{"state":"idle", "state":"idle"}',
+    ],
+)
+def test_a_repeated_key_is_400(client: httpx.Client, body: bytes) -> None:
+    """A body must say one thing: with a key twice, a reader that keeps the first and one
+    that keeps the last would disagree (the broker's JSON parser keeps the last)."""
+    response = client.post(
+        "/presence/activity",
+        content=body,
+        headers={**_auth("builder"), "content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "key 'state' is repeated: each key may appear once"}
     assert "activity" not in roster(client)["builder"]
 
 

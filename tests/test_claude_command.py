@@ -174,10 +174,14 @@ def test_the_exit_status_is_claudes(tmp_path: Path, step: dict[str, Any], status
 
 
 def test_sigterm_is_forwarded_and_the_status_passes_through(tmp_path: Path) -> None:
-    trapped = tmp_path / "trapped"
-    script = [{"do": "trap", "path": str(trapped)}, {"do": "sleep", "seconds": 30}]
+    trapped, dump = tmp_path / "trapped", tmp_path / "dump.json"
+    script = [
+        {"do": "trap", "path": str(trapped)},
+        {"do": "dump", "path": str(dump)},  # after the trap: once it exists, the trap is set
+        {"do": "sleep", "seconds": 30},
+    ]
     proc = run_claude(tmp_path, script, wait=False)
-    time.sleep(1.0)  # started, trap set
+    eventually(dump.exists, within=10)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 143
     assert trapped.read_text() == "SIGTERM"

@@ -81,6 +81,22 @@ def test_broker_refuses_a_bad_team_file(tmp_path: Path, content: bytes | None, s
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("ttl", ["0.5", "0", "-3", "nan"])
+def test_broker_refuses_a_ttl_under_a_second(tmp_path: Path, ttl: str) -> None:
+    """Runners heartbeat at a third of the TTL: below a second they could not keep up."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    result = subprocess.run(
+        [*CLI, "broker", "--port", "0", "--team", str(team), "--activity-ttl", ttl],
+        capture_output=True,
+        text=True,
+        timeout=30,  # before, the broker took it and ran: this fails rather than hangs
+    )
+    assert result.returncode == 2
+    assert "--activity-ttl must be at least 1 s" in result.stderr
+    assert "runners heartbeat at a third of it" in result.stderr
+
+
 def test_a_token_file_that_is_not_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,9 +1,12 @@
 """The codex mapping, fed plain messages: every rule of the module docstring, and the traps
 of the real protocol (late items after an interrupt, requests resolved after the turn,
-subagent threads without thread/started, per-direction ids)."""
+subagent threads without thread/started, per-direction ids, the TUI's title threads);
+names it does not know, and bugs in its handlers. The field rules (revival, one turn per
+thread) are ``tests/test_field_rules.py``'s."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -11,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codex_presence import CodexMapping, Direction
+from codex_presence import CodexMapping, Direction, read_entries
+from codex_presence.core.codex import Unknown
 from codex_presence.core.codex_protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
 
 
@@ -43,14 +47,17 @@ def status(thread: str = "th", kind: str = "active", *flags: str) -> dict[str, A
 def item(
     event: str, kind: str, item_id: str, thread: str = "th", turn: str = "t1"
 ) -> dict[str, Any]:
-    return note(f"item/{event}", threadId=thread, turnId=turn, item={"type": kind, "id": item_id})
+    # In codex's key order: the pre-filter reads the item's type from the line's first bytes.
+    return note(f"item/{event}", item={"type": kind, "id": item_id}, threadId=thread, turnId=turn)
 
 
 class Session:
-    """Feeds messages as lines (the wire path) and collects (state, cause) transitions."""
+    """Feeds messages as lines (the wire path; or parsed, the replay path, with
+    ``lines=False``) and collects (state, cause) transitions."""
 
-    def __init__(self) -> None:
-        self.mapping = CodexMapping()
+    def __init__(self, *, lines: bool = True, mapping: CodexMapping | None = None) -> None:
+        self.mapping = mapping if mapping is not None else CodexMapping()
+        self.lines = lines
         self.transitions: list[tuple[str, str]] = []
 
     def server(self, *messages: dict[str, Any]) -> Session:
@@ -61,7 +68,10 @@ class Session:
 
     def _feed(self, direction: Direction, messages: tuple[dict[str, Any], ...]) -> Session:
         for message in messages:
-            transition = self.mapping.feed_line(direction, orjson.dumps(message) + b"\n")
+            if self.lines:
+                transition = self.mapping.feed_line(direction, orjson.dumps(message) + b"\n")
+            else:
+                transition = self.mapping.feed_message(direction, message)
             if transition is not None:
                 self.transitions.append((transition.state.value, transition.cause))
         return self
@@ -505,3 +515,156 @@ def test_any_message_sequence_is_survived_and_ends_idle(
     transition = mapping.close()
     assert (transition is None) == (state == "idle")
     assert mapping.state == "idle"
+
+
+# -- title threads: the TUI's side threads never count ----------------------------------------
+
+TUI_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TITLE_RECORDINGS = sorted(TUI_FIXTURES.glob("codex-tui-*/title_thread_slow.jsonl"))
+
+
+def title_thread_started(thread: str = "title") -> dict[str, Any]:
+    return note(
+        "thread/started",
+        thread={"id": thread, "ephemeral": True, "threadSource": "thread_title", "path": None},
+    )
+
+
+def test_a_title_threads_turns_tools_and_requests_open_nothing() -> None:
+    s = Session().server(
+        title_thread_started(),
+        status("title", "active", "waitingOnApproval"),
+        turn_started("title", "tt"),
+        item("started", "commandExecution", "c", "title", "tt"),
+        request("item/commandExecution/requestApproval", 0, threadId="title", turnId="tt"),
+    )
+    assert s.state == "idle" and s.transitions == []
+    assert not s.mapping.has_pending
+    assert s.mapping.stats.title_thread_events == 4
+    s.server(turn_started("main", "m1"), turn_completed("title", "tt"))
+    assert s.state == "working"  # the title thread's end ends nothing of the main thread
+
+
+def test_what_a_title_thread_opened_before_its_announcement_closes_with_it() -> None:
+    s = Session().server(turn_started("title", "tt"), title_thread_started())
+    assert s.transitions == [("working", "turn/started"), ("idle", "thread/started")]
+
+
+def test_other_announced_threads_count() -> None:
+    started = note(
+        "thread/started", thread={"id": "th", "threadSource": "user", "ephemeral": False}
+    )
+    s = Session().server(started, turn_started())
+    assert s.state == "working"
+
+
+@pytest.mark.parametrize("path", TITLE_RECORDINGS, ids=[p.parent.name for p in TITLE_RECORDINGS])
+def test_the_tuis_title_threads_never_keep_the_member_working(path: Path) -> None:
+    """From the TUI recordings (docs/codex-tui.md §9.1): the title threads' own events
+    change nothing, and from the main thread's idle status to its next turn the member is
+    idle, though the first title turn runs seconds longer."""
+    with path.open("rb") as f:
+        entries = [e for e in read_entries(f) if e.message is not None]
+    server = [e.message for e in entries if e.direction == "server"]
+    titles = {
+        m["params"]["thread"]["id"]
+        for m in server
+        if m.get("method") == "thread/started"
+        and m["params"]["thread"]["threadSource"] == "thread_title"
+    }
+    assert titles  # the recording has title threads
+    title_events = [m for m in server if m.get("params", {}).get("threadId") in titles]
+    assert any(m["method"] == "turn/started" for m in title_events)
+    announcements = [
+        m
+        for m in server
+        if m.get("method") == "thread/started" and m["params"]["thread"]["id"] in titles
+    ]
+    quiet = Session(lines=False).server(*announcements, *title_events)
+    assert quiet.transitions == []
+    mapping = CodexMapping()
+    for entry in entries:
+        transition = mapping.feed_message(entry.direction, entry.message)
+        if entry.direction != "server" or transition is None:
+            continue
+        thread = entry.message.get("params", {}).get("threadId")
+        assert thread not in titles, (entry.line, transition)
+
+
+# -- what the mapping does not know: reported once, never fatal ------------------------------
+
+
+def test_unknown_names_are_reported_once_each() -> None:
+    seen: list[Unknown] = []
+    s = Session(mapping=CodexMapping(on_unknown=seen.append))
+    new_request = request("item/teleport/requestApproval", 9, threadId="th", turnId="t1")
+    s.server(
+        turn_started(),
+        new_request,
+        new_request,
+        item("started", "teleport", "x"),
+        item("started", "teleport", "y"),
+        status("th", "active", "waitingOnTeleport"),
+        status("th", "paused"),
+        note("item/teleport/progress", threadId="th"),  # a notification: not a classified set
+    )
+    assert seen == [
+        Unknown("server request method", "item/teleport/requestApproval"),
+        Unknown("item type", "teleport"),
+        Unknown("active flag", "waitingOnTeleport"),
+        Unknown("thread status", "paused"),
+    ]
+    assert s.state == "working"  # an unknown request does not block; an unknown item is passive
+
+
+def test_an_unknown_item_type_counts_as_passive_it_may_revive_but_opens_no_tool() -> None:
+    s = Session().server(item("started", "teleport", "x"))
+    assert s.state == "idle"
+    s.server(turn_started(), turn_completed(), item("started", "teleport", "y"))
+    assert s.state == "working"
+
+
+def test_a_failing_unknown_callback_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    def explode(_: Unknown) -> None:
+        raise RuntimeError("report failed")
+
+    s = Session(mapping=CodexMapping(on_unknown=explode))
+    s.server(turn_started(), item("started", "teleport", "x"))
+    assert s.state == "working"
+    assert "report failed" in caplog.text
+
+
+# -- a bug in a handler: logged with its traceback, counted, survived -------------------------
+
+
+def test_a_handler_that_raises_is_logged_and_counted_and_the_next_message_is_handled(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import codex_presence.core.codex as codex_module
+
+    def broken(m: CodexMapping, **params: Any) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(codex_module, "_on_turn_completed", broken)
+    s = Session()
+    with caplog.at_level("ERROR", logger="codex_presence"):
+        s.server(turn_started(), turn_completed())
+    assert s.state == "working"  # the completion was lost to the bug...
+    stats = s.mapping.stats
+    assert (stats.internal_errors, stats.wrong_shape) == (1, 0)
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.name.startswith("codex_presence.")
+    assert "turn/completed" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
+    assert "Traceback" in caplog.text and "a bug" in caplog.text
+    s.server(status("th", "idle"))  # ...and the next message is handled as usual
+    assert s.transitions == [("working", "turn/started"), ("idle", "thread/status/changed")]
+
+
+def test_params_that_do_not_fit_a_handler_are_wrong_shape_not_a_bug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = Session().server(note("turn/started", threadId="th"))  # no turn
+    s.server(note("turn/started", threadId=5, turn={"id": "t"}))  # a number for a string
+    assert (s.mapping.stats.wrong_shape, s.mapping.stats.internal_errors) == (2, 0)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

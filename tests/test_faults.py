@@ -403,6 +403,59 @@ def test_a_broker_sharing_redis_sigkilled_mid_turn_comes_back_knowing(tmp_path: 
     assert wrap.stdout == child_wrote(tmp_path)
 
 
+def test_a_restarted_broker_is_told_the_state_at_once_not_at_the_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """Blocked across a broker restart, with no transition to report: the daemon re-sends
+    its state as soon as its subscription is back. (Before, only the next heartbeat did,
+    up to 10 s later: the roster showed idle for ~9 s.)"""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
+    with (
+        broker_process("--team", str(team)) as first,
+        teed_wrap(tmp_path, first.url) as wrap,
+    ):
+        url = first.url
+        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        request = blocked_turn(wrap, 1)
+        eventually(lambda: activity(url) == "blocked", 5)
+        first.proc.kill()
+        first.proc.wait(10)
+        with broker_process("--team", str(team), port=first.port):  # back, knowing nothing
+            eventually(lambda: connected(url) == 1, 10 + SETTLE, "resubscribed")
+            # From here the heartbeat is still seconds away: only the re-send can do it.
+            eventually(lambda: activity(url) == "blocked", HEARTBEAT / 2, "blocked again")
+            approve(wrap, request)
+            wrap.wait_for(is_note("turn/completed"))
+            eventually(lambda: activity(url) == "idle", 5)
+            assert wrap.close() == 0
+    assert wrap.stdout == child_wrote(tmp_path)
+
+
+def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
+    """The broker states its TTL in /whoami and wrap heartbeats at a third of it: with a
+    2 s TTL, a member blocked for three TTLs is shown blocked all along. (Before, wrap
+    heartbeat every 10 s whatever the TTL, and the member showed idle from 2 s on.)"""
+    ttl = 2.0
+    with (
+        running_broker(team=make_team("alice", "bob"), activity_ttl=ttl) as broker,
+        teed_wrap(tmp_path, broker.url) as wrap,
+    ):
+        url = broker.url
+        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        watch = RosterWatch(url)
+        request = blocked_turn(wrap, 1)
+        eventually(lambda: activity(url) == "blocked", 5)
+        time.sleep(3 * ttl)
+        assert activity(url) == "blocked"
+        assert watch.shown == ["idle", "blocked"]  # never lapsed, not even for a moment
+        approve(wrap, request)
+        wrap.wait_for(is_note("turn/completed"))
+        eventually(lambda: activity(url) == "idle", 5)
+        assert wrap.close() == 0
+    watch.join()
+
+
 # -- process faults -------------------------------------------------------------------------
 
 

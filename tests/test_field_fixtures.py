@@ -1,9 +1,9 @@
 """The field fixtures (``fixtures/field/``) are well-formed, whatever the mapping does.
 
 They are edited copies of real recordings (see ``fixtures/field/README.md``), replayed by
-``tests/test_fixtures.py`` once the mapping implements issue 11's rules. Until then, and
-after, this checks what the hand edits could break: the recording format, the README line
-of each file, and that each expected row names the message on its line. The last check
+``tests/test_fixtures.py``. This checks what the hand edits could break: the recording
+format, the README line of each file, and that each expected row names the message on its
+line. The last check
 also runs over every codex version's fixtures.
 """
 

@@ -1,6 +1,7 @@
 """Every real-codex recording replays to its hand-written timeline, in both file formats.
 
-One directory per codex version, ``fixtures/codex-<version>/``; the expectations in
+One directory per codex version, ``fixtures/codex-<version>/``, and the field recordings
+(``fixtures/field/``); the expectations in
 ``<name>.expected.json`` were written by reading each recording and applying the mapping
 rules by hand; nothing here generates them.
 """
@@ -20,10 +21,9 @@ from tests.support.scenarios import SCENARIOS
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 VERSION_DIRS = sorted(FIXTURES.glob("codex-[0-9]*/"))
 """One directory of recordings per codex version: each holds every scenario."""
-REPLAYED = [*VERSION_DIRS]
-"""The directories replayed below. ``fixtures/field/`` (edited recordings of what codex
-does in the field, issue 11) joins once the mapping implements its rules:
-``REPLAYED = [*VERSION_DIRS, FIXTURES / "field"]``."""
+REPLAYED = [*VERSION_DIRS, FIXTURES / "field"]
+"""The directories replayed below: every version's, and ``fixtures/field/`` (edited
+recordings of what codex does in the field, by public reports; its README says which)."""
 RECORDINGS = sorted(path for directory in REPLAYED for path in directory.glob("*.jsonl"))
 IDS = [f"{path.parent.name}/{path.stem}" for path in RECORDINGS]
 

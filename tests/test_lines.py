@@ -329,8 +329,11 @@ def test_client_lines_matter_only_while_a_request_is_pending() -> None:
         (b'{"id":', True),
         (b'{"id', None),
         (b"", None),
-        (b'{"method":"item/agentMessage/delta"', True),
+        (b'{"method":"item/agentMessage/delta","params":{', True),
+        (b'{"method":"item/agentMessage/delta"', None),
         (b'{"method":"item/agentMessage/del', None),
+        (b'{"method":"item/new/requestApproval","id":3', False),
+        (b'{"method":"item/new/requestApproval","i', None),
         (b'{"method":"turn/started"', False),
         (b'{"method":"turn\\/started"', False),
         (b'{ "method"', False),
@@ -339,11 +342,13 @@ def test_client_lines_matter_only_while_a_request_is_pending() -> None:
         (b"\n", True),
         (b"{", None),
         (b'{"foo":1}', False),
-        (b'{"method":"item/started","params":{"item":{"type":"agentMessage"', True),
+        (b'{"method":"item/completed","params":{"item":{"type":"agentMessage"', True),
+        (b'{"method":"item/started","params":{"item":{"type":"agentMessage"', False),
         (b'{"method":"item/started","params":{"item":{"type":"commandExecution"', False),
-        (b'{"method":"item/started","params":{"item":{"type":"agentMess', None),
-        (b'{"method":"item/started","params":{"it', None),
-        (b'{"method":"item/started","params":{"threadId":"a"', False),
+        (b'{"method":"item/completed","params":{"item":{"type":"agentMess', None),
+        (b'{"method":"item/completed","params":{"it', None),
+        (b'{"method":"item/completed","params":{"threadId":"a"', False),
+        (b'{"method":"item/started","params":{"it', False),
     ],
 )
 def test_skips_unparsed(head: bytes, skipped: bool | None) -> None:
@@ -358,8 +363,8 @@ def test_hot_prefixes_never_change_the_state() -> None:
             line = prefix + b',"id":"x"},"threadId":"a","turnId":"t"}}'
             assert orjson.loads(line)
         else:
-            assert skips_unparsed(prefix) is True
             line = prefix + b',"params":{}}'
+            assert skips_unparsed(line) is True
         assert mapping.feed_line("server", line) is None
         assert mapping.state == "working"
         assert mapping.stats.wrong_shape == 0

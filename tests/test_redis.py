@@ -27,7 +27,7 @@ import redis
 from httpx_sse import EventSource
 
 from codex_presence.broker.team_file import render_team
-from codex_presence.broker.web import COOKIE_NAME, WebRoster
+from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, WebRoster
 from tests.support.broker_harness import (
     RunningBroker,
     broker_process,
@@ -231,8 +231,11 @@ def test_a_broker_restart_keeps_sessions_and_activity(redis_url: str, tmp_path: 
             headers={"content-type": "application/x-www-form-urlencoded"},
             timeout=5,
         )
-        assert signed_in.status_code == 204
-        cookie = {"cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}"}
+        assert signed_in.status_code == 200
+        cookie = {
+            "cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}",
+            KEY_HEADER: signed_in.json()["key"],
+        }
         assert report(url, "builder", "blocked").status_code == 204
         before = httpx.get(url + "/roster", headers=cookie, timeout=5).json()
         first.proc.kill()
@@ -261,7 +264,10 @@ def test_signing_out_on_one_broker_ends_the_stream_on_another(redis_url: str) ->
             headers={"content-type": "application/x-www-form-urlencoded"},
             timeout=5,
         )
-        cookie = {"cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}"}
+        cookie = {
+            "cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}",
+            KEY_HEADER: signed_in.json()["key"],
+        }
         on_b = Stream(b.url, "alice", headers=cookie)
         assert on_b.status == 200
         eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 5)

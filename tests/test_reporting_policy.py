@@ -174,3 +174,35 @@ def test_a_maybe_applied_report_lapses_with_the_brokers_ttl() -> None:
     p.observe(IDLE)
     assert p.next_action(30.5) == Wait(until=None)  # even if applied at 0.0, lapsed by now
     assert p.settled
+
+
+def test_the_heartbeat_is_a_third_of_the_ttl_the_broker_states() -> None:
+    p = policy()
+    assert p.heartbeat == 10.0  # a third of the default 30 s, until the broker says
+    p.use_broker_ttl(2.0)
+    p.observe(WORKING)
+    send(p, 0.0)
+    assert p.next_action(0.1) == Wait(until=2.0 / 3)
+    assert send(p, 2.0 / 3) == Post(WORKING, heartbeat=True)
+
+
+def test_resend_posts_a_non_idle_state_at_once_and_never_idle() -> None:
+    """The subscription came back: the broker may have restarted empty."""
+    p = policy()
+    p.observe(BLOCKED)
+    send(p, 0.0)
+    assert p.next_action(1.0) == Wait(until=10.0)
+    p.resend()
+    assert send(p, 1.0) == Post(BLOCKED, heartbeat=False)  # now, not at 10.0
+    assert p.next_action(2.0) == Wait(until=11.0)
+    # While a failed POST waits out its backoff, a resend goes at once too.
+    p.observe(WORKING)
+    assert send(p, 3.0, Outcome.FAILED) == Post(WORKING, heartbeat=False)
+    assert p.next_action(3.1) == Wait(until=3.25)
+    p.resend()
+    assert send(p, 3.1) == Post(WORKING, heartbeat=False)
+    # Idle needs nothing: a broker that forgot holds idle.
+    p.observe(IDLE)
+    send(p, 4.0)
+    p.resend()
+    assert p.next_action(4.1) == Wait(until=None)

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence._wire import presence
+from codex_presence._wire import control_character, presence
 from codex_presence.broker.team import Role
 from codex_presence.client.roster_text import roster_line, roster_text, watch_text
 from codex_presence.core.activity import ActivityState
@@ -71,6 +71,27 @@ def test_no_you_marker_without_you_and_no_role_brackets_without_role() -> None:
     assert roster_line(_p("zed", 1, {"title": "", "permissions": ["members.manage"]})) == (
         "- zed [admin] connected=1"
     )
+
+
+def test_control_characters_from_a_broker_are_shown_escaped() -> None:
+    """Whatever a broker sends (ours refuses such a team file; another might not), a name,
+    title or team name never forges a line or acts on the terminal: it shows escaped."""
+    evil = [
+        _p("a\x1b[2J", 1, {"title": "x]\n- mallory [admin] connected=9", "permissions": []}),
+        _p("b", 0, {"title": "\x1b]52;c;ZXZpbA==\x07\u202e", "permissions": []}),
+    ]
+    for text in (
+        roster_text("t\x1bc", evil, you=None),
+        watch_text("t\x1bc", [{**evil[0], "activity": "working"}, evil[1]], you=None),
+    ):
+        lines = text.split("\n")
+        assert len(lines) == 3
+        assert all(control_character(line) is None for line in lines)
+    assert roster_text("t\x1bc", evil, you=None).split("\n") == [
+        "team t\\x1bc roster:",
+        "- a\\x1b[2J [x]\\x0a- mallory [admin] connected=9] connected=1",
+        "- b [\\x1b]52;c;ZXZpbA==\\x07\\u202e] offline",
+    ]
 
 
 def test_watch_text_shows_activity() -> None:

@@ -221,11 +221,21 @@ def test_the_broker_binds_loopback_by_default_and_its_debug_log_has_no_token(
         assert httpx.get(url + "/roster", headers=wrong).status_code == 401
         with httpx.stream("GET", url + "/subscribe?name=alice", headers=headers) as stream:
             assert next(stream.iter_lines()).startswith("retry:")
+        form = {"content-type": "application/x-www-form-urlencoded"}
+        signed_in = httpx.post(url + "/session", content=f"token={SECRET}", headers=form)
+        key = signed_in.json()["key"]  # a web session's key, as the page sends it
+        cookies = {"codex_presence_session": signed_in.cookies["codex_presence_session"]}
+        with httpx.stream(
+            "GET", f"{url}/subscribe?name=alice&key={key}", cookies=cookies
+        ) as stream:
+            assert next(stream.iter_lines()).startswith("retry:")
         time.sleep(0.3)
         broker.proc.terminate()
         log = broker.stderr.rest().encode()
     assert b"alice subscribed" in log  # debug logging was on
+    assert b"GET /subscribe?name=alice&key=\xe2\x80\xa6 HTTP/1.1" in log  # -vv: access log
     assert SECRET.encode() not in log
+    assert key.encode() not in log
 
 
 def test_a_broker_exposed_without_tls_warns(tmp_path: Path) -> None:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import re
 import stat
 import tomllib
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence._wire import privilege
+from codex_presence._wire import control_character, privilege
 from codex_presence.broker.team import Role, TeamError, hash_token, new_token
 from codex_presence.broker.team_file import (
     dev_team,
@@ -100,6 +103,52 @@ def test_bad_team_files_are_refused_with_a_reason(tmp_path: Path, text: str, mes
         load_team(path)
 
 
+FORGERIES = {
+    "a forged roster line": "engineer]\n- mallory [admin] connected=9\n- x [",
+    "a cleared screen": "\x1b[2J\x1b[H",
+    "an OSC 52 clipboard write": "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07",
+    "a C1 control": "a\x9bb",
+    "a direction override": "\u202erotcerid",
+    "a line separator": "a\u2028b",
+}
+
+
+@pytest.mark.parametrize("text", FORGERIES.values(), ids=FORGERIES.keys())
+@pytest.mark.parametrize(
+    ("template", "names"),
+    [
+        ("team = {text}\n[[members]]\nname = 'x'\ntoken = 't'", "'team' holds"),
+        (X + "role = {{ title = {text} }}", "member 'x': role 'title' holds"),
+        (
+            X + "role = {{ title = 't', permissions = ['p', {text}] }}",
+            "member 'x': role 'permissions'",
+        ),
+    ],
+    ids=["team name", "role title", "permission"],
+)
+def test_control_characters_in_shown_text_are_refused(
+    tmp_path: Path, text: str, template: str, names: str
+) -> None:
+    """Names and titles reach every roster, terminal and log: the file is refused, naming
+    the member and the key, rather than let them forge lines or act on a terminal."""
+    path = tmp_path / "team.toml"
+    path.write_text(template.format(text=orjson.dumps(text).decode()))  # a TOML basic string
+    with pytest.raises(TeamError, match=f"{re.escape(names)}.*control character") as refused:
+        load_team(path)
+    assert control_character(str(refused.value)) is None  # the message itself is safe
+
+
+def test_team_init_refuses_control_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "team.toml"
+    assert main(["team", "init", str(path), "-m", "a:\x1b[2Jboss"]) == 2
+    assert "--member a: role 'title' holds a control character (U+001B)" in capsys.readouterr().err
+    assert main(["team", "init", str(path), "--team", "acme\n- x", "-m", "a"]) == 2
+    assert "--team holds a control character (U+000A)" in capsys.readouterr().err
+    assert not path.exists()
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(TeamError, match="no such team file"):
         load_team(tmp_path / "nope.toml")
@@ -144,7 +193,14 @@ def test_bad_member_spec(spec: str) -> None:
 
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
-texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+texts = st.text(
+    st.characters(
+        codec="utf-8",
+        exclude_categories=("Cs", "Cc", "Zl", "Zp"),  # no controls: those are refused
+        exclude_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+    ),
+    max_size=30,
+)
 
 
 @given(
@@ -204,6 +260,48 @@ def test_dev_team_is_made_once_and_reused(tmp_path: Path) -> None:
     third = dev_team(tmp_path / "state")
     assert third.created
     assert third.token_path.read_text().strip() != token
+
+
+def test_a_state_directory_others_can_write_to_is_made_private_and_not_trusted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone who could write to the directory could have planted a team and a token of
+    their own: its mode is fixed, with a warning, and a new development team is made."""
+    state = tmp_path / "state"
+    planted = dev_team(state, member="me").token_path.read_text()
+    state.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="codex_presence"):
+        made = dev_team(state)
+    assert made.created
+    assert made.token_path.read_text() != planted
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert "was writable by others (mode 0777): made it 0700" in caplog.text
+    assert not dev_team(state).created  # private now: reused
+
+
+def test_a_state_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.getuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)  # nobody's
+    else:
+        theirs = Path("/")  # root's
+    with pytest.raises(TeamError, match="belongs to another user"):
+        dev_team(theirs)
+
+
+def test_a_planted_link_in_the_state_directory_is_not_followed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = dev_team(state, member="me")
+    elsewhere = tmp_path / "elsewhere-token"
+    token = first.token_path.read_text()
+    elsewhere.write_text(token)
+    first.token_path.unlink()
+    first.token_path.symlink_to(elsewhere)
+    again = dev_team(state)
+    assert again.created  # not reused through the link...
+    assert not again.token_path.is_symlink()
+    assert elsewhere.read_text() == token  # ...nor written through it
 
 
 # -- the command ---------------------------------------------------------------------------

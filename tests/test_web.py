@@ -29,7 +29,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from codex_presence.broker.limits import BrokerLimits
-from codex_presence.broker.web import COOKIE_NAME, WebRoster
+from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, SignedIn, WebRoster
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -55,6 +55,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 HIDE_DELAY_MS = 1000
+KEY_ITEM = "codexPresenceSessionKey"
+"""Where the page keeps its session key (localStorage)."""
 SHOTS = Path("/tmp")
 
 
@@ -119,9 +121,18 @@ def sign_in(web: Web, token: str, **headers: str) -> httpx.Response:
     )
 
 
+def session_of(response: httpx.Response) -> dict[str, str]:
+    """The headers that carry the session a sign-in made: its cookie and its key."""
+    assert response.status_code == 200, response.text
+    key = response.json()["key"]
+    return {"cookie": f"{COOKIE_NAME}={response.cookies[COOKIE_NAME]}", KEY_HEADER: key}
+
+
 def test_sign_in_sets_a_session_cookie_not_the_token(web: Web) -> None:
     response = sign_in(web, token_of("alice"))
-    assert response.status_code == 204
+    assert response.status_code == 200
+    assert response.json()["name"] == "alice"
+    assert len(response.json()["key"]) >= 40
     (set_cookie,) = response.headers.get_list("set-cookie")
     attributes = [part.strip().lower() for part in set_cookie.split(";")]
     assert "httponly" in attributes
@@ -129,9 +140,9 @@ def test_sign_in_sets_a_session_cookie_not_the_token(web: Web) -> None:
     assert "path=/" in attributes
     assert "secure" not in attributes  # plain http on loopback: Secure would drop it
     session_id = response.cookies[COOKIE_NAME]
-    assert token_of("alice") not in set_cookie
+    assert token_of("alice") not in set_cookie + response.text
     assert len(session_id) >= 40
-    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    cookie = session_of(response)
     who = httpx.get(web.url + "/whoami", headers=cookie, timeout=5)
     assert who.status_code == 200
     assert who.json()["name"] == "alice"
@@ -146,11 +157,39 @@ def test_sign_in_sets_a_session_cookie_not_the_token(web: Web) -> None:
     assert "activity" not in web.roster_json()["alice"]
 
 
+def test_a_cookie_without_its_key_is_no_session(web: Web) -> None:
+    """A page on another port of this host is sent the cookie (cookies are not kept
+    apart by port) and can plant its own; neither is a session without the key, which
+    only the page's own origin can read."""
+    alice = session_of(sign_in(web, token_of("alice")))
+    builder = session_of(sign_in(web, token_of("builder")))
+    forged = [
+        {"cookie": alice["cookie"]},  # the cookie alone
+        {"cookie": alice["cookie"], KEY_HEADER: builder[KEY_HEADER]},  # another's key
+        {"cookie": alice["cookie"], KEY_HEADER: ""},
+        {KEY_HEADER: alice[KEY_HEADER]},  # the key alone
+        {"cookie": builder["cookie"], KEY_HEADER: alice[KEY_HEADER]},
+    ]
+    for headers in forged:
+        for path in ("/whoami", "/roster", "/subscribe?name=alice"):
+            response = httpx.get(web.url + path, headers=headers, timeout=5)
+            assert response.status_code == 401, (path, headers)
+    key_in_query = f"key={alice[KEY_HEADER]}"  # EventSource's way, on /subscribe only
+    cookie = {"cookie": alice["cookie"]}
+    who = httpx.get(f"{web.url}/whoami?{key_in_query}", headers=cookie, timeout=5)
+    assert who.status_code == 401
+    with httpx.stream(
+        "GET", f"{web.url}/subscribe?name=alice&{key_in_query}", headers=cookie, timeout=5
+    ) as stream:
+        assert stream.status_code == 200
+    for own in (alice, builder):
+        assert httpx.get(web.url + "/whoami", headers=own, timeout=5).status_code == 200
+
+
 def test_the_cookie_counts_only_on_the_pages_own_origin(web: Web) -> None:
     """SameSite=Strict lets a page on another port of this host make the browser send
     the cookie; the broker takes it only from its own origin."""
-    session_id = sign_in(web, token_of("alice")).cookies[COOKIE_NAME]
-    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    cookie = session_of(sign_in(web, token_of("alice")))
     elsewhere = "http://127.0.0.1:1"  # another port: the same site, another origin
     for headers in ({"origin": elsewhere}, {"sec-fetch-site": "same-site"}, {"origin": "null"}):
         for path in ("/whoami", "/roster", "/subscribe?name=alice"):
@@ -180,7 +219,7 @@ def test_cross_site_sign_in_is_refused(web: Web) -> None:
     assert response.status_code == 403
     assert "set-cookie" not in response.headers
     same_site = sign_in(web, token_of("alice"), origin=web.url)
-    assert same_site.status_code == 204
+    assert same_site.status_code == 200
 
 
 def test_a_sign_in_body_that_never_ends_is_cut_off() -> None:
@@ -207,8 +246,12 @@ def test_sign_in_wants_a_form(web: Web) -> None:
 
 
 def test_sign_out_forgets_the_session(web: Web) -> None:
-    session_id = sign_in(web, token_of("builder")).cookies[COOKIE_NAME]
-    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    cookie = session_of(sign_in(web, token_of("builder")))
+    without_key = httpx.post(
+        web.url + "/session/logout", headers={"cookie": cookie["cookie"]}, timeout=5
+    )
+    assert without_key.status_code == 204  # the cookie expires; the session stays
+    assert httpx.get(web.url + "/whoami", headers=cookie, timeout=5).status_code == 200
     response = httpx.post(web.url + "/session/logout", headers=cookie, timeout=5)
     assert response.status_code == 204
     assert f'{COOKIE_NAME}=""' in response.headers["set-cookie"]
@@ -230,13 +273,13 @@ def test_sessions_expire_and_are_capped_per_member(store_url: str | None) -> Non
 
     short, capped = roster(0.5), roster(60)
 
-    async def sign_in(web: WebRoster, token: str) -> str:
+    async def sign_in(web: WebRoster, token: str) -> SignedIn:
         signed_in = await web.sign_in(token)
         assert signed_in is not None
-        return signed_in[0]
+        return signed_in
 
-    async def whose(web: WebRoster, session_id: str) -> str | None:
-        member = await web.member_of(session_id)
+    async def whose(web: WebRoster, session: SignedIn, key: str | None = None) -> str | None:
+        member = await web.member_of(session.session_id, key or session.key)
         return None if member is None else member.name
 
     async def check() -> None:
@@ -249,6 +292,7 @@ def test_sessions_expire_and_are_capped_per_member(store_url: str | None) -> Non
         assert await whose(short, first) is None
         builder = await sign_in(capped, token_of("builder"))
         a, b, c = [await sign_in(capped, token_of("alice")) for _ in range(3)]
+        assert await whose(capped, b, key=c.key) is None  # the cookie is only half a session
         assert await whose(capped, a) is None  # alice's oldest made room for her third
         assert [await whose(capped, s) for s in (b, c, builder)] == ["alice", "alice", "builder"]
         assert await capped.sign_in("cp_wrong") is None
@@ -265,8 +309,7 @@ def test_sessions_expire_and_are_capped_per_member(store_url: str | None) -> Non
 
 
 def test_signing_out_ends_the_sessions_open_stream(web: Web) -> None:
-    session_id = sign_in(web, token_of("alice")).cookies[COOKIE_NAME]
-    cookie = {"cookie": f"{COOKIE_NAME}={session_id}"}
+    cookie = session_of(sign_in(web, token_of("alice")))
     with (
         httpx.Client(base_url=web.url, timeout=10) as client,
         client.stream("GET", "/subscribe?name=alice", headers=cookie) as stream,
@@ -429,9 +472,12 @@ def test_sign_in_in_the_browser(browser: Browser, web: Web, tabs: list[Tab]) -> 
     assert token_of("alice") not in cookie["value"]
     assert page.evaluate("document.cookie") == ""  # HttpOnly: no script can read it
     expect(page.locator("#token")).to_have_value("")
+    key = page.evaluate(f"localStorage.getItem({KEY_ITEM!r})")
+    assert key and token_of("alice") not in key
 
     page.click("#sign-out")
     expect(page.locator("body")).to_have_attribute("data-view", "signin")
+    assert page.evaluate(f"localStorage.getItem({KEY_ITEM!r})") is None
     web.wait_connected("alice", 0)
     page.reload()
     expect(page.locator("body")).to_have_attribute("data-view", "signin")
@@ -470,6 +516,47 @@ def test_a_page_on_another_port_cannot_use_the_cookie(
         expect(other).to_have_title("done")
         assert web.roster_json()["alice"]["connected"] == 0
     assert "activity" not in web.roster_json()["alice"]
+
+
+PLANT = """<!doctype html><title>elsewhere</title><script>
+document.cookie = "%s=%s; path=/";
+document.title = "planted";
+</script>"""
+
+
+@pytest.mark.browser
+def test_a_cookie_planted_from_another_port_signs_nobody_in(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    """builder signs in (over HTTP) and plants his session cookie from a page on another
+    port of the same host: cookies are not kept apart by port, so alice's browser sends it
+    to the broker. Her page is not signed in as builder: without its key, which only the
+    broker's own origin holds, the cookie is no session. Once she signs in as herself, a
+    script cannot replace her (HttpOnly) cookie, and the page stays hers."""
+    builder = sign_in(web, token_of("builder"))
+    plant = PLANT % (COOKIE_NAME, builder.cookies[COOKIE_NAME])
+    tab = open_tab(browser, web, tabs)
+    with serving_html(plant) as elsewhere:
+        tab.other_origins.add(elsewhere)
+        other = tab.context.new_page()
+        other.goto(elsewhere + "/")
+        expect(other).to_have_title("planted")
+        assert [c["value"] for c in tab.context.cookies(web.url)] == [builder.cookies[COOKIE_NAME]]
+        page = tab.page
+        page.reload()
+        expect(page.locator("body")).to_have_attribute("data-view", "signin")
+        expect(page.locator("#me")).not_to_have_text("builder")
+
+        page.fill("#token", token_of("alice"))
+        page.click("#signin-submit")
+        expect(page.locator("#me")).to_have_text("alice")
+        expect(page.locator("body")).to_have_attribute("data-stream", "live")
+        other.reload()  # planted again: a script cannot replace her HttpOnly cookie
+        expect(other).to_have_title("planted")
+        page.reload()
+        expect(page.locator("body")).to_have_attribute("data-stream", "live")
+        expect(page.locator("#me")).to_have_text("alice")
+    assert web.roster_json()["builder"]["connected"] == 0
 
 
 @pytest.mark.browser
@@ -596,8 +683,9 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
 ) -> None:
     tab = signed_in(browser, web, tabs, "alice", query="?hideDelay=200")
     (cookie,) = tab.context.cookies()
-    cookie_header = {"cookie": f"{COOKIE_NAME}={cookie['value']}"}
-    signed_out = httpx.post(web.url + "/session/logout", headers=cookie_header, timeout=5)
+    key = tab.page.evaluate(f"localStorage.getItem({KEY_ITEM!r})")
+    session = {"cookie": f"{COOKIE_NAME}={cookie['value']}", KEY_HEADER: key}
+    signed_out = httpx.post(web.url + "/session/logout", headers=session, timeout=5)
     assert signed_out.status_code == 204  # e.g. signed out from another tab
     # Hide and show, so that the page subscribes again with the dead session.
     set_visibility(tab.page, "hidden")
@@ -622,8 +710,7 @@ def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path)
             headers={"content-type": "application/x-www-form-urlencoded"},
             timeout=5,
         )
-        assert response.status_code == 204
-        cookie = {"cookie": f"{COOKIE_NAME}={response.cookies[COOKIE_NAME]}"}
+        cookie = session_of(response)
         assert httpx.get(url + "/whoami", headers=cookie, timeout=5).json()["name"] == "alice"
 
 

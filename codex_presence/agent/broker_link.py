@@ -6,6 +6,11 @@ session): inside it, one task holds the member's SSE subscription and another re
 activity. On the way out — the child exited, or we were told to stop — a member the broker
 holds as working or blocked is reported idle, bounded to about a second.
 
+The two talk through the link: the broker's ``GET /whoami`` (asked first, and again after
+each reconnect) says its activity TTL, which sets the reporter's heartbeat; and each time
+the subscription comes back online the broker may have restarted empty, so the reporter
+re-sends a non-idle state at once rather than at its next heartbeat.
+
 With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
 activity stays absent for the whole session, while connection presence works as usual.
 The demo plays its recorded session through this same link.
@@ -15,14 +20,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 import anyio
 import httpx
+from anyio.abc import ObjectReceiveStream
 
+from codex_presence._wire import Whoami, printable
 from codex_presence.agent.reporter import ActivityReporter
-from codex_presence.agent.subscription import ConnectionPresence
+from codex_presence.agent.subscription import ConnectionPresence, ConnectionState
 from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
 from codex_presence.client.auth import make_async_client
 from codex_presence.core.activity import Transition
@@ -89,20 +96,57 @@ class BrokerLink:
                     await self.reporter.finish(grace=settings.exit_grace)
 
     async def _hold_presence(self, client: httpx.AsyncClient) -> None:
-        name = self.settings.name or await self._whoami(client)
-        if name is None:
+        me = await self._whoami(client)
+        if me is None:
             return
-        self.presence = ConnectionPresence(client=client, name=name, backoff=self._presence_backoff)
-        await self.presence.run()
+        self._learn(me)
+        reconnected, reconnects = anyio.create_memory_object_stream[None](1)
 
-    async def _whoami(self, client: httpx.AsyncClient) -> str | None:
+        def on_change(state: ConnectionState) -> None:
+            if state is not ConnectionState.ONLINE:
+                return
+            if self.reporter is not None:
+                self.reporter.resend()  # the broker may have restarted and forgotten
+            if presence.connects > 1:
+                with suppress(anyio.WouldBlock):  # one refresh pending is enough
+                    reconnected.send_nowait(None)
+
+        presence = self.presence = ConnectionPresence(
+            client=client,
+            name=self.settings.name or me.name,
+            backoff=self._presence_backoff,
+            on_change=on_change,
+        )
+        async with reconnected, reconnects, anyio.create_task_group() as tg:
+            tg.start_soon(self._relearn, client, reconnects)
+            await presence.run()
+            tg.cancel_scope.cancel()
+
+    def _learn(self, me: Whoami) -> None:
+        if self.reporter is not None and me.activity_ttl is not None:
+            self.reporter.use_broker_ttl(me.activity_ttl)
+
+    async def _relearn(
+        self, client: httpx.AsyncClient, reconnects: ObjectReceiveStream[None]
+    ) -> None:
+        """After each reconnect, ask the broker its TTL again: it may have restarted with
+        another one."""
+        async for _ in reconnects:
+            with suppress(BrokerError):
+                self._learn(await fetch_whoami(client))
+
+    async def _whoami(self, client: httpx.AsyncClient) -> Whoami | None:
         """The member the token belongs to, retried with backoff while the broker is away."""
         backoff = reconnect_backoff()
         while True:
             try:
                 me = await fetch_whoami(client)
             except TokenRefused as exc:
-                logger.error("the broker refused our token (HTTP %d); not subscribing", exc.status)
+                logger.error(
+                    "offline: the broker refused the subscription (HTTP %d from /whoami); "
+                    "not retrying",
+                    exc.status,
+                )
                 return None
             except NotABroker as exc:
                 # A proxy's page, a dev server's fallback: not (yet) our broker.
@@ -115,8 +159,8 @@ class BrokerLink:
             except BrokerError as exc:
                 logger.debug("whoami: %s", exc)
             else:
-                logger.info("the token is %s's", me.name)
-                return me.name
+                logger.info("the token is %s's", printable(me.name))
+                return me
             await anyio.sleep(backoff.next_delay())
 
 

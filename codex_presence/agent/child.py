@@ -35,6 +35,8 @@ __all__ = [
     "PIPE_SIZE",
     "Child",
     "Launched",
+    "ProcessTree",
+    "descendants",
     "exit_status",
     "forget_env",
     "grow_pipe",
@@ -277,15 +279,20 @@ def spawn(
     *,
     stdin: int | None = None,
     stdout: int | None = None,
+    stderr: int | None = None,
     env: Mapping[str, str] | None = None,
     own_group: bool = True,
+    death_signal: int = signal.SIGKILL,
 ) -> Child:
-    """Start ``command`` under a watchdog (see the module's doc), with ``stdin`` and
-    ``stdout`` as its own (ours if None); our stderr is its stderr. It gets a process group
-    of its own unless ``own_group`` is False (a terminal program must stay in the terminal's
-    foreground group to read it; its watchdog stays there too). Raises :class:`OSError`
-    (e.g. :class:`FileNotFoundError`) if it cannot be run. Every other descriptor of ours
-    stays out of both processes.
+    """Start ``command`` under a watchdog (see the module's doc), with ``stdin``, ``stdout``
+    and ``stderr`` as its own (ours if None). It gets a process group of its own unless
+    ``own_group`` is False (a terminal program must stay in the terminal's foreground group
+    to read it; its watchdog stays there too). When we end, the command is sent
+    ``death_signal`` first and given a second, if that is not SIGKILL (a launcher that
+    forwards signals to the program it runs, as codex's npm script does, and a terminal
+    program that must restore the terminal want SIGTERM); then its whole tree is killed.
+    Raises :class:`OSError` (e.g. :class:`FileNotFoundError`) if it cannot be run. Every
+    other descriptor of ours stays out of both processes.
 
     Call it from a process that has no other threads if you can (``wrap`` does): the
     watchdog is a fork of this process that goes on running Python."""
@@ -298,9 +305,11 @@ def spawn(
         env=dict(os.environ if env is None else env),
         stdin=0 if stdin is None else stdin,
         stdout=1 if stdout is None else stdout,
+        stderr=2 if stderr is None else stderr,
         lifeline=lifeline_r,
         reports=reports_w,
         own_group=own_group,
+        death_signal=death_signal,
     )
     with warnings.catch_warnings():
         # Python 3.12+ warns of fork() in a process with threads (a test's event loop has
@@ -434,3 +443,70 @@ async def wait_child(child: Child) -> int:
         await anyio.wait_readable(child.reports)
     assert child.returncode is not None
     return child.returncode
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (from /proc; Linux), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                    parent = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(0), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class ProcessTree:
+    """A child and every process under it, for ending them all while we run (the child's
+    watchdog ends what is left when we end): codex runs each command in a process group of
+    its own, so signalling the child's group misses them.
+
+    :meth:`hold` takes a pidfd of each process under the child at that moment, so that one
+    orphaned later (its parent died, it was re-parented) is still signalled, and a pid that
+    was reused meanwhile never is. Without pidfds (old kernels), pids are signalled."""
+
+    def __init__(self, process: Child) -> None:
+        self.process = process
+        self._held: dict[int, int | None] = {}
+
+    def hold(self) -> None:
+        """Take hold of every process under the child now (again: new ones are added)."""
+        if self.process.poll() is not None:
+            return  # its pid may be another process's by now
+        for pid in descendants(self.process.pid):
+            if pid not in self._held:
+                try:
+                    self._held[pid] = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    continue
+                except OSError:
+                    self._held[pid] = None
+
+    def kill(self, signum: int = signal.SIGKILL) -> None:
+        """Signal the child (its group, if it has its own) and every process held (taking
+        hold of new ones first)."""
+        self.hold()
+        self.process.send_signal(signum)
+        for pid, pidfd in self._held.items():
+            with suppress(OSError):
+                if pidfd is None:
+                    os.kill(pid, signum)
+                else:
+                    signal.pidfd_send_signal(pidfd, signum)
+
+    def close(self) -> None:
+        for pidfd in self._held.values():
+            if pidfd is not None:
+                os.close(pidfd)
+        self._held.clear()

@@ -52,6 +52,15 @@ class _Skip:
         self.size = size
 
 
+class _Ready:
+    """A line already in the recording format (a connection line, say)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class _Closed:
     """The live analysis closed every handle here."""
 
@@ -130,7 +139,7 @@ class Recorder:
         self.max_pending = max_pending
         self.max_line = max_line
         self._file: BinaryIO | None = None
-        self._queue: deque[tuple[float, Source, bytes | _Gap | _Skip | _Closed]] = deque()
+        self._queue: deque[tuple[float, Source, bytes | _Gap | _Skip | _Closed | _Ready]] = deque()
         # Chunks come from both relay threads; the writer takes them.
         self._ready = threading.Condition(threading.Lock())
         self._pending = 0
@@ -193,6 +202,15 @@ class Recorder:
             else:
                 self._line_size[direction] = len(chunk) - newline - 1
             self._queue.append((t, direction, item))
+            self._ready.notify()
+
+    def add_line(self, line: bytes) -> None:
+        """Queue a line already in the recording format, in its place among the chunks
+        (any thread; never blocks). Such lines are few and small: they are never dropped."""
+        if self._failed or self._closing:
+            return
+        with self._ready:
+            self._queue.append((0.0, "server", _Ready(line)))
             self._ready.notify()
 
     def drop(self, t: float, direction: Source, chunk: bytes) -> None:
@@ -271,7 +289,9 @@ class Recorder:
             self._failed = True
             self._close()
 
-    def _write(self, batch: list[tuple[float, Source, bytes | _Gap | _Skip | _Closed]]) -> None:
+    def _write(
+        self, batch: list[tuple[float, Source, bytes | _Gap | _Skip | _Closed | _Ready]]
+    ) -> None:
         from codex_presence.core.recording import encode_closed, encode_gap
 
         out: list[bytes] = []
@@ -283,6 +303,8 @@ class Recorder:
                 out.append(encode_gap(t, direction, item.size))
             elif isinstance(item, _Closed):
                 out.append(encode_closed(t, item.cause))
+            elif isinstance(item, _Ready):
+                out.append(item.data)
             elif isinstance(item, _Skip):
                 line = self._lines[direction]
                 if not line.resync:  # else: still the line a gap cut, left out anyway

@@ -39,10 +39,18 @@ import anyio
 from codex_presence.agent.child import exit_status, wait_child
 from codex_presence.agent.pump import CHUNK_SIZE, FORWARDED_SIGNALS, Pump
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping
+from codex_presence.core.codex import CodexMapping, Unknown
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Companion", "Observer", "Relay", "deliver", "exit_status", "log_transition"]
+__all__ = [
+    "Companion",
+    "Observer",
+    "Relay",
+    "deliver",
+    "exit_status",
+    "log_transition",
+    "log_unknown",
+]
 
 logger = logging.getLogger("codex_presence.relay")
 
@@ -68,6 +76,16 @@ def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) ->
                 logger.exception("observer %r failed", observer)
 
 
+def log_unknown(unknown: Unknown) -> None:
+    """Said once per session for each name the mapping does not classify: codex changed."""
+    logger.warning(
+        "codex sent a %s that this codex-presence does not know: %r; the state may be wrong "
+        "(`codex-presence doctor` lists everything this codex adds)",
+        unknown.kind,
+        unknown.name,
+    )
+
+
 class Relay:
     """One relayed session: spawn, copy both ways, analyse, forward signals, exit status."""
 
@@ -88,7 +106,7 @@ class Relay:
     ) -> None:
         self.observers = list(observers)
         self.companions = list(companions)
-        self._mapping = mapping if mapping is not None else CodexMapping()
+        self._mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
         if pump is None:
             pump = Pump(
                 analyzer=ChunkAnalyzer(max_line=max_line, deferred=True),

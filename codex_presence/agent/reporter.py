@@ -5,6 +5,11 @@ from its hot path; a background task (:meth:`ActivityReporter.run`) does every P
 POST has a short timeout; what to send and when is the policy's business. On shutdown
 (:meth:`ActivityReporter.finish`) a member that the broker holds as non-idle is reported
 idle, bounded to about a second. The token is sent in a header and never logged.
+
+What the link learns about the broker goes to the policy:
+:meth:`ActivityReporter.use_broker_ttl` (its TTL, from ``GET /whoami``: the heartbeat
+follows it) and :meth:`ActivityReporter.resend` (the subscription reconnected: the broker
+may have restarted and forgotten).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 import anyio
 import httpx
 
+from codex_presence._wire import printable
 from codex_presence.core.activity import ActivityState
 from codex_presence.core.report_policy import Outcome, Post, ReportPolicy
 
@@ -59,6 +65,17 @@ class ActivityReporter:
     def observe(self, state: ActivityState) -> None:
         """The derived state is now ``state``. Never blocks; call it from the event loop."""
         self.policy.observe(state)
+        self._wake.set()
+
+    def use_broker_ttl(self, ttl: float) -> None:
+        """The broker says it holds a report ``ttl`` seconds: heartbeat at a third of it."""
+        self.policy.use_broker_ttl(ttl)
+        logger.debug("the broker's TTL is %g s: heartbeat every %g s", ttl, self.policy.heartbeat)
+        self._wake.set()
+
+    def resend(self) -> None:
+        """The broker may have forgotten our state: re-send it now if it is not idle."""
+        self.policy.resend()
         self._wake.set()
 
     async def run(self) -> None:
@@ -111,7 +128,7 @@ class ActivityReporter:
             logger.warning(
                 "the broker rejected an activity report (HTTP %d): %s",
                 response.status_code,
-                response.text[:200],
+                printable(response.text[:200]),
             )
         else:
             self._note_failure(f"HTTP {response.status_code}")

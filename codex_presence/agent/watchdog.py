@@ -48,7 +48,17 @@ Prctl = Callable[[int, int, int, int, int], int]
 class Plan:
     """What the watchdog is to run, and its descriptors (all inherited through the fork)."""
 
-    __slots__ = ("command", "env", "lifeline", "own_group", "reports", "stdin", "stdout")
+    __slots__ = (
+        "command",
+        "death_signal",
+        "env",
+        "lifeline",
+        "own_group",
+        "reports",
+        "stderr",
+        "stdin",
+        "stdout",
+    )
 
     def __init__(
         self,
@@ -57,11 +67,17 @@ class Plan:
         env: dict[str, str],
         stdin: int,
         stdout: int,
+        stderr: int = 2,
         lifeline: int,
         reports: int,
         own_group: bool = True,
+        death_signal: int = signal.SIGKILL,
     ) -> None:
         self.command = command
+        self.stderr = stderr
+        self.death_signal = death_signal
+        """Sent to the command first when wrap ends (with a second's grace), unless it is
+        SIGKILL; then the whole tree is killed."""
         self.own_group = own_group
         """The command gets a process group of its own (and so do we)."""
         self.env = env
@@ -87,7 +103,7 @@ def run(plan: Plan) -> NoReturn:
     """The watchdog's life, in the forked process: start the command, watch, kill the
     tree, exit. Never returns, whatever happens."""
     try:
-        _keep_only(plan.stdin, plan.stdout, plan.lifeline, plan.reports)
+        _keep_only(plan.stdin, plan.stdout, plan.stderr, plan.lifeline, plan.reports)
         for signum in _TERMINAL_SIGNALS:
             if signal.getsignal(signum) != signal.SIG_IGN:
                 signal.signal(signum, _ignore)  # a handler, not SIG_IGN: exec resets it
@@ -107,10 +123,11 @@ def run(plan: Plan) -> NoReturn:
         prctl = load_prctl()
         if prctl is not None:
             prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        for fd in (plan.stdin, plan.stdout):
+        for fd in {plan.stdin, plan.stdout, plan.stderr} - {2}:
             os.close(fd)
         _say(plan.reports, b"P %d\n" % pid)
-        _watch(pid, plan, wake_r)
+        if _watch(pid, plan, wake_r) and plan.death_signal != signal.SIGKILL:
+            _ask_to_end(pid, plan, wake_r)
         _kill_tree()
     except BaseException as exc:  # never back into the caller's code: this is a fork
         with suppress(BaseException):
@@ -154,6 +171,7 @@ def _start(plan: Plan) -> int:
                 signal.signal(signum, signal.SIG_DFL)
             os.dup2(plan.stdin, 0)
             os.dup2(plan.stdout, 1)
+            os.dup2(plan.stderr, 2)
             os.execvpe(plan.command[0], plan.command, plan.env)
         except OSError as exc:
             with suppress(OSError):
@@ -180,36 +198,66 @@ def _say(fd: int, line: bytes) -> None:
         os.write(fd, line)
 
 
-def _watch(pid: int, plan: Plan, wake_r: int) -> None:
+def _watch(pid: int, plan: Plan, wake_r: int) -> bool:
     """Reap (the command's end is reported; orphans of the tree are ours to reap too)
-    until the lifeline ends."""
+    until the lifeline ends; whether the command still runs then."""
     waiter = select.poll()
     waiter.register(plan.lifeline, select.POLLIN)
     waiter.register(wake_r, select.POLLIN)
     os.set_blocking(wake_r, False)
+    running = True
     while True:
-        while True:
-            try:
-                ended, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                ended = 0
-            if ended == 0:
-                break
-            if ended == pid:
-                _say(plan.reports, b"X %d\n" % status)
+        running = _reap(pid, plan) and running
         if any(fd == plan.lifeline for fd, _ in waiter.poll()):
-            return
-        with suppress(BlockingIOError):
-            while os.read(wake_r, 256):
-                pass
+            return running and _reap(pid, plan)
+        _drain(wake_r)
+
+
+def _reap(pid: int, plan: Plan) -> bool:
+    """Reap every child that ended (the command's end is reported); False once the command
+    has ended."""
+    running = True
+    while True:
+        try:
+            ended, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if ended == 0:
+            return running
+        if ended == pid:
+            running = False
+            _say(plan.reports, b"X %d\n" % status)
+
+
+def _drain(fd: int) -> None:
+    with suppress(BlockingIOError):
+        while os.read(fd, 256):
+            pass
+
+
+def _ask_to_end(pid: int, plan: Plan, wake_r: int, grace: float = 1.0) -> None:
+    """Send the command ``plan.death_signal`` and give it ``grace`` seconds to end."""
+    with suppress(ProcessLookupError, PermissionError):
+        if plan.own_group:
+            os.killpg(pid, plan.death_signal)
+        else:
+            os.kill(pid, plan.death_signal)
+    deadline = time.monotonic() + grace
+    waiter = select.poll()
+    waiter.register(wake_r, select.POLLIN)
+    while _reap(pid, plan) and (left := deadline - time.monotonic()) > 0:
+        waiter.poll(left * 1000)
+        _drain(wake_r)
 
 
 def _kill_tree() -> None:
     """SIGKILL every descendant, round after round, until no child is left: a process
     forked meanwhile, or orphaned by a kill, is re-parented to us and found next round."""
+    from codex_presence.agent.child import descendants  # loaded already: we are a fork
+
     me = os.getpid()
     while True:
-        for pid in _descendants(me):
+        for pid in descendants(me):
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         try:
@@ -218,24 +266,3 @@ def _kill_tree() -> None:
         except ChildProcessError:
             return
         time.sleep(0.002)  # the killed are still dying
-
-
-def _descendants(root: int) -> list[int]:
-    """Every process below ``root``, from the kernel's list of each thread's children."""
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")  # noqa: PTH208 (imports nothing)
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
-                    children = [int(c) for c in f.read().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
-    return found

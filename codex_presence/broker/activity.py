@@ -2,8 +2,9 @@
 
 Only ``working`` and ``blocked`` occupy the tracker; ``idle`` is the absence of an entry.
 Each report holds for ``ttl`` seconds (:data:`~codex_presence._wire.DEFAULT_TTL` by default,
-fractional allowed) and a runner re-reports every :data:`~codex_presence._wire.HEARTBEAT`
-seconds while non-idle. There is no sweeper: every read resolves the TTL
+fractional allowed) and a runner re-reports at a third of it while non-idle (the broker
+states its TTL in ``GET /whoami``; :func:`~codex_presence._wire.heartbeat_for`). There is no
+sweeper: every read resolves the TTL
 against the injected clock, and drops what has lapsed, so a runner that died mid-turn
 reads as idle again within the TTL whether or not anything ever runs in the background.
 

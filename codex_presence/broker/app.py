@@ -10,8 +10,8 @@ lifespan, so the server must run lifespan.
 Endpoints
 ---------
 ``POST /presence/activity``
-    Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}`` (JSON; a
-    content type, if given, must be ``application/json``). Keyed on the authenticated
+    Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}`` (JSON, each key
+    once; a content type, if given, must be ``application/json``). Keyed on the authenticated
     member: nothing in the body can name anyone else. 204 on success; 401 without or with a
     wrong token; 415 for another content type; 413 past ``max_body`` bytes (enforced while
     reading, so a huge body is never buffered); 408 for a body still arriving after
@@ -31,8 +31,10 @@ Endpoints
     milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
     subscribe and every activity report.
 ``GET /whoami``
-    Bearer auth. ``{"team": name, "name": member, "role": Role | null}`` — what a client
-    needs to print ``team <name> roster:`` and the ``(you)`` marker.
+    Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
+    int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
+    and how long (milliseconds) a working/blocked report holds here without a heartbeat:
+    a runner heartbeats at a third of it.
 ``GET /healthz``
     No auth. ``{"status": "ok"}``; with a shared store, ``{"status": "ok", "store":
     "redis"}``, or 503 ``{"status": "unavailable", "store": "redis", "reason": str}`` while
@@ -65,6 +67,7 @@ The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -92,6 +95,12 @@ from codex_presence.broker.store import StoreUnavailable
 __all__ = ["create_app"]
 
 _STATES = {state.value: state for state in ActivityState}
+_EXACT = {
+    form % state.value.encode(): state
+    for state in ActivityState
+    for form in (b'{"state":"%s"}', b'{"state": "%s"}')
+}
+"""The bodies reporters send (compact, or with json.dumps's spaces): known at a glance."""
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -106,6 +115,9 @@ def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
 
 def _parse_state(body: bytes) -> ActivityState | str:
     """The reported state, or the reason the body is not exactly ``{"state": ...}``."""
+    exact = _EXACT.get(body)
+    if exact is not None:
+        return exact
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -121,7 +133,33 @@ def _parse_state(body: bytes) -> ActivityState | str:
     state = data["state"]
     if not isinstance(state, str) or state not in _STATES:
         return '"state" must be one of "idle", "working", "blocked"'
-    return _STATES[state]
+    return _repeated_key(body) or _STATES[state]
+
+
+def _repeated_key(body: bytes) -> str | None:
+    """Why ``body`` (valid JSON) is refused for holding a key twice in an object, or None.
+
+    orjson keeps the last of repeated keys without a word, so ``{"state": "idle", "state":
+    "blocked"}`` would read as blocked while a reader that keeps the first sees idle. The
+    standard library's parser shows every pair; the body is at most ``max_body`` bytes and
+    every reporter's own body takes the lookup in :data:`_EXACT` instead."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                repeated.append(key)
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except RecursionError:  # a repeated key's value nested deeper than this parser goes
+        return "body is nested too deeply"
+    if repeated:
+        return f"key {repeated[0]!r} is repeated: each key may appear once"
+    return None
 
 
 class _Subscription:
@@ -264,7 +302,9 @@ class _Endpoints:
         if member is None:
             return _unauthorized(broker.unauthorized_reason)
         role = member.role.to_json() if member.role else None
-        return json_response(200, {"team": broker.team.name, "name": member.name, "role": role})
+        ttl_ms = round(broker.activity_ttl * 1000)
+        answer = {"team": broker.team.name, "name": member.name, "role": role}
+        return json_response(200, {**answer, "activityTtlMs": ttl_ms})
 
     async def healthz(self, request: Request) -> Response:
         store = self.broker.store

@@ -1,17 +1,31 @@
 """What a connection may cost the broker before its request reaches the app.
 
-uvicorn's httptools protocol (0.30–0.54 at least) waits for a request head forever and
-keeps every header line in memory, however many arrive: one slowloris client trickling
-header bytes holds a socket indefinitely, and one client sending endless headers grows the
-broker by as much as it sends (40 MB of headers: +40 MB RSS). Neither reaches the ASGI
-app, so no middleware can see it. :class:`GuardedHttpToolsProtocol` adds the two missing
-bounds at the protocol:
+uvicorn's httptools protocol (0.30–0.54 at least) bounds none of this, and none of it
+reaches the ASGI app, so no middleware can see it:
+
+* it waits for a request head forever, and keeps every header line in memory however
+  many arrive (one slowloris client holds a socket indefinitely; 40 MB of headers grow
+  the broker by 40 MB);
+* it parses every request a client pipelines, whether or not the client reads the
+  answers: a client that writes ``GET /healthz`` heads in a loop and never reads grew the
+  broker from 36 MB to 1.5 GB in 15 s (each queued head costs ~2 KB of Python objects);
+* it accepts every connection it is offered.
+
+:class:`GuardedHttpToolsProtocol` adds the missing bounds at the protocol:
 
 * a request head must be complete within ``head_timeout`` seconds of the connection
   opening or of the previous response ending (else ``408`` and close);
-* a request head may not exceed ``max_head`` bytes (else ``431`` and close).
+* a request head may not exceed ``max_head`` bytes (else ``431`` and close; a head queued
+  behind a request in progress is counted too, and its connection is closed);
+* requests are parsed :data:`SLICE` bytes at a time, and parsing stops (and reading with
+  it) while a parsed request waits behind the one in progress: a pipelining client gets
+  its answers one by one, and what it sends meanwhile stays in its socket, unread. At most
+  ``max_head`` bytes of one connection wait unparsed (past that, the connection is
+  closed), and at most one slice's worth of parsed heads wait as requests;
+* past ``max_connections`` open connections, a new one is answered ``503`` (with
+  ``retry-after``) and closed.
 
-Both come from the server's :class:`~codex_presence.broker.limits.BrokerLimits`
+All of them come from the server's :class:`~codex_presence.broker.limits.BrokerLimits`
 (:func:`guarded_protocol` makes the protocol class for one set of limits).
 
 Once a head is in, the request is the app's business (the broker bounds the body itself),
@@ -22,53 +36,155 @@ protocol whenever uvicorn would have picked httptools.
 from __future__ import annotations
 
 import asyncio
+import logging
 
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from codex_presence.broker.limits import BrokerLimits
 
-__all__ = ["GuardedHttpToolsProtocol", "guarded_protocol"]
+__all__ = ["SLICE", "GuardedHttpToolsProtocol", "guarded_protocol"]
+
+logger = logging.getLogger("codex_presence.broker")
 
 _DEFAULTS = BrokerLimits()
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+SLICE = 512
+"""Bytes handed to the HTTP parser at a time: what bounds the heads parsed ahead of the
+request in progress (a minimal head is ~20 bytes, so a few dozen at most)."""
+
+OVER_CAP_GRACE = 1.0
+"""Seconds a connection past the cap is given to send its request (and so to read its 503
+rather than a reset) before it is closed."""
+
+_REASONS = {
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+class _PipelineFlow(FlowControl):
+    """uvicorn's flow control, except that reading stays paused while the protocol holds
+    requests or bytes that it has not started on: uvicorn resumes reading at every
+    response's end and whenever the app waits for a message, queue or no queue."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol) -> None:
+        super().__init__(transport)
+        self._protocol = protocol
+
+    def resume_reading(self) -> None:
+        if not self._protocol.backlogged:
+            super().resume_reading()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline and a size cap on each request head."""
+    """uvicorn's httptools protocol with bounded heads, pipelines and connections."""
 
     head_timeout: float = _DEFAULTS.head_timeout
     max_head: int = _DEFAULTS.max_head
+    max_connections: int = _DEFAULTS.max_connections
 
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
     ) -> None:
         self._head_bytes = 0
+        self._in_head = False
+        self._held = b""
+        """Bytes received but not parsed yet: a request waits behind the one in progress."""
+        self._over_cap = False
         self._head_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
+        self.flow = _PipelineFlow(transport, self)
+        if len(self.connections) > self.max_connections:
+            self._over_cap = True
+            logger.warning(
+                "refusing connections: %d are open (--max-connections %d)",
+                len(self.connections) - 1,
+                self.max_connections,
+            )
+            self._head_timer = self.loop.call_later(OVER_CAP_GRACE, self._refuse_over_cap)
+            return
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._held = b""
         super().connection_lost(exc)
 
+    @property
+    def backlogged(self) -> bool:
+        """Whether requests or bytes wait behind the request in progress."""
+        return bool(self.pipeline or self._held)
+
+    # -- parsing, a slice at a time --------------------------------------------------------
+
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.transport.is_closing():
+        if self._over_cap:
+            self._refuse_over_cap()
             return
-        if self._awaiting_head():
-            self._head_bytes += len(data)
-            if self._head_bytes > self.max_head:
-                self._refuse(431, f"a request head is limited to {self.max_head} bytes")
-        else:
-            self._head_bytes = 0
-            self._disarm()  # a request is in: its body and response are the app's
+        self._held += data
+        self._feed()
+
+    def _feed(self) -> None:
+        """Parse the held bytes a slice at a time, until a parsed request has to wait."""
+        data, self._held = self._held, b""
+        view = memoryview(data)
+        offset = 0
+        while offset < len(data):
+            if self.pipeline:  # a request waits for the one in progress: parse no further
+                self._hold(data[offset:])
+                return
+            piece = view[offset : offset + SLICE]
+            offset += len(piece)
+            super().data_received(piece)  # type: ignore[arg-type]  # httptools takes buffers
+            if self.transport.is_closing() or self.transport.get_protocol() is not self:
+                return  # refused, or upgraded to another protocol
+            if self._in_head:
+                self._head_bytes += len(piece)
+                if self._head_bytes > self.max_head:
+                    self._refuse(431, f"a request head is limited to {self.max_head} bytes")
+                    return
+
+    def _hold(self, rest: bytes) -> None:
+        if len(rest) > self.max_head:
+            # A pipeline this deep is no client's honest use: stop it here.
+            logger.info("closing a connection that pipelined over %d bytes", self.max_head)
+            self.transport.close()
+            return
+        self._held = rest
+        self.flow.pause_reading()
+
+    def _feed_held(self) -> None:
+        if self.transport.is_closing() or self.parser is None:
+            return
+        self._feed()
+        self.flow.resume_reading()  # a no-op while anything still waits
+
+    # -- parser callbacks ------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        self._disarm()  # a request is in: its body and response are the app's
+        super().on_headers_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._head_bytes = 0
-        if not self.transport.is_closing():
-            self._arm()
+        super().on_response_complete()  # starts the next queued request, if any
+        if self.transport.is_closing():
+            return
+        if self._held and not self.pipeline:
+            self.loop.call_soon(self._feed_held)
+        else:
+            self.flow.resume_reading()  # a no-op while anything still waits
+        self._arm()
+
+    # -- deadlines and refusals ------------------------------------------------------------
 
     def _awaiting_head(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
@@ -87,13 +203,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._awaiting_head() and not self.transport.is_closing():
             self._refuse(408, f"no complete request head within {self.head_timeout:g} s")
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse_over_cap(self) -> None:
+        if not self.transport.is_closing():
+            self._refuse(
+                503,
+                f"the broker has {self.max_connections} connections open; try again later",
+                b"retry-after: 5\r\n",
+            )
+
+    def _refuse(self, status: int, message: str, extra: bytes = b"") -> None:
         self._disarm()
         body = message.encode()
         head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # a response is under way: no answer can go in order
+            return
         self.transport.write(
             head
             + b"content-type: text/plain; charset=utf-8\r\n"
+            + extra
             + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
             + body
         )
@@ -101,9 +229,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 def guarded_protocol(limits: BrokerLimits) -> type[GuardedHttpToolsProtocol]:
-    """The protocol class for uvicorn's ``Config.http``, bounding heads as ``limits`` say."""
+    """The protocol class for uvicorn's ``Config.http``, bounding what ``limits`` say."""
     return type(
         "GuardedHttpToolsProtocol",
         (GuardedHttpToolsProtocol,),
-        {"head_timeout": limits.head_timeout, "max_head": limits.max_head},
+        {
+            "head_timeout": limits.head_timeout,
+            "max_head": limits.max_head,
+            "max_connections": limits.max_connections,
+        },
     )

@@ -26,6 +26,8 @@ class BrokerLimits:
     head_timeout: float = 10.0
     """Seconds a request head may take, from the connection's start or the previous
     response's end (408 past it)."""
+    max_connections: int = 4096
+    """Open connections, SSE streams included (past it, a new one gets 503 and is closed)."""
     max_subscribers: int = 32
     """Open streams per member (429 past it)."""
     max_form: int = 4096

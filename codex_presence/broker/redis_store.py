@@ -234,6 +234,7 @@ class RedisStore:
         self._me = link.broker_id
         self._names = tuple(names)
         self._known = frozenset(names)
+        self.ttl = ttl
         self._ttl_ms = max(1, round(ttl * 1000))
         self._beat = beat
         self._bound_ms = max(1, round(bound * 1000))

@@ -42,6 +42,10 @@ class WebSession:
     """What a session id stands for."""
 
     member: str
+    key: str = ""
+    """The key the page keeps and sends with each request: without it the cookie is no
+    session (see :mod:`~codex_presence.broker.web`). Empty in a record from before keys:
+    such a session counts for nobody."""
 
 
 def new_session_id() -> str:

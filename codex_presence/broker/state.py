@@ -162,6 +162,11 @@ class Broker:
 
     # -- the rules ---------------------------------------------------------------------
 
+    @property
+    def activity_ttl(self) -> float:
+        """Seconds a working/blocked report holds without a heartbeat."""
+        return self.store.ttl
+
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
 

@@ -68,6 +68,10 @@ class Store(Protocol):
     def shared(self) -> bool:
         """Whether other brokers share this state (``/healthz`` says which store)."""
 
+    @property
+    def ttl(self) -> float:
+        """Seconds a report to this broker holds without a heartbeat (``/whoami`` says)."""
+
     def connection(self, name: str) -> Connection:
         """``name``'s connection presence, over every broker sharing the state."""
 
@@ -109,6 +113,7 @@ class MemoryStore:
     def __init__(
         self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic
     ) -> None:
+        self.ttl = ttl
         self.registry = ConnectionRegistry()
         self.tracker = ActivityTracker(ttl=ttl, clock=clock)
 

@@ -11,9 +11,12 @@ design::
     token_sha256 = "<hex sha256 of alice's token>"   # or token = "..." for development
 
 Unknown keys are ignored (more may come later); every known key is checked, and a bad file
-is refused with a message naming the member and the key. A plain ``token`` is accepted for
-development with a warning, because whoever can read the file can then act as that member.
-Files are written with mode 0600. ``broker`` without ``--team`` uses :func:`dev_team`.
+is refused with a message naming the member and the key. Text that is shown (the team's
+name, role titles, permissions) may not hold control characters: escape sequences and line
+breaks there would reach every roster, terminal and log that shows it. A plain ``token`` is
+accepted for development with a warning, because whoever can read the file can then act as
+that member. Files are written with mode 0600. ``broker`` without ``--team`` uses
+:func:`dev_team`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import getpass
 import logging
 import os
 import re
+import stat
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -29,7 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codex_presence._wire import ADMIN_PERMISSION, OPERATOR_PERMISSION, is_token_text
+from codex_presence._wire import (
+    ADMIN_PERMISSION,
+    OPERATOR_PERMISSION,
+    control_character,
+    is_token_text,
+)
 from codex_presence.broker.team import Member, Role, Team, TeamError, hash_token, new_token
 
 __all__ = [
@@ -38,6 +47,8 @@ __all__ = [
     "load_team",
     "parse_member_spec",
     "parse_team",
+    "private_directory",
+    "refuse_control_characters",
     "render_team",
     "state_dir",
     "write_team",
@@ -74,6 +85,7 @@ def parse_team(data: Mapping[str, Any], *, source: str = "team file") -> Team:
     name = data.get("team")
     if not isinstance(name, str) or not name.strip():
         raise TeamError(f"{source}: 'team' must be a non-empty string")
+    refuse_control_characters(name, f"{source}: 'team'")
     raw_members = data.get("members", [])
     if not isinstance(raw_members, list):
         raise TeamError(f"{source}: 'members' must be an array of tables ([[members]])")
@@ -132,7 +144,26 @@ def _parse_role(raw: object, where: str) -> Role | None:
     permissions = raw.get("permissions", [])
     if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
         raise TeamError(f"{where}: role 'permissions' must be an array of strings")
-    return Role(title=title, permissions=tuple(permissions))
+    return _checked_role(Role(title=title, permissions=tuple(permissions)), where)
+
+
+def _checked_role(role: Role, where: str) -> Role:
+    refuse_control_characters(role.title, f"{where}: role 'title'")
+    for permission in role.permissions:
+        refuse_control_characters(permission, f"{where}: role 'permissions'")
+    return role
+
+
+def refuse_control_characters(text: str, what: str) -> None:
+    """:class:`TeamError` if ``text``, which rosters, terminals and logs will show, holds a
+    character they would act on; ``what`` names it in the message."""
+    found = control_character(text)
+    if found is not None:
+        raise TeamError(
+            f"{what} holds a control character (U+{ord(found):04X}) at position "
+            f"{text.index(found) + 1}: escape sequences, line breaks and direction "
+            "overrides are refused"
+        )
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -149,7 +180,7 @@ def parse_member_spec(spec: str) -> tuple[str, Role | None]:
         return name, None
     title, _, perms = rest.partition(":")
     permissions = tuple(p.strip() for p in perms.split(",") if p.strip())
-    return name, Role(title=title, permissions=permissions)
+    return name, _checked_role(Role(title=title, permissions=permissions), f"--member {name}")
 
 
 def _toml_string(value: str) -> str:
@@ -243,12 +274,17 @@ class DevTeam:
 
 
 def dev_team(directory: Path | None = None, *, member: str | None = None) -> DevTeam:
-    """Reuse or make the development team: one member (the user), token in a 0600 file."""
+    """Reuse or make the development team: one member (the user), token in a 0600 file,
+    in a directory only the user can write to (see :func:`private_directory`)."""
     directory = state_dir() if directory is None else directory
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise TeamError(f"cannot make the state directory {directory}: {exc}") from None
+    trusted = private_directory(directory)
     team_path = directory / "dev-team.toml"
     token_path = directory / "dev-token"
-    if team_path.exists() and token_path.exists():
+    if trusted and _ours(team_path) and _ours(token_path):
         token = token_path.read_text(encoding="utf-8").strip()
         team = load_team(team_path)
         found = team.authenticate(token)
@@ -264,6 +300,40 @@ def dev_team(directory: Path | None = None, *, member: str | None = None) -> Dev
     )
     write_team(team_path, text, force=True)
     return DevTeam(team_path, token_path, name, created=True)
+
+
+def private_directory(directory: Path) -> bool:
+    """Make sure only we can write to ``directory``: refuse (:class:`TeamError`) one that
+    another user owns; take write access away from group and others, with a warning, where
+    they had it. Returns False then: whatever is in it may have been put there by someone
+    else, and must not be trusted."""
+    info = directory.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise TeamError(f"{directory} is not a directory")
+    if info.st_uid != os.getuid():
+        raise TeamError(
+            f"{directory} belongs to another user (uid {info.st_uid}): a team and a token "
+            "kept there would be theirs to change; remove it, or set XDG_STATE_HOME"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if not mode & 0o022:
+        return True
+    directory.chmod(0o700)
+    logger.warning(
+        "%s was writable by others (mode %04o): made it 0700, and will not trust what is in it",
+        directory,
+        mode,
+    )
+    return False
+
+
+def _ours(path: Path) -> bool:
+    """A regular file of ours (not a link, not someone else's)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
 
 
 def _user_name() -> str:

@@ -4,33 +4,43 @@
 (:func:`~.app.create_app`'s ``routes=``) and an :data:`~.state.Authenticator` (the
 :class:`~.state.Broker`'s ``authenticators=``) that recognises its session cookie, so that
 ``/whoami``, ``/roster`` and ``/subscribe`` work for a signed-in browser as they do for a
-bearer token (reporting activity is a runner's act and takes the bearer token alone). The
-cookie counts only on requests from the page's own origin (``Origin``, ``Sec-Fetch-Site``):
-SameSite=Strict still lets a page on another port of the same host make the browser send
-it.
+bearer token (reporting activity is a runner's act and takes the bearer token alone).
+
+A session is two secrets: the cookie, and a key that the page keeps in its origin's
+``localStorage`` and sends with every request (the ``x-codex-presence-key`` header; for
+``/subscribe``, which ``EventSource`` opens without headers, ``?key=``). Cookies are not
+kept apart by port: a page on another port of this host is sent the cookie (and could keep
+it), and can plant one of its own — its author's session — so that the victim's page would
+show the attacker's roster as the victim's own. Storage is kept apart by origin, port
+included: that page can neither read the key nor set one, so neither a stolen nor a planted
+cookie is a session. The cookie also counts only on requests from the page's own origin
+(``Origin``, ``Sec-Fetch-Site``).
 
 Routes
 ------
 ``GET /``
     The live roster page (``static/roster.html``). Its script asks ``/whoami``; signed
-    out, it shows the sign-in form, signed in it opens ``EventSource('/subscribe?name=me')``
+    out, it shows the sign-in form, signed in it opens
+    ``EventSource('/subscribe?name=me&key=...')``
     and redraws rows from the ``roster``/``presence`` events (the privilege bucket it shows
     comes from the ``roster`` event: the page has no copy of the rule).
 ``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
     The page's own assets. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
 ``POST /session``
-    Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 204 with
-    a ``Set-Cookie`` on success; 401 for a wrong token. The cookie is HttpOnly (no script
-    can read it), SameSite=Strict (no other site can make the browser send it), Path=/,
-    and Secure when the request came over https. It holds a random session id that maps to
-    the member in the broker's :mod:`session store <codex_presence.broker.sessions>`: the
-    token never reaches the cookie jar. In memory (the default), a broker restart signs
-    everyone out; in the Redis that brokers share (``--redis``), nobody.
+    Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 200
+    ``{"name": member, "key": session key}`` with a ``Set-Cookie`` on success; 401 for a
+    wrong token. The cookie is HttpOnly (no script can read it), SameSite=Strict (no other
+    site can make the browser send it), Path=/, and Secure when the request came over
+    https. It holds a random session id that maps to the member (and the key) in the
+    broker's :mod:`session store <codex_presence.broker.sessions>`: the token never
+    reaches the browser's storage. In memory (the default), a broker restart signs everyone
+    out; in the Redis that brokers share (``--redis``), nobody.
 ``POST /session/logout``
-    Forget the session, expire the cookie and end the streams it opened (on every broker
-    sharing the sessions). 204. (A session that a member's 33rd sign-in pushes out ends its
-    streams at once too; one that expires, at their next event or keep-alive.)
+    With the session's key: forget the session and end the streams it opened (on every
+    broker sharing the sessions). Always: expire the cookie. 204. (A session that a
+    member's 33rd sign-in pushes out ends its streams at once too; one that expires, at
+    their next event or keep-alive.)
 
 Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
 the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
@@ -39,9 +49,12 @@ a victim in as the attacker.
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
@@ -50,6 +63,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from codex_presence._wire import SUBSCRIBE_PATH
 from codex_presence.broker.http import BodyRefused, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.sessions import (
@@ -62,11 +76,13 @@ from codex_presence.broker.sessions import (
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
 
-__all__ = ["COOKIE_NAME", "HIDE_DELAY", "SESSION_TTL", "WebRoster"]
+__all__ = ["COOKIE_NAME", "HIDE_DELAY", "KEY_HEADER", "SESSION_TTL", "SignedIn", "WebRoster"]
 
 logger = logging.getLogger("codex_presence.web")
 
 COOKIE_NAME = "codex_presence_session"
+KEY_HEADER = "x-codex-presence-key"
+"""The header that carries the session's key (``?key=`` on ``/subscribe``)."""
 HIDE_DELAY = 5.0
 """Seconds a hidden tab keeps its stream before letting go (the design's "few seconds")."""
 
@@ -89,6 +105,25 @@ _ASSETS = {
 
 def _asset(name: str) -> bytes:
     return resources.files("codex_presence.broker").joinpath("static", name).read_bytes()
+
+
+def _key_of(request: Request) -> str | None:
+    """The session key a request carries: in its header, or on ``/subscribe`` (which
+    ``EventSource`` opens without headers) in ``?key=``."""
+    key = request.headers.get(KEY_HEADER)
+    if key is None and request.url.path == SUBSCRIBE_PATH:
+        key = request.query_params.get("key")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """A new browser session: the cookie's value (the session id), the key the page
+    keeps, and whose it is."""
+
+    session_id: str
+    key: str
+    member: Member
 
 
 def _json(status: int, data: object, headers: dict[str, str] | None = None) -> Response:
@@ -133,28 +168,40 @@ class WebRoster:
 
     # -- sessions ----------------------------------------------------------------------
 
-    async def sign_in(self, token: str) -> tuple[str, Member] | None:
-        """A new session id for the member whose token this is, and the member; or None."""
+    async def sign_in(self, token: str) -> SignedIn | None:
+        """A new session for the member whose token this is, or None."""
         member = self.team.authenticate(token)
         if member is None:
             return None
-        return await self.sessions.create(WebSession(member.name)), member
+        key = secrets.token_urlsafe(32)
+        session_id = await self.sessions.create(WebSession(member.name, key=key))
+        return SignedIn(session_id, key, member)
 
-    async def sign_out(self, session_id: str) -> None:
+    async def sign_out(self, session_id: str, key: str) -> bool:
+        """End the session of ``session_id`` if ``key`` is its key; whether it did."""
+        if await self.member_of(session_id, key) is None:
+            return False
         await self.sessions.end(session_id)
+        return True
 
-    async def member_of(self, session_id: str) -> Member | None:
-        """The member a session id belongs to, or None (unknown or expired)."""
+    async def member_of(self, session_id: str, key: str) -> Member | None:
+        """The member of the session whose id and key these are, or None (unknown,
+        expired, or the key of another session)."""
         session = await self.sessions.get(session_id)
-        return None if session is None else self.team.member(session.member)
+        if session is None or not session.key:
+            return None
+        if not hmac.compare_digest(session.key.encode(), key.encode()):
+            return None
+        return self.team.member(session.member)
 
     async def authenticate(self, request: Request) -> Member | None:
-        """The broker :data:`~.state.Authenticator` for the session cookie, on requests
-        from the page's own origin only."""
+        """The broker :data:`~.state.Authenticator` for the session: its cookie and its
+        key, on requests from the page's own origin only."""
         session_id = request.cookies.get(COOKIE_NAME)
-        if not session_id or not self._same_origin(request):
+        key = _key_of(request)
+        if not session_id or not key or not self._same_origin(request):
             return None
-        return await self.member_of(session_id)
+        return await self.member_of(session_id, key)
 
     # -- HTTP --------------------------------------------------------------------------
 
@@ -222,12 +269,12 @@ class WebRoster:
         if signed_in is None:
             logger.info("web sign-in refused from %s", request.client)
             return _json(401, {"error": "that token is not a member's token"})
-        session_id, member = signed_in
-        logger.info("web sign-in: %s", member.name)
-        response = Response(status_code=204, headers=_SECURITY_HEADERS)
+        name = signed_in.member.name
+        logger.info("web sign-in: %s", name)
+        response = _json(200, {"name": name, "key": signed_in.key})
         response.set_cookie(
             COOKIE_NAME,
-            session_id,
+            signed_in.session_id,
             max_age=round(self.sessions.ttl),
             path="/",
             secure=self._secure(request),
@@ -240,8 +287,9 @@ class WebRoster:
         if self._cross_site(request):
             return _json(403, {"error": "cross-site sign-out refused"})
         session_id = request.cookies.get(COOKIE_NAME)
-        if session_id:
-            await self.sign_out(session_id)  # its streams end now (the store says so)
+        key = _key_of(request)
+        if session_id and key:
+            await self.sign_out(session_id, key)  # its streams end now (the store says so)
         response = Response(status_code=204, headers=_SECURITY_HEADERS)
         response.delete_cookie(
             COOKIE_NAME, path="/", secure=self._secure(request), httponly=True, samesite="strict"

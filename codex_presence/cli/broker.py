@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,7 +28,10 @@ CODEX_PRESENCE_REDIS rather than on the command line, which others can read.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE
+    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE, MIN_TTL
+    from codex_presence.broker.limits import BrokerLimits
+
+    max_connections = BrokerLimits().max_connections
 
     parser.epilog = _EPILOG
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -40,8 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_TTL,
         metavar="SECONDS",
-        help="how long a working/blocked report holds without a heartbeat "
-        f"(default: {DEFAULT_TTL:g})",
+        help="how long a working/blocked report holds without a heartbeat; runners learn it "
+        f"from GET /whoami and heartbeat at a third of it (default: {DEFAULT_TTL:g}, "
+        f"at least {MIN_TTL:g})",
     )
     parser.add_argument(
         "--keepalive",
@@ -49,6 +54,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=KEEPALIVE,
         metavar="SECONDS",
         help=f"SSE keep-alive comment interval (default: {KEEPALIVE:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=max_connections,
+        metavar="N",
+        help="open connections, SSE streams included; past it a new connection is answered "
+        f"503 and closed (default: {max_connections})",
     )
     parser.add_argument(
         "--redis",
@@ -88,9 +101,32 @@ def exposure_warning(host: str) -> str | None:
     )
 
 
+_SPARE_FILES = 64
+"""Open files the broker needs besides its connections: the listening socket, logs, …"""
+
+
+def _allow_open_files(connections: int, logger: logging.Logger) -> None:
+    """Raise the soft open-file limit to fit ``connections`` (as far as the hard limit
+    lets), so that the cap, not the system's accept() failing, is what refuses them."""
+    import resource
+
+    need = connections + _SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        if raised < need:
+            logger.warning(
+                "the open-file limit (%d) is below --max-connections + %d: connections "
+                "past about %d fail to be accepted (raise `ulimit -n`)",
+                hard,
+                _SPARE_FILES,
+                hard - _SPARE_FILES,
+            )
+
+
 def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionStore]:
     """The Redis store and session store of ``--redis``."""
-    import logging
     import sys
     from urllib.parse import urlsplit
 
@@ -128,13 +164,15 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
     import socket
     import sys
 
     import uvicorn
 
+    from codex_presence._wire import MIN_TTL, printable
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.limits import BrokerLimits
+    from codex_presence.broker.logs import route_server_logs
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError
@@ -143,13 +181,22 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence.cli.main import UsageError, setup_logging
 
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+    ours = logging.getLogger("codex_presence")
+    route_server_logs(ours.handlers[0], level=ours.level)  # uvicorn's too, no flood
     logger = logging.getLogger("codex_presence.broker")
-    if not args.activity_ttl > 0:
-        raise UsageError("--activity-ttl must be positive")
+    if not args.activity_ttl >= MIN_TTL:
+        raise UsageError(
+            f"--activity-ttl must be at least {MIN_TTL:g} s (got {args.activity_ttl:g}): "
+            "runners heartbeat at a third of it"
+        )
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
+    if args.max_connections < 1:
+        raise UsageError("--max-connections must be at least 1")
+    limits = BrokerLimits(max_connections=args.max_connections)
+    _allow_open_files(args.max_connections, logger)
     try:
         if args.team:
             team = load_team(args.team)
@@ -171,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("%s", warning)
 
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
-    web = WebRoster(team=team, sessions=sessions)  # the page at / and its session cookie
+    web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
     broker = Broker(
         team=team,
         store=store,
@@ -179,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         authenticators=[web.authenticate],
     )
-    app = create_app(broker, routes=web.routes(broker))
+    app = create_app(broker, limits=limits, routes=web.routes(broker))
 
     try:
         sock = listen_socket(args.host, args.port)
@@ -192,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     def announce() -> None:
         sys.stderr.write(
             f"codex-presence broker: listening on {url} "
-            f"(team {team.name}, {len(team.members)} members)\n"
+            f"(team {printable(team.name)}, {len(team.members)} members)\n"
         )
         sys.stderr.flush()
 
@@ -205,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     try:
-        BrokerServer(config, broker=broker, on_started=announce).run(sockets=[sock])
+        BrokerServer(config, broker=broker, limits=limits, on_started=announce).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:

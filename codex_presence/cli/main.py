@@ -33,7 +33,9 @@ __all__ = ["main"]
 _COMMANDS: dict[str, str] = {
     "wrap": "codex_presence.cli.wrap",
     "claude": "codex_presence.cli.claude",
+    "codex": "codex_presence.cli.codex",
     "replay": "codex_presence.cli.replay",
+    "doctor": "codex_presence.cli.doctor",
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
     "roster": "codex_presence.cli.roster",
@@ -47,7 +49,9 @@ working or blocked?
 
   wrap     put codex-presence in front of `codex app-server` (a byte-exact stdio proxy)
   claude   put codex-presence in front of `claude` (its hooks, to a loopback server)
+  codex    run the codex TUI in your terminal, its app-server traffic read on the way
   replay   print the state timeline of a recorded session
+  doctor   check that codex-presence classifies everything your codex can send
   broker   run the reference presence broker (with the live roster page at /)
   team     make a team file with fresh member tokens
   roster   print the team roster from a broker, once or live

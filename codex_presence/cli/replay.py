@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from codex_presence.cli.main import UsageError
+    from codex_presence.core.codex import CodexMapping
 
     if args.speed is not None and not args.speed > 0:
         raise UsageError("--speed must be a positive number")
@@ -90,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
             )
         if builder.oversized:
             sys.stderr.write(f"{say} {builder.oversized} line(s) over 16 MiB, not analysed\n")
+        mapping = builder.mapping
+        unknowns = mapping.unknowns if isinstance(mapping, CodexMapping) else set()
+        for unknown in sorted(unknowns, key=lambda u: (u.kind, u.name)):
+            sys.stderr.write(
+                f"{say} a {unknown.kind} this codex-presence does not know: {unknown.name!r}\n"
+            )
         stats = builder.mapping.stats
         if stats.lines and stats.not_json == stats.lines:
             sys.stderr.write(f"{say} no line is JSON: not a recording or app-server output?\n")

@@ -46,7 +46,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from codex_presence.broker.team import TeamError, new_token
-    from codex_presence.broker.team_file import parse_member_spec, render_team, write_team
+    from codex_presence.broker.team_file import (
+        parse_member_spec,
+        refuse_control_characters,
+        render_team,
+        write_team,
+    )
     from codex_presence.cli.main import UsageError
 
     try:
@@ -59,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"member(s) given twice: {', '.join(dupes)}")
     if not args.team_name.strip():
         raise UsageError("--team must not be empty")
+    try:
+        refuse_control_characters(args.team_name, "--team")
+    except TeamError as exc:
+        raise UsageError(str(exc)) from None
     members = [(name, role, new_token()) for name, role in specs]
     try:
         write_team(args.file, render_team(args.team_name, members), force=args.force)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from codex_presence._wire import ROSTER_PATH, WHOAMI_PATH, Whoami, parse_whoami
+from codex_presence._wire import ROSTER_PATH, WHOAMI_PATH, Whoami, parse_whoami, printable
 
 if TYPE_CHECKING:
     import httpx
@@ -73,7 +73,7 @@ async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response:
     if status in (401, 403):
         raise token_refused(client, status)
     if status != 200:
-        raise BrokerError(f"GET {path}: HTTP {status} {response.text[:200]}".rstrip())
+        raise BrokerError(f"GET {path}: HTTP {status} {printable(response.text[:200])}".rstrip())
     return response
 
 
@@ -83,7 +83,7 @@ def token_refused(client: httpx.AsyncClient, status: int) -> TokenRefused:
 
 
 def _not_a_broker(client: httpx.AsyncClient, response: httpx.Response, path: str) -> NotABroker:
-    kind = response.headers.get("content-type", "no content type")
+    kind = printable(response.headers.get("content-type", "no content type"))
     return NotABroker(
         f"GET {path}: {_where(client)} is not a codex-presence broker "
         f"(it answered {kind}, not a codex-presence broker's JSON)",

@@ -11,6 +11,10 @@ the CLI, the MCP tool and anything else print the same bytes::
 
 :func:`watch_text` is the human view of ``roster --watch``: the same lines with the
 activity after them (a spinner for working, "needs input" for blocked).
+
+Whatever text the broker sent is shown escaped (:func:`~codex_presence._wire.printable`):
+a name or title holding an escape sequence or a line break shows as what it is, and can
+neither forge a roster line nor act on the terminal.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from codex_presence._wire import privilege
+from codex_presence._wire import printable, privilege
 
 __all__ = ["SPINNER", "roster_line", "roster_text", "watch_text"]
 
@@ -27,14 +31,14 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 def roster_line(p: Mapping[str, Any], *, you: str | None = None) -> str:
     """One member's line of the agent-facing roster."""
-    parts = ["-", str(p["name"])]
+    parts = ["-", printable(str(p["name"]))]
     if you is not None and p["name"] == you:
         parts.append("(you)")
     role = p.get("role")
     if role:
         title = role.get("title")
         if title:
-            parts.append(f"[{title}]")
+            parts.append(f"[{printable(str(title))}]")
         bucket = privilege(role.get("permissions") or ())
         if bucket:
             parts.append(f"[{bucket}]")
@@ -45,7 +49,7 @@ def roster_line(p: Mapping[str, Any], *, you: str | None = None) -> str:
 
 def roster_text(team: str, presences: Iterable[Mapping[str, Any]], *, you: str | None) -> str:
     """The design's exact agent-facing roster, without a final newline."""
-    lines = [f"team {team} roster:"]
+    lines = [f"team {printable(team)} roster:"]
     lines.extend(roster_line(p, you=you) for p in presences)
     return "\n".join(lines)
 
@@ -55,7 +59,7 @@ def watch_text(
 ) -> str:
     """The roster with each member's activity: a spinner for working, "needs input" for
     blocked, nothing for idle (the design's web roster, in a terminal)."""
-    lines = [f"team {team} roster:"]
+    lines = [f"team {printable(team)} roster:"]
     for p in presences:
         line = roster_line(p, you=you)
         activity = p.get("activity")

@@ -32,6 +32,7 @@ from codex_presence._wire import (
     ROSTER_EVENT,
     SILENT_STREAM_TIMEOUT,
     SUBSCRIBE_PATH,
+    printable,
 )
 from codex_presence.core.backoff import Backoff, reconnect_backoff
 
@@ -121,7 +122,8 @@ class RosterStream:
                     return f"the broker refused the subscription (HTTP {status}); not retrying"
                 if status != 200:
                     await source.response.aread()
-                    return f"subscribe: HTTP {status} {source.response.text[:200]}".rstrip()
+                    text = printable(source.response.text[:200])
+                    return f"subscribe: HTTP {status} {text}".rstrip()
                 self.connects += 1
                 self._backoff.reset()
                 self._set(ConnectionState.ONLINE)

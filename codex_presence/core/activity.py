@@ -87,6 +87,16 @@ class ActivitySignal:
     def keys(self, kind: HandleKind) -> Iterator[HandleKey]:
         return iter(tuple(self._handles[kind]))
 
+    def subscopes(self, scope: Hashable) -> set[Hashable]:
+        """The second element of every open key that starts with ``scope``, of any kind
+        (by the keys' convention: the turns of a thread)."""
+        return {
+            key[1]
+            for handles in self._handles.values()
+            for key in handles
+            if key[0] == scope and len(key) > 1
+        }
+
     # -- writing -------------------------------------------------------------------------
 
     def open(self, kind: HandleKind, key: HandleKey) -> None:

@@ -10,71 +10,118 @@ its responses to the server's requests). Request ids are per direction: the serv
 its own from 0, just like many clients do, so a client *response* is matched only against
 *server* requests.
 
-The rules (codex 0.169.0; see ``shared/codex-app-server-protocol.md`` §2, §5–7):
+The rules (codex 0.169.0 and 0.171.0; ``shared/codex-app-server-protocol.md`` §2, §5–7, §11):
 
-* ``turn/started`` opens a turn handle ``(thread, turn)``; ``turn/completed`` (completed,
-  interrupted or failed) closes it and every tool and request of that turn, and marks the
-  turn *ended*. ``turn/start`` from the client opens nothing: on a busy thread it steers.
-* ``item/started`` of a tool item (:data:`TOOL_ITEM_TYPES`) opens a tool handle
-  ``(thread, turn, item)``; ``item/completed`` closes it. Item events of an ended turn are
-  ignored, so a command left running after an interrupt cannot pin "working".
-* A human-facing server request (:data:`BLOCKING_REQUESTS`) opens a blocked handle. The
-  client's response to its id, ``serverRequest/resolved``, or the end of its turn closes
-  it. Automatic requests (``item/tool/call``, …) are remembered but never block.
+* ``turn/started`` opens a turn. A thread runs one turn at a time, so it also ends every
+  other open turn of that thread, with its tools and requests, and no older turn of it can
+  be revived any more — the recovery when ``turn/completed`` was lost and the thread's idle
+  status too (openai/codex #28495, #35810, #35847). ``turn/start`` from the client opens
+  nothing: on a busy thread it steers.
+* ``turn/completed`` (completed, interrupted or failed) ends every open turn of its thread
+  — the one it names and any other (one turn at a time) — with all their tools and requests,
+  and the thread's waiting flags. It is the end of the thread's work whatever arrives late:
+  the turn's other events are then ignored, e.g. an interrupted command's ``item/completed``
+  (protocol §6.7).
+* ``item/started`` of a tool item (:data:`TOOL_ITEM_TYPES`) opens a tool; its
+  ``item/completed`` closes it. An item of an ended turn opens nothing, unless:
+* **Revival.** A new ``item/started``, of *any* item type, on a turn that ended normally
+  (``turn/completed`` with status ``completed``) or that its thread's idle status ended
+  (or a ``turn/completed`` naming another turn of its thread), reopens that turn: codex goes
+  on with new root items on the same turn id after ``turn/completed``, for minutes, then
+  completes it again or goes idle (get-bb/bb #1646, PRs #1697 and #2141); and the idle status
+  can come while the turn's work goes on (multica-ai/multica PR #1771). ``item/completed``
+  never revives, and nothing revives an interrupted or failed turn (the fix of bb #1697
+  excludes them), a turn the thread's ``systemError``/``notLoaded`` status or
+  ``thread/closed`` ended, or a turn older than the thread's last ``turn/started``.
+* A human-facing server request (:data:`BLOCKING_REQUESTS`) opens a blocked handle, unless
+  its turn has ended. Automatic requests (``item/tool/call``, …) are remembered, so their
+  answers are known, but never block.
 * ``thread/status/changed`` is the server's own view of a thread. ``idle``, ``systemError``
-  and ``notLoaded`` (and ``thread/closed``) end every turn of that thread and close all its
+  and ``notLoaded`` (and ``thread/closed``) end every open turn of that thread with all its
   handles — the recovery when ``turn/completed`` never comes. ``active`` with the flag
   ``waitingOnApproval`` or ``waitingOnUserInput`` holds a blocked handle for the thread
   until a status without those flags arrives, so the server's flags and the requests agree.
+  ``active`` alone opens nothing.
+* A thread announced by ``thread/started`` with ``threadSource: "thread_title"`` (the side
+  thread the TUI runs to name a session, ``docs/codex-tui.md`` §9) never counts: its turns,
+  items and requests open nothing, and whatever it had open closes.
 * The member's state is the union over every thread (subagent threads included; they
-  need no ``thread/started``). End of stream closes everything.
+  need no ``thread/started``).
+
+Every handle, and the events that close it (so a stuck "working" cannot happen):
+
+* **turn** ``(thread, turn)`` — opened by ``turn/started`` or a reviving ``item/started``;
+  closed by any ``turn/completed`` on its thread, a ``turn/started`` of another turn on its
+  thread, the thread's ``idle``/``systemError``/``notLoaded`` status, ``thread/closed``,
+  ``thread/started`` announcing a title thread, end of stream.
+* **tool** ``(thread, turn, item)`` — opened by ``item/started`` of a tool item; closed by
+  its ``item/completed``, and by everything that closes its turn (above).
+* **request** ``(thread, turn, "request", id)`` — opened by a blocking server request;
+  closed by the client's response to its id, ``serverRequest/resolved``, everything that
+  closes its turn (a request without a turn: everything above that ends every turn of its
+  thread), being the oldest of more than 4,096 pending requests, end of stream.
+* **waiting flags** ``(thread, None, "flags")`` — opened by an ``active`` status with a
+  waiting flag; closed by a status without one, and by everything that closes a turn of its
+  thread, end of stream.
 
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
-wrong shape — is ignored and counted in :class:`MappingStats`, never fatal.
-
-The vocabulary these rules read (item types, request kinds, statuses, the methods that
-matter) is :mod:`codex_presence.core.codex_protocol`'s.
+wrong shape — is ignored and counted in :class:`MappingStats`, never fatal. A server request
+method, item type, thread status or flag that :mod:`codex_presence.core.codex_protocol`
+does not classify is also reported once, to ``on_unknown`` (codex changed: ``doctor`` says
+more). A bug in a handler is logged with its traceback (:mod:`codex_presence.core.router`)
+and counted as ``internal_errors``; the next message is handled as usual.
 
 Hot path: most app-server lines are deltas. :meth:`CodexMapping.feed_line` looks at the
 first bytes of a server line (codex writes ``{"method":"…"`` first) and skips the line
 unparsed unless its method can change the state; only those reach ``orjson.loads`` and the
-jsonrpcserver dispatch, whose per-message cost is two orders of magnitude higher.
+jsonrpcserver dispatch, whose per-message cost is two orders of magnitude higher. A passive
+item's ``item/started`` is parsed only when the line holds the id of a turn it would revive
+(one bytes search per revivable turn, usually none or one).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from jsonrpcserver import JsonRpcError, Success
-from jsonrpcserver.dispatcher import dispatch_request
-from jsonrpcserver.request import Request
-from jsonrpcserver.sentinels import NOID
 
 from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
 from codex_presence.core.codex_protocol import (
+    ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
     MESSAGE_START,
+    OTHER_FLAGS,
+    PASSIVE_ITEM_STARTS,
+    PASSIVE_ITEM_TYPES,
     STATE_METHODS,
     THREAD_ENDING_STATUSES,
+    TITLE_THREAD_SOURCE,
     TOOL_ITEM_TYPES,
     WAITING_FLAGS,
     Direction,
     skips_unparsed,
 )
+from codex_presence.core.codex_turns import TurnMemory
+from codex_presence.core.router import (
+    Outcome,
+    Router,
+    WrongShape,
+    object_param,
+    request_id_param,
+    str_param,
+)
 
-__all__ = ["CodexMapping", "Direction", "MappingStats"]
+__all__ = ["CodexMapping", "Direction", "MappingStats", "Unknown"]
 
 logger = logging.getLogger("codex_presence.codex")
 
-_MAX_ENDED_TURNS = 4096
 _MAX_PENDING_REQUESTS = 4096
+_MAX_UNKNOWNS = 64
 
 
 @dataclass(slots=True)
@@ -86,9 +133,23 @@ class MappingStats:
     dispatched: int = 0
     not_json: int = 0
     wrong_shape: int = 0
+    internal_errors: int = 0
+    """Messages a handler failed on (a bug; logged with its traceback)."""
     unknown_status: int = 0
     unknown_response: int = 0
     late_events: int = 0
+    revived: int = 0
+    """Ended turns reopened by a new ``item/started``."""
+    title_thread_events: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """A name this version of the mapping does not classify, seen on the wire."""
+
+    kind: str
+    """``server request method``, ``item type``, ``thread status`` or ``active flag``."""
+    name: str
 
 
 @dataclass(slots=True)
@@ -99,47 +160,22 @@ class _PendingRequest:
     blocking: bool
 
 
-class _WrongShape(JsonRpcError):
-    """Raised by a handler for params of the wrong type; jsonrpcserver turns it into an
-    error result quietly (no traceback), and the mapping counts it."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(code=-32602, message=why)
-
-
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise _WrongShape(f"{what} is not a string")
-    return value
-
-
-def _obj(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise _WrongShape(f"{what} is not an object")
-    return value
-
-
-def _request_id(value: object) -> Hashable:
-    # bool is an int subclass; a JSON id is an integer or a string, nothing else.
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise _WrongShape("request id is neither integer nor string")
-    return value
-
-
 @dataclass
 class CodexMapping:
     """Feeds an :class:`ActivitySignal` from codex app-server traffic."""
 
     signal: ActivitySignal = field(default_factory=ActivitySignal)
     stats: MappingStats = field(default_factory=MappingStats)
+    on_unknown: Callable[[Unknown], object] | None = None
+    """Called once per unclassified name seen (wrap logs it); must not block."""
+    unknowns: set[Unknown] = field(default_factory=set)
     _pending: OrderedDict[Hashable, _PendingRequest] = field(default_factory=OrderedDict)
-    _ended_turns: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
-    _current_id: Hashable = None
-    _handled: bool = False
+    _turns: TurnMemory = field(default_factory=TurnMemory)
+    _current_id: object = None
     _cause: str = ""
 
     def __post_init__(self) -> None:
-        self._methods = self._build_routes()
+        self._router = Router(_routes())
 
     # -- public --------------------------------------------------------------------------
 
@@ -160,7 +196,9 @@ class CodexMapping:
             self.stats.not_json += 1
             return None
         if direction == "server":
-            if skips_unparsed(line):
+            if skips_unparsed(line) or (
+                line.startswith(PASSIVE_ITEM_STARTS) and not self._turns.may_revive(line)
+            ):
                 self.stats.skipped += 1
                 return None
         elif not self._pending:
@@ -205,29 +243,38 @@ class CodexMapping:
             self.stats.wrong_shape += 1
             return None
         if method not in STATE_METHODS:
+            if "id" in message:  # a request: every one the server sends must be classified
+                self._unknown("server request method", method)
             self.stats.skipped += 1  # deltas, usage, warnings, unknown methods: no state
             return None
-        return self._dispatch(method, message)
-
-    def _dispatch(self, method: str, message: dict[str, Any]) -> Transition | None:
-        self.stats.dispatched += 1
-        self._current_id = message.get("id")
-        self._handled = False
-        self._cause = method
-        # jsonrpcserver's own routing step (method lookup, argument binding, the call, and
-        # errors turned into results). Its outer layers parse and validate JSON-RPC 2.0
-        # text, which codex is not and which is already parsed here, so they are skipped.
         params = message.get("params")
-        if params is not None and not isinstance(params, dict):
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):
             self.stats.wrong_shape += 1
             return None
-        request = Request(method, params or {}, message.get("id", NOID))
-        dispatch_request(self._methods, self, request)
-        if not self._handled:
+        if self._turns.title_threads and self._turns.is_ignored(params.get("threadId")):
+            self.stats.title_thread_events += 1
+            return None
+        if method == "item/started" and self._turns.revives_nothing(params):
+            self.stats.skipped += 1
+            return None
+        return self._dispatch(method, message.get("id"), params)
+
+    def _dispatch(
+        self, method: str, request_id: object, params: dict[str, Any]
+    ) -> Transition | None:
+        self.stats.dispatched += 1
+        self._current_id = request_id
+        self._cause = method
+        outcome = self._router.route(self, method, params)
+        if outcome is Outcome.WRONG_SHAPE:
             self.stats.wrong_shape += 1
             logger.debug("ignored %s of the wrong shape", method)
             return None
-        return self.signal.commit(self._cause)
+        if outcome is Outcome.INTERNAL_ERROR:
+            self.stats.internal_errors += 1
+        return self.signal.commit(method)
 
     def _client_response(self, message: dict[str, Any]) -> Transition | None:
         request_id = message["id"]
@@ -243,67 +290,51 @@ class CodexMapping:
             self.signal.close(HandleKind.BLOCK, self._request_key(request_id, pending))
         return self.signal.commit("response")
 
-    def _build_routes(self) -> dict[str, Any]:
-        routes: dict[str, Any] = {
-            "turn/started": _on_turn_started,
-            "turn/completed": _on_turn_completed,
-            "item/started": _on_item_started,
-            "item/completed": _on_item_completed,
-            "thread/status/changed": _on_thread_status_changed,
-            "thread/closed": _on_thread_closed,
-            "serverRequest/resolved": _on_server_request_resolved,
-        }
-        for name in BLOCKING_REQUESTS:
-            routes[name] = _on_blocking_request
-        for name in ("execCommandApproval", "applyPatchApproval"):
-            routes[name] = _on_legacy_blocking_request
-        for name in AUTOMATIC_REQUESTS:
-            routes[name] = _on_automatic_request
-        for handler in set(routes.values()):
-            # jsonrpcserver checks arguments with inspect.signature() on every dispatch;
-            # a precomputed __signature__ is what inspect returns first, at no cost.
-            handler.__signature__ = inspect.signature(handler)
-        return routes
+    def _unknown(self, kind: str, name: str) -> None:
+        """Report, once, a name the vocabulary does not classify."""
+        unknown = Unknown(kind, name)
+        if unknown in self.unknowns or len(self.unknowns) >= _MAX_UNKNOWNS:
+            return
+        self.unknowns.add(unknown)
+        if self.on_unknown is not None:
+            try:
+                self.on_unknown(unknown)
+            except Exception:  # the report is a courtesy; the state must not suffer
+                logger.exception("on_unknown failed for %s %r", kind, name)
 
     # -- state helpers used by the handlers ------------------------------------------------
 
-    def _is_ended(self, thread: str, turn: str) -> bool:
-        return (thread, turn) in self._ended_turns
+    def _open_turns(self, thread: str) -> set[str]:
+        """The turns of ``thread`` that hold a handle (a turn, a tool or a request)."""
+        return {turn for turn in self.signal.subscopes(thread) if isinstance(turn, str)}
 
-    def _end_turn(self, thread: str, turn: str) -> None:
-        self._ended_turns[(thread, turn)] = None
-        if len(self._ended_turns) > _MAX_ENDED_TURNS:
-            self._ended_turns.popitem(last=False)
-        self.signal.close_scope(thread, turn)
-        # The server clears its waiting flags when a turn ends, before turn/completed.
-        self.signal.close_scope(thread, None, "flags", kinds=(HandleKind.BLOCK,))
-        self._forget_requests(lambda p: p.thread == thread and p.turn == turn)
-
-    def _end_thread(self, thread: str) -> None:
-        turns = {
-            key[1] for kind in HandleKind for key in self.signal.keys(kind) if key[0] == thread
-        }
-        for turn in turns:
-            if isinstance(turn, str):
-                self._ended_turns[(thread, turn)] = None
-        while len(self._ended_turns) > _MAX_ENDED_TURNS:
-            self._ended_turns.popitem(last=False)
+    def _end_thread_work(self, thread: str, *, revivable: bool) -> None:
+        """End every open turn of ``thread`` and close all its handles (its waiting flags
+        and requests without a turn too). ``revivable``: the turns that were open may be
+        reopened by a new item; else none of the thread's may."""
+        turns = self._open_turns(thread)
+        self._turns.end(thread, turns)
+        if revivable:
+            self._turns.allow_revival(thread, turns)
+        else:
+            self._turns.forbid_revival(thread)
         self.signal.close_scope(thread)
         self._forget_requests(lambda p: p.thread == thread)
 
-    def _forget_requests(self, doomed: Any) -> None:
+    def _forget_requests(self, doomed: Callable[[_PendingRequest], bool]) -> None:
         for request_id in [rid for rid, p in self._pending.items() if doomed(p)]:
             del self._pending[request_id]
 
     def _request_key(self, request_id: Hashable, pending: _PendingRequest) -> tuple[Hashable, ...]:
         return (pending.thread, pending.turn, "request", request_id)
 
-    def _add_request(self, method: str, thread: str | None, turn: str | None) -> None:
-        request_id = _request_id(self._current_id)
+    def _add_request(self, thread: str | None, turn: str | None) -> None:
+        method = self._cause
+        request_id = request_id_param(self._current_id)
         blocking = method in BLOCKING_REQUESTS
-        if blocking and thread is not None and turn is not None and self._is_ended(thread, turn):
+        ended = thread is not None and turn is not None and self._turns.is_ended(thread, turn)
+        if blocking and ended:
             self.stats.late_events += 1
-            self._handled = True
             return
         pending = _PendingRequest(method=method, thread=thread, turn=turn, blocking=blocking)
         self._pending[request_id] = pending
@@ -311,7 +342,6 @@ class CodexMapping:
             self._drop_oldest_request()
         if blocking:
             self.signal.open(HandleKind.BLOCK, self._request_key(request_id, pending))
-        self._handled = True
 
     def _drop_oldest_request(self) -> None:
         request_id, pending = self._pending.popitem(last=False)
@@ -323,81 +353,107 @@ class CodexMapping:
         pending = self._pending.pop(request_id, None)
         if pending is not None and pending.blocking:
             self.signal.close(HandleKind.BLOCK, self._request_key(request_id, pending))
-        self._handled = True
 
 
-# -- handlers: jsonrpcserver calls these with the mapping as context and params as kwargs --
+# -- handlers: the router calls these with the mapping first and the params as keywords ----
 
 
-def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: object) -> Any:
-    thread = _str(threadId, "threadId")
-    turn_id = _str(_obj(turn, "turn").get("id"), "turn.id")
-    if m._is_ended(thread, turn_id):
+def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
+    thread = str_param(threadId, "threadId")
+    turn_id = str_param(object_param(turn, "turn").get("id"), "turn.id")
+    if m._turns.is_ended(thread, turn_id):
         m.stats.late_events += 1
+        return
+    older = m._open_turns(thread) - {turn_id}
+    if older:  # a thread runs one turn at a time: its completion was lost
+        m._turns.end(thread, older)
+        for other in older:
+            m.signal.close_scope(thread, other)
+        m.signal.close_scope(thread, None, "flags", kinds=(HandleKind.BLOCK,))
+        m._forget_requests(lambda p: p.thread == thread and p.turn in older)
+    m._turns.forbid_revival(thread)
+    m.signal.open(HandleKind.TURN, (thread, turn_id))
+
+
+def _on_turn_completed(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
+    thread = str_param(threadId, "threadId")
+    body = object_param(turn, "turn")
+    turn_id = str_param(body.get("id"), "turn.id")
+    # Whatever was open ends, and may be revived: the named turn only if it completed
+    # normally, any other because it ended by inference (one turn at a time).
+    m._end_thread_work(thread, revivable=True)
+    m._turns.end(thread, [turn_id])
+    if body.get("status") == "completed":
+        m._turns.allow_revival(thread, [turn_id])
     else:
-        m.signal.open(HandleKind.TURN, (thread, turn_id))
-    m._handled = True
-    return Success()
-
-
-def _on_turn_completed(m: CodexMapping, threadId: object, turn: object, **_: object) -> Any:
-    thread = _str(threadId, "threadId")
-    turn_id = _str(_obj(turn, "turn").get("id"), "turn.id")
-    m._end_turn(thread, turn_id)
-    m._handled = True
-    return Success()
+        m._turns.forbid_revival(thread, turn_id)
 
 
 def _item_key(threadId: object, turnId: object, item: object) -> tuple[str, str, str, str]:
-    body = _obj(item, "item")
+    body = object_param(item, "item")
     return (
-        _str(threadId, "threadId"),
-        _str(turnId, "turnId"),
-        _str(body.get("id"), "item.id"),
-        _str(body.get("type"), "item.type"),
+        str_param(threadId, "threadId"),
+        str_param(turnId, "turnId"),
+        str_param(body.get("id"), "item.id"),
+        str_param(body.get("type"), "item.type"),
     )
 
 
 def _on_item_started(
     m: CodexMapping, threadId: object, turnId: object, item: object, **_: object
-) -> Any:
+) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
-    m._handled = True
-    if item_type not in TOOL_ITEM_TYPES:
-        return Success()
-    if m._is_ended(thread, turn):
-        m.stats.late_events += 1
-        return Success()
-    m.signal.open(HandleKind.TOOL, (thread, turn, item_id))
-    return Success()
+    tool = item_type in TOOL_ITEM_TYPES
+    if not tool and item_type not in PASSIVE_ITEM_TYPES:
+        m._unknown("item type", item_type)  # treated as passive: it may revive, no more
+    if m._turns.is_ended(thread, turn):
+        if not m._turns.revive(thread, turn):
+            m.stats.late_events += 1
+            return
+        m.signal.open(HandleKind.TURN, (thread, turn))
+        m.stats.revived += 1
+    if tool:
+        m.signal.open(HandleKind.TOOL, (thread, turn, item_id))
 
 
 def _on_item_completed(
     m: CodexMapping, threadId: object, turnId: object, item: object, **_: object
-) -> Any:
+) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
-    m._handled = True
     if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
         m.signal.close(HandleKind.TOOL, (thread, turn, item_id))
-    elif m._is_ended(thread, turn):
+    elif m._turns.is_ended(thread, turn):
         m.stats.late_events += 1
-    return Success()
+
+
+def _on_thread_started(m: CodexMapping, thread: object, **_: object) -> None:
+    body = object_param(thread, "thread")
+    if body.get("threadSource") != TITLE_THREAD_SOURCE:
+        return
+    thread_id = str_param(body.get("id"), "thread.id")
+    m._end_thread_work(thread_id, revivable=False)  # it comes first, but if anything came before
+    m._turns.ignore_thread(thread_id)
 
 
 def _on_thread_status_changed(
     m: CodexMapping, threadId: object, status: object, **_: object
-) -> Any:
-    thread = _str(threadId, "threadId")
-    body = _obj(status, "status")
-    kind = _str(body.get("type"), "status.type")
+) -> None:
+    thread = str_param(threadId, "threadId")
+    body = object_param(status, "status")
+    kind = str_param(body.get("type"), "status.type")
     flags_key = (thread, None, "flags")
     if kind in THREAD_ENDING_STATUSES:
-        m._end_thread(thread)
-    elif kind == "active":
+        m._end_thread_work(thread, revivable=kind == "idle")
+    elif kind == ACTIVE_STATUS:
         flags = body.get("activeFlags") or []
         if not isinstance(flags, list):
-            raise _WrongShape("status.activeFlags is not a list")
-        waiting = any(flag in WAITING_FLAGS for flag in flags if isinstance(flag, str))
+            raise WrongShape("status.activeFlags is not a list")
+        waiting = False
+        for flag in flags:
+            if flag in WAITING_FLAGS:
+                waiting = True
+            elif isinstance(flag, str) and flag not in OTHER_FLAGS:
+                m._unknown("active flag", flag)
         if waiting:
             if not m.signal.is_open(HandleKind.BLOCK, flags_key):
                 m.signal.open(HandleKind.BLOCK, flags_key)
@@ -405,35 +461,48 @@ def _on_thread_status_changed(
             m.signal.close(HandleKind.BLOCK, flags_key)
     else:
         m.stats.unknown_status += 1  # an unknown status type: leave the thread as it is
-    m._handled = True
-    return Success()
+        m._unknown("thread status", kind)
 
 
-def _on_thread_closed(m: CodexMapping, threadId: object, **_: object) -> Any:
-    m._end_thread(_str(threadId, "threadId"))
-    m._handled = True
-    return Success()
+def _on_thread_closed(m: CodexMapping, threadId: object, **_: object) -> None:
+    m._end_thread_work(str_param(threadId, "threadId"), revivable=False)
 
 
-def _on_server_request_resolved(m: CodexMapping, requestId: object, **_: object) -> Any:
-    m._resolve_request(_request_id(requestId))
-    return Success()
+def _on_server_request_resolved(m: CodexMapping, requestId: object, **_: object) -> None:
+    m._resolve_request(request_id_param(requestId))
 
 
 def _on_blocking_request(
     m: CodexMapping, threadId: object, turnId: object = None, **_: object
-) -> Any:
-    thread = _str(threadId, "threadId")
-    turn = None if turnId is None else _str(turnId, "turnId")
-    m._add_request(m._cause, thread, turn)
-    return Success()
+) -> None:
+    thread = str_param(threadId, "threadId")
+    m._add_request(thread, None if turnId is None else str_param(turnId, "turnId"))
 
 
-def _on_legacy_blocking_request(m: CodexMapping, conversationId: object, **_: object) -> Any:
-    m._add_request(m._cause, _str(conversationId, "conversationId"), None)
-    return Success()
+def _on_legacy_blocking_request(m: CodexMapping, conversationId: object, **_: object) -> None:
+    m._add_request(str_param(conversationId, "conversationId"), None)
 
 
-def _on_automatic_request(m: CodexMapping, threadId: object = None, **_: object) -> Any:
-    m._add_request(m._cause, threadId if isinstance(threadId, str) else None, None)
-    return Success()
+def _on_automatic_request(m: CodexMapping, threadId: object = None, **_: object) -> None:
+    m._add_request(threadId if isinstance(threadId, str) else None, None)
+
+
+def _routes() -> dict[str, Callable[..., None]]:
+    routes: dict[str, Callable[..., None]] = {
+        "turn/started": _on_turn_started,
+        "turn/completed": _on_turn_completed,
+        "item/started": _on_item_started,
+        "item/completed": _on_item_completed,
+        "thread/started": _on_thread_started,
+        "thread/status/changed": _on_thread_status_changed,
+        "thread/closed": _on_thread_closed,
+        "serverRequest/resolved": _on_server_request_resolved,
+    }
+    for name in BLOCKING_REQUESTS:
+        routes[name] = _on_blocking_request
+    for name in ("execCommandApproval", "applyPatchApproval"):
+        routes[name] = _on_legacy_blocking_request
+    for name in AUTOMATIC_REQUESTS:
+        routes[name] = _on_automatic_request
+    assert set(routes) == STATE_METHODS
+    return routes

@@ -1,12 +1,14 @@
-"""The codex app-server vocabulary that the activity mapping reads (codex 0.169.0).
+"""The codex app-server vocabulary that the activity mapping reads (codex 0.169.0, 0.171.0).
 
 Which item types are tools and which are passive, which server requests park a turn on a
-human and which the client answers by itself, the methods that can change the state, the
-thread statuses and flags that matter, and the bytes codex starts its lines with
+human and which the client answers by itself, the thread statuses and flags and how each
+is read, the methods that can change the state, and the bytes codex starts its lines with
 (:data:`METHOD_PREFIX`, :data:`RESPONSE_PREFIX`). :func:`skips_unparsed` is the one byte-level
 rule, shared by the mapping (:mod:`codex_presence.core.codex`) and the relay's pre-filter
-(:mod:`codex_presence.core.prefilter`), for which server lines cannot change the state. See
-``shared/codex-app-server-protocol.md`` §2, §5–7. Pure data and pure functions.
+(:mod:`codex_presence.core.prefilter`), for which server lines cannot change the state. The
+classification is also what ``codex-presence doctor`` checks a codex's schema against
+(:mod:`codex_presence.core.codex_schema`). See ``shared/codex-app-server-protocol.md``
+§2, §5–7, §11. Pure data and pure functions.
 """
 
 from __future__ import annotations
@@ -14,15 +16,20 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = [
+    "ACTIVE_STATUS",
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
     "ITEM_TYPE_PREFIX",
     "MESSAGE_START",
     "METHOD_PREFIX",
+    "OTHER_FLAGS",
+    "PASSIVE_ITEM_STARTS",
     "PASSIVE_ITEM_TYPES",
+    "REQUEST_ID_INFIX",
     "RESPONSE_PREFIX",
     "STATE_METHODS",
     "THREAD_ENDING_STATUSES",
+    "TITLE_THREAD_SOURCE",
     "TOOL_ITEM_TYPES",
     "WAITING_FLAGS",
     "Direction",
@@ -76,14 +83,22 @@ AUTOMATIC_REQUESTS: frozenset[str] = frozenset(
 
 THREAD_ENDING_STATUSES: frozenset[str] = frozenset({"idle", "systemError", "notLoaded"})
 """Thread statuses that end every turn of the thread: the server's own view."""
+ACTIVE_STATUS = "active"
+"""The one other thread status: a turn runs or a request waits; its flags say which."""
 WAITING_FLAGS: frozenset[str] = frozenset({"waitingOnApproval", "waitingOnUserInput"})
 """``activeFlags`` of an ``active`` thread that mean it waits on a human."""
+OTHER_FLAGS: frozenset[str] = frozenset()
+"""``activeFlags`` known to mean nothing for the state (none so far)."""
+TITLE_THREAD_SOURCE = "thread_title"
+"""``thread.threadSource`` of the side threads the TUI runs to title a session
+(``docs/codex-tui.md`` §4, §9): they never count."""
 STATE_METHODS: frozenset[str] = frozenset(
     {
         "turn/started",
         "turn/completed",
         "item/started",
         "item/completed",
+        "thread/started",
         "thread/status/changed",
         "thread/closed",
         "serverRequest/resolved",
@@ -106,7 +121,8 @@ PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
         "exitedReviewMode",
     }
 )
-"""Item types that open nothing (the turn covers them): their item events change no state."""
+"""Item types that open nothing (the turn covers them). Their ``item/completed`` changes no
+state; their ``item/started`` does only when it revives an ended turn."""
 
 MESSAGE_START = b"{"
 """The first byte of every message line that can matter, in either direction."""
@@ -114,22 +130,31 @@ METHOD_PREFIX = b'{"method":"'
 """How codex starts every notification and request line it writes: the method first."""
 RESPONSE_PREFIX = b'{"id":'
 """How codex starts every response line it writes: the id first."""
+REQUEST_ID_INFIX = b'","id":'
+"""What follows the method of a request codex writes: its id (a notification has params)."""
 _PREFIX_LEN = len(METHOD_PREFIX)
-_ITEM_METHODS_BYTES = frozenset({b"item/started", b"item/completed"})
 ITEM_TYPE_PREFIX = b'","params":{"item":{"type":"'
 """What follows an item event's method: ``item`` comes first in its params, ``type`` first
 in the item."""
 _PASSIVE_ITEM_TYPES_BYTES = frozenset(kind.encode() for kind in PASSIVE_ITEM_TYPES)
+PASSIVE_ITEM_STARTS: tuple[bytes, ...] = tuple(
+    METHOD_PREFIX + b"item/started" + ITEM_TYPE_PREFIX + kind + b'"'
+    for kind in sorted(_PASSIVE_ITEM_TYPES_BYTES)
+)
+"""How codex starts the ``item/started`` line of a passive item: the mapping parses one only
+when the line names a turn that such an item would revive."""
 
 
 def skips_unparsed(head: bytes) -> bool | None:
     """Whether :meth:`CodexMapping.feed_line` skips, unparsed, a server line that starts
     with ``head``; ``None`` while ``head`` is too short to tell.
 
-    Codex writes a message's ``method`` first (or ``id``, for its responses), and an item
-    event's ``item`` first with ``type`` first in it; a JSON string cannot hold an unescaped
-    quote, so these bytes can only be the message's own. Deltas, responses, usage updates
-    and the events of passive items are skipped this way — most of a session.
+    Codex writes a message's ``method`` first (or ``id``, for its responses), a request's
+    ``id`` right after its method, and an item event's ``item`` first with ``type`` first in
+    it; a JSON string cannot hold an unescaped quote, so these bytes can only be the
+    message's own. Deltas, responses, usage updates and the ``item/completed`` of passive
+    items are skipped this way — most of a session. A request of a method the mapping does
+    not know is not: the mapping reports it (codex changed).
 
     The leading-byte rule: a line that does not start with ``{`` (:data:`MESSAGE_START`) is
     skipped, whatever follows (codex writes no whitespace before a message, and neither do
@@ -151,11 +176,16 @@ def skips_unparsed(head: bytes) -> bool | None:
     if b"\\" in method:
         return False
     if method not in _STATE_METHODS_BYTES:
-        return True
-    if method not in _ITEM_METHODS_BYTES:
+        if head.startswith(REQUEST_ID_INFIX, end):
+            return False
+        # (compared only when short: a delta's whole line is never copied for it)
+        cut = len(head) - end < len(REQUEST_ID_INFIX) and REQUEST_ID_INFIX.startswith(head[end:])
+        return None if cut else True
+    if method != b"item/completed":
         return False
     if not head.startswith(ITEM_TYPE_PREFIX, end):
-        return None if ITEM_TYPE_PREFIX.startswith(head[end:]) else False
+        cut = len(head) - end < len(ITEM_TYPE_PREFIX) and ITEM_TYPE_PREFIX.startswith(head[end:])
+        return None if cut else False
     start = end + len(ITEM_TYPE_PREFIX)
     type_end = head.find(b'"', start)
     if type_end < 0:

@@ -44,6 +44,7 @@ from codex_presence.core.codex_protocol import (
     ITEM_TYPE_PREFIX,
     METHOD_PREFIX,
     PASSIVE_ITEM_TYPES,
+    REQUEST_ID_INFIX,
     RESPONSE_PREFIX,
     STATE_METHODS,
     TOOL_ITEM_TYPES,
@@ -88,27 +89,29 @@ HOT_SKIPPED_PREFIXES: tuple[bytes, ...] = (
     *(METHOD_PREFIX + m.encode() + b'"' for m in _HOT_SKIPPED_METHODS),
     RESPONSE_PREFIX,
     *(
-        METHOD_PREFIX + b"item/" + event + ITEM_TYPE_PREFIX + kind.encode() + b'"'
+        METHOD_PREFIX + b"item/completed" + ITEM_TYPE_PREFIX + kind.encode() + b'"'
         for kind in sorted(PASSIVE_ITEM_TYPES)
-        for event in (b"started", b"completed")
     ),
     METHOD_PREFIX + b'thread/tokenUsage/updated"',
     METHOD_PREFIX + b'account/rateLimits/updated"',
 )
 """Server-line prefixes whose lines cannot change the state, most frequent first. Each
-ends at a closing quote (or is ``{"id":``). Most are methods ``feed_line`` skips unparsed;
-the item events of passive item types (codex writes ``"item"`` first in ``params`` and
-``"type"`` first in the item) are parsed by the mapping only to change nothing."""
+ends at a closing quote (or is ``{"id":``): methods (notifications: codex sends none of them
+as a request), and the ``item/completed`` of passive item types (codex writes ``"item"``
+first in ``params`` and ``"type"`` first in the item), that ``feed_line`` skips unparsed.
+A passive item's ``item/started`` is not among them: it revives a turn that ended, and
+``feed_line`` parses it only when it names such a turn."""
 
 
 def _skipped_after_brace() -> bytes:
     """A regular expression for what follows the ``{`` of a server line that cannot change
-    the state: a hot prefix, or any other method the mapping skips unparsed (one with no
-    escape in it that is not a state method; see ``skips_unparsed``)."""
+    the state: a hot prefix, or any other notification the mapping skips unparsed (a method
+    with no escape in it that is not a state method, not followed by a request's id; see
+    ``skips_unparsed``)."""
     hot = b"|".join(re.escape(prefix[1:]) for prefix in HOT_SKIPPED_PREFIXES)
     states = b"|".join(re.escape(m.encode()) for m in sorted(STATE_METHODS, key=len, reverse=True))
-    other = re.escape(METHOD_PREFIX[1:]) + b"(?!(?:" + states + b')")[^"\\\\\\n]*"'
-    return hot + b"|" + other
+    method = re.escape(METHOD_PREFIX[1:]) + b"(?!(?:" + states + b')")[^"\\\\\\n]*"'
+    return hot + b"|" + method + b"(?!" + re.escape(REQUEST_ID_INFIX[1:]) + b")"
 
 
 def candidate_starts(head: bytes = b"") -> re.Pattern[bytes]:

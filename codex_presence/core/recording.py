@@ -15,7 +15,12 @@ the lines they cut are left out whole); ``{"t": <seconds>, "from": …, "oversiz
 stands for a line too long to record (longer than the relay's ``max_line``: the relay did not
 analyse it either), and ``{"t": <seconds>, "closed": "gap"}`` says that the live analysis
 closed every handle there, after bytes it could not analyse (its start-up buffer overflowed;
-gap lines say which), so that the replay does too. :func:`encode_entry` writes a message line;
+gap lines say which), so that the replay does too. A session relayed over websocket
+connections (``codex-presence codex``) also has connection lines, ``{"t": <seconds>,
+"conn": <n>, "event": "open" | "hangup" | "lost"}``: client connection ``n`` (counted from
+1) was opened, ended by the client's close frame (a hang-up), or ended without one
+(dropped); its messages are message lines, one per websocket text message, and a reconnect
+is a new ``open``. :func:`encode_entry` writes a message line;
 :func:`read_entries` reads a file in either the recording format or plain app-server stdout
 (one message per line, no timestamps), telling them apart from the first line.
 
@@ -39,11 +44,14 @@ from codex_presence.core.codex_protocol import Direction
 
 __all__ = [
     "CLAUDE_SOURCES",
+    "CONNECTION_EVENTS",
+    "ConnectionEvent",
     "Entry",
     "RecordingFormat",
     "Source",
     "detect_format",
     "encode_closed",
+    "encode_connection",
     "encode_end",
     "encode_entry",
     "encode_entry_parts",
@@ -54,6 +62,9 @@ __all__ = [
 ]
 
 RecordingFormat = Literal["recording", "server-stdout"]
+ConnectionEvent = Literal["open", "hangup", "lost"]
+"""What a connection line says happened to a client connection."""
+CONNECTION_EVENTS: tuple[ConnectionEvent, ...] = ("open", "hangup", "lost")
 
 Source = Direction | ClaudeSource
 """A recording line's ``from``: a codex session's direction, or a Claude Code source."""
@@ -83,6 +94,8 @@ class Entry:
     """A gap line: bytes the recorder left out here (no message)."""
     closed: str | None = None
     """The live analysis closed every handle here, for this cause (no message)."""
+    connection: tuple[int, ConnectionEvent] | None = None
+    """A connection line: the client connection's number and what happened to it."""
 
 
 def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
@@ -93,15 +106,17 @@ def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
 def encode_entry_parts(t: float, direction: Source, line: bytes) -> tuple[bytes, ...]:
     """:func:`encode_entry` in parts whose concatenation is the recording line: a JSON
     line's bytes are one of them, uncopied (a writer with ``writelines`` never copies a
-    long line)."""
+    long line). A message with a newline inside (a websocket message may hold one) is kept
+    as ``raw``: embedded, it would split the recording's line."""
     body = line[:-1] if line.endswith(b"\n") else line
     head = b'{"t":%.6f,"from":"%s",' % (t, direction.encode())
-    try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
-        pass
-    else:
-        return head, b'"msg":', body, b"}\n"
+    if b"\n" not in body:
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return head, b'"msg":', body, b"}\n"
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -120,6 +135,11 @@ def encode_end(t: float) -> bytes:
 def encode_closed(t: float, cause: str) -> bytes:
     """The analysis closed every handle ``t`` seconds in, for ``cause`` (``gap``)."""
     return b'{"t":%.6f,"closed":%s}\n' % (t, orjson.dumps(cause))
+
+
+def encode_connection(t: float, connection: int, event: ConnectionEvent) -> bytes:
+    """A connection line: client connection ``connection`` was opened, hung up or lost."""
+    return b'{"t":%.6f,"conn":%d,"event":"%s"}\n' % (t, connection, event.encode())
 
 
 def encode_gap(t: float, direction: Source, size: int) -> bytes:
@@ -144,6 +164,15 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
         if isinstance(value.get("closed"), str) and len(value) == 2:
             return Entry(number, float(t), "server", None, closed=value["closed"])
+        conn, event = value.get("conn"), value.get("event")
+        if (
+            isinstance(conn, int)
+            and not isinstance(conn, bool)
+            and conn > 0
+            and event in CONNECTION_EVENTS
+            and len(value) == 3
+        ):
+            return Entry(number, float(t), "client", None, connection=(conn, event))
         return None
     gap = value.get("gap")
     if isinstance(gap, int) and not isinstance(gap, bool) and gap > 0 and len(value) == 3:

@@ -4,8 +4,11 @@ The design's rules ("Activity presence" in presence-design.md), as a state machi
 fed the derived state, the outcome of each POST and the time, and answers what to do next:
 
 * on every transition, POST the new state at once; while non-idle, re-POST every
-  ``heartbeat`` seconds so the broker's TTL never lapses mid-turn; on going idle, POST idle
-  once, then nothing — an idle member sends nothing at all;
+  ``heartbeat`` seconds so the broker's TTL never lapses mid-turn (a third of the TTL: 10 s
+  for the default 30 s, and whatever the broker says its TTL is, once it has said it); on
+  going idle, POST idle once, then nothing — an idle member sends nothing at all;
+* when the broker may have forgotten (the subscription reconnected: it may have
+  restarted empty), a non-idle state is re-sent at once, not at the next heartbeat;
 * one request in flight at a time; the latest state wins (states that were superseded while
   a request was in flight are never sent);
 * a failed POST is retried with capped exponential backoff and jitter for as long as what
@@ -26,7 +29,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from codex_presence._wire import DEFAULT_TTL, HEARTBEAT, ActivityState
+from codex_presence._wire import DEFAULT_TTL, HEARTBEAT, ActivityState, heartbeat_for
 from codex_presence.core.backoff import Backoff
 
 __all__ = ["Outcome", "Post", "ReportPolicy", "Wait"]
@@ -91,6 +94,21 @@ class ReportPolicy:
         if state is not self.truth:
             self._rejected = None  # a new state deserves a new try
         self.truth = state
+
+    def use_broker_ttl(self, ttl: float) -> None:
+        """The broker holds a report ``ttl`` seconds: heartbeat at a third of that."""
+        self.broker_ttl = ttl
+        self.heartbeat = heartbeat_for(ttl)
+
+    def resend(self) -> None:
+        """The broker may have forgotten what it held (it restarted): a non-idle truth is
+        sent at once, whatever the backoff said. Idle needs nothing: a broker that
+        forgot holds idle, and one that did not still gets whatever is pending."""
+        if self.stopped or self.truth is ActivityState.IDLE:
+            return
+        self.held = ActivityState.IDLE
+        self._retry_at = None
+        self.backoff.reset()
 
     def next_action(self, now: float) -> Post | Wait:
         """What to do at ``now``. Never a second Post while one is in flight."""

@@ -6,6 +6,9 @@ Both feeders replay: a codex session (``wrap``'s client and server lines) throug
 codex mapping, a Claude Code session (``claude``'s hooks, transcript and session file)
 through the Claude Code mapping, told apart by the first entry. The Claude Code mapping's
 timer fires between entries, at its deadline, as the live shell's would have.
+Connection lines (``codex-presence codex``) go through the same rule as live
+(:class:`~codex_presence.core.websocket.ClientLinks`): the client's hang-up closes the
+mapping.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
 from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 from codex_presence.core.recording import Entry
+from codex_presence.core.websocket import HANGUP, ClientLinks
 
 __all__ = ["Mapping", "TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
 
@@ -58,6 +62,7 @@ class TimelineBuilder:
         self._last_t: float | None = None
         self._timer_line: int | None = None
         """The line after which the Claude Code mapping's deadline last changed."""
+        self._links = ClientLinks()
 
     @property
     def mapping(self) -> Mapping:
@@ -84,13 +89,17 @@ class TimelineBuilder:
         if isinstance(mapping, ClaudeMapping):
             rows += self._feed_claude(mapping, entry)
             return rows
-        if (entry.size is not None and entry.size > self.max_line) or (
+        direction = cast(Direction, entry.direction)
+        if entry.connection is not None:
+            if not self._links.apply(*entry.connection):
+                return rows
+            transition = mapping.close(HANGUP)
+        elif (entry.size is not None and entry.size > self.max_line) or (
             entry.message is None and entry.raw is None  # only its size was recorded
         ):
             self.oversized += 1
             return rows
-        direction = cast(Direction, entry.direction)
-        if entry.message is None:
+        elif entry.message is None:
             assert entry.raw is not None
             transition = mapping.feed_line(direction, entry.raw)
         else:

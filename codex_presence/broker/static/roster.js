@@ -1,7 +1,10 @@
 // codex-presence web roster: sign-in, the live SSE subscription, and the rows.
 //
-// The page holds one EventSource('/subscribe?name=<me>') while the tab is visible; the
-// session cookie (HttpOnly, set by POST /session) authenticates it. When the tab is hidden
+// The page holds one EventSource('/subscribe?name=<me>&key=<key>') while the tab is
+// visible. A session is the cookie (HttpOnly, set by POST /session) and the key that
+// sign-in returns, kept in this origin's localStorage and sent with every request: a page
+// on another port of this host shares the cookie jar but not the storage, so it can neither
+// use a stolen cookie nor plant one of its own as the session. When the tab is hidden
 // for longer than the hide delay the stream is closed, so the member's `connected` drops;
 // showing the tab again reconnects. A brief tab-away never touches the stream.
 // Everything is drawn with textContent: nothing from the wire is parsed as HTML.
@@ -13,6 +16,8 @@
   const params = new URLSearchParams(location.search);
   const hideDelay = nonNegative(params.get('hideDelay'), nonNegative(body.dataset.hideDelay, 5000));
   const TICK_MS = 5000;            // how often "last active …" is redrawn
+  const KEY_ITEM = 'codexPresenceSessionKey';
+  const KEY_HEADER = 'x-codex-presence-key';
   const RETRY_MS = [1000, 2000, 5000, 10000, 30000];
 
   const state = {
@@ -24,9 +29,21 @@
     hideTimer: null,
     retryTimer: null,
     retries: 0,
+    key: sessionKey(),
   };
   // Read by tests and handy in the console: how often the stream was opened and closed.
   const stats = (window.codexPresence = { opens: 0, closes: 0, hideDelay });
+
+  function sessionKey() {
+    try { return localStorage.getItem(KEY_ITEM) || ''; } catch (err) { return ''; }
+  }
+
+  function setSessionKey(key) {
+    try {
+      if (key) localStorage.setItem(KEY_ITEM, key); else localStorage.removeItem(KEY_ITEM);
+    } catch (err) { /* storage refused: the session lasts as long as this page */ }
+    state.key = key;
+  }
 
   function nonNegative(text, fallback) {
     const n = Number(text);
@@ -165,7 +182,8 @@
     if (state.source || !state.me) return;
     clearTimeout(state.retryTimer);
     state.retryTimer = null;
-    const source = new EventSource('/subscribe?name=' + encodeURIComponent(state.me));
+    const query = new URLSearchParams({ name: state.me, key: state.key });
+    const source = new EventSource('/subscribe?' + query);
     state.source = source;
     stats.opens++;
     setStream('connecting', 'connecting…');
@@ -231,19 +249,31 @@
 
   // -- session ---------------------------------------------------------------------------
 
+  function signedOut() {
+    state.me = null;
+    disconnect('closed', 'signed out');
+    show('signin');
+  }
+
   async function start() {
+    state.key = state.key || sessionKey();  // signed in from another tab meanwhile?
+    if (!state.key) {
+      signedOut();  // no key: whatever cookie the jar holds is not this page's session
+      return;
+    }
     let response;
     try {
-      response = await fetch('/whoami', { credentials: 'same-origin', cache: 'no-store' });
+      response = await fetch('/whoami', {
+        credentials: 'same-origin', cache: 'no-store', headers: { [KEY_HEADER]: state.key },
+      });
     } catch (err) {
       setStream('offline', 'broker unreachable');
       retryLater();
       return;
     }
     if (response.status === 401) {
-      state.me = null;
-      disconnect('closed', 'signed out');
-      show('signin');
+      setSessionKey('');
+      signedOut();
       return;
     }
     if (!response.ok) {
@@ -276,8 +306,9 @@
         headers: { 'content-type': 'application/x-www-form-urlencoded' },
         body: new URLSearchParams({ token: $('token').value.trim() }),
       });
-      if (response.status === 204) {
+      if (response.status === 200) {
         $('token').value = '';
+        setSessionKey((await response.json()).key);
         await start();
         return;
       }
@@ -295,8 +326,12 @@
   $('sign-out').addEventListener('click', async () => {
     disconnect('closed', 'signed out');
     state.me = null;
+    const key = state.key;
+    setSessionKey('');
     try {
-      await fetch('/session/logout', { method: 'POST', credentials: 'same-origin' });
+      await fetch('/session/logout', {
+        method: 'POST', credentials: 'same-origin', headers: { [KEY_HEADER]: key },
+      });
     } finally {
       $('members').replaceChildren();
       show('signin');

@@ -1,0 +1,443 @@
+"""``codex-presence codex``'s session: the app-server, the relay and the TUI, and their ends.
+
+The TUI (``codex`` in a terminal) talks to an app-server over a websocket on a unix socket
+(``codex --remote unix://PATH``); :class:`TuiSession` puts :class:`~.ws_relay.WsRelay`
+between the two, so the codex mapping of ``wrap`` sees the traffic.
+
+The start (:meth:`TuiSession.start`) spawns both children at once, before anything slow is
+loaded, and waits for nothing: the TUI's own start overlaps with the app-server's.
+
+1. OUTER listening: 0600, in a private 0700 directory (:func:`private_directory`). The TUI
+   exits at once when its socket is missing or refuses; this one accepts from the start (the
+   kernel queues the connection until the relay serves it).
+2. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
+   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
+   session's) and environment, in a process group of its own, killed if we die. Its output
+   goes to a pipe and into our log, never to the terminal the TUI draws on.
+3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal, in our process group (the
+   terminal's foreground group, which a program reading the terminal must be in), sent
+   SIGTERM if we die.
+
+Then (:meth:`TuiSession.run`) the companions (the broker link) and the relay: a client
+connection that comes before INNER accepts waits for it.
+
+SIGINT, SIGTERM and SIGHUP are forwarded to the TUI (those that come while it starts, once
+it is there). The end comes with the first of:
+
+* **The TUI exits.** The mapping closes (the member is idle, cause ``eof``, whatever the
+  app-server is still running), then the app-server gets SIGTERM, and after ``grace``
+  seconds it and every process under it SIGKILL (it ignores SIGTERM while a turn runs, and
+  runs each command in a process group of its own). The status is the TUI's (128 + N for
+  signal N).
+* **The app-server exits, or does not listen within** ``ready_timeout``. The TUI would only
+  say "Reconnecting…" forever, so this is said on our log with the app-server's last
+  output, the mapping closes, the TUI gets SIGTERM (SIGKILL after ``grace``), and the
+  status is 1.
+
+A TUI ended by a signal leaves the terminal raw; it is put back
+(:class:`~.terminal.SavedTerminal`). The sockets, the private directory, and the socket and
+lock file that ``--listen`` makes behind INNER's symlink are removed at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import tempfile
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from codex_presence.agent.child import Child, ProcessTree, exit_status, spawn, wait_child
+from codex_presence.agent.recorder import Recorder, start_recorder
+from codex_presence.agent.relay import Companion, Observer, deliver, log_transition, log_unknown
+from codex_presence.agent.terminal import SavedTerminal
+from codex_presence.core.codex import CodexMapping
+
+if TYPE_CHECKING:
+    from codex_presence.agent.ws_relay import WsRelay
+
+__all__ = ["TuiSession", "private_directory"]
+
+logger = logging.getLogger("codex_presence.tui")
+
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_SUN_PATH_MAX = 107
+"""The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
+_LAST_OUTPUT_LINES = 20
+_ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
+"""The colours of the app-server's log lines: not for a log file."""
+
+
+class TuiSession:
+    """One TUI session through the relay: spawn, relay, forward signals, end, exit status.
+
+    ``observers`` and ``companions`` are wrap's (:class:`~.relay.Relay`); they may be set
+    between :meth:`start` and :meth:`run`."""
+
+    def __init__(
+        self,
+        *,
+        observers: Sequence[Observer] = (log_transition,),
+        companions: Sequence[Companion] = (),
+        record: str | os.PathLike[str] | None = None,
+        mapping: CodexMapping | None = None,
+        grace: float = 1.0,
+        ready_timeout: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.observers = list(observers)
+        self.companions = list(companions)
+        self.mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
+        self.grace = grace
+        self.ready_timeout = ready_timeout
+        self._record_path = record
+        self._recorder: Recorder | None = None
+        self._clock = clock
+        self._start = clock()
+        self._output: deque[str] = deque(maxlen=_LAST_OUTPUT_LINES)
+        self._early_signals: list[int] = []
+        self.directory: Path | None = None
+        """The private directory of the two sockets (for tests and debugging)."""
+        self.relay: WsRelay | None = None
+        self._listener: socket.socket | None = None
+        self._output_fd = -1
+        self._app_server: Child | None = None
+        self._tui: Child | None = None
+        self._terminal: SavedTerminal | None = None
+        self._failed: int | None = None
+        """The exit status when :meth:`start` could not run a child."""
+
+    def _now(self) -> float:
+        return self._clock() - self._start
+
+    def _deliver_close(self, cause: str) -> None:
+        transition = self.mapping.close(cause)
+        if transition is not None:
+            deliver(self.observers, [transition])
+
+    # -- the start -----------------------------------------------------------------------------
+
+    def start(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> int | None:
+        """Spawn the app-server and the TUI ``command`` (``codex [ARGS...]``) now, with
+        ``env`` (ours if None); None, or the exit status when one cannot be run (said on
+        the log). Signals that come from here on are kept for the TUI. Then :meth:`run`
+        must follow."""
+        for signum in _FORWARDED_SIGNALS:
+            signal.signal(signum, lambda n, _: self._early_signals.append(n))
+        self.directory = private_directory()
+        logger.debug(
+            "the session's clock (the recording's t = 0) is CLOCK_MONOTONIC %.6f; sockets in %s",
+            self._start,
+            self.directory,
+        )
+        inner, outer = self.directory / "app-server.sock", self.directory / "tui.sock"
+        self._listener = _listen(outer)
+        read_output, output = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            self._app_server = spawn(
+                [command[0], "app-server", "--listen", f"unix://{inner}"],
+                stdin=null,
+                stdout=output,
+                stderr=output,
+                env=env,
+            )
+            self._output_fd, read_output = read_output, -1
+            self._terminal = SavedTerminal.save()
+            self._tui = spawn(
+                [command[0], "--remote", f"unix://{outer}", *command[1:]],
+                env=env,
+                own_group=False,
+                death_signal=signal.SIGTERM,
+            )
+        except OSError as exc:
+            logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
+            self._failed = 127 if isinstance(exc, FileNotFoundError) else 126
+        finally:
+            os.close(null)
+            os.close(output)
+            if read_output >= 0:
+                os.close(read_output)
+        return self._failed
+
+    # -- the session ---------------------------------------------------------------------------
+
+    async def run(self, command: Sequence[str] | None = None) -> int:
+        """The session, started with ``command`` unless :meth:`start` was called; the
+        exit status (the TUI's)."""
+        if self.directory is None:
+            self.start(command or ["codex"])
+        failed, app_server, tui = self._failed, self._app_server, self._tui
+        assert self.directory is not None
+        inner = self.directory / "app-server.sock"
+        inner_target: Path | None = None
+        tree = ProcessTree(app_server) if app_server is not None else None
+        try:
+            if failed is not None or app_server is None or tui is None or tree is None:
+                return failed if failed is not None else 1
+            with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
+                for signum in self._early_signals:
+                    tui.send_signal(signum)
+                async with anyio.create_task_group() as tasks:
+                    reading = anyio.CancelScope()
+                    tasks.start_soon(self._log_output, self._output_fd, reading)
+                    self._recorder = start_recorder(self._record_path)
+                    try:
+                        async with AsyncExitStack() as companions:
+                            for companion in self.companions:
+                                await companions.enter_async_context(companion())
+                            try:
+                                async with anyio.create_task_group() as session:
+                                    session.start_soon(self._forward_signals, signals, tui)
+                                    status = await self._relay_until_the_end(tui, app_server)
+                                    session.cancel_scope.cancel()
+                            finally:
+                                if self._recorder is not None:
+                                    self._recorder.finish(self._now())
+                                self._deliver_close("eof")
+                                inner_target = _link_target(inner)
+                                with anyio.CancelScope(shield=True):
+                                    await self._end_app_server(app_server, tree)
+                    finally:
+                        reading.cancel()
+        finally:
+            self._cleanup(tree, inner_target)
+        return status
+
+    def _cleanup(self, tree: ProcessTree | None, inner_target: Path | None) -> None:
+        """Whatever is left, however the session ended: children, descriptors, files."""
+        for process in (self._tui, self._app_server):
+            if process is not None and process.poll() is None:
+                ProcessTree(process).kill(signal.SIGKILL)
+                process.wait()
+            if process is not None:
+                process.release()  # its watchdog ends whatever is left of its tree
+        if self._recorder is not None and not self._recorder.join(10):
+            logger.warning("the recording of %s is not complete", self._recorder.path)
+        if tree is not None:
+            tree.kill(signal.SIGKILL)  # nothing left to kill after a clean end
+            tree.close()
+        if self._listener is not None:
+            self._listener.close()
+        if self._output_fd >= 0:
+            os.close(self._output_fd)
+            self._output_fd = -1
+        _remove(self.directory, inner_target)
+
+    async def _forward_signals(self, signals: AsyncIterator[signal.Signals], tui: Child) -> None:
+        async for signum in signals:
+            logger.debug("forwarding %s to the TUI", signum.name)
+            with suppress(ProcessLookupError):
+                tui.send_signal(signum)
+
+    async def _relay_until_the_end(self, tui: Child, app_server: Child) -> int:
+        """Relay until the TUI exits (its status), or the app-server exits or never listens
+        (1, the TUI ended). The TUI and the terminal are left as they should be."""
+        from codex_presence.agent.ws_relay import WsRelay  # h11 and wsproto: after the spawn
+
+        assert self.directory is not None and self._listener is not None
+        inner = self.directory / "app-server.sock"
+        ready = anyio.Event()
+        self.relay = WsRelay(
+            inner=str(inner),
+            inner_ready=ready,
+            mapping=self.mapping,
+            on_transition=lambda t: deliver(self.observers, [t]),
+            clock=self._now,
+            recorder=self._recorder,
+        )
+        first: list[str] = []
+        try:
+            async with anyio.create_task_group() as race:
+
+                async def watch(name: str, process: Child) -> None:
+                    await wait_child(process)
+                    first.append(name)
+                    race.cancel_scope.cancel()
+
+                async def until_ready() -> None:
+                    if await self._wait_ready(inner):
+                        ready.set()
+                        await anyio.sleep_forever()
+                    first.append("timeout")
+                    race.cancel_scope.cancel()
+
+                race.start_soon(self.relay.serve, self._listener)
+                race.start_soon(watch, "tui", tui)
+                race.start_soon(watch, "app-server", app_server)
+                race.start_soon(until_ready)
+            status = self._said_why(first[0], tui, app_server, ready.is_set())
+            if first[0] != "tui":
+                self._deliver_close("eof")
+        finally:
+            if tui.poll() is None:  # the app-server's end, or we were cancelled
+                with anyio.CancelScope(shield=True):
+                    await self._end_tui(tui)
+        if tui.returncode is not None and tui.returncode < 0 and self._terminal is not None:
+            self._terminal.restore()
+        return status
+
+    def _said_why(
+        self,
+        what: str,
+        tui: Child,
+        app_server: Child,
+        ready: bool,
+    ) -> int:
+        """The session's status, and why it ended when that is not the TUI's doing."""
+        if what == "tui":
+            assert tui.returncode is not None
+            logger.debug("the TUI exited with status %d", exit_status(tui.returncode))
+            return exit_status(tui.returncode)
+        if what == "timeout":
+            logger.error(
+                "codex app-server did not listen within %.0f s; ending the session%s",
+                self.ready_timeout,
+                self._last_output(),
+            )
+        else:
+            assert app_server.returncode is not None
+            logger.error(
+                "codex app-server exited (status %d) %s; ending the session%s",
+                exit_status(app_server.returncode),
+                "while the TUI was running" if ready else "before it listened",
+                self._last_output(),
+            )
+        return 1
+
+    async def _wait_ready(self, inner: Path) -> bool:
+        """Poll INNER until it accepts a connection; False after ``ready_timeout``."""
+        deadline = self._clock() + self.ready_timeout
+        while self._clock() < deadline:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(str(inner))
+                except OSError:
+                    await anyio.sleep(0.01)
+                    continue
+            logger.debug("the app-server listens (%.3f s)", self._now())
+            return True
+        return False
+
+    # -- the ends ------------------------------------------------------------------------------
+
+    async def _end_tui(self, tui: Child) -> None:
+        """SIGTERM, then SIGKILL for the TUI and every process under it after ``grace``."""
+        tree = ProcessTree(tui)
+        try:
+            tree.hold()
+            with suppress(ProcessLookupError):
+                tui.send_signal(signal.SIGTERM)
+            with anyio.move_on_after(self.grace):
+                await wait_child(tui)
+            tree.kill(signal.SIGKILL)
+            await wait_child(tui)
+        finally:
+            tree.close()
+
+    async def _end_app_server(self, app_server: Child, tree: ProcessTree) -> None:
+        """SIGTERM to its group; after ``grace``, SIGKILL to it and everything under it."""
+        tree.hold()
+        if app_server.poll() is None:
+            app_server.send_signal(signal.SIGTERM)  # its group
+            with anyio.move_on_after(self.grace):
+                await wait_child(app_server)
+        tree.kill(signal.SIGKILL)
+        returncode = await wait_child(app_server)
+        logger.debug("the app-server ended (status %d)", exit_status(returncode))
+
+    # -- the app-server's output -----------------------------------------------------------
+
+    async def _log_output(self, fd: int, scope: anyio.CancelScope) -> None:
+        """The app-server's stdout and stderr, line by line, to our log (debug), the last
+        lines kept for an error message; until its end, or ``scope`` is cancelled (a
+        process that escaped the app-server's end may hold the pipe). The descriptor is
+        :meth:`_cleanup`'s to close."""
+        os.set_blocking(fd, False)
+        with scope:
+            await self._read_output(fd)
+
+    async def _read_output(self, fd: int) -> None:
+        partial = b""
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not data:
+                break
+            *lines, partial = (partial + data).split(b"\n")
+            for line in lines:
+                self._output_line(line)
+        if partial:
+            self._output_line(partial)
+
+    def _output_line(self, line: bytes) -> None:
+        text = _ANSI_SGR.sub("", line.decode("utf-8", "replace")).rstrip()
+        if text:
+            self._output.append(text)
+            logger.debug("app-server: %s", text)
+
+    def _last_output(self) -> str:
+        if not self._output:
+            return ""
+        return "; it said:\n  " + "\n  ".join(self._output)
+
+
+def private_directory() -> Path:
+    """A new 0700 directory for the session's sockets: in ``$XDG_RUNTIME_DIR`` (the user's
+    own, in memory) if there is one, else the temporary directory; /tmp when the socket
+    paths would not fit in ``sun_path``."""
+    bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
+    for base in bases:
+        if not base or not Path(base).is_dir():
+            continue
+        # mkdtemp adds 8 characters to the prefix; the longest name is "app-server.sock".
+        if len(str(Path(base, "codex-presence-12345678", "app-server.sock"))) > _SUN_PATH_MAX:
+            continue
+        return Path(tempfile.mkdtemp(prefix="codex-presence-", dir=base))
+    raise OSError("no directory short enough for a unix socket path")
+
+
+def _listen(path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        path.chmod(0o600)
+        listener.listen(16)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _link_target(path: Path) -> Path | None:
+    """Where ``--listen unix://PATH`` put the socket: PATH is a symlink to it."""
+    try:
+        return path.parent / path.readlink()
+    except OSError:
+        return None
+
+
+def _remove(directory: Path | None, inner_target: Path | None) -> None:
+    """The private directory, and the socket and lock file behind INNER's symlink (the
+    app-server leaves both when a signal ends it)."""
+    if inner_target is not None:
+        for leftover in (inner_target, inner_target.with_name(inner_target.name + ".lock")):
+            with suppress(OSError):
+                leftover.unlink()
+    if directory is not None:
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,267 @@
+"""The websocket relay of ``codex-presence codex``: the TUI's connections to the app-server,
+copied byte for byte, and read on the way.
+
+Each client connection accepted on the relay's socket (OUTER) gets its own connection to
+the app-server's (INNER). What the bytes mean is :mod:`codex_presence.core.websocket`'s;
+here are the sockets, the copying and the order of things.
+
+Design, and why:
+
+* **The bytes are copied as they are**, both ways, after the client's request head. The
+  handshake is end to end (the client's ``Sec-WebSocket-Key`` reaches the server, the
+  server's accept reaches the client), so the frames are valid as they stand, masking keys
+  included; re-framing them would cost time and could only add mistakes. The one change is
+  the compression offer taken out of the request head: compressed frames could not be read.
+* **Reading is a side job.** After each part of a chunk is written to the other side, the
+  same bytes go to that direction's :class:`~codex_presence.core.websocket.MessageReader`
+  (wsproto), and each whole text message to the codex mapping — the mapping of ``wrap``,
+  fed one message at a time with its direction, so the two directions stay apart. Write,
+  then read, with no wait in between: a client's answer can never be analysed before the
+  request it answers. A reader that fails stops reading; the bytes go on.
+* **Raw non-blocking sockets on the event loop** (``anyio.wait_readable``/``wait_writable``),
+  a read or write tried before it is waited for: one event loop thread for every direction,
+  and none of anyio's stream objects, whose cancelled ``receive`` on a unix socket makes
+  asyncio log an error (agronholm/anyio#1267).
+* **The relay never closes a client connection on its own.** The end of one side is passed
+  on as an end of stream (``shutdown``) to the other: the client's end to the server, and
+  the server's end (codex never answers a close frame; it closes) to the client. A client
+  whose connection to INNER cannot be made is closed, as a dead app-server would be.
+* **Connections are events.** ``open``, ``hangup`` (the client's close frame) and ``lost``
+  (an end without one) go to :class:`~codex_presence.core.websocket.ClientLinks`, whose rule
+  the replay shares, and to the recording as connection lines.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from contextlib import suppress
+
+import anyio
+
+from codex_presence.agent.recorder import Recorder
+from codex_presence.core.activity import Transition
+from codex_presence.core.codex import CodexMapping, Direction
+from codex_presence.core.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.recording import ConnectionEvent, encode_connection, encode_entry
+from codex_presence.core.websocket import HANGUP, ClientLinks, MessageReader, RequestHead
+
+__all__ = ["WsRelay"]
+
+logger = logging.getLogger("codex_presence.relay")
+
+CHUNK = 256 * 1024
+
+
+class WsRelay:
+    """Relays every client connection of OUTER to INNER, feeding one mapping.
+
+    ``on_transition`` gets every transition, synchronously, on the event loop; it must not
+    block. ``clock`` gives the session's time in seconds (the recording's ``t``). A client
+    that connects before ``inner_ready`` is set waits for it."""
+
+    def __init__(
+        self,
+        *,
+        inner: str,
+        inner_ready: anyio.Event | None = None,
+        mapping: CodexMapping,
+        on_transition: Callable[[Transition], None],
+        clock: Callable[[], float],
+        recorder: Recorder | None = None,
+        max_size: int = DEFAULT_MAX_LINE,
+    ) -> None:
+        self.inner = inner
+        self.inner_ready = inner_ready
+        """Set once INNER listens: a client that comes earlier waits for it (the TUI starts
+        while the app-server does)."""
+        self.mapping = mapping
+        self.links = ClientLinks()
+        self.connections = 0
+        """Client connections accepted so far."""
+        self._on_transition = on_transition
+        self._clock = clock
+        self._recorder = recorder
+        self._max_size = max_size
+        self._analysis_failed = False
+
+    async def serve(self, listener: socket.socket) -> None:
+        """Accept client connections on ``listener`` until cancelled."""
+        listener.setblocking(False)
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.wait_readable(listener)
+                try:
+                    client, _ = listener.accept()
+                except BlockingIOError:
+                    continue
+                except OSError as exc:  # out of descriptors, say: the client waits
+                    logger.warning("cannot accept a client connection: %s", exc)
+                    await anyio.sleep(0.1)
+                    continue
+                client.setblocking(False)
+                self.connections += 1
+                tg.start_soon(self._serve_connection, self.connections, client)
+
+    # -- one connection ----------------------------------------------------------------------
+
+    async def _serve_connection(self, number: int, client: socket.socket) -> None:
+        server: socket.socket | None = None
+        opened = hung_up = False
+        try:
+            head = RequestHead()
+            forward = None
+            while forward is None:
+                forward = head.feed(await _receive(client))
+            first, rest = forward
+            if not first:
+                return  # the client left before saying anything
+            if self.inner_ready is not None:
+                await self.inner_ready.wait()
+            try:
+                server = await _connect(self.inner)
+            except OSError as exc:
+                logger.warning(
+                    "connection %d: cannot reach the app-server (%s); closing the client's "
+                    "connection, as the app-server would",
+                    number,
+                    exc.strerror or exc,
+                )
+                return
+            logger.debug(
+                "connection %d: %s%s",
+                number,
+                head.target.decode("latin-1") or "not an upgrade",
+                ", compression offer stripped" if head.stripped else "",
+            )
+            opened = True
+            self._connection_event(number, "open")
+            client_reader = MessageReader("client", max_size=self._max_size)
+            server_reader = MessageReader("server", max_size=self._max_size)
+            if not head.upgrade:
+                client_reader.failed = server_reader.failed = "not a websocket upgrade"
+
+            def read_client(data: bytes) -> None:
+                nonlocal hung_up
+                self._read(client_reader, data)
+                if client_reader.closed and not hung_up:
+                    hung_up = True
+                    self._connection_event(number, "hangup")
+
+            def read_server(data: bytes) -> None:
+                self._read(server_reader, data)
+
+            if not await _send(server, first, None) or not await _send(server, rest, read_client):
+                return
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_pump, client, server, read_client)
+                tg.start_soon(_pump, server, client, read_server)
+        finally:
+            for sock in (client, server):
+                if sock is not None:
+                    sock.close()
+            if opened and not hung_up:
+                self._connection_event(number, "lost")
+            logger.debug("connection %d: ended", number)
+
+    # -- reading, after writing ----------------------------------------------------------------
+
+    def _read(self, reader: MessageReader, data: bytes) -> None:
+        """Read bytes just written on; their messages are dated now (the recording's
+        clock), recorded, and fed to the mapping."""
+        if reader.done or self._analysis_failed:
+            return
+        direction: Direction = reader.sender
+        try:
+            messages = reader.feed(data)
+            t = self._clock() if messages else 0.0
+            for payload in messages:
+                if self._recorder is not None:
+                    if b"\n" in payload:
+                        self._recorder.add_line(encode_entry(t, direction, payload))
+                    else:
+                        self._recorder.add(t, direction, payload + b"\n")
+                transition = self.mapping.feed_line(direction, payload)
+                if transition is not None:
+                    self._on_transition(transition)
+        except Exception:  # a bug in the analysis must never stop the bytes
+            logger.exception("activity analysis failed; relaying without it")
+            self._analysis_failed = True
+            return
+        if reader.failed is not None:
+            logger.debug("%s; its bytes are relayed, not read", reader.failed)
+
+    def _connection_event(self, number: int, event: ConnectionEvent) -> None:
+        t = self._clock()
+        if self._recorder is not None:
+            self._recorder.add_line(encode_connection(t, number, event))
+        logger.debug("connection %d: %s", number, event)
+        if self.links.apply(number, event) and not self._analysis_failed:
+            transition = self.mapping.close(HANGUP)
+            if transition is not None:
+                self._on_transition(transition)
+
+
+Reader = Callable[[bytes], None]
+"""Reads the bytes just written on (see :meth:`WsRelay._read`)."""
+
+
+async def _pump(src: socket.socket, dst: socket.socket, read: Reader) -> None:
+    """``src`` → ``dst`` until ``src`` ends or ``dst`` is gone; then ``dst`` gets the end."""
+    try:
+        while data := await _receive(src):
+            if not await _send(dst, data, read):
+                return
+    finally:
+        with suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+async def _receive(sock: socket.socket) -> bytes:
+    """The next bytes from ``sock``; ``b""`` at its end (or when it broke)."""
+    while True:
+        try:
+            return sock.recv(CHUNK)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+        except OSError:
+            return b""
+
+
+async def _send(sock: socket.socket, data: bytes, read: Reader | None) -> bool:
+    """Write all of ``data``, handing each part written to ``read`` at once; False if
+    ``sock`` can no longer be written (its reader is gone)."""
+    view, pos = memoryview(data), 0
+    while pos < len(data):
+        try:
+            written = sock.send(view[pos:])
+        except BlockingIOError:
+            await anyio.wait_writable(sock)
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                logger.debug("writing to a relayed connection failed: %s", exc)
+            return False
+        if read is not None:
+            read(data if written == len(data) else data[pos : pos + written])
+        pos += written
+    return True
+
+
+async def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        try:
+            sock.connect(path)
+        except BlockingIOError:  # the listener's backlog is full: wait for room
+            await anyio.wait_writable(sock)
+            error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if error:
+                raise OSError(error, errno.errorcode.get(error, str(error))) from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,94 @@
+"""``codex-presence codex [options] [-- codex [ARGS...]]``: the codex TUI, through the relay.
+
+Import-light on purpose: the session and everything under it load inside :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from codex_presence.cli import wrap
+from codex_presence.cli.held_log import hold_logging
+from codex_presence.cli.main import UsageError, setup_logging
+
+HELP = "run the codex TUI in your terminal, its app-server traffic read for your presence"
+
+_EPILOG = """\
+Runs `codex --remote unix://SOCKET ARGS...` with your terminal, and behind it
+`codex app-server --listen unix://…` (the same executable, your working directory and
+environment), with codex-presence relaying the websocket traffic between the two and
+deriving your state from it, exactly as `wrap` does for clients of `codex app-server`.
+Without `-- CMD`, CMD is `codex` from your PATH.
+
+The TUI's exit status is ours (128+N if signal N ended it); SIGINT, SIGTERM and SIGHUP are
+forwarded to it, and the terminal is put back if a signal ended it. When the TUI exits you
+are idle at once, even if a turn or a background terminal was still running: the
+app-server gets SIGTERM, and a second later it and everything it started are killed. So
+the TUI's parting words ("Any running work continues", and a `codex --remote … resume`
+hint naming our socket) do not hold under codex-presence: resume with
+`codex-presence codex -- codex resume ID`. When you /exit (or the TUI otherwise closes its
+connection) you are idle at once too. If the app-server dies, the session ends (status 1)
+and its last words are printed.
+
+While the TUI runs, nothing is written to the terminal: warnings and errors (-v: also
+the transitions, -vv: debug) are printed when it exits, or go to --log-file as they
+happen.
+
+Broker options are wrap's: with --broker (or $CODEX_PRESENCE_BROKER) and a token
+(--token-file FILE or $CODEX_PRESENCE_TOKEN) the member's subscription is held for the
+session and every transition reported, with a heartbeat while working or blocked.
+--record FILE writes the session (connections marked) for `codex-presence replay`.
+
+example: codex-presence codex --broker http://127.0.0.1:8765 --name alice -- codex
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    wrap.configure(parser)
+    parser.epilog = _EPILOG
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        command = ["codex"]
+    import sys
+
+    held = None
+    if args.log_file:
+        try:
+            setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
+        except OSError as exc:
+            raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+    elif sys.stderr.isatty():
+        held = hold_logging(verbose=args.verbose, quiet=args.quiet)
+    else:
+        setup_logging(verbose=args.verbose, quiet=args.quiet)
+    import os
+
+    from codex_presence._env import TOKEN_ENV
+    from codex_presence.agent.child import forget_env
+    from codex_presence.agent.tui import TuiSession
+
+    # Spawn first: the TUI starts while the rest loads (the broker link's HTTP client, the
+    # websocket parsers). The token is ours, not the children's: codex, and every command
+    # its agent runs, would inherit it, or read it from our original environment
+    # (/proc/<pid>/environ).
+    token = forget_env(TOKEN_ENV)
+    env = dict(os.environ)
+    session = TuiSession(record=args.record)
+    try:
+        if session.start(command, env) is None:
+            link = wrap.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
+            if link is not None:
+                session.observers.append(link.observe)
+                session.companions.append(link.session)
+
+        import anyio
+
+        return anyio.run(session.run)
+    finally:
+        if held is not None:
+            held.let_go()

@@ -1,0 +1,192 @@
+"""``codex-presence codex``'s own mechanics, with a stand-in for the codex executable
+(:mod:`tests.support.fake_codex_tui`): the arguments each role gets, the exit status, the
+signals, the ends of both children and what they leave, the log held while the TUI owns
+the terminal, the recording. What the real TUI does through the command is
+``tests/test_codex_tui.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from codex_presence.core.recording import read_entries
+from codex_presence.core.timeline import timeline
+from tests.support.tui_driver import short_tempdir
+from tests.support.waiting import eventually
+from tests.support.wrap_harness import wrap_env
+
+FAKE = Path(__file__).resolve().parent / "support" / "fake_codex_tui.py"
+TURN_STARTED = {"method": "turn/started", "params": {"threadId": "th", "turn": {"id": "tu"}}}
+
+
+@dataclass
+class Setup:
+    root: Path
+    codex: Path
+    log: Path
+    daemon_dir: Path
+    env: dict[str, str]
+
+    def seen(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [orjson.loads(line) for line in self.log.read_bytes().splitlines()]
+
+    def first(self, role: str, key: str) -> Any:
+        eventually(
+            lambda: any(e["role"] == role and key in e for e in self.seen()), what=f"{role} {key}"
+        )
+        return next(e[key] for e in self.seen() if e["role"] == role and key in e)
+
+    def run(self, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv(*args), env=self.env, cwd=self.root, **kwargs)
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "codex_presence", "codex", *args, "--", str(self.codex)]
+
+
+@pytest.fixture
+def setup() -> Iterator[Setup]:
+    with short_tempdir("cpc-") as root:
+        codex = root / "codex"
+        codex.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
+        codex.chmod(0o755)
+        (root / "daemon").mkdir()
+        env = wrap_env(
+            {
+                "FAKE_CODEX_LOG": str(root / "seen.jsonl"),
+                "FAKE_CODEX_DAEMON_DIR": str(root / "daemon"),
+                "FAKE_CODEX_FRAMES": orjson.dumps([TURN_STARTED]).decode(),
+                "CODEX_PRESENCE_TOKEN": "cp_not-for-children",
+                "TMPDIR": str(root),
+                "XDG_RUNTIME_DIR": "",
+            }
+        )
+        yield Setup(root, codex, root / "seen.jsonl", root / "daemon", env)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_tui_status_is_ours_and_the_session_leaves_nothing_behind(setup: Setup) -> None:
+    setup.env["FAKE_TUI"] = "exit:3"
+    proc = setup.run("--record", str(setup.root / "rec.jsonl"), stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    tui = next(e for e in setup.seen() if e["role"] == "tui" and "remote" in e)
+    server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
+    # The TUI got the relay's socket, in a private directory; the app-server our directory.
+    outer = Path(tui["remote"])
+    assert outer.name == "tui.sock" and outer.parent.parent == setup.root
+    assert server["cwd"] == str(setup.root)
+    assert not tui["token"] and not server["token"]
+    # Its request head came through without the compression offer.
+    head = next(e["head"] for e in setup.seen() if "head" in e)
+    assert head.startswith("GET /rpc HTTP/1.1") and "zstd" not in head
+    # Nothing is left: the app-server, the command it started (in a session of its own),
+    # the sockets and their directory, the socket and lock behind INNER's symlink.
+    eventually(lambda: not alive(server["pid"]) and not alive(server["command"]), within=5)
+    assert not outer.parent.exists()
+    assert list(setup.daemon_dir.iterdir()) == []
+    # The recording: the connection, the turn, the client's hang-up.
+    entries = list(read_entries((setup.root / "rec.jsonl").read_bytes().splitlines()))
+    assert [(r.state, r.cause) for r in timeline(entries)] == [
+        ("working", "turn/started"),
+        ("idle", "hangup"),
+    ]
+
+
+def test_an_app_server_that_ignores_sigterm_is_killed_with_its_commands(setup: Setup) -> None:
+    setup.env.update(FAKE_APP_SERVER="stubborn", FAKE_TUI="exit:0")
+    proc = setup.run(stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
+    eventually(lambda: not alive(server["pid"]) and not alive(server["command"]), within=5)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signals_are_forwarded_to_the_tui(setup: Setup, signum: signal.Signals) -> None:
+    setup.env["FAKE_TUI"] = "wait"
+    proc = setup.run(stderr=subprocess.PIPE)
+    setup.first("tui", "received")
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum, err
+
+
+def test_the_app_server_dying_ends_the_session_and_says_so(setup: Setup) -> None:
+    setup.env["FAKE_TUI"] = "wait"
+    proc = setup.run(stderr=subprocess.PIPE)
+    tui_pid = setup.first("tui", "pid")
+    setup.first("tui", "received")
+    os.kill(setup.first("app-server", "pid"), signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    said = err.decode()
+    assert "codex app-server exited (status 137) while the TUI was running" in said
+    assert "fake app-server: listening" in said  # its last words
+    assert not alive(tui_pid)
+
+
+def test_an_app_server_that_cannot_start_is_said(setup: Setup) -> None:
+    setup.env["FAKE_APP_SERVER"] = "fail"
+    proc = setup.run(stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "exited (status 3) before it listened" in err.decode()
+    assert "boom: the fake app-server cannot start" in err.decode()
+    # The TUI starts with the app-server (it waits for it in its first connection); it is
+    # ended with the session.
+    assert not any(alive(e["pid"]) for e in setup.seen() if e["role"] == "tui" and "pid" in e)
+
+
+def test_a_codex_that_is_not_there(setup: Setup) -> None:
+    argv = [sys.executable, "-m", "codex_presence", "codex", "--", str(setup.root / "nope")]
+    proc = subprocess.run(argv, env=setup.env, capture_output=True, timeout=30, check=False)
+    assert proc.returncode == 127
+    assert "cannot run" in proc.stderr.decode() and "nope" in proc.stderr.decode()
+
+
+def test_while_the_tui_has_the_terminal_our_words_wait(setup: Setup) -> None:
+    """On a terminal, what the command says (here: no token, so no reporting) comes after
+    the TUI is done, not across its screen."""
+    setup.env["FAKE_TUI"] = "exit:0"
+    del setup.env["CODEX_PRESENCE_TOKEN"]
+    master, slave = pty.openpty()
+    try:
+        proc = setup.run("--broker", "http://127.0.0.1:9", stdin=slave, stdout=slave, stderr=slave)
+        os.close(slave)
+        out = b""
+        deadline = time.monotonic() + 30
+        while proc.poll() is None or select.select([master], [], [], 0.1)[0]:
+            assert time.monotonic() < deadline, out
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:  # EIO: every writer is gone
+                    break
+    finally:
+        os.close(master)
+    assert proc.wait(10) == 0
+    text = out.decode()
+    assert text.index("TUI START") < text.index("TUI END") < text.index("not reporting to")

@@ -1,0 +1,350 @@
+"""The websocket relay of ``codex-presence codex`` on the wire (``agent/ws_relay.py``).
+
+Hand-made frames go in on both sides and what comes out is checked byte for byte, with a
+frame codec of our own (:mod:`tests.support.ws_frames`); a fake app-server (``Inner``)
+answers the upgrade like codex does (lowercase 101, the message-size header, no answer to a
+close frame: it just ends the connection). The relay runs on its own event loop thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import orjson
+import pytest
+
+from codex_presence.agent.recorder import start_recorder
+from codex_presence.agent.ws_relay import WsRelay
+from codex_presence.core.activity import Transition
+from codex_presence.core.codex import CodexMapping
+from codex_presence.core.recording import read_entries
+from tests.support.tui_driver import short_tempdir
+from tests.support.waiting import eventually
+from tests.support.ws_frames import Frame, accept_key, decode, encode, upgrade_request
+
+RESPONSE_HEAD = (
+    b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
+    b"sec-websocket-accept: %s\r\n"
+    b"x-codex-websocket-max-unfragmented-message-bytes: 16777216\r\n\r\n"
+)
+
+
+def read_head(sock: socket.socket) -> tuple[bytes, bytes]:
+    """An HTTP head (with its blank line) and whatever came after it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "EOF inside the head"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head + b"\r\n\r\n", rest
+
+
+def read_until_eof(sock: socket.socket, already: bytes = b"", timeout: float = 10) -> bytes:
+    sock.settimeout(timeout)
+    data = already
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _close_frame(data: bytes) -> Frame | None:
+    try:
+        frames = decode(data)
+    except (AssertionError, IndexError):
+        return None  # not all there yet
+    return next((f for f in frames if f.opcode == 0x8), None)
+
+
+class Inner:
+    """A fake app-server on a unix socket: per connection, the 101 and ``frames`` at once,
+    then it reads until the client's close frame and ends the connection without answering
+    it (as codex does). What it got is kept, raw."""
+
+    def __init__(self, path: Path, frames: list[bytes], *, on_frame: bytes = b"") -> None:
+        self.path = path
+        self.frames = frames
+        self.on_frame = on_frame
+        """Sent once the client's first data frame came (an answer that must wait)."""
+        self.heads: list[bytes] = []
+        self.received: list[bytes] = []
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                with conn:
+                    self._connection(conn)
+
+    def _connection(self, conn: socket.socket) -> None:
+        head, got = read_head(conn)
+        self.heads.append(head)
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        conn.sendall(RESPONSE_HEAD % accept_key(key) + b"".join(self.frames))
+        answered = not self.on_frame
+        while _close_frame(got) is None:
+            if not answered and any(f.opcode in (0x1, 0x2) for f in _whole_frames(got)):
+                conn.sendall(self.on_frame)
+                answered = True
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        conn.shutdown(socket.SHUT_WR)
+        self.received.append(read_until_eof(conn, got))
+
+    def close(self) -> None:
+        # shutdown() wakes the accept() of the serving thread; close() alone does not.
+        with suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.thread.join(timeout=10)
+        self.listener.close()
+
+
+def _whole_frames(data: bytes) -> list[Frame]:
+    with suppress(AssertionError, IndexError):
+        return decode(data)
+    return []
+
+
+@dataclass
+class Relayed:
+    relay: WsRelay
+    transitions: list[Transition] = field(default_factory=list)
+
+    @property
+    def states(self) -> list[str]:
+        return [t.state.value for t in self.transitions]
+
+
+@contextmanager
+def relaying(outer: Path, inner: Path, *, recording: Path | None = None) -> Iterator[Relayed]:
+    """The relay serving ``outer`` on its own event loop thread, for the block."""
+    start = time.monotonic()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(outer))
+    listener.listen()
+    relayed: Relayed
+
+    def clock() -> float:
+        return time.monotonic() - start
+
+    with anyio.from_thread.start_blocking_portal("asyncio") as portal:
+        stop = portal.call(anyio.Event)
+        recorder = start_recorder(recording)
+        transitions: list[Transition] = []
+        relay = WsRelay(
+            inner=str(inner),
+            mapping=CodexMapping(),
+            on_transition=transitions.append,
+            clock=clock,
+            recorder=recorder,
+        )
+        relayed = Relayed(relay, transitions)
+
+        async def serve() -> None:
+            async with anyio.create_task_group() as serving:
+                serving.start_soon(relay.serve, listener)
+                await stop.wait()
+                serving.cancel_scope.cancel()
+            if recorder is not None:
+                recorder.finish(clock())
+                assert await anyio.to_thread.run_sync(recorder.join, 10)
+
+        future = portal.start_task_soon(serve)
+        try:
+            yield relayed
+        finally:
+            portal.call(stop.set)
+            future.result(timeout=10)
+            listener.close()
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    with short_tempdir("cpw-") as path:
+        yield path
+
+
+def connect(path: Path, first: bytes) -> tuple[socket.socket, bytes, bytes]:
+    """Connect, send ``first`` (the upgrade and maybe frames); the 101 head and the rest."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(str(path))
+    sock.sendall(first)
+    head, rest = read_head(sock)
+    return sock, head, rest
+
+
+def note(method: str, **params: object) -> bytes:
+    return orjson.dumps({"method": method, "params": params})
+
+
+TURN = {"threadId": "th", "turn": {"id": "tu"}}
+
+
+def test_every_byte_passes_as_it_was_but_the_compression_offer(tmp: Path) -> None:
+    """The frames reach the other side byte for byte (masking keys, fragments, control
+    frames, binary, a 70 000-byte frame); the request head loses only the offer, the 101
+    comes back as it was; the client's close frame is the hang-up that makes the member
+    idle; the server's end of the connection reaches the client as an end of stream."""
+    server_frames = [
+        encode(0x1, note("turn/started", **TURN), mask=False),
+        encode(0x1, b'{"method":"x","params":{"t":"\xe2', fin=False, mask=False),
+        encode(0x0, b'\x82\xac"}}', mask=False),
+        encode(0x9, b"srv-ping", mask=False),
+        encode(0x2, b"\x00\xffbinary", mask=False),
+    ]
+    client_frames = [
+        encode(0x1, b'{"id":1,"method":"initialize"}', mask=True),
+        encode(0x1, b'{"id":2,', fin=False, mask=True),
+        encode(0x9, b"cli-ping", mask=True),
+        encode(0x0, b'"method":"a"}', mask=True),
+        encode(0xA, b"srv-ping", mask=True),
+        encode(0x1, b"x" * 70000, mask=True),
+        encode(0x8, b"", mask=True),  # close, no status: the TUI's /exit
+    ]
+    inner = Inner(tmp / "inner.sock", server_frames)
+    recording = tmp / "rec.jsonl"
+    request = upgrade_request(b"x-other: kept")
+    server_bytes = b"".join(server_frames)
+    try:
+        with relaying(tmp / "outer.sock", inner.path, recording=recording) as relayed:
+            sock, head, got = connect(tmp / "outer.sock", request + b"".join(client_frames[:-1]))
+            while len(got) < len(server_bytes):
+                got += sock.recv(65536)
+            sock.sendall(client_frames[-1])
+            got = read_until_eof(sock, got)  # the server ended it: so does the relay
+            sock.close()
+            eventually(lambda: relayed.states == ["working", "idle"], what="working, then idle")
+    finally:
+        inner.close()
+    key = request.split(b"Sec-WebSocket-Key: ")[1].split(b"\r\n")[0]
+    assert head == RESPONSE_HEAD % accept_key(key)
+    assert got == server_bytes
+    offer = b"x-codex-app-server-compression: zstd-stream-v1\r\n"
+    assert inner.heads == [request.replace(offer, b"")]
+    assert inner.received == [b"".join(client_frames)]
+    assert [t.cause for t in relayed.transitions] == ["turn/started", "hangup"]
+    entries = list(read_entries(recording.read_bytes().splitlines()))
+    assert [(e.direction, e.message, e.connection) for e in entries[:-1]] == [
+        ("client", None, (1, "open")),
+        ("client", {"id": 1, "method": "initialize"}, None),
+        ("client", {"id": 2, "method": "a"}, None),
+        ("client", None, None),  # not JSON: kept raw
+        ("server", orjson.loads(note("turn/started", **TURN)), None),
+        ("server", {"method": "x", "params": {"t": "€"}}, None),
+        ("client", None, (1, "hangup")),
+    ]
+    assert entries[3].raw == b"x" * 70000
+    assert entries[-1].end
+
+
+def test_an_answer_is_read_after_the_request_it_answers(tmp: Path) -> None:
+    approval = orjson.dumps(
+        {
+            "method": "item/commandExecution/requestApproval",
+            "id": 0,
+            "params": {"threadId": "th", "turnId": "tu", "itemId": "call"},
+        }
+    )
+    completed = note("turn/completed", threadId="th", turn={"id": "tu", "status": "completed"})
+    inner = Inner(
+        tmp / "inner.sock",
+        [encode(0x1, note("turn/started", **TURN), mask=False), encode(0x1, approval, mask=False)],
+        on_frame=encode(0x1, completed, mask=False),
+    )
+    try:
+        with relaying(tmp / "outer.sock", inner.path) as relayed:
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working", "blocked"], what="blocked")
+            answer = b'{"id":0,"result":{"decision":"accept"}}'
+            sock.sendall(encode(0x1, answer, mask=True))
+            eventually(lambda: relayed.states[-1] == "idle", what="idle after turn/completed")
+            sock.sendall(encode(0x8, b"", mask=True))
+            read_until_eof(sock, rest)
+            sock.close()
+    finally:
+        inner.close()
+    assert [(t.state.value, t.cause) for t in relayed.transitions] == [
+        ("working", "turn/started"),
+        ("blocked", "item/commandExecution/requestApproval"),
+        ("working", "response"),
+        ("idle", "turn/completed"),
+    ]
+
+
+def test_a_dropped_connection_keeps_the_state_and_a_reconnect_is_a_new_pair(tmp: Path) -> None:
+    inner = Inner(tmp / "inner.sock", [encode(0x1, note("turn/started", **TURN), mask=False)])
+    recording = tmp / "rec.jsonl"
+    try:
+        with relaying(tmp / "outer.sock", inner.path, recording=recording) as relayed:
+            first, _, _ = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working"], what="working")
+            first.shutdown(socket.SHUT_RDWR)  # broken: no close frame
+            first.close()
+            second, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: len(inner.received) == 1, what="the first pair's end")
+            assert relayed.states == ["working"]
+            second.sendall(encode(0x8, b"\x03\xe8", mask=True))  # a close with 1000
+            read_until_eof(second, rest)
+            second.close()
+            eventually(lambda: relayed.states == ["working", "idle"], what="the hang-up")
+    finally:
+        inner.close()
+    events = [e.connection for e in read_entries(recording.read_bytes().splitlines())]
+    assert sorted(c for c in events if c is not None) == [  # each connection's in order
+        (1, "lost"),
+        (1, "open"),
+        (2, "hangup"),
+        (2, "open"),
+    ]
+    assert events.index((1, "open")) < events.index((1, "lost"))
+    assert relayed.relay.connections == 2 and len(inner.heads) == 2
+
+
+def test_a_client_the_app_server_cannot_take_is_closed_as_it_would_be(tmp: Path) -> None:
+    with relaying(tmp / "outer.sock", tmp / "nobody.sock") as relayed:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(10)
+        sock.connect(str(tmp / "outer.sock"))
+        sock.sendall(upgrade_request())
+        assert read_until_eof(sock) == b""
+        sock.close()
+    assert relayed.transitions == []
+
+
+def test_frames_that_cannot_be_read_are_relayed_all_the_same(tmp: Path) -> None:
+    """Unmasked client frames break the protocol (the reader gives up); the bytes pass."""
+    inner = Inner(tmp / "inner.sock", [])
+    bad = encode(0x1, note("turn/started", **TURN), mask=False)
+    try:
+        with relaying(tmp / "outer.sock", inner.path) as relayed:
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            sock.sendall(bad)
+            sock.sendall(encode(0x8, b"", mask=True))
+            sock.shutdown(socket.SHUT_WR)
+            read_until_eof(sock, rest)
+            sock.close()
+            eventually(lambda: len(inner.received) == 1, what="the server's end")
+    finally:
+        inner.close()
+    assert inner.received[0].startswith(bad)
+    assert relayed.transitions == []
