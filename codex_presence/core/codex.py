@@ -121,6 +121,7 @@ logger = logging.getLogger("codex_presence.codex")
 
 _MAX_PENDING_REQUESTS = 4096
 _MAX_UNKNOWNS = 64
+_MAX_UNKNOWN_NAME = 120
 
 
 @dataclass(slots=True)
@@ -287,7 +288,10 @@ class CodexMapping:
         return self.signal.commit("response")
 
     def _unknown(self, kind: str, name: str) -> None:
-        """Report, once, a name the vocabulary does not classify."""
+        """Report, once, a name the vocabulary does not classify (a long one cut short: it
+        is for a log line)."""
+        if len(name) > _MAX_UNKNOWN_NAME:
+            name = name[:_MAX_UNKNOWN_NAME] + "…"
         unknown = Unknown(kind, name)
         if unknown in self.unknowns or len(self.unknowns) >= _MAX_UNKNOWNS:
             return
@@ -446,9 +450,11 @@ def _on_thread_status_changed(
             raise WrongShape("status.activeFlags is not a list")
         waiting = False
         for flag in flags:
+            if not isinstance(flag, str):
+                continue  # not a flag codex writes: it says nothing
             if flag in WAITING_FLAGS:
                 waiting = True
-            elif isinstance(flag, str) and flag not in OTHER_FLAGS:
+            elif flag not in OTHER_FLAGS:
                 m._unknown("active flag", flag)
         if waiting:
             if not m.signal.is_open(HandleKind.BLOCK, flags_key):

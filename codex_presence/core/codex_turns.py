@@ -106,8 +106,9 @@ class TurnMemory:
         """Whether an ``item/started`` (its params) is of a passive item on a turn it cannot
         revive: it would change nothing, so the mapping does not dispatch it."""
         item = params.get("item")
-        if not isinstance(item, dict) or item.get("type") not in PASSIVE_ITEM_TYPES:
-            return False
+        kind = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(kind, str) or kind not in PASSIVE_ITEM_TYPES:
+            return False  # (a type that is not a string: the handler says what is wrong)
         thread, turn = params.get("threadId"), params.get("turnId")
         if not isinstance(thread, str) or not isinstance(turn, str):
             return False  # the handler says what is wrong with it
