@@ -366,6 +366,27 @@ def test_end_of_stream_closes_everything() -> None:
     assert Session().eof().transitions == []
 
 
+@pytest.mark.parametrize("before", ["running", "completed"])
+def test_after_a_hang_up_no_event_of_a_turn_reopens_it(before: str) -> None:
+    """The TUI hung up (``close("hangup")``) while the app-server went on: a late item of
+    a turn that ran, or of one that completed and could have been revived, opens nothing;
+    a new turn counts as ever."""
+    s = Session().server(turn_started(), item("started", "reasoning", "r"))
+    if before == "completed":
+        s.server(turn_completed())
+    transition = s.mapping.close("hangup")
+    assert s.state == "idle" and (transition is None) == (before == "completed")
+    late = (
+        item("started", "commandExecution", "c"),
+        item("started", "agentMessage", "m"),
+        request("item/commandExecution/requestApproval", 0, threadId="th", turnId="t1"),
+    )
+    s.server(*late)
+    assert s.state == "idle"
+    s.server(turn_started(turn="t2"))
+    assert s.state == "working"
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -53,7 +53,8 @@ Every handle, and the events that close it (so a stuck "working" cannot happen):
 * **turn** ``(thread, turn)`` — opened by ``turn/started`` or a reviving ``item/started``;
   closed by any ``turn/completed`` on its thread, a ``turn/started`` of another turn on its
   thread, the thread's ``idle``/``systemError``/``notLoaded`` status, ``thread/closed``,
-  ``thread/started`` announcing a title thread, end of stream.
+  ``thread/started`` announcing a title thread, end of stream or the client's hang-up
+  (:meth:`CodexMapping.close`; no event reopens a turn after that).
 * **tool** ``(thread, turn, item)`` — opened by ``item/started`` of a tool item; closed by
   its ``item/completed``, and by everything that closes its turn (above).
 * **request** ``(thread, turn, "request", id)`` — opened by a blocking server request;
@@ -215,7 +216,15 @@ class CodexMapping:
         return self._feed(direction, message)
 
     def close(self, cause: str = "eof") -> Transition | None:
-        """End of stream: the child exited or the pipe closed. Everything closes."""
+        """End of stream (the child exited, the pipe closed) or the client's hang-up
+        (:data:`~codex_presence.core.websocket.HANGUP`): everything closes, and every turn
+        that was open or revivable is over for good — an event of it that still comes
+        (the app-server goes on with a turn after a hang-up) reopens nothing."""
+        for kind in HandleKind:
+            for key in self.signal.keys(kind):
+                if len(key) > 1 and isinstance(key[0], str) and isinstance(key[1], str):
+                    self._turns.end(key[0], [key[1]])
+        self._turns.forbid_all_revival()
         self.signal.close_all()
         self._pending.clear()
         return self.signal.commit(cause)

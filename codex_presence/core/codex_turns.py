@@ -91,6 +91,12 @@ class TurnMemory:
                 del self._revivable[thread]
         self._needles = None
 
+    def forbid_all_revival(self) -> None:
+        """No new item reopens any turn that ended so far."""
+        if self._revivable:
+            self._revivable.clear()
+            self._needles = None
+
     def can_revive(self, thread: str, turn: str) -> bool:
         return turn in self._revivable.get(thread, ())
 
