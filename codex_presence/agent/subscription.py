@@ -22,11 +22,6 @@ logger = logging.getLogger("codex_presence.presence")
 class ConnectionPresence(RosterStream):
     """One runner's live subscription, kept open across broker restarts, said in the log."""
 
-    @property
-    def stopped_reason(self) -> str | None:
-        """Why the attempts ended for good (the broker refused), or None."""
-        return self.reason if self.refused is not None else None
-
     def _changed(self, state: ConnectionState) -> None:
         if state is ConnectionState.ONLINE:
             logger.info("online: subscribed to the broker as %s", self.name)
