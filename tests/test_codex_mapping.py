@@ -737,6 +737,11 @@ def test_a_handler_that_raises_is_logged_and_counted_and_the_next_message_is_han
     assert s.transitions == [("working", "turn/started"), ("idle", "thread/status/changed")]
 
 
+def test_a_param_named_like_the_handlers_own_argument_is_just_a_param() -> None:
+    s = Session().server(note("turn/started", threadId="th", turn={"id": "t"}, m=1))
+    assert s.state == "working" and s.mapping.stats.wrong_shape == 0
+
+
 def test_params_that_do_not_fit_a_handler_are_wrong_shape_not_a_bug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

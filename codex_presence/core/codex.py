@@ -365,9 +365,10 @@ class CodexMapping:
 
 
 # -- handlers: the router calls these with the mapping first and the params as keywords ----
+# (the mapping is positional-only: a param of codex's named ``m`` is just another param)
 
 
-def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
+def _on_turn_started(m: CodexMapping, /, threadId: object, turn: object, **_: object) -> None:
     thread = str_param(threadId, "threadId")
     turn_id = str_param(object_param(turn, "turn").get("id"), "turn.id")
     if m._turns.is_ended(thread, turn_id):
@@ -384,7 +385,7 @@ def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: objec
     m.signal.open(HandleKind.TURN, (thread, turn_id))
 
 
-def _on_turn_completed(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
+def _on_turn_completed(m: CodexMapping, /, threadId: object, turn: object, **_: object) -> None:
     thread = str_param(threadId, "threadId")
     body = object_param(turn, "turn")
     turn_id = str_param(body.get("id"), "turn.id")
@@ -409,7 +410,7 @@ def _item_key(threadId: object, turnId: object, item: object) -> tuple[str, str,
 
 
 def _on_item_started(
-    m: CodexMapping, threadId: object, turnId: object, item: object, **_: object
+    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
     tool = item_type in TOOL_ITEM_TYPES
@@ -426,7 +427,7 @@ def _on_item_started(
 
 
 def _on_item_completed(
-    m: CodexMapping, threadId: object, turnId: object, item: object, **_: object
+    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
     if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
@@ -435,7 +436,7 @@ def _on_item_completed(
         m.stats.late_events += 1
 
 
-def _on_thread_started(m: CodexMapping, thread: object, **_: object) -> None:
+def _on_thread_started(m: CodexMapping, /, thread: object, **_: object) -> None:
     body = object_param(thread, "thread")
     if body.get("threadSource") != TITLE_THREAD_SOURCE:
         return
@@ -445,7 +446,7 @@ def _on_thread_started(m: CodexMapping, thread: object, **_: object) -> None:
 
 
 def _on_thread_status_changed(
-    m: CodexMapping, threadId: object, status: object, **_: object
+    m: CodexMapping, /, threadId: object, status: object, **_: object
 ) -> None:
     thread = str_param(threadId, "threadId")
     body = object_param(status, "status")
@@ -475,26 +476,26 @@ def _on_thread_status_changed(
         m._unknown("thread status", kind)
 
 
-def _on_thread_closed(m: CodexMapping, threadId: object, **_: object) -> None:
+def _on_thread_closed(m: CodexMapping, /, threadId: object, **_: object) -> None:
     m._end_thread_work(str_param(threadId, "threadId"), revivable=False)
 
 
-def _on_server_request_resolved(m: CodexMapping, requestId: object, **_: object) -> None:
+def _on_server_request_resolved(m: CodexMapping, /, requestId: object, **_: object) -> None:
     m._resolve_request(request_id_param(requestId))
 
 
 def _on_blocking_request(
-    m: CodexMapping, threadId: object, turnId: object = None, **_: object
+    m: CodexMapping, /, threadId: object, turnId: object = None, **_: object
 ) -> None:
     thread = str_param(threadId, "threadId")
     m._add_request(thread, None if turnId is None else str_param(turnId, "turnId"))
 
 
-def _on_legacy_blocking_request(m: CodexMapping, conversationId: object, **_: object) -> None:
+def _on_legacy_blocking_request(m: CodexMapping, /, conversationId: object, **_: object) -> None:
     m._add_request(str_param(conversationId, "conversationId"), None)
 
 
-def _on_automatic_request(m: CodexMapping, threadId: object = None, **_: object) -> None:
+def _on_automatic_request(m: CodexMapping, /, threadId: object = None, **_: object) -> None:
     m._add_request(threadId if isinstance(threadId, str) else None, None)
 
 
