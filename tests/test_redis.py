@@ -269,11 +269,39 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
     assert said in result.stderr
 
 
-def test_a_redis_password_is_never_logged(tmp_path: Path) -> None:
-    url = "redis://:s3cret-pass@127.0.0.1:1/0"  # nothing listens there: "redis down"
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret-pass@127.0.0.1:1/0", "redis://:***@127.0.0.1:1/0"),
+        ("redis://127.0.0.1:1/0?password=s3cret-pass", "redis://127.0.0.1:1/0?password=***"),
+        (
+            "rediss://u@127.0.0.1:1/0?db=0&ssl_password=s3cret-pass",
+            "rediss://u@127.0.0.1:1/0?db=0&ssl_password=***",
+        ),
+    ],
+)
+def test_a_redis_password_is_never_logged(tmp_path: Path, url: str, shown: str) -> None:
+    # nothing listens there: "redis down"
     with broker_process("--team", team_file(tmp_path), redis=url) as broker:
-        assert "redis down: redis://:***@127.0.0.1:1/0" in broker.said()
+        assert f"redis down: {shown}:" in broker.said()
         assert "s3cret-pass" not in broker.said()
     with broker_process("--team", team_file(tmp_path), "--redis", url) as broker:
         assert "anyone on this machine can read" in broker.said()  # in argv: a warning
         assert "s3cret-pass" not in broker.said()
+
+
+def test_a_redis_password_in_the_query_opens_redis_and_stays_out_of_the_log(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The password of ``?password=``, which redis-py takes as well as the netloc's, at
+    ``-vv`` into a log file, with Redis asking for it: it works, and shows nowhere."""
+    redis.Redis.from_url(redis_url).config_set("requirepass", "hunter2secret")
+    url = redis_url + "?password=hunter2secret"
+    log = tmp_path / "broker.log"
+    options = ("--team", team_file(tmp_path), "-vv", "--log-file", str(log))
+    with broker_process(*options, redis=url) as broker:
+        assert report(broker.url, "builder", "working").status_code == 204  # authenticated
+        assert httpx.get(broker.url + "/healthz", timeout=5).json()["status"] == "ok"
+    text = log.read_text()
+    assert f"sharing state through {redis_url}?password=*** " in text
+    assert "hunter2secret" not in text + broker.stderr.rest()
