@@ -399,7 +399,8 @@ class RedisStore:
             if seq <= self._event_seq:
                 self._link.reconnect(
                     f"the change numbers went back ({seq} after {self._event_seq}): the "
-                    "team's keys were flushed or deleted; reading them again"
+                    "team's keys were flushed or deleted (or another deployment uses this "
+                    "prefix and team: see --redis-prefix); reading them again"
                 )
                 return
             self._event_seq = seq
