@@ -31,6 +31,7 @@ import orjson
 
 __all__ = [
     "ACTIVITY_PATH",
+    "ACTIVITY_STATES",
     "ADMIN_PERMISSION",
     "DEFAULT_BROKER",
     "DEFAULT_PORT",
@@ -68,6 +69,11 @@ class ActivityState(enum.StrEnum):
     IDLE = "idle"
     WORKING = "working"
     BLOCKED = "blocked"
+
+
+ACTIVITY_STATES: Mapping[str, ActivityState] = {state.value: state for state in ActivityState}
+"""Each state by its name on the wire: a lookup that says "unknown" with ``.get`` instead
+of raising, as ``ActivityState(name)`` does."""
 
 
 # -- endpoints -------------------------------------------------------------------------------

@@ -37,11 +37,13 @@ Endpoints
     a runner heartbeats at a third of it.
 ``GET /healthz``
     No auth. ``{"status": "ok"}``; with a shared store, ``{"status": "ok", "store":
-    "redis"}``, or 503 ``{"status": "unavailable", "store": "redis", "reason": str}`` while
-    the broker cannot reach it.
+    "redis"}``, or 503 ``{"status": "unavailable", "store": "redis"}`` while the broker
+    cannot reach it. Why is logged, and said here (``"reason": str``) only to a request
+    with a member's bearer token: Redis's own words are not for anyone who asks.
 
 Any request that needs the shared store when it is unreachable (a browser session to
-check) gets 503 ``{"error": reason}``.
+check) gets 503 ``{"error": reason}``, a reason that says what was not done, not Redis's
+words (those are logged).
 
 The SSE stream (for the web roster and ``roster --watch``)
 ----------------------------------------------------------
@@ -81,6 +83,7 @@ from starlette.types import Receive, Scope, Send
 
 from codex_presence._wire import (
     ACTIVITY_PATH,
+    ACTIVITY_STATES,
     HEALTHZ_PATH,
     ROSTER_PATH,
     SUBSCRIBE_PATH,
@@ -94,7 +97,6 @@ from codex_presence.broker.store import StoreUnavailable
 
 __all__ = ["create_app"]
 
-_STATES = {state.value: state for state in ActivityState}
 _EXACT = {
     form % state.value.encode(): state
     for state in ActivityState
@@ -131,9 +133,9 @@ def _parse_state(body: bytes) -> ActivityState | str:
     if "state" not in data:
         return 'missing "state"'
     state = data["state"]
-    if not isinstance(state, str) or state not in _STATES:
+    if not isinstance(state, str) or state not in ACTIVITY_STATES:
         return '"state" must be one of "idle", "working", "blocked"'
-    return _repeated_key(body) or _STATES[state]
+    return _repeated_key(body) or ACTIVITY_STATES[state]
 
 
 def _repeated_key(body: bytes) -> str | None:
@@ -312,7 +314,9 @@ class _Endpoints:
             return json_response(200, {"status": "ok"})
         if self.broker.stale is None:
             return json_response(200, {"status": "ok", "store": "redis"})
-        body = {"status": "unavailable", "store": "redis", "reason": self.broker.stale}
+        body = {"status": "unavailable", "store": "redis"}
+        if self.broker.authenticate_bearer(request) is not None:
+            body["reason"] = self.broker.stale
         return json_response(503, body)
 
 

@@ -2,9 +2,11 @@
 
 :class:`BrokerServer` is uvicorn for the broker app: it ends the SSE streams first on
 shutdown (else shutdown would wait for every subscriber to leave), bounds each request
-head with the limits it is given (:mod:`codex_presence.broker.http_guard`), and says when it
-listens. :func:`listen_socket` makes the listening socket, with the dead-peer settings that
-drop a subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
+head with the limits it is given (:mod:`codex_presence.broker.http_guard`), says when it
+listens, and stops when the broker's background work failed (uvicorn would go on serving
+after its app's lifespan task died: a broker alive but keeping no state).
+:func:`listen_socket` makes the listening socket, with the dead-peer settings that drop a
+subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ DEFAULT_LIMITS = BrokerLimits()
 
 class BrokerServer(uvicorn.Server):
     """uvicorn for the broker app: on shutdown, end the SSE streams first (else shutdown
-    would wait for every subscriber to leave); once listening, call ``on_started``."""
+    would wait for every subscriber to leave); once listening, call ``on_started``; stop
+    when the broker :attr:`~codex_presence.broker.state.Broker.failed`."""
 
     def __init__(
         self,
@@ -47,6 +50,11 @@ class BrokerServer(uvicorn.Server):
         await super().startup(sockets)
         if not self.should_exit and self.on_started is not None:
             self.on_started()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.broker.failed:
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.broker.close()

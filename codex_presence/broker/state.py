@@ -43,6 +43,7 @@ from anyio.abc import TaskStatus
 from starlette.requests import Request
 
 from codex_presence._wire import (
+    ACTIVITY_STATES,
     DEFAULT_TTL,
     KEEPALIVE,
     PRESENCE_EVENT,
@@ -67,7 +68,6 @@ Authenticator = Callable[[Request], Awaitable["Member | None"]]
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 _LOG_SIZE = 64
-_STATES = {state.value: state for state in ActivityState}
 _IDLE = ActivityState.IDLE
 
 
@@ -134,6 +134,9 @@ class Broker:
         self.closing = False
         self.stale: str | None = None
         """Why the shared store is unreachable, while it is (None: the state is current)."""
+        self.failed = False
+        """The background work (:meth:`run`) failed: the server must stop (see
+        :class:`~codex_presence.broker.server.BrokerServer`)."""
 
     # -- authentication ----------------------------------------------------------------
 
@@ -293,7 +296,7 @@ class Broker:
             if activity is None:
                 self._shown.pop(name, None)
             else:
-                self._shown[name] = _STATES[activity]
+                self._shown[name] = ACTIVITY_STATES[activity]
             parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))
         self._dirty.clear()
         self._append(b"".join(parts))
@@ -315,11 +318,24 @@ class Broker:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The broker's background work: its store's (for a shared one, the link) and the
-        fan-out; ``task_status`` is told once the state was first read."""
-        async with anyio.create_task_group() as tg:
-            await tg.start(self.store.run, self)
-            tg.start_soon(self.run_fanout)
-            task_status.started()
+        fan-out; ``task_status`` is told once the state was first read.
+
+        A failure before that is raised (the server does not start). A failure after it
+        is logged, ends every stream and sets :attr:`failed`, for the server to stop: a
+        broker whose state is no longer kept must not go on answering as if it were."""
+        started = False
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.store.run, self)
+                tg.start_soon(self.run_fanout)
+                task_status.started()
+                started = True
+        except Exception:
+            if not started:
+                raise
+            logger.critical("the broker's background work failed: stopping", exc_info=True)
+            self.failed = True
+            self.close()
 
     async def run_fanout(self) -> None:
         """Publish changes as they come (coalesced), TTL lapses as they fall due, and the

@@ -133,7 +133,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     from codex_presence.cli.main import UsageError
 
     try:
-        from codex_presence.broker.redis_link import RedisLink
+        from codex_presence.broker.redis_link import RedisLink, holds_secret
         from codex_presence.broker.redis_sessions import RedisSessions
         from codex_presence.broker.redis_store import RedisStore
     except ImportError:
@@ -143,14 +143,14 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     url = args.redis
     try:
         parts = urlsplit(url)
-        password = parts.password
+        secret = holds_secret(url)
     except ValueError as exc:
         raise UsageError(f"--redis: not a URL: {exc}") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise UsageError("--redis must be a redis://, rediss:// or unix:// URL")
     if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
         raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
-    if password and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
+    if secret and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
         logging.getLogger("codex_presence.broker").warning(
             "the --redis URL holds a password, which anyone on this machine can read in the "
             "command line; set CODEX_PRESENCE_REDIS instead"
@@ -257,4 +257,4 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
-    return 0
+    return 1 if broker.failed else 0  # a supervisor restarts it
