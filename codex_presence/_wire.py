@@ -4,7 +4,9 @@ One place for what a runner, the broker, its clients and the web page must agree
 
 * :class:`ActivityState`, and the design's ``Presence`` object (:func:`presence` builds it
   exactly: ``name, connected, createdAt, lastSeen, role``, then ``activity`` only when not
-  idle and ``busy`` only when ``activity`` is there, true iff working);
+  idle and ``busy`` only when ``activity`` is there, true iff working), plus one additive
+  field of ours, ``activitySince`` (unix ms: since when the activity holds), also only
+  with ``activity``;
 * the endpoint paths and the SSE event names;
 * the defaults: the broker's port and URL, the activity TTL (and the least a broker
   accepts), the runner's heartbeat (a third of the TTL), the stream keep-alive, and how
@@ -159,6 +161,9 @@ class Presence(TypedDict):
     role: RoleJson | None
     activity: NotRequired[str]
     busy: NotRequired[bool]
+    activitySince: NotRequired[int]
+    """Ours, additive like ``activity`` (older clients ignore it): since when (unix ms) the
+    working or blocked state holds. A heartbeat does not move it; a change of state does."""
 
 
 def presence(
@@ -169,8 +174,10 @@ def presence(
     last_seen: int,
     role: _HasRoleJson | Mapping[str, Any] | None,
     activity: ActivityState | str = ActivityState.IDLE,
+    activity_since: int | None = None,
 ) -> Presence:
-    """The design's Presence object, keys in the schema's order."""
+    """The design's Presence object, keys in the schema's order (then ``activitySince``,
+    with ``activity`` when known)."""
     role_json: Any
     if role is None or isinstance(role, Mapping):
         role_json = dict(role) if role else None
@@ -186,6 +193,8 @@ def presence(
     if activity != "idle":
         obj["activity"] = str(activity)
         obj["busy"] = activity == "working"
+        if activity_since is not None:
+            obj["activitySince"] = activity_since
     return obj
 
 

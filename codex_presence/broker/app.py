@@ -29,7 +29,10 @@ Endpoints
     Bearer auth. A JSON array of the design's Presence objects, one per team member in
     team-file order, connected or not. ``createdAt`` and ``lastSeen`` are unix epoch
     milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
-    subscribe and every activity report.
+    subscribe and every activity report. One field is ours, additive like ``activity``
+    (a client that does not know it ignores it): ``activitySince``, with ``activity`` only,
+    the unix epoch milliseconds since which the member has been working or blocked. A
+    heartbeat does not move it; a change of state (a lapse of the TTL included) does.
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
     int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
@@ -54,9 +57,9 @@ The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every 
     ...], "privileges": {name: "admin" | "operator" | null}}`` — the whole roster, as
     ``GET /roster`` returns it, and each member's privilege bucket. Replace everything.
 ``event: presence``
-    ``Presence`` — one member's full, current object, sent when their ``connected`` or
-    their activity changed. Replace that member's row (matched by ``name``). Missing
-    ``activity`` means idle, as everywhere.
+    ``Presence`` — one member's full, current object (``activitySince`` included), sent
+    when their ``connected`` or their activity changed. Replace that member's row (matched
+    by ``name``). Missing ``activity`` means idle, as everywhere.
 ``event: stale``
     ``{"stale": true, "reason": str}`` — the broker lost its shared store (``--redis``):
     the stream stays open, but what it shows may be out of date until the next ``roster``

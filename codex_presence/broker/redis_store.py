@@ -5,8 +5,8 @@ What lives in Redis (keys under the team's prefix, see :mod:`~.redis_link`):
 ``a:<name>``
     A working or blocked member's activity, ``"<state> <since-ms>"``, set with ``PX`` = the
     TTL: Redis's own expiry is the TTL, and idle is the key's absence, as the design says.
-    (``since`` — when the state last changed, kept across heartbeats — is there for the
-    roster's ``activitySince`` to come.)
+    ``since`` (the roster's ``activitySince``) is when the state began: a report of the
+    same state keeps it, another state (or a report after the key expired) starts it anew.
 ``m:<name>``
     A hash: ``c`` (``createdAt``, the earliest any broker saw) and ``s`` (``lastSeen``, the
     latest), unix ms. Merged with min/max, so that any order of writes gives the same.
@@ -265,6 +265,9 @@ class RedisStore:
     def activity(self, name: str) -> ActivityState:
         return self._activity.get(name)
 
+    def activity_since(self, name: str) -> int | None:
+        return self._activity.since(name)
+
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
@@ -323,8 +326,11 @@ class RedisStore:
         for i, name in enumerate(self._names):
             value, pttl, created, seen = members[4 * i : 4 * i + 4]
             self._merge_meta(name, int(created), int(seen))
-            state = _STATES[value.split(b" ", 1)[0].decode()] if value and pttl > 0 else _IDLE
-            self._activity.report(name, state, pttl / 1000 if state is not _IDLE else None)
+            if value and pttl > 0:
+                word, _, since = value.partition(b" ")
+                self._activity.report(name, _STATES[word.decode()], pttl / 1000, since=int(since))
+            else:
+                self._activity.report(name, _IDLE)
         for name in self._names:
             self._refresh(name)
 
@@ -409,7 +415,7 @@ class RedisStore:
     def _apply_report(self, event: list[Any]) -> bool:
         """Apply a report's event (ours or another broker's) unless a later one was
         applied already; whether the activity shown changed."""
-        seq, _, name, state, ttl_ms, _since, created, seen = event
+        seq, _, name, state, ttl_ms, since, created, seen = event
         if name not in self._known:
             return False
         self._merge_meta(name, created, seen)
@@ -417,7 +423,7 @@ class RedisStore:
         if seq <= self._activity_seq.get(name, 0):
             return False
         self._activity_seq[name] = seq
-        return self._activity.report(name, _STATES[state], ttl_ms / 1000)
+        return self._activity.report(name, _STATES[state], ttl_ms / 1000, since=int(since))
 
     def _merge_meta(self, name: str, created: int, seen: int) -> None:
         old_created, old_seen = self._meta.get(name, (0, 0))

@@ -120,7 +120,7 @@ class Broker:
         self._privileges = orjson.dumps(
             {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
         )
-        self._encoded: dict[str, tuple[object, ActivityState, bytes]] = {}
+        self._encoded: dict[str, tuple[object, ActivityState, int | None, bytes]] = {}
         self._fanout_interval = fanout_interval
         self._keepalive = keepalive
         self.streams = 0
@@ -191,32 +191,38 @@ class Broker:
         self._changed(name)
 
     def presence(self, name: str) -> Presence:
-        conn = self.store.connection(name)
+        store = self.store
+        conn = store.connection(name)
+        activity = store.activity(name)
         return presence(
             name=name,
             connected=conn.connected,
             created_at=conn.created_at,
             last_seen=conn.last_seen,
             role=self._roles[name],
-            activity=self.store.activity(name),
+            activity=activity,
+            activity_since=None if activity is _IDLE else store.activity_since(name),
         )
 
     def roster_json(self) -> bytes:
         """``GET /roster``'s body. Each member's encoded object is cached until their
-        connection or activity changes, because with a thousand members building and
-        encoding every object on every request is most of the request's cost."""
+        connection or activity (or its start) changes, because with a thousand members
+        building and encoding every object on every request is most of the request's
+        cost."""
         cache = self._encoded
         get_connection = self.store.connection
         get_activity = self.store.activity
+        get_since = self.store.activity_since
         parts = []
         for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
             connection = get_connection(name)
             activity = get_activity(name)
+            since = None if activity is _IDLE else get_since(name)
             hit = cache.get(name)
-            if hit is None or hit[1] is not activity or hit[0] != connection:
-                hit = (connection, activity, orjson.dumps(self.presence(name)))
+            if hit is None or hit[1] is not activity or hit[2] != since or hit[0] != connection:
+                hit = (connection, activity, since, orjson.dumps(self.presence(name)))
                 cache[name] = hit
-            parts.append(hit[2])
+            parts.append(hit[3])
         return b"[" + b",".join(parts) + b"]"
 
     def roster_event(self, you: str) -> bytes:

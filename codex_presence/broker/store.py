@@ -78,6 +78,10 @@ class Store(Protocol):
     def activity(self, name: str) -> ActivityState:
         """``name``'s activity, the TTL resolved."""
 
+    def activity_since(self, name: str) -> int | None:
+        """Since when (unix ms) ``name``'s working or blocked state holds (a heartbeat
+        keeps it, a change of state starts it again); None when idle."""
+
     def subscribers_here(self, name: str) -> int:
         """``name``'s streams open on this broker (what the per-member cap bounds)."""
 
@@ -123,6 +127,9 @@ class MemoryStore:
     def activity(self, name: str) -> ActivityState:
         return self.tracker.get(name)
 
+    def activity_since(self, name: str) -> int | None:
+        return self.tracker.since(name)
+
     def subscribers_here(self, name: str) -> int:
         return self.registry.get(name).connected
 
@@ -131,7 +138,7 @@ class MemoryStore:
 
     async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
         self.registry.touch(name, now_ms)
-        return self.tracker.report(name, state)
+        return self.tracker.report(name, state, now_ms=now_ms)
 
     def attach(self, name: str, now_ms: int) -> int:
         return self.registry.attach(name, now_ms)
