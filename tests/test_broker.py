@@ -83,7 +83,7 @@ def test_healthz_needs_no_token(client: httpx.Client, store_url: str | None) -> 
     response = client.get("/healthz")
     assert response.status_code == 200
     shared = {} if store_url is None else {"store": "redis"}
-    assert response.json() == {"status": "ok", **shared}
+    assert response.json() == {"status": "ok", **shared, "startedAt": 1_800_000_000_000}
 
 
 def test_whoami(client: httpx.Client) -> None:

@@ -39,8 +39,9 @@ Endpoints
     and how long (milliseconds) a working/blocked report holds here without a heartbeat:
     a runner heartbeats at a third of it.
 ``GET /healthz``
-    No auth. ``{"status": "ok"}``; with a shared store, ``{"status": "ok", "store":
-    "redis"}``, or 503 ``{"status": "unavailable", "store": "redis", "reason": str}`` while
+    No auth. ``{"status": "ok", "startedAt": ms}`` (when this broker process started, unix
+    ms); with a shared store, ``{"status": "ok", "store": "redis", "startedAt": ms}``, or 503
+    ``{"status": "unavailable", "store": "redis", "reason": str, "startedAt": ms}`` while
     the broker cannot reach it.
 
 Any request that needs the shared store when it is unreachable (a browser session to
@@ -310,13 +311,14 @@ class _Endpoints:
         return json_response(200, {**answer, "activityTtlMs": ttl_ms})
 
     async def healthz(self, request: Request) -> Response:
-        store = self.broker.store
-        if not store.shared:
-            return json_response(200, {"status": "ok"})
-        if self.broker.stale is None:
-            return json_response(200, {"status": "ok", "store": "redis"})
-        body = {"status": "unavailable", "store": "redis", "reason": self.broker.stale}
-        return json_response(503, body)
+        broker = self.broker
+        started = {"startedAt": broker.started_at}
+        if not broker.store.shared:
+            return json_response(200, {"status": "ok", **started})
+        if broker.stale is None:
+            return json_response(200, {"status": "ok", "store": "redis", **started})
+        body = {"status": "unavailable", "store": "redis", "reason": broker.stale}
+        return json_response(503, {**body, **started})
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:

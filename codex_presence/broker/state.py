@@ -114,6 +114,9 @@ class Broker:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
         self._wall_clock = wall_clock
+        self.started_at = self._now_ms()
+        """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
+        session a restart ended (sessions in memory) can say why."""
         self._authenticators = tuple(authenticators)
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
