@@ -36,11 +36,12 @@ Routes
     Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 200
     ``{"name": member, "key": session key, "brokerStartedAt": ms}`` with a ``Set-Cookie`` on
     success (the page compares ``brokerStartedAt`` with ``/healthz``'s ``startedAt`` when
-    its session is gone, to say whether a restart ended it); 401 for a wrong token. The cookie is HttpOnly (no script can read it), SameSite=Strict (no other
-    site can make the browser send it), Path=/, and Secure when the request came over
-    https. It holds a random session id that maps to the member (and the key) in the
-    broker's :mod:`session store <codex_presence.broker.sessions>`: the token never
-    reaches the browser's storage. In memory (the default), a broker restart signs everyone
+    its session is gone, to say whether a restart ended it); 401 for a wrong token. The
+    cookie is HttpOnly (no script can read it), SameSite=Strict (no other site can make
+    the browser send it), Path=/, and Secure when the request came over https. It holds
+    a random session id that maps to the member (and the key) in the broker's
+    :mod:`session store <codex_presence.broker.sessions>`: the token never reaches the
+    browser's storage. In memory (the default), a broker restart signs everyone
     out; in the Redis that brokers share (``--redis``), nobody.
 ``POST /session/logout``
     With the session's key: forget the session and end the streams it opened (on every

@@ -6,6 +6,8 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import httpx
 
     from codex_presence._wire import Whoami
@@ -92,9 +94,16 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
         sys.stdout.write(text + "\n")
 
 
-async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
+async def watch(
+    client: httpx.AsyncClient,
+    me: Whoami,
+    out: TextIO,
+    *,
+    heading: Callable[[], str] | None = None,
+) -> None:
     """Draw the roster on ``out``, then redraw on every event; on a terminal, animate the
-    spinner and advance the "since" durations while anyone works or waits.
+    spinner and advance the "since" durations while anyone works or waits. ``heading``
+    gives text to draw above the roster (on a terminal, redrawn when it changes).
 
     A lost stream (the broker restarted, the network dropped) is retried with backoff, the
     last roster staying on screen under a line that says so; only a refused token ends it,
@@ -120,6 +129,8 @@ async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
         now_ms = int(time.time() * 1000)
         members = view.members.values()
         text = watch_text(view.team, members, you=me.name, frame=frame, now_ms=now_ms)
+        if heading is not None:
+            text = heading() + text
         if status:
             text += f"\n({status})"
         if text == last:
@@ -148,8 +159,8 @@ async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
             busy = {p.get("activity") for p in view.members.values()}
             if "working" in busy:
                 frame += 1
-            if busy & {"working", "blocked"}:
-                draw()  # the spinner's next frame, a duration that moved on (or the same)
+            if heading is not None or busy & {"working", "blocked"}:
+                draw()  # the spinner's next frame, a duration or a heading that moved on
 
     stream = RosterStream(client, me.name, on_change=on_change, on_roster=on_roster)
     async with anyio.create_task_group() as tg:
