@@ -40,6 +40,7 @@ __all__ = [
     "HEALTHZ_PATH",
     "HEARTBEAT",
     "KEEPALIVE",
+    "KNOWN_PERMISSIONS",
     "MIN_TTL",
     "OPERATOR_PERMISSION",
     "PRESENCE_EVENT",
@@ -125,6 +126,9 @@ def is_token_text(token: str) -> bool:
 
 ADMIN_PERMISSION = "members.manage"
 OPERATOR_PERMISSION = "objectives.create"
+KNOWN_PERMISSIONS: Mapping[str, str] = {ADMIN_PERMISSION: "admin", OPERATOR_PERMISSION: "operator"}
+"""The permissions the roster knows, and the privilege bucket each makes (admin wins).
+A team file may hold others (the wider system's); they make no bucket."""
 
 
 def privilege(permissions: Iterable[str]) -> str | None:

@@ -480,8 +480,12 @@ def next_event(events: Iterator[ServerSentEvent], kind: str) -> Any:
 def test_subscribe_as_someone_else_is_403(client: httpx.Client) -> None:
     response = client.get("/subscribe", params={"name": "alice"}, headers=_auth("builder"))
     assert response.status_code == 403
-    response = client.get("/subscribe", params={"name": "nobody"}, headers=_auth("builder"))
+    assert response.json() == {
+        "error": "the token is builder's, not alice's: a member may only subscribe as themselves"
+    }
+    response = client.get("/subscribe", params={"name": "no\x1bbody"}, headers=_auth("builder"))
     assert response.status_code == 403
+    assert response.json()["error"].startswith("the token is builder's, not no\\x1bbody's")
     assert roster(client)["alice"]["connected"] == 0
 
 

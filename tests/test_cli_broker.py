@@ -38,7 +38,7 @@ def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) ->
     team.write_text(render_team("acme", [("alice", Role("director", ()), "cp_alice-token")]))
     with broker_process("--team", str(team)) as broker:
         proc, url = broker.proc, broker.url
-        assert "team acme, 1 members" in broker.said()
+        assert "(team acme, 1 member)" in broker.said()
         assert httpx.get(url + "/healthz").json()["status"] == "ok"
         headers = {"authorization": "Bearer cp_alice-token"}
         with (
@@ -54,6 +54,28 @@ def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) ->
                 except StopIteration:
                     break
         assert proc.wait(10) == 0
+
+
+def test_a_host_that_cannot_be_bound_is_an_error_without_a_word_of_listening(
+    tmp_path: Path,
+) -> None:
+    """``--host 999.1.1.1`` used to say "listening on 999.1.1.1, reachable from other
+    machines" before it failed to bind."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, "cp_alice-token")]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    done = subprocess.run(
+        [*CLI, "broker", "--team", str(team), "--host", "999.1.1.1", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "listening" not in done.stderr
+    assert done.stderr.startswith("codex-presence broker: cannot bind 999.1.1.1:0: ")
+    assert len(done.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

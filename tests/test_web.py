@@ -13,6 +13,7 @@ redis-server (issue 18).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -240,6 +241,15 @@ def test_the_cookie_counts_only_on_the_pages_own_origin(web: Web) -> None:
     typed = {"sec-fetch-site": "none"}  # the address typed or bookmarked
     assert httpx.get(web.url + "/whoami", headers={**cookie, **typed}, timeout=5).status_code == 200
     web.wait_connected("alice", 0)
+
+
+def test_a_refused_sign_in_is_logged_with_the_address_it_came_from(
+    web: Web, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="codex_presence.web")
+    assert sign_in(web, "cp_wrong").status_code == 401
+    (refused,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert re.fullmatch(r"web sign-in refused from 127\.0\.0\.1:\d+", refused), refused
 
 
 def test_a_bad_token_is_refused_without_a_cookie(web: Web) -> None:

@@ -90,6 +90,7 @@ from codex_presence._wire import (
     SUBSCRIBE_PATH,
     WHOAMI_PATH,
     ActivityState,
+    printable,
 )
 from codex_presence.broker.http import BodyRefused, error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
@@ -289,7 +290,11 @@ class _Endpoints:
         if not name:
             return error(400, "missing ?name=<self>")
         if name != member.name:
-            return error(403, "a member may only subscribe as themselves")
+            return error(
+                403,
+                f"the token is {printable(member.name)}'s, not {printable(name)}'s: "
+                "a member may only subscribe as themselves",
+            )
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
