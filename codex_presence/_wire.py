@@ -16,7 +16,7 @@ One place for what a runner, the broker, its clients and the web page must agree
 * the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None);
 * text that is safe to show: which characters a terminal or a log would act on instead of
   showing (:func:`control_character`), and the same text with them escaped
-  (:func:`printable`).
+  (:func:`printable`); and a count with its noun (:func:`counted`: "1 member").
 
 No I/O here, and no import from the rest of the package: every subpackage may use it.
 """
@@ -56,6 +56,7 @@ __all__ = [
     "RoleJson",
     "Whoami",
     "control_character",
+    "counted",
     "heartbeat_for",
     "is_token_text",
     "parse_whoami",
@@ -243,6 +244,11 @@ _CONTROL = re.compile(
 """C0 and C1 controls and DEL (escape sequences: screen clearing, OSC 52 clipboard writes;
 line breaks that forge lines), Unicode's line and paragraph separators, and the
 bidirectional marks and overrides that make text read other than it is."""
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: "1 member", "2 members"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def control_character(text: str) -> str | None:

@@ -119,6 +119,8 @@ def test_the_demo_session_told_step_by_step() -> None:
         ("Stop", None, "working", "turn completed"),
         ("transcript interrupt", None, "working", "interrupted"),
         ("a/new/method", None, "working", "a/new/method"),  # no words for it: said as it is
+        ("Notification x\x1b[2J", None, "working", "Notification x\\x1b[2J"),  # escaped
+        ("item/started", {"params": {"item": {"type": "new\x07"}}}, "working", "new\\x07 started"),
     ],
 )
 def test_event_words(cause: str, message: Any, previous: str, words: str) -> None:

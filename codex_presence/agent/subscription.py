@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from codex_presence._wire import counted
 from codex_presence.client.stream import ConnectionState, RosterStream
 
 __all__ = ["ConnectionPresence", "ConnectionState", "Outage"]
@@ -62,9 +63,7 @@ class Outage:
 
     def _count(self) -> str:
         seconds = self._clock() - self._since
-        return (
-            f"{self.attempts} failed attempt{'s' if self.attempts != 1 else ''} in {seconds:.0f} s"
-        )
+        return f"{counted(self.attempts, 'failed attempt')} in {seconds:.0f} s"
 
 
 def _power_of_ten(n: int) -> bool:

@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from codex_presence._wire import MIN_TTL, printable
+    from codex_presence._wire import MIN_TTL, counted, printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
@@ -238,10 +238,9 @@ def run(args: argparse.Namespace) -> int:
         warning = exposure_warning(args.host)
         if warning:
             logger.warning("%s", warning)
-        count = len(team.members)
         sys.stderr.write(
             f"codex-presence broker: listening on {url} "
-            f"(team {printable(team.name)}, {count} member{'s' if count != 1 else ''})\n"
+            f"(team {printable(team.name)}, {counted(len(team.members), 'member')})\n"
         )
         sys.stderr.flush()
 

@@ -199,7 +199,6 @@ async def run_demo(
 
         tg.start_soon(watch_roster)
         playing = anyio.CancelScope()
-
         signal_scope = anyio.CancelScope()
 
         async def stop_on_ctrl_c() -> None:
@@ -240,13 +239,15 @@ class _Story:
     KEEP = 6
 
     def __init__(self, out: TextIO, about: str) -> None:
+        from collections import deque
+
         self.out = out
         self.tty = out.isatty()
         self.about = about
-        self.said: list[str] = []
+        self.said: deque[str] = deque(maxlen=self.KEEP)
 
     def tell(self, sentence: str) -> None:
-        self.said = [*self.said[-(self.KEEP - 1) :], sentence]
+        self.said.append(sentence)
         if not self.tty:
             self.out.write(f"  > {sentence}\n")
             self.out.flush()

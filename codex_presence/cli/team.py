@@ -55,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codex_presence._wire import KNOWN_PERMISSIONS, printable
+    from codex_presence._wire import KNOWN_PERMISSIONS, counted, printable
     from codex_presence.broker.team import TeamError, new_token
     from codex_presence.broker.team_file import (
         parse_member_spec,
@@ -98,9 +98,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for name, _, token in members:
         sys.stdout.write(f"{name}\t{token}\n")
-    count = f"{len(members)} member{'s' if len(members) != 1 else ''}"
     sys.stderr.write(
-        f"codex-presence team: wrote {args.file} ({count}, mode 0600). "
+        f"codex-presence team: wrote {args.file} ({counted(len(members), 'member')}, mode 0600). "
         "The tokens above are shown only now; the file keeps their sha256.\n"
     )
     return 0

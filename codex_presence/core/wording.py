@@ -154,13 +154,13 @@ def event_words(cause: str, message: object = None, *, previous: str = "idle") -
         return _TURN_ENDS.get(_word(_get(params, "turn", "status")), "turn ended")
     if cause in ("item/started", "item/completed"):
         kind = _get(params, "item", "type")
-        what = _ITEMS.get(kind, kind) if isinstance(kind, str) else "item"
+        what = _ITEMS.get(kind, printable(kind)) if isinstance(kind, str) else "item"
         if cause == "item/completed":
             return f"{what} finished"
         return f"{what} started: working again" if previous == "idle" else f"{what} started"
     if cause == "response":
         return _decision(_get(message, "result"))
-    return _OTHER.get(cause, cause)
+    return _OTHER.get(cause, printable(cause))  # a name from the wire: shown, never acted on
 
 
 class Narrator:
