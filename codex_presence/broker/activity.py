@@ -22,22 +22,29 @@ from collections.abc import Callable
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
 
-__all__ = ["ActivityTracker"]
+__all__ = ["Activity", "ActivityTracker"]
 
 _IDLE = ActivityState.IDLE
 
+Activity = tuple[ActivityState, int | None]
+"""A member's activity and since when it holds (unix ms; None when idle)."""
+_IDLE_ACTIVITY: Activity = (_IDLE, None)
+
 
 class ActivityTracker:
-    """Each member's reported activity in memory: ``name -> (state, expires_at, since)``."""
+    """Each member's reported activity in memory: ``name -> (state, since)``, and when it
+    lapses. The pair is replaced only when it changes, so that a reader can tell "the same"
+    by identity (the broker's roster cache does)."""
 
-    __slots__ = ("_clock", "_entries", "ttl")
+    __slots__ = ("_clock", "_entries", "_expires", "ttl")
 
     def __init__(self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
         if not ttl > 0:
             raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
         self.ttl = ttl
         self._clock = clock
-        self._entries: dict[str, tuple[ActivityState, float, int]] = {}
+        self._entries: dict[str, tuple[ActivityState, int]] = {}
+        self._expires: dict[str, float] = {}
 
     def report(
         self,
@@ -52,36 +59,42 @@ class ActivityTracker:
         default); whether the state shown changed. The state holds since ``since`` (unix
         ms) when given (a shared store's record says), else since ``now_ms`` if it is new,
         else since it began."""
-        previous = self.get(name)
+        previous = self.entry(name)
         if state is _IDLE:
             self._entries.pop(name, None)
-            return previous is not state
+            self._expires.pop(name, None)
+            return previous[0] is not state
         if since is None:
-            since = self._entries[name][2] if previous is state else now_ms
-        expires_at = self._clock() + (self.ttl if ttl is None else ttl)
-        self._entries[name] = (state, expires_at, since)
-        return previous is not state
+            since = previous[1] if previous[0] is state and previous[1] is not None else now_ms
+        if previous[0] is not state or previous[1] != since:
+            self._entries[name] = (state, since)
+        self._expires[name] = self._clock() + (self.ttl if ttl is None else ttl)
+        return previous[0] is not state
 
-    def get(self, name: str) -> ActivityState:
+    def entry(self, name: str) -> Activity:
+        """``name``'s activity and since when it holds, the TTL resolved: the same object
+        for as long as neither changes."""
         entry = self._entries.get(name)
         if entry is None:
-            return _IDLE
-        state, expires_at, _ = entry
-        if self._clock() >= expires_at:
-            del self._entries[name]
-            return _IDLE
-        return state
+            return _IDLE_ACTIVITY
+        if self._clock() >= self._expires[name]:
+            del self._entries[name], self._expires[name]
+            return _IDLE_ACTIVITY
+        return entry
+
+    def get(self, name: str) -> ActivityState:
+        return self.entry(name)[0]
 
     def since(self, name: str) -> int | None:
         """Since when (unix ms) ``name``'s working or blocked state holds; None when idle."""
-        return None if self.get(name) is _IDLE else self._entries[name][2]
+        return self.entry(name)[1]
 
     def next_expiry(self) -> float | None:
         now = self._clock()
-        lapsed = [name for name, (_, expires, _) in self._entries.items() if now >= expires]
+        lapsed = [name for name, expires in self._expires.items() if now >= expires]
         for name in lapsed:
-            del self._entries[name]
-        return min((entry[1] for entry in self._entries.values()), default=None)
+            del self._entries[name], self._expires[name]
+        return min(self._expires.values(), default=None)
 
     def next_lapse(self) -> float | None:
         """Seconds until :meth:`next_expiry` (None: nothing can lapse)."""

@@ -66,7 +66,7 @@ import orjson
 from anyio.abc import TaskStatus
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
-from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.store import StoreListener
@@ -265,8 +265,8 @@ class RedisStore:
     def activity(self, name: str) -> ActivityState:
         return self._activity.get(name)
 
-    def activity_since(self, name: str) -> int | None:
-        return self._activity.since(name)
+    def activity_entry(self, name: str) -> Activity:
+        return self._activity.entry(name)
 
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)

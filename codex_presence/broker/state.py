@@ -53,6 +53,7 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
+from codex_presence.broker.activity import Activity
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 
@@ -123,7 +124,7 @@ class Broker:
         self._privileges = orjson.dumps(
             {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
         )
-        self._encoded: dict[str, tuple[object, ActivityState, int | None, bytes]] = {}
+        self._encoded: dict[str, tuple[object, Activity, bytes]] = {}
         self._fanout_interval = fanout_interval
         self._keepalive = keepalive
         self.streams = 0
@@ -194,9 +195,8 @@ class Broker:
         self._changed(name)
 
     def presence(self, name: str) -> Presence:
-        store = self.store
-        conn = store.connection(name)
-        activity = store.activity(name)
+        conn = self.store.connection(name)
+        activity, since = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
@@ -204,7 +204,7 @@ class Broker:
             last_seen=conn.last_seen,
             role=self._roles[name],
             activity=activity,
-            activity_since=None if activity is _IDLE else store.activity_since(name),
+            activity_since=since,
         )
 
     def roster_json(self) -> bytes:
@@ -214,18 +214,16 @@ class Broker:
         cost."""
         cache = self._encoded
         get_connection = self.store.connection
-        get_activity = self.store.activity
-        get_since = self.store.activity_since
+        get_activity = self.store.activity_entry
         parts = []
         for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
             connection = get_connection(name)
-            activity = get_activity(name)
-            since = None if activity is _IDLE else get_since(name)
+            activity = get_activity(name)  # the same object until it changes
             hit = cache.get(name)
-            if hit is None or hit[1] is not activity or hit[2] != since or hit[0] != connection:
-                hit = (connection, activity, since, orjson.dumps(self.presence(name)))
+            if hit is None or hit[1] is not activity or hit[0] != connection:
+                hit = (connection, activity, orjson.dumps(self.presence(name)))
                 cache[name] = hit
-            parts.append(hit[3])
+            parts.append(hit[2])
         return b"[" + b",".join(parts) + b"]"
 
     def roster_event(self, you: str) -> bytes:
