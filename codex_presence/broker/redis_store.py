@@ -5,8 +5,8 @@ What lives in Redis (keys under the team's prefix, see :mod:`~.redis_link`):
 ``a:<name>``
     A working or blocked member's activity, ``"<state> <since-ms>"``, set with ``PX`` = the
     TTL: Redis's own expiry is the TTL, and idle is the key's absence, as the design says.
-    (``since`` — when the state last changed, kept across heartbeats — is there for the
-    roster's ``activitySince`` to come.)
+    ``since`` (the roster's ``activitySince``) is when the state began: a report of the
+    same state keeps it, another state (or a report after the key expired) starts it anew.
 ``m:<name>``
     A hash: ``c`` (``createdAt``, the earliest any broker saw) and ``s`` (``lastSeen``, the
     latest), unix ms. Merged with min/max, so that any order of writes gives the same.
@@ -77,7 +77,7 @@ import orjson
 from anyio.abc import TaskStatus
 
 from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, ActivityState
-from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.store import StoreListener
@@ -281,6 +281,9 @@ class RedisStore:
     def activity(self, name: str) -> ActivityState:
         return self._activity.get(name)
 
+    def activity_entry(self, name: str) -> Activity:
+        return self._activity.entry(name)
+
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
@@ -341,14 +344,13 @@ class RedisStore:
         for i, name in enumerate(self._names):
             value, pttl, created, seen = members[4 * i : 4 * i + 4]
             self._merge_meta(name, _number(created), _number(seen))
-            state = _IDLE
-            if value and pttl > 0:
-                stored = _stored_activity(value)
-                if stored is None:
-                    self._unreadable(name, value)
-                else:
-                    state = stored[0]
-            self._activity.report(name, state, pttl / 1000 if state is not _IDLE else None)
+            stored = _stored_activity(value) if value and pttl > 0 else None
+            if value and pttl > 0 and stored is None:
+                self._unreadable(name, value)
+            if stored is None:
+                self._activity.report(name, _IDLE)
+            else:
+                self._activity.report(name, stored[0], pttl / 1000, since=stored[1])
         for name in self._names:
             self._refresh(name)
 
@@ -452,7 +454,7 @@ class RedisStore:
     def _apply_report(self, event: list[Any]) -> bool:
         """Apply a report's event (ours or another broker's) unless a later one was
         applied already; whether the activity shown changed."""
-        seq, _, name, state, ttl_ms, _since, created, seen = event
+        seq, _, name, state, ttl_ms, since, created, seen = event
         if name not in self._known:
             return False
         self._merge_meta(name, created, seen)
@@ -460,7 +462,7 @@ class RedisStore:
         if seq <= self._activity_seq.get(name, 0):
             return False
         self._activity_seq[name] = seq
-        return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000)
+        return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
 
     def _merge_meta(self, name: str, created: int, seen: int) -> None:
         old_created, old_seen = self._meta.get(name, (0, 0))

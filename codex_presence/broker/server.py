@@ -12,8 +12,8 @@ subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import uvicorn
 
@@ -30,7 +30,10 @@ DEFAULT_LIMITS = BrokerLimits()
 class BrokerServer(uvicorn.Server):
     """uvicorn for the broker app: on shutdown, end the SSE streams first (else shutdown
     would wait for every subscriber to leave); once listening, call ``on_started``; stop
-    when the broker :attr:`~codex_presence.broker.state.Broker.failed`."""
+    when the broker :attr:`~codex_presence.broker.state.Broker.failed`. With
+    ``signals=False`` it leaves SIGINT and SIGTERM alone: a program that embeds the broker
+    (the demo) ends everything at once on Ctrl-C, rather than the broker first, which its
+    own clients would see as a broker gone away."""
 
     def __init__(
         self,
@@ -39,12 +42,22 @@ class BrokerServer(uvicorn.Server):
         broker: Broker,
         limits: BrokerLimits = DEFAULT_LIMITS,
         on_started: Callable[[], None] | None = None,
+        signals: bool = True,
     ) -> None:
         if config.http in ("auto", "httptools"):  # bound what a request head may cost
             config.http = guarded_protocol(limits)
         super().__init__(config)
         self.broker = broker
         self.on_started = on_started
+        self._signals = signals
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if self._signals:
+            with super().capture_signals():
+                yield
+        else:
+            yield
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

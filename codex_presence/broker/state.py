@@ -54,6 +54,7 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
+from codex_presence.broker.activity import Activity
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 
@@ -114,13 +115,16 @@ class Broker:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
         self._wall_clock = wall_clock
+        self.started_at = self._now_ms()
+        """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
+        session a restart ended (sessions in memory) can say why."""
         self._authenticators = tuple(authenticators)
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
         self._privileges = orjson.dumps(
             {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
         )
-        self._encoded: dict[str, tuple[object, ActivityState, bytes]] = {}
+        self._encoded: dict[str, tuple[object, Activity, bytes]] = {}
         self._fanout_interval = fanout_interval
         self._keepalive = keepalive
         self.streams = 0
@@ -195,26 +199,29 @@ class Broker:
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
+        activity, since = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
             created_at=conn.created_at,
             last_seen=conn.last_seen,
             role=self._roles[name],
-            activity=self.store.activity(name),
+            activity=activity,
+            activity_since=since,
         )
 
     def roster_json(self) -> bytes:
         """``GET /roster``'s body. Each member's encoded object is cached until their
-        connection or activity changes, because with a thousand members building and
-        encoding every object on every request is most of the request's cost."""
+        connection or activity (or its start) changes, because with a thousand members
+        building and encoding every object on every request is most of the request's
+        cost."""
         cache = self._encoded
         get_connection = self.store.connection
-        get_activity = self.store.activity
+        get_activity = self.store.activity_entry
         parts = []
         for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
             connection = get_connection(name)
-            activity = get_activity(name)
+            activity = get_activity(name)  # the same object until it changes
             hit = cache.get(name)
             if hit is None or hit[1] is not activity or hit[0] != connection:
                 hit = (connection, activity, orjson.dumps(self.presence(name)))

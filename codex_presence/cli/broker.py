@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from codex_presence._wire import MIN_TTL, printable
+    from codex_presence._wire import MIN_TTL, counted, printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
@@ -213,9 +213,6 @@ def run(args: argparse.Namespace) -> int:
             )
     except TeamError as exc:
         raise UsageError(str(exc)) from None
-    warning = exposure_warning(args.host)
-    if warning:
-        logger.warning("%s", warning)
 
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
     web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
@@ -237,9 +234,13 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
 
     def announce() -> None:
+        """Once listening (never before a bind that may fail): where, and what it exposes."""
+        warning = exposure_warning(args.host)
+        if warning:
+            logger.warning("%s", warning)
         sys.stderr.write(
             f"codex-presence broker: listening on {url} "
-            f"(team {printable(team.name)}, {len(team.members)} members)\n"
+            f"(team {printable(team.name)}, {counted(len(team.members), 'member')})\n"
         )
         sys.stderr.flush()
 

@@ -134,6 +134,9 @@ class MappingStats:
     dispatched: int = 0
     not_json: int = 0
     wrong_shape: int = 0
+    not_rpc: int = 0
+    """JSON objects that are no JSON-RPC message at all (no method, no id): not app-server
+    traffic (``replay`` says so when a file holds nothing else)."""
     internal_errors: int = 0
     """Messages a handler failed on (a bug; logged with its traceback)."""
     unknown_status: int = 0
@@ -238,7 +241,9 @@ class CodexMapping:
             return None
         method = message.get("method")
         if method is None:
-            if direction == "client" and "id" in message:
+            if "id" not in message:
+                self.stats.not_rpc += 1
+            elif direction == "client":
                 return self._client_response(message)
             self.stats.skipped += 1
             return None
