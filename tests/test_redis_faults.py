@@ -286,6 +286,7 @@ def test_healthz_tells_a_stranger_unavailable_and_a_member_why(tmp_path: Path) -
         server.stop(kill=True)
         eventually(lambda: httpx.get(broker.url + "/healthz").status_code == 503, 10)
         stranger = httpx.get(broker.url + "/healthz", timeout=5).json()
+        assert stranger.pop("startedAt") > 0
         assert stranger == {"status": "unavailable", "store": "redis"}
         member = httpx.get(broker.url + "/healthz", headers=auth("scout"), timeout=5).json()
         assert member["status"] == "unavailable" and member["reason"]
