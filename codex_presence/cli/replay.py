@@ -18,15 +18,19 @@ if TYPE_CHECKING:
     from codex_presence.core.recording import Entry
     from codex_presence.core.timeline import TimelineBuilder, TimelineRow
 
-HELP = "print the state timeline of recorded sessions (recordings or plain app-server stdout)"
+HELP = (
+    "print the state timeline of recorded sessions (of wrap, codex or claude --record, or "
+    "plain app-server stdout)"
+)
 
 _EPILOG = """\
 Reads the project's recording format (JSON Lines {"t", "from", "msg"}, as written by
-`wrap --record`) or plain app-server stdout (one JSON-RPC message per line), detected
-from the first line; FILE - is standard input. One line per transition: time, new state,
-what happened in words ("approval requested", "turn completed") and, in parentheses, the
-line and the message that caused it, as the relay derived it live (lines over 16 MiB are
-not analysed, as live; the end of the session is dated by the recording's end line).
+`--record` of `wrap`, `codex` and `claude`, each replayed with its own mapping) or plain
+app-server stdout (one JSON-RPC message per line), detected from the first line; FILE -
+is standard input. One line per transition: time, new state, what happened in words
+("approval requested", "turn completed") and, in parentheses, the line and the message
+that caused it, as the relay derived it live (lines over 16 MiB are not analysed, as
+live; the end of the session is dated by the recording's end line).
 With --json, one object per transition, the cause by its message's name:
   {"t": <float or null>, "line": <1-based input line, null for eof>, "state": ...,
    "cause": ...}
