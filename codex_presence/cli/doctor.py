@@ -93,14 +93,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _find(codex: str) -> str:
-    import shutil
-
     import os
+    import shutil
+    from pathlib import Path
 
     found = shutil.which(codex)
     if found is not None:
         return found
-    if os.sep in codex and os.path.isfile(codex):  # there, but which() wants it executable
+    if os.sep in codex and Path(codex).is_file():  # there, but which() wants it executable
         raise _DoctorError(f"{codex} is not executable (chmod +x it, or give another --codex)")
     raise _DoctorError(f"no codex at {codex!r} (give its path with --codex)")
 
