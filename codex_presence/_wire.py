@@ -4,7 +4,9 @@ One place for what a runner, the broker, its clients and the web page must agree
 
 * :class:`ActivityState`, and the design's ``Presence`` object (:func:`presence` builds it
   exactly: ``name, connected, createdAt, lastSeen, role``, then ``activity`` only when not
-  idle and ``busy`` only when ``activity`` is there, true iff working);
+  idle and ``busy`` only when ``activity`` is there, true iff working), plus one additive
+  field of ours, ``activitySince`` (unix ms: since when the activity holds), also only
+  with ``activity``;
 * the endpoint paths and the SSE event names;
 * the defaults: the broker's port and URL, the activity TTL (and the least a broker
   accepts), the runner's heartbeat (a third of the TTL), the stream keep-alive, and how
@@ -14,7 +16,7 @@ One place for what a runner, the broker, its clients and the web page must agree
 * the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None);
 * text that is safe to show: which characters a terminal or a log would act on instead of
   showing (:func:`control_character`), and the same text with them escaped
-  (:func:`printable`).
+  (:func:`printable`); and a count with its noun (:func:`counted`: "1 member").
 
 No I/O here, and no import from the rest of the package but :mod:`codex_presence._env` (the
 names a command reads before anything loads, re-exported here): every subpackage may use it.
@@ -34,6 +36,7 @@ from codex_presence._env import DEFAULT_BROKER, DEFAULT_PORT, TOKEN_ENV
 
 __all__ = [
     "ACTIVITY_PATH",
+    "ACTIVITY_STATES",
     "ADMIN_PERMISSION",
     "DEFAULT_BROKER",
     "DEFAULT_PORT",
@@ -41,6 +44,7 @@ __all__ = [
     "HEALTHZ_PATH",
     "HEARTBEAT",
     "KEEPALIVE",
+    "KNOWN_PERMISSIONS",
     "MIN_TTL",
     "OPERATOR_PERMISSION",
     "PRESENCE_EVENT",
@@ -56,6 +60,7 @@ __all__ = [
     "RoleJson",
     "Whoami",
     "control_character",
+    "counted",
     "heartbeat_for",
     "is_token_text",
     "parse_whoami",
@@ -71,6 +76,11 @@ class ActivityState(enum.StrEnum):
     IDLE = "idle"
     WORKING = "working"
     BLOCKED = "blocked"
+
+
+ACTIVITY_STATES: Mapping[str, ActivityState] = {state.value: state for state in ActivityState}
+"""Each state by its name on the wire: a lookup that says "unknown" with ``.get`` instead
+of raising, as ``ActivityState(name)`` does."""
 
 
 # -- endpoints -------------------------------------------------------------------------------
@@ -122,6 +132,9 @@ def is_token_text(token: str) -> bool:
 
 ADMIN_PERMISSION = "members.manage"
 OPERATOR_PERMISSION = "objectives.create"
+KNOWN_PERMISSIONS: Mapping[str, str] = {ADMIN_PERMISSION: "admin", OPERATOR_PERMISSION: "operator"}
+"""The permissions the roster knows, and the privilege bucket each makes (admin wins).
+A team file may hold others (the wider system's); they make no bucket."""
 
 
 def privilege(permissions: Iterable[str]) -> str | None:
@@ -158,6 +171,9 @@ class Presence(TypedDict):
     role: RoleJson | None
     activity: NotRequired[str]
     busy: NotRequired[bool]
+    activitySince: NotRequired[int]
+    """Ours, additive like ``activity`` (older clients ignore it): since when (unix ms) the
+    working or blocked state holds. A heartbeat does not move it; a change of state does."""
 
 
 def presence(
@@ -168,8 +184,10 @@ def presence(
     last_seen: int,
     role: _HasRoleJson | Mapping[str, Any] | None,
     activity: ActivityState | str = ActivityState.IDLE,
+    activity_since: int | None = None,
 ) -> Presence:
-    """The design's Presence object, keys in the schema's order."""
+    """The design's Presence object, keys in the schema's order (then ``activitySince``,
+    with ``activity`` when known)."""
     role_json: Any
     if role is None or isinstance(role, Mapping):
         role_json = dict(role) if role else None
@@ -185,6 +203,8 @@ def presence(
     if activity != "idle":
         obj["activity"] = str(activity)
         obj["busy"] = activity == "working"
+        if activity_since is not None:
+            obj["activitySince"] = activity_since
     return obj
 
 
@@ -229,6 +249,11 @@ _CONTROL = re.compile(
 """C0 and C1 controls and DEL (escape sequences: screen clearing, OSC 52 clipboard writes;
 line breaks that forge lines), Unicode's line and paragraph separators, and the
 bidirectional marks and overrides that make text read other than it is."""
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: "1 member", "2 members"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def control_character(text: str) -> str | None:

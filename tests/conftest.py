@@ -51,6 +51,13 @@ def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
         yield server.url
 
 
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """The URL of a fresh redis-server of the test's own."""
+    with redis_server() as server:
+        yield server.url
+
+
 @pytest.fixture(scope="session")
 def claude() -> Path:
     """The real Claude Code 2.1.332 binary, with tmux (fails under CI=true when missing)."""

@@ -83,7 +83,7 @@ def test_healthz_needs_no_token(client: httpx.Client, store_url: str | None) -> 
     response = client.get("/healthz")
     assert response.status_code == 200
     shared = {} if store_url is None else {"store": "redis"}
-    assert response.json() == {"status": "ok", **shared}
+    assert response.json() == {"status": "ok", **shared, "startedAt": 1_800_000_000_000}
 
 
 def test_whoami(client: httpx.Client) -> None:
@@ -179,7 +179,7 @@ def test_activity_states_idle_omitted_busy_mirrors_working(client: httpx.Client)
     assert post(client, "builder", {"state": "working"}).status_code == 204
     p = roster(client)["builder"]
     assert (p["activity"], p["busy"]) == ("working", True)
-    assert list(p)[-2:] == ["activity", "busy"]
+    assert list(p)[-3:] == ["activity", "busy", "activitySince"]
 
     assert post(client, "builder", {"state": "blocked"}).status_code == 204
     p = roster(client)["builder"]
@@ -203,6 +203,50 @@ def test_report_is_an_emit_lastseen_ticks(client: httpx.Client, wall: FakeClock)
     second = roster(client)["scout"]
     assert second["createdAt"] == 1_800_000_000_000
     assert second["lastSeen"] == 1_800_000_002_500
+
+
+def test_activity_since_holds_over_heartbeats_and_moves_with_each_change(
+    broker: RunningBroker, client: httpx.Client, clock: FakeClock, wall: FakeClock
+) -> None:
+    """``activitySince`` (ours, additive): when the working or blocked state began, in the
+    roster and on the stream; a heartbeat keeps it, a change of state or a lapse moves it;
+    absent when idle."""
+    start = 1_800_000_000_000
+    with subscribed(broker, "alice") as events:
+        next_event(events, "roster")
+        next_event(events, "presence")  # our own attach
+        post(client, "builder", {"state": "working"})
+        assert roster(client)["builder"]["activitySince"] == start
+        assert next_event(events, "presence")["activitySince"] == start
+        for _ in range(3):  # heartbeats, 10 s apart
+            clock.advance(10)
+            wall.advance(10)
+            post(client, "builder", {"state": "working"})
+        assert roster(client)["builder"]["activitySince"] == start
+        post(client, "builder", {"state": "blocked"})
+        p = next_event(events, "presence")
+        assert (p["activity"], p["activitySince"]) == ("blocked", start + 30_000)
+        assert roster(client)["builder"]["activitySince"] == start + 30_000
+        post(client, "builder", {"state": "idle"})
+        p = next_event(events, "presence")
+        assert "activity" not in p and "activitySince" not in p
+        wall.advance(5)
+        post(client, "builder", {"state": "blocked"})  # blocked anew: a new since
+        assert roster(client)["builder"]["activitySince"] == start + 35_000
+    assert all("activitySince" not in p for n, p in roster(client).items() if n != "builder")
+
+
+def test_a_lapse_ends_the_since_and_the_next_report_starts_anew(store_url: str | None) -> None:
+    """The TTL (a real one here: Redis keeps its own time) ends the state and its since."""
+    with (
+        running_broker(team=TEAM, activity_ttl=0.3, redis=store_url) as b,
+        httpx.Client(base_url=b.url) as c,
+    ):
+        post(c, "builder", {"state": "blocked"})
+        first = roster(c)["builder"]["activitySince"]
+        eventually(lambda: "activitySince" not in roster(c)["builder"], what="the lapse")
+        post(c, "builder", {"state": "blocked"})
+        assert roster(c)["builder"]["activitySince"] > first
 
 
 def test_ttl_lapse_with_an_injected_clock(client: httpx.Client, clock: FakeClock) -> None:
@@ -436,8 +480,12 @@ def next_event(events: Iterator[ServerSentEvent], kind: str) -> Any:
 def test_subscribe_as_someone_else_is_403(client: httpx.Client) -> None:
     response = client.get("/subscribe", params={"name": "alice"}, headers=_auth("builder"))
     assert response.status_code == 403
-    response = client.get("/subscribe", params={"name": "nobody"}, headers=_auth("builder"))
+    assert response.json() == {
+        "error": "the token is builder's, not alice's: a member may only subscribe as themselves"
+    }
+    response = client.get("/subscribe", params={"name": "no\x1bbody"}, headers=_auth("builder"))
     assert response.status_code == 403
+    assert response.json()["error"].startswith("the token is builder's, not no\\x1bbody's")
     assert roster(client)["alice"]["connected"] == 0
 
 

@@ -311,12 +311,14 @@ def test_no_trace_reports_no_activity_and_installs_no_hooks(
 async def test_claudes_files_are_read_only_while_they_can_matter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After the turn and the settling of claude's view, no poll at all: idle is free."""
-    polls: list[float] = []
+    """After the turn and the settling of claude's view, no poll at all: idle is free. The
+    mechanism, not a time: every poll is made while the mapping wants to follow, and it
+    stops wanting once claude's idle view is adopted (long before claude exits)."""
+    polls: list[tuple[float, bool]] = []
     original = ClaudeFiles.poll
 
     def counting(self: ClaudeFiles, now: float) -> Any:
-        polls.append(time.monotonic())
+        polls.append((time.monotonic(), session.mapping.wants_follow))
         return original(self, now)
 
     monkeypatch.setattr(ClaudeFiles, "poll", counting)
@@ -329,7 +331,7 @@ async def test_claudes_files_are_read_only_while_they_can_matter(
         {"do": "sleep", "seconds": 0.5},
         hook("Stop", background_tasks=[]),
         {"do": "status", "status": "idle"},
-        {"do": "sleep", "seconds": SETTLE + 2.5},
+        {"do": "sleep", "seconds": SETTLE + 3},
     ]
     monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
     monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(transcript))
@@ -343,7 +345,72 @@ async def test_claudes_files_are_read_only_while_they_can_matter(
         [fake_claude(tmp_path)], env=claude_session.child_environment(os.environ)
     )
     assert status == 0 and "idle" in marks
-    while_working = [t for t in polls if marks["working"] <= t <= marks["idle"]]
+    while_working = [t for t, _ in polls if marks["working"] <= t <= marks["idle"]]
     assert while_working, "the files were not read during the turn"
-    settled = marks["idle"] + SETTLE + 3 * claude_session.POLL_INTERVAL + 0.5
-    assert [t for t in polls if t > settled] == []
+    assert all(wanted for _, wanted in polls), "a poll while nothing could change"
+    # claude's idle view was adopted before it exited (the end alone adopts nothing): from
+    # then on, the mapping wanted nothing read, so nothing was.
+    assert session.mapping.stats.adopted >= 1 and not session.mapping.wants_follow
+
+
+async def run_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: list[dict[str, Any]]
+) -> tuple[int, list[tuple[str, str]]]:
+    """The session in this process around the stand-in playing ``script``: its status and
+    the (state, cause) transitions it delivered."""
+    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
+    monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(tmp_path / "transcript.jsonl"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    seen: list[tuple[str, str]] = []
+    session = ClaudeSession(
+        config=tmp_path / "config", observers=[lambda t: seen.append((t.state.value, t.cause))]
+    )
+    status = await session.run(
+        [fake_claude(tmp_path)], env=claude_session.child_environment(os.environ)
+    )
+    return status, seen
+
+
+@pytest.mark.anyio
+async def test_a_transcript_path_that_cannot_be_read_costs_claude_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NUL in ``transcript_path`` made the poll raise, which ended the session and killed
+    claude. Now the path is passed over and the hooks still tell the state."""
+    script = [
+        hook("UserPromptSubmit", transcript_path=str(tmp_path / "a\x00b")),
+        {"do": "sleep", "seconds": 3 * claude_session.POLL_INTERVAL},  # polls happen
+        hook("Stop", background_tasks=[]),
+    ]
+    status, seen = await run_session(tmp_path, monkeypatch, script)
+    assert status == 0
+    assert seen == [("working", "UserPromptSubmit"), ("idle", "Stop")]
+
+
+@pytest.mark.anyio
+async def test_a_bug_in_the_analysis_reports_idle_at_once_not_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mapping raises mid-turn: the member shown working is reported idle there and
+    then (cause "analysis failed"), not heartbeated until claude exits; claude goes on."""
+    from codex_presence.core.claude import ClaudeMapping
+
+    original = ClaudeMapping.feed
+
+    def buggy(self: ClaudeMapping, source: Any, message: Any, t: float) -> Any:
+        if source == "hook" and message.get("hook_event_name") == "PreToolUse":
+            raise RuntimeError("a bug")
+        return original(self, source, message, t)
+
+    monkeypatch.setattr(ClaudeMapping, "feed", buggy)
+    script = [
+        hook("UserPromptSubmit"),
+        hook("PreToolUse", tool_use_id="t1"),
+        hook("PostToolUse", tool_use_id="t1"),
+        hook("Stop", background_tasks=[]),
+    ]
+    status, seen = await run_session(tmp_path, monkeypatch, script)
+    assert status == 0
+    assert seen == [("working", "UserPromptSubmit"), ("idle", "analysis failed")]
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].exc_info is not None

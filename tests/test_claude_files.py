@@ -4,6 +4,8 @@ lines of the types that matter, the session file found by pid or by session id."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +119,52 @@ def test_behind_a_wrapper_the_session_file_is_found_by_session_id(tmp_path: Path
     assert [m["pid"] for _, m in follower.poll(0)] == [777]
     status_file(tmp_path, 777, status="idle", statusUpdatedAt=3)
     assert [m["status"] for _, m in follower.poll(0.1)] == ["idle"]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_of_two_files_with_the_session_id_the_live_claudes_is_followed(tmp_path: Path) -> None:
+    """A claude that died leaves ``<pid>.json`` behind, with the same session id after a
+    ``--resume``: the live process's file wins, however old; with none alive, the newest."""
+    follower, transcript = files(tmp_path, pid=100)  # a wrapper's pid
+    live = status_file(tmp_path, os.getpid(), status="busy")
+    stale = status_file(tmp_path, dead_pid(), status="idle")
+    os.utime(live, ns=(1, 1_000_000_000))  # the live one is the older file
+    name(follower, transcript)
+    assert [m["pid"] for _, m in follower.poll(0)] == [os.getpid()]
+
+    follower, _ = files(tmp_path / "again", pid=100)
+    older = status_file(tmp_path / "again", dead_pid(), status="busy")
+    newer = status_file(tmp_path / "again", dead_pid(), status="idle")
+    os.utime(older, ns=(1, 1_000_000_000))
+    name(follower, transcript)
+    assert [m["pid"] for _, m in follower.poll(0)] == [int(newer.stem)]
+    assert stale.exists()
+
+
+@pytest.mark.parametrize("kind", ["nul", "fifo"])
+def test_a_transcript_path_that_cannot_be_one_is_passed_over_said_once(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A NUL in the path made the next poll raise (and end claude's session); a FIFO would
+    block its open. Either is passed over, once said; the session file is still read."""
+    follower, _ = files(tmp_path, pid=100)
+    if kind == "nul":
+        bad = str(tmp_path / "a\x00b")
+    else:
+        bad = str(tmp_path / "fifo")
+        os.mkfifo(bad)
+    status_file(tmp_path, 100, status="busy")
+    for _ in range(2):
+        follower.note_hook({"session_id": "s1", "transcript_path": bad})
+        assert [source for source, _ in follower.poll(0)] in (["session"], [])
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "cannot be followed" in warnings[0].getMessage()
 
 
 def test_the_config_dir_is_claudes() -> None:

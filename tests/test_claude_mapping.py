@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from codex_presence.core.claude import SETTLE, ClaudeMapping
 from codex_presence.core.claude_protocol import ClaudeSource
+from tests.support.junk import junk, or_junk
 
 _stamps = itertools.count(1_796_000_000_000)
 
@@ -432,51 +433,77 @@ EVENTS = [
 ]
 BLOCKERS = {"PermissionRequest", "Notification", "session waiting"}
 OPENERS = {"UserPromptSubmit", "PreToolUse", "SubagentStart", "session busy", "session waiting"}
-junk = st.one_of(st.none(), st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=2))
+
+
+def _some(draw: st.DrawFn, fields: dict[str, Any], *always: str) -> dict[str, Any]:
+    """Most of ``fields`` (those in ``always``, always)."""
+    return {
+        key: value
+        for key, value in fields.items()
+        if key in always or draw(st.sampled_from([True] * 4 + [False]))
+    }
 
 
 @st.composite
 def soup_message(draw: st.DrawFn) -> tuple[ClaudeSource, Any, float]:
+    """A hook, transcript entry or session status, with junk possible in every field the
+    mapping reads (a list for a task id or ``waitingFor``, a number, null, a huge string)."""
     source: ClaudeSource = draw(st.sampled_from(["hook", "hook", "hook", "transcript", "session"]))
     gap = draw(st.sampled_from([0.0, 0.01, 0.5, SETTLE, 3.0]))
-    if draw(st.integers(0, 12)) == 0:
+    if draw(st.sampled_from([True] + [False] * 12)):
         return source, draw(junk), gap
     if source == "hook":
+        task = st.fixed_dictionaries(
+            {
+                "id": or_junk(st.sampled_from(["a1", "a2", "b1"])),
+                "type": or_junk(st.sampled_from(["subagent", "shell"])),
+                "status": or_junk(st.sampled_from(["running", "completed"])),
+            }
+        )
         fields = {
-            "hook_event_name": draw(st.sampled_from(EVENTS)),
-            "prompt_id": draw(st.one_of(st.sampled_from(["p1", "p2"]), junk)),
-            "tool_use_id": draw(st.one_of(st.sampled_from(["t1", "t2"]), junk)),
-            "agent_id": draw(st.one_of(st.sampled_from(["a1", "a2"]), st.none(), junk)),
+            "hook_event_name": draw(or_junk(st.sampled_from(EVENTS))),
+            "prompt_id": draw(or_junk(st.sampled_from(["p1", "p2"]))),
+            "tool_use_id": draw(or_junk(st.sampled_from(["t1", "t2"]))),
+            "agent_id": draw(st.one_of(st.none(), or_junk(st.sampled_from(["a1", "a2"])))),
             "notification_type": draw(
-                st.sampled_from(["permission_prompt", "idle_prompt", "elicitation_dialog", "x"])
-            ),
-            "background_tasks": draw(
-                st.one_of(
-                    st.lists(
-                        st.fixed_dictionaries(
-                            {
-                                "id": st.sampled_from(["a1", "a2", "b1"]),
-                                "type": st.sampled_from(["subagent", "shell"]),
-                                "status": st.sampled_from(["running", "completed"]),
-                            }
-                        ),
-                        max_size=2,
-                    ),
-                    junk,
+                or_junk(
+                    st.sampled_from(["permission_prompt", "idle_prompt", "elicitation_dialog", "x"])
                 )
             ),
+            "background_tasks": draw(or_junk(st.lists(or_junk(task), max_size=2))),
+            "session_id": draw(or_junk(st.just("s1"))),
+            "transcript_path": draw(or_junk(st.just("/w/s1.jsonl"))),
         }
-        keep = draw(st.sets(st.sampled_from(sorted(fields)), max_size=len(fields)))
-        return source, {k: v for k, v in fields.items() if k in keep or k == "hook_event_name"}, gap
+        return source, _some(draw, fields, "hook_event_name"), gap
     if source == "transcript":
-        return source, marker(draw(st.sampled_from(["p1", "p2"]))), gap
-    value = draw(st.sampled_from(["busy", "idle", "shell", "waiting", "other"]))
-    waiting_for = draw(st.sampled_from(["permission prompt", "dialog open", None]))
-    return source, status(value, waiting_for), gap
+        block = _some(
+            draw,
+            {
+                "type": draw(or_junk(st.just("text"))),
+                "text": draw(or_junk(st.just("[Request interrupted by user]"))),
+            },
+        )
+        content = draw(or_junk(st.just([block])))
+        message = _some(draw, {"role": "user", "content": content})
+        entry = {
+            "type": draw(or_junk(st.sampled_from(["user", "assistant"]))),
+            "promptId": draw(or_junk(st.sampled_from(["p1", "p2"]))),
+            "message": draw(or_junk(st.just(message))),
+            "rowSource": draw(or_junk(st.just("harness"))),
+        }
+        return source, _some(draw, entry), gap
+    snapshot = {
+        "pid": 1,
+        "sessionId": draw(or_junk(st.just("s1"))),
+        "status": draw(or_junk(st.sampled_from(["busy", "idle", "shell", "waiting", "other"]))),
+        "waitingFor": draw(or_junk(st.sampled_from(["permission prompt", "dialog open"]))),
+        "statusUpdatedAt": draw(or_junk(st.integers(1_796_000_000_000, 1_796_000_009_999))),
+    }
+    return source, _some(draw, snapshot), gap
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(soup_message(), max_size=40))
+@given(st.lists(soup_message(), min_size=5, max_size=40))
 def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
     sequence: list[tuple[ClaudeSource, Any, float]],
 ) -> None:

@@ -4,7 +4,9 @@ broker on loopback, and a teammate (``bob``) watching ``alice`` on the roster's 
 Each test drives claude (print mode, or the TUI in tmux) against the fake Messages API and
 checks the roster at the moments that matter: working once a prompt is sent, blocked while a
 permission dialog is open, working again once it is answered, idle after the turn — and,
-after an interrupt that no hook reports (Esc, "No"), idle within :data:`INTERRUPT_BOUND`.
+after an interrupt that no hook reports (Esc, "No"), idle by the transcript's marker or
+claude's session file (:data:`INTERRUPT_CAUSES`), not by a fallback. How fast that is, is a
+figure, not a test: README, "Put it in front of Claude Code".
 Each session's ``--record`` file then replays (``codex-presence replay``'s code) to the same
 sequence of states. Needs claude and tmux (``tests/run.sh`` installs them): without them
 this skips, except under ``CI=true``, where it fails.
@@ -30,10 +32,13 @@ from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.claude, pytest.mark.slow]
 
-INTERRUPT_BOUND = 2.0
-"""Seconds from an interrupt's key to an idle roster (README: "Claude Code"). Measured:
-~0.4 s when the transcript shows the interrupt, ~1.3 s when only claude's session file
-does (Esc before the first token)."""
+INTERRUPT_CAUSES = ("transcript interrupt", "session idle")
+"""What ends the turn after an interrupt no hook reports: the transcript's marker, or
+claude's session file (the mapping's causes)."""
+INTERRUPT_WITHIN = 20.0
+"""A generous bound from the key to an idle roster, for a loaded machine: far below the
+fallbacks that would otherwise end the turn (claude's ``idle_prompt`` notification, 60 s;
+the end of the session)."""
 
 HOLD = 1.0
 """How long a state must stay put while nobody acts."""
@@ -69,12 +74,17 @@ def held(watch: RosterWatch, activity: str | None, seconds: float = HOLD) -> Non
     assert all(a == activity for t, a in watch.seen if t >= since), watch.sequence()
 
 
-def idle_within(watch: RosterWatch, broker: RunningBroker, since: float) -> float:
-    """The roster shows alice idle within :data:`INTERRUPT_BOUND` of ``since``."""
-    left = INTERRUPT_BOUND - (time.monotonic() - since)
+def idle_after_the_key(watch: RosterWatch, broker: RunningBroker, since: float) -> None:
+    """The roster shows alice idle after an interrupt's key (within the generous
+    :data:`INTERRUPT_WITHIN`; what ended the turn is :func:`ended_by`'s to say)."""
+    left = INTERRUPT_WITHIN - (time.monotonic() - since)
     eventually(lambda: watch.current is None, within=max(left, 0.0), what="idle after the key")
     assert roster_activity(broker) is None
-    return time.monotonic() - since
+
+
+def ended_by(files: PresenceFiles) -> str:
+    """The cause of the session's last transition (to idle), replayed from its recording."""
+    return timeline(read_relevant_entries(files.record.read_bytes()))[-1].cause
 
 
 def press(s: Interactive, key: str) -> float:
@@ -200,12 +210,13 @@ def test_a_permission_dialog_answered_no(
         s.tmux.wait_screen(PERMISSION_DIALOG)
         watch.wait("blocked")
         s.answer_dialog("4")  # No
-        idle_within(watch, broker, since=last_key_at(s))
+        idle_after_the_key(watch, broker, since=last_key_at(s))
         held(watch, None)
         assert not (files.work / "made.txt").exists()
         assert leave(s) == 0
     assert watch.sequence() == [None, "working", "blocked", None]
     assert replayed(files) == ["working", "blocked", "idle"]
+    assert ended_by(files) in INTERRUPT_CAUSES
 
 
 def test_esc_while_a_tool_runs(
@@ -230,11 +241,12 @@ def test_esc_while_a_tool_runs(
         s.tmux.wait_screen(r"sleep 30")
         watch.wait("working")
         held(watch, "working")  # the command runs; no hook comes
-        idle_within(watch, broker, since=press(s, "Escape"))
+        idle_after_the_key(watch, broker, since=press(s, "Escape"))
         held(watch, None)
         assert leave(s) == 0
     assert watch.sequence() == [None, "working", None]
     assert replayed(files) == ["working", "idle"]
+    assert ended_by(files) in INTERRUPT_CAUSES
 
 
 def test_esc_before_the_first_token(
@@ -254,11 +266,12 @@ def test_esc_before_the_first_token(
         watch.wait("working")
         api.wait_requests(1, 10)
         held(watch, "working")
-        idle_within(watch, broker, since=press(s, "Escape"))
+        idle_after_the_key(watch, broker, since=press(s, "Escape"))
         held(watch, None)
         assert leave(s) == 0
     assert watch.sequence() == [None, "working", None]
     assert replayed(files) == ["working", "idle"]
+    assert ended_by(files) == "session idle"  # the transcript shows nothing of this one
     assert "idle (session idle)" in logged(files)
 
 

@@ -7,6 +7,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -37,8 +38,8 @@ def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) ->
     team.write_text(render_team("acme", [("alice", Role("director", ()), "cp_alice-token")]))
     with broker_process("--team", str(team)) as broker:
         proc, url = broker.proc, broker.url
-        assert "team acme, 1 members" in broker.said()
-        assert httpx.get(url + "/healthz").json() == {"status": "ok"}
+        assert "(team acme, 1 member)" in broker.said()
+        assert httpx.get(url + "/healthz").json()["status"] == "ok"
         headers = {"authorization": "Bearer cp_alice-token"}
         with (
             httpx.Client(base_url=url, timeout=10) as c,
@@ -53,6 +54,28 @@ def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) ->
                 except StopIteration:
                     break
         assert proc.wait(10) == 0
+
+
+def test_a_host_that_cannot_be_bound_is_an_error_without_a_word_of_listening(
+    tmp_path: Path,
+) -> None:
+    """``--host 999.1.1.1`` used to say "listening on 999.1.1.1, reachable from other
+    machines" before it failed to bind."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, "cp_alice-token")]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    done = subprocess.run(
+        [*CLI, "broker", "--team", str(team), "--host", "999.1.1.1", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "listening" not in done.stderr
+    assert done.stderr.startswith("codex-presence broker: cannot bind 999.1.1.1:0: ")
+    assert len(done.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -227,11 +250,59 @@ def test_roster_errors(
     monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
     code, _, err = run_roster(monkeypatch, capsys, "--broker", broker.url, "--name", "builder")
     assert code == 2
-    assert "'alice'" in err
+    assert err == "codex-presence roster: the token is alice's, not builder's (--name)\n"
 
     code, _, err = run_roster(monkeypatch, capsys, "--broker", "http://127.0.0.1:9")
     assert code == 1
     assert "cannot reach" in err
+
+
+def test_roster_activity_adds_state_and_how_long_and_watch_shows_since(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--activity`` adds the state and its age to the design's lines; ``--watch`` shows
+    the age too (the broker's clock is set 3 min 5 s back: its reports are that old)."""
+    with running_broker(team=TEAM, wall_clock=lambda: time.time() - 185) as broker:
+        for name, state in (("builder", "working"), ("scout", "blocked")):
+            response = httpx.post(
+                broker.url + "/presence/activity", json={"state": state}, headers=broker.auth(name)
+            )
+            assert response.status_code == 204
+        monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+        monkeypatch.setenv("CODEX_PRESENCE_BROKER", broker.url)
+        code, plain, _ = run_roster(monkeypatch, capsys)
+        assert (code, plain) == (
+            0,
+            "team acme roster:\n"
+            "- alice (you) [director] [admin] offline\n"
+            "- builder [engineer] offline\n"
+            "- scout [scout] [operator] offline\n",
+        )
+        code, out, _ = run_roster(monkeypatch, capsys, "--activity")
+        assert (code, out) == (
+            0,
+            "team acme roster:\n"
+            "- alice (you) [director] [admin] offline\n"
+            "- builder [engineer] offline working 3m\n"
+            "- scout [scout] [operator] offline blocked 3m\n",
+        )
+        env = {**os.environ, "CODEX_PRESENCE_TOKEN": token_of("alice")}
+        with subprocess.Popen(
+            [*CLI, "roster", "--watch", "--broker", broker.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        ) as proc:
+            try:
+                out_lines = Lines(proc.stdout)
+                out_lines.until(r"^- builder \[engineer\] offline  . working · 3 min$")
+                out_lines.until(
+                    r"^- scout \[scout\] \[operator\] offline  \[!\] needs input · 3 min$"
+                )
+            finally:
+                proc.kill()
+                proc.wait(10)
 
 
 def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
@@ -255,11 +326,11 @@ def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
                 post(
                     "/presence/activity", json={"state": "working"}, headers=broker.auth("builder")
                 )
-                out.until(r"^- builder \[engineer\] offline  . working$")
+                out.until(r"^- builder \[engineer\] offline  . working · \d+ s$")
                 post(
                     "/presence/activity", json={"state": "blocked"}, headers=broker.auth("builder")
                 )
-                out.until(r"^- builder \[engineer\] offline  \[!\] needs input$")
+                out.until(r"^- builder \[engineer\] offline  \[!\] needs input · \d+ s$")
                 post("/presence/activity", json={"state": "idle"}, headers=broker.auth("builder"))
                 out.until(r"^- builder \[engineer\] offline$")
             proc.send_signal(signal.SIGINT)
@@ -312,7 +383,7 @@ def test_roster_watch_rides_out_a_broker_restart() -> None:
         out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
         with httpx.Client(base_url=second.url, timeout=10) as c:
             c.post("/presence/activity", json={"state": "blocked"}, headers=second.auth("builder"))
-        out.until(r"^- builder \[engineer\] offline  \[!\] needs input$")
+        out.until(r"^- builder \[engineer\] offline  \[!\] needs input · \d+ s$")
         assert out.queue.get(timeout=10) == "\n"  # the frame ends: no status line
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) in (0, 130)

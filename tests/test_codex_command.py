@@ -190,3 +190,42 @@ def test_while_the_tui_has_the_terminal_our_words_wait(setup: Setup) -> None:
     assert proc.wait(10) == 0
     text = out.decode()
     assert text.index("TUI START") < text.index("TUI END") < text.index("not reporting to")
+
+
+def test_a_runtime_directory_that_cannot_hold_the_sockets_is_passed_over(setup: Setup) -> None:
+    """``$XDG_RUNTIME_DIR`` where no directory can be made (/proc): the next base serves."""
+    setup.env.update(XDG_RUNTIME_DIR="/proc", FAKE_TUI="exit:3")
+    proc = setup.run(stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    tui = next(e for e in setup.seen() if e["role"] == "tui" and "remote" in e)
+    assert Path(tui["remote"]).parent.parent == setup.root  # $TMPDIR
+    assert b"Traceback" not in err
+
+
+def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import anyio
+
+    from codex_presence.agent import tui
+
+    make = tui.private_directory
+    with pytest.raises(OSError, match=r"^no directory for them \(/proc: .+; /sys: .+\)$"):
+        make(["/proc", "/sys", "/proc"])
+    monkeypatch.setattr(tui, "private_directory", lambda: make(["/proc"]))
+    saved = {signum: signal.getsignal(signum) for signum in tui._FORWARDED_SIGNALS}
+    try:
+        session = tui.TuiSession()
+        assert session.start(["codex"]) == 1
+        assert anyio.run(session.run) == 1
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    said = record.getMessage()
+    assert said == (
+        "cannot make the session's sockets: no directory for them "
+        "(/proc: No such file or directory)"
+    )
+    assert record.exc_info is None

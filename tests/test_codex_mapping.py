@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from codex_presence import CodexMapping, Direction, read_entries
 from codex_presence.core.codex import Unknown
 from codex_presence.core.codex_protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
+from tests.support.junk import HUGE, junk, or_junk
 
 
 def note(method: str, **params: Any) -> dict[str, Any]:
@@ -365,6 +366,27 @@ def test_end_of_stream_closes_everything() -> None:
     assert Session().eof().transitions == []
 
 
+@pytest.mark.parametrize("before", ["running", "completed"])
+def test_after_a_hang_up_no_event_of_a_turn_reopens_it(before: str) -> None:
+    """The TUI hung up (``close("hangup")``) while the app-server went on: a late item of
+    a turn that ran, or of one that completed and could have been revived, opens nothing;
+    a new turn counts as ever."""
+    s = Session().server(turn_started(), item("started", "reasoning", "r"))
+    if before == "completed":
+        s.server(turn_completed())
+    transition = s.mapping.close("hangup")
+    assert s.state == "idle" and (transition is None) == (before == "completed")
+    late = (
+        item("started", "commandExecution", "c"),
+        item("started", "agentMessage", "m"),
+        request("item/commandExecution/requestApproval", 0, threadId="th", turnId="t1"),
+    )
+    s.server(*late)
+    assert s.state == "idle"
+    s.server(turn_started(turn="t2"))
+    assert s.state == "working"
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -415,7 +437,6 @@ ids = st.one_of(
 )
 names = st.sampled_from(["th", "other", "", "x" * 50])
 turns = st.sampled_from(["t1", "t2", "t3"])
-junk = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=2))
 methods = st.sampled_from(
     [
         *sorted(BLOCKING_REQUESTS),
@@ -423,6 +444,7 @@ methods = st.sampled_from(
         "turn/completed",
         "item/started",
         "item/completed",
+        "thread/started",
         "thread/status/changed",
         "thread/closed",
         "serverRequest/resolved",
@@ -434,58 +456,73 @@ methods = st.sampled_from(
 
 
 @st.composite
+def shuffled(draw: st.DrawFn, fields: dict[str, Any]) -> dict[str, Any]:
+    """Most of ``fields``, in any order (codex's own order is what the byte checks read)."""
+    keep = [key for key in sorted(fields) if draw(st.sampled_from([True] * 4 + [False]))]
+    order = draw(st.permutations(keep))
+    return {key: fields[key] for key in order}
+
+
+@st.composite
 def messages(draw: st.DrawFn) -> tuple[Direction, Any]:
-    direction: Direction = draw(st.sampled_from(["server", "client"]))
-    shape = draw(st.integers(min_value=0, max_value=9))
-    if shape == 0:
-        return direction, draw(junk)
-    if shape == 1:
-        return direction, {"id": draw(ids), "result": {}}
+    """A message of any method, with junk possible in every field the mapping reads."""
+    shape = draw(st.sampled_from(["junk", "answer", *["message"] * 8]))
+    if shape == "junk":
+        return draw(st.sampled_from(["server", "client"])), draw(junk)
+    if shape == "answer":  # an answer, mostly the client's to a request of the server's
+        direction: Direction = draw(st.sampled_from(["client", "client", "server"]))
+        return direction, {"id": draw(or_junk(ids)), "result": {}}
+    direction = draw(st.sampled_from(["server"] * 9 + ["client"]))
     thread, turn = draw(names), draw(turns)
-    params: dict[str, Any] = {
-        "threadId": draw(st.one_of(st.just(thread), junk)),
-        "turnId": draw(st.one_of(st.just(turn), junk)),
-        "turn": draw(st.one_of(st.fixed_dictionaries({"id": st.just(turn)}), junk)),
-        "item": draw(
-            st.one_of(
-                st.fixed_dictionaries(
-                    {
-                        "id": st.sampled_from(["i1", "i2"]),
-                        "type": st.sampled_from([*sorted(TOOL_ITEM_TYPES), "reasoning"]),
-                    }
-                ),
-                junk,
-            )
-        ),
-        "status": draw(
-            st.one_of(
-                st.fixed_dictionaries(
-                    {
-                        "type": st.sampled_from(["idle", "active", "systemError", "x"]),
-                        "activeFlags": st.lists(
-                            st.sampled_from(["waitingOnApproval", "waitingOnUserInput", "other"]),
-                            max_size=2,
-                        ),
-                    }
-                ),
-                junk,
-            )
-        ),
-        "requestId": draw(ids),
-        "conversationId": draw(st.one_of(st.just(thread), junk)),
+    item_fields = {
+        "type": draw(or_junk(st.sampled_from([*sorted(TOOL_ITEM_TYPES), "reasoning", "plan"]))),
+        "id": draw(or_junk(st.sampled_from(["i1", "i2"]))),
     }
-    keep = draw(st.sets(st.sampled_from(sorted(params)), max_size=len(params)))
-    message: dict[str, Any] = {"method": draw(methods), "params": {k: params[k] for k in keep}}
+    status_fields = {
+        "type": draw(or_junk(st.sampled_from(["idle", "active", "systemError", "x"]))),
+        "activeFlags": draw(
+            or_junk(
+                st.lists(
+                    or_junk(st.sampled_from(["waitingOnApproval", "waitingOnUserInput", "o"])),
+                    max_size=2,
+                )
+            )
+        ),
+    }
+    turn_fields = {
+        "id": draw(or_junk(st.just(turn))),
+        "status": draw(or_junk(st.sampled_from(["completed", "interrupted", "inProgress"]))),
+    }
+    thread_fields = {
+        "id": draw(or_junk(st.just(thread))),
+        "threadSource": draw(or_junk(st.sampled_from(["thread_title", "user"]))),
+    }
+    params: dict[str, Any] = {
+        "threadId": draw(or_junk(st.just(thread))),
+        "turnId": draw(or_junk(st.just(turn))),
+        "turn": draw(or_junk(shuffled(turn_fields))),
+        "item": draw(or_junk(shuffled(item_fields))),
+        "status": draw(or_junk(shuffled(status_fields))),
+        "thread": draw(or_junk(shuffled(thread_fields))),
+        "requestId": draw(or_junk(ids)),
+        "conversationId": draw(or_junk(st.just(thread))),
+    }
+    message: dict[str, Any] = {
+        "method": draw(or_junk(methods)),
+        "params": draw(or_junk(shuffled(params))),
+    }
     if draw(st.booleans()):
-        message["id"] = draw(ids)
+        message["id"] = draw(or_junk(ids))
     return direction, message
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(messages(), max_size=40), st.booleans())
+@given(st.lists(messages(), min_size=5, max_size=40), st.booleans())
 def test_any_message_sequence_is_survived_and_ends_idle(
     sequence: list[tuple[Direction, Any]], as_lines: bool
 ) -> None:
+    """Junk in any field (a list for an item type, a number for a thread id, a huge string,
+    null) is the message's fault: never an exception, never an "internal error"."""
     mapping = CodexMapping()
     state = "idle"
     blockers = (*BLOCKING_REQUESTS, "thread/status/changed")  # requests, or waiting flags
@@ -512,9 +549,39 @@ def test_any_message_sequence_is_survived_and_ends_idle(
         assert mapping.state == state
         assert state != "blocked" or seen.intersection(blockers)
         assert state != "working" or seen.intersection(openers)
+        assert mapping.stats.internal_errors == 0
     transition = mapping.close()
     assert (transition is None) == (state == "idle")
     assert mapping.state == "idle"
+
+
+@pytest.mark.parametrize("value", [["x"], {"a": 1}, 7, None, HUGE], ids=repr)
+@pytest.mark.parametrize(
+    "where",
+    ["item.type", "item.id", "status.type", "activeFlags[0]", "thread.threadSource", "turn.id"],
+)
+@pytest.mark.parametrize("lines", [True, False], ids=["lines", "messages"])
+def test_a_wrong_shaped_field_never_stops_the_mapping(where: str, value: Any, lines: bool) -> None:
+    """The review's case: turn/started, then an event with junk in one field, then
+    turn/completed: idle, nothing raised, no handler "bug"."""
+    events = {
+        "item.type": item("started", "x", "i1"),
+        "item.id": item("started", "commandExecution", "x"),
+        "status.type": status("th", "x"),
+        "activeFlags[0]": status("th", "active", "waitingOnApproval"),
+        "thread.threadSource": note("thread/started", thread={"id": "th", "threadSource": "x"}),
+        "turn.id": turn_started(turn="x"),
+    }
+    event = events[where]
+    params = event["params"]
+    if where == "activeFlags[0]":
+        params["status"]["activeFlags"][0] = value
+    else:
+        outer, inner = where.split(".")
+        params[outer][inner] = value
+    s = Session(lines=lines).server(turn_started(), event, turn_completed())
+    assert s.state == "idle" and s.transitions[-1] == ("idle", "turn/completed")
+    assert s.mapping.stats.internal_errors == 0
 
 
 # -- title threads: the TUI's side threads never count ----------------------------------------
@@ -617,6 +684,15 @@ def test_unknown_names_are_reported_once_each() -> None:
     assert s.state == "working"  # an unknown request does not block; an unknown item is passive
 
 
+def test_a_huge_unknown_name_is_reported_cut_short() -> None:
+    """An unknown name goes to the log: a 100 kB one must not make a 100 kB log line."""
+    seen: list[Unknown] = []
+    Session(mapping=CodexMapping(on_unknown=seen.append)).server(item("started", HUGE, "x"))
+    (unknown,) = seen
+    assert unknown.kind == "item type" and len(unknown.name) < 200
+    assert HUGE.startswith(unknown.name.removesuffix("…"))
+
+
 def test_an_unknown_item_type_counts_as_passive_it_may_revive_but_opens_no_tool() -> None:
     s = Session().server(item("started", "teleport", "x"))
     assert s.state == "idle"
@@ -659,6 +735,11 @@ def test_a_handler_that_raises_is_logged_and_counted_and_the_next_message_is_han
     assert "Traceback" in caplog.text and "a bug" in caplog.text
     s.server(status("th", "idle"))  # ...and the next message is handled as usual
     assert s.transitions == [("working", "turn/started"), ("idle", "thread/status/changed")]
+
+
+def test_a_param_named_like_the_handlers_own_argument_is_just_a_param() -> None:
+    s = Session().server(note("turn/started", threadId="th", turn={"id": "t"}, m=1))
+    assert s.state == "working" and s.mapping.stats.wrong_shape == 0
 
 
 def test_params_that_do_not_fit_a_handler_are_wrong_shape_not_a_bug(

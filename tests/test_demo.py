@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pty
+import re
+import select
+import signal
 import subprocess
 import sys
+import time
 
 from codex_presence.cli.demo import DEFAULT_FIXTURE, bundled_fixtures
 
@@ -29,16 +36,84 @@ def test_demo_shows_the_roster_live_and_ends_with_roster_and_timeline() -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     live, _, summary = out.partition("final roster:")
-    # While it played, the live roster showed the agent connected, working and blocked.
+    # The broker's address and a member token, to open the roster page meanwhile.
+    first = out.splitlines()[0]
+    match = re.search(
+        r"broker (http://127\.0\.0\.1:\d+) .* as alice with the token (cp_\S+)$", first
+    )
+    assert match is not None, first
+    # While it played, the live roster showed the agent connected, working and blocked,
+    # and said what the session was doing, in words from the recording.
     assert "codex-agent [engineer] connected=1" in live
-    assert "working" in live and "needs input" in live
-    # The end: the final roster in the design's text and the timeline of the session.
+    assert "working · " in live and "needs input · " in live
+    told = [line.removeprefix("  > ") for line in live.splitlines() if line.startswith("  > ")]
+    assert told[:2] == [
+        "the user asks: “please run the build”",
+        "codex works on “please run the build”",
+    ]
+    assert (
+        "codex asks to run `for i in 1 2 3; do echo step $i; sleep 1; done` — waiting for approval"
+        in told
+    )
+    assert told.index("the command approved") > told.index("codex says: “Let me check the build.”")
+    assert told[-1] == "turn completed"
+    # The end: the final roster in the design's text and the timeline of the session, each
+    # cause an event a person knows.
     assert "team demo roster:\n- codex-agent [engineer] offline\n" in summary
     assert "- alice (you) [director] [admin] connected=1" in summary
-    timeline = [line.split() for line in summary.splitlines() if line.startswith("  ")]
-    states = [fields[1] for fields in timeline]
-    assert states[0] == "working" and states[-1] == "idle" and "blocked" in states
+    timeline = [line.split(maxsplit=2) for line in summary.splitlines() if line.startswith("  ")]
+    assert [(state, words) for _, state, words in timeline] == [
+        ("working", "turn started"),
+        ("blocked", "approval requested"),
+        ("working", "answered: working again"),
+        ("idle", "turn over"),
+        ("working", "turn started"),
+        ("idle", "turn over"),
+    ]
     assert result.stderr == ""
+
+
+def read_ready(fd: int) -> bytes:
+    """What the terminal holds now (nothing once the demo and its terminal are gone)."""
+    got = b""
+    with contextlib.suppress(OSError):  # the terminal is gone with its last writer
+        while select.select([fd], [], [], 0.1)[0] and (chunk := os.read(fd, 65536)):
+            got += chunk
+    return got
+
+
+def test_ctrl_c_ends_the_demo_at_once_without_a_word_of_reconnecting() -> None:
+    """On a terminal: the address and token stay on top of every frame; Ctrl-C ends the
+    session and the watcher before the embedded broker, so nothing says it went away."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the demo on a terminal
+        os.execv(sys.executable, [sys.executable, "-m", "codex_presence", "demo"])
+    screen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"needs input" not in screen and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 1)
+            if ready:
+                screen += os.read(fd, 65536)
+        assert b"needs input" in screen, screen
+        frame = screen.rsplit(b"\x1b[H\x1b[J", 1)[1].decode()
+        assert frame.startswith("codex-presence demo: broker http://127.0.0.1:"), frame
+        assert "> codex asks to run `for i in 1 2 3; do echo step $i; sleep 1; done`" in frame
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            screen += read_ready(fd)
+        screen += read_ready(fd)  # what it wrote last
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the demo did not end on Ctrl-C")
+    finally:
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(done[1]) == 130
+    after = screen.rsplit(b"\x1b[H\x1b[J", 1)[1].decode()
+    for word in ("reconnecting", "offline:", "Traceback", "Exception"):
+        assert word not in after, after
 
 
 def test_unknown_session_is_a_usage_error() -> None:

@@ -91,6 +91,14 @@ def test_doctor_without_a_codex_says_so_and_exits_2(tmp_path: Path) -> None:
     assert "no codex at" in done.stderr and done.stdout == ""
 
 
+def test_doctor_names_a_codex_that_is_not_executable(tmp_path: Path) -> None:
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\n")
+    done = doctor("--codex", str(codex))
+    assert done.returncode == 2
+    assert f"{codex} is not executable" in done.stderr and done.stdout == ""
+
+
 def test_doctor_gives_up_on_a_codex_that_hangs(tmp_path: Path) -> None:
     # Not exec: the sleep is a grandchild holding the pipes, as under npm's launcher.
     hanging = script(tmp_path / "codex", "#!/bin/sh\nsleep 60\necho late\n")

@@ -47,8 +47,11 @@ def test_unknown_names_seen_live_are_warned_about_once_per_session(tmp_path: Pat
     assert (done.returncode, done.stdout, done.stderr) == (0, data, b"")
     warnings = [ln for ln in log.read_text().splitlines() if " WARNING " in ln]
     assert len(warnings) == 2, warnings
-    assert "server request method" in warnings[0] and "item/teleport/requestApproval" in warnings[0]
-    assert "item type" in warnings[1] and "'teleport'" in warnings[1]
+    assert (
+        "codex sent a server request method" in warnings[0]
+        and "item/teleport/requestApproval" in warnings[0]
+    )
+    assert "codex sent an item type " in warnings[1] and "'teleport'" in warnings[1]
     assert all("codex-presence doctor" in ln for ln in warnings)
 
 

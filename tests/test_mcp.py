@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -109,6 +110,44 @@ async def test_roster_tool_answers_the_exact_roster_text(
 
 
 @pytest.mark.anyio
+async def test_include_activity_adds_state_and_duration(tmp_path: Path) -> None:
+    """Without the argument the text is the design's; ``include_activity`` adds each
+    working or blocked member's state and how long it has held (the broker's clock is
+    set 3 min 5 s back, so its reports are that old)."""
+    with running_broker(team=TEAM, keepalive=30, wall_clock=lambda: time.time() - 185) as b:
+        async with httpx.AsyncClient(base_url=b.url) as http:
+            for name, state in (("builder", "working"), ("scout", "blocked")):
+                response = await http.post(
+                    "/presence/activity", json={"state": state}, headers=b.auth(name)
+                )
+                assert response.status_code == 204
+        command = mcp_command(b.url, "--token-file", str(token_file(tmp_path, "alice")))
+        async with subscribers(b, "builder"), mcp_client(command) as client:
+            (tool,) = (await client.list_tools()).tools
+            argument = tool.input_schema["properties"]["include_activity"]
+            assert (argument["type"], argument["default"]) == ("boolean", False)
+            plain = text_of(await client.call_tool("roster", {}))
+            with_activity = text_of(await client.call_tool("roster", {"include_activity": True}))
+            off = text_of(await client.call_tool("roster", {"include_activity": False}))
+    assert (
+        plain
+        == off
+        == (
+            "team acme roster:\n"
+            "- alice (you) [director] [admin] offline\n"
+            "- builder [engineer] connected=1\n"
+            "- scout [scout] [operator] offline"
+        )
+    )
+    assert with_activity == (
+        "team acme roster:\n"
+        "- alice (you) [director] [admin] offline\n"
+        "- builder [engineer] connected=1 working 3m\n"
+        "- scout [scout] [operator] offline blocked 3m"
+    )
+
+
+@pytest.mark.anyio
 async def test_the_roster_tool_escapes_control_characters(tmp_path: Path) -> None:
     """A broker whose team holds escape sequences and line breaks (the team file refuses
     them; this team is built in memory) still gets one line per member, escaped."""
@@ -171,7 +210,7 @@ async def test_a_token_that_is_not_the_named_members_is_refused(
     async with mcp_client(command) as client:
         result = await client.call_tool("roster", {})
         assert result.is_error
-        assert text_of(result).endswith("the configured token is 'builder''s, not 'alice''s")
+        assert text_of(result).endswith("the configured token is builder's, not alice's")
 
 
 @pytest.mark.anyio

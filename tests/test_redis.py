@@ -13,23 +13,15 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
-import orjson
 import pytest
 import redis
-from httpx_sse import EventSource
 
-from codex_presence.broker.team_file import render_team
 from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, WebRoster
 from tests.support.broker_harness import (
-    RunningBroker,
     broker_process,
     make_team,
     running_broker,
@@ -37,80 +29,15 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.redis_server import redis_server
+from tests.support.shared_brokers import (
+    TEAM,
+    Stream,
+    brokers,
+    report,
+    roster,
+    team_file,
+)
 from tests.support.waiting import eventually
-
-TEAM = make_team("alice", "builder", "scout")
-
-
-def auth(name: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {token_of(name)}"}
-
-
-def roster(url: str) -> dict[str, dict[str, Any]]:
-    response = httpx.get(url + "/roster", headers=auth("scout"), timeout=5)
-    assert response.status_code == 200, response.text
-    return {p["name"]: p for p in response.json()}
-
-
-def report(url: str, name: str, state: str) -> httpx.Response:
-    return httpx.post(
-        url + "/presence/activity", json={"state": state}, headers=auth(name), timeout=5
-    )
-
-
-class Stream:
-    """An SSE subscription read in a thread: every event it got, in order."""
-
-    def __init__(self, url: str, name: str, headers: dict[str, str] | None = None) -> None:
-        self.events: list[tuple[str, Any]] = []
-        self.status = 0
-        self.ended = threading.Event()
-        self._opened = threading.Event()
-        args = (url, name, headers if headers is not None else auth(name))
-        threading.Thread(target=self._read, args=args, daemon=True).start()
-        assert self._opened.wait(10), "the stream did not open"
-        eventually(lambda: self.kinds().count("roster") >= 1 or self.ended.is_set())
-
-    def _read(self, url: str, name: str, headers: dict[str, str]) -> None:
-        try:
-            with (
-                httpx.Client(timeout=httpx.Timeout(10, read=60)) as client,
-                client.stream("GET", f"{url}/subscribe?name={name}", headers=headers) as r,
-            ):
-                self.status = r.status_code
-                self._opened.set()
-                for event in EventSource(r).iter_sse():
-                    if event.data:  # not the opening "retry:" field
-                        self.events.append((event.event, orjson.loads(event.data)))
-        except httpx.HTTPError:
-            pass
-        finally:
-            self._opened.set()
-            self.ended.set()
-
-    def kinds(self) -> list[str]:
-        return [kind for kind, _ in self.events]
-
-    def of(self, name: str) -> list[dict[str, Any]]:
-        """The ``presence`` events about ``name``."""
-        return [data for kind, data in self.events if kind == "presence" and data["name"] == name]
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    with redis_server() as server:
-        yield server.url
-
-
-@contextmanager
-def brokers(url: str, count: int = 2, **kwargs: Any) -> Iterator[list[RunningBroker]]:
-    """``count`` brokers of TEAM sharing the Redis at ``url``."""
-    with ExitStack() as stack:
-        yield [
-            stack.enter_context(running_broker(team=TEAM, redis=url, **kwargs))
-            for _ in range(count)
-        ]
-
 
 # -- one roster ------------------------------------------------------------------------------
 
@@ -183,20 +110,12 @@ def test_teams_sharing_one_redis_stay_apart(redis_url: str) -> None:
 # -- a broker dies, a broker restarts --------------------------------------------------------
 
 
-def _team_file(tmp_path: Path) -> str:
-    path = tmp_path / "team.toml"
-    path.write_text(
-        render_team("acme", [(n, None, token_of(n)) for n in ("alice", "builder", "scout")])
-    )
-    return str(path)
-
-
 @pytest.mark.slow
 def test_a_sigkilled_brokers_connections_leave_within_the_bound(
     redis_url: str, tmp_path: Path
 ) -> None:
     """The documented bound: 10 s without a heartbeat, found at the next heartbeat (2 s)."""
-    team = _team_file(tmp_path)
+    team = team_file(tmp_path)
     with (
         broker_process("--team", team, redis=redis_url) as doomed,
         broker_process("--team", team, redis=redis_url) as survivor,
@@ -222,7 +141,7 @@ def test_a_broker_that_stops_cleanly_takes_its_counts_along(redis_url: str) -> N
 
 
 def test_a_broker_restart_keeps_sessions_and_activity(redis_url: str, tmp_path: Path) -> None:
-    team = _team_file(tmp_path)
+    team = team_file(tmp_path)
     with broker_process("--team", team, redis=redis_url) as first:
         url, port = first.url, first.port
         signed_in = httpx.post(
@@ -322,7 +241,7 @@ def test_redis_restarted_mid_session(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None:
     with redis_server() as server:
         server.stop()
-        with broker_process("--team", _team_file(tmp_path), redis=server.url) as broker:
+        with broker_process("--team", team_file(tmp_path), redis=server.url) as broker:
             assert "redis down" in broker.said()  # said before it listened
             assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 503
             assert report(broker.url, "builder", "working").status_code == 503
@@ -341,7 +260,7 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
 )
 def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "codex_presence", "broker", "--team", _team_file(tmp_path), *args],
+        [sys.executable, "-m", "codex_presence", "broker", "--team", team_file(tmp_path), *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -350,11 +269,39 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
     assert said in result.stderr
 
 
-def test_a_redis_password_is_never_logged(tmp_path: Path) -> None:
-    url = "redis://:s3cret-pass@127.0.0.1:1/0"  # nothing listens there: "redis down"
-    with broker_process("--team", _team_file(tmp_path), redis=url) as broker:
-        assert "redis down: redis://:***@127.0.0.1:1/0" in broker.said()
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret-pass@127.0.0.1:1/0", "redis://:***@127.0.0.1:1/0"),
+        ("redis://127.0.0.1:1/0?password=s3cret-pass", "redis://127.0.0.1:1/0?password=***"),
+        (
+            "rediss://u@127.0.0.1:1/0?db=0&ssl_password=s3cret-pass",
+            "rediss://u@127.0.0.1:1/0?db=0&ssl_password=***",
+        ),
+    ],
+)
+def test_a_redis_password_is_never_logged(tmp_path: Path, url: str, shown: str) -> None:
+    # nothing listens there: "redis down"
+    with broker_process("--team", team_file(tmp_path), redis=url) as broker:
+        assert f"redis down: {shown}:" in broker.said()
         assert "s3cret-pass" not in broker.said()
-    with broker_process("--team", _team_file(tmp_path), "--redis", url) as broker:
+    with broker_process("--team", team_file(tmp_path), "--redis", url) as broker:
         assert "anyone on this machine can read" in broker.said()  # in argv: a warning
         assert "s3cret-pass" not in broker.said()
+
+
+def test_a_redis_password_in_the_query_opens_redis_and_stays_out_of_the_log(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The password of ``?password=``, which redis-py takes as well as the netloc's, at
+    ``-vv`` into a log file, with Redis asking for it: it works, and shows nowhere."""
+    redis.Redis.from_url(redis_url).config_set("requirepass", "hunter2secret")
+    url = redis_url + "?password=hunter2secret"
+    log = tmp_path / "broker.log"
+    options = ("--team", team_file(tmp_path), "-vv", "--log-file", str(log))
+    with broker_process(*options, redis=url) as broker:
+        assert report(broker.url, "builder", "working").status_code == 204  # authenticated
+        assert httpx.get(broker.url + "/healthz", timeout=5).json()["status"] == "ok"
+    text = log.read_text()
+    assert f"sharing state through {redis_url}?password=*** " in text
+    assert "hunter2secret" not in text + broker.stderr.rest()

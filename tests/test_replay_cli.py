@@ -60,13 +60,17 @@ def test_json_timeline(recording: Path) -> None:
     ]
 
 
-def test_text_timeline_names_time_state_and_cause(recording: Path) -> None:
+def test_text_timeline_names_time_state_event_and_cause(recording: Path) -> None:
+    """In words a person knows, with the line and the message's name in parentheses."""
     result = run(str(recording))
     assert result.returncode == 0
-    lines = result.stdout.splitlines()
-    assert len(lines) == 4
-    assert "0.100" in lines[0] and "working" in lines[0] and "turn/started" in lines[0]
-    assert "idle" in lines[-1] and "eof" in lines[-1]
+    assert result.stdout.splitlines() == [
+        "    0.100  working  turn started  (line 2, turn/started)",
+        "    0.300  blocked  approval requested (a command)"
+        "  (line 4, item/commandExecution/requestApproval)",
+        "    0.900  working  approved  (line 5, response)",
+        "    1.000  idle     session ended  (eof)",
+    ]
     assert result.stderr == ""
 
 
@@ -131,7 +135,7 @@ def test_what_a_replay_cannot_vouch_for_is_said_on_stderr(tmp_path: Path) -> Non
     binary = tmp_path / "binary"
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\n\x00\x00\xff\n")
     result = run("--json", str(gappy), str(empty), str(binary))
-    assert result.returncode == 0
+    assert result.returncode == 1  # two of the three hold nothing to replay
     assert "Traceback" not in result.stderr
     rows = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert [(r["file"], r["t"], r["state"]) for r in rows] == [
@@ -142,9 +146,59 @@ def test_what_a_replay_cannot_vouch_for_is_said_on_stderr(tmp_path: Path) -> Non
     assert said == [
         f"codex-presence replay: {gappy}: a gap at 0.500 s (line 2): the recorder left out"
         " 65536 bytes from the server; the timeline after it may differ from the session's",
-        f"codex-presence replay: {empty}: no message that could change the state",
-        f"codex-presence replay: {binary}: no line is JSON: not a recording or app-server output?",
+        f"codex-presence replay: {empty}: nothing to replay: the file is empty",
+        f"codex-presence replay: {binary}: nothing to replay: no line is JSON: not a recording"
+        " or app-server output?",
     ]
+
+
+def test_json_without_app_server_traffic_is_nothing_to_replay(tmp_path: Path) -> None:
+    for name, content in [
+        ("objects.jsonl", b'{"a": 1}\n{"b": [2]}\n'),
+        ("array.jsonl", b'[1, 2]\n"text"\n'),
+        ("entries.jsonl", b'{"t": 0.1, "from": "server", "msg": {"hello": 1}}\n'),
+    ]:
+        path = tmp_path / name
+        path.write_bytes(content)
+        result = run(str(path))
+        assert (result.returncode, result.stdout) == (1, ""), name
+        assert result.stderr == (
+            f"codex-presence replay: {path}: nothing to replay: JSON, but no app-server"
+            " (JSON-RPC) or Claude Code message\n"
+        ), name
+    # A session that never changed the state is a session: said, and not an error.
+    quiet = tmp_path / "quiet.jsonl"
+    quiet.write_bytes(encode_entry(0.0, "client", orjson.dumps(SESSION[0][2])))
+    result = run(str(quiet))
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr.endswith("no message that could change the state\n")
+
+
+def test_a_recording_cut_mid_line_is_said_and_replays_what_it_holds(
+    recording: Path, tmp_path: Path
+) -> None:
+    whole = recording.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(whole[: whole.index(b"\n", whole.index(b"requestApproval")) + 30])
+    result = run("--json", str(cut))
+    assert result.returncode == 0  # what came before the cut replays
+    assert [orjson.loads(line)["cause"] for line in result.stdout.splitlines()] == [
+        "turn/started",
+        "item/commandExecution/requestApproval",
+        "eof",
+    ]
+    assert result.stderr == (
+        f"codex-presence replay: {cut}: line 5 is cut short and there is no end line: the"
+        " recording was cut off mid-line (the session killed, or the file copied while it was"
+        " written)\n"
+    )
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(whole[:40])
+    result = run(str(first))
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines()[-1] == (
+        f"codex-presence replay: {first}: nothing to replay: cut off within its first line"
+    )
 
 
 def test_server_stdout_file(tmp_path: Path) -> None:

@@ -202,7 +202,7 @@ async def test_connection_presence_stops_on_a_wrong_token() -> None:
             presence = ConnectionPresence(client=client, name="alice")  # bob posing as alice
             with anyio.fail_after(5):
                 await presence.run()
-            assert presence.stopped_reason is not None and "403" in presence.stopped_reason
+            assert presence.refused == 403 and "403" in presence.reason
             assert connected(broker) == 0
 
 

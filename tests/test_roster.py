@@ -9,7 +9,7 @@ import pytest
 
 from codex_presence._wire import control_character, presence
 from codex_presence.broker.team import Role
-from codex_presence.client.roster_text import roster_line, roster_text, watch_text
+from codex_presence.client.roster_text import elapsed_text, roster_line, roster_text, watch_text
 from codex_presence.core.activity import ActivityState
 
 
@@ -104,3 +104,68 @@ def test_watch_text_shows_activity() -> None:
     assert lines[2].startswith("- builder [engineer] connected=1  ")
     assert lines[2].endswith(" working")
     assert lines[3] == "- scout [scout] [operator] offline  [!] needs input"
+
+
+def test_presence_carries_activity_since_only_with_activity() -> None:
+    working = presence(
+        name="a",
+        connected=1,
+        created_at=1,
+        last_seen=2,
+        role=None,
+        activity=ActivityState.WORKING,
+        activity_since=5,
+    )
+    assert list(working)[-3:] == ["activity", "busy", "activitySince"]
+    assert working["activitySince"] == 5
+    idle = presence(name="a", connected=1, created_at=1, last_seen=2, role=None, activity_since=5)
+    assert "activitySince" not in idle
+
+
+@pytest.mark.parametrize(
+    ("seconds", "human", "compact"),
+    [
+        (-3, "0 s", "0s"),  # a clock a little behind the broker's
+        (45.9, "45 s", "45s"),
+        (60, "1 min", "1m"),
+        (14 * 60 + 59, "14 min", "14m"),
+        (3600, "1 h", "1h"),
+        (2 * 3600 + 5 * 60, "2 h 5 min", "2h5m"),
+        (3 * 86400 + 4 * 3600 + 59, "3 d 4 h", "3d4h"),
+    ],
+)
+def test_elapsed_text(seconds: float, human: str, compact: str) -> None:
+    assert elapsed_text(seconds) == human
+    assert elapsed_text(seconds, compact=True) == compact
+
+
+NOW = 1_800_000_000_000
+BUSY = [
+    DESIGN[0],
+    {**DESIGN[1], "activitySince": NOW - 3 * 60_000 - 5_000},
+    {**DESIGN[2], "activity": "blocked", "busy": False, "activitySince": NOW - 125_000},
+]
+
+
+def test_activity_on_request_adds_state_and_how_long() -> None:
+    assert roster_text("acme", BUSY, you="alice", now_ms=NOW) == roster_text(
+        "acme", DESIGN, you="alice"
+    )  # by default, the design's text: no activity
+    assert roster_text("acme", BUSY, you="alice", activity=True, now_ms=NOW).splitlines() == [
+        "team acme roster:",
+        "- alice (you) [director] [admin] connected=2",
+        "- builder [engineer] connected=1 working 3m",
+        "- scout [scout] [operator] offline blocked 2m",
+    ]
+    # A broker that does not say since when: the state alone.
+    assert roster_line(DESIGN[1], activity=True, now_ms=NOW) == (
+        "- builder [engineer] connected=1 working"
+    )
+
+
+def test_watch_text_says_since_when() -> None:
+    lines = watch_text("acme", BUSY, you="alice", now_ms=NOW).splitlines()
+    assert lines[2].endswith(" working · 3 min")
+    assert lines[3] == "- scout [scout] [operator] offline  [!] needs input · 2 min"
+    later = watch_text("acme", BUSY, you="alice", now_ms=NOW + 60_000).splitlines()
+    assert later[3].endswith("needs input · 3 min")  # the time moves on, the since does not

@@ -186,7 +186,7 @@ def test_member_spec(spec: str, expected: tuple[str, Role | None]) -> None:
     assert parse_member_spec(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["", ":director", "a b", "ä"])
+@pytest.mark.parametrize("spec", ["", ":director", "a b", "ä", "a:b:c:d", "a:b:x,c:d"])
 def test_bad_member_spec(spec: str) -> None:
     with pytest.raises(TeamError):
         parse_member_spec(spec)
@@ -349,3 +349,54 @@ def test_team_init_rejects_bad_members(tmp_path: Path, capsys: pytest.CaptureFix
     assert "twice" in capsys.readouterr().err
     assert main(["team", "init", str(path), "-m", "no way"]) == 2
     assert not path.exists()
+
+
+def test_team_init_refuses_a_permission_with_a_colon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``a:b:c:d`` was stored as permission "c:d"."""
+    path = tmp_path / "team.toml"
+    assert main(["team", "init", str(path), "--member", "a:b:c:d"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence team: --member 'a:b:c:d': too many ':' — it is NAME:TITLE:PERMISSIONS,"
+        " the permissions separated by commas (no permission holds a ':')\n"
+    )
+    assert not path.exists()
+
+
+def test_team_init_warns_on_unknown_permissions_and_keeps_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "team.toml"
+    argv = [
+        "team",
+        "init",
+        str(path),
+        "-m",
+        "a:lead:members.manage,deploy",
+        "-m",
+        "b:x:objectives.create",
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "codex-presence team: warning: --member a: permission 'deploy' is not one the roster"
+        " knows (members.manage [admin], objectives.create [operator]); it is kept, and gives"
+        " no privilege bucket",
+        f"codex-presence team: wrote {path} (2 members, mode 0600). The tokens above are shown"
+        " only now; the file keeps their sha256.",
+    ]
+    assert load_team(path).members[0].role == Role("lead", ("members.manage", "deploy"))
+    assert main(["team", "init", str(tmp_path / "one.toml"), "-m", "solo"]) == 0
+    assert "(1 member, mode 0600)" in capsys.readouterr().err
+
+
+def test_team_init_help_lists_the_permissions_and_their_buckets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["team", "init", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  members\.manage +\[admin\]$", out, re.MULTILINE), out
+    assert re.search(r"^  objectives\.create +\[operator\]$", out, re.MULTILINE), out

@@ -56,6 +56,26 @@ def test_heartbeat_extends_and_a_lapsed_report_reads_as_a_change() -> None:
     assert tracker.report("a", BLOCKED) is True  # it had lapsed to idle
 
 
+def test_since_is_kept_by_a_heartbeat_and_moved_by_a_change() -> None:
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    assert tracker.since("a") is None
+    tracker.report("a", WORKING, now_ms=1_000)
+    clock.advance(20)
+    tracker.report("a", WORKING, now_ms=21_000)  # a heartbeat
+    assert tracker.since("a") == 1_000
+    tracker.report("a", BLOCKED, now_ms=22_000)
+    assert tracker.since("a") == 22_000
+    clock.advance(30)  # nobody heartbeats: it lapses, and the next report starts anew
+    assert tracker.since("a") is None
+    tracker.report("a", BLOCKED, now_ms=60_000)
+    assert tracker.since("a") == 60_000
+    tracker.report("a", BLOCKED, now_ms=61_000, since=5)  # a shared store's record says
+    assert tracker.since("a") == 5
+    tracker.report("a", IDLE, now_ms=62_000)
+    assert tracker.since("a") is None
+
+
 def test_fractional_ttl_and_bad_ttl() -> None:
     clock = FakeClock()
     tracker = ActivityTracker(ttl=0.25, clock=clock)

@@ -13,10 +13,12 @@ redis-server (issue 18).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +59,27 @@ CHROMIUM_ARGS = [
 HIDE_DELAY_MS = 1000
 KEY_ITEM = "codexPresenceSessionKey"
 """Where the page keeps its session key (localStorage)."""
-SHOTS = Path("/tmp")
+SCREENSHOTS = os.environ.get("CODEX_PRESENCE_SCREENSHOTS")
+"""A directory: the tests that show the page working, blocked and stale write their
+pictures there (``docs/``, for the README). Unset, nothing is written."""
+
+
+def screenshot(page: Page, name: str, store_url: str | None = None) -> None:
+    """With ``$CODEX_PRESENCE_SCREENSHOTS``, the page as it is now, into ``NAME.png``
+    there (once: with the state in memory)."""
+    if SCREENSHOTS and store_url is None:
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"))
+
+
+class ShiftedClock:
+    """The wall clock, shifted by ``offset`` seconds (settable): a broker whose reports
+    were made minutes ago, without waiting minutes."""
+
+    def __init__(self, offset: float = 0.0) -> None:
+        self.offset = offset
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
 
 
 @dataclass
@@ -94,19 +116,35 @@ class Web:
         eventually(holds, timeout, f"{name} connected={count}", interval=0.05)
 
 
-def make_web(store_url: str | None = None, **roster_kwargs: Any) -> Iterator[Web]:
-    """A broker with the web roster; with ``store_url``, both keep their state in Redis."""
+def make_web(
+    store_url: str | None = None,
+    *,
+    wall_clock: ShiftedClock | None = None,
+    port: int = 0,
+    **roster_kwargs: Any,
+) -> Iterator[Web]:
+    """A broker with the web roster; with ``store_url``, both keep their state in Redis;
+    ``wall_clock`` dates the broker's reports; ``port`` 0 is any free one."""
     shared = shared_state(store_url, TEAM) if store_url is not None else None
     sessions = shared.sessions if shared is not None else None
     roster = WebRoster(team=TEAM, sessions=sessions, **roster_kwargs)
     store = shared.store if shared is not None else None
-    with running_broker(team=TEAM, keepalive=30, web=roster, store=store) as broker:
+    clocks = {} if wall_clock is None else {"wall_clock": wall_clock}
+    with running_broker(
+        team=TEAM, port=port, keepalive=30, web=roster, store=store, **clocks
+    ) as broker:
         yield Web(broker, roster)
 
 
 @pytest.fixture
-def web(store_url: str | None) -> Iterator[Web]:
-    yield from make_web(store_url)
+def wall() -> ShiftedClock:
+    """The broker's wall clock: real time, unless a test sets it back."""
+    return ShiftedClock()
+
+
+@pytest.fixture
+def web(store_url: str | None, wall: ShiftedClock) -> Iterator[Web]:
+    yield from make_web(store_url, wall_clock=wall)
 
 
 # -- the sign-in endpoints over plain HTTP -------------------------------------------------
@@ -203,6 +241,15 @@ def test_the_cookie_counts_only_on_the_pages_own_origin(web: Web) -> None:
     typed = {"sec-fetch-site": "none"}  # the address typed or bookmarked
     assert httpx.get(web.url + "/whoami", headers={**cookie, **typed}, timeout=5).status_code == 200
     web.wait_connected("alice", 0)
+
+
+def test_a_refused_sign_in_is_logged_with_the_address_it_came_from(
+    web: Web, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="codex_presence.web")
+    assert sign_in(web, "cp_wrong").status_code == 401
+    (refused,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert re.fullmatch(r"web sign-in refused from 127\.0\.0\.1:\d+", refused), refused
 
 
 def test_a_bad_token_is_refused_without_a_cookie(web: Web) -> None:
@@ -385,9 +432,20 @@ def tabs(browser: Browser, web: Web) -> Iterator[list[Tab]]:
 
 
 def open_tab(
-    browser: Browser, web: Web, tabs: list[Tab], *, query: str = "", clock: bool = False
+    browser: Browser,
+    web: Web,
+    tabs: list[Tab],
+    *,
+    query: str = "",
+    clock: bool = False,
+    permissions: list[str] | None = None,
+    init_script: str | None = None,
 ) -> Tab:
     context = browser.new_context(viewport={"width": 1100, "height": 520})
+    if permissions:
+        context.grant_permissions(permissions, origin=web.url)
+    if init_script:
+        context.add_init_script(init_script)
     page = context.new_page()
     tab = Tab(context, page)
     context.on("request", lambda request: tab.requests.append(request.url))
@@ -600,7 +658,6 @@ def test_the_page_follows_a_member_working_blocked_idle(
     expect(spinner).to_be_visible()
     assert spinner.evaluate("e => getComputedStyle(e).animationName") == "spin"
     expect(page.locator("#summary")).to_contain_text("1 working")
-    page.screenshot(path=str(SHOTS / "roster-working.png"))
 
     web.report("builder", "blocked")
     expect(builder).to_have_attribute("data-activity", "blocked")
@@ -609,7 +666,6 @@ def test_the_page_follows_a_member_working_blocked_idle(
     expect(builder.locator(".spinner")).to_have_count(0)
     expect(page.locator("#summary .chip.alert")).to_have_text("1 needs input")
     expect(page).to_have_title(re.compile(r"^\(1\) acme roster"))
-    page.screenshot(path=str(SHOTS / "roster-blocked.png"))
 
     web.report("builder", "idle")
     expect(builder).to_have_attribute("data-activity", "idle")
@@ -617,7 +673,6 @@ def test_the_page_follows_a_member_working_blocked_idle(
     expect(builder.locator(".activity-icon.idle-dot")).to_be_visible()
     expect(builder.locator(".needs-input-mark")).to_have_count(0)
     expect(page.locator("#summary .chip.alert")).to_have_count(0)
-    page.screenshot(path=str(SHOTS / "roster-idle.png"))
 
     # The watcher leaves: builder goes offline on the page, without a reload.
     watcher.terminate()
@@ -692,6 +747,9 @@ def test_a_session_that_ends_sends_the_page_back_to_sign_in(
     web.wait_connected("alice", 0)
     set_visibility(tab.page, "visible")
     expect(tab.page.locator("body")).to_have_attribute("data-view", "signin")
+    expect(tab.page.locator("#signin-reason")).to_have_text(
+        "Your session ended (signed out elsewhere, or expired); sign in again."
+    )
 
 
 def test_the_broker_command_serves_the_page_and_takes_the_cookie(tmp_path: Path) -> None:
@@ -754,12 +812,200 @@ def test_a_broker_restart_signs_nobody_out_and_a_lost_redis_shows_stale(
                 server.pause()
                 expect(page.locator("body")).to_have_attribute("data-stream", "stale")
                 expect(page.locator("#stream")).to_contain_text("stale")
-                page.screenshot(path=str(SHOTS / "roster-stale.png"))
+                # One notion of stale: the rows are marked as of when the broker said so.
+                expect(page.locator("li.member[data-stale]")).to_have_count(3)
+                expect(row(page, "builder").locator(".as-of")).to_have_text(
+                    re.compile(r"^as of \d{1,2}:\d{2}")
+                )
                 server.resume()
                 expect(page.locator("body")).to_have_attribute(
                     "data-stream", "live", timeout=20_000
                 )
                 expect(page.locator("body")).to_have_attribute("data-view", "roster")
+                expect(page.locator("li.member[data-stale]")).to_have_count(0)
+                expect(page.locator("#stale-note")).to_be_hidden()
+        finally:
+            for tab in opened:
+                tab.context.close()
+
+
+# -- what an operator needs (issue 15) -----------------------------------------------------
+
+
+def names_in_order(page: Page) -> list[str]:
+    return [str(n) for n in page.locator("li.member .name").all_inner_texts()]
+
+
+@pytest.mark.browser
+def test_how_long_each_has_waited_and_the_longest_waiting_first(
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab], store_url: str | None
+) -> None:
+    clock = wall
+    clock.offset = -14 * 60  # builder has been working for 14 minutes...
+    web.report("builder", "working")
+    clock.offset = 0
+    web.report("builder", "working")  # ...and heartbeats now: lastSeen is now
+    page = signed_in(browser, web, tabs, "alice", clock=True).page
+    builder, scout = row(page, "builder"), row(page, "scout")
+    expect(builder.locator(".activity")).to_have_text("working")
+    expect(builder.locator(".since")).to_have_text("· 14 min")
+    expect(builder.locator(".last-active")).to_have_text("last active just now")
+    expect(page).to_have_title("acme roster")
+    screenshot(page, "roster-working", store_url)
+
+    clock.offset = -2 * 60 - 5
+    web.report("scout", "blocked")
+    clock.offset = 0
+    expect(scout.locator(".activity-col")).to_have_text(re.compile(r"needs input\s*· 2 min\s*$"))
+    # Needs input first, then working, then the rest in team order.
+    expect(page.locator("li.member .name")).to_have_text(["scout", "builder", "alice"])
+    expect(page).to_have_title("(1) acme roster")
+    screenshot(page, "roster-needs-input", store_url)
+
+    # The durations advance with the clock (the page's, moved on a minute).
+    page.clock.fast_forward("01:00")
+    expect(scout.locator(".since")).to_have_text("· 3 min")
+    expect(builder.locator(".since")).to_have_text("· 15 min")
+
+    web.report("builder", "blocked")  # blocked now: later than scout, so after scout
+    expect(builder.locator(".since")).to_have_text("· 1 min")  # the page's clock is 1 min on
+    expect(page.locator("li.member .name")).to_have_text(["scout", "builder", "alice"])
+    web.report("scout", "idle")  # back in team order among the idle
+    expect(scout.locator(".since")).to_have_text("")
+    expect(page.locator("li.member .name")).to_have_text(["builder", "alice", "scout"])
+    page.select_option("#sort", "team")
+    assert names_in_order(page) == ["alice", "builder", "scout"]
+    page.reload()  # the choice is kept
+    expect(page.locator("#sort")).to_have_value("team")
+    expect(page.locator("li.member")).to_have_count(3)
+    assert names_in_order(page) == ["alice", "builder", "scout"]
+
+
+@pytest.mark.browser
+def test_the_tab_title_counts_the_members_who_need_input(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    page = signed_in(browser, web, tabs, "alice").page
+    expect(page).to_have_title("acme roster")
+    web.report("builder", "blocked")
+    expect(page).to_have_title("(1) acme roster")
+    web.report("scout", "blocked")
+    expect(page).to_have_title("(2) acme roster")
+    web.report("builder", "working")
+    expect(page).to_have_title("(1) acme roster")
+    web.report("scout", "idle")
+    expect(page).to_have_title("acme roster")
+
+
+SPY_ON_NOTIFICATIONS = """
+window.permissionAsked = 0;
+if (window.Notification) {
+  const ask = Notification.requestPermission.bind(Notification);
+  Notification.requestPermission = (...args) => { window.permissionAsked++; return ask(...args); };
+}
+"""
+"""Counts the page's calls to ``Notification.requestPermission`` (an init script: it runs
+before the page's own)."""
+
+
+@pytest.mark.browser
+def test_notify_me_asks_permission_only_when_turned_on_and_notifies_on_blocked(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    allowed = signed_in(
+        browser, web, tabs, "alice", permissions=["notifications"], init_script=SPY_ON_NOTIFICATIONS
+    ).page
+    toggle = allowed.locator("#notify")
+    expect(toggle).not_to_be_checked()
+    web.report("builder", "blocked")  # off: no notification
+    expect(row(allowed, "builder")).to_have_attribute("data-activity", "blocked")
+    assert allowed.evaluate("[window.permissionAsked, window.codexPresence.notices.length]") == [
+        0,
+        0,
+    ]
+    web.report("builder", "working")
+    expect(row(allowed, "builder")).to_have_attribute("data-activity", "working")
+    toggle.check()  # permission granted to this origin already: nothing to ask
+    expect(toggle).to_be_checked()
+    web.report("builder", "blocked")
+    expect(row(allowed, "builder")).to_have_attribute("data-activity", "blocked")
+    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 1, 10)
+    assert allowed.evaluate("window.codexPresence.notices[0]") == {
+        "title": "builder needs input",
+        "body": "acme: builder is waiting on a person.",
+    }
+    web.report("builder", "blocked")  # a heartbeat: not a new block, no new notification
+    web.report("scout", "working")
+    expect(row(allowed, "scout")).to_have_attribute("data-activity", "working")
+    assert allowed.evaluate("window.codexPresence.notices.length") == 1
+    allowed.reload()  # the choice is kept (the permission still holds); nothing is asked
+    expect(allowed.locator("#notify")).to_be_checked()
+    assert allowed.evaluate("window.permissionAsked") == 0
+
+    # A browser that has not decided: loading asks nothing; turning it on asks once, and
+    # a refusal (headless Chromium refuses) turns it back off, saying why.
+    asked = signed_in(browser, web, tabs, "scout", init_script=SPY_ON_NOTIFICATIONS).page
+    assert asked.evaluate("[Notification.permission, window.permissionAsked]") == ["default", 0]
+    asked.locator("#notify").check(force=True)  # unchecked again as soon as it is refused
+    expect(asked.locator("#notify-hint")).to_contain_text("Notifications are blocked")
+    expect(asked.locator("#notify")).not_to_be_checked()
+    assert asked.evaluate("window.permissionAsked") == 1
+
+
+@pytest.mark.browser
+def test_a_broker_restart_marks_the_rows_stale_then_says_why_the_session_ended(
+    browser: Browser,
+) -> None:
+    """In memory, a restart ends every session. While the broker is away the rows are
+    marked stale, as of when the stream was lost, and nothing in them looks live; once it
+    is back, the sign-in form says the broker restarted."""
+    from tests.support.broker_harness import reserved_port
+
+    opened: list[Tab] = []
+    with reserved_port() as sock:
+        port = sock.getsockname()[1]
+        sock.close()
+        try:
+            clock = ShiftedClock()
+            for first in make_web(wall_clock=clock, port=port):
+                clock.offset = -6 * 60
+                first.report("builder", "working")
+                clock.offset = 0
+                page = signed_in(browser, first, opened, "alice", clock=True).page
+                builder = row(page, "builder")
+                expect(builder.locator(".since")).to_have_text("· 6 min")
+                expect(page.locator("li.member[data-stale]")).to_have_count(0)
+                expect(page.locator("#stale-note")).to_be_hidden()
+            # The broker is gone: the rows stay, marked stale as of now.
+            stream = page.locator("body")
+            expect(stream).to_have_attribute("data-stream", re.compile("reconnecting|offline"))
+            expect(page.locator("li.member[data-stale]")).to_have_count(3)
+            as_of = re.compile(r"^as of \d{1,2}:\d{2}( [AP]M)?$")
+            expect(builder.locator(".as-of")).to_have_text(as_of)
+            expect(page.locator("#stale-note")).to_have_text(
+                re.compile(r"^Not live: these rows show the roster as of \d{1,2}:\d{2}")
+            )
+            # alice's own tab was connected: her count no longer looks live.
+            colour = "e => getComputedStyle(e).backgroundColor"
+            alice_dot = row(page, "alice").locator(".conn-dot").evaluate(colour)
+            assert alice_dot == row(page, "scout").locator(".conn-dot").evaluate(colour)
+            screenshot(page, "roster-stale")
+            page.clock.fast_forward("03:00")  # the clock moves on; the durations do not
+            expect(builder.locator(".since")).to_have_text("· 6 min")
+            for second in make_web(port=port):  # the same broker, restarted: nobody known
+                expect(page.locator("body")).to_have_attribute(
+                    "data-view", "signin", timeout=20_000
+                )
+                expect(page.locator("#signin-reason")).to_have_text(
+                    "The broker restarted; sign in again."
+                )
+                expect(page.locator("li.member")).to_have_count(0)
+                page.fill("#token", token_of("alice"))
+                page.click("#signin-submit")
+                expect(page.locator("body")).to_have_attribute("data-stream", "live")
+                expect(page.locator("#signin-reason")).to_be_hidden()
+                expect(page.locator("li.member[data-stale]")).to_have_count(0)
+                second.wait_connected("alice", 1)
         finally:
             for tab in opened:
                 tab.context.close()

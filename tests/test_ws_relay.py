@@ -69,11 +69,15 @@ class Inner:
     then it reads until the client's close frame and ends the connection without answering
     it (as codex does). What it got is kept, raw."""
 
-    def __init__(self, path: Path, frames: list[bytes], *, on_frame: bytes = b"") -> None:
+    def __init__(
+        self, path: Path, frames: list[bytes], *, on_frame: bytes = b"", on_close: bytes = b""
+    ) -> None:
         self.path = path
         self.frames = frames
         self.on_frame = on_frame
         """Sent once the client's first data frame came (an answer that must wait)."""
+        self.on_close = on_close
+        """Sent once the client's close frame came (a turn's events already on their way)."""
         self.heads: list[bytes] = []
         self.received: list[bytes] = []
         self.listener = socket.socket(socket.AF_UNIX)
@@ -107,6 +111,8 @@ class Inner:
             if not chunk:
                 break
             got += chunk
+        if self.on_close:
+            conn.sendall(self.on_close)
         conn.shutdown(socket.SHUT_WR)
         self.received.append(read_until_eof(conn, got))
 
@@ -348,3 +354,70 @@ def test_frames_that_cannot_be_read_are_relayed_all_the_same(tmp: Path) -> None:
         inner.close()
     assert inner.received[0].startswith(bad)
     assert relayed.transitions == []
+
+
+def test_what_the_server_writes_after_a_hang_up_is_relayed_not_read(tmp: Path) -> None:
+    """/exit mid-turn: idle at the hang-up, and it holds, though the app-server's events of
+    the turn (a command starting) still come on that connection."""
+    late = note(
+        "item/started", threadId="th", turnId="tu", item={"type": "commandExecution", "id": "c"}
+    )
+    inner = Inner(
+        tmp / "inner.sock",
+        [encode(0x1, note("turn/started", **TURN), mask=False)],
+        on_close=encode(0x1, late, mask=False),
+    )
+    recording = tmp / "rec.jsonl"
+    try:
+        with relaying(tmp / "outer.sock", inner.path, recording=recording) as relayed:
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working"], what="working")
+            sock.sendall(encode(0x8, b"", mask=True))
+            got = read_until_eof(sock, rest)
+            sock.close()
+            eventually(lambda: len(inner.received) == 1, what="the server's end")
+    finally:
+        inner.close()
+    assert got.endswith(encode(0x1, late, mask=False))  # relayed all the same
+    assert [(t.state.value, t.cause) for t in relayed.transitions] == [
+        ("working", "turn/started"),
+        ("idle", "hangup"),
+    ]
+    messages = [e.message for e in read_entries(recording.read_bytes().splitlines())]
+    assert orjson.loads(late) not in messages  # the recording replays as the relay saw it
+
+
+def test_a_bug_in_the_analysis_ends_in_idle_and_the_bytes_go_on(
+    tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mapping that raises: the member shown working must not stay so (the reporter
+    would heartbeat it for the rest of the session); idle, said once, and every byte still
+    relayed."""
+    answer = encode(0x1, note("item/agentMessage/delta", delta="after the bug"), mask=False)
+    inner = Inner(
+        tmp / "inner.sock",
+        [encode(0x1, note("turn/started", **TURN), mask=False)],
+        on_frame=answer,
+    )
+    try:
+        with relaying(tmp / "outer.sock", inner.path) as relayed:
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working"], what="working")
+
+            def broken(direction: object, line: bytes) -> None:
+                raise RuntimeError("a bug")
+
+            relayed.relay.mapping.feed_line = broken  # type: ignore[method-assign]
+            sock.sendall(encode(0x1, b'{"id":1,"result":{}}', mask=True))
+            eventually(lambda: relayed.states == ["working", "idle"], what="idle")
+            while not rest.endswith(answer):
+                rest += sock.recv(65536)
+            sock.sendall(encode(0x8, b"", mask=True))
+            read_until_eof(sock, rest)
+            sock.close()
+    finally:
+        inner.close()
+    assert relayed.transitions[-1].cause == "analysis failed"
+    assert relayed.relay.analysis.failed
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "analysis failed" in record.getMessage() and record.exc_info is not None

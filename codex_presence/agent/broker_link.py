@@ -29,7 +29,7 @@ from anyio.abc import ObjectReceiveStream
 
 from codex_presence._wire import Whoami, printable
 from codex_presence.agent.reporter import ActivityReporter
-from codex_presence.agent.subscription import ConnectionPresence, ConnectionState
+from codex_presence.agent.subscription import ConnectionPresence, ConnectionState, Outage
 from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
 from codex_presence.client.auth import make_async_client
 from codex_presence.core.activity import Transition
@@ -136,8 +136,10 @@ class BrokerLink:
                 self._learn(await fetch_whoami(client))
 
     async def _whoami(self, client: httpx.AsyncClient) -> Whoami | None:
-        """The member the token belongs to, retried with backoff while the broker is away."""
+        """The member the token belongs to, retried with backoff while the broker is away
+        (said once, then counted)."""
         backoff = reconnect_backoff()
+        outage = Outage(logger, "cannot ask the broker whose token this is")
         while True:
             try:
                 me = await fetch_whoami(client)
@@ -157,9 +159,9 @@ class BrokerLink:
                     exc.content_type,
                 )
             except BrokerError as exc:
-                logger.debug("whoami: %s", exc)
+                outage.failed(f"{exc}; retrying")
             else:
-                logger.info("the token is %s's", printable(me.name))
+                logger.info("the token is %s's%s", printable(me.name), outage.over())
                 return me
             await anyio.sleep(backoff.next_delay())
 

@@ -6,10 +6,14 @@ session status file.
   one appended chunk per poll. Only complete lines of the types the mapping and recordings
   keep (:data:`~codex_presence.core.claude_protocol.TRANSCRIPT_TYPES`) are parsed; the
   bookkeeping in between, most of the bytes, is skipped on a byte check.
+  A path that cannot be a transcript (a NUL in it, not a regular file: a FIFO would block
+  the open) is passed over, said once.
 * **The session status file**, ``<config dir>/sessions/<pid>.json``: claude's pid is the
   child's when ``claude`` is the native binary; when it is a wrapper script, the file is
-  found by the hooks' ``session_id`` (at most one directory scan a second). It is read only
-  when its size or mtime changed, and handed on only when its content did.
+  found by the hooks' ``session_id`` (at most one directory scan a second; of several
+  files with that id, one whose process is alive, else the newest: a claude that died
+  leaves its file behind). It is read only when its size or mtime changed, and handed on
+  only when its content did.
 
 Sans timers: the shell calls :meth:`ClaudeFiles.poll` as often as it likes. Every error
 (a file not there yet, gone, unreadable, caught mid-write) is a poll with nothing new.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +72,8 @@ class ClaudeFiles:
         self._pending = bytearray()
         self._skipping = False
         """The line in progress is over MAX_LINE: drop up to its end."""
+        self._passed_over: set[str] = set()
+        """Transcript paths that cannot be followed (each said once)."""
 
     def note_hook(self, msg: dict[str, Any]) -> None:
         """A hook names the session and its transcript: follow those."""
@@ -76,7 +83,11 @@ class ClaudeFiles:
             if self._status is not None and self._status.name != f"{self._pid}.json":
                 self._status = None  # found by the old id: find it again
         path = msg.get("transcript_path")
-        if isinstance(path, str) and path and Path(path) != self._transcript:
+        if not isinstance(path, str) or not path or path in self._passed_over:
+            return
+        if "\x00" in path:
+            self._pass_over(path, "a NUL in its path")
+        elif Path(path) != self._transcript:
             self._transcript = Path(path)
             try:
                 self._offset = self._transcript.stat().st_size
@@ -84,6 +95,14 @@ class ClaudeFiles:
                 self._offset = 0  # created at the first prompt: all of it is news
             self._pending.clear()
             self._skipping = False
+
+    def _pass_over(self, path: str, why: str) -> None:
+        self._passed_over.add(path)
+        if self._transcript == Path(path):
+            self._transcript = None
+        logger.warning(
+            "claude's transcript %r cannot be followed (%s); going on without it", path[:200], why
+        )
 
     def poll(self, now: float) -> list[tuple[ClaudeSource, dict[str, Any]]]:
         """What changed since the last poll: the session file's new content, if any, then
@@ -109,19 +128,26 @@ class ClaudeFiles:
         return self._status
 
     def _find_by_session_id(self, session: str) -> Path | None:
+        """The file of ``session``: of several (a claude that died leaves its file behind,
+        and ``--resume`` reuses the id), one whose process is alive, else the newest."""
         try:
             candidates = list(self._sessions.glob("*.json"))
         except OSError:
             return None
+        found: list[tuple[bool, int, Path]] = []
         for path in candidates:
             try:
+                mtime = path.stat().st_mtime_ns
                 content = orjson.loads(path.read_bytes())
             except (OSError, orjson.JSONDecodeError):
                 continue
             if isinstance(content, dict) and content.get("sessionId") == session:
-                logger.debug("claude's session file is %s", path.name)
-                return path
-        return None
+                found.append((_alive(path.stem), mtime, path))
+        if not found:
+            return None
+        path = max(found)[2]
+        logger.debug("claude's session file is %s", path.name)
+        return path
 
     def _read_status(self, now: float) -> dict[str, Any] | None:
         path = self._status_path(now)
@@ -155,17 +181,24 @@ class ClaudeFiles:
         if path is None:
             return []
         try:
-            with path.open("rb") as stream:
-                size = os.fstat(stream.fileno()).st_size
-                if size < self._offset:  # replaced by a shorter file: start it over
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return []  # not there yet, or gone
+        with os.fdopen(fd, "rb") as stream:
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    self._pass_over(str(path), "not a regular file")
+                    return []
+                if st.st_size < self._offset:  # replaced by a shorter file: start it over
                     self._offset = 0
                     self._pending.clear()
-                if size == self._offset:
+                if st.st_size == self._offset:
                     return []
                 stream.seek(self._offset)
                 chunk = stream.read(MAX_CHUNK)
-        except OSError:
-            return []
+            except OSError:
+                return []
         self._offset += len(chunk)
         return list(self._entries(chunk))
 
@@ -203,3 +236,17 @@ class ClaudeFiles:
         if not isinstance(kind, str) or kind.encode() not in TRANSCRIPT_TYPES:
             return None
         return entry
+
+
+def _alive(stem: str) -> bool:
+    """Whether the process a session file is named after (``<pid>.json``) is running."""
+    pid = int(stem) if stem.isdigit() else 0
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # running, as another user
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True

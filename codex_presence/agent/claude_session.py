@@ -26,7 +26,9 @@ as the session.
   polled every ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the
   member is not idle, or claude's view awaits adoption); when idle, the follower sleeps until
   the next hook. The mapping's timer is honoured at the same polls.
-* A bug in the analysis never touches claude: it is logged once and the session goes on
+* A bug in the analysis (the mapping, or the reading of claude's files) never touches
+  claude: it is logged once, the member is reported idle
+  (:class:`~codex_presence.agent.analysis.AnalysisGuard`), and the session goes on
   unobserved; the hook server still answers.
 * ``observe=False`` (``--no-trace`` without ``--record``) runs claude as given, with no
   hooks, no server and no reading of its files: there is nothing to observe for.
@@ -47,6 +49,7 @@ from typing import Any
 import anyio
 import orjson
 
+from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import Child, exit_status, spawn, wait_child
 from codex_presence.agent.claude_files import ClaudeFiles
 from codex_presence.agent.hook_server import HookServer
@@ -154,7 +157,7 @@ class ClaudeSession:
         self._start = clock()
         self._files: ClaudeFiles | None = None
         self._wake: anyio.Event | None = None
-        self._analysis_failed = False
+        self.analysis = AnalysisGuard(self.mapping.close)
 
     async def run(
         self,
@@ -171,7 +174,7 @@ class ClaudeSession:
             try:
                 return await self._run(command, env, settings or {})
             finally:
-                self._deliver([t] if (t := self.mapping.close("eof")) else [])
+                self._deliver(self.analysis.run(self.mapping.close, "eof"))
 
     # -- the session ---------------------------------------------------------------------
 
@@ -247,47 +250,43 @@ class ClaudeSession:
         return self._clock() - self._start
 
     def _on_hook(self, message: dict[str, Any]) -> None:
-        """A hook, already answered: note its files, record it, feed it, wake the follower."""
-        if self._files is not None:
-            self._files.note_hook(message)
-        self._feed("hook", message, self._now())
+        """A hook, already answered: record it, note its files, feed it, wake the follower."""
+        t = self._now()
+        self._record("hook", message, t)
+        self._deliver(self.analysis.run(self._analyse_hook, message, t))
         if self._wake is not None:
             self._wake.set()
+
+    def _analyse_hook(self, message: dict[str, Any], t: float) -> list[Transition]:
+        if self._files is not None:
+            self._files.note_hook(message)
+        return self.mapping.feed("hook", message, t)
 
     async def _follow(self) -> None:
         """Poll claude's files (and the mapping's timer) while they can matter."""
         while True:
-            if self._analysis_failed or not self.mapping.wants_follow:
+            if self.analysis.failed or not self.mapping.wants_follow:
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
-            now = self._now()
-            if self._files is not None:
-                for source, message in self._files.poll(now):
-                    self._feed(source, message, now)
-            self._deliver_analysis(self._tick, now)
+            self._deliver(self.analysis.run(self._poll, self._now()))
             await anyio.sleep(self._poll_interval)
 
-    def _feed(self, source: ClaudeSource, message: dict[str, Any], t: float) -> None:
+    def _poll(self, now: float) -> list[Transition]:
+        """What claude's files say now, recorded and fed, then the mapping's timer."""
+        out: list[Transition] = []
+        if self._files is not None:
+            for source, message in self._files.poll(now):
+                self._record(source, message, now)
+                out += self.mapping.feed(source, message, now)
+        if (due := self.mapping.tick(now)) is not None:
+            out.append(due)
+        return out
+
+    def _record(self, source: ClaudeSource, message: dict[str, Any], t: float) -> None:
         if self._recorder is not None:
             line = orjson.dumps(message) + b"\n"
             self._recorder.add(t, source, self.server.redact(line))
-        self._deliver_analysis(self.mapping.feed, source, message, t)
-
-    def _tick(self, now: float) -> list[Transition]:
-        transition = self.mapping.tick(now)
-        return [] if transition is None else [transition]
-
-    def _deliver_analysis(self, analyse: Callable[..., list[Transition]], *args: Any) -> None:
-        if self._analysis_failed:
-            return
-        try:
-            transitions = analyse(*args)
-        except Exception:  # a bug in the analysis must never reach claude
-            logger.exception("activity analysis failed; the session goes on without it")
-            self._analysis_failed = True
-            return
-        self._deliver(transitions)
 
     def _deliver(self, transitions: list[Transition]) -> None:
         deliver(self.observers, transitions)

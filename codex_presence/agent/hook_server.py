@@ -14,9 +14,16 @@ alive between hooks, and so do we.
   parsed payload go to ``on_hook``.
 * Bounded: a request head over 64 KiB gets 431, a body over :data:`MAX_BODY` 413 (neither
   is buffered whole), a body that is not a JSON object 400, each with a one-line reason. A
-  request must arrive whole within ``request_timeout`` of its first byte, and at most
-  ``max_connections`` connections are served at once (more are closed at once); an idle
-  keep-alive connection costs nothing but a descriptor.
+  request must arrive whole within ``request_timeout`` of its first byte, and a new
+  connection must start its first request within ``request_timeout`` too (else it is
+  closed, unanswered).
+* At most ``max_connections`` connections at once, and nobody can fill them to keep
+  claude out (the port is open to every local user): when they are all taken, a new one
+  takes the place of the oldest that has not shown the secret yet, else of the oldest
+  that waits between requests; only when every one is in the middle of a request of
+  claude's is the new one closed at once. A keep-alive connection that has shown the
+  secret is never timed out between requests: that is claude's, and closing it could race
+  with its next hook.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -58,6 +66,17 @@ class _Refused(Exception):
         self.headers = headers or []
 
 
+@dataclass(eq=False)
+class _Client:
+    """One open connection, as the connection cap sees it."""
+
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    trusted: bool = False
+    """It sent a request head with the secret: claude's."""
+    between_requests: bool = True
+    """It waits for the first byte of its next request."""
+
+
 class HookServer:
     """Serves one Claude Code session's hooks on loopback; see the module doc."""
 
@@ -74,11 +93,10 @@ class HookServer:
         self._max_connections = max_connections
         self._request_timeout = request_timeout
         self._path = f"/{secrets.token_urlsafe(24)}/hook".encode()
-        self._open = 0
+        self._clients: dict[_Client, None] = {}
+        """The open connections, oldest first."""
         self._crowded = False
         self.port: int | None = None
-        self.served = 0
-        """Hooks answered 200 and handed on."""
         self.refused = 0
         """Requests answered with an error status (wrong secret, method, size, body)."""
 
@@ -108,16 +126,20 @@ class HookServer:
 
     async def _connection(self, stream: SocketStream) -> None:
         async with stream:
-            if self._open >= self._max_connections:
+            if len(self._clients) >= self._max_connections and not self._make_room():
                 level = logging.DEBUG if self._crowded else logging.WARNING
-                logger.log(level, "hook server: %d connections open; refusing more", self._open)
+                logger.log(
+                    level, "hook server: %d connections busy; refusing more", len(self._clients)
+                )
                 self._crowded = True  # said once: it is claude's screen
                 return
-            self._open += 1
+            client = _Client()
+            self._clients[client] = None
             try:
-                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-                while await self._exchange(conn, stream):
-                    conn.start_next_cycle()
+                with client.scope:
+                    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+                    while await self._exchange(conn, stream, client):
+                        conn.start_next_cycle()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the client went away
             except h11.ProtocolError as exc:
@@ -125,12 +147,25 @@ class HookServer:
             except Exception:  # one connection's trouble must never end the server
                 logger.exception("hook server: a connection failed")
             finally:
-                self._open -= 1
+                self._clients.pop(client, None)
 
-    async def _exchange(self, conn: h11.Connection, stream: SocketStream) -> bool:
+    def _make_room(self) -> bool:
+        """Close the oldest connection that has not shown the secret, else the oldest
+        waiting between requests; whether there was one."""
+        victim = next((c for c in self._clients if not c.trusted), None)
+        if victim is None:
+            victim = next((c for c in self._clients if c.between_requests), None)
+        if victim is None:
+            return False
+        logger.debug("hook server: all connections taken; closing the oldest idle one")
+        del self._clients[victim]
+        victim.scope.cancel()
+        return True
+
+    async def _exchange(self, conn: h11.Connection, stream: SocketStream, client: _Client) -> bool:
         """One request and its answer; whether the connection can take another."""
         try:
-            message = await self._receive(conn, stream)
+            message = await self._receive(conn, stream, client)
         except _Refused as refusal:
             self.refused += 1
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
@@ -141,15 +176,17 @@ class HookServer:
         if message is None:
             return False  # closed between requests
         await self._send(conn, stream, 200, _OK)
-        self.served += 1
         try:
             self._on_hook(message)
         except Exception:  # a bug behind us must not cost claude its hooks
             logger.exception("handling a hook failed")
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
-    async def _receive(self, conn: h11.Connection, stream: SocketStream) -> dict[str, Any] | None:
-        """The next request's JSON body, or None if the client closed before one began."""
+    async def _receive(
+        self, conn: h11.Connection, stream: SocketStream, client: _Client
+    ) -> dict[str, Any] | None:
+        """The next request's JSON body, or None if the client closed before one began
+        (or, on a new connection, never began one in time)."""
         body = bytearray()
         deadline: float | None = None  # set at the request's first byte
         while True:
@@ -159,7 +196,15 @@ class HookServer:
                 raise _Refused(exc.error_status_hint, str(exc) or "malformed request") from None
             if event is h11.NEED_DATA:
                 if deadline is None and conn.their_state is h11.IDLE and not body:
-                    data = await self._read(stream, None)  # between requests: no timer
+                    # Between claude's requests, no timer; a new connection gets one.
+                    first = None if client.trusted else anyio.current_time()
+                    client.between_requests = True
+                    data = await self._read(
+                        stream, None if first is None else first + self._request_timeout
+                    )
+                    client.between_requests = False
+                    if data is None:
+                        return None  # it never said a thing: closed, unanswered
                     deadline = anyio.current_time() + self._request_timeout
                 else:
                     deadline = deadline or anyio.current_time() + self._request_timeout
@@ -171,6 +216,7 @@ class HookServer:
                     return None
             elif isinstance(event, h11.Request):
                 self._check_head(event)
+                client.trusted = True
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self._max_body:

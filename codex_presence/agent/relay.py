@@ -79,8 +79,9 @@ def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) ->
 def log_unknown(unknown: Unknown) -> None:
     """Said once per session for each name the mapping does not classify: codex changed."""
     logger.warning(
-        "codex sent a %s that this codex-presence does not know: %r; the state may be wrong "
+        "codex sent %s %s that this codex-presence does not know: %r; the state may be wrong "
         "(`codex-presence doctor` lists everything this codex adds)",
+        "an" if unknown.kind[0] in "aeiou" else "a",
         unknown.kind,
         unknown.name,
     )

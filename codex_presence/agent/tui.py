@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.abc
 
+from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import Child, ProcessTree, exit_status, spawn, wait_child
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.relay import Companion, Observer, deliver, log_transition, log_unknown
@@ -98,6 +98,8 @@ class TuiSession:
         self.observers = list(observers)
         self.companions = list(companions)
         self.mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
+        self.analysis = AnalysisGuard(self.mapping.close)
+        """Guards the mapping, for the relay and for the session's end alike."""
         self.grace = grace
         self.ready_timeout = ready_timeout
         self._record_path = record
@@ -114,16 +116,15 @@ class TuiSession:
         self._app_server: Child | None = None
         self._tui: Child | None = None
         self._terminal: SavedTerminal | None = None
+        self._started = False
         self._failed: int | None = None
-        """The exit status when :meth:`start` could not run a child."""
+        """The exit status when :meth:`start` could not make the sockets or run a child."""
 
     def _now(self) -> float:
         return self._clock() - self._start
 
     def _deliver_close(self, cause: str) -> None:
-        transition = self.mapping.close(cause)
-        if transition is not None:
-            deliver(self.observers, [transition])
+        deliver(self.observers, self.analysis.run(self.mapping.close, cause))
 
     # -- the start -----------------------------------------------------------------------------
 
@@ -132,16 +133,22 @@ class TuiSession:
         ``env`` (ours if None); None, or the exit status when one cannot be run (said on
         the log). Signals that come from here on are kept for the TUI. Then :meth:`run`
         must follow."""
+        self._started = True
         for signum in _FORWARDED_SIGNALS:
             signal.signal(signum, lambda n, _: self._early_signals.append(n))
-        self.directory = private_directory()
+        try:
+            self.directory = private_directory()
+            inner, outer = self.directory / "app-server.sock", self.directory / "tui.sock"
+            self._listener = _listen(outer)
+        except OSError as exc:
+            logger.error("cannot make the session's sockets: %s", _said(exc))
+            self._failed = 1
+            return self._failed
         logger.debug(
             "the session's clock (the recording's t = 0) is CLOCK_MONOTONIC %.6f; sockets in %s",
             self._start,
             self.directory,
         )
-        inner, outer = self.directory / "app-server.sock", self.directory / "tui.sock"
-        self._listener = _listen(outer)
         read_output, output = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
         try:
@@ -175,16 +182,21 @@ class TuiSession:
     async def run(self, command: Sequence[str] | None = None) -> int:
         """The session, started with ``command`` unless :meth:`start` was called; the
         exit status (the TUI's)."""
-        if self.directory is None:
+        if not self._started:
             self.start(command or ["codex"])
-        failed, app_server, tui = self._failed, self._app_server, self._tui
-        assert self.directory is not None
-        inner = self.directory / "app-server.sock"
+        failed, app_server, tui, directory = (
+            self._failed,
+            self._app_server,
+            self._tui,
+            self.directory,
+        )
         inner_target: Path | None = None
         tree = ProcessTree(app_server) if app_server is not None else None
         try:
             if failed is not None or app_server is None or tui is None or tree is None:
                 return failed if failed is not None else 1
+            assert directory is not None  # start() made it, or failed
+            inner = directory / "app-server.sock"
             with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
                 for signum in self._early_signals:
                     tui.send_signal(signum)
@@ -255,6 +267,7 @@ class TuiSession:
             on_transition=lambda t: deliver(self.observers, [t]),
             clock=self._now,
             recorder=self._recorder,
+            analysis=self.analysis,
         )
         first: list[str] = []
         try:
@@ -395,19 +408,31 @@ class TuiSession:
         return "; it said:\n  " + "\n  ".join(self._output)
 
 
-def private_directory() -> Path:
+def private_directory(bases: Sequence[str | None] | None = None) -> Path:
     """A new 0700 directory for the session's sockets: in ``$XDG_RUNTIME_DIR`` (the user's
-    own, in memory) if there is one, else the temporary directory; /tmp when the socket
-    paths would not fit in ``sun_path``."""
-    bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
-    for base in bases:
-        if not base or not Path(base).is_dir():
-            continue
+    own, in memory) if there is one, else the temporary directory, else /tmp — the first
+    of ``bases`` where one can be made and the socket paths fit in ``sun_path``. Raises
+    OSError saying why each failed."""
+    if bases is None:
+        bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
+    why: list[str] = []
+    for base in dict.fromkeys(b for b in bases if b):
         # mkdtemp adds 8 characters to the prefix; the longest name is "app-server.sock".
         if len(str(Path(base, "codex-presence-12345678", "app-server.sock"))) > _SUN_PATH_MAX:
+            why.append(f"{base}: too long a path for a unix socket")
             continue
-        return Path(tempfile.mkdtemp(prefix="codex-presence-", dir=base))
-    raise OSError("no directory short enough for a unix socket path")
+        try:
+            return Path(tempfile.mkdtemp(prefix="codex-presence-", dir=base))
+        except OSError as exc:
+            why.append(f"{base}: {exc.strerror or exc}")
+    raise OSError(f"no directory for them ({'; '.join(why) or 'none to try'})")
+
+
+def _said(exc: OSError) -> str:
+    """An OSError in a few words: ``PATH: reason``, or its message."""
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc)
 
 
 def _listen(path: Path) -> socket.socket:

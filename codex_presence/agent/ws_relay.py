@@ -17,7 +17,12 @@ Design, and why:
   (wsproto), and each whole text message to the codex mapping — the mapping of ``wrap``,
   fed one message at a time with its direction, so the two directions stay apart. Write,
   then read, with no wait in between: a client's answer can never be analysed before the
-  request it answers. A reader that fails stops reading; the bytes go on.
+  request it answers. A reader that fails stops reading; the bytes go on. A bug in the
+  analysis ends it in idle (:class:`~codex_presence.agent.analysis.AnalysisGuard`).
+* **A hang-up ends the reading of its connection.** Once the client's close frame has
+  gone by, what the server still writes on that connection (events of a turn it goes on
+  with, already on their way) is for a client that left: it is relayed, not read, so the
+  hang-up's idle holds.
 * **Raw non-blocking sockets on the event loop** (``anyio.wait_readable``/``wait_writable``),
   a read or write tried before it is waited for: one event loop thread for every direction,
   and none of anyio's stream objects, whose cancelled ``receive`` on a unix socket makes
@@ -41,6 +46,7 @@ from contextlib import suppress
 
 import anyio
 
+from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.recorder import Recorder
 from codex_presence.core.activity import Transition
 from codex_presence.core.codex import CodexMapping, Direction
@@ -60,7 +66,8 @@ class WsRelay:
 
     ``on_transition`` gets every transition, synchronously, on the event loop; it must not
     block. ``clock`` gives the session's time in seconds (the recording's ``t``). A client
-    that connects before ``inner_ready`` is set waits for it."""
+    that connects before ``inner_ready`` is set waits for it. ``analysis`` guards the
+    mapping (the session's own, if it closes the mapping too)."""
 
     def __init__(
         self,
@@ -72,6 +79,7 @@ class WsRelay:
         clock: Callable[[], float],
         recorder: Recorder | None = None,
         max_size: int = DEFAULT_MAX_LINE,
+        analysis: AnalysisGuard | None = None,
     ) -> None:
         self.inner = inner
         self.inner_ready = inner_ready
@@ -85,7 +93,7 @@ class WsRelay:
         self._clock = clock
         self._recorder = recorder
         self._max_size = max_size
-        self._analysis_failed = False
+        self.analysis = analysis if analysis is not None else AnalysisGuard(mapping.close)
 
     async def serve(self, listener: socket.socket) -> None:
         """Accept client connections on ``listener`` until cancelled."""
@@ -151,7 +159,8 @@ class WsRelay:
                     self._connection_event(number, "hangup")
 
             def read_server(data: bytes) -> None:
-                self._read(server_reader, data)
+                if not hung_up:  # after it, for a client that left
+                    self._read(server_reader, data)
 
             if not await _send(server, first, None) or not await _send(server, rest, read_client):
                 return
@@ -169,38 +178,39 @@ class WsRelay:
     # -- reading, after writing ----------------------------------------------------------------
 
     def _read(self, reader: MessageReader, data: bytes) -> None:
-        """Read bytes just written on; their messages are dated now (the recording's
-        clock), recorded, and fed to the mapping."""
-        if reader.done or self._analysis_failed:
+        """Read bytes just written on (a bug in it must never stop the bytes)."""
+        if reader.done or self.analysis.failed:
             return
-        direction: Direction = reader.sender
-        try:
-            messages = reader.feed(data)
-            t = self._clock() if messages else 0.0
-            for payload in messages:
-                if self._recorder is not None:
-                    if b"\n" in payload:
-                        self._recorder.add_line(encode_entry(t, direction, payload))
-                    else:
-                        self._recorder.add(t, direction, payload + b"\n")
-                transition = self.mapping.feed_line(direction, payload)
-                if transition is not None:
-                    self._on_transition(transition)
-        except Exception:  # a bug in the analysis must never stop the bytes
-            logger.exception("activity analysis failed; relaying without it")
-            self._analysis_failed = True
-            return
+        for transition in self.analysis.run(self._analyse, reader, data):
+            self._on_transition(transition)
         if reader.failed is not None:
             logger.debug("%s; its bytes are relayed, not read", reader.failed)
+
+    def _analyse(self, reader: MessageReader, data: bytes) -> list[Transition]:
+        """The messages completed by ``data``, dated now (the recording's clock), recorded,
+        and fed to the mapping; the transitions they caused."""
+        direction: Direction = reader.sender
+        messages = reader.feed(data)
+        t = self._clock() if messages else 0.0
+        out: list[Transition] = []
+        for payload in messages:
+            if self._recorder is not None:
+                if b"\n" in payload:
+                    self._recorder.add_line(encode_entry(t, direction, payload))
+                else:
+                    self._recorder.add(t, direction, payload + b"\n")
+            transition = self.mapping.feed_line(direction, payload)
+            if transition is not None:
+                out.append(transition)
+        return out
 
     def _connection_event(self, number: int, event: ConnectionEvent) -> None:
         t = self._clock()
         if self._recorder is not None:
             self._recorder.add_line(encode_connection(t, number, event))
         logger.debug("connection %d: %s", number, event)
-        if self.links.apply(number, event) and not self._analysis_failed:
-            transition = self.mapping.close(HANGUP)
-            if transition is not None:
+        if self.links.apply(number, event):
+            for transition in self.analysis.run(self.mapping.close, HANGUP):
                 self._on_transition(transition)
 
 

@@ -29,19 +29,25 @@ Endpoints
     Bearer auth. A JSON array of the design's Presence objects, one per team member in
     team-file order, connected or not. ``createdAt`` and ``lastSeen`` are unix epoch
     milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
-    subscribe and every activity report.
+    subscribe and every activity report. One field is ours, additive like ``activity``
+    (a client that does not know it ignores it): ``activitySince``, with ``activity`` only,
+    the unix epoch milliseconds since which the member has been working or blocked. A
+    heartbeat does not move it; a change of state (a lapse of the TTL included) does.
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
     int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
     and how long (milliseconds) a working/blocked report holds here without a heartbeat:
     a runner heartbeats at a third of it.
 ``GET /healthz``
-    No auth. ``{"status": "ok"}``; with a shared store, ``{"status": "ok", "store":
-    "redis"}``, or 503 ``{"status": "unavailable", "store": "redis", "reason": str}`` while
-    the broker cannot reach it.
+    No auth. ``{"status": "ok", "startedAt": ms}`` (when this broker process started, unix
+    ms); with a shared store, ``{"status": "ok", "store": "redis", "startedAt": ms}``, or 503
+    ``{"status": "unavailable", "store": "redis", "startedAt": ms}`` while the broker cannot
+    reach it. Why is logged, and said here (``"reason": str``) only to a request with a
+    member's bearer token: Redis's own words are not for anyone who asks.
 
 Any request that needs the shared store when it is unreachable (a browser session to
-check) gets 503 ``{"error": reason}``.
+check) gets 503 ``{"error": reason}``, a reason that says what was not done, not Redis's
+words (those are logged).
 
 The SSE stream (for the web roster and ``roster --watch``)
 ----------------------------------------------------------
@@ -54,9 +60,9 @@ The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every 
     ...], "privileges": {name: "admin" | "operator" | null}}`` — the whole roster, as
     ``GET /roster`` returns it, and each member's privilege bucket. Replace everything.
 ``event: presence``
-    ``Presence`` — one member's full, current object, sent when their ``connected`` or
-    their activity changed. Replace that member's row (matched by ``name``). Missing
-    ``activity`` means idle, as everywhere.
+    ``Presence`` — one member's full, current object (``activitySince`` included), sent
+    when their ``connected`` or their activity changed. Replace that member's row (matched
+    by ``name``). Missing ``activity`` means idle, as everywhere.
 ``event: stale``
     ``{"stale": true, "reason": str}`` — the broker lost its shared store (``--redis``):
     the stream stays open, but what it shows may be out of date until the next ``roster``
@@ -81,11 +87,13 @@ from starlette.types import Receive, Scope, Send
 
 from codex_presence._wire import (
     ACTIVITY_PATH,
+    ACTIVITY_STATES,
     HEALTHZ_PATH,
     ROSTER_PATH,
     SUBSCRIBE_PATH,
     WHOAMI_PATH,
     ActivityState,
+    printable,
 )
 from codex_presence.broker.http import BodyRefused, error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
@@ -94,7 +102,6 @@ from codex_presence.broker.store import StoreUnavailable
 
 __all__ = ["create_app"]
 
-_STATES = {state.value: state for state in ActivityState}
 _EXACT = {
     form % state.value.encode(): state
     for state in ActivityState
@@ -131,9 +138,9 @@ def _parse_state(body: bytes) -> ActivityState | str:
     if "state" not in data:
         return 'missing "state"'
     state = data["state"]
-    if not isinstance(state, str) or state not in _STATES:
+    if not isinstance(state, str) or state not in ACTIVITY_STATES:
         return '"state" must be one of "idle", "working", "blocked"'
-    return _repeated_key(body) or _STATES[state]
+    return _repeated_key(body) or ACTIVITY_STATES[state]
 
 
 def _repeated_key(body: bytes) -> str | None:
@@ -285,7 +292,11 @@ class _Endpoints:
         if not name:
             return error(400, "missing ?name=<self>")
         if name != member.name:
-            return error(403, "a member may only subscribe as themselves")
+            return error(
+                403,
+                f"the token is {printable(member.name)}'s, not {printable(name)}'s: "
+                "a member may only subscribe as themselves",
+            )
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
@@ -307,12 +318,15 @@ class _Endpoints:
         return json_response(200, {**answer, "activityTtlMs": ttl_ms})
 
     async def healthz(self, request: Request) -> Response:
-        store = self.broker.store
-        if not store.shared:
-            return json_response(200, {"status": "ok"})
-        if self.broker.stale is None:
-            return json_response(200, {"status": "ok", "store": "redis"})
-        body = {"status": "unavailable", "store": "redis", "reason": self.broker.stale}
+        broker = self.broker
+        started = {"startedAt": broker.started_at}
+        if not broker.store.shared:
+            return json_response(200, {"status": "ok", **started})
+        if broker.stale is None:
+            return json_response(200, {"status": "ok", "store": "redis", **started})
+        body: dict[str, object] = {"status": "unavailable", "store": "redis", **started}
+        if broker.authenticate_bearer(request) is not None:
+            body["reason"] = broker.stale
         return json_response(503, body)
 
 

@@ -19,7 +19,24 @@ and, when anything fails, tells the listeners (reports then get 503 at once; str
 the roster is stale), logs ``redis down: <why>`` once, retries with capped, jittered backoff,
 and logs ``redis back`` once when step 2 succeeded again. redis-py's own retries are off:
 a silent reconnection of the subscription would lose events without anyone knowing, so
-reconnecting is this loop's job alone.
+reconnecting is this loop's job alone. *Anything* that fails in steps 1-3 is such an
+outage, not only what an unreachable Redis raises: a bug, or a value written by another
+version that this one cannot read, is logged with its traceback (once per outage) and
+retried, so that the broker never lives on with its link dead (answering 503 for ever), and
+comes back by itself once the cause is gone. A listener that finds the state changed
+under it without an event (the team's keys flushed) asks for the same:
+:meth:`RedisLink.reconnect`.
+
+Connections. Commands take a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the
+subscription's included) and wait at most the command timeout for one: when Redis stalls,
+the reports in flight queue for a connection and get their 503, instead of each opening a
+connection of its own.
+
+What a client is told when Redis fails says which kind of failure (unreachable, or a
+refusal: an error answered by Redis) and what was not done; Redis's own words, which may
+name hosts and scripts, go to the log. Neither ever holds a password: :func:`redacted` is
+the URL the logs show (the password of ``redis://:PASSWORD@host`` and of a ``?password=``
+query alike).
 
 Keys. Every key of a team starts with ``<prefix>:{<team>}:`` (the prefix is
 ``codex-presence`` unless ``--redis-prefix`` says otherwise; the team name is quoted so that
@@ -40,7 +57,7 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import anyio
 import orjson
@@ -50,22 +67,40 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from codex_presence.broker.store import StoreUnavailable
 from codex_presence.core.backoff import Backoff
 
-__all__ = ["DEFAULT_PREFIX", "UNREACHABLE", "RedisLink", "RedisListener", "redacted"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_CONNECTIONS",
+    "UNREACHABLE",
+    "RedisLink",
+    "RedisListener",
+    "StateLost",
+    "holds_secret",
+    "redacted",
+]
 
 logger = logging.getLogger("codex_presence.broker")
 
 DEFAULT_PREFIX = "codex-presence"
 TIMEOUT = 2.0
-"""Seconds a Redis command (or a connection attempt) may take before Redis counts as down."""
+"""Seconds a Redis command (or a connection attempt, or the wait for a free connection) may
+take before Redis counts as down."""
+MAX_CONNECTIONS = 16
+"""Connections to Redis at most: the subscription, the heartbeat, and the reports in
+flight (each takes a connection for one script round trip, ~0.1 ms)."""
 
 UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
 """What a Redis that went away, never answered, or refused (out of memory, an ACL) raises:
 an outage, never a crash."""
+
+
+class StateLost(Exception):
+    """The shared state changed under a listener without an event saying so (the team's
+    keys flushed or deleted): the link reconnects and reads it in full."""
 
 
 class RedisListener(Protocol):
@@ -92,18 +127,42 @@ class RedisListener(Protocol):
         broker's alone."""
 
 
-def redacted(url: str) -> str:
-    """``url`` without its password, for logs."""
+_SECRET_WORDS = ("pass", "secret", "token")
+"""A query parameter whose name holds one of these may hold a secret: redis-py takes every
+parameter of the URL's query as a connection option (``password``, ``ssl_password``)."""
+
+
+def _secret_parameter(parameter: str) -> bool:
+    name = unquote(parameter.partition("=")[0]).lower()
+    return any(word in name for word in _SECRET_WORDS)
+
+
+def holds_secret(url: str) -> bool:
+    """Whether ``url`` holds a password (or another secret) that :func:`redacted` hides."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return parts._replace(netloc=user + netloc).geturl()
+    return parts.password is not None or any(map(_secret_parameter, parts.query.split("&")))
+
+
+def redacted(url: str) -> str:
+    """``url`` without its secrets, for logs: ``***`` for the password of its netloc and
+    for the value of each query parameter that may hold one."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        netloc = parts.netloc.rpartition("@")[2]
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        parts = parts._replace(netloc=user + netloc)
+    if parts.query:
+        query = "&".join(
+            parameter.partition("=")[0] + "=***" if _secret_parameter(parameter) else parameter
+            for parameter in parts.query.split("&")
+        )
+        parts = parts._replace(query=query)
+    return parts.geturl()
 
 
 class RedisLink:
-    """One team's link to Redis at ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+    """One team's link to Redis at ``url`` (``redis://``, ``rediss://`` or ``unix://``),
+    with at most ``max_connections`` connections."""
 
     def __init__(
         self,
@@ -112,16 +171,20 @@ class RedisLink:
         team: str,
         prefix: str = DEFAULT_PREFIX,
         timeout: float = TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
         backoff: Backoff | None = None,
     ) -> None:
         self.url = redacted(url)
-        self.client = aioredis.Redis.from_url(
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout,  # the wait for a free connection
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
             client_name="codex-presence",
         )
+        self.client = aioredis.Redis.from_pool(pool)
         self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
         self.channel = self.key("events")
         self.broker_id = f"{socket.gethostname()}/{secrets.token_hex(4)}"
@@ -133,16 +196,14 @@ class RedisLink:
         self.reason = "not connected yet"
         """Why the link is down (while it is)."""
         self._said_down = False
-        self._failure: BaseException | None = None
+        self._traced = False
+        self._failure: Exception | None = None
+        self._connection: anyio.CancelScope | None = None
+        """The scope of the connection while it is up (:meth:`reconnect` ends it)."""
 
     def key(self, *parts: str) -> str:
         """The team's key named by ``parts``."""
         return self._namespace + ":".join(parts)
-
-    @property
-    def namespace(self) -> str:
-        """What every key of the team starts with (the scripts build member keys from it)."""
-        return self._namespace
 
     def script(self, lua: str) -> AsyncScript:
         """A Lua script, run by its SHA (loaded again if Redis forgot it, after a restart)."""
@@ -159,15 +220,27 @@ class RedisLink:
 
     async def call(self, script: AsyncScript, args: list[Any], *, doing: str) -> Any:
         """:meth:`run_script` for a request: :class:`StoreUnavailable` (saying what was not
-        done: ``doing``) when the link is down or Redis does not answer."""
+        done: ``doing``) when the link is down, Redis does not answer, or it answers with an
+        error (which is logged)."""
         if not self.up:
             raise StoreUnavailable(f"the shared store (Redis) is unreachable: {doing}")
         try:
             return await self.run_script(script, args)
+        except ResponseError as exc:
+            failure = "refused the command"
+            why = _why(exc)
         except UNREACHABLE as exc:
-            raise StoreUnavailable(
-                f"the shared store (Redis) is unreachable ({_why(exc)}): {doing}"
-            ) from None
+            failure = "is unreachable"
+            why = _why(exc)
+        logger.warning("redis %s: %s (%s)", failure, why, doing)
+        raise StoreUnavailable(f"the shared store (Redis) {failure}: {doing}")
+
+    def reconnect(self, reason: str) -> None:
+        """End the connection, as an outage saying ``reason``, and read everything again:
+        a listener found the state changed under it in a way no event says."""
+        if self._connection is not None and self._failure is None:
+            self._failure = StateLost(reason)
+            self._connection.cancel()
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -186,8 +259,8 @@ class RedisLink:
             while True:
                 try:
                     await self._connected(ready)
-                except UNREACHABLE as exc:
-                    self._down(_why(exc))
+                except Exception as exc:  # any failure is an outage: retried, never fatal
+                    self._down(exc)
                 ready()
                 await anyio.sleep(self._backoff.next_delay())
         finally:
@@ -212,20 +285,25 @@ class RedisLink:
             self._up()
             ready()
             self._failure = None
-            async with anyio.create_task_group() as tg:
-                for listener in self._listeners:
-                    tg.start_soon(self._guard, listener.keep, tg.cancel_scope)
-                await self._guard(lambda: self._listen(pubsub), tg.cancel_scope)
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._connection = tg.cancel_scope
+                    for listener in self._listeners:
+                        tg.start_soon(self._guard, listener.keep, tg.cancel_scope)
+                    await self._guard(lambda: self._listen(pubsub), tg.cancel_scope)
+            finally:
+                self._connection = None
             if self._failure is not None:
                 raise self._failure
 
     async def _guard(self, work: Any, scope: anyio.CancelScope) -> None:
-        """Run ``work``; an outage it raises ends the connection (re-raised after the task
-        group, so that the loop sees one plain exception)."""
+        """Run ``work``; whatever it raises ends the connection (re-raised after the task
+        group, so that the loop sees one plain exception, the first)."""
         try:
             await work()
-        except UNREACHABLE as exc:
-            self._failure = exc
+        except Exception as exc:
+            if self._failure is None:
+                self._failure = exc
             scope.cancel()
 
     async def _listen(self, pubsub: Any) -> None:
@@ -251,6 +329,7 @@ class RedisLink:
         self._backoff.reset()
         self.up = True
         self.reason = ""
+        self._traced = False
         if self._said_down:
             self._said_down = False
             logger.warning("redis back: %s", self.url)
@@ -259,9 +338,12 @@ class RedisLink:
         for listener in self._listeners:
             listener.on_back()
 
-    def _down(self, reason: str) -> None:
+    def _down(self, exc: Exception) -> None:
         self.up = False
-        self.reason = reason
+        self.reason = reason = _why(exc)
+        if not isinstance(exc, (*UNREACHABLE, StateLost)) and not self._traced:
+            self._traced = True  # a bug, or data it cannot read: worth its traceback, once
+            logger.error("redis: failed (handled as an outage): %s", reason, exc_info=exc)
         if self._said_down:
             return  # once per outage
         self._said_down = True

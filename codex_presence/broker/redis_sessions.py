@@ -13,12 +13,17 @@ Redis once; the answer is then cached here until the session's expiry, an ``x`` 
 reconnection of the link (events may have been missed meanwhile) — so that an open stream,
 which checks its session before every send, costs no round trip, and stays open while Redis
 is away. A cookie this broker has not seen cannot be checked while Redis is away: 503.
+
+The cache is bounded: sessions that expire unseen (Redis drops them without an event) leave
+it as new ones come in, and past :data:`MAX_CACHED` entries the oldest go (a session that
+leaves it early costs one more round trip, nothing else).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +38,10 @@ from codex_presence.broker.sessions import (
     new_session_id,
 )
 
-__all__ = ["RedisSessions"]
+__all__ = ["MAX_CACHED", "RedisSessions"]
+
+MAX_CACHED = 10_000
+"""Sessions cached per broker at most."""
 
 _CREATE = """
 local t = redis.call('TIME')
@@ -78,7 +86,7 @@ _FIELDS = frozenset(field.name for field in dataclasses.fields(WebSession))
 
 class RedisSessions:
     """The browser sessions of a team, in Redis through ``link``; ``clock`` (monotonic
-    seconds) times out the local cache."""
+    seconds) times out the local cache, which holds at most ``max_cached`` of them."""
 
     def __init__(
         self,
@@ -86,6 +94,7 @@ class RedisSessions:
         *,
         ttl: float = SESSION_TTL,
         max_sessions: int = MAX_SESSIONS,
+        max_cached: int = MAX_CACHED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl = ttl
@@ -93,7 +102,9 @@ class RedisSessions:
         self.on_ended: Callable[[], None] | None = None
         self._link = link
         self._clock = clock
-        self._cache: dict[str, tuple[WebSession, float]] = {}
+        self._max_cached = max_cached
+        self._cache: OrderedDict[str, tuple[WebSession, float]] = OrderedDict()
+        """Session id -> (session, expiry), oldest entry first."""
         self._create = link.script(_CREATE)
         self._end = link.script(_END)
         self._get = link.script(_GET)
@@ -107,7 +118,7 @@ class RedisSessions:
         ended = await self._link.call(self._create, args, doing="cannot sign in; try again")
         for old in ended:  # pushed out by the cap (every broker hears it from the channel)
             self._forget(old.decode())
-        self._cache[session_id] = (session, self._clock() + self.ttl)
+        self._remember(session_id, session, self.ttl)
         return session_id
 
     async def end(self, session_id: str) -> None:
@@ -128,8 +139,20 @@ class RedisSessions:
         record, pttl = found
         data = orjson.loads(record)
         session = WebSession(**{k: v for k, v in data.items() if k in _FIELDS})
-        self._cache[session_id] = (session, self._clock() + int(pttl) / 1000)
+        self._remember(session_id, session, int(pttl) / 1000)
         return session
+
+    def _remember(self, session_id: str, session: WebSession, ttl: float) -> None:
+        """Cache ``session`` for ``ttl`` s, first dropping the oldest entries while they
+        have expired or the cache is full (each entry leaves once: O(1) amortized)."""
+        cache = self._cache
+        now = self._clock()
+        while cache:
+            _, expires = cache[next(iter(cache))]
+            if expires > now and len(cache) < self._max_cached:
+                break
+            cache.popitem(last=False)
+        cache[session_id] = (session, now + ttl)
 
     def _forget(self, session_id: str) -> None:
         self._cache.pop(session_id, None)

@@ -5,8 +5,8 @@ What lives in Redis (keys under the team's prefix, see :mod:`~.redis_link`):
 ``a:<name>``
     A working or blocked member's activity, ``"<state> <since-ms>"``, set with ``PX`` = the
     TTL: Redis's own expiry is the TTL, and idle is the key's absence, as the design says.
-    (``since`` — when the state last changed, kept across heartbeats — is there for the
-    roster's ``activitySince`` to come.)
+    ``since`` (the roster's ``activitySince``) is when the state began: a report of the
+    same state keeps it, another state (or a report after the key expired) starts it anew.
 ``m:<name>``
     A hash: ``c`` (``createdAt``, the earliest any broker saw) and ``s`` (``lastSeen``, the
     latest), unix ms. Merged with min/max, so that any order of writes gives the same.
@@ -36,6 +36,16 @@ it, and a member's activity only moves forward in ``seq`` (a broker applies its 
 as soon as its script returns, and ignores the echo). So ``GET /roster`` at a thousand
 members costs what it costs in memory.
 
+The numbers only grow, unless the keys are flushed or ``seq`` deleted behind the brokers'
+backs: then every later event would be taken for one already applied, and reports would
+change nothing anywhere. The channel delivers the events in the order of their numbers, and
+every broker gets at least one (its own registration) after each resync; so an event
+numbered at or below the one before it says the numbering started again: the broker ends
+the link's connection, as an outage, and reads the state in full again.
+
+Values are read defensively: an activity this version does not know (written by another
+version during a rolling upgrade) counts as idle, logged once, and never stops a resync.
+
 TTL lapses need no event and no keyspace notification (managed Redis often forbids the
 ``CONFIG SET`` they need): each mirror counts the TTL down from the event that set it, which
 ends at most one delivery latency after Redis's own expiry, and the fan-out wakes at that
@@ -57,6 +67,7 @@ empty — each broker registers its counts in full and merges back the ``created
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -65,13 +76,15 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
-from codex_presence._wire import DEFAULT_TTL, ActivityState
-from codex_presence.broker.activity import ActivityTracker
+from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, ActivityState
+from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.store import StoreListener
 
 __all__ = ["BEAT", "BOUND", "RedisStore"]
+
+logger = logging.getLogger("codex_presence.broker")
 
 BEAT = 2.0
 """Seconds between a broker's heartbeats in Redis."""
@@ -81,7 +94,6 @@ roster at the next heartbeat of any other broker (so within ``BOUND + BEAT``).""
 
 _NEVER = Connection()
 _IDLE = ActivityState.IDLE
-_STATES = {state.value: state for state in ActivityState}
 
 # Each script: KEYS[1] is the team's channel, ARGV[1] the team's key prefix.
 _LUA_NOW = """
@@ -113,8 +125,8 @@ local since = now
 local previous = redis.call('GET', key)
 if previous then
   local space = string.find(previous, ' ', 1, true)
-  if string.sub(previous, 1, space - 1) == state then
-    since = tonumber(string.sub(previous, space + 1))
+  if space and string.sub(previous, 1, space - 1) == state then
+    since = tonumber(string.sub(previous, space + 1)) or now
   end
 end
 if state == 'idle' then
@@ -188,7 +200,7 @@ return 1
 """
 _SNAPSHOT = """
 local ns = ARGV[1]
-local seq = tonumber(redis.call('GET', ns .. 'seq') or '0')
+local seq = tonumber(redis.call('GET', ns .. 'seq')) or 0
 local brokers = {}
 for _, id in ipairs(redis.call('ZRANGE', ns .. 'brokers', 0, -1)) do
   brokers[#brokers + 1] = id
@@ -241,6 +253,10 @@ class RedisStore:
         self._activity = ActivityTracker(ttl=ttl, clock=clock)
         self._activity_seq: dict[str, int] = {}
         self._synced_seq = 0
+        self._event_seq = 0
+        """The number of the last event on the channel since the resync."""
+        self._unknown_shown: dict[str, bytes] = {}
+        """Each member's activity value this broker could not read, as last logged."""
         self._here: dict[str, int] = {}
         self._there: dict[str, dict[str, int]] = {}
         self._meta: dict[str, tuple[int, int]] = {}
@@ -264,6 +280,9 @@ class RedisStore:
 
     def activity(self, name: str) -> ActivityState:
         return self._activity.get(name)
+
+    def activity_entry(self, name: str) -> Activity:
+        return self._activity.entry(name)
 
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
@@ -307,7 +326,9 @@ class RedisStore:
         await self._link.run(task_status=task_status)
 
     async def resync(self) -> None:
-        """Register every count of this broker, then read the whole state."""
+        """Register every count of this broker, then read the whole state (whatever the
+        values: one this version cannot read counts as idle)."""
+        self._event_seq = 0  # the numbering may have started again
         await self._send_counts(full=True)
         seq, brokers, members = await self._link.run_script(
             self._snapshot_script, list(self._names)
@@ -316,17 +337,32 @@ class RedisStore:
         self._activity_seq.clear()
         there: dict[str, dict[str, int]] = {}
         for i in range(0, len(brokers), 2):
-            broker = brokers[i].decode()
+            broker = brokers[i].decode(errors="replace")
             if broker != self._me:
                 there[broker] = _counts(brokers[i + 1])
         self._there = there
         for i, name in enumerate(self._names):
             value, pttl, created, seen = members[4 * i : 4 * i + 4]
-            self._merge_meta(name, int(created), int(seen))
-            state = _STATES[value.split(b" ", 1)[0].decode()] if value and pttl > 0 else _IDLE
-            self._activity.report(name, state, pttl / 1000 if state is not _IDLE else None)
+            self._merge_meta(name, _number(created), _number(seen))
+            stored = _stored_activity(value) if value and pttl > 0 else None
+            if value and pttl > 0 and stored is None:
+                self._unreadable(name, value)
+            if stored is None:
+                self._activity.report(name, _IDLE)
+            else:
+                self._activity.report(name, stored[0], pttl / 1000, since=stored[1])
         for name in self._names:
             self._refresh(name)
+
+    def _unreadable(self, name: str, value: bytes) -> None:
+        if self._unknown_shown.get(name) != value:  # logged once, not at every resync
+            self._unknown_shown[name] = value
+            logger.warning(
+                "redis: %s's activity is %r, which this broker cannot read (written by "
+                "another version?): shown idle until the next report",
+                name,
+                value[:64],
+            )
 
     async def keep(self) -> None:
         """The heartbeat, carrying the counts that changed (at once when one did)."""
@@ -361,8 +397,17 @@ class RedisStore:
 
     def on_event(self, event: list[Any]) -> None:
         seq, kind = event[0], event[1]
+        if seq:  # 0: a session event, not numbered
+            if seq <= self._event_seq:
+                self._link.reconnect(
+                    f"the change numbers went back ({seq} after {self._event_seq}): the "
+                    "team's keys were flushed or deleted (or another deployment uses this "
+                    "prefix and team: see --redis-prefix); reading them again"
+                )
+                return
+            self._event_seq = seq
         if seq <= self._synced_seq:
-            return  # in the snapshot already (or a session event: seq 0)
+            return  # in the snapshot already (or a session event)
         if kind == "a":
             if self._apply_report(event):
                 self._changed(event[2])
@@ -409,7 +454,7 @@ class RedisStore:
     def _apply_report(self, event: list[Any]) -> bool:
         """Apply a report's event (ours or another broker's) unless a later one was
         applied already; whether the activity shown changed."""
-        seq, _, name, state, ttl_ms, _since, created, seen = event
+        seq, _, name, state, ttl_ms, since, created, seen = event
         if name not in self._known:
             return False
         self._merge_meta(name, created, seen)
@@ -417,7 +462,7 @@ class RedisStore:
         if seq <= self._activity_seq.get(name, 0):
             return False
         self._activity_seq[name] = seq
-        return self._activity.report(name, _STATES[state], ttl_ms / 1000)
+        return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
 
     def _merge_meta(self, name: str, created: int, seen: int) -> None:
         old_created, old_seen = self._meta.get(name, (0, 0))
@@ -449,4 +494,21 @@ class RedisStore:
 
 def _counts(flat: list[bytes]) -> dict[str, int]:
     """``HGETALL``'s flat reply as ``name -> count``."""
-    return {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return {flat[i].decode(errors="replace"): _number(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _number(value: bytes | int) -> int:
+    """A count or a time stored in Redis; 0 for what is not one."""
+    if isinstance(value, int):
+        return value
+    return int(value) if value.isdigit() else 0
+
+
+def _stored_activity(value: bytes) -> tuple[ActivityState, int] | None:
+    """An ``a:<name>`` value, ``"<state> <since-ms>"``, as (state, since); None for one
+    this version cannot read."""
+    word, _, since = value.partition(b" ")
+    state = ACTIVITY_STATES.get(word.decode(errors="replace"))
+    if state is None or state is _IDLE or not since.isdigit():
+        return None
+    return state, int(since)

@@ -2,16 +2,18 @@
 
 :class:`BrokerServer` is uvicorn for the broker app: it ends the SSE streams first on
 shutdown (else shutdown would wait for every subscriber to leave), bounds each request
-head with the limits it is given (:mod:`codex_presence.broker.http_guard`), and says when it
-listens. :func:`listen_socket` makes the listening socket, with the dead-peer settings that
-drop a subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
+head with the limits it is given (:mod:`codex_presence.broker.http_guard`), says when it
+listens, and stops when the broker's background work failed (uvicorn would go on serving
+after its app's lifespan task died: a broker alive but keeping no state).
+:func:`listen_socket` makes the listening socket, with the dead-peer settings that drop a
+subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import uvicorn
 
@@ -27,7 +29,11 @@ DEFAULT_LIMITS = BrokerLimits()
 
 class BrokerServer(uvicorn.Server):
     """uvicorn for the broker app: on shutdown, end the SSE streams first (else shutdown
-    would wait for every subscriber to leave); once listening, call ``on_started``."""
+    would wait for every subscriber to leave); once listening, call ``on_started``; stop
+    when the broker :attr:`~codex_presence.broker.state.Broker.failed`. With
+    ``signals=False`` it leaves SIGINT and SIGTERM alone: a program that embeds the broker
+    (the demo) ends everything at once on Ctrl-C, rather than the broker first, which its
+    own clients would see as a broker gone away."""
 
     def __init__(
         self,
@@ -36,17 +42,32 @@ class BrokerServer(uvicorn.Server):
         broker: Broker,
         limits: BrokerLimits = DEFAULT_LIMITS,
         on_started: Callable[[], None] | None = None,
+        signals: bool = True,
     ) -> None:
         if config.http in ("auto", "httptools"):  # bound what a request head may cost
             config.http = guarded_protocol(limits)
         super().__init__(config)
         self.broker = broker
         self.on_started = on_started
+        self._signals = signals
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if self._signals:
+            with super().capture_signals():
+                yield
+        else:
+            yield
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if not self.should_exit and self.on_started is not None:
             self.on_started()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.broker.failed:
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.broker.close()

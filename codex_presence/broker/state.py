@@ -43,6 +43,7 @@ from anyio.abc import TaskStatus
 from starlette.requests import Request
 
 from codex_presence._wire import (
+    ACTIVITY_STATES,
     DEFAULT_TTL,
     KEEPALIVE,
     PRESENCE_EVENT,
@@ -53,6 +54,7 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
+from codex_presence.broker.activity import Activity
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 
@@ -67,7 +69,6 @@ Authenticator = Callable[[Request], Awaitable["Member | None"]]
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 _LOG_SIZE = 64
-_STATES = {state.value: state for state in ActivityState}
 _IDLE = ActivityState.IDLE
 
 
@@ -114,13 +115,16 @@ class Broker:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
         self._wall_clock = wall_clock
+        self.started_at = self._now_ms()
+        """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
+        session a restart ended (sessions in memory) can say why."""
         self._authenticators = tuple(authenticators)
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
         self._privileges = orjson.dumps(
             {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
         )
-        self._encoded: dict[str, tuple[object, ActivityState, bytes]] = {}
+        self._encoded: dict[str, tuple[object, Activity, bytes]] = {}
         self._fanout_interval = fanout_interval
         self._keepalive = keepalive
         self.streams = 0
@@ -134,6 +138,9 @@ class Broker:
         self.closing = False
         self.stale: str | None = None
         """Why the shared store is unreachable, while it is (None: the state is current)."""
+        self.failed = False
+        """The background work (:meth:`run`) failed: the server must stop (see
+        :class:`~codex_presence.broker.server.BrokerServer`)."""
 
     # -- authentication ----------------------------------------------------------------
 
@@ -192,26 +199,29 @@ class Broker:
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
+        activity, since = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
             created_at=conn.created_at,
             last_seen=conn.last_seen,
             role=self._roles[name],
-            activity=self.store.activity(name),
+            activity=activity,
+            activity_since=since,
         )
 
     def roster_json(self) -> bytes:
         """``GET /roster``'s body. Each member's encoded object is cached until their
-        connection or activity changes, because with a thousand members building and
-        encoding every object on every request is most of the request's cost."""
+        connection or activity (or its start) changes, because with a thousand members
+        building and encoding every object on every request is most of the request's
+        cost."""
         cache = self._encoded
         get_connection = self.store.connection
-        get_activity = self.store.activity
+        get_activity = self.store.activity_entry
         parts = []
         for name in self._names:  # a hit allocates nothing: fewer GC pauses in the tail
             connection = get_connection(name)
-            activity = get_activity(name)
+            activity = get_activity(name)  # the same object until it changes
             hit = cache.get(name)
             if hit is None or hit[1] is not activity or hit[0] != connection:
                 hit = (connection, activity, orjson.dumps(self.presence(name)))
@@ -293,7 +303,7 @@ class Broker:
             if activity is None:
                 self._shown.pop(name, None)
             else:
-                self._shown[name] = _STATES[activity]
+                self._shown[name] = ACTIVITY_STATES[activity]
             parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))
         self._dirty.clear()
         self._append(b"".join(parts))
@@ -315,11 +325,24 @@ class Broker:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The broker's background work: its store's (for a shared one, the link) and the
-        fan-out; ``task_status`` is told once the state was first read."""
-        async with anyio.create_task_group() as tg:
-            await tg.start(self.store.run, self)
-            tg.start_soon(self.run_fanout)
-            task_status.started()
+        fan-out; ``task_status`` is told once the state was first read.
+
+        A failure before that is raised (the server does not start). A failure after it
+        is logged, ends every stream and sets :attr:`failed`, for the server to stop: a
+        broker whose state is no longer kept must not go on answering as if it were."""
+        started = False
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.store.run, self)
+                tg.start_soon(self.run_fanout)
+                task_status.started()
+                started = True
+        except Exception:
+            if not started:
+                raise
+            logger.critical("the broker's background work failed: stopping", exc_info=True)
+            self.failed = True
+            self.close()
 
     async def run_fanout(self) -> None:
         """Publish changes as they come (coalesced), TTL lapses as they fall due, and the

@@ -35,7 +35,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
-from codex_presence.broker.activity import ActivityTracker
+from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection, ConnectionRegistry
 
 __all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable"]
@@ -77,6 +77,11 @@ class Store(Protocol):
 
     def activity(self, name: str) -> ActivityState:
         """``name``'s activity, the TTL resolved."""
+
+    def activity_entry(self, name: str) -> Activity:
+        """``name``'s activity and since when (unix ms) its working or blocked state holds
+        (a heartbeat keeps it, a change of state starts it again; None when idle): the same
+        object for as long as neither changes."""
 
     def subscribers_here(self, name: str) -> int:
         """``name``'s streams open on this broker (what the per-member cap bounds)."""
@@ -123,6 +128,9 @@ class MemoryStore:
     def activity(self, name: str) -> ActivityState:
         return self.tracker.get(name)
 
+    def activity_entry(self, name: str) -> Activity:
+        return self.tracker.entry(name)
+
     def subscribers_here(self, name: str) -> int:
         return self.registry.get(name).connected
 
@@ -131,7 +139,7 @@ class MemoryStore:
 
     async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
         self.registry.touch(name, now_ms)
-        return self.tracker.report(name, state)
+        return self.tracker.report(name, state, now_ms=now_ms)
 
     def attach(self, name: str, now_ms: int) -> int:
         return self.registry.attach(name, now_ms)

@@ -179,6 +179,11 @@ def parse_member_spec(spec: str) -> tuple[str, Role | None]:
     if not rest and ":" not in spec:
         return name, None
     title, _, perms = rest.partition(":")
+    if ":" in perms:
+        raise TeamError(
+            f"--member {spec!r}: too many ':' — it is NAME:TITLE:PERMISSIONS, the permissions "
+            "separated by commas (no permission holds a ':')"
+        )
     permissions = tuple(p.strip() for p in perms.split(",") if p.strip())
     return name, _checked_role(Role(title=title, permissions=permissions), f"--member {name}")
 

@@ -23,18 +23,25 @@ Routes
     out, it shows the sign-in form, signed in it opens
     ``EventSource('/subscribe?name=me&key=...')``
     and redraws rows from the ``roster``/``presence`` events (the privilege bucket it shows
-    comes from the ``roster`` event: the page has no copy of the rule).
+    comes from the ``roster`` event: the page has no copy of the rule). It shows how long
+    each member has been working or waiting (``activitySince``), puts the longest-waiting
+    first, counts who needs input in the tab's title, raises a desktop notification when
+    someone becomes blocked if the person turned "notify me" on (the permission is asked
+    then, never on load), and marks the rows stale, "as of" the moment, while its stream
+    is down or the broker says its shared store is (``stale``).
 ``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
     The page's own assets. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
 ``POST /session``
     Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 200
-    ``{"name": member, "key": session key}`` with a ``Set-Cookie`` on success; 401 for a
-    wrong token. The cookie is HttpOnly (no script can read it), SameSite=Strict (no other
-    site can make the browser send it), Path=/, and Secure when the request came over
-    https. It holds a random session id that maps to the member (and the key) in the
-    broker's :mod:`session store <codex_presence.broker.sessions>`: the token never
-    reaches the browser's storage. In memory (the default), a broker restart signs everyone
+    ``{"name": member, "key": session key, "brokerStartedAt": ms}`` with a ``Set-Cookie`` on
+    success (the page compares ``brokerStartedAt`` with ``/healthz``'s ``startedAt`` when
+    its session is gone, to say whether a restart ended it); 401 for a wrong token. The
+    cookie is HttpOnly (no script can read it), SameSite=Strict (no other site can make
+    the browser send it), Path=/, and Secure when the request came over https. It holds
+    a random session id that maps to the member (and the key) in the broker's
+    :mod:`session store <codex_presence.broker.sessions>`: the token never reaches the
+    browser's storage. In memory (the default), a broker restart signs everyone
     out; in the Redis that brokers share (``--redis``), nobody.
 ``POST /session/logout``
     With the session's key: forget the session and end the streams it opened (on every
@@ -116,6 +123,15 @@ def _key_of(request: Request) -> str | None:
     return key
 
 
+def _peer(request: Request) -> str:
+    """Where a request came from, as ``host:port`` (``[host]:port`` for IPv6)."""
+    client = request.client
+    if client is None:
+        return "an unknown address"
+    host = f"[{client.host}]" if ":" in client.host else client.host
+    return f"{host}:{client.port}"
+
+
 @dataclass(frozen=True, slots=True)
 class SignedIn:
     """A new browser session: the cookie's value (the session id), the key the page
@@ -161,6 +177,7 @@ class WebRoster:
         if sessions is None:
             sessions = MemorySessions(ttl=session_ttl, max_sessions=max_sessions, clock=clock)
         self.sessions = sessions
+        self._broker_started = 0
         page = _asset("roster.html").decode("utf-8")
         delay_ms = str(round(hide_delay * 1000))
         self._page = page.replace("{{HIDE_DELAY_MS}}", delay_ms).encode("utf-8")
@@ -209,6 +226,7 @@ class WebRoster:
         """The routes to pass to ``create_app(routes=...)``, for ``broker`` (whose streams
         a session that ends ends at once)."""
         self.sessions.on_ended = broker.recheck_streams
+        self._broker_started = broker.started_at
         return [
             Route("/", self._page_route, methods=["GET"]),
             Route("/static/{name}", self._asset_route, methods=["GET"]),
@@ -267,11 +285,12 @@ class WebRoster:
         token = (form.get("token") or [""])[0].strip()
         signed_in = await self.sign_in(token) if token else None
         if signed_in is None:
-            logger.info("web sign-in refused from %s", request.client)
+            logger.info("web sign-in refused from %s", _peer(request))
             return _json(401, {"error": "that token is not a member's token"})
         name = signed_in.member.name
         logger.info("web sign-in: %s", name)
-        response = _json(200, {"name": name, "key": signed_in.key})
+        answer = {"name": name, "key": signed_in.key, "brokerStartedAt": self._broker_started}
+        response = _json(200, answer)
         response.set_cookie(
             COOKIE_NAME,
             signed_in.session_id,

@@ -133,7 +133,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     from codex_presence.cli.main import UsageError
 
     try:
-        from codex_presence.broker.redis_link import RedisLink
+        from codex_presence.broker.redis_link import RedisLink, holds_secret
         from codex_presence.broker.redis_sessions import RedisSessions
         from codex_presence.broker.redis_store import RedisStore
     except ImportError:
@@ -143,14 +143,14 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     url = args.redis
     try:
         parts = urlsplit(url)
-        password = parts.password
+        secret = holds_secret(url)
     except ValueError as exc:
         raise UsageError(f"--redis: not a URL: {exc}") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise UsageError("--redis must be a redis://, rediss:// or unix:// URL")
     if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
         raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
-    if password and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
+    if secret and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
         logging.getLogger("codex_presence.broker").warning(
             "the --redis URL holds a password, which anyone on this machine can read in the "
             "command line; set CODEX_PRESENCE_REDIS instead"
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from codex_presence._wire import MIN_TTL, printable
+    from codex_presence._wire import MIN_TTL, counted, printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
@@ -213,9 +213,6 @@ def run(args: argparse.Namespace) -> int:
             )
     except TeamError as exc:
         raise UsageError(str(exc)) from None
-    warning = exposure_warning(args.host)
-    if warning:
-        logger.warning("%s", warning)
 
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
     web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
@@ -237,9 +234,13 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
 
     def announce() -> None:
+        """Once listening (never before a bind that may fail): where, and what it exposes."""
+        warning = exposure_warning(args.host)
+        if warning:
+            logger.warning("%s", warning)
         sys.stderr.write(
             f"codex-presence broker: listening on {url} "
-            f"(team {printable(team.name)}, {len(team.members)} members)\n"
+            f"(team {printable(team.name)}, {counted(len(team.members), 'member')})\n"
         )
         sys.stderr.flush()
 
@@ -257,4 +258,4 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
-    return 0
+    return 1 if broker.failed else 0  # a supervisor restarts it

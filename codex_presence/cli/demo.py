@@ -6,6 +6,12 @@ by ``speed``) and every transition goes to the same broker link that ``wrap`` us
 (:class:`~codex_presence.agent.broker_link.BrokerLink`: the activity reporter and the
 agent's SSE subscription); and a watcher (``alice``) that draws the live roster from the
 broker's own SSE stream with ``roster --watch``'s code. No codex binary, no network.
+
+The broker's address and alice's token stay on screen, so that the roster page can be
+opened meanwhile; what the session does is told in words as it plays
+(:class:`~codex_presence.core.wording.Narrator`), and the timeline at the end names each
+cause as an event a person knows. Ctrl-C ends everything at once: the embedded broker
+does not stop first (its clients would say it went away).
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ _EPILOG = """\
 Starts a broker on a free loopback port, plays a recorded codex 0.169.0 session through
 the codex mapping, the activity reporter and the broker in real time, and shows the live
 roster as it changes: a spinner while the agent works, "needs input" while it waits on a
-human. It ends with the final roster and the session's timeline. No codex binary, no
-network, no setup.
+human, and what the session is doing, in words. The broker's address and a member token
+stay on screen: open the address in a browser and sign in with the token to watch the
+roster page too (--loop gives you time). It ends with the final roster and the session's
+timeline. No codex binary, no network, no setup.
 """
 
 
@@ -55,6 +63,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the bundled sessions")
     parser.add_argument(
         "--speed", type=float, default=1.0, metavar="X", help="play X times faster (default: 1)"
+    )
+    parser.add_argument(
+        "--loop",
+        action="store_true",
+        help="play the session again and again until Ctrl-C (time to open the roster page)",
     )
 
 
@@ -77,7 +90,12 @@ def run(args: argparse.Namespace) -> int:
         name = next(iter(fixtures))
     if name not in fixtures:
         raise UsageError(f"no bundled session {name!r}; try --list")
-    result = anyio.run(lambda: run_demo(fixture=fixtures[name], speed=args.speed, out=sys.stdout))
+    fixture = fixtures[name]
+    result = anyio.run(
+        lambda: run_demo(fixture=fixture, speed=args.speed, out=sys.stdout, loop=args.loop)
+    )
+    if result.interrupted:
+        return 130
     sys.stdout.write(summary(result) + "\n")
     return 0
 
@@ -106,6 +124,8 @@ class DemoResult:
     roster: list[dict[str, Any]] = field(default_factory=list)
     team: str = ""
     reports: int = 0
+    interrupted: bool = False
+    """Ctrl-C (or SIGTERM) ended it."""
 
 
 def _team() -> tuple[Team, dict[str, str]]:
@@ -122,9 +142,15 @@ def _team() -> tuple[Team, dict[str, str]]:
     return Team(name="demo", members=members), tokens
 
 
-async def run_demo(*, fixture: Path, speed: float = 1.0, out: TextIO) -> DemoResult:
+async def run_demo(
+    *, fixture: Path, speed: float = 1.0, out: TextIO, loop: bool = False
+) -> DemoResult:
     """Play ``fixture`` through mapping → broker link (wrap's reporter and subscription)
-    → broker, with ``roster --watch``'s live view of it on ``out``."""
+    → broker, with ``roster --watch``'s live view of it on ``out``, under the broker's
+    address, a member token and what the session is doing; ``loop``: again and again,
+    until cancelled."""
+    import signal
+
     import anyio
     import uvicorn
 
@@ -143,7 +169,7 @@ async def run_demo(*, fixture: Path, speed: float = 1.0, out: TextIO) -> DemoRes
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     config = uvicorn.Config(create_app(broker), log_config=None, log_level="warning", lifespan="on")
-    server = BrokerServer(config, broker=broker)
+    server = BrokerServer(config, broker=broker, signals=False)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
     result = DemoResult(team=team.name)
     link = BrokerLink(BrokerSettings(url=url, token=tokens[AGENT], name=AGENT))
@@ -157,26 +183,78 @@ async def run_demo(*, fixture: Path, speed: float = 1.0, out: TextIO) -> DemoRes
         tg.start_soon(lambda: server.serve(sockets=[sock]))
         with anyio.fail_after(10):
             await started.wait()
-        out.write(f"demo: broker on {url}; playing {fixture.name} at {speed:g}x\n")
+        about = (
+            f"broker {url} — open it in a browser and sign in as {WATCHER} with the token "
+            f"{tokens[WATCHER]}"
+        )
+        story = _Story(out, about)
+        out.write(f"demo: playing {fixture.name} at {speed:g}x; {about}\n")
         out.flush()
         watching = anyio.CancelScope()
 
         async def watch_roster() -> None:
             with watching:
-                await watch(watcher, Whoami(team=team.name, name=WATCHER), out)
+                me = Whoami(team=team.name, name=WATCHER)
+                await watch(watcher, me, out, heading=story.heading if story.tty else None)
 
         tg.start_soon(watch_roster)
-        async with link.session():
-            await _play(entries, speed, link.observe, result)
-            await anyio.sleep(0.5)  # let the last state show
+        playing = anyio.CancelScope()
+        signal_scope = anyio.CancelScope()
+
+        async def stop_on_ctrl_c() -> None:
+            """Ctrl-C (or SIGTERM): the session and the watcher end first, then the broker,
+            so that nobody says the broker went away."""
+            with signal_scope, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as got:
+                async for _ in got:
+                    result.interrupted = True
+                    watching.cancel()
+                    playing.cancel()
+                    return
+
+        tg.start_soon(stop_on_ctrl_c)
+        with playing:
+            async with link.session():
+                while True:
+                    await _play(entries, speed, link.observe, result, story.tell)
+                    await anyio.sleep(0.5)  # let the last state show
+                    if not loop:
+                        break
+                    story.tell("(again, from the start)")
         if link.reporter is not None:
             result.reports = link.reporter.posts
-        await anyio.sleep(0.2)
-        result.roster = await fetch_roster(watcher)
+        if not result.interrupted:
+            await anyio.sleep(0.2)
+            result.roster = await fetch_roster(watcher)
         watching.cancel()
+        signal_scope.cancel()
         server.should_exit = True  # a graceful stop: the broker ends its streams first
     sock.close()
     return result
+
+
+class _Story:
+    """What the session is doing, in words: on a terminal, the last few sentences under the
+    broker's address, redrawn with the roster (:meth:`heading`); elsewhere, a line each."""
+
+    KEEP = 6
+
+    def __init__(self, out: TextIO, about: str) -> None:
+        from collections import deque
+
+        self.out = out
+        self.tty = out.isatty()
+        self.about = about
+        self.said: deque[str] = deque(maxlen=self.KEEP)
+
+    def tell(self, sentence: str) -> None:
+        self.said.append(sentence)
+        if not self.tty:
+            self.out.write(f"  > {sentence}\n")
+            self.out.flush()
+
+    def heading(self) -> str:
+        told = "".join(f"  > {sentence}\n" for sentence in self.said)
+        return f"codex-presence demo: {self.about}\n\n{told}\n"
 
 
 async def _play(
@@ -184,14 +262,18 @@ async def _play(
     speed: float,
     observe: Callable[[Transition], object],
     result: DemoResult,
+    tell: Callable[[str], object],
 ) -> None:
     """Feed the session to the mapping at its pace; each transition goes to ``observe``,
-    as the relay hands wrap's transitions to the broker link."""
+    as the relay hands wrap's transitions to the broker link, and each step that matters
+    to ``tell``, in words."""
     from codex_presence.cli.replay import paced
     from codex_presence.core.activity import ActivityState, Transition
     from codex_presence.core.timeline import TimelineBuilder
+    from codex_presence.core.wording import Narrator
 
     builder = TimelineBuilder()
+    narrator = Narrator()
     state = ActivityState.IDLE
 
     def note(row: TimelineRow | None) -> None:
@@ -203,6 +285,9 @@ async def _play(
             state = new
 
     async for entry in paced(entries, speed):
+        sentence = narrator.feed(entry.direction, entry.message)
+        if sentence is not None:
+            tell(sentence)
         for row in builder.feed(entry):
             note(row)
     note(builder.finish())
@@ -217,10 +302,10 @@ def summary(result: DemoResult) -> str:
         "final roster:",
         roster_text(result.team, result.roster, you=WATCHER),
         "",
-        "timeline (seconds into the session, new state, the codex message that caused it):",
+        "timeline (seconds into the session, new state, what happened):",
     ]
     for row in result.timeline:
         when = "-" if row.t is None else f"{row.t:7.3f}"
-        lines.append(f"  {when}  {row.state:<8} {row.cause}")
+        lines.append(f"  {when}  {row.state:<8} {row.event}")
     lines.append(f"\n{result.reports} activity reports sent to the broker.")
     return "\n".join(lines)

@@ -93,12 +93,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _find(codex: str) -> str:
+    import os
     import shutil
+    from pathlib import Path
 
     found = shutil.which(codex)
-    if found is None:
-        raise _DoctorError(f"no codex at {codex!r} (give its path with --codex)")
-    return found
+    if found is not None:
+        return found
+    if os.sep in codex and Path(codex).is_file():  # there, but which() wants it executable
+        raise _DoctorError(f"{codex} is not executable (chmod +x it, or give another --codex)")
+    raise _DoctorError(f"no codex at {codex!r} (give its path with --codex)")
 
 
 def _codex(codex: str, arguments: list[str], timeout: float) -> str:

@@ -39,9 +39,10 @@ _COMMANDS: dict[str, str] = {
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
     "roster": "codex_presence.cli.roster",
-    "demo": "codex_presence.cli.demo",
     "mcp": "codex_presence.cli.mcp",
+    "demo": "codex_presence.cli.demo",
 }
+"""Every subcommand, in the order the help lists them (:data:`_DESCRIPTION`, the one list)."""
 
 _DESCRIPTION = """\
 Live presence for Codex and Claude Code: is each agent on the wire, and is it idle,
@@ -109,22 +110,25 @@ def build_parser(
         prog="codex-presence",
         description=_DESCRIPTION,
         formatter_class=HelpFormatter,
+        allow_abbrev=False,  # `roster --token X` must not be taken for --token-file X
     )
     from codex_presence import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, help="one of the commands above"
+    )
     for name in [only] if only else _COMMANDS:
         command = _load(name)
-        sub = subparsers.add_parser(
+        sub = subparsers.add_parser(  # no help=: the description lists the commands once
             name,
-            help=command.HELP,
             description=command.HELP,
             formatter_class=HelpFormatter,
+            allow_abbrev=False,
         )
         command.configure(sub)
         problems = apply_env_defaults(sub, dict(os.environ) if environ is None else environ)
-        sub.set_defaults(_command=command, _env_problems=problems)
+        sub.set_defaults(_command=command, _env_problems=problems, _parser=sub)
     return parser
 
 
@@ -159,7 +163,9 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else list(argv)
     only = args_list[0] if args_list and args_list[0] in _COMMANDS else None
-    args = build_parser(only=only).parse_args(args_list)
+    args, unknown = build_parser(only=only).parse_known_args(args_list)
+    if unknown:  # said with the subcommand's usage, not the top level's
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     command: _Command = args._command
     if args._env_problems:
         sys.stderr.write(f"codex-presence {args.command}: {args._env_problems[0]}\n")

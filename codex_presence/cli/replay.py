@@ -18,20 +18,27 @@ if TYPE_CHECKING:
     from codex_presence.core.recording import Entry
     from codex_presence.core.timeline import TimelineBuilder, TimelineRow
 
-HELP = "print the state timeline of recorded sessions (recordings or plain app-server stdout)"
+HELP = (
+    "print the state timeline of recorded sessions (of wrap, codex or claude --record, or "
+    "plain app-server stdout)"
+)
 
 _EPILOG = """\
 Reads the project's recording format (JSON Lines {"t", "from", "msg"}, as written by
-`wrap --record`) or plain app-server stdout (one JSON-RPC message per line), detected
-from the first line; FILE - is standard input. One line per transition: time, new state,
-and the message that caused it, as the relay derived it live (lines over 16 MiB are not
-analysed, as live; the end of the session is dated by the recording's end line). With
---json, one object per transition:
+`--record` of `wrap`, `codex` and `claude`, each replayed with its own mapping) or plain
+app-server stdout (one JSON-RPC message per line), detected from the first line; FILE -
+is standard input. One line per transition: time, new state, what happened in words
+("approval requested", "turn completed") and, in parentheses, the line and the message
+that caused it, as the relay derived it live (lines over 16 MiB are not analysed, as
+live; the end of the session is dated by the recording's end line).
+With --json, one object per transition, the cause by its message's name:
   {"t": <float or null>, "line": <1-based input line, null for eof>, "state": ...,
    "cause": ...}
 and "file" first when several files are given. A recording with gaps (the recorder
-could not keep up) replays with a warning on stderr.
-Exit status: 0 on success, 2 for a missing or unreadable file."""
+could not keep up), or cut off mid-line, replays with a warning on stderr.
+Exit status: 0 on success, 1 when a file holds nothing to replay (no app-server or Claude
+Code message: empty, not JSON, other JSON, or a recording cut off before its first
+message), 2 for a missing or unreadable file."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,10 +83,12 @@ def run(args: argparse.Namespace) -> int:
             out.write(orjson.dumps(record).decode() + "\n")
         else:
             when = "        -" if row.t is None else f"{row.t:9.3f}"
-            where = "eof" if row.line is None else f"line {row.line}"
+            where = "eof" if row.line is None else f"line {row.line}, {row.cause}"
             prefix = f"{path}: " if several else ""
-            out.write(f"{prefix}{when}  {row.state:<8} {row.cause}  ({where})\n")
+            out.write(f"{prefix}{when}  {row.state:<8} {row.event}  ({where})\n")
         out.flush()
+
+    unreplayable: list[Path] = []
 
     def on_done(path: Path, builder: TimelineBuilder) -> None:
         say = f"codex-presence replay: {path}:"
@@ -97,10 +106,25 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(
                 f"{say} a {unknown.kind} this codex-presence does not know: {unknown.name!r}\n"
             )
-        stats = builder.mapping.stats
-        if stats.lines and stats.not_json == stats.lines:
-            sys.stderr.write(f"{say} no line is JSON: not a recording or app-server output?\n")
-        elif not stats.lines and not builder.gaps:
+        if builder.cut_line is not None:
+            sys.stderr.write(
+                f"{say} line {builder.cut_line} is cut short and there is no end line: the "
+                "recording was cut off mid-line (the session killed, or the file copied while "
+                "it was written)\n"
+            )
+        stats = mapping.stats
+        if not builder.session_messages:
+            unreplayable.append(path)
+            if not stats.lines and not builder.gaps:
+                why = "the file is empty"
+            elif builder.cut_line is not None and stats.not_json == stats.lines:
+                why = "cut off within its first line"
+            elif stats.not_json == stats.lines:
+                why = "no line is JSON: not a recording or app-server output?"
+            else:
+                why = "JSON, but no app-server (JSON-RPC) or Claude Code message"
+            sys.stderr.write(f"{say} nothing to replay: {why}\n")
+        elif isinstance(mapping, CodexMapping) and not mapping.stats.dispatched:
             sys.stderr.write(f"{say} no message that could change the state\n")
 
     try:
@@ -113,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         sys.stderr.write(f"codex-presence replay: {exc}\n")
         return 2
-    return 0
+    return 1 if unreplayable else 0
 
 
 async def paced(

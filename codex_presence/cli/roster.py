@@ -6,6 +6,8 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import httpx
 
     from codex_presence._wire import Whoami
@@ -13,11 +15,15 @@ if TYPE_CHECKING:
 HELP = "print the team roster from a broker (--watch: live)"
 
 _EPILOG = """\
-The token comes from --token-file FILE or $CODEX_PRESENCE_TOKEN. --watch holds a
-subscription (so you count as connected) and redraws on every change: a spinner for a
-member who is working, "needs input" for one who is blocked. When the stream is lost
-(the broker restarted, the network dropped) it says so under the last roster and
-reconnects with backoff; only a refused token, or Ctrl-C, ends it.
+The token comes from --token-file FILE or $CODEX_PRESENCE_TOKEN. Without options it
+prints the roster agents see (the design's text, activity left out); --activity adds, for
+each member who is working or blocked, the state and how long it has held:
+  - builder [engineer] connected=1 working 3m
+--watch holds a subscription (so you count as connected) and redraws on every change: a
+spinner for a member who is working, "needs input" for one who is blocked, each with how
+long it has held. When the stream is lost (the broker restarted, the network dropped) it
+says so under the last roster and reconnects with backoff; only a refused token, or
+Ctrl-C, ends it.
 """
 
 
@@ -27,6 +33,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = _EPILOG
     add_client_options(parser)
     parser.add_argument("--json", action="store_true", help="print the raw roster JSON")
+    parser.add_argument(
+        "--activity",
+        action="store_true",
+        help="add each working or blocked member's state and how long it has held",
+    )
     parser.add_argument("--watch", action="store_true", help="redraw live from the SSE stream")
 
 
@@ -56,9 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
 async def _roster(args: argparse.Namespace, token: str) -> None:
     import sys
+    import time
 
     import orjson
 
+    from codex_presence._wire import printable
     from codex_presence.cli.main import UsageError
     from codex_presence.client.api import fetch_roster, fetch_whoami
     from codex_presence.client.auth import make_async_client
@@ -67,24 +80,37 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
     async with make_async_client(args.broker, token) as client:
         me = await fetch_whoami(client)
         if args.name and args.name != me.name:
-            raise UsageError(f"the token is {me.name!r}'s, not {args.name!r}'s")
+            raise UsageError(
+                f"the token is {printable(me.name)}'s, not {printable(args.name)}'s (--name)"
+            )
         if args.watch:
             await watch(client, me, sys.stdout)
         roster = await fetch_roster(client)
     if args.json:
         sys.stdout.write(orjson.dumps(roster).decode() + "\n")
     else:
-        sys.stdout.write(roster_text(me.team, roster, you=me.name) + "\n")
+        now_ms = int(time.time() * 1000)
+        text = roster_text(me.team, roster, you=me.name, activity=args.activity, now_ms=now_ms)
+        sys.stdout.write(text + "\n")
 
 
-async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
-    """Draw the roster on ``out``, then redraw on every event; animate the spinner while
-    anyone works.
+async def watch(
+    client: httpx.AsyncClient,
+    me: Whoami,
+    out: TextIO,
+    *,
+    heading: Callable[[], str] | None = None,
+) -> None:
+    """Draw the roster on ``out``, then redraw on every event; on a terminal, animate the
+    spinner and advance the "since" durations while anyone works or waits. ``heading``
+    gives text to draw above the roster (on a terminal, redrawn when it changes).
 
     A lost stream (the broker restarted, the network dropped) is retried with backoff, the
     last roster staying on screen under a line that says so; only a refused token ends it,
     with :class:`~codex_presence.client.api.TokenRefused`.
     """
+    import time
+
     import anyio
 
     from codex_presence.client.api import token_refused
@@ -100,7 +126,11 @@ async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
 
     def draw() -> None:
         nonlocal last
-        text = watch_text(view.team, view.members.values(), you=me.name, frame=frame)
+        now_ms = int(time.time() * 1000)
+        members = view.members.values()
+        text = watch_text(view.team, members, you=me.name, frame=frame, now_ms=now_ms)
+        if heading is not None:
+            text = heading() + text
         if status:
             text += f"\n({status})"
         if text == last:
@@ -126,9 +156,11 @@ async def watch(client: httpx.AsyncClient, me: Whoami, out: TextIO) -> None:
         nonlocal frame
         while True:
             await anyio.sleep(0.1)
-            if tty and any(p.get("activity") == "working" for p in view.members.values()):
+            busy = {p.get("activity") for p in view.members.values()}
+            if "working" in busy:
                 frame += 1
-                draw()
+            if heading is not None or busy & {"working", "blocked"}:
+                draw()  # the spinner's next frame, a duration or a heading that moved on
 
     stream = RosterStream(client, me.name, on_change=on_change, on_roster=on_roster)
     async with anyio.create_task_group() as tg:

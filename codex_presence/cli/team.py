@@ -13,6 +13,10 @@ example:
       --member alice:director:members.manage,objectives.create \\
       --member builder:engineer --member scout:scout:objectives.create
 
+permissions the roster knows, and the privilege bucket each gives a member:
+{permissions}
+  (admin wins over operator; other permissions are kept, with a warning, and give none)
+
 Each token is printed once on stdout (NAME<TAB>TOKEN); the file keeps only their sha256
 and is written with mode 0600. Give each member their token, e.g. in a 0600 file for
 --token-file, or in $CODEX_PRESENCE_TOKEN.
@@ -20,14 +24,19 @@ and is written with mode 0600. Give each member their token, e.g. in a 0600 file
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from codex_presence._wire import KNOWN_PERMISSIONS
+
+    known = "\n".join(f"  {perm:<20} [{bucket}]" for perm, bucket in KNOWN_PERMISSIONS.items())
     actions = parser.add_subparsers(dest="team_action", metavar="ACTION", required=True)
     init = actions.add_parser(
         "init",
         help="write a new team file",
         description="Write a new team file with a fresh random token per member.",
-        epilog=_EPILOG,
+        epilog=_EPILOG.format(permissions=known),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
+    init.set_defaults(_parser=init)  # an unknown option is told with init's usage
     init.add_argument("file", metavar="FILE", help="the team file to write (TOML)")
     init.add_argument(
         "--member",
@@ -36,7 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[:TITLE[:perm,perm]]",
         action="append",
         required=True,
-        help="a member, with an optional role title and permissions (repeat)",
+        help="a member, with an optional role title and comma-separated permissions "
+        "(repeat; the permissions that make a bucket are listed below)",
     )
     init.add_argument(
         "--team", dest="team_name", metavar="NAME", default="team", help="the team's name"
@@ -45,6 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from codex_presence._wire import KNOWN_PERMISSIONS, counted, printable
     from codex_presence.broker.team import TeamError, new_token
     from codex_presence.broker.team_file import (
         parse_member_spec,
@@ -68,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
         refuse_control_characters(args.team_name, "--team")
     except TeamError as exc:
         raise UsageError(str(exc)) from None
+    for name, role in specs:
+        for permission in role.permissions if role else ():
+            if permission not in KNOWN_PERMISSIONS:
+                known = ", ".join(f"{p} [{b}]" for p, b in KNOWN_PERMISSIONS.items())
+                sys.stderr.write(
+                    f"codex-presence team: warning: --member {name}: permission "
+                    f"{printable(permission)!r} is not one the roster knows ({known}); it is "
+                    "kept, and gives no privilege bucket\n"
+                )
     members = [(name, role, new_token()) for name, role in specs]
     try:
         write_team(args.file, render_team(args.team_name, members), force=args.force)
@@ -79,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for name, _, token in members:
         sys.stdout.write(f"{name}\t{token}\n")
     sys.stderr.write(
-        f"codex-presence team: wrote {args.file} ({len(members)} members, mode 0600). "
+        f"codex-presence team: wrote {args.file} ({counted(len(members), 'member')}, mode 0600). "
         "The tokens above are shown only now; the file keeps their sha256.\n"
     )
     return 0

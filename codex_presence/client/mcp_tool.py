@@ -11,6 +11,11 @@ CLI uses too)::
     - builder [engineer] connected=1
     - scout [scout] [operator] offline
 
+Activity stays out of that text, as the design says, unless the call asks for it with the
+optional boolean argument ``include_activity``: then each working or blocked member's line
+ends with the state and how long it has held (``- builder [engineer] connected=1 working
+3m``).
+
 The "calling member" is whoever the token belongs to; ``name``, if given, must match it,
 so that a token copied into the wrong agent's config is noticed instead of answering for
 someone else. A broker that is down or refuses the token makes the call fail with a
@@ -20,12 +25,15 @@ one-line reason (``isError``), never the server: the agent can retry later.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from pydantic import Field
 
+from codex_presence._wire import printable
 from codex_presence.client.api import BrokerError, fetch_roster, fetch_whoami
 from codex_presence.client.auth import make_async_client
 from codex_presence.client.roster_text import roster_text
@@ -37,7 +45,15 @@ logger = logging.getLogger("codex_presence.mcp")
 TOOL_DESCRIPTION = """\
 Your team's roster from the presence broker: one line per teammate with their role, \
 privilege bucket, and whether they are reachable right now (connected=N live \
-subscriptions, or offline). Your own line is marked (you)."""
+subscriptions, or offline). Your own line is marked (you). With include_activity, each \
+teammate who is working (a turn in progress) or blocked (waiting on a human) has that \
+state and how long it has held at the end of their line, e.g. "working 3m"."""
+
+
+_IncludeActivity = Annotated[
+    bool,
+    Field(description="Also say who is working or blocked, and for how long (default: false)."),
+]
 
 
 class RosterSource:
@@ -51,17 +67,22 @@ class RosterSource:
         self._token = token
         self._timeout = timeout
 
-    async def text(self) -> str:
-        """The roster text, or :class:`ToolError` with a one-line reason."""
+    async def text(self, *, activity: bool = False) -> str:
+        """The roster text (``activity``: with each member's activity), or
+        :class:`ToolError` with a one-line reason."""
         async with make_async_client(self.broker, self._token, timeout=self._timeout) as client:
             try:
                 me = await fetch_whoami(client)
                 if self.name and me.name != self.name:
-                    raise ToolError(f"the configured token is {me.name!r}'s, not {self.name!r}'s")
+                    raise ToolError(
+                        f"the configured token is {printable(me.name)}'s, "
+                        f"not {printable(self.name)}'s"
+                    )
                 roster = await fetch_roster(client)
             except BrokerError as exc:
                 raise ToolError(str(exc)) from None
-        return roster_text(me.team, roster, you=me.name)
+        now_ms = int(time.time() * 1000)
+        return roster_text(me.team, roster, you=me.name, activity=activity, now_ms=now_ms)
 
 
 def build_server(source: RosterSource) -> MCPServer[Any]:
@@ -82,8 +103,8 @@ def build_server(source: RosterSource) -> MCPServer[Any]:
         ),
         structured_output=False,
     )
-    async def roster() -> str:
-        text = await source.text()
+    async def roster(include_activity: _IncludeActivity = False) -> str:
+        text = await source.text(activity=include_activity)
         logger.debug("roster tool answered %d lines", text.count("\n") + 1)
         return text
 

@@ -9,8 +9,16 @@ the CLI, the MCP tool and anything else print the same bytes::
     - builder [engineer] connected=1
     - scout [scout] [operator] offline
 
+Activity stays out of it by default, as the design says; asked for (``roster
+--activity``, the MCP tool's ``include_activity``), each working or blocked member's line
+ends with the state and how long it has held (from ``activitySince``)::
+
+    - builder [engineer] connected=1 working 3m
+
 :func:`watch_text` is the human view of ``roster --watch``: the same lines with the
-activity after them (a spinner for working, "needs input" for blocked).
+activity after them (a spinner for working, "needs input" for blocked) and how long it has
+held. Durations are measured against this machine's clock, as
+:func:`elapsed_text` writes them.
 
 Whatever text the broker sent is shown escaped (:func:`~codex_presence._wire.printable`):
 a name or title holding an escape sequence or a line break shows as what it is, and can
@@ -24,13 +32,46 @@ from typing import Any
 
 from codex_presence._wire import printable, privilege
 
-__all__ = ["SPINNER", "roster_line", "roster_text", "watch_text"]
+__all__ = ["SPINNER", "elapsed_text", "roster_line", "roster_text", "watch_text"]
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
-def roster_line(p: Mapping[str, Any], *, you: str | None = None) -> str:
-    """One member's line of the agent-facing roster."""
+def elapsed_text(seconds: float, *, compact: bool = False) -> str:
+    """How long, to the unit that matters: ``45 s``, ``14 min``, ``2 h 5 min``, ``3 d 4 h``
+    (``compact``: ``45s``, ``14m``, ``2h5m``, ``3d4h``)."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        parts = [(whole, "s")]
+    elif whole < 3600:
+        parts = [(whole // 60, "min")]
+    elif whole < 86400:
+        parts = [(whole // 3600, "h"), (whole % 3600 // 60, "min")]
+    else:
+        parts = [(whole // 86400, "d"), (whole % 86400 // 3600, "h")]
+    parts = parts[:1] + [(n, unit) for n, unit in parts[1:] if n]
+    if compact:
+        return "".join(f"{n}{unit[0]}" for n, unit in parts)
+    return " ".join(f"{n} {unit}" for n, unit in parts)
+
+
+def _since_text(p: Mapping[str, Any], now_ms: int | None, *, compact: bool) -> str:
+    """How long ``p``'s activity has held, or "" when the broker did not say."""
+    since = p.get("activitySince")
+    if now_ms is None or isinstance(since, bool) or not isinstance(since, int):
+        return ""
+    return elapsed_text((now_ms - since) / 1000, compact=compact)
+
+
+def roster_line(
+    p: Mapping[str, Any],
+    *,
+    you: str | None = None,
+    activity: bool = False,
+    now_ms: int | None = None,
+) -> str:
+    """One member's line of the agent-facing roster; with ``activity``, a working or
+    blocked member's state and how long it has held by ``now_ms`` (unix ms) are added."""
     parts = ["-", printable(str(p["name"]))]
     if you is not None and p["name"] == you:
         parts.append("(you)")
@@ -44,21 +85,41 @@ def roster_line(p: Mapping[str, Any], *, you: str | None = None) -> str:
             parts.append(f"[{bucket}]")
     connected = int(p.get("connected") or 0)
     parts.append(f"connected={connected}" if connected > 0 else "offline")
+    state = p.get("activity")
+    if activity and state in ("working", "blocked"):
+        parts.append(str(state))
+        since = _since_text(p, now_ms, compact=True)
+        if since:
+            parts.append(since)
     return " ".join(parts)
 
 
-def roster_text(team: str, presences: Iterable[Mapping[str, Any]], *, you: str | None) -> str:
-    """The design's exact agent-facing roster, without a final newline."""
+def roster_text(
+    team: str,
+    presences: Iterable[Mapping[str, Any]],
+    *,
+    you: str | None,
+    activity: bool = False,
+    now_ms: int | None = None,
+) -> str:
+    """The design's exact agent-facing roster, without a final newline; ``activity`` adds
+    each working or blocked member's state and how long it has held by ``now_ms``."""
     lines = [f"team {printable(team)} roster:"]
-    lines.extend(roster_line(p, you=you) for p in presences)
+    lines.extend(roster_line(p, you=you, activity=activity, now_ms=now_ms) for p in presences)
     return "\n".join(lines)
 
 
 def watch_text(
-    team: str, presences: Iterable[Mapping[str, Any]], *, you: str | None, frame: int = 0
+    team: str,
+    presences: Iterable[Mapping[str, Any]],
+    *,
+    you: str | None,
+    frame: int = 0,
+    now_ms: int | None = None,
 ) -> str:
     """The roster with each member's activity: a spinner for working, "needs input" for
-    blocked, nothing for idle (the design's web roster, in a terminal)."""
+    blocked, nothing for idle (the design's web roster, in a terminal), and how long it has
+    held by ``now_ms`` (unix ms; None: not said)."""
     lines = [f"team {printable(team)} roster:"]
     for p in presences:
         line = roster_line(p, you=you)
@@ -67,5 +128,9 @@ def watch_text(
             line += f"  {SPINNER[frame % len(SPINNER)]} working"
         elif activity == "blocked":
             line += "  [!] needs input"
-        lines.append(line)
+        else:
+            lines.append(line)
+            continue
+        since = _since_text(p, now_ms, compact=False)
+        lines.append(f"{line} · {since}" if since else line)
     return "\n".join(lines)

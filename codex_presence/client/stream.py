@@ -119,7 +119,8 @@ class RosterStream:
                 status = source.response.status_code
                 if status in (401, 403):
                     self.refused = status
-                    return f"the broker refused the subscription (HTTP {status}); not retrying"
+                    why = await _refusal(source.response)
+                    return f"the broker refused the subscription (HTTP {status}{why}); not retrying"
                 if status != 200:
                     await source.response.aread()
                     text = printable(source.response.text[:200])
@@ -153,3 +154,13 @@ class RosterStream:
             view.members[data["name"]] = data
             return True
         return False
+
+
+async def _refusal(response: httpx.Response) -> str:
+    """``: <the broker's reason>`` from a refusal's JSON body (``{"error": …}``), or ""."""
+    body = await response.aread()
+    try:
+        reason = orjson.loads(body[:1000]).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return f": {printable(reason[:200])}" if isinstance(reason, str) and reason else ""

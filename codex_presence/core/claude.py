@@ -62,7 +62,9 @@ what closes each — every rule names its closers, so no state can stick:
 Background commands (Bash ``run_in_background``) do not count: claude's own status for
 them is ``shell``, idle at its prompt; their end starts a ``<task-notification>`` turn,
 which does. Anything else — unknown events and statuses, wrong shapes — is counted in
-:class:`ClaudeStats` and ignored, never fatal.
+:class:`ClaudeStats` and ignored, never fatal: every field is checked for its type before it
+is used (a list where a string belongs, in a hook or in claude's undocumented session file,
+is no opinion, not an exception), so no message can stop the mapping.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class _View:
             return "idle"
         if self.status == "busy":
             return "busy"
-        if self.status == "waiting" and self.waiting_for in PERSON_WAITS:
+        if self.status == "waiting" and _is_one_of(self.waiting_for, PERSON_WAITS):
             return "waiting"
         return None
 
@@ -140,6 +142,11 @@ class _View:
             other.waiting_for,
             other.stamp,
         )
+
+
+def _is_one_of(value: object, names: frozenset[str]) -> bool:
+    """``value in names``, for a value of any JSON type (a list is unhashable)."""
+    return isinstance(value, str) and value in names
 
 
 def _scope(msg: Mapping[str, Any]) -> Scope:
@@ -241,7 +248,8 @@ class ClaudeMapping:
             self.stats.wrong_shape += 1
             return None
         if event == "Notification":
-            return f"Notification {msg.get('notification_type')}"
+            kind = msg.get("notification_type")
+            return f"Notification {kind}" if isinstance(kind, str) else event
         return event
 
     def _on_prompt(self, msg: dict[str, Any]) -> bool:
@@ -287,7 +295,7 @@ class ClaudeMapping:
 
     def _on_notification(self, msg: dict[str, Any]) -> bool:
         kind = msg.get("notification_type")
-        if kind in BLOCKING_NOTIFICATIONS:
+        if _is_one_of(kind, BLOCKING_NOTIFICATIONS):
             if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
                 self.stats.late += 1  # no work open: a notification that outlived it
             else:
@@ -305,9 +313,10 @@ class ClaudeMapping:
         tasks = msg.get("background_tasks")
         if isinstance(tasks, list):
             running = {
-                task.get("id")
+                task["id"]
                 for task in tasks
                 if isinstance(task, dict)
+                and isinstance(task.get("id"), str)
                 and task.get("type") == "subagent"
                 and task.get("status") == "running"
             }

@@ -53,7 +53,8 @@ Every handle, and the events that close it (so a stuck "working" cannot happen):
 * **turn** ``(thread, turn)`` — opened by ``turn/started`` or a reviving ``item/started``;
   closed by any ``turn/completed`` on its thread, a ``turn/started`` of another turn on its
   thread, the thread's ``idle``/``systemError``/``notLoaded`` status, ``thread/closed``,
-  ``thread/started`` announcing a title thread, end of stream.
+  ``thread/started`` announcing a title thread, end of stream or the client's hang-up
+  (:meth:`CodexMapping.close`; no event reopens a turn after that).
 * **tool** ``(thread, turn, item)`` — opened by ``item/started`` of a tool item; closed by
   its ``item/completed``, and by everything that closes its turn (above).
 * **request** ``(thread, turn, "request", id)`` — opened by a blocking server request;
@@ -122,6 +123,7 @@ logger = logging.getLogger("codex_presence.codex")
 
 _MAX_PENDING_REQUESTS = 4096
 _MAX_UNKNOWNS = 64
+_MAX_UNKNOWN_NAME = 120
 
 
 @dataclass(slots=True)
@@ -133,6 +135,9 @@ class MappingStats:
     dispatched: int = 0
     not_json: int = 0
     wrong_shape: int = 0
+    not_rpc: int = 0
+    """JSON objects that are no JSON-RPC message at all (no method, no id): not app-server
+    traffic (``replay`` says so when a file holds nothing else)."""
     internal_errors: int = 0
     """Messages a handler failed on (a bug; logged with its traceback)."""
     unknown_status: int = 0
@@ -192,8 +197,15 @@ class CodexMapping:
     def feed_line(self, direction: Direction, line: bytes) -> Transition | None:
         """Feed one raw line (with or without its newline) as it crossed the wire."""
         self.stats.lines += 1
-        if not line.startswith(MESSAGE_START):  # the leading-byte rule (skips_unparsed)
-            self.stats.not_json += 1
+        if not line.startswith(MESSAGE_START):
+            # The leading-byte rule (skips_unparsed): no message as codex writes one. Parsed
+            # only to be counted right (the relay's pre-filter never hands such a line over).
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError:
+                self.stats.not_json += 1
+            else:
+                self.stats.wrong_shape += 1
             return None
         if direction == "server":
             if skips_unparsed(line) or (
@@ -218,7 +230,15 @@ class CodexMapping:
         return self._feed(direction, message)
 
     def close(self, cause: str = "eof") -> Transition | None:
-        """End of stream: the child exited or the pipe closed. Everything closes."""
+        """End of stream (the child exited, the pipe closed) or the client's hang-up
+        (:data:`~codex_presence.core.websocket.HANGUP`): everything closes, and every turn
+        that was open or revivable is over for good — an event of it that still comes
+        (the app-server goes on with a turn after a hang-up) reopens nothing."""
+        for kind in HandleKind:
+            for key in self.signal.keys(kind):
+                if len(key) > 1 and isinstance(key[0], str) and isinstance(key[1], str):
+                    self._turns.end(key[0], [key[1]])
+        self._turns.forbid_all_revival()
         self.signal.close_all()
         self._pending.clear()
         return self.signal.commit(cause)
@@ -232,7 +252,9 @@ class CodexMapping:
             return None
         method = message.get("method")
         if method is None:
-            if direction == "client" and "id" in message:
+            if "id" not in message:
+                self.stats.not_rpc += 1
+            elif direction == "client":
                 return self._client_response(message)
             self.stats.skipped += 1
             return None
@@ -291,7 +313,10 @@ class CodexMapping:
         return self.signal.commit("response")
 
     def _unknown(self, kind: str, name: str) -> None:
-        """Report, once, a name the vocabulary does not classify."""
+        """Report, once, a name the vocabulary does not classify (a long one cut short: it
+        is for a log line)."""
+        if len(name) > _MAX_UNKNOWN_NAME:
+            name = name[:_MAX_UNKNOWN_NAME] + "…"
         unknown = Unknown(kind, name)
         if unknown in self.unknowns or len(self.unknowns) >= _MAX_UNKNOWNS:
             return
@@ -356,9 +381,10 @@ class CodexMapping:
 
 
 # -- handlers: the router calls these with the mapping first and the params as keywords ----
+# (the mapping is positional-only: a param of codex's named ``m`` is just another param)
 
 
-def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
+def _on_turn_started(m: CodexMapping, /, threadId: object, turn: object, **_: object) -> None:
     thread = str_param(threadId, "threadId")
     turn_id = str_param(object_param(turn, "turn").get("id"), "turn.id")
     if m._turns.is_ended(thread, turn_id):
@@ -375,7 +401,7 @@ def _on_turn_started(m: CodexMapping, threadId: object, turn: object, **_: objec
     m.signal.open(HandleKind.TURN, (thread, turn_id))
 
 
-def _on_turn_completed(m: CodexMapping, threadId: object, turn: object, **_: object) -> None:
+def _on_turn_completed(m: CodexMapping, /, threadId: object, turn: object, **_: object) -> None:
     thread = str_param(threadId, "threadId")
     body = object_param(turn, "turn")
     turn_id = str_param(body.get("id"), "turn.id")
@@ -400,7 +426,7 @@ def _item_key(threadId: object, turnId: object, item: object) -> tuple[str, str,
 
 
 def _on_item_started(
-    m: CodexMapping, threadId: object, turnId: object, item: object, **_: object
+    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
     tool = item_type in TOOL_ITEM_TYPES
@@ -417,7 +443,7 @@ def _on_item_started(
 
 
 def _on_item_completed(
-    m: CodexMapping, threadId: object, turnId: object, item: object, **_: object
+    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
     if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
@@ -426,7 +452,7 @@ def _on_item_completed(
         m.stats.late_events += 1
 
 
-def _on_thread_started(m: CodexMapping, thread: object, **_: object) -> None:
+def _on_thread_started(m: CodexMapping, /, thread: object, **_: object) -> None:
     body = object_param(thread, "thread")
     if body.get("threadSource") != TITLE_THREAD_SOURCE:
         return
@@ -436,7 +462,7 @@ def _on_thread_started(m: CodexMapping, thread: object, **_: object) -> None:
 
 
 def _on_thread_status_changed(
-    m: CodexMapping, threadId: object, status: object, **_: object
+    m: CodexMapping, /, threadId: object, status: object, **_: object
 ) -> None:
     thread = str_param(threadId, "threadId")
     body = object_param(status, "status")
@@ -450,9 +476,11 @@ def _on_thread_status_changed(
             raise WrongShape("status.activeFlags is not a list")
         waiting = False
         for flag in flags:
+            if not isinstance(flag, str):
+                continue  # not a flag codex writes: it says nothing
             if flag in WAITING_FLAGS:
                 waiting = True
-            elif isinstance(flag, str) and flag not in OTHER_FLAGS:
+            elif flag not in OTHER_FLAGS:
                 m._unknown("active flag", flag)
         if waiting:
             if not m.signal.is_open(HandleKind.BLOCK, flags_key):
@@ -464,26 +492,26 @@ def _on_thread_status_changed(
         m._unknown("thread status", kind)
 
 
-def _on_thread_closed(m: CodexMapping, threadId: object, **_: object) -> None:
+def _on_thread_closed(m: CodexMapping, /, threadId: object, **_: object) -> None:
     m._end_thread_work(str_param(threadId, "threadId"), revivable=False)
 
 
-def _on_server_request_resolved(m: CodexMapping, requestId: object, **_: object) -> None:
+def _on_server_request_resolved(m: CodexMapping, /, requestId: object, **_: object) -> None:
     m._resolve_request(request_id_param(requestId))
 
 
 def _on_blocking_request(
-    m: CodexMapping, threadId: object, turnId: object = None, **_: object
+    m: CodexMapping, /, threadId: object, turnId: object = None, **_: object
 ) -> None:
     thread = str_param(threadId, "threadId")
     m._add_request(thread, None if turnId is None else str_param(turnId, "turnId"))
 
 
-def _on_legacy_blocking_request(m: CodexMapping, conversationId: object, **_: object) -> None:
+def _on_legacy_blocking_request(m: CodexMapping, /, conversationId: object, **_: object) -> None:
     m._add_request(str_param(conversationId, "conversationId"), None)
 
 
-def _on_automatic_request(m: CodexMapping, threadId: object = None, **_: object) -> None:
+def _on_automatic_request(m: CodexMapping, /, threadId: object = None, **_: object) -> None:
     m._add_request(threadId if isinstance(threadId, str) else None, None)
 
 

@@ -91,6 +91,12 @@ class TurnMemory:
                 del self._revivable[thread]
         self._needles = None
 
+    def forbid_all_revival(self) -> None:
+        """No new item reopens any turn that ended so far."""
+        if self._revivable:
+            self._revivable.clear()
+            self._needles = None
+
     def can_revive(self, thread: str, turn: str) -> bool:
         return turn in self._revivable.get(thread, ())
 
@@ -106,8 +112,9 @@ class TurnMemory:
         """Whether an ``item/started`` (its params) is of a passive item on a turn it cannot
         revive: it would change nothing, so the mapping does not dispatch it."""
         item = params.get("item")
-        if not isinstance(item, dict) or item.get("type") not in PASSIVE_ITEM_TYPES:
-            return False
+        kind = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(kind, str) or kind not in PASSIVE_ITEM_TYPES:
+            return False  # (a type that is not a string: the handler says what is wrong)
         thread, turn = params.get("threadId"), params.get("turnId")
         if not isinstance(thread, str) or not isinstance(turn, str):
             return False  # the handler says what is wrong with it

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
+import orjson
+
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
 from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
@@ -24,6 +26,7 @@ from codex_presence.core.codex import CodexMapping, Direction
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE
 from codex_presence.core.recording import Entry
 from codex_presence.core.websocket import HANGUP, ClientLinks
+from codex_presence.core.wording import event_words
 
 __all__ = ["Mapping", "TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
 
@@ -41,6 +44,10 @@ class TimelineRow:
     Claude Code timer row names the line that last set the timer."""
     state: str
     cause: str
+    """The message (or event) that caused it, by name: what ``replay --json`` says."""
+    event: str = ""
+    """The same as an event a person knows ("approval requested", "turn completed"):
+    :func:`~codex_presence.core.wording.event_words`."""
 
     def as_json(self) -> dict[str, object]:
         return {"t": self.t, "line": self.line, "state": self.state, "cause": self.cause}
@@ -63,6 +70,22 @@ class TimelineBuilder:
         self._timer_line: int | None = None
         """The line after which the Claude Code mapping's deadline last changed."""
         self._links = ClientLinks()
+        self._messages = 0
+        """Claude Code messages and connection lines fed (codex messages: the stats)."""
+        self.cut_line: int | None = None
+        """The last line fed, when it is a recording line cut short: the recording was cut
+        off mid-line (its end line missing with it)."""
+
+    @property
+    def session_messages(self) -> int:
+        """Messages of a session fed so far: codex's JSON-RPC messages (skipped deltas
+        included), Claude Code's hooks and file entries, connection lines. None: the file
+        held nothing to replay."""
+        mapping = self._mapping
+        if not isinstance(mapping, CodexMapping):
+            return self._messages
+        stats = mapping.stats
+        return self._messages + stats.lines - stats.not_json - stats.wrong_shape - stats.not_rpc
 
     @property
     def mapping(self) -> Mapping:
@@ -75,6 +98,7 @@ class TimelineBuilder:
         if self._mapping is None and entry.direction in CLAUDE_SOURCES:
             self._mapping = ClaudeMapping()
         rows = self._due(entry.t)
+        self.cut_line = entry.line if _cut_short(entry) else None
         if entry.t is not None:
             self._last_t = entry.t
         if entry.end:
@@ -91,6 +115,7 @@ class TimelineBuilder:
             return rows
         direction = cast(Direction, entry.direction)
         if entry.connection is not None:
+            self._messages += 1
             if not self._links.apply(*entry.connection):
                 return rows
             transition = mapping.close(HANGUP)
@@ -105,7 +130,10 @@ class TimelineBuilder:
         else:
             transition = mapping.feed_message(direction, entry.message)
         if transition is not None:
-            rows.append(self._row(entry.t, entry.line, transition))
+            message = entry.message
+            if message is None and entry.raw is not None:
+                message = _parsed(entry.raw)  # a server-stdout line: parsed for the words only
+            rows.append(self._row(entry.t, entry.line, transition, message))
         return rows
 
     def finish(self) -> TimelineRow | None:
@@ -113,7 +141,7 @@ class TimelineBuilder:
         transition = self.mapping.close("eof")
         if transition is None:
             return None
-        return TimelineRow(t=self._last_t, line=None, state=transition.state.value, cause="eof")
+        return self._row(self._last_t, None, transition)
 
     # -- Claude Code ---------------------------------------------------------------------
 
@@ -123,11 +151,12 @@ class TimelineBuilder:
             mapping.stats.lines += 1
             mapping.stats.not_json += entry.message is None
             return []
+        self._messages += 1
         before = mapping.deadline
         transitions = mapping.feed(entry.direction, entry.message, t)
         if mapping.deadline != before:
             self._timer_line = entry.line
-        return [self._row(entry.t, entry.line, tr) for tr in transitions]
+        return [self._row(entry.t, entry.line, tr, entry.message) for tr in transitions]
 
     def _due(self, t: float | None) -> list[TimelineRow]:
         """The Claude Code mapping's timer, if it fires by ``t`` (at its own time)."""
@@ -141,8 +170,30 @@ class TimelineBuilder:
         return [] if transition is None else [self._row(deadline, self._timer_line, transition)]
 
     @staticmethod
-    def _row(t: float | None, line: int | None, transition: Transition) -> TimelineRow:
-        return TimelineRow(t=t, line=line, state=transition.state.value, cause=transition.cause)
+    def _row(
+        t: float | None, line: int | None, transition: Transition, message: object = None
+    ) -> TimelineRow:
+        cause = transition.cause
+        event = event_words(cause, message, previous=transition.previous.value)
+        return TimelineRow(t=t, line=line, state=transition.state.value, cause=cause, event=event)
+
+
+def _cut_short(entry: Entry) -> bool:
+    """A recording line (they all start ``{"t":``) that is not JSON: cut short."""
+    if entry.raw is None or not entry.raw.startswith(b'{"t":'):
+        return False
+    try:
+        orjson.loads(entry.raw)
+    except orjson.JSONDecodeError:
+        return True
+    return False
+
+
+def _parsed(raw: bytes) -> object:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def iter_timeline(

@@ -2,8 +2,10 @@
 against the fake model, reporting to a real broker on loopback.
 
 Each scenario drives the keys, and at each checkpoint checks what a teammate sees: the
-member's activity on the broker's roster (``GET /roster``), converging within a bound
-(:func:`tests.support.waiting.eventually`). The same code records the fixtures of
+member's activity on the broker's roster (``GET /roster``), converging within a generous
+bound (:func:`tests.support.waiting.eventually`), and, where the point is *what* ends the
+work (Esc, /exit, the app-server's death), the cause the command logged for it. How fast
+is a figure, not a test (``bench/tui.py``; README). The same code records the fixtures of
 ``fixtures/codex-tui-<version>/``: ``NAME.jsonl`` (the command's own ``--record``),
 ``NAME.screens.txt`` (screens, and the scenario's marks on the recording's clock, for
 writing the expected timeline by hand).
@@ -50,10 +52,10 @@ __all__ = ["SCENARIOS", "Result", "Session", "record"]
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBER = "alice"
-IDLE_WITHIN = 1.0
-"""Idle on the roster within this many seconds of Esc or /exit (issue 16)."""
 SHOWN_WITHIN = 10.0
-"""Any other state on the roster within this bound (a generous one: a loaded machine)."""
+"""Any state on the roster within this bound (a generous one: a loaded machine)."""
+SERVERS_WORD = ("thread/status/changed", "turn/completed")
+"""What ends an interrupted turn: the app-server's own word (not the TUI's exit)."""
 APPROVAL_SCREEN = "Would you like to run the following command?"
 
 
@@ -116,9 +118,17 @@ class Session:
         modes = self.stty.read_text().split()
         return all(mode in modes for mode in ("icanon", "echo", "isig"))
 
-    def transitions(self) -> list[str]:
-        """The states the command reported so far, in order (its log at -v)."""
-        return re.findall(r"INFO codex_presence\.relay: (\w+) \(", self.said())
+    def transitions(self) -> list[tuple[str, str]]:
+        """The (state, cause) transitions the command reported so far, in order (its log
+        at -v)."""
+        return re.findall(r"INFO codex_presence\.relay: (\w+) \(([^)\n]*)\)", self.said())
+
+    def idle_by(self, causes: tuple[str, ...], *, since: float) -> None:
+        """Wait for the roster to show idle, and check what made the member idle: the
+        cause of the last transition the command logged."""
+        self.shows("idle", since=since)
+        state, cause = self.transitions()[-1]
+        assert state == "idle" and cause in causes, self.transitions()
 
     # -- the roster ------------------------------------------------------------------------
 
@@ -159,10 +169,15 @@ class Session:
         return at
 
     def exit(self) -> None:
-        """/exit: the member is idle on the roster within :data:`IDLE_WITHIN` of Enter."""
+        """/exit: the member is idle on the roster, by the hang-up if it was not already
+        (not by the TUI's exit a moment later)."""
         self.tui.wait_for(READY)
+        busy = self.activity() != "idle"
         at = self.prompt("/exit")
-        self.shows("idle", since=at, within=IDLE_WITHIN)
+        if busy:
+            self.idle_by(("hangup",), since=at)
+        else:
+            self.shows("idle", since=at)
         assert self.tui.wait_exit() == 0
         self.tui.snap("after /exit")
         assert self.terminal_is_sane()
@@ -264,7 +279,8 @@ def approval_accepted(s: Session) -> None:
 
 @_scenario(
     "A command that needs approval; the user denies it (Esc: 'No, and tell Codex what to do "
-    "differently', the only no in these versions); idle within a second; /exit.",
+    "differently', the only no in these versions); idle at once, on the app-server's word; "
+    "/exit.",
     _approval_steps,
 )
 def approval_denied(s: Session) -> None:
@@ -274,7 +290,7 @@ def approval_denied(s: Session) -> None:
     s.shows("blocked")
     s.tui.snap("approval")
     at = s.key("Escape")
-    s.shows("idle", since=at, within=IDLE_WITHIN)
+    s.idle_by(SERVERS_WORD, since=at)
     s.tui.wait_for(APPROVAL_SCREEN, gone=True)
     s.tui.snap("denied")
     s.exit()
@@ -282,14 +298,14 @@ def approval_denied(s: Session) -> None:
 
 @_scenario(
     "A 40 s command runs (no approval); Esc: the turn is interrupted, the command goes on as a "
-    "background terminal; idle within a second; /exit while it runs.",
+    "background terminal; idle at once, on the app-server's word; /exit while it runs.",
     _long_command_steps,
     NO_APPROVALS,
 )
 def esc_during_command(s: Session) -> None:
     _run_long_command(s)
     at = s.key("Escape")
-    s.shows("idle", since=at, within=IDLE_WITHIN)
+    s.idle_by(SERVERS_WORD, since=at)
     s.tui.wait_for("interrupted", timeout=10)
     time.sleep(0.5)
     s.tui.snap("interrupted")
@@ -322,13 +338,14 @@ def reconnect_pending_approval(s: Session) -> None:
 
 
 @_scenario(
-    "/exit while a turn's 40 s command runs: the TUI unsubscribes and closes; idle within a "
-    "second, whatever the app-server still runs; the command ends it.",
+    "/exit while a turn's 40 s command runs: the TUI unsubscribes and closes; idle at the "
+    "hang-up, whatever the app-server still runs; the command ends it.",
     _long_command_steps,
     NO_APPROVALS,
 )
 def exit_while_working(s: Session) -> None:
     _run_long_command(s)
+    assert s.activity() == "working"
     s.exit()
 
 
@@ -343,8 +360,8 @@ def server_dies(s: Session) -> None:
     server = pane_process(s.tui, b"app-server", deepest=True)
     at = s.mark("kill app-server")
     os.kill(server, signal.SIGKILL)
-    s.shows("idle", since=at, within=IDLE_WITHIN)
-    assert s.tui.wait_exit() == 1
+    s.idle_by(("eof",), since=at)
+    assert s.tui.wait_exit() == 1  # the command ended it: it saw the app-server go
     s.tui.snap("after the app-server died")
     assert s.terminal_is_sane()  # the TUI was ended by a signal: the command put it back
 

@@ -7,6 +7,13 @@
 // use a stolen cookie nor plant one of its own as the session. When the tab is hidden
 // for longer than the hide delay the stream is closed, so the member's `connected` drops;
 // showing the tab again reconnects. A brief tab-away never touches the stream.
+//
+// What an operator needs besides the rows: how long each member has been working or
+// waiting (from `activitySince`, against this machine's clock), the longest-waiting first,
+// the count of members who need input in the tab's title, an opt-in desktop notification
+// when someone becomes blocked (permission is asked only when the toggle is turned on),
+// and the truth when the stream is down: the rows are marked stale, "as of" the moment it
+// was lost (or the broker said it lost its shared store), until a fresh roster comes.
 // Everything is drawn with textContent: nothing from the wire is parsed as HTML.
 (() => {
   'use strict';
@@ -15,8 +22,11 @@
   const $ = (id) => document.getElementById(id);
   const params = new URLSearchParams(location.search);
   const hideDelay = nonNegative(params.get('hideDelay'), nonNegative(body.dataset.hideDelay, 5000));
-  const TICK_MS = 5000;            // how often "last active …" is redrawn
+  const TICK_MS = 1000;            // how often the durations and "last active …" are redrawn
   const KEY_ITEM = 'codexPresenceSessionKey';
+  const STARTED_ITEM = 'codexPresenceBrokerStartedAt';
+  const SORT_ITEM = 'codexPresenceSort';
+  const NOTIFY_ITEM = 'codexPresenceNotify';
   const KEY_HEADER = 'x-codex-presence-key';
   const RETRY_MS = [1000, 2000, 5000, 10000, 30000];
 
@@ -29,19 +39,27 @@
     hideTimer: null,
     retryTimer: null,
     retries: 0,
-    key: sessionKey(),
+    key: stored(KEY_ITEM),
+    asOf: null,                    // while stale: when the rows were last known current
+    sort: stored(SORT_ITEM) === 'team' ? 'team' : 'attention',
+    notify: false,
   };
-  // Read by tests and handy in the console: how often the stream was opened and closed.
-  const stats = (window.codexPresence = { opens: 0, closes: 0, hideDelay });
+  // Read by tests and handy in the console: how often the stream was opened and closed,
+  // and the notifications raised.
+  const stats = (window.codexPresence = { opens: 0, closes: 0, hideDelay, notices: [] });
 
-  function sessionKey() {
-    try { return localStorage.getItem(KEY_ITEM) || ''; } catch (err) { return ''; }
+  function stored(item) {
+    try { return localStorage.getItem(item) || ''; } catch (err) { return ''; }
+  }
+
+  function store(item, value) {
+    try {
+      if (value) localStorage.setItem(item, value); else localStorage.removeItem(item);
+    } catch (err) { /* storage refused: it lasts as long as this page */ }
   }
 
   function setSessionKey(key) {
-    try {
-      if (key) localStorage.setItem(KEY_ITEM, key); else localStorage.removeItem(KEY_ITEM);
-    } catch (err) { /* storage refused: the session lasts as long as this page */ }
+    store(KEY_ITEM, key);
     state.key = key;
   }
 
@@ -60,14 +78,18 @@
     if (view === 'signin') $('token').focus();
   }
 
+  // The stream's status; anything but live makes the rows stale.
   function setStream(status, text) {
     body.dataset.stream = status;
     $('stream').textContent = text;
+    if (status === 'live') markLive();
+    else if (state.members.size) markStale();
   }
 
-  // -- the rows --------------------------------------------------------------------------
+  // -- time ------------------------------------------------------------------------------
 
   const rtf = new Intl.RelativeTimeFormat('en', { numeric: 'always' });
+  const clockTime = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
   const UNITS = [
     ['day', 86400], ['hour', 3600], ['minute', 60], ['second', 1],
   ];
@@ -81,6 +103,26 @@
     }
     return 'last active just now';
   }
+
+  // How long, to the unit that matters: "45 s", "14 min", "2 h 5 min", "3 d 4 h" (the same
+  // words as `roster --watch`).
+  function elapsed(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    let parts;
+    if (s < 60) parts = [[s, 's']];
+    else if (s < 3600) parts = [[Math.floor(s / 60), 'min']];
+    else if (s < 86400) parts = [[Math.floor(s / 3600), 'h'], [Math.floor((s % 3600) / 60), 'min']];
+    else parts = [[Math.floor(s / 86400), 'd'], [Math.floor((s % 86400) / 3600), 'h']];
+    return parts.filter(([n], i) => i === 0 || n).map(([n, unit]) => `${n} ${unit}`).join(' ');
+  }
+
+  // Since when the member's activity holds, or null (idle, or a broker that does not say).
+  function sinceOf(p) {
+    return (p.activity === 'working' || p.activity === 'blocked') && Number.isFinite(p.activitySince)
+      ? p.activitySince : null;
+  }
+
+  // -- the rows --------------------------------------------------------------------------
 
   const ACTIVITY = {
     working: { text: 'working', icon: 'spinner', label: 'working' },
@@ -103,9 +145,11 @@
     const connected = Number(p.connected) || 0;
     const activity = p.activity === 'working' || p.activity === 'blocked' ? p.activity : 'idle';
     const bucket = state.privileges[p.name] || '';  // the broker's rule, not a copy of it
+    const since = sinceOf(p);
     row.dataset.connected = String(connected);
     row.dataset.activity = activity;
     row.dataset.lastSeen = String(p.lastSeen || 0);
+    row.dataset.since = since === null ? '' : String(since);
     row.querySelector('.name').textContent = p.name;
     row.querySelector('.you').hidden = p.name !== state.me;
     row.querySelector('.role').textContent = (p.role && p.role.title) || 'no role';
@@ -120,17 +164,30 @@
     const icon = row.querySelector('.activity-icon');
     icon.className = 'activity-icon ' + a.icon;
     icon.textContent = a.mark || '';
-    const label = row.querySelector('.activity');
-    label.textContent = a.text;
-    row.querySelector('.activity-col').title = a.label;
-    drawSeen(row);
+    row.querySelector('.activity').textContent = a.text;
+    drawTimes(row);
   }
 
-  function drawSeen(row) {
+  // What moves with the clock: how long the activity has held, "last active …", and
+  // whether the row is stale.
+  function drawTimes(row) {
+    const since = Number(row.dataset.since) || 0;
+    const now = state.asOf === null ? Date.now() : state.asOf;
+    row.querySelector('.since').textContent = since ? '· ' + elapsed((now - since) / 1000) : '';
+    row.querySelector('.activity-col').title =
+      ACTIVITY[row.dataset.activity].label + (since ? ' since ' + new Date(since).toLocaleString() : '');
     const ms = Number(row.dataset.lastSeen) || 0;
     const el = row.querySelector('.last-active');
     el.textContent = lastActive(ms);
     el.title = ms ? new Date(ms).toLocaleString() : '';
+    const asOf = row.querySelector('.as-of');
+    asOf.hidden = state.asOf === null;
+    asOf.textContent = state.asOf === null ? '' : 'as of ' + clockTime.format(state.asOf);
+    if (state.asOf === null) delete row.dataset.stale; else row.dataset.stale = 'true';
+  }
+
+  function drawAllTimes() {
+    for (const row of document.querySelectorAll('li.member')) drawTimes(row);
   }
 
   function drawSummary() {
@@ -153,28 +210,134 @@
     chip(blocked, blocked === 1 ? 'needs input' : 'need input', true);
     chip(working, 'working', false);
     chip(online, `of ${state.members.size} online`, false);
-    document.title = (blocked ? `(${blocked}) ` : '') + `${state.team} roster · codex-presence`;
+    document.title = (blocked ? `(${blocked}) ` : '') + `${state.team} roster`;
   }
 
+  // -- order: the longest-waiting first ----------------------------------------------------
+
+  // By default: blocked members, the longest-blocked first; then working ones, the longest
+  // first; then everyone else, in team-file order. "team order" keeps the file's order.
+  function ordered() {
+    const names = [...state.members.keys()];
+    if (state.sort === 'team') return names;
+    const rank = { blocked: 0, working: 1 };
+    const position = new Map(names.map((name, i) => [name, i]));
+    const key = (name) => {
+      const p = state.members.get(name);
+      const since = sinceOf(p);
+      return [rank[p.activity] ?? 2, since === null ? Infinity : since, position.get(name)];
+    };
+    return names.sort((x, y) => {
+      const a = key(x), b = key(y);
+      for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+      return 0;
+    });
+  }
+
+  function arrange() {
+    const list = $('members');
+    const rows = ordered().map(rowFor);
+    if (rows.some((row, i) => list.children[i] !== row)) list.append(...rows);
+  }
+
+  // -- stale -----------------------------------------------------------------------------
+
+  function markStale() {
+    if (state.asOf !== null) return;  // stale since the first moment it was lost
+    state.asOf = Date.now();
+    body.dataset.stale = 'true';
+    const note = $('stale-note');
+    note.textContent = `Not live: these rows show the roster as of ${clockTime.format(state.asOf)}.`;
+    note.hidden = false;
+    drawAllTimes();
+  }
+
+  function markLive() {
+    if (state.asOf === null) return;
+    state.asOf = null;
+    delete body.dataset.stale;
+    $('stale-note').hidden = true;
+    drawAllTimes();
+  }
+
+  // -- notifications ----------------------------------------------------------------------
+
+  function notifyHint(text) {
+    const hint = $('notify-hint');
+    hint.textContent = text;
+    hint.hidden = !text;
+  }
+
+  function setNotify(on) {
+    state.notify = on;
+    $('notify').checked = on;
+    store(NOTIFY_ITEM, on ? '1' : '');
+  }
+
+  // Turned on: permission is asked now, and only now (never on load).
+  async function toggleNotify() {
+    if (!$('notify').checked) {
+      setNotify(false);
+      notifyHint('');
+      return;
+    }
+    if (!('Notification' in window)) {
+      setNotify(false);
+      notifyHint('This browser cannot show notifications.');
+      return;
+    }
+    let permission = Notification.permission;
+    if (permission === 'default') {
+      try { permission = await Notification.requestPermission(); } catch (err) { permission = 'denied'; }
+    }
+    if (permission === 'granted') {
+      setNotify(true);
+      notifyHint('');
+    } else {
+      setNotify(false);
+      notifyHint('Notifications are blocked for this page: allow them in the browser\u2019s site settings.');
+    }
+  }
+
+  function becameBlocked(before, after) {
+    if (!state.notify || !before || before.activity === 'blocked' || after.activity !== 'blocked') return;
+    if (!('Notification' in window) || Notification.permission !== 'granted') return;
+    const title = `${after.name} needs input`;
+    const options = { body: `${state.team}: ${after.name} is waiting on a person.`, tag: 'codex-presence:' + after.name };
+    try {
+      const notice = new Notification(title, options);
+      notice.addEventListener('click', () => { window.focus(); notice.close(); });
+      stats.notices.push({ title, body: options.body });
+    } catch (err) { /* a browser that only notifies from a service worker */ }
+  }
+
+  // -- updates from the stream --------------------------------------------------------------
+
   function replaceAll(data) {
+    const before = state.members;
     state.team = data.team;
     $('team-name').textContent = data.team;
     state.members = new Map(data.members.map((p) => [p.name, p]));
     state.privileges = data.privileges || {};
     $('members').replaceChildren();
-    for (const p of data.members) draw(p);
+    for (const p of data.members) {
+      draw(p);
+      becameBlocked(before.get(p.name), p);
+    }
+    arrange();
     drawSummary();
   }
 
   function update(p) {
+    const before = state.members.get(p.name);
     state.members.set(p.name, p);
     draw(p);
+    becameBlocked(before, p);
+    arrange();
     drawSummary();
   }
 
-  setInterval(() => {
-    for (const row of document.querySelectorAll('li.member')) drawSeen(row);
-  }, TICK_MS);
+  setInterval(drawAllTimes, TICK_MS);
 
   // -- the stream ------------------------------------------------------------------------
 
@@ -187,10 +350,7 @@
     state.source = source;
     stats.opens++;
     setStream('connecting', 'connecting…');
-    source.addEventListener('open', () => {
-      state.retries = 0;
-      setStream('live', 'live');
-    });
+    source.addEventListener('open', () => { state.retries = 0; });
     source.addEventListener('roster', (e) => {
       replaceAll(JSON.parse(e.data));
       setStream('live', 'live'); // a roster is always current (after a stale spell too)
@@ -249,16 +409,35 @@
 
   // -- session ---------------------------------------------------------------------------
 
-  function signedOut() {
+  function signedOut(reason) {
     state.me = null;
+    state.members = new Map();
     disconnect('closed', 'signed out');
+    markLive();
+    $('members').replaceChildren();
+    const note = $('signin-reason');
+    note.textContent = reason || '';
+    note.hidden = !reason;
     show('signin');
   }
 
+  // The session this page held is gone: say why. A broker that keeps its sessions in
+  // memory forgets them when it restarts, and /healthz says when it started.
+  async function whyEnded() {
+    const started = stored(STARTED_ITEM);
+    try {
+      const health = await (await fetch('/healthz', { cache: 'no-store' })).json();
+      if (!health.store && started && String(health.startedAt) !== started) {
+        return 'The broker restarted; sign in again.';
+      }
+    } catch (err) { /* not known: say what is */ }
+    return 'Your session ended (signed out elsewhere, or expired); sign in again.';
+  }
+
   async function start() {
-    state.key = state.key || sessionKey();  // signed in from another tab meanwhile?
+    state.key = state.key || stored(KEY_ITEM);  // signed in from another tab meanwhile?
     if (!state.key) {
-      signedOut();  // no key: whatever cookie the jar holds is not this page's session
+      signedOut('');  // no key: whatever cookie the jar holds is not this page's session
       return;
     }
     let response;
@@ -272,8 +451,10 @@
       return;
     }
     if (response.status === 401) {
+      const reason = await whyEnded();
       setSessionKey('');
-      signedOut();
+      store(STARTED_ITEM, '');
+      signedOut(reason);
       return;
     }
     if (!response.ok) {
@@ -286,6 +467,7 @@
     state.team = who.team;
     $('me').textContent = who.name;
     $('team-name').textContent = who.team;
+    $('signin-reason').hidden = true;
     show('roster');
     connect();
     if (document.visibilityState === 'hidden') {
@@ -308,7 +490,9 @@
       });
       if (response.status === 200) {
         $('token').value = '';
-        setSessionKey((await response.json()).key);
+        const answer = await response.json();
+        setSessionKey(answer.key);
+        store(STARTED_ITEM, String(answer.brokerStartedAt || ''));
         await start();
         return;
       }
@@ -328,15 +512,25 @@
     state.me = null;
     const key = state.key;
     setSessionKey('');
+    store(STARTED_ITEM, '');
     try {
       await fetch('/session/logout', {
         method: 'POST', credentials: 'same-origin', headers: { [KEY_HEADER]: key },
       });
     } finally {
-      $('members').replaceChildren();
-      show('signin');
+      signedOut('');
     }
   });
+
+  $('sort').value = state.sort;
+  $('sort').addEventListener('change', () => {
+    state.sort = $('sort').value === 'team' ? 'team' : 'attention';
+    store(SORT_ITEM, state.sort === 'team' ? 'team' : '');
+    arrange();
+  });
+  // A choice made before stays made, if the browser still allows it; nothing is asked.
+  setNotify(stored(NOTIFY_ITEM) === '1' && 'Notification' in window && Notification.permission === 'granted');
+  $('notify').addEventListener('change', toggleNotify);
 
   start();
 })();

@@ -1,0 +1,59 @@
+"""The command line's own rules (issue 15): no abbreviations, a subcommand's mistakes told
+with its own usage, one list of the commands in the help."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from codex_presence.cli.main import _COMMANDS, main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as done:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(done.value.code or 0), out, err
+
+
+def test_an_abbreviation_is_not_taken_for_a_longer_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``roster --token cp_x`` read the token from a file named cp_x (--token-file)."""
+    code, _, err = run(capsys, "roster", "--token", "cp_x")
+    assert code == 2
+    assert err.startswith("usage: codex-presence roster ")
+    assert err.endswith("codex-presence roster: error: unrecognized arguments: --token cp_x\n")
+    code, _, err = run(capsys, "broker", "--red", "redis://x")  # not --redis, --redis-prefix
+    assert code == 2 and "unrecognized arguments: --red redis://x" in err
+    code, out, _ = run(capsys, "--vers")  # not --version
+    assert (code, out) == (2, "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["replay", "--bogus", "file.jsonl"], "usage: codex-presence replay "),
+        (["wrap", "--bogus", "--", "cat"], "usage: codex-presence wrap "),
+        (["team", "init", "t.toml", "-m", "a", "--bogus"], "usage: codex-presence team init "),
+        (["demo", "--fast"], "usage: codex-presence demo "),
+    ],
+)
+def test_an_unknown_option_is_told_with_the_subcommands_usage(
+    capsys: pytest.CaptureFixture[str], argv: list[str], usage: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(usage), err
+    prog = usage.removeprefix("usage: ").rstrip()
+    assert err.splitlines()[-1].startswith(f"{prog}: error: unrecognized arguments: ")
+
+
+def test_the_help_lists_each_command_once(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    listed = re.findall(r"^  ([a-z]+) +\S", out, re.MULTILINE)
+    assert listed == list(_COMMANDS)  # each once, in one order
+    for name in _COMMANDS:
+        assert len(re.findall(rf"^\s+{name}\b", out, re.MULTILINE)) == 1, name

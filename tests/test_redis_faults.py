@@ -1,0 +1,317 @@
+"""What brokers sharing Redis survive besides an outage: values they cannot read (another
+version's), a failure of their own, keys flushed behind their backs, a Redis that stalls;
+and what they never say (a password in the URL, Redis's words to a stranger).
+
+Each test starts its own real ``redis-server`` and writes to it directly (``redis-py``,
+synchronous) what a newer broker, an operator or a bug could have left there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import redis
+
+from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_sessions import RedisSessions
+from codex_presence.broker.sessions import WebSession
+from codex_presence.core.backoff import Backoff
+from tests.support.broker_harness import FakeClock, broker_process, running_broker
+from tests.support.redis_server import redis_server
+from tests.support.shared_brokers import (
+    TEAM,
+    Stream,
+    auth,
+    brokers,
+    report,
+    roster,
+    team_file,
+)
+from tests.support.waiting import eventually, eventually_async
+
+KEYS = "codex-presence:{acme}:"
+"""What the keys of TEAM (team ``acme``) start with."""
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("codex_presence")]
+
+
+# -- values it cannot read, failures of its own ------------------------------------------------
+
+
+def test_a_value_of_another_version_never_stops_a_broker(redis_url: str, tmp_path: Path) -> None:
+    """Before: a broker starting with such a value in Redis exited 3 (``KeyError``); one
+    forced to reconnect lived on answering 503 for ever; a value without a space made
+    that member's reports 503."""
+    direct = redis.Redis.from_url(redis_url)
+    direct.set(KEYS + "a:alice", "garbage 1", px=600_000)
+    direct.set(KEYS + "a:builder", "garbage", px=600_000)  # not even a space
+    with broker_process("--team", team_file(tmp_path), redis=redis_url) as broker:
+        shown = roster(broker.url)
+        assert "activity" not in shown["alice"] and "activity" not in shown["builder"]  # idle
+        for name, value in (("alice", "b'garbage 1'"), ("builder", "b'garbage'")):
+            assert f"{name}'s activity is {value}, which this broker cannot read" in broker.said()
+        # the next report replaces what could not be read
+        assert report(broker.url, "alice", "working").status_code == 204
+        assert report(broker.url, "builder", "blocked").status_code == 204
+        shown = roster(broker.url)
+        assert (shown["alice"]["activity"], shown["builder"]["activity"]) == ("working", "blocked")
+
+        # read again on a reconnection: still no more than an idle member
+        direct.set(KEYS + "a:alice", "garbage 1", px=600_000)
+        direct.client_kill_filter(_type="pubsub")
+        broker.stderr.until("redis down")
+        broker.stderr.until("redis back")
+        assert "activity" not in roster(broker.url)["alice"]
+        assert roster(broker.url)["builder"]["activity"] == "blocked"
+        assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
+        assert report(broker.url, "alice", "blocked").status_code == 204
+        said = broker.said()
+        assert said.count("alice's activity is") == 1  # the same value: said once
+        assert "Traceback" not in said
+
+
+class _Faulty:
+    """A listener of the link with a bug: its first ``resyncs`` resyncs raise, and so does
+    its first ``keep`` after it succeeded."""
+
+    def __init__(self, resyncs: int) -> None:
+        self.resyncs = resyncs
+        self.kept = 0
+
+    async def resync(self) -> None:
+        if self.resyncs > 0:
+            self.resyncs -= 1
+            raise RuntimeError("a bug in resync")
+
+    async def keep(self) -> None:
+        self.kept += 1
+        if self.kept == 1:
+            raise KeyError("a bug in keep")
+        await anyio.sleep_forever()
+
+    def on_event(self, event: list[Any]) -> None:
+        pass
+
+    def on_down(self, reason: str) -> None:
+        pass
+
+    def on_back(self) -> None:
+        pass
+
+    async def leave(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_anything_that_fails_in_the_link_is_an_outage_that_ends(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: only what an unreachable Redis raises was an outage; anything else ended the
+    link's loop for good (and with it the broker's state)."""
+    caplog.set_level(logging.INFO, logger="codex_presence")
+    link = RedisLink(redis_url, team="acme", backoff=Backoff(base=0.05, cap=0.1))
+    faulty = _Faulty(resyncs=3)
+    link.add_listener(faulty)
+    async with anyio.create_task_group() as tg:
+        await tg.start(link.run)
+        await eventually_async(lambda: link.up and faulty.kept == 2, 10, "the link up again")
+        tg.cancel_scope.cancel()
+    said = logged(caplog)
+    assert sum(m.startswith("redis down") for m in said) == 2  # two outages: each said once
+    assert sum(m.startswith("redis back") for m in said) == 2
+    traced = [repr(r.exc_info[1]) for r in caplog.records if r.exc_info]
+    assert traced == [
+        "RuntimeError('a bug in resync')",  # once for three failures in a row
+        "KeyError('a bug in keep')",
+    ]
+
+
+def test_a_broker_whose_background_work_fails_stops_and_says_so(tmp_path: Path) -> None:
+    """Before: uvicorn went on serving after the app's lifespan task died, so the broker
+    stayed up with nothing keeping its state. A bug has to be planted for this: the fan-out
+    raises."""
+    plant = (
+        "import sys\n"
+        "from codex_presence.broker.state import Broker\n"
+        "async def broken(self): raise RuntimeError('the fan-out broke')\n"
+        "Broker.run_fanout = broken\n"
+        "from codex_presence.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    result = subprocess.run(
+        [sys.executable, "-c", plant, "broker", "--team", team_file(tmp_path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "the broker's background work failed: stopping" in result.stderr
+    assert "the fan-out broke" in result.stderr
+
+
+def test_an_error_redis_answers_is_a_503_that_says_so(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: 503 "the shared store (Redis) is unreachable (WRONGTYPE …)", though Redis
+    had answered."""
+    caplog.set_level(logging.WARNING, logger="codex_presence")
+    with running_broker(team=TEAM, redis=redis_url) as broker:
+        redis.Redis.from_url(redis_url).set(KEYS + "m:alice", "not a hash")
+        answer = report(broker.url, "alice", "working")
+        assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
+        error = answer.json()["error"]
+        assert error == (
+            "the shared store (Redis) refused the command: the report was not recorded; "
+            "send it again"
+        )
+        assert any("WRONGTYPE" in m for m in logged(caplog))  # Redis's words: in the log
+        assert report(broker.url, "builder", "working").status_code == 204  # others go on
+
+
+# -- keys flushed behind the brokers' backs ----------------------------------------------------
+
+
+@pytest.mark.parametrize("lost", ["FLUSHDB", "DEL seq"])
+def test_reports_show_again_after_the_keys_are_flushed(redis_url: str, lost: str) -> None:
+    """Before: with ``seq`` gone, every later event was taken for one already applied:
+    reports got 204 and changed nothing on any roster. Now the first event numbered at or
+    below the one before it makes each broker read everything again."""
+    with brokers(redis_url) as (a, b):
+        on_a, on_b = Stream(a.url, "alice"), Stream(b.url, "scout")
+        for sent, state in enumerate(("working", "blocked", "working"), 1):
+            assert report(a.url, "builder", state).status_code == 204
+            eventually(lambda n=sent: len(on_b.of("builder")) == n, 5, "B seeing it")  # type: ignore[misc]
+        direct = redis.Redis.from_url(redis_url)
+        if lost == "FLUSHDB":
+            direct.flushdb()
+        else:
+            direct.delete(KEYS + "seq")
+        assert report(a.url, "builder", "blocked").status_code == 204
+
+        def shown_on_both() -> bool:
+            return all(
+                roster(x.url)["builder"].get("activity") == "blocked"
+                and roster(x.url)["alice"]["connected"] == 1
+                and roster(x.url)["scout"]["connected"] == 1
+                for x in (a, b)
+            )
+
+        eventually(shown_on_both, 10, "the report on both brokers")
+        assert report(b.url, "builder", "idle").status_code == 204  # and the next ones too
+        eventually(lambda: all("activity" not in roster(x.url)["builder"] for x in (a, b)), 5)
+        for stream in (on_a, on_b):  # stale, the whole roster again, then as usual
+            eventually(lambda s=stream: _builder_after_stale(s) == ["blocked", None], 5)  # type: ignore[misc]
+            assert not stream.ended.is_set()
+
+
+def _builder_after_stale(stream: Stream) -> list[str | None]:
+    """Builder's activity as ``stream`` showed it since its last ``stale`` event."""
+    shown: list[str | None] = []
+    for kind, data in stream.events:
+        if kind == "stale":
+            shown = []
+        elif kind == "roster":
+            shown += [p.get("activity") for p in data["members"] if p["name"] == "builder"]
+        elif kind == "presence" and data["name"] == "builder":
+            shown.append(data.get("activity"))
+    return shown
+
+
+# -- a Redis that stalls -------------------------------------------------------------------------
+
+
+def _connections_to(port: int) -> int:
+    """Open TCP connections on this machine to ``port`` (from the client's side)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                    count += 1
+    return count
+
+
+def test_a_stalled_redis_costs_a_bounded_number_of_connections() -> None:
+    """Before: each report in flight opened a connection of its own (up to redis-py's 100,
+    then an error)."""
+    answers: list[int] = []
+
+    def send() -> None:
+        answers.append(report(broker.url, "builder", "working").status_code)
+
+    with redis_server() as server, running_broker(team=TEAM, redis=server.url) as broker:
+        assert report(broker.url, "builder", "working").status_code == 204
+        server.pause()
+        try:
+            senders = [threading.Thread(target=send) for _ in range(48)]
+            for sender in senders:
+                sender.start()
+            most = 0
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                most = max(most, _connections_to(server.port))
+                time.sleep(0.02)
+        finally:
+            server.resume()
+        for sender in senders:
+            sender.join(15)
+        assert most <= 16  # the pool's bound: the subscription, the heartbeat, the reports
+        assert sorted(set(answers)) in ([503], [204, 503], [204])
+        assert len(answers) == 48  # every one answered
+        eventually(lambda: report(broker.url, "builder", "blocked").status_code == 204, 15)
+
+
+# -- what a stranger is told ---------------------------------------------------------------------
+
+
+def test_healthz_tells_a_stranger_unavailable_and_a_member_why(tmp_path: Path) -> None:
+    """Before: ``/healthz``, which needs no token, said Redis's own words to anyone."""
+    with redis_server() as server, running_broker(team=TEAM, redis=server.url) as broker:
+        server.stop(kill=True)
+        eventually(lambda: httpx.get(broker.url + "/healthz").status_code == 503, 10)
+        stranger = httpx.get(broker.url + "/healthz", timeout=5).json()
+        assert stranger.pop("startedAt") > 0
+        assert stranger == {"status": "unavailable", "store": "redis"}
+        member = httpx.get(broker.url + "/healthz", headers=auth("scout"), timeout=5).json()
+        assert member["status"] == "unavailable" and member["reason"]
+
+
+# -- the session cache -------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_session_cache_forgets_expired_sessions_and_is_bounded(redis_url: str) -> None:
+    """Before: a session that expired unseen stayed cached for the broker's life."""
+    clock = FakeClock()
+    link = RedisLink(redis_url, team="acme")
+    sessions = RedisSessions(link, ttl=60, max_cached=3, clock=clock)
+    cache = sessions._cache
+    async with anyio.create_task_group() as tg:
+        await tg.start(link.run)
+        for _ in range(3):
+            await sessions.create(WebSession("alice", key="k"))
+        clock.advance(61)  # all three expired (here: Redis keeps them for 60 real seconds)
+        kept = await sessions.create(WebSession("builder", key="k"))
+        assert list(cache) == [kept]
+        made = [await sessions.create(WebSession("scout", key="k")) for _ in range(5)]
+        assert list(cache) == made[-3:]  # the newest three
+        for session_id in made:  # the others are still sessions: read from Redis again
+            assert await sessions.get(session_id) == WebSession("scout", key="k")
+        assert len(cache) == 3
+        tg.cancel_scope.cancel()
