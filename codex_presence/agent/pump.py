@@ -31,6 +31,9 @@ Design, and why:
   child's process and its death with us.
 * Until the event loop takes over, SIGINT, SIGTERM and SIGHUP are forwarded to the child's
   process group from here (a second SIGINT kills it).
+* The analysis runs in the shells' :class:`~codex_presence.agent.analysis.AnalysisGuard`
+  (under the same lock): a bug in it ends the member's state in idle, said once, and the
+  bytes go on unanalysed.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are
 if TYPE_CHECKING:
     from typing import Any
 
+    from codex_presence.agent.analysis import AnalysisGuard
     from codex_presence.agent.recorder import Recorder
     from codex_presence.core.activity import Transition
     from codex_presence.core.codex import CodexMapping
@@ -94,6 +98,9 @@ class Pump:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.analyzer = analyzer
+        self.analysis: AnalysisGuard | None = None
+        """Guards every step of the analysis whose transitions reach the observers, once
+        equipped (see the module's doc)."""
         self.recorder: Recorder | None = None
         """``record``'s recorder, once equipped (None if it cannot be written)."""
         self._record = record
@@ -123,7 +130,6 @@ class Pump:
         self._chunk_size = chunk_size
         self._clock = clock
         self._start = clock()
-        self._analysis_failed = False
         self._stop = False
         self._wake_r = self._wake_w = -1
         self.ready_r = -1
@@ -184,9 +190,11 @@ class Pump:
             self._equip_locked(analyzer)
 
     def _equip_locked(self, analyzer: ChunkAnalyzer) -> None:
+        from codex_presence.agent.analysis import AnalysisGuard
         from codex_presence.agent.recorder import start_recorder
 
         self.analyzer = analyzer
+        self.analysis = AnalysisGuard(self._close_mapping)
         self.recorder = start_recorder(self._record, max_line=analyzer.max_line)
         early, self._early, self._early_size = self._early, [], 0
         for t, direction, data in early:
@@ -215,20 +223,28 @@ class Pump:
 
     def attach(self, mapping: CodexMapping) -> None:
         """The mapping is loaded: the analysis catches up on what crossed meanwhile."""
-        analyzer = self.analyzer
-        assert analyzer is not None, "equip the pump first"
+        analyzer, analysis = self.analyzer, self.analysis
+        assert analyzer is not None and analysis is not None, "equip the pump first"
         with self.lock:
-            if self._analysis_failed:
-                return
-            try:
-                transitions = analyzer.attach(mapping)
-            except Exception:
-                self._analysis_crashed()
-                return
+            transitions = analysis.run(analyzer.attach, mapping)
             if analyzer.stats.gap and self.recorder is not None:
                 self.recorder.mark_closed(self.now(), "gap")
             self._outbox.extend(transitions)
         self._poke()
+
+    def close_analysis(self, cause: str) -> list[Transition]:
+        """The end of both streams, for the analysis (in its guard): the transitions."""
+        analyzer, analysis = self.analyzer, self.analysis
+        assert analyzer is not None and analysis is not None, "equip the pump first"
+        with self.lock:
+            return analysis.run(analyzer.close, cause)
+
+    def _close_mapping(self, cause: str) -> Transition | None:
+        """The guard's end of a failed analysis: the mapping closed, if it is attached."""
+        analyzer = self.analyzer
+        if analyzer is None or not analyzer.attached:
+            return None
+        return analyzer.mapping.close(cause)
 
     def take_transitions(self) -> list[Transition]:
         """The transitions found since the last call, in order (for the event loop)."""
@@ -405,22 +421,13 @@ class Pump:
                 self.recorder.drop(t, direction, data)
             else:
                 self.recorder.add(t, direction, data)
-        if self._analysis_failed:
-            return False
-        try:
-            transitions = self.analyzer.feed(direction, data)
-        except Exception:  # a bug in the analysis must never stop the bytes
-            self._analysis_crashed()
-            return False
+        assert self.analysis is not None  # equipped with the analyzer
+        transitions = self.analysis.run(self.analyzer.feed, direction, data)
         self._outbox.extend(transitions)
         if not transitions or self._woken:
             return False
         self._woken = True
         return True
-
-    def _analysis_crashed(self) -> None:
-        relay_log("exception", "activity analysis failed; relaying without it")
-        self._analysis_failed = True
 
     def _poke(self) -> None:
         with suppress(OSError):  # full: the reader is already woken; closed: session over

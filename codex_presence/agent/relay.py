@@ -20,6 +20,9 @@ Design, and why:
 * ``companions`` are async context managers entered before the session's analysis attaches
   and left after the child's end (and the final ``eof`` transition) was delivered: the
   place for the reporter's background task and its "idle on exit" report.
+* The analysis runs in :class:`~codex_presence.agent.analysis.AnalysisGuard`, as in every
+  shell: a bug in it (the mapping's, the pre-filter's) ends the member's state in idle, said
+  once, instead of freezing it for the rest of the session; the bytes go on.
 * The child gets its own process group (signals we forward reach its helpers too, and a
   terminal's Ctrl-C is not delivered twice) and a watchdog that kills its whole tree when
   we die, even when we are SIGKILLed.
@@ -36,6 +39,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
 
 import anyio
 
+from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import exit_status, wait_child
 from codex_presence.agent.pump import CHUNK_SIZE, FORWARDED_SIGNALS, Pump
 from codex_presence.core.activity import Transition
@@ -130,6 +134,13 @@ class Relay:
     def mapping(self) -> CodexMapping:
         return self._mapping
 
+    @property
+    def analysis(self) -> AnalysisGuard:
+        """The guard the analysis runs in (the pump's): a bug ends it in idle, said once."""
+        analysis = self.pump.analysis
+        assert analysis is not None, "the pump has no analyzer"
+        return analysis
+
     async def run(self, command: Sequence[str] | None = None) -> int:
         """Relay until the child has exited and its output is drained; its exit status.
         Starts the pump with ``command`` unless it was started already."""
@@ -147,9 +158,7 @@ class Relay:
                     return await self._supervise()
                 finally:
                     self._flush_outbox()
-                    with pump.lock:
-                        transitions = self.analyzer.close("eof")
-                    self._deliver(transitions)
+                    self._deliver(pump.close_analysis("eof"))
         finally:
             await anyio.to_thread.run_sync(pump.close)
 
