@@ -10,25 +10,32 @@ exception :class:`AnalysisGuard` logs it with its traceback, closes the mapping,
 back one transition to idle from the state the observers last got (cause
 :data:`ANALYSIS_FAILED`); from then on it analyses nothing. The session (the bytes, claude)
 goes on untouched.
+
+Light at import (the standard library's ``logging`` only): ``wrap``'s pump equips its
+analysis with the guard before the mapping is loaded, and a session over by then (``codex
+--version``) loads nothing more.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from codex_presence.core.activity import ActivityState, Transition
+TYPE_CHECKING = False  # see the module's doc
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
 
-__all__ = ["ANALYSIS_FAILED", "AnalysisGuard", "Outcome"]
+    from codex_presence.core.activity import ActivityState, Transition
+
+    Outcome: TypeAlias = Transition | Iterable[Transition] | None
+    """What an analysis step returns: a transition, several, or none (for type checkers)."""
+
+__all__ = ["ANALYSIS_FAILED", "AnalysisGuard"]
 
 logger = logging.getLogger("codex_presence.analysis")
 
 ANALYSIS_FAILED = "analysis failed"
 """The cause of the idle a failed analysis ends in."""
-
-Outcome = Transition | Iterable[Transition] | None
-"""What an analysis step returns: a transition, several, or none."""
 
 
 class AnalysisGuard:
@@ -42,7 +49,8 @@ class AnalysisGuard:
 
     def __init__(self, close: Callable[[str], Outcome]) -> None:
         self._close = close
-        self._shown = ActivityState.IDLE
+        self._shown: ActivityState | None = None
+        """The state the observers last got (None: idle, as at the start)."""
         self.failed = False
         """A step raised: nothing is analysed any more."""
 
@@ -64,13 +72,15 @@ class AnalysisGuard:
         return transitions
 
     def _give_up(self) -> list[Transition]:
+        from codex_presence.core.activity import ActivityState, Transition
+
         self.failed = True
         try:
             self._close(ANALYSIS_FAILED)  # its own view of what was shown may be off now
         except Exception:
             logger.exception("closing the mapping failed too")
-        shown, self._shown = self._shown, ActivityState.IDLE
-        if shown is ActivityState.IDLE:
+        shown, self._shown = self._shown, None
+        if shown is None or shown is ActivityState.IDLE:
             return []
         return [Transition(previous=shown, state=ActivityState.IDLE, cause=ANALYSIS_FAILED)]
 
@@ -78,6 +88,6 @@ class AnalysisGuard:
 def _listed(outcome: Outcome) -> list[Transition]:
     if outcome is None:
         return []
-    if isinstance(outcome, Transition):
-        return [outcome]
-    return list(outcome)
+    if isinstance(outcome, Iterable):  # a Transition is not
+        return list(outcome)
+    return [outcome]
