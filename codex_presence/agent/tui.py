@@ -12,11 +12,12 @@ loaded, and waits for nothing: the TUI's own start overlaps with the app-server'
    kernel queues the connection until the relay serves it).
 2. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
    directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
-   session's) and environment, in a process group of its own, killed if we die. Its output
-   goes to a pipe and into our log, never to the terminal the TUI draws on.
+   session's) and environment, in a process group of its own, killed with its whole tree if
+   we die, however we die (its watchdog: :func:`~.child.spawn`). Its output goes to a pipe
+   and into our log, never to the terminal the TUI draws on.
 3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal, in our process group (the
    terminal's foreground group, which a program reading the terminal must be in), sent
-   SIGTERM if we die.
+   SIGTERM if we die, and a second later killed with its tree.
 
 Then (:meth:`TuiSession.run`) the companions (the broker link) and the relay: a client
 connection that comes before INNER accepts waits for it.
