@@ -30,65 +30,23 @@ Design, and why:
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, suppress
 
 import anyio
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import exit_status, wait_child
-from codex_presence.agent.pump import CHUNK_SIZE, FORWARDED_SIGNALS, Pump
+from codex_presence.agent.child import FORWARDED_SIGNALS, exit_status, wait_child
+from codex_presence.agent.observers import Companion, Observer, deliver, log_transition, log_unknown
+from codex_presence.agent.pump import CHUNK_SIZE, Pump
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping, Unknown
+from codex_presence.core.codex import CodexMapping
 from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = [
-    "Companion",
-    "Observer",
-    "Relay",
-    "deliver",
-    "exit_status",
-    "log_transition",
-    "log_unknown",
-]
-
-logger = logging.getLogger("codex_presence.relay")
-
-Observer = Callable[[Transition], object]
-"""Called with every transition, synchronously, on the relay's event loop; must not block."""
-
-Companion = Callable[[], AbstractAsyncContextManager[object]]
-"""Makes an async context manager that lives exactly as long as the relayed session."""
-
-
-def log_transition(transition: Transition) -> None:
-    """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
-    logger.info("%s (%s)", transition.state.value, transition.cause)
-
-
-def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) -> None:
-    """Each transition to every observer, in order; an observer that fails is logged."""
-    for transition in transitions:
-        for observer in observers:
-            try:
-                observer(transition)
-            except Exception:
-                logger.exception("observer %r failed", observer)
-
-
-def log_unknown(unknown: Unknown) -> None:
-    """Said once per session for each name the mapping does not classify: codex changed."""
-    logger.warning(
-        "codex sent %s %s that this codex-presence does not know: %r; the state may be wrong "
-        "(`codex-presence doctor` lists everything this codex adds)",
-        "an" if unknown.kind[0] in "aeiou" else "a",
-        unknown.kind,
-        unknown.name,
-    )
+__all__ = ["Relay", "exit_status"]
 
 
 class Relay:

@@ -31,10 +31,11 @@ starts end with wrap, however wrap ends. Transitions and warnings go to stderr (
 
 With --broker (or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or
 $CODEX_PRESENCE_TOKEN), wrap holds the member's subscription for the whole session and
-reports every transition, with a heartbeat every 10 s while working or blocked. A broker
-that is down, slow or refuses us never disturbs the session. --name must be the token's
-owner (the broker refuses to count us as anyone else); without it the broker says whose
-token it is. --no-trace reports no activity at all, and still counts us as connected.
+reports every transition, with a heartbeat while working or blocked (every 10 s, a third
+of the broker's activity TTL, which it states). A broker that is down, slow or refuses us
+never disturbs the session. --name must be the token's owner (the broker refuses to count
+us as anyone else); without it the broker says whose token it is. --no-trace reports no
+activity at all, and still counts us as connected.
 
 example: codex-presence wrap --record session.jsonl -- codex app-server
 """
@@ -69,10 +70,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
 
-def run(args: argparse.Namespace) -> int:
+def given_command(args: argparse.Namespace) -> list[str]:
+    """The command after our options, without the ``--`` that may separate them (argparse's
+    remainder keeps it); empty when none was given."""
     command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
+    return command[1:] if command[:1] == ["--"] else command
+
+
+def run(args: argparse.Namespace) -> int:
+    command = given_command(args)
     if not command:
         raise UsageError(f"no command to wrap; {_USAGE_HINT}")
 
@@ -137,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             return exit_status(returncode)
     import anyio
 
-    from codex_presence.agent.relay import Relay, log_transition
+    from codex_presence.agent.observers import log_transition
+    from codex_presence.agent.relay import Relay
 
     if args.broker:
         link = broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
