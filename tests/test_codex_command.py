@@ -209,12 +209,13 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
     import anyio
 
     from codex_presence.agent import tui
+    from codex_presence.agent.child import FORWARDED_SIGNALS
 
     make = tui.private_directory
     with pytest.raises(OSError, match=r"^no directory for them \(/proc: .+; /sys: .+\)$"):
         make(["/proc", "/sys", "/proc"])
     monkeypatch.setattr(tui, "private_directory", lambda: make(["/proc"]))
-    saved = {signum: signal.getsignal(signum) for signum in tui._FORWARDED_SIGNALS}
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
     try:
         session = tui.TuiSession()
         assert session.start(["codex"]) == 1

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 
 __all__ = [
+    "FORWARDED_SIGNALS",
     "PIPE_SIZE",
     "Child",
     "Launched",
@@ -48,6 +49,9 @@ __all__ = [
     "spawn",
     "wait_child",
 ]
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What every shell passes on to the agent it runs: an interrupt, a termination, a hang-up."""
 
 
 def relay_log(level: str, message: str, *args: object) -> None:

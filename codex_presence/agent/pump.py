@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
-from codex_presence.agent.child import Child, Launched, launch, relay_log
+from codex_presence.agent.child import FORWARDED_SIGNALS, Child, Launched, launch, relay_log
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
@@ -61,13 +61,12 @@ if TYPE_CHECKING:
     from codex_presence.core.codex_protocol import Direction
     from codex_presence.core.prefilter import ChunkAnalyzer
 
-__all__ = ["CHUNK_SIZE", "DEFAULT_MAX_EARLY", "FORWARDED_SIGNALS", "Pump", "cannot_run"]
+__all__ = ["CHUNK_SIZE", "DEFAULT_MAX_EARLY", "Pump", "cannot_run"]
 
 CHUNK_SIZE = 1024 * 1024
 DEFAULT_MAX_EARLY = 16 * 1024 * 1024
 """Bytes kept for the analysis and the recording until they are loaded (:meth:`Pump.equip`);
 past that, the rest until then is a gap."""
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def cannot_run(command: Sequence[str], exc: OSError) -> int:

@@ -58,9 +58,16 @@ from typing import TYPE_CHECKING
 import anyio
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import Child, ProcessTree, exit_status, spawn, wait_child
+from codex_presence.agent.child import (
+    FORWARDED_SIGNALS,
+    Child,
+    ProcessTree,
+    exit_status,
+    spawn,
+    wait_child,
+)
+from codex_presence.agent.observers import Companion, Observer, deliver, log_transition, log_unknown
 from codex_presence.agent.recorder import Recorder, start_recorder
-from codex_presence.agent.relay import Companion, Observer, deliver, log_transition, log_unknown
 from codex_presence.agent.terminal import SavedTerminal
 from codex_presence.core.codex import CodexMapping
 
@@ -71,7 +78,6 @@ __all__ = ["TuiSession", "private_directory"]
 
 logger = logging.getLogger("codex_presence.tui")
 
-_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _SUN_PATH_MAX = 107
 """The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
 _LAST_OUTPUT_LINES = 20
@@ -135,7 +141,7 @@ class TuiSession:
         the log). Signals that come from here on are kept for the TUI. Then :meth:`run`
         must follow."""
         self._started = True
-        for signum in _FORWARDED_SIGNALS:
+        for signum in FORWARDED_SIGNALS:
             signal.signal(signum, lambda n, _: self._early_signals.append(n))
         try:
             self.directory = private_directory()
@@ -198,7 +204,7 @@ class TuiSession:
                 return failed if failed is not None else 1
             assert directory is not None  # start() made it, or failed
             inner = directory / "app-server.sock"
-            with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
+            with anyio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
                 for signum in self._early_signals:
                     tui.send_signal(signum)
                 async with anyio.create_task_group() as tasks:
