@@ -220,11 +220,44 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def test_without_a_command_it_says_how_to_use_it(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "codex_presence", "claude"], capture_output=True, text=True
+def test_without_a_command_it_runs_claude_from_the_path(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    fake_claude(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env.update(
+        PATH=f"{tmp_path}{os.pathsep}{env.get('PATH', '')}",
+        CLAUDE_CONFIG_DIR=str(tmp_path / "config"),
+        FAKE_CLAUDE_SCRIPT=json.dumps([{"do": "dump", "path": str(dump)}]),
+        FAKE_CLAUDE_TRANSCRIPT=str(tmp_path / "transcript.jsonl"),
     )
-    assert proc.returncode == 2 and "usage: codex-presence claude" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "claude"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(dump.read_text())["argv"]
+    assert argv[1] == "--settings" and argv[3:] == []
+
+
+def test_a_command_that_is_not_claude_and_fails_gets_a_hint(tmp_path: Path) -> None:
+    """``sh --settings FILE -c true`` is not what the user meant: say where FILE went."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "claude", "--", "sh", "-c", "true"],
+        env={**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "config")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "sh exited with status 2; `--settings FILE` was put right after it, so it must take "
+        'claude\'s arguments: run claude itself, or a script that passes "$@" on to claude'
+    ) in proc.stderr
 
 
 def test_a_claude_that_cannot_run_is_127(tmp_path: Path) -> None:

@@ -50,11 +50,11 @@ import anyio
 import orjson
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import Child, exit_status, spawn, wait_child
+from codex_presence.agent.child import FORWARDED_SIGNALS, Child, exit_status, spawn, wait_child
 from codex_presence.agent.claude_files import ClaudeFiles
 from codex_presence.agent.hook_server import HookServer
+from codex_presence.agent.observers import Companion, Observer, deliver, log_transition
 from codex_presence.agent.recorder import Recorder, start_recorder
-from codex_presence.agent.relay import Companion, Observer, deliver, log_transition
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
 from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
@@ -63,7 +63,6 @@ __all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_setting
 
 logger = logging.getLogger("codex_presence.claude")
 
-_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 POLL_INTERVAL = 0.1
 
 
@@ -205,7 +204,7 @@ class ClaudeSession:
             if self._observe:
                 url = await tg.start(self.server.serve)
                 argv = _with_settings(argv, _write_settings(private, with_hooks(settings, url)))
-            with anyio.open_signal_receiver(*_FORWARDED_SIGNALS) as signals:
+            with anyio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
                 self._start = self._clock()
                 try:
                     process = spawn(argv, env=env, own_group=False)
@@ -225,7 +224,16 @@ class ClaudeSession:
                         process.wait(5)
                     process.release()  # its watchdog ends what is left of claude's tree
                 tg.cancel_scope.cancel()
-        return exit_status(returncode)
+        status = exit_status(returncode)
+        if status != 0 and self._observe and "claude" not in Path(command[0]).name:
+            logger.warning(
+                "%s exited with status %d; `--settings FILE` was put right after it, so it "
+                "must take claude's arguments: run claude itself, or a script that passes "
+                '"$@" on to claude',
+                command[0],
+                status,
+            )
+        return status
 
     async def _forward_signals(
         self, signals: AsyncIterator[signal.Signals], process: Child

@@ -1,4 +1,4 @@
-"""``codex-presence claude [options] -- claude [ARGS...]``: a Claude Code session on the roster.
+"""``codex-presence claude [options] [-- claude [ARGS...]]``: a Claude Code session on the roster.
 
 The Claude Code counterpart of ``wrap``, with its options and environment variables. The
 session itself is :mod:`codex_presence.agent.claude_session`'s; this module reads the
@@ -18,14 +18,15 @@ HELP = "run Claude Code (`claude`) with hooks that put its state on the roster"
 _EPILOG = """\
 Put `codex-presence claude --` in front of `claude`: claude runs as usual, on your terminal
 (nothing is proxied), with `--settings FILE` added after the command's first word (a
---settings of your own in ARGS is carried in FILE). FILE (private, removed at the end)
-sends claude's hooks to a server of ours on 127.0.0.1, which derives your state: working
-while a turn, a tool or a subagent runs, blocked while a permission dialog or a question
-waits for you, idle otherwise. Interrupts (Esc, Ctrl-C, "No"), which fire no hook, are read
-from claude's transcript and its session status file: the roster shows idle within 2 s,
-mostly well under one. The exit status is claude's (128+N if signal N killed it); SIGTERM
-and SIGHUP are forwarded, and so is SIGINT unless it came from the terminal (claude has it
-then). claude never outlives this command.
+--settings of your own in ARGS is carried in FILE). Without `-- CMD`, CMD is `claude` from
+your PATH; a CMD of your own (a wrapper script) must pass its arguments on to claude. FILE
+(private, removed at the end) sends claude's hooks to a server of ours on 127.0.0.1, which
+derives your state: working while a turn, a tool or a subagent runs, blocked while a
+permission dialog or a question waits for you, idle otherwise. Interrupts (Esc, Ctrl-C,
+"No"), which fire no hook, are read from claude's transcript and its session status file:
+the roster shows idle within 2 s, mostly well under one. The exit status is claude's
+(128+N if signal N killed it); SIGTERM and SIGHUP are forwarded, and so is SIGINT unless it
+came from the terminal (claude has it then). claude never outlives this command.
 
 Reporting, --record, --no-trace and the environment variables are wrap's: with --broker
 (or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or $CODEX_PRESENCE_TOKEN), the
@@ -37,8 +38,6 @@ warnings and errors are written there, unless -v; --log-file FILE gets the whole
 example: codex-presence claude --record session.jsonl -- claude --permission-mode default
 """
 
-_USAGE_HINT = "usage: codex-presence claude [options] -- claude [ARGS...]"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     wrap.configure(parser)
@@ -46,11 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise UsageError(f"no claude command; {_USAGE_HINT}")
+    command = wrap.given_command(args) or ["claude"]
     # claude's screen is our stderr: transitions there would be scribbled over its UI.
     quiet = args.quiet or (not args.log_file and not args.verbose and sys.stderr.isatty())
     try:
@@ -71,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         child_environment,
         split_settings,
     )
-    from codex_presence.agent.relay import log_transition
+    from codex_presence.agent.observers import log_transition
 
     # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
     observe = not args.no_trace or bool(args.record)

@@ -49,11 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        command = ["codex"]
+    command = wrap.given_command(args) or ["codex"]
     import sys
 
     held = None
