@@ -225,7 +225,7 @@ class ClaudeSession:
                     process.release()  # its watchdog ends what is left of claude's tree
                 tg.cancel_scope.cancel()
         status = exit_status(returncode)
-        if status != 0 and self._observe and "claude" not in Path(command[0]).name:
+        if 0 < status < 128 and self._observe and "claude" not in Path(command[0]).name:
             logger.warning(
                 "%s exited with status %d; `--settings FILE` was put right after it, so it "
                 "must take claude's arguments: run claude itself, or a script that passes "
