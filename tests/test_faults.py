@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -301,6 +302,21 @@ def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault
     # The broker held "blocked" through the fault (its TTL had not run out) and the daemon's
     # working/idle/blocked in between were superseded: the roster went on showing blocked.
     assert "blocked" in shown
+
+
+def test_the_fault_proxy_refuses_and_comes_back_on_its_port_at_once() -> None:
+    """The flapping test's outage ends right after it began (the flapper's last "refuse", then
+    recover()'s "pass"): the port must be free again at once, and refused in between."""
+    proxy = FaultProxy(upstream_port=9)  # nothing is forwarded: only the listener matters
+    try:
+        for _ in range(20):
+            proxy.set_mode("refuse")
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", proxy.port), timeout=1).close()
+            proxy.set_mode("pass")
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=1).close()
+    finally:
+        proxy.close()
 
 
 def test_a_flapping_broker(tmp_path: Path) -> None:

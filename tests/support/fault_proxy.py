@@ -3,9 +3,12 @@ unreachable, failing, slow to take a request, or slow to answer one it already a
 
 from __future__ import annotations
 
+import errno
+import random
 import socket
 import threading
 from contextlib import suppress
+from pathlib import Path
 
 
 class FaultProxy:
@@ -26,6 +29,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
         self._cut = threading.Event()
         self._closed = False
         self.port = 0
@@ -38,13 +42,18 @@ class FaultProxy:
 
     def _listen(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        sock.listen(256)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            _bind(sock, self.port)
+            sock.listen(256)
+        except OSError:
+            sock.close()
+            raise
         sock.settimeout(0.05)
         self.port = sock.getsockname()[1]
         self._listener = sock
-        threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, args=(sock,), daemon=True)
+        self._acceptor.start()
 
     def _accept(self, sock: socket.socket) -> None:
         while self._listener is sock:
@@ -73,6 +82,12 @@ class FaultProxy:
             conn.close()
         if mode == "refuse" and self._listener is not None:
             listener, self._listener = self._listener, None
+            with suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # refused from now on
+            # The acceptor's poll holds the socket, listening, until it sees it is no longer
+            # the listener: a `pass` right after would find the port in use.
+            if self._acceptor is not None:
+                self._acceptor.join(5)
             listener.close()
         elif mode != "refuse" and self._listener is None and not self._closed:
             self._listen()
@@ -153,3 +168,27 @@ def _pump(
 
 
 # -- watching the session and the roster -------------------------------------------------------
+
+
+def _bind(sock: socket.socket, port: int) -> None:
+    """Bind ``port`` on loopback; the first time (0), a free port below the ephemeral range.
+
+    ``refuse`` closes the listener and ``pass`` binds the same port again: an ephemeral port
+    could have been handed meanwhile to an outgoing connection (anyone's, on this machine),
+    and the proxy could not come back ("Address already in use")."""
+    if port:
+        sock.bind(("127.0.0.1", port))
+        return
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        try:
+            sock.bind(("127.0.0.1", random.randrange(1024, low)))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+        else:
+            return
+    raise OSError(errno.EADDRINUSE, "no free port below the ephemeral range")
