@@ -25,6 +25,7 @@ from codex_presence.core.claude_protocol import HOOK_EVENTS, HOOK_TIMEOUT
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.processes import alive
 from tests.support.roster_watch import RosterWatch
 from tests.support.waiting import eventually
 
@@ -210,14 +211,7 @@ def test_claude_dies_when_the_command_is_sigkilled(tmp_path: Path) -> None:
     child = _claude_pid(proc)
     proc.kill()
     proc.wait(10)
-    eventually(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), within=5)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+    eventually(lambda: not alive(child), within=5)
 
 
 def test_without_a_command_it_runs_claude_from_the_path(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
+from tests.support.processes import alive
 from tests.support.tui_driver import short_tempdir
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import wrap_env
@@ -76,15 +77,6 @@ def setup() -> Iterator[Setup]:
             }
         )
         yield Setup(root, codex, root / "seen.jsonl", root / "daemon", env)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_the_tui_status_is_ours_and_the_session_leaves_nothing_behind(setup: Setup) -> None:

@@ -54,6 +54,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.fault_proxy import FaultProxy
+from tests.support.processes import alive
 from tests.support.redis_server import redis_server
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
@@ -510,14 +511,6 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
     assert wrap.stdout == child_wrote(tmp_path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
     tmp_path: Path,
 ) -> None:
@@ -534,7 +527,7 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         wrap.proc.kill()  # no chance to report idle
         wrap.proc.wait(10)
         killed = time.monotonic()
-        eventually(lambda: not _alive(child), 10, "the child died with wrap")
+        eventually(lambda: not alive(child), 10, "the child died with wrap")
         eventually(lambda: activity(broker.url) == "idle", ttl + SETTLE, "the TTL lapse")
         lapsed = time.monotonic() - killed
         eventually(lambda: connected(broker.url) == 0, 10, "the stream uncounted")

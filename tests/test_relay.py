@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
 from codex_presence.agent.relay import Relay, exit_status
+from tests.support.processes import alive
 from tests.support.waiting import eventually
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
@@ -369,15 +370,6 @@ def test_stdin_eof_closes_the_childs_stdin_and_wrap_waits() -> None:
     assert (proc.returncode, out) == (5, b"100000")
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return status != "Z"
-
-
 def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     proc = wrap(
         "--quiet", "--", PY, "-c", SIGNAL_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -388,8 +380,8 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert group == child  # its own process group, so signals reach its helpers too
     proc.kill()
     proc.wait(10)
-    eventually(lambda: not pid_alive(child), 5, "the child's death")
-    assert not pid_alive(child)
+    eventually(lambda: not alive(child), 5, "the child's death")
+    assert not alive(child)
 
 
 TREE = str(Path(__file__).resolve().parent / "support" / "process_tree.py")
@@ -398,7 +390,7 @@ TREE = str(Path(__file__).resolve().parent / "support" / "process_tree.py")
 def tree_of(proc: subprocess.Popen[bytes]) -> list[int]:
     assert proc.stdout is not None
     pids = [int(p) for p in wait_line(proc.stdout).split()]
-    assert all(pid_alive(pid) for pid in pids[1:])
+    assert all(alive(pid) for pid in pids[1:])
     return pids
 
 
@@ -423,7 +415,7 @@ def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled(target: str) -> None:
     else:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    eventually(lambda: not any(pid_alive(pid) for pid in pids), 5, "the whole tree's death")
+    eventually(lambda: not any(alive(pid) for pid in pids), 5, "the whole tree's death")
 
 
 def test_what_the_child_leaves_running_dies_with_wrap() -> None:
@@ -432,7 +424,7 @@ def test_what_the_child_leaves_running_dies_with_wrap() -> None:
     proc = wrap("--quiet", "--", PY, TREE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     pids = tree_of(proc)
     assert proc.wait(30) == 0
-    eventually(lambda: not any(pid_alive(pid) for pid in pids), 5, "the leftovers' death")
+    eventually(lambda: not any(alive(pid) for pid in pids), 5, "the leftovers' death")
 
 
 def rss_kb(pid: int) -> int:
