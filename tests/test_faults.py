@@ -215,8 +215,8 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
 ) -> None:
     """The session runs inside the broker link's task group; a task that raised would
     cancel it. A reporter that blows up is logged, and the session goes on."""
-    import codex_presence.agent.broker_link as daemon
-    from codex_presence.agent.relay import Relay
+    import codex_presence.client.link as daemon
+    from codex_presence.agent.wrap.session import Relay
 
     class Broken(daemon.ActivityReporter):
         async def run(self) -> None:

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
-from codex_presence.agent.relay import Relay, exit_status
+from codex_presence.agent.wrap.session import Relay, exit_status
 from tests.support.processes import alive
 from tests.support.waiting import eventually
 
@@ -752,7 +752,7 @@ def deschedule_after_writing(
 ) -> None:
     """Make the relay's thread that just wrote a part for which ``when(fd, part)`` holds
     lose the CPU for ``seconds`` right after that write, as a busy machine may."""
-    import codex_presence.agent.pump as pump_module  # the copy threads write there
+    import codex_presence.agent.wrap.pump as pump_module  # the copy threads write there
 
     class Descheduled:
         def __getattr__(self, name: str) -> Any:

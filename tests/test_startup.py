@@ -20,10 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codex_presence.agent.pump import Pump
-from codex_presence.agent.relay import Relay
+from codex_presence.agent.wrap.pump import Pump
+from codex_presence.agent.wrap.session import Relay
 from codex_presence.core.activity import Transition
-from codex_presence.core.prefilter import ChunkAnalyzer
+from codex_presence.core.codex.prefilter import ChunkAnalyzer
 from codex_presence.core.recording import read_entries, read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import make_team, running_broker, token_of

@@ -31,13 +31,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 
+from codex_presence.agent.watchdog import descendants
+
 __all__ = [
     "FORWARDED_SIGNALS",
     "PIPE_SIZE",
     "Child",
     "Launched",
     "ProcessTree",
-    "descendants",
     "exit_status",
     "forget_env",
     "grow_pipe",
@@ -447,28 +448,6 @@ async def wait_child(child: Child) -> int:
         await anyio.wait_readable(child.reports)
     assert child.returncode is not None
     return child.returncode
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process under ``pid`` (from /proc; Linux), children before grandchildren."""
-    children: dict[int, list[int]] = {}
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                    parent = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue  # gone meanwhile
-            children.setdefault(parent, []).append(int(entry.name))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(0), ()):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 class ProcessTree:

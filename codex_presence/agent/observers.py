@@ -1,9 +1,9 @@
 """What every agent-side shell does with the transitions it derives: the observers that get
 them and the companions that live as long as the session.
 
-``wrap`` (:mod:`~codex_presence.agent.relay`), the TUI session
-(:mod:`~codex_presence.agent.tui`) and the Claude Code session
-(:mod:`~codex_presence.agent.claude_session`) share these, so a transition reaches the log
+``wrap`` (:mod:`~codex_presence.agent.wrap.session`), the TUI session
+(:mod:`~codex_presence.agent.tui.session`) and the Claude Code session
+(:mod:`~codex_presence.agent.claude.session`) share these, so a transition reaches the log
 and the broker link the same way whichever feeder found it.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import Unknown
+from codex_presence.core.codex.mapping import Unknown
 
 __all__ = ["Companion", "Observer", "deliver", "log_transition", "log_unknown"]
 

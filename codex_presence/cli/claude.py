@@ -1,7 +1,7 @@
 """``codex-presence claude [options] [-- claude [ARGS...]]``: a Claude Code session on the roster.
 
 The Claude Code counterpart of ``wrap``, with its options and environment variables. The
-session itself is :mod:`codex_presence.agent.claude_session`'s; this module reads the
+session itself is :mod:`codex_presence.agent.claude.session`'s; this module reads the
 options and sets up logging. Import-light on purpose: everything loads inside :func:`run`.
 """
 
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
-    from codex_presence.agent.claude_files import config_dir
-    from codex_presence.agent.claude_session import (
+    from codex_presence.agent.claude.files import config_dir
+    from codex_presence.agent.claude.session import (
         ClaudeSession,
         SettingsError,
         child_environment,

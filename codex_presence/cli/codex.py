@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
-    from codex_presence.agent.tui import TuiSession
+    from codex_presence.agent.tui.session import TuiSession
 
     # Spawn first: the TUI starts while the rest loads (the broker link's HTTP client, the
     # websocket parsers). The token is ours, not the children's: codex, and every command

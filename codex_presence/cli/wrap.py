@@ -3,7 +3,7 @@
 Spawn first (issue 13): :func:`run` starts the child, and copies its bytes, before it loads
 anything beyond the standard library; the mapping, anyio and the broker link load once the
 child has started up, and the analysis catches up then (see
-:mod:`codex_presence.agent.pump`). So this module, and everything :func:`run` needs before
+:mod:`codex_presence.agent.wrap.pump`). So this module, and everything :func:`run` needs before
 the child runs, is import-light, and ``typing`` is not loaded either.
 """
 
@@ -17,8 +17,8 @@ TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from codex_presence.agent.broker_link import BrokerLink
     from codex_presence.agent.child import Launched
+    from codex_presence.client.link import BrokerLink
 
 HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that derives its state"
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         launched = launch(command)
     except OSError as exc:
         launched = exc
-    from codex_presence.agent.pump import Pump, cannot_run
+    from codex_presence.agent.wrap.pump import Pump, cannot_run
 
     if isinstance(launched, OSError):
         setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     pump.server_done.wait(SETTLE)
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
     link = None if args.broker else broker_link(args)  # said at once, and cheap
-    from codex_presence.core.prefilter import ChunkAnalyzer
+    from codex_presence.core.codex.prefilter import ChunkAnalyzer
 
     analyzer = ChunkAnalyzer(deferred=True)
     pump.equip(analyzer)
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from codex_presence.agent.observers import log_transition
-    from codex_presence.agent.relay import Relay
+    from codex_presence.agent.wrap.session import Relay
 
     if args.broker:
         link = broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
@@ -168,8 +168,8 @@ def broker_link(
     if not args.broker:
         logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
         return None
-    from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
     from codex_presence.client.auth import TokenError, read_token
+    from codex_presence.client.link import BrokerLink, BrokerSettings
 
     try:
         token = read_token(token_file=args.token_file, environ=environ)

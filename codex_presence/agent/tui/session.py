@@ -13,7 +13,8 @@ loaded, and waits for nothing: the TUI's own start overlaps with the app-server'
 2. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
    directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
    session's) and environment, in a process group of its own, killed with its whole tree if
-   we die, however we die (its watchdog: :func:`~.child.spawn`). Its output goes to a pipe
+   we die, however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Its output
+   goes to a pipe
    and into our log, never to the terminal the TUI draws on.
 3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal, in our process group (the
    terminal's foreground group, which a program reading the terminal must be in), sent
@@ -68,11 +69,11 @@ from codex_presence.agent.child import (
 )
 from codex_presence.agent.observers import Companion, Observer, deliver, log_transition, log_unknown
 from codex_presence.agent.recorder import Recorder, start_recorder
-from codex_presence.agent.terminal import SavedTerminal
-from codex_presence.core.codex import CodexMapping
+from codex_presence.agent.tui.terminal import SavedTerminal
+from codex_presence.core.codex.mapping import CodexMapping
 
 if TYPE_CHECKING:
-    from codex_presence.agent.ws_relay import WsRelay
+    from codex_presence.agent.tui.ws_relay import WsRelay
 
 __all__ = ["TuiSession", "private_directory"]
 
@@ -88,8 +89,9 @@ _ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 class TuiSession:
     """One TUI session through the relay: spawn, relay, forward signals, end, exit status.
 
-    ``observers`` and ``companions`` are wrap's (:class:`~.relay.Relay`); they may be set
-    between :meth:`start` and :meth:`run`."""
+    ``observers`` and ``companions`` are wrap's
+    (:class:`~codex_presence.agent.wrap.session.Relay`); they may be set between
+    :meth:`start` and :meth:`run`."""
 
     def __init__(
         self,
@@ -262,7 +264,7 @@ class TuiSession:
     async def _relay_until_the_end(self, tui: Child, app_server: Child) -> int:
         """Relay until the TUI exits (its status), or the app-server exits or never listens
         (1, the TUI ended). The TUI and the terminal are left as they should be."""
-        from codex_presence.agent.ws_relay import WsRelay  # h11 and wsproto: after the spawn
+        from codex_presence.agent.tui.ws_relay import WsRelay  # h11 and wsproto: after the spawn
 
         assert self.directory is not None and self._listener is not None
         inner = self.directory / "app-server.sock"

@@ -3,7 +3,7 @@ files, fed to the sans-I/O Claude Code mapping.
 
 It owns the session's plumbing: the loopback hook server (:mod:`.hook_server`), the private
 settings file that points claude's HTTP hooks at it, claude itself, the follower of claude's
-transcript and session status file (:mod:`.claude_files`), the mapping's timer, the
+transcript and session status file (:mod:`.files`), the mapping's timer, the
 recording, signals and the exit status. Like the relay for ``wrap``, it hands every
 transition to its observers and keeps its companions (the broker link) alive exactly as long
 as the session.
@@ -13,7 +13,8 @@ as the session.
   suspends as if run directly. A Ctrl-C typed there reaches claude from the terminal, so
   we do not forward it (claude takes a second one as "exit"); SIGINT sent to us alone, and
   SIGTERM and SIGHUP, are forwarded; a second forwarded one kills claude. claude, and every
-  process it starts, dies with us, however we end (its watchdog, :func:`~.child.spawn`), and
+  process it starts, dies with us, however we end (its watchdog, see
+  :func:`~codex_presence.agent.child.spawn`), and
   our exit status is claude's (128+N for signal N).
 * **claude's settings**: ``--settings FILE`` is put after the command's first word; FILE
   (mode 0600, in a private 0700 directory removed at the end) holds one HTTP hook per event
@@ -51,13 +52,13 @@ import orjson
 
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import FORWARDED_SIGNALS, Child, exit_status, spawn, wait_child
-from codex_presence.agent.claude_files import ClaudeFiles
-from codex_presence.agent.hook_server import HookServer
+from codex_presence.agent.claude.files import ClaudeFiles
+from codex_presence.agent.claude.hook_server import HookServer
 from codex_presence.agent.observers import Companion, Observer, deliver, log_transition
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.core.activity import Transition
-from codex_presence.core.claude import ClaudeMapping
-from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
+from codex_presence.core.claude.mapping import ClaudeMapping
+from codex_presence.core.claude.protocol import ClaudeSource, with_hooks
 
 __all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
 

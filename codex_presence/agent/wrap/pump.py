@@ -5,7 +5,7 @@ before it loads anything else (issue 13) — logging, the analysis and the recor
 once the child has started up, the codex mapping, anyio and the broker link after them.
 Until the analysis is loaded (:meth:`Pump.equip`), the bytes that cross are kept, in order,
 in a bounded buffer; then the analyzer frames and filters them and keeps the lines that may
-matter until the mapping is attached (see :mod:`codex_presence.core.prefilter`). The relay
+matter until the mapping is attached (see :mod:`codex_presence.core.codex.prefilter`). The relay
 is never held back.
 
 Design, and why:
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from codex_presence.agent.analysis import AnalysisGuard
     from codex_presence.agent.recorder import Recorder
     from codex_presence.core.activity import Transition
-    from codex_presence.core.codex import CodexMapping
-    from codex_presence.core.codex_protocol import Direction
-    from codex_presence.core.prefilter import ChunkAnalyzer
+    from codex_presence.core.codex.mapping import CodexMapping
+    from codex_presence.core.codex.prefilter import ChunkAnalyzer
+    from codex_presence.core.codex.protocol import Direction
 
 __all__ = ["CHUNK_SIZE", "DEFAULT_MAX_EARLY", "Pump", "cannot_run"]
 

@@ -1,12 +1,12 @@
 """The relay: the session of ``wrap``, a byte-exact stdio proxy in front of a child.
 
-The bytes are :mod:`codex_presence.agent.pump`'s (spawn, the two copy threads, the
+The bytes are :mod:`codex_presence.agent.wrap.pump`'s (spawn, the two copy threads, the
 analysis lock) and the child's process is :mod:`codex_presence.agent.child`'s; the relay is
 the event loop around them. It attaches the codex mapping to the pump's analyzer, delivers
 each :class:`~codex_presence.core.activity.Transition` the copy threads found to its
 observers, forwards signals, waits for the child, drains what it wrote, and returns its
 exit status. What the bytes mean is not its business: the sans-I/O
-:class:`~codex_presence.core.prefilter.ChunkAnalyzer` feeds the mapping.
+:class:`~codex_presence.core.codex.prefilter.ChunkAnalyzer` feeds the mapping.
 
 Design, and why:
 
@@ -41,10 +41,10 @@ import anyio
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import FORWARDED_SIGNALS, exit_status, wait_child
 from codex_presence.agent.observers import Companion, Observer, deliver, log_transition, log_unknown
-from codex_presence.agent.pump import CHUNK_SIZE, Pump
+from codex_presence.agent.wrap.pump import CHUNK_SIZE, Pump
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping
-from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
+from codex_presence.core.codex.mapping import CodexMapping
+from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
 __all__ = ["Relay", "exit_status"]
 
