@@ -7,7 +7,7 @@ between the two, so the codex mapping of ``wrap`` sees the traffic.
 The start (:meth:`TuiSession.start`) spawns both children at once, before anything slow is
 loaded, and waits for nothing: the TUI's own start overlaps with the app-server's.
 
-1. OUTER listening: 0600, in a private 0700 directory (:func:`private_directory`). The TUI
+1. OUTER listening: 0600, in a private 0700 directory (:mod:`.sockets`). The TUI
    exits at once when its socket is missing or refuses; this one accepts from the start (the
    kernel queues the connection until the relay serves it).
 2. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
@@ -50,7 +50,6 @@ import os
 import re
 import signal
 import socket
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -80,18 +79,24 @@ from codex_presence.agent.session import (
     log_transition,
     log_unknown,
 )
+from codex_presence.agent.tui.sockets import (
+    accepts,
+    link_target,
+    listen,
+    private_directory,
+    remove,
+    said,
+)
 from codex_presence.agent.tui.terminal import SavedTerminal
 from codex_presence.core.codex.mapping import CodexMapping
 
 if TYPE_CHECKING:
     from codex_presence.agent.tui.ws_relay import WsRelay
 
-__all__ = ["TuiSession", "private_directory"]
+__all__ = ["TuiSession"]
 
 logger = logging.getLogger("codex_presence.tui")
 
-_SUN_PATH_MAX = 107
-"""The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
 _LAST_OUTPUT_LINES = 20
 _ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 """The colours of the app-server's log lines: not for a log file."""
@@ -167,9 +172,9 @@ class TuiSession:
         try:
             self.directory = private_directory()
             inner, outer = self.directory / "app-server.sock", self.directory / "tui.sock"
-            self._listener = _listen(outer)
+            self._listener = listen(outer)
         except OSError as exc:
-            logger.error("cannot make the session's sockets: %s", _said(exc))
+            logger.error("cannot make the session's sockets: %s", said(exc))
             self._failed = 1
             return self._failed
         logger.debug(
@@ -237,7 +242,7 @@ class TuiSession:
                         finally:
                             self.session.close("eof")  # idle now, not after the app-server's end
                             await finish_recording(self._recorder, self._now())
-                            inner_target = _link_target(inner)
+                            inner_target = link_target(inner)
                             with anyio.CancelScope(shield=True):
                                 await self._end_app_server(app_server, tree)
                 finally:
@@ -263,7 +268,7 @@ class TuiSession:
         if self._output_fd >= 0:
             os.close(self._output_fd)
             self._output_fd = -1
-        _remove(self.directory, inner_target)
+        remove(self.directory, inner_target)
 
     async def _relay_until_the_end(self, tui: Child, app_server: Child) -> int:
         """WrapSession until the TUI exits (its status), or the app-server exits or never listens
@@ -345,14 +350,10 @@ class TuiSession:
         """Poll INNER until it accepts a connection; False after ``ready_timeout``."""
         deadline = self._clock() + self.ready_timeout
         while self._clock() < deadline:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.connect(str(inner))
-                except OSError:
-                    await anyio.sleep(0.01)
-                    continue
-            logger.debug("the app-server listens (%.3f s)", self._now())
-            return True
+            if accepts(inner):
+                logger.debug("the app-server listens (%.3f s)", self._now())
+                return True
+            await anyio.sleep(0.01)
         return False
 
     # -- the ends ------------------------------------------------------------------------------
@@ -419,63 +420,3 @@ class TuiSession:
         if not self._output:
             return ""
         return "; it said:\n  " + "\n  ".join(self._output)
-
-
-def private_directory(bases: Sequence[str | None] | None = None) -> Path:
-    """A new 0700 directory for the session's sockets: in ``$XDG_RUNTIME_DIR`` (the user's
-    own, in memory) if there is one, else the temporary directory, else /tmp — the first
-    of ``bases`` where one can be made and the socket paths fit in ``sun_path``. Raises
-    OSError saying why each failed."""
-    if bases is None:
-        bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
-    why: list[str] = []
-    for base in dict.fromkeys(b for b in bases if b):
-        # mkdtemp adds 8 characters to the prefix; the longest name is "app-server.sock".
-        if len(str(Path(base, "codex-presence-12345678", "app-server.sock"))) > _SUN_PATH_MAX:
-            why.append(f"{base}: too long a path for a unix socket")
-            continue
-        try:
-            return Path(tempfile.mkdtemp(prefix="codex-presence-", dir=base))
-        except OSError as exc:
-            why.append(f"{base}: {exc.strerror or exc}")
-    raise OSError(f"no directory for them ({'; '.join(why) or 'none to try'})")
-
-
-def _said(exc: OSError) -> str:
-    """An OSError in a few words: ``PATH: reason``, or its message."""
-    if exc.strerror and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    return exc.strerror or str(exc)
-
-
-def _listen(path: Path) -> socket.socket:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        path.chmod(0o600)
-        listener.listen(16)
-    except BaseException:
-        listener.close()
-        raise
-    return listener
-
-
-def _link_target(path: Path) -> Path | None:
-    """Where ``--listen unix://PATH`` put the socket: PATH is a symlink to it."""
-    try:
-        return path.parent / path.readlink()
-    except OSError:
-        return None
-
-
-def _remove(directory: Path | None, inner_target: Path | None) -> None:
-    """The private directory, and the socket and lock file behind INNER's symlink (the
-    app-server leaves both when a signal ends it)."""
-    if inner_target is not None:
-        for leftover in (inner_target, inner_target.with_name(inner_target.name + ".lock")):
-            with suppress(OSError):
-                leftover.unlink()
-    if directory is not None:
-        import shutil
-
-        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,90 @@
+"""The sockets of ``codex-presence codex``'s session, and the private directory they live in.
+
+The TUI connects to OUTER (ours, listening before the TUI starts); the app-server listens
+on INNER (``--listen unix://INNER`` makes INNER a symlink to a socket of its own, with a
+lock file beside it). Both live in a fresh 0700 directory, each socket 0600, so no other
+user can reach either end; all of it is removed at the session's end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+
+__all__ = ["accepts", "link_target", "listen", "private_directory", "remove", "said"]
+
+_SUN_PATH_MAX = 107
+"""The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
+
+
+def private_directory(bases: Sequence[str | None] | None = None) -> Path:
+    """A new 0700 directory for the session's sockets: in ``$XDG_RUNTIME_DIR`` (the user's
+    own, in memory) if there is one, else the temporary directory, else /tmp — the first
+    of ``bases`` where one can be made and the socket paths fit in ``sun_path``. Raises
+    OSError saying why each failed."""
+    if bases is None:
+        bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
+    why: list[str] = []
+    for base in dict.fromkeys(b for b in bases if b):
+        # mkdtemp adds 8 characters to the prefix; the longest name is "app-server.sock".
+        if len(str(Path(base, "codex-presence-12345678", "app-server.sock"))) > _SUN_PATH_MAX:
+            why.append(f"{base}: too long a path for a unix socket")
+            continue
+        try:
+            return Path(tempfile.mkdtemp(prefix="codex-presence-", dir=base))
+        except OSError as exc:
+            why.append(f"{base}: {exc.strerror or exc}")
+    raise OSError(f"no directory for them ({'; '.join(why) or 'none to try'})")
+
+
+def said(exc: OSError) -> str:
+    """An OSError in a few words: ``PATH: reason``, or its message."""
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc)
+
+
+def listen(path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        path.chmod(0o600)
+        listener.listen(16)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def link_target(path: Path) -> Path | None:
+    """Where ``--listen unix://PATH`` put the socket: PATH is a symlink to it."""
+    try:
+        return path.parent / path.readlink()
+    except OSError:
+        return None
+
+
+def remove(directory: Path | None, inner_target: Path | None) -> None:
+    """The private directory, and the socket and lock file behind INNER's symlink (the
+    app-server leaves both when a signal ends it)."""
+    if inner_target is not None:
+        for leftover in (inner_target, inner_target.with_name(inner_target.name + ".lock")):
+            with suppress(OSError):
+                leftover.unlink()
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def accepts(path: Path) -> bool:
+    """Whether the socket at ``path`` accepts a connection now."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
