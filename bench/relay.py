@@ -71,10 +71,12 @@ def patched_wrap(patch: str) -> list[str]:
 
 VARIANTS = {
     "relay alone (no analysis)": patched_wrap(
-        "import codex_presence.core.prefilter as m; m.ChunkAnalyzer.feed = lambda self, d, c: []"
+        "import codex_presence.core.codex.prefilter as m; "
+        "m.ChunkAnalyzer.feed = lambda self, d, c: []"
     ),
     "pre-filter alone (inert mapping)": patched_wrap(
-        "import codex_presence.core.codex as m; m.CodexMapping.feed_line = lambda self, d, l: None"
+        "import codex_presence.core.codex.mapping as m; "
+        "m.CodexMapping.feed_line = lambda self, d, l: None"
     ),
 }
 THREADS = ("01a22c94-1743-7cf3-8b22-0496ed4ad6d8", "01a22c95-8421-74e0-992d-d760cc3d2438")
@@ -264,8 +266,8 @@ def analysis_cost(stream: Path) -> tuple[float, float, float]:
     cost: the part to make cheaper. The pre-filter alone is timed with a mapping whose
     ``feed_line`` does nothing."""
     from codex_presence.core.activity import Transition
-    from codex_presence.core.codex import CodexMapping, Direction
-    from codex_presence.core.prefilter import ChunkAnalyzer
+    from codex_presence.core.codex.mapping import CodexMapping, Direction
+    from codex_presence.core.codex.prefilter import ChunkAnalyzer
 
     class Inert(CodexMapping):
         def feed_line(self, direction: Direction, line: bytes) -> Transition | None:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
         HandleKind,
         Transition,
     )
-    from codex_presence.core.claude import ClaudeMapping
-    from codex_presence.core.codex import CodexMapping, Direction, MappingStats
+    from codex_presence.core.claude.mapping import ClaudeMapping
+    from codex_presence.core.codex.mapping import CodexMapping, Direction, MappingStats
     from codex_presence.core.recording import Entry, encode_entry, read_entries
 
 __version__ = "0.1.0"
@@ -54,10 +54,10 @@ _HOMES = {
     "ActivityState": "codex_presence.core.activity",
     "HandleKind": "codex_presence.core.activity",
     "Transition": "codex_presence.core.activity",
-    "ClaudeMapping": "codex_presence.core.claude",
-    "CodexMapping": "codex_presence.core.codex",
-    "Direction": "codex_presence.core.codex",
-    "MappingStats": "codex_presence.core.codex",
+    "ClaudeMapping": "codex_presence.core.claude.mapping",
+    "CodexMapping": "codex_presence.core.codex.mapping",
+    "Direction": "codex_presence.core.codex.mapping",
+    "MappingStats": "codex_presence.core.codex.mapping",
     "Entry": "codex_presence.core.recording",
     "encode_entry": "codex_presence.core.recording",
     "read_entries": "codex_presence.core.recording",

@@ -14,6 +14,8 @@ One place for what a runner, the broker, its clients and the web page must agree
 * the token: where it comes from in the environment, and which characters it may hold;
 * the privilege bucket (admin, operator or none) and the permissions that make it;
 * the answer to ``GET /whoami`` (:func:`parse_whoami`: bytes in, :class:`Whoami` or None);
+* :class:`Refused`: a request answered with an error status and its reason, whichever
+  server refuses it (the broker's endpoints, ``claude``'s hook server);
 * text that is safe to show: which characters a terminal or a log would act on instead of
   showing (:func:`control_character`), and the same text with them escaped
   (:func:`printable`); and a count with its noun (:func:`counted`: "1 member").
@@ -57,6 +59,7 @@ __all__ = [
     "WHOAMI_PATH",
     "ActivityState",
     "Presence",
+    "Refused",
     "RoleJson",
     "Whoami",
     "control_character",
@@ -272,3 +275,24 @@ def printable(text: str) -> str:
 def _escape(found: re.Match[str]) -> str:
     code = ord(found.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class Refused(Exception):
+    """A request answered with ``status`` and ``{"error": reason}``: what any of our HTTP
+    servers raises where it refuses one. ``headers`` are what that answer must carry;
+    ``close``: the rest of the request is never read, so the connection must close."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = dict(headers or {})
+        if close:
+            self.headers["connection"] = "close"

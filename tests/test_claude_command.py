@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from codex_presence.agent import claude_session
-from codex_presence.agent.claude_files import ClaudeFiles
-from codex_presence.agent.claude_session import ClaudeSession
-from codex_presence.core.claude import SETTLE
-from codex_presence.core.claude_protocol import HOOK_EVENTS, HOOK_TIMEOUT
+from codex_presence.agent.claude import session as claude_session
+from codex_presence.agent.claude.files import ClaudeFiles
+from codex_presence.agent.claude.session import ClaudeSession
+from codex_presence.core.claude.mapping import SETTLE
+from codex_presence.core.claude.protocol import HOOK_EVENTS, HOOK_TIMEOUT
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
@@ -420,7 +420,7 @@ async def test_a_bug_in_the_analysis_reports_idle_at_once_not_at_the_end(
 ) -> None:
     """The mapping raises mid-turn: the member shown working is reported idle there and
     then (cause "analysis failed"), not heartbeated until claude exits; claude goes on."""
-    from codex_presence.core.claude import ClaudeMapping
+    from codex_presence.core.claude.mapping import ClaudeMapping
 
     original = ClaudeMapping.feed
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from codex_presence.agent import claude_files
-from codex_presence.agent.claude_files import ClaudeFiles, config_dir
+from codex_presence.agent.claude import files as claude_files
+from codex_presence.agent.claude.files import ClaudeFiles, config_dir
 
 
 def entry(kind: str, **fields: Any) -> bytes:

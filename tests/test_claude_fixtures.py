@@ -5,7 +5,8 @@ The format (docs/claude-code-hooks.md, the project's recording format with the s
 ``hook``, ``transcript`` and ``session``): one JSON object a line, in time order, the end line
 last, and a keys file of driver actions beside each. The expectations in
 ``<name>.expected.json`` were written by reading each recording (and its keys file) and
-applying the rules of :mod:`codex_presence.core.claude` by hand; nothing here generates them.
+applying the rules of :mod:`codex_presence.core.claude.mapping` by hand; nothing here generates
+them.
 """
 
 from __future__ import annotations

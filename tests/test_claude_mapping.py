@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codex_presence.core.claude import SETTLE, ClaudeMapping
-from codex_presence.core.claude_protocol import ClaudeSource
+from codex_presence.core.claude.mapping import SETTLE, ClaudeMapping
+from codex_presence.core.claude.protocol import ClaudeSource
 from tests.support.junk import junk, or_junk
 
 _stamps = itertools.count(1_796_000_000_000)
@@ -540,7 +540,7 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
 
 
 def test_our_hooks_come_after_the_users_own() -> None:
-    from codex_presence.core.claude_protocol import HOOK_EVENTS, with_hooks
+    from codex_presence.core.claude.protocol import HOOK_EVENTS, with_hooks
 
     theirs = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {}}
     merged = with_hooks(theirs, "http://127.0.0.1:1/s/hook")

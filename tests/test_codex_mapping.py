@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, Direction, read_entries
-from codex_presence.core.codex import Unknown
-from codex_presence.core.codex_protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
+from codex_presence.core.codex.mapping import Unknown
+from codex_presence.core.codex.protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
 from tests.support.junk import HUGE, junk, or_junk
 
 
@@ -716,7 +716,7 @@ def test_a_failing_unknown_callback_changes_nothing(caplog: pytest.LogCaptureFix
 def test_a_handler_that_raises_is_logged_and_counted_and_the_next_message_is_handled(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import codex_presence.core.codex as codex_module
+    import codex_presence.core.codex.mapping as codex_module
 
     def broken(m: CodexMapping, **params: Any) -> None:
         raise KeyError("a bug")

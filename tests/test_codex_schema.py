@@ -1,4 +1,4 @@
-"""The schema reader (``codex_presence/core/codex_schema.py``, under ``doctor``) reads the
+"""The schema reader (``codex_presence/core/codex/schema.py``, under ``doctor``) reads the
 protocol sets of every codex version with fixtures, and the mapping classifies all of them.
 
 The live test generates the schema with the real binary (both with and without
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence.core.codex_schema import (
+from codex_presence.core.codex.schema import (
     BUNDLE_FILE,
     MAPPING,
     SCHEMA_FILES,

@@ -215,8 +215,8 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
 ) -> None:
     """The session runs inside the broker link's task group; a task that raised would
     cancel it. A reporter that blows up is logged, and the session goes on."""
-    import codex_presence.agent.broker_link as daemon
-    from codex_presence.agent.relay import Relay
+    import codex_presence.client.link as daemon
+    from codex_presence.agent.wrap.session import WrapSession
 
     class Broken(daemon.ActivityReporter):
         async def run(self) -> None:
@@ -230,7 +230,9 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
         in_r, in_w = os.pipe()
         os.close(in_w)
         out_r, out_w = os.pipe()
-        relay = Relay(stdin=in_r, stdout=out_w, observers=[link.observe], companions=[link.session])
+        relay = WrapSession(
+            stdin=in_r, stdout=out_w, observers=[link.observe], companions=[link.session]
+        )
         child = "import sys, time; time.sleep(0.5); sys.stdout.write('child-done')"
         with anyio.fail_after(30):
             status = await relay.run([PY, "-c", child])

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, HandleKind
-from codex_presence.core.codex_protocol import PASSIVE_ITEM_TYPES, TOOL_ITEM_TYPES
+from codex_presence.core.codex.protocol import PASSIVE_ITEM_TYPES, TOOL_ITEM_TYPES
 from tests.support.junk import with_junk_at_some_field
 from tests.test_codex_mapping import (
     Session,

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from codex_presence.agent.hook_server import HookServer
+from codex_presence.agent.claude.hook_server import HookServer
 
 pytestmark = pytest.mark.anyio
 

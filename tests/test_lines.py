@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, Direction, read_entries
-from codex_presence.core.codex_protocol import skips_unparsed
-from codex_presence.core.prefilter import HOT_SKIPPED_PREFIXES, ChunkAnalyzer
+from codex_presence.core.codex.prefilter import HOT_SKIPPED_PREFIXES, ChunkAnalyzer
+from codex_presence.core.codex.protocol import skips_unparsed
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 

@@ -73,7 +73,7 @@ def test_a_bug_in_a_handler_is_logged_with_its_traceback_and_the_session_goes_on
     tmp_path: Path,
 ) -> None:
     patch = (
-        "import codex_presence.core.codex as m\n"
+        "import codex_presence.core.codex.mapping as m\n"
         "def broken(*args, **kwargs): raise KeyError('a bug in the handler')\n"
         "m._on_turn_completed = broken"
     )
@@ -104,7 +104,7 @@ def test_a_bug_in_the_analysis_ends_in_idle_at_once_said_once_and_the_bytes_go_o
     heartbeated until wrap ends, and the analysis stops for the session (a later turn is not
     seen); every byte still crosses. The guard is the TUI's and claude's."""
     patch = (
-        "import codex_presence.core.codex as m\n"
+        "import codex_presence.core.codex.mapping as m\n"
         "feed_line = m.CodexMapping.feed_line\n"
         "def buggy(self, direction, line):\n"
         "    if b'\"bug\"' in line: raise RuntimeError('a bug in the analysis')\n"

@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from codex_presence.agent.subscription import ConnectionPresence, Outage
+from codex_presence.client.subscription import ConnectionPresence, Outage
 from codex_presence.core.backoff import Backoff
 from tests.support.broker_harness import (
     FakeClock,

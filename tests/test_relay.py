@@ -1,7 +1,7 @@
 """``wrap`` as a client sees it: the same bytes both ways, the same exit status, signals
 forwarded, the child gone with it, bounded memory, ``--record`` that never hurts the relay.
 
-In-process tests run :class:`Relay` on pipes of their own (fast enough for hypothesis);
+In-process tests run :class:`WrapSession` on pipes of their own (fast enough for hypothesis);
 the others run the real ``codex-presence wrap`` command as a subprocess. Every wait is
 bounded in time.
 """
@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import Transition, read_entries
-from codex_presence.agent.relay import Relay, exit_status
+from codex_presence.agent.wrap.session import WrapSession, exit_status
 from tests.support.processes import alive
 from tests.support.waiting import eventually
 
@@ -54,13 +54,13 @@ async def relay_bytes(
     record: Path | None = None,
     observers: list[Callable[[Transition], object]] | None = None,
 ) -> tuple[int, bytes]:
-    """Run ``command`` behind a Relay; write ``chunks`` to its stdin one by one (each a
+    """Run ``command`` behind a WrapSession; write ``chunks`` to its stdin one by one (each a
     separate write), close it, and return (status, everything it wrote to stdout)."""
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     os.set_blocking(in_w, False)
     os.set_blocking(out_r, False)
-    relay = Relay(stdin=in_r, stdout=out_w, record=record, observers=observers or [])
+    relay = WrapSession(stdin=in_r, stdout=out_w, record=record, observers=observers or [])
     received = bytearray()
     status = -1
 
@@ -632,7 +632,7 @@ async def test_companions_span_the_session_and_see_the_final_transition() -> Non
     in_r, in_w = os.pipe()
     os.close(in_w)
     out_r, out_w = os.pipe()
-    relay = Relay(
+    relay = WrapSession(
         stdin=in_r,
         stdout=out_w,
         observers=[lambda t: events.append(f"{t.state.value} ({t.cause})")],
@@ -677,7 +677,7 @@ async def test_the_copy_thread_never_waits_for_transitions_to_be_delivered() -> 
 
     reader = threading.Thread(target=read_stdout, daemon=True)
     reader.start()
-    relay = Relay(stdin=in_r, stdout=out_w, observers=[busy_observer])
+    relay = WrapSession(stdin=in_r, stdout=out_w, observers=[busy_observer])
     with anyio.fail_after(60):
         status = await relay.run([PY, "-c", child])
     os.close(out_w)
@@ -752,7 +752,7 @@ def deschedule_after_writing(
 ) -> None:
     """Make the relay's thread that just wrote a part for which ``when(fd, part)`` holds
     lose the CPU for ``seconds`` right after that write, as a busy machine may."""
-    import codex_presence.agent.pump as pump_module  # the copy threads write there
+    import codex_presence.agent.wrap.pump as pump_module  # the copy threads write there
 
     class Descheduled:
         def __getattr__(self, name: str) -> Any:
@@ -801,7 +801,7 @@ async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
     answering = threading.Thread(target=client, daemon=True)
     answering.start()
     seen: list[str] = []
-    relay = Relay(
+    relay = WrapSession(
         stdin=in_r,
         stdout=out_w,
         observers=[lambda t: seen.append(f"{t.state.value} ({t.cause})")],
@@ -826,7 +826,7 @@ async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
 async def session_and_replay(
     child: str, answer: Callable[[bytes], bytes | None], tmp_path: Path
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[Any]]:
-    """Run ``child`` behind a recording Relay; a client thread reads its output and, once
+    """Run ``child`` behind a recording WrapSession; a client thread reads its output and, once
     ``answer(seen)`` returns bytes, writes them and closes stdin. Returns the transitions
     seen live, those of the recording's replay, and the replay's rows."""
     from codex_presence.core.recording import read_relevant_entries
@@ -852,7 +852,7 @@ async def session_and_replay(
     answering = threading.Thread(target=client, daemon=True)
     answering.start()
     live: list[tuple[str, str]] = []
-    relay = Relay(
+    relay = WrapSession(
         stdin=in_r,
         stdout=out_w,
         record=rec,

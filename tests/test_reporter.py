@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from codex_presence import ActivityState
-from codex_presence.agent.reporter import ActivityReporter
-from codex_presence.agent.subscription import ConnectionPresence, ConnectionState
+from codex_presence.client.reporter import ActivityReporter
+from codex_presence.client.subscription import ConnectionPresence, ConnectionState
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.report_policy import ReportPolicy
 from tests.support.broker_harness import (

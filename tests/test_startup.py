@@ -4,7 +4,7 @@ bounded buffer whose overflow is said and treated as a gap.
 
 The in-process tests start a :class:`Pump` (the byte path, as ``wrap`` starts it before
 loading anything else), talk to the child through it with no event loop and no mapping at
-all, and only then hand it to a :class:`Relay`, which attaches the mapping.
+all, and only then hand it to a :class:`WrapSession`, which attaches the mapping.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codex_presence.agent.pump import Pump
-from codex_presence.agent.relay import Relay
+from codex_presence.agent.wrap.pump import Pump
+from codex_presence.agent.wrap.session import WrapSession
 from codex_presence.core.activity import Transition
-from codex_presence.core.prefilter import ChunkAnalyzer
+from codex_presence.core.codex.prefilter import ChunkAnalyzer
 from codex_presence.core.recording import read_entries, read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import make_team, running_broker, token_of
@@ -150,7 +150,7 @@ async def test_bytes_before_the_analysis_attached_are_relayed_and_analysed_in_or
         os.close(w.in_w)
         w.in_w = os.open(os.devnull, os.O_WRONLY)  # (closed by the fixture)
         with anyio.fail_after(60):
-            status = await Relay(pump=pump, observers=[seen.append]).run()
+            status = await WrapSession(pump=pump, observers=[seen.append]).run()
     assert status == 0
     assert bytes(w.received) == started("a") + APPROVAL + completed("a")
     live = states(seen)
@@ -238,7 +238,7 @@ async def test_a_start_up_buffer_overflow_is_said_and_closes_nothing_it_should_n
         if pump.analyzer is None:
             pump.equip(ChunkAnalyzer(deferred=True))
         with caplog.at_level(logging.WARNING, logger="codex_presence"), anyio.fail_after(60):
-            status = await Relay(pump=pump, observers=[observe]).run()
+            status = await WrapSession(pump=pump, observers=[observe]).run()
     assert status == 0
     assert bytes(w.received) == before + lost + after
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

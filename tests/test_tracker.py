@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codex_presence.broker.activity import ActivityTracker
 from codex_presence.broker.connections import Connection, ConnectionRegistry
+from codex_presence.broker.tracker import ActivityTracker
 from codex_presence.core.activity import ActivityState
 from tests.support.broker_harness import FakeClock
 

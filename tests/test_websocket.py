@@ -1,4 +1,4 @@
-"""The sans-I/O side of the TUI's websocket traffic (``core/websocket.py``), with plain data:
+"""The sans-I/O side of the TUI's websocket traffic (``core/codex/websocket.py``), with plain data:
 the request head and its compression offer, each direction read into messages, the
 hang-up rule, and the recording's connection lines replayed through the same rule.
 
@@ -11,6 +11,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from codex_presence.core.codex.websocket import (
+    ClientLinks,
+    MessageReader,
+    RequestHead,
+    strip_compression_offer,
+)
 from codex_presence.core.recording import (
     detect_format,
     encode_connection,
@@ -19,12 +25,6 @@ from codex_presence.core.recording import (
     read_entries,
 )
 from codex_presence.core.timeline import timeline
-from codex_presence.core.websocket import (
-    ClientLinks,
-    MessageReader,
-    RequestHead,
-    strip_compression_offer,
-)
 from tests.support.ws_frames import encode, upgrade_request
 
 MAX = 1 << 20

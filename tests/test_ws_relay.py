@@ -1,4 +1,4 @@
-"""The websocket relay of ``codex-presence codex`` on the wire (``agent/ws_relay.py``).
+"""The websocket relay of ``codex-presence codex`` on the wire (``agent/tui/ws_relay.py``).
 
 Hand-made frames go in on both sides and what comes out is checked byte for byte, with a
 frame codec of our own (:mod:`tests.support.ws_frames`); a fake app-server (``Inner``)
@@ -22,9 +22,9 @@ import orjson
 import pytest
 
 from codex_presence.agent.recorder import start_recorder
-from codex_presence.agent.ws_relay import WsRelay
+from codex_presence.agent.tui.ws_relay import WsRelay
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping
+from codex_presence.core.codex.mapping import CodexMapping
 from codex_presence.core.recording import read_entries
 from tests.support.tui_driver import short_tempdir
 from tests.support.waiting import eventually

@@ -35,7 +35,7 @@ TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["Plan", "load_prctl", "run"]
+__all__ = ["Plan", "descendants", "load_prctl", "run"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -253,8 +253,6 @@ def _ask_to_end(pid: int, plan: Plan, wake_r: int, grace: float = 1.0) -> None:
 def _kill_tree() -> None:
     """SIGKILL every descendant, round after round, until no child is left: a process
     forked meanwhile, or orphaned by a kill, is re-parented to us and found next round."""
-    from codex_presence.agent.child import descendants  # loaded already: we are a fork
-
     me = os.getpid()
     while True:
         for pid in descendants(me):
@@ -266,3 +264,25 @@ def _kill_tree() -> None:
         except ChildProcessError:
             return
         time.sleep(0.002)  # the killed are still dying
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (from /proc; Linux), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                    parent = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(0), ()):
+            found.append(child)
+            todo.append(child)
+    return found

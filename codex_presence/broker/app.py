@@ -93,9 +93,10 @@ from codex_presence._wire import (
     SUBSCRIBE_PATH,
     WHOAMI_PATH,
     ActivityState,
+    Refused,
     printable,
 )
-from codex_presence.broker.http import BodyRefused, error, json_response, read_body
+from codex_presence.broker.http import error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
 from codex_presence.broker.store import StoreUnavailable
@@ -271,7 +272,7 @@ class _Endpoints:
         limits = self.limits
         try:
             body = await read_body(request, limit=limits.max_body, within=limits.body_timeout)
-        except BodyRefused as exc:
+        except Refused as exc:
             return error(exc.status, exc.reason, exc.headers)
         state = _parse_state(body)
         if not isinstance(state, ActivityState):

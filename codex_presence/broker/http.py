@@ -3,7 +3,7 @@
 JSON responses and errors (``{"error": reason}``), and :func:`read_body`: the one way a
 request body is read — a size cap enforced while reading (a huge body is never buffered),
 a deadline for the whole body, and a client that went away — each ending in a precise 4xx
-(:class:`BodyRefused`) rather than a hung or buffered connection.
+(:class:`Refused`) rather than a hung or buffered connection.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-__all__ = ["BodyRefused", "error", "json_response", "read_body"]
+from codex_presence._wire import Refused
+
+__all__ = ["error", "json_response", "read_body"]
 
 
 def json_response(status: int, data: Any, headers: dict[str, str] | None = None) -> Response:
@@ -26,25 +28,14 @@ def error(status: int, reason: str, headers: dict[str, str] | None = None) -> Re
     return json_response(status, {"error": reason}, headers)
 
 
-class BodyRefused(Exception):
-    """A body that could not be read within its bounds; answer ``status`` with ``reason``."""
-
-    def __init__(self, status: int, reason: str, *, close: bool = False) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.headers = {"connection": "close"} if close else {}
-        """What the response must carry: the rest of the request is never read."""
-
-
 async def read_body(request: Request, *, limit: int, within: float, what: str = "body") -> bytes:
     """The request's body, at most ``limit`` bytes, all within ``within`` seconds; else
-    :class:`BodyRefused` (413, 408, or 400 for a bad Content-Length or a client gone)."""
-    too_big = BodyRefused(413, f"the {what} is limited to {limit} bytes", close=True)
+    :class:`Refused` (413, 408, or 400 for a bad Content-Length or a client gone)."""
+    too_big = Refused(413, f"the {what} is limited to {limit} bytes", close=True)
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
-            raise BodyRefused(400, "bad Content-Length")
+            raise Refused(400, "bad Content-Length")
         if int(length) > limit:
             raise too_big
     body = b""
@@ -55,7 +46,7 @@ async def read_body(request: Request, *, limit: int, within: float, what: str = 
                 if len(body) > limit:
                     raise too_big
     except ClientDisconnect:
-        raise BodyRefused(400, "the client went away") from None
+        raise Refused(400, "the client went away") from None
     except TimeoutError:
-        raise BodyRefused(408, f"the {what} took over {within:g} s", close=True) from None
+        raise Refused(408, f"the {what} took over {within:g} s", close=True) from None
     return body

@@ -28,7 +28,7 @@ the event saying what it changed, as a JSON array:
 * ``[seq, "g", broker]`` — a broker found dead: its counts leave the roster.
 
 Reads never wait on Redis. Each broker keeps a mirror — activity in an
-:class:`~codex_presence.broker.activity.ActivityTracker` (each entry with the TTL its event
+:class:`~codex_presence.broker.tracker.ActivityTracker` (each entry with the TTL its event
 carried), every live broker's counts, and ``createdAt``/``lastSeen`` — read in full (one
 script: a consistent snapshot with its ``seq``) whenever the link (re)connects, and kept
 current by the events, in order: an event numbered at or below the snapshot's is already in
@@ -77,10 +77,10 @@ import orjson
 from anyio.abc import TaskStatus
 
 from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, ActivityState
-from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.store import StoreListener
+from codex_presence.broker.tracker import Activity, ActivityTracker
 
 __all__ = ["BEAT", "BOUND", "RedisStore"]
 

@@ -4,7 +4,7 @@ what, and the fan-out of changes to every open stream.
 :class:`Broker` applies the rules to a :class:`~codex_presence.broker.store.Store`: by
 default the in-memory one (the connection counts of
 :mod:`codex_presence.broker.connections`, the activity with its TTL of
-:mod:`codex_presence.broker.activity`, in one process, as the design says), or the Redis one
+:mod:`codex_presence.broker.tracker`, in one process, as the design says), or the Redis one
 that several brokers share (:mod:`codex_presence.broker.redis_store`), which also tells the
 broker what changed on the others. :mod:`codex_presence.broker.app` puts HTTP in front of it.
 
@@ -54,9 +54,9 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
-from codex_presence.broker.activity import Activity
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
+from codex_presence.broker.tracker import Activity
 
 __all__ = ["Authenticator", "Broker", "bearer_token"]
 

@@ -5,7 +5,7 @@ through a :class:`Store`, of which there are two:
 
 * :class:`MemoryStore` — the design's reference: the connection registry
   (:mod:`~codex_presence.broker.connections`) and the activity tracker with its TTL
-  (:mod:`~codex_presence.broker.activity`), in this process. The default.
+  (:mod:`~codex_presence.broker.tracker`), in this process. The default.
 * :class:`~codex_presence.broker.redis_store.RedisStore` — the same state shared by every
   broker of the team through Redis (``codex-presence broker --redis URL``).
 
@@ -35,8 +35,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
-from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection, ConnectionRegistry
+from codex_presence.broker.tracker import Activity, ActivityTracker
 
 __all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable"]
 

@@ -70,8 +70,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from codex_presence._wire import SUBSCRIBE_PATH
-from codex_presence.broker.http import BodyRefused, read_body
+from codex_presence._wire import SUBSCRIBE_PATH, Refused
+from codex_presence.broker.http import read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.sessions import (
     MAX_SESSIONS,
@@ -276,7 +276,7 @@ class WebRoster:
             body = await read_body(
                 request, limit=limits.max_form, within=limits.body_timeout, what="form"
             )
-        except BodyRefused as exc:
+        except Refused as exc:
             return _json(exc.status, {"error": exc.reason}, exc.headers)
         try:
             form = parse_qs(body.decode("utf-8"), max_num_fields=8)

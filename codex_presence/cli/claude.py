@@ -1,7 +1,7 @@
 """``codex-presence claude [options] [-- claude [ARGS...]]``: a Claude Code session on the roster.
 
 The Claude Code counterpart of ``wrap``, with its options and environment variables. The
-session itself is :mod:`codex_presence.agent.claude_session`'s; this module reads the
+session itself is :mod:`codex_presence.agent.claude.session`'s; this module reads the
 options and sets up logging. Import-light on purpose: everything loads inside :func:`run`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from codex_presence.cli import wrap
+from codex_presence.cli import runner
 from codex_presence.cli.main import UsageError, setup_logging
 
 HELP = "run Claude Code (`claude`) with hooks that put its state on the roster"
@@ -40,12 +40,11 @@ example: codex-presence claude --record session.jsonl -- claude --permission-mod
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    wrap.configure(parser)
-    parser.epilog = _EPILOG
+    runner.configure(parser, epilog=_EPILOG)
 
 
 def run(args: argparse.Namespace) -> int:
-    command = wrap.given_command(args) or ["claude"]
+    command = runner.given_command(args) or ["claude"]
     # claude's screen is our stderr: transitions there would be scribbled over its UI.
     quiet = args.quiet or (not args.log_file and not args.verbose and sys.stderr.isatty())
     try:
@@ -59,14 +58,13 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
-    from codex_presence.agent.claude_files import config_dir
-    from codex_presence.agent.claude_session import (
+    from codex_presence.agent.claude.files import config_dir
+    from codex_presence.agent.claude.session import (
         ClaudeSession,
         SettingsError,
         child_environment,
         split_settings,
     )
-    from codex_presence.agent.observers import log_transition
 
     # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
     observe = not args.no_trace or bool(args.record)
@@ -80,13 +78,14 @@ def run(args: argparse.Namespace) -> int:
     # The token is ours, not claude's: every command its agent runs would inherit it, or
     # read it from our original environment (/proc/<pid>/environ).
     token = forget_env(TOKEN_ENV)
-    link = wrap.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
+    link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
     env = child_environment(os.environ, drop=(TOKEN_ENV,))
+    observers, companions = runner.session_parts(link)
     session = ClaudeSession(
         config=config_dir(env),
         record=args.record,
-        observers=[log_transition] if link is None else [log_transition, link.observe],
-        companions=[] if link is None else [link.session],
+        observers=observers,
+        companions=companions,
         observe=observe,
     )
     return anyio.run(lambda: session.run(command, env=env, settings=settings))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from codex_presence.cli import wrap
+from codex_presence.cli import runner
 from codex_presence.cli.held_log import hold_logging
 from codex_presence.cli.main import UsageError, setup_logging
 
@@ -44,12 +44,11 @@ example: codex-presence codex --broker http://127.0.0.1:8765 --name alice -- cod
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    wrap.configure(parser)
-    parser.epilog = _EPILOG
+    runner.configure(parser, epilog=_EPILOG)
 
 
 def run(args: argparse.Namespace) -> int:
-    command = wrap.given_command(args) or ["codex"]
+    command = runner.given_command(args) or ["codex"]
     import sys
 
     held = None
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
-    from codex_presence.agent.tui import TuiSession
+    from codex_presence.agent.tui.session import TuiSession
 
     # Spawn first: the TUI starts while the rest loads (the broker link's HTTP client, the
     # websocket parsers). The token is ours, not the children's: codex, and every command
@@ -77,10 +76,8 @@ def run(args: argparse.Namespace) -> int:
     session = TuiSession(record=args.record)
     try:
         if session.start(command, env) is None:
-            link = wrap.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
-            if link is not None:
-                session.observers.append(link.observe)
-                session.companions.append(link.session)
+            link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
+            session.observers[:], session.companions[:] = runner.session_parts(link)
 
         import anyio
 

@@ -3,7 +3,7 @@
 An embedded broker on a free loopback port; a member ``codex-agent`` whose daemon side is
 wrap's own — the recorded session is played through the codex mapping in real time (scaled
 by ``speed``) and every transition goes to the same broker link that ``wrap`` uses
-(:class:`~codex_presence.agent.broker_link.BrokerLink`: the activity reporter and the
+(:class:`~codex_presence.client.link.BrokerLink`: the activity reporter and the
 agent's SSE subscription); and a watcher (``alice``) that draws the live roster from the
 broker's own SSE stream with ``roster --watch``'s code. No codex binary, no network.
 
@@ -155,13 +155,13 @@ async def run_demo(
     import uvicorn
 
     from codex_presence._wire import Whoami
-    from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
     from codex_presence.broker.app import create_app
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.cli.roster import watch
     from codex_presence.client.api import fetch_roster
     from codex_presence.client.auth import make_async_client
+    from codex_presence.client.link import BrokerLink, BrokerSettings
     from codex_presence.core.recording import read_entries
 
     team, tokens = _team()

@@ -1,6 +1,6 @@
 """``codex-presence doctor [--codex PATH]``: does the mapping know everything this codex sends?
 
-The I/O around :mod:`codex_presence.core.codex_schema`: runs the user's codex to write its
+The I/O around :mod:`codex_presence.core.codex.schema`: runs the user's codex to write its
 protocol schema into a temporary directory, reads the files the reader needs, and prints,
 for that version, every name the mapping does not classify. Import-light, like every
 command module: what it needs loads inside :func:`run`.
@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from codex_presence.core.codex_schema import ProtocolSets
+    from codex_presence.core.codex.schema import ProtocolSets
 
 HELP = "check that codex-presence classifies everything your codex can send"
 
@@ -142,7 +142,7 @@ def _read_sets(codex: str, timeout: float) -> ProtocolSets:
 
     import orjson
 
-    from codex_presence.core.codex_schema import SCHEMA_FILES, SchemaDrift, read_schema
+    from codex_presence.core.codex.schema import SCHEMA_FILES, SchemaDrift, read_schema
 
     with tempfile.TemporaryDirectory(prefix="codex-presence-doctor-") as tmp:
         out = Path(tmp)
@@ -166,7 +166,7 @@ def _read_sets(codex: str, timeout: float) -> ProtocolSets:
 
 
 def _report(version: str, codex: str, sets: ProtocolSets) -> int:
-    from codex_presence.core.codex_schema import MAPPING, stale, unclassified
+    from codex_presence.core.codex.schema import MAPPING, stale, unclassified
 
     out = sys.stdout
     missing = unclassified(sets)

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from codex_presence.cli.main import UsageError
-    from codex_presence.core.codex import CodexMapping
+    from codex_presence.core.codex.mapping import CodexMapping
 
     if args.speed is not None and not args.speed > 0:
         raise UsageError("--speed must be a positive number")

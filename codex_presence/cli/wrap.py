@@ -3,7 +3,7 @@
 Spawn first (issue 13): :func:`run` starts the child, and copies its bytes, before it loads
 anything beyond the standard library; the mapping, anyio and the broker link load once the
 child has started up, and the analysis catches up then (see
-:mod:`codex_presence.agent.pump`). So this module, and everything :func:`run` needs before
+:mod:`codex_presence.agent.wrap.pump`). So this module, and everything :func:`run` needs before
 the child runs, is import-light, and ``typing`` is not loaded either.
 """
 
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 
+from codex_presence.cli import runner
 from codex_presence.cli.main import UsageError, setup_logging
 
 TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from codex_presence.agent.broker_link import BrokerLink
     from codex_presence.agent.child import Launched
 
 HELP = "run CMD (e.g. `codex app-server`) behind a byte-exact stdio proxy that derives its state"
@@ -50,42 +48,18 @@ SETTLE = 0.05
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = _EPILOG
-    parser.add_argument(
-        "--record",
-        metavar="FILE",
-        help="write the session (timestamped) to FILE in the recording format, for `replay`",
-    )
-    parser.add_argument("--log-file", metavar="FILE", help="log to FILE instead of stderr")
-    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log debug details")
-    from codex_presence.client.auth import add_client_options
-
-    add_client_options(parser, broker_default=None)
-    parser.add_argument(
-        "--no-trace",
-        action="store_true",
-        help="report no activity at all (the roster shows you idle); connection presence stays",
-    )
-    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
-
-
-def given_command(args: argparse.Namespace) -> list[str]:
-    """The command after our options, without the ``--`` that may separate them (argparse's
-    remainder keeps it); empty when none was given."""
-    command = list(args.cmd)
-    return command[1:] if command[:1] == ["--"] else command
+    runner.configure(parser, epilog=_EPILOG)
 
 
 def run(args: argparse.Namespace) -> int:
-    command = given_command(args)
+    command = runner.given_command(args)
     if not command:
         raise UsageError(f"no command to wrap; {_USAGE_HINT}")
 
     import os
 
     from codex_presence._env import TOKEN_ENV
-    from codex_presence.agent.child import forget_env, launch, open_private
+    from codex_presence.agent.child import cannot_run, forget_env, launch, open_private
 
     if args.log_file:  # a bad --log-file is a usage error: before anything runs
         try:
@@ -108,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         launched = launch(command)
     except OSError as exc:
         launched = exc
-    from codex_presence.agent.pump import Pump, cannot_run
+    from codex_presence.agent.wrap.pump import Pump
 
     if isinstance(launched, OSError):
         setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
@@ -122,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     pump.first_output.wait(START_GRACE)
     pump.server_done.wait(SETTLE)
     setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
-    link = None if args.broker else broker_link(args)  # said at once, and cheap
-    from codex_presence.core.prefilter import ChunkAnalyzer
+    link = None if args.broker else runner.broker_link(args)  # said at once, and cheap
+    from codex_presence.core.codex.prefilter import ChunkAnalyzer
 
     analyzer = ChunkAnalyzer(deferred=True)
     pump.equip(analyzer)
@@ -143,38 +117,10 @@ def run(args: argparse.Namespace) -> int:
             return exit_status(returncode)
     import anyio
 
-    from codex_presence.agent.observers import log_transition
-    from codex_presence.agent.relay import Relay
+    from codex_presence.agent.wrap.session import WrapSession
 
     if args.broker:
-        link = broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
-    if link is None:
-        relay = Relay(pump=pump)
-    else:
-        observers = [log_transition, link.observe]
-        relay = Relay(pump=pump, observers=observers, companions=[link.session])
-    return anyio.run(relay.run)
-
-
-def broker_link(
-    args: argparse.Namespace, *, environ: Mapping[str, str] | None = None
-) -> BrokerLink | None:
-    """The broker side of the session, or None (said once on stderr) when there is none,
-    or no token (from ``--token-file``, or ``environ``'s, by default ours). A missing token
-    is not fatal: the relay must work whatever the reporting does."""
-    import logging
-
-    logger = logging.getLogger(f"codex_presence.{getattr(args, 'command', 'wrap')}")
-    if not args.broker:
-        logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
-        return None
-    from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
-    from codex_presence.client.auth import TokenError, read_token
-
-    try:
-        token = read_token(token_file=args.token_file, environ=environ)
-    except TokenError as exc:
-        logger.error("not reporting to %s: %s", args.broker, exc)
-        return None
-    settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
-    return BrokerLink(settings)
+        link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
+    observers, companions = runner.session_parts(link)
+    session = WrapSession(pump=pump, observers=observers, companions=companions)
+    return anyio.run(session.run)

@@ -11,7 +11,7 @@ with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.r
 (when it tries again) to read. Whoever wants the roster itself passes ``on_roster``: the
 stream then parses the ``roster`` and ``presence`` events into one :class:`RosterView`
 and calls back after each; without it the events are not even parsed. Users: wrap's
-connection presence (:mod:`codex_presence.agent.subscription`), ``roster --watch`` and the
+connection presence (:mod:`codex_presence.client.subscription`), ``roster --watch`` and the
 demo's watcher.
 """
 

@@ -1,6 +1,10 @@
-"""The sans-I/O core: codex traffic in, idle/working/blocked out, and when to tell the broker.
+"""The sans-I/O core: an agent's traffic in, idle/working/blocked out, and when to tell the
+broker.
 
-Knows no pipes, sockets or clocks (the import contracts forbid every I/O library here):
-the activity signal, the codex vocabulary and mapping, the relay's byte-level pre-filter,
-the recording format, the replayed timeline, the reporter's policy and its backoff.
+Knows no pipes, sockets or clocks (the import contracts forbid every I/O library here). The
+feeders, one per agent (:mod:`.codex`, :mod:`.claude`), open and close handles on the
+activity signal (:mod:`.activity`); the reporter's policy (:mod:`.report_policy`, with
+:mod:`.backoff`) says when to tell the broker. Beside them: the recording format
+(:mod:`.recording`), the replayed timeline (:mod:`.timeline`) and its words (:mod:`.wording`),
+and the one adapter to jsonrpcserver (:mod:`.router`).
 """

@@ -38,9 +38,9 @@ from typing import Any, Literal
 
 import orjson
 
-from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
-from codex_presence.core.claude_protocol import ClaudeSource
-from codex_presence.core.codex_protocol import Direction
+from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
+from codex_presence.core.claude.protocol import ClaudeSource
+from codex_presence.core.codex.protocol import Direction
 
 __all__ = [
     "CLAUDE_SOURCES",
@@ -240,7 +240,7 @@ _RECORDING_SERVER_HEAD = rb'"t":[-+0-9.eE]+,"from":"server","msg":'
 def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
     """A newline that starts a line which may change the state (see read_relevant_entries)."""
     if fmt not in _CANDIDATES:
-        from codex_presence.core.prefilter import (
+        from codex_presence.core.codex.prefilter import (
             candidate_starts,  # the relay's scanner, and its prefix list
         )
 

@@ -21,7 +21,7 @@ fed the derived state, the outcome of each POST and the time, and answers what t
 
 :class:`ReportPolicy` knows no sockets or clocks: ``now`` is passed in, which is what lets
 the tests check heartbeat and backoff timings exactly. The I/O shell is
-:mod:`codex_presence.agent.reporter`; the retry schedule is :mod:`codex_presence.core.backoff`'s.
+:mod:`codex_presence.client.reporter`; the retry schedule is :mod:`codex_presence.core.backoff`'s.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ codex mapping, a Claude Code session (``claude``'s hooks, transcript and session
 through the Claude Code mapping, told apart by the first entry. The Claude Code mapping's
 timer fires between entries, at its deadline, as the live shell's would have.
 Connection lines (``codex-presence codex``) go through the same rule as live
-(:class:`~codex_presence.core.websocket.ClientLinks`): the client's hang-up closes the
+(:class:`~codex_presence.core.codex.websocket.ClientLinks`): the client's hang-up closes the
 mapping.
 """
 
@@ -20,12 +20,12 @@ from typing import cast
 import orjson
 
 from codex_presence.core.activity import Transition
-from codex_presence.core.claude import ClaudeMapping
-from codex_presence.core.claude_protocol import SOURCES as CLAUDE_SOURCES
-from codex_presence.core.codex import CodexMapping, Direction
-from codex_presence.core.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.claude.mapping import ClaudeMapping
+from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
+from codex_presence.core.codex.mapping import CodexMapping, Direction
+from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.codex.websocket import HANGUP, ClientLinks
 from codex_presence.core.recording import Entry
-from codex_presence.core.websocket import HANGUP, ClientLinks
 from codex_presence.core.wording import event_words
 
 __all__ = ["Mapping", "TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]

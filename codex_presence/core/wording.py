@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from codex_presence._wire import printable
-from codex_presence.core.codex_protocol import ACTIVE_STATUS, BLOCKING_REQUESTS, WAITING_FLAGS
+from codex_presence.core.codex.protocol import ACTIVE_STATUS, BLOCKING_REQUESTS, WAITING_FLAGS
 
 __all__ = ["Narrator", "event_words"]
 

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from codex_presence.agent.child import descendants
+from codex_presence.agent.watchdog import descendants
 from tests.support.codex_driver import Config
 
 __all__ = [

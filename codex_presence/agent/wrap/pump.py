@@ -5,7 +5,7 @@ before it loads anything else (issue 13) — logging, the analysis and the recor
 once the child has started up, the codex mapping, anyio and the broker link after them.
 Until the analysis is loaded (:meth:`Pump.equip`), the bytes that cross are kept, in order,
 in a bounded buffer; then the analyzer frames and filters them and keeps the lines that may
-matter until the mapping is attached (see :mod:`codex_presence.core.prefilter`). The relay
+matter until the mapping is attached (see :mod:`codex_presence.core.codex.prefilter`). The relay
 is never held back.
 
 Design, and why:
@@ -48,7 +48,15 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
-from codex_presence.agent.child import FORWARDED_SIGNALS, Child, Launched, launch, relay_log
+from codex_presence.agent.child import (
+    FORWARDED_SIGNALS,
+    Child,
+    Launched,
+    SignalForwarding,
+    cannot_run,
+    launch,
+    relay_log,
+)
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
@@ -57,23 +65,16 @@ if TYPE_CHECKING:
     from codex_presence.agent.analysis import AnalysisGuard
     from codex_presence.agent.recorder import Recorder
     from codex_presence.core.activity import Transition
-    from codex_presence.core.codex import CodexMapping
-    from codex_presence.core.codex_protocol import Direction
-    from codex_presence.core.prefilter import ChunkAnalyzer
+    from codex_presence.core.codex.mapping import CodexMapping
+    from codex_presence.core.codex.prefilter import ChunkAnalyzer
+    from codex_presence.core.codex.protocol import Direction
 
-__all__ = ["CHUNK_SIZE", "DEFAULT_MAX_EARLY", "Pump", "cannot_run"]
+__all__ = ["CHUNK_SIZE", "DEFAULT_MAX_EARLY", "Pump"]
 
 CHUNK_SIZE = 1024 * 1024
 DEFAULT_MAX_EARLY = 16 * 1024 * 1024
 """Bytes kept for the analysis and the recording until they are loaded (:meth:`Pump.equip`);
 past that, the rest until then is a gap."""
-
-
-def cannot_run(command: Sequence[str], exc: OSError) -> int:
-    """Say why ``command`` cannot be run; its exit status, as a shell has it (127 if it was
-    not found, else 126)."""
-    relay_log("error", "cannot run %s: %s", command[0], exc.strerror or exc)
-    return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
 class Pump:
@@ -122,8 +123,8 @@ class Pump:
         self.first_output = threading.Event()
         """Set once the child has written something (or its output has ended)."""
         self.server_waiting_to_read = False
-        self.interrupts = 0
-        """SIGINTs forwarded so far (the second one kills)."""
+        self.signals = SignalForwarding(name="the child")
+        """Forwards SIGINT, SIGTERM and SIGHUP to the child, by the shells' one rule."""
         self._stdin = stdin
         self._stdout = stdout
         self._chunk_size = chunk_size
@@ -162,6 +163,7 @@ class Pump:
         """Take over a launched child (:func:`~codex_presence.agent.child.launch`): open
         the recording, and start copying."""
         self.child = launched.child
+        self.signals.attach(launched.child)
         self._stdin, self._stdout = launched.stdin, launched.stdout
         self._child_in, self._child_out = launched.child_in, launched.child_out
         self._originals, self._saved_flags = launched.originals, launched.saved_flags
@@ -205,20 +207,7 @@ class Pump:
         self._early_lost.clear()
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        self.forward(signal.Signals(signum))
-
-    def forward(self, signum: signal.Signals) -> None:
-        """Forward a signal to the child's group; a second SIGINT kills it."""
-        if self.child is None:
-            return
-        if signum == signal.SIGINT:
-            self.interrupts += 1
-            if self.interrupts > 1:
-                relay_log("warning", "second interrupt: killing pid %d", self.child.pid)
-                self.child.kill()
-                return
-        relay_log("debug", "forwarding %s", signum.name)
-        self.child.send_signal(signum)
+        self.signals.forward(signal.Signals(signum))
 
     def attach(self, mapping: CodexMapping) -> None:
         """The mapping is loaded: the analysis catches up on what crossed meanwhile."""

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from codex_presence.core.codex_protocol import (
+from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
@@ -109,7 +109,7 @@ MAPPING = Classification(
     waiting_flags=WAITING_FLAGS,
     other_flags=OTHER_FLAGS,
 )
-"""The codex mapping's classification (:mod:`codex_presence.core.codex_protocol`)."""
+"""The codex mapping's classification (:mod:`codex_presence.core.codex.protocol`)."""
 
 
 def unclassified(

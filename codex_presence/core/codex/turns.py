@@ -1,6 +1,6 @@
 """What the codex mapping remembers of turns that ended, and of threads that never count.
 
-Pure bookkeeping for :mod:`codex_presence.core.codex` (whose docstring states the rules),
+Pure bookkeeping for :mod:`codex_presence.core.codex.mapping` (whose docstring states the rules),
 bounded in memory, the oldest entries forgotten first:
 
 * **ended turns**: events that arrive for them later are late and open nothing;
@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from codex_presence.core.codex_protocol import PASSIVE_ITEM_TYPES
+from codex_presence.core.codex.protocol import PASSIVE_ITEM_TYPES
 
 __all__ = ["TurnMemory"]
 

@@ -1,25 +1,25 @@
-"""The relay: the session of ``wrap``, a byte-exact stdio proxy in front of a child.
+"""The session of ``wrap``: a byte-exact stdio proxy in front of a child.
 
-The bytes are :mod:`codex_presence.agent.pump`'s (spawn, the two copy threads, the
+The bytes are :mod:`codex_presence.agent.wrap.pump`'s (spawn, the two copy threads, the
 analysis lock) and the child's process is :mod:`codex_presence.agent.child`'s; the relay is
-the event loop around them. It attaches the codex mapping to the pump's analyzer, delivers
-each :class:`~codex_presence.core.activity.Transition` the copy threads found to its
-observers, forwards signals, waits for the child, drains what it wrote, and returns its
-exit status. What the bytes mean is not its business: the sans-I/O
-:class:`~codex_presence.core.prefilter.ChunkAnalyzer` feeds the mapping.
+the event loop around them, on the shells' skeleton (:mod:`codex_presence.agent.session`:
+observers, companions, the end, signals). It attaches the codex mapping to the pump's
+analyzer, delivers each :class:`~codex_presence.core.activity.Transition` the copy threads
+found to its observers, waits for the child, drains what it wrote, and returns its exit
+status. What the bytes mean is not its business: the sans-I/O
+:class:`~codex_presence.core.codex.prefilter.ChunkAnalyzer` feeds the mapping.
 
 Design, and why:
 
 * ``wrap`` starts the pump before it imports the relay (or anyio, the mapping, the broker
-  link): the child's first answer must not wait for them (issue 13). :class:`Relay` takes
-  over a started pump; given none, it makes and starts one itself.
+  link): the child's first answer must not wait for them (issue 13). :class:`WrapSession`
+  takes over a started pump; given none, it makes and starts one itself.
 * Observers run on the event loop, never in a copy thread: the copy threads put what they
   find in an outbox and wake the delivery task through a pipe (a blocking hand-over cost
   ~0.5 ms per chunk under load). Observers must not block: the reporter only records the
   state and wakes its own task.
-* ``companions`` are async context managers entered before the session's analysis attaches
-  and left after the child's end (and the final ``eof`` transition) was delivered: the
-  place for the reporter's background task and its "idle on exit" report.
+* The companions are entered before the session's analysis attaches and left after the
+  child's end (and the final ``eof`` transition) was delivered, as in every shell.
 * The analysis runs in :class:`~codex_presence.agent.analysis.AnalysisGuard`, as in every
   shell: a bug in it (the mapping's, the pre-filter's) ends the member's state in idle, said
   once, instead of freezing it for the rest of the session; the bytes go on.
@@ -31,25 +31,23 @@ Design, and why:
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 
 import anyio
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import FORWARDED_SIGNALS, exit_status, wait_child
-from codex_presence.agent.observers import Companion, Observer, deliver, log_transition, log_unknown
-from codex_presence.agent.pump import CHUNK_SIZE, Pump
-from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping
-from codex_presence.core.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
+from codex_presence.agent.child import exit_status, wait_child
+from codex_presence.agent.session import Companion, Observer, Session, log_transition, log_unknown
+from codex_presence.agent.wrap.pump import CHUNK_SIZE, Pump
+from codex_presence.core.codex.mapping import CodexMapping
+from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["Relay", "exit_status"]
+__all__ = ["WrapSession", "exit_status"]
 
 
-class Relay:
+class WrapSession:
     """One relayed session: spawn, copy both ways, analyse, forward signals, exit status."""
 
     def __init__(
@@ -67,8 +65,6 @@ class Relay:
         drain_grace: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.observers = list(observers)
-        self.companions = list(companions)
         self._mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
         if pump is None:
             pump = Pump(
@@ -80,7 +76,14 @@ class Relay:
                 clock=clock,
             )
         self.pump = pump
+        self.session = Session(
+            observers=observers, companions=companions, close=pump.close_analysis
+        )
         self._drain_grace = drain_grace
+
+    @property
+    def observers(self) -> list[Observer]:
+        return self.session.observers
 
     @property
     def analyzer(self) -> ChunkAnalyzer:
@@ -109,14 +112,11 @@ class Relay:
             if status is not None:
                 return status
         try:
-            async with AsyncExitStack() as stack:
-                for companion in self.companions:
-                    await stack.enter_async_context(companion())
+            async with self.session.lifetime():
                 try:
                     return await self._supervise()
                 finally:
-                    self._flush_outbox()
-                    self._deliver(pump.close_analysis("eof"))
+                    self._flush_outbox()  # what the copy threads found comes before the end
         finally:
             await anyio.to_thread.run_sync(pump.close)
 
@@ -127,30 +127,25 @@ class Relay:
         child = pump.child
         assert child is not None
         server_done = anyio.Event()
-        with anyio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._forward_signals, signals)
-                tg.start_soon(self._deliver_ready, server_done)
-                pump.attach(self._mapping)
-                returncode = await wait_child(child)
-                # Drain what the child wrote before it exited. A slow client is waited
-                # for; a grandchild that holds the pipe without writing is not.
-                while not server_done.is_set():
-                    with anyio.move_on_after(self._drain_grace):
-                        await server_done.wait()
-                    if pump.server_waiting_to_read:
-                        break
-                # Let the copy threads see the stop flag and end before their
-                # descriptors are closed.
-                pump.request_stop()
-                with anyio.move_on_after(1):
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.session.forward_signals, pump.signals)
+            tg.start_soon(self._deliver_ready, server_done)
+            pump.attach(self._mapping)
+            returncode = await wait_child(child)
+            # Drain what the child wrote before it exited. A slow client is waited
+            # for; a grandchild that holds the pipe without writing is not.
+            while not server_done.is_set():
+                with anyio.move_on_after(self._drain_grace):
                     await server_done.wait()
-                tg.cancel_scope.cancel()
+                if pump.server_waiting_to_read:
+                    break
+            # Let the copy threads see the stop flag and end before their
+            # descriptors are closed.
+            pump.request_stop()
+            with anyio.move_on_after(1):
+                await server_done.wait()
+            tg.cancel_scope.cancel()
         return exit_status(returncode)
-
-    async def _forward_signals(self, signals: AsyncIterator[signal.Signals]) -> None:
-        async for signum in signals:
-            self.pump.forward(signum)
 
     async def _deliver_ready(self, server_done: anyio.Event) -> None:
         """Deliver what the copy threads put in the outbox, each time they say so, and
@@ -167,7 +162,4 @@ class Relay:
 
     def _flush_outbox(self) -> None:
         """Deliver waiting transitions in order; on the event loop thread only."""
-        self._deliver(self.pump.take_transitions())
-
-    def _deliver(self, transitions: list[Transition]) -> None:
-        deliver(self.observers, transitions)
+        self.session.deliver(self.pump.take_transitions())

@@ -4,10 +4,10 @@ Which item types are tools and which are passive, which server requests park a t
 human and which the client answers by itself, the thread statuses and flags and how each
 is read, the methods that can change the state, and the bytes codex starts its lines with
 (:data:`METHOD_PREFIX`, :data:`RESPONSE_PREFIX`). :func:`skips_unparsed` is the one byte-level
-rule, shared by the mapping (:mod:`codex_presence.core.codex`) and the relay's pre-filter
-(:mod:`codex_presence.core.prefilter`), for which server lines cannot change the state. The
+rule, shared by the mapping (:mod:`codex_presence.core.codex.mapping`) and the relay's pre-filter
+(:mod:`codex_presence.core.codex.prefilter`), for which server lines cannot change the state. The
 classification is also what ``codex-presence doctor`` checks a codex's schema against
-(:mod:`codex_presence.core.codex_schema`). See ``shared/codex-app-server-protocol.md``
+(:mod:`codex_presence.core.codex.schema`). See ``shared/codex-app-server-protocol.md``
 §2, §5–7, §11. Pure data and pure functions.
 """
 

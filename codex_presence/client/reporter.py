@@ -21,15 +21,13 @@ from collections.abc import Callable
 import anyio
 import httpx
 
-from codex_presence._wire import printable
+from codex_presence._wire import ACTIVITY_PATH, printable
 from codex_presence.core.activity import ActivityState
 from codex_presence.core.report_policy import Outcome, Post, ReportPolicy
 
 __all__ = ["ActivityReporter"]
 
 logger = logging.getLogger("codex_presence.reporter")
-
-ACTIVITY_PATH = "/presence/activity"
 
 
 def classify(status: int) -> Outcome:

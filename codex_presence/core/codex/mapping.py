@@ -67,7 +67,7 @@ Every handle, and the events that close it (so a stuck "working" cannot happen):
 
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
 wrong shape — is ignored and counted in :class:`MappingStats`, never fatal. A server request
-method, item type, thread status or flag that :mod:`codex_presence.core.codex_protocol`
+method, item type, thread status or flag that :mod:`codex_presence.core.codex.protocol`
 does not classify is also reported once, to ``on_unknown`` (codex changed: ``doctor`` says
 more). A bug in a handler is logged with its traceback (:mod:`codex_presence.core.router`)
 and counted as ``internal_errors``; the next message is handled as usual.
@@ -91,7 +91,7 @@ from typing import Any
 import orjson
 
 from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
-from codex_presence.core.codex_protocol import (
+from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
@@ -107,7 +107,7 @@ from codex_presence.core.codex_protocol import (
     Direction,
     skips_unparsed,
 )
-from codex_presence.core.codex_turns import TurnMemory
+from codex_presence.core.codex.turns import TurnMemory
 from codex_presence.core.router import (
     Outcome,
     Router,
@@ -231,7 +231,7 @@ class CodexMapping:
 
     def close(self, cause: str = "eof") -> Transition | None:
         """End of stream (the child exited, the pipe closed) or the client's hang-up
-        (:data:`~codex_presence.core.websocket.HANGUP`): everything closes, and every turn
+        (:data:`~codex_presence.core.codex.websocket.HANGUP`): everything closes, and every turn
         that was open or revivable is over for good — an event of it that still comes
         (the app-server goes on with a turn after a hang-up) reopens nothing."""
         for kind in HandleKind:

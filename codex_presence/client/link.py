@@ -28,10 +28,10 @@ import httpx
 from anyio.abc import ObjectReceiveStream
 
 from codex_presence._wire import Whoami, printable
-from codex_presence.agent.reporter import ActivityReporter
-from codex_presence.agent.subscription import ConnectionPresence, ConnectionState, Outage
 from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
 from codex_presence.client.auth import make_async_client
+from codex_presence.client.reporter import ActivityReporter
+from codex_presence.client.subscription import ConnectionPresence, ConnectionState, Outage
 from codex_presence.core.activity import Transition
 from codex_presence.core.backoff import Backoff, reconnect_backoff
 from codex_presence.core.report_policy import ReportPolicy

@@ -41,6 +41,8 @@ import h11
 import orjson
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
+from codex_presence._wire import Refused
+
 __all__ = ["MAX_BODY", "HookServer"]
 
 logger = logging.getLogger("codex_presence.hooks")
@@ -54,16 +56,6 @@ _LINGER = 1.0
 """After a refusal, how long the rest of the request is read (and dropped) so that a client
 still sending it sees our answer instead of a reset."""
 _OK = b"{}"
-
-
-class _Refused(Exception):
-    """A request we answer with an error status, then close the connection."""
-
-    def __init__(self, status: int, reason: str, headers: list[tuple[bytes, bytes]] | None = None):
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.headers = headers or []
 
 
 @dataclass(eq=False)
@@ -166,11 +158,12 @@ class HookServer:
         """One request and its answer; whether the connection can take another."""
         try:
             message = await self._receive(conn, stream, client)
-        except _Refused as refusal:
+        except Refused as refusal:
             self.refused += 1
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 body = orjson.dumps({"error": refusal.reason})
-                await self._send(conn, stream, refusal.status, body, refusal.headers, close=True)
+                headers = [(k.encode(), v.encode()) for k, v in refusal.headers.items()]
+                await self._send(conn, stream, refusal.status, body, headers, close=True)
                 await self._linger(stream)
             return False
         if message is None:
@@ -193,7 +186,7 @@ class HookServer:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
-                raise _Refused(exc.error_status_hint, str(exc) or "malformed request") from None
+                raise Refused(exc.error_status_hint, str(exc) or "malformed request") from None
             if event is h11.NEED_DATA:
                 if deadline is None and conn.their_state is h11.IDLE and not body:
                     # Between claude's requests, no timer; a new connection gets one.
@@ -210,7 +203,7 @@ class HookServer:
                     deadline = deadline or anyio.current_time() + self._request_timeout
                     data = await self._read(stream, deadline)
                 if data is None:
-                    raise _Refused(408, "the request did not arrive in time")
+                    raise Refused(408, "the request did not arrive in time")
                 conn.receive_data(data)
                 if not data and conn.their_state is h11.IDLE:
                     return None
@@ -220,7 +213,7 @@ class HookServer:
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self._max_body:
-                    raise _Refused(413, f"a hook body over {self._max_body} bytes")
+                    raise Refused(413, f"a hook body over {self._max_body} bytes")
             elif isinstance(event, h11.EndOfMessage):
                 return self._parse(bytes(body))
             elif isinstance(event, h11.ConnectionClosed):
@@ -228,21 +221,21 @@ class HookServer:
 
     def _check_head(self, request: h11.Request) -> None:
         if not hmac.compare_digest(request.target, self._path):
-            raise _Refused(404, "no such hook")
+            raise Refused(404, "no such hook")
         if request.method != b"POST":
-            raise _Refused(405, "hooks are POSTed", [(b"allow", b"POST")])
+            raise Refused(405, "hooks are POSTed", headers={"allow": "POST"})
         for name, value in request.headers:
             if name == b"content-length" and int(value) > self._max_body:
-                raise _Refused(413, f"a hook body over {self._max_body} bytes")
+                raise Refused(413, f"a hook body over {self._max_body} bytes")
 
     @staticmethod
     def _parse(body: bytes) -> dict[str, Any]:
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
-            raise _Refused(400, "the body is not JSON") from None
+            raise Refused(400, "the body is not JSON") from None
         if not isinstance(message, dict):
-            raise _Refused(400, "the body is not a JSON object")
+            raise Refused(400, "the body is not a JSON object")
         return message
 
     async def _read(self, stream: SocketStream, deadline: float | None) -> bytes | None:

@@ -3,18 +3,19 @@ files, fed to the sans-I/O Claude Code mapping.
 
 It owns the session's plumbing: the loopback hook server (:mod:`.hook_server`), the private
 settings file that points claude's HTTP hooks at it, claude itself, the follower of claude's
-transcript and session status file (:mod:`.claude_files`), the mapping's timer, the
-recording, signals and the exit status. Like the relay for ``wrap``, it hands every
-transition to its observers and keeps its companions (the broker link) alive exactly as long
-as the session.
+transcript and session status file (:mod:`.files`), the mapping's timer, the
+recording and the exit status; the observers, companions, signals and end are the shells'
+skeleton's (:mod:`codex_presence.agent.session`).
 
 * **Nothing is proxied.** claude gets our terminal (stdin, stdout, stderr) and stays in our
   process group, which is the terminal's foreground group, so it reads keys, resizes and
-  suspends as if run directly. A Ctrl-C typed there reaches claude from the terminal, so
-  we do not forward it (claude takes a second one as "exit"); SIGINT sent to us alone, and
-  SIGTERM and SIGHUP, are forwarded; a second forwarded one kills claude. claude, and every
-  process it starts, dies with us, however we end (its watchdog, :func:`~.child.spawn`), and
-  our exit status is claude's (128+N for signal N).
+  suspends as if run directly. Signals follow the shells' one rule
+  (:class:`~codex_presence.agent.child.SignalForwarding`): a Ctrl-C typed in the terminal
+  reached claude itself and is not sent again (claude takes a second one as "exit"); a
+  SIGINT sent to us alone, SIGTERM and SIGHUP are forwarded; the second SIGINT forwarded
+  kills claude. claude, and every process it starts, dies with us, however we end (its
+  watchdog, see :func:`~codex_presence.agent.child.spawn`), and our exit status is claude's
+  (128+N for signal N).
 * **claude's settings**: ``--settings FILE`` is put after the command's first word; FILE
   (mode 0600, in a private 0700 directory removed at the end) holds one HTTP hook per event
   the mapping reads. The user's settings files still apply (claude merges them); a
@@ -38,11 +39,9 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, suppress
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +49,26 @@ import anyio
 import orjson
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import FORWARDED_SIGNALS, Child, exit_status, spawn, wait_child
-from codex_presence.agent.claude_files import ClaudeFiles
-from codex_presence.agent.hook_server import HookServer
-from codex_presence.agent.observers import Companion, Observer, deliver, log_transition
+from codex_presence.agent.child import (
+    SignalForwarding,
+    cannot_run,
+    exit_status,
+    spawn,
+    wait_child,
+)
+from codex_presence.agent.claude.files import ClaudeFiles
+from codex_presence.agent.claude.hook_server import HookServer
 from codex_presence.agent.recorder import Recorder, start_recorder
+from codex_presence.agent.session import (
+    Companion,
+    Observer,
+    Session,
+    finish_recording,
+    log_transition,
+)
 from codex_presence.core.activity import Transition
-from codex_presence.core.claude import ClaudeMapping
-from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
+from codex_presence.core.claude.mapping import ClaudeMapping
+from codex_presence.core.claude.protocol import ClaudeSource, with_hooks
 
 __all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
 
@@ -144,8 +155,6 @@ class ClaudeSession:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.mapping = mapping if mapping is not None else ClaudeMapping()
-        self.observers = list(observers)
-        self.companions = list(companions)
         self.server = HookServer(self._on_hook)
         self._config = config
         self._observe = observe
@@ -157,6 +166,12 @@ class ClaudeSession:
         self._files: ClaudeFiles | None = None
         self._wake: anyio.Event | None = None
         self.analysis = AnalysisGuard(self.mapping.close)
+        self.session = Session(
+            observers=observers,
+            companions=companions,
+            close=lambda cause: self.analysis.run(self.mapping.close, cause),
+        )
+        self.signals = SignalForwarding(name="claude")
 
     async def run(
         self,
@@ -167,13 +182,8 @@ class ClaudeSession:
     ) -> int:
         """Run claude to its end; its exit status. ``settings``: the user's own settings
         document, which ours extends (see :func:`split_settings`)."""
-        async with AsyncExitStack() as stack:
-            for companion in self.companions:
-                await stack.enter_async_context(companion())
-            try:
-                return await self._run(command, env, settings or {})
-            finally:
-                self._deliver(self.analysis.run(self.mapping.close, "eof"))
+        async with self.session.lifetime():
+            return await self._run(command, env, settings or {})
 
     # -- the session ---------------------------------------------------------------------
 
@@ -186,10 +196,7 @@ class ClaudeSession:
             try:
                 status = await self._supervise(command, env, settings, Path(private))
             finally:
-                if recorder is not None:
-                    recorder.finish(self._now())
-                    with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(recorder.join, 10)
+                await finish_recording(recorder, self._now())
         return status
 
     async def _supervise(
@@ -204,26 +211,25 @@ class ClaudeSession:
             if self._observe:
                 url = await tg.start(self.server.serve)
                 argv = _with_settings(argv, _write_settings(private, with_hooks(settings, url)))
-            with anyio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-                self._start = self._clock()
-                try:
-                    process = spawn(argv, env=env, own_group=False)
-                except OSError as exc:
-                    logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
-                    tg.cancel_scope.cancel()
-                    return 127 if isinstance(exc, FileNotFoundError) else 126
-                tg.start_soon(self._forward_signals, signals, process)
-                if self._observe:
-                    self._files = ClaudeFiles(config=self._config, pid=process.pid)
-                    tg.start_soon(self._follow)
-                try:
-                    returncode = await wait_child(process)
-                finally:
-                    if process.poll() is None:  # we are being cancelled: claude goes too
-                        process.kill()
-                        process.wait(5)
-                    process.release()  # its watchdog ends what is left of claude's tree
+            await tg.start(Session.forward_signals, self.signals)
+            self._start = self._clock()
+            try:
+                process = spawn(argv, env=env, own_group=False)
+            except OSError as exc:
                 tg.cancel_scope.cancel()
+                return cannot_run(command, exc)
+            self.signals.attach(process)
+            if self._observe:
+                self._files = ClaudeFiles(config=self._config, pid=process.pid)
+                tg.start_soon(self._follow)
+            try:
+                returncode = await wait_child(process)
+            finally:
+                if process.poll() is None:  # we are being cancelled: claude goes too
+                    process.kill()
+                    process.wait(5)
+                process.release()  # its watchdog ends what is left of claude's tree
+            tg.cancel_scope.cancel()
         status = exit_status(returncode)
         if 0 < status < 128 and self._observe and "claude" not in Path(command[0]).name:
             logger.warning(
@@ -234,23 +240,6 @@ class ClaudeSession:
                 status,
             )
         return status
-
-    async def _forward_signals(
-        self, signals: AsyncIterator[signal.Signals], process: Child
-    ) -> None:
-        forwarded = 0
-        async for signum in signals:
-            if signum == signal.SIGINT and _shares_our_terminal():
-                logger.debug("Ctrl-C: claude has it from the terminal")
-                continue
-            forwarded += 1
-            with suppress(ProcessLookupError):
-                if forwarded > 1:
-                    logger.warning("second %s: killing claude (pid %d)", signum.name, process.pid)
-                    process.kill()
-                else:
-                    logger.debug("forwarding %s", signum.name)
-                    process.send_signal(signum)
 
     # -- what claude says ------------------------------------------------------------------
 
@@ -297,13 +286,4 @@ class ClaudeSession:
             self._recorder.add(t, source, self.server.redact(line))
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        deliver(self.observers, transitions)
-
-
-def _shares_our_terminal() -> bool:
-    """Whether we run in the foreground of a terminal, as claude does: then a Ctrl-C typed
-    there reached claude itself."""
-    try:
-        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-    except OSError:
-        return False
+        self.session.deliver(transitions)

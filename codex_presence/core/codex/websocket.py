@@ -4,7 +4,7 @@ into messages, and when the client has hung up.
 ``codex --remote unix://PATH`` talks to ``codex app-server --listen unix://PATH`` over a
 websocket (RFC 6455) on a unix socket: an HTTP/1.1 upgrade, then one JSON-RPC object per
 text frame, the same messages as over stdio (``docs/codex-tui.md``). The relay of
-``codex-presence codex`` (:mod:`codex_presence.agent.ws_relay`) copies the bytes both ways
+``codex-presence codex`` (:mod:`codex_presence.agent.tui.ws_relay`) copies the bytes both ways
 as they are, except for the compression offer in the client's request head; here is what it
 needs to do that and to read the traffic on the way:
 
@@ -29,7 +29,7 @@ from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, TextMessage
 from wsproto.utilities import ProtocolError
 
-from codex_presence.core.codex_protocol import Direction
+from codex_presence.core.codex.protocol import Direction
 from codex_presence.core.recording import ConnectionEvent
 
 __all__ = [

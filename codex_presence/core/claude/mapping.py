@@ -1,8 +1,8 @@
 """The Claude Code mapping: hook payloads, transcript entries and session status in, activity
 transitions out.
 
-Sans-I/O, like :mod:`codex_presence.core.codex`: it is fed one message at a time with its
-source (:data:`~codex_presence.core.claude_protocol.ClaudeSource`) and the time it was seen
+Sans-I/O, like :mod:`codex_presence.core.codex.mapping`: it is fed one message at a time with its
+source (:data:`~codex_presence.core.claude.protocol.ClaudeSource`) and the time it was seen
 (seconds, any monotonic origin), and returns the transitions it caused. It keeps one timer,
 :attr:`ClaudeMapping.deadline`, which its shell honours by calling :meth:`~ClaudeMapping.tick`;
 it reads no clock. ``docs/claude-code-hooks.md`` holds the measurements behind the rules.
@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
-from codex_presence.core.claude_protocol import (
+from codex_presence.core.claude.protocol import (
     BLOCKING_NOTIFICATIONS,
     IDLE_NOTIFICATION,
     IDLE_STATUSES,

@@ -13,7 +13,8 @@ loaded, and waits for nothing: the TUI's own start overlaps with the app-server'
 2. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
    directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
    session's) and environment, in a process group of its own, killed with its whole tree if
-   we die, however we die (its watchdog: :func:`~.child.spawn`). Its output goes to a pipe
+   we die, however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Its output
+   goes to a pipe
    and into our log, never to the terminal the TUI draws on.
 3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal, in our process group (the
    terminal's foreground group, which a program reading the terminal must be in), sent
@@ -22,8 +23,10 @@ loaded, and waits for nothing: the TUI's own start overlaps with the app-server'
 Then (:meth:`TuiSession.run`) the companions (the broker link) and the relay: a client
 connection that comes before INNER accepts waits for it.
 
-SIGINT, SIGTERM and SIGHUP are forwarded to the TUI (those that come while it starts, once
-it is there). The end comes with the first of:
+SIGINT, SIGTERM and SIGHUP are forwarded to the TUI by the shells' one rule
+(:class:`~codex_presence.agent.child.SignalForwarding`; those that come while it starts,
+once it is there); the observers, companions and end are the shells' skeleton's
+(:mod:`codex_presence.agent.session`). The end comes with the first of:
 
 * **The TUI exits.** The mapping closes (the member is idle, cause ``eof``, whatever the
   app-server is still running), then the app-server gets SIGTERM, and after ``grace``
@@ -50,8 +53,8 @@ import socket
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,17 +65,26 @@ from codex_presence.agent.child import (
     FORWARDED_SIGNALS,
     Child,
     ProcessTree,
+    SignalForwarding,
+    cannot_run,
     exit_status,
     spawn,
     wait_child,
 )
-from codex_presence.agent.observers import Companion, Observer, deliver, log_transition, log_unknown
 from codex_presence.agent.recorder import Recorder, start_recorder
-from codex_presence.agent.terminal import SavedTerminal
-from codex_presence.core.codex import CodexMapping
+from codex_presence.agent.session import (
+    Companion,
+    Observer,
+    Session,
+    finish_recording,
+    log_transition,
+    log_unknown,
+)
+from codex_presence.agent.tui.terminal import SavedTerminal
+from codex_presence.core.codex.mapping import CodexMapping
 
 if TYPE_CHECKING:
-    from codex_presence.agent.ws_relay import WsRelay
+    from codex_presence.agent.tui.ws_relay import WsRelay
 
 __all__ = ["TuiSession", "private_directory"]
 
@@ -88,8 +100,9 @@ _ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 class TuiSession:
     """One TUI session through the relay: spawn, relay, forward signals, end, exit status.
 
-    ``observers`` and ``companions`` are wrap's (:class:`~.relay.Relay`); they may be set
-    between :meth:`start` and :meth:`run`."""
+    ``observers`` and ``companions`` are wrap's
+    (:class:`~codex_presence.agent.wrap.session.WrapSession`); they may be set between
+    :meth:`start` and :meth:`run`."""
 
     def __init__(
         self,
@@ -102,11 +115,15 @@ class TuiSession:
         ready_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.observers = list(observers)
-        self.companions = list(companions)
         self.mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
         self.analysis = AnalysisGuard(self.mapping.close)
         """Guards the mapping, for the relay and for the session's end alike."""
+        self.session = Session(
+            observers=observers,
+            companions=companions,
+            close=lambda cause: self.analysis.run(self.mapping.close, cause),
+        )
+        self.signals = SignalForwarding(name="the TUI")
         self.grace = grace
         self.ready_timeout = ready_timeout
         self._record_path = record
@@ -114,7 +131,6 @@ class TuiSession:
         self._clock = clock
         self._start = clock()
         self._output: deque[str] = deque(maxlen=_LAST_OUTPUT_LINES)
-        self._early_signals: list[int] = []
         self.directory: Path | None = None
         """The private directory of the two sockets (for tests and debugging)."""
         self.relay: WsRelay | None = None
@@ -127,22 +143,27 @@ class TuiSession:
         self._failed: int | None = None
         """The exit status when :meth:`start` could not make the sockets or run a child."""
 
+    @property
+    def observers(self) -> list[Observer]:
+        return self.session.observers
+
+    @property
+    def companions(self) -> list[Companion]:
+        return self.session.companions
+
     def _now(self) -> float:
         return self._clock() - self._start
-
-    def _deliver_close(self, cause: str) -> None:
-        deliver(self.observers, self.analysis.run(self.mapping.close, cause))
 
     # -- the start -----------------------------------------------------------------------------
 
     def start(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> int | None:
         """Spawn the app-server and the TUI ``command`` (``codex [ARGS...]``) now, with
         ``env`` (ours if None); None, or the exit status when one cannot be run (said on
-        the log). Signals that come from here on are kept for the TUI. Then :meth:`run`
-        must follow."""
+        the log). Signals that come from here on are the TUI's. Then :meth:`run` must
+        follow."""
         self._started = True
         for signum in FORWARDED_SIGNALS:
-            signal.signal(signum, lambda n, _: self._early_signals.append(n))
+            signal.signal(signum, lambda n, _: self.signals.forward(signal.Signals(n)))
         try:
             self.directory = private_directory()
             inner, outer = self.directory / "app-server.sock", self.directory / "tui.sock"
@@ -174,9 +195,9 @@ class TuiSession:
                 own_group=False,
                 death_signal=signal.SIGTERM,
             )
+            self.signals.attach(self._tui)
         except OSError as exc:
-            logger.error("cannot run %s: %s", command[0], exc.strerror or exc)
-            self._failed = 127 if isinstance(exc, FileNotFoundError) else 126
+            self._failed = cannot_run(command, exc)
         finally:
             os.close(null)
             os.close(output)
@@ -204,31 +225,24 @@ class TuiSession:
                 return failed if failed is not None else 1
             assert directory is not None  # start() made it, or failed
             inner = directory / "app-server.sock"
-            with anyio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-                for signum in self._early_signals:
-                    tui.send_signal(signum)
-                async with anyio.create_task_group() as tasks:
-                    reading = anyio.CancelScope()
-                    tasks.start_soon(self._log_output, self._output_fd, reading)
-                    self._recorder = start_recorder(self._record_path)
-                    try:
-                        async with AsyncExitStack() as companions:
-                            for companion in self.companions:
-                                await companions.enter_async_context(companion())
-                            try:
-                                async with anyio.create_task_group() as session:
-                                    session.start_soon(self._forward_signals, signals, tui)
-                                    status = await self._relay_until_the_end(tui, app_server)
-                                    session.cancel_scope.cancel()
-                            finally:
-                                if self._recorder is not None:
-                                    self._recorder.finish(self._now())
-                                self._deliver_close("eof")
-                                inner_target = _link_target(inner)
-                                with anyio.CancelScope(shield=True):
-                                    await self._end_app_server(app_server, tree)
-                    finally:
-                        reading.cancel()
+            async with anyio.create_task_group() as tasks:
+                reading = anyio.CancelScope()
+                tasks.start_soon(self._log_output, self._output_fd, reading)
+                await tasks.start(Session.forward_signals, self.signals)
+                self._recorder = start_recorder(self._record_path)
+                try:
+                    async with self.session.lifetime():
+                        try:
+                            status = await self._relay_until_the_end(tui, app_server)
+                        finally:
+                            self.session.close("eof")  # idle now, not after the app-server's end
+                            await finish_recording(self._recorder, self._now())
+                            inner_target = _link_target(inner)
+                            with anyio.CancelScope(shield=True):
+                                await self._end_app_server(app_server, tree)
+                finally:
+                    reading.cancel()
+                    tasks.cancel_scope.cancel()  # the signals: ours again
         finally:
             self._cleanup(tree, inner_target)
         return status
@@ -241,8 +255,6 @@ class TuiSession:
                 process.wait()
             if process is not None:
                 process.release()  # its watchdog ends whatever is left of its tree
-        if self._recorder is not None and not self._recorder.join(10):
-            logger.warning("the recording of %s is not complete", self._recorder.path)
         if tree is not None:
             tree.kill(signal.SIGKILL)  # nothing left to kill after a clean end
             tree.close()
@@ -253,16 +265,10 @@ class TuiSession:
             self._output_fd = -1
         _remove(self.directory, inner_target)
 
-    async def _forward_signals(self, signals: AsyncIterator[signal.Signals], tui: Child) -> None:
-        async for signum in signals:
-            logger.debug("forwarding %s to the TUI", signum.name)
-            with suppress(ProcessLookupError):
-                tui.send_signal(signum)
-
     async def _relay_until_the_end(self, tui: Child, app_server: Child) -> int:
-        """Relay until the TUI exits (its status), or the app-server exits or never listens
+        """WrapSession until the TUI exits (its status), or the app-server exits or never listens
         (1, the TUI ended). The TUI and the terminal are left as they should be."""
-        from codex_presence.agent.ws_relay import WsRelay  # h11 and wsproto: after the spawn
+        from codex_presence.agent.tui.ws_relay import WsRelay  # h11 and wsproto: after the spawn
 
         assert self.directory is not None and self._listener is not None
         inner = self.directory / "app-server.sock"
@@ -271,7 +277,7 @@ class TuiSession:
             inner=str(inner),
             inner_ready=ready,
             mapping=self.mapping,
-            on_transition=lambda t: deliver(self.observers, [t]),
+            on_transition=lambda t: self.session.deliver([t]),
             clock=self._now,
             recorder=self._recorder,
             analysis=self.analysis,
@@ -298,7 +304,7 @@ class TuiSession:
                 race.start_soon(until_ready)
             status = self._said_why(first[0], tui, app_server, ready.is_set())
             if first[0] != "tui":
-                self._deliver_close("eof")
+                self.session.close("eof")
         finally:
             if tui.poll() is None:  # the app-server's end, or we were cancelled
                 with anyio.CancelScope(shield=True):

@@ -2,7 +2,7 @@
 copied byte for byte, and read on the way.
 
 Each client connection accepted on the relay's socket (OUTER) gets its own connection to
-the app-server's (INNER). What the bytes mean is :mod:`codex_presence.core.websocket`'s;
+the app-server's (INNER). What the bytes mean is :mod:`codex_presence.core.codex.websocket`'s;
 here are the sockets, the copying and the order of things.
 
 Design, and why:
@@ -13,7 +13,7 @@ Design, and why:
   included; re-framing them would cost time and could only add mistakes. The one change is
   the compression offer taken out of the request head: compressed frames could not be read.
 * **Reading is a side job.** After each part of a chunk is written to the other side, the
-  same bytes go to that direction's :class:`~codex_presence.core.websocket.MessageReader`
+  same bytes go to that direction's :class:`~codex_presence.core.codex.websocket.MessageReader`
   (wsproto), and each whole text message to the codex mapping — the mapping of ``wrap``,
   fed one message at a time with its direction, so the two directions stay apart. Write,
   then read, with no wait in between: a client's answer can never be analysed before the
@@ -32,7 +32,7 @@ Design, and why:
   the server's end (codex never answers a close frame; it closes) to the client. A client
   whose connection to INNER cannot be made is closed, as a dead app-server would be.
 * **Connections are events.** ``open``, ``hangup`` (the client's close frame) and ``lost``
-  (an end without one) go to :class:`~codex_presence.core.websocket.ClientLinks`, whose rule
+  (an end without one) go to :class:`~codex_presence.core.codex.websocket.ClientLinks`, whose rule
   the replay shares, and to the recording as connection lines.
 """
 
@@ -49,10 +49,10 @@ import anyio
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.recorder import Recorder
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex import CodexMapping, Direction
-from codex_presence.core.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.codex.mapping import CodexMapping, Direction
+from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.codex.websocket import HANGUP, ClientLinks, MessageReader, RequestHead
 from codex_presence.core.recording import ConnectionEvent, encode_connection, encode_entry
-from codex_presence.core.websocket import HANGUP, ClientLinks, MessageReader, RequestHead
 
 __all__ = ["WsRelay"]
 

@@ -13,7 +13,7 @@ prove ``feed_line`` would skip anyway, and feeds everything else, so that the re
 same as feeding every line one by one (the property ``tests/test_lines.py`` checks):
 
 * a line that does not start with ``{`` cannot matter, in either direction (the leading-byte
-  rule, :func:`~codex_presence.core.codex_protocol.skips_unparsed`): garbage, bare
+  rule, :func:`~codex_presence.core.codex.protocol.skips_unparsed`): garbage, bare
   newlines, 2-byte lines and the like cost the scan and nothing else.
 * server lines: ``feed_line`` decides on the first bytes (codex writes ``{"method":"…"`` or
   ``{"id":`` first). The scan finds the lines that start with ``{`` but not with one of
@@ -40,7 +40,7 @@ import logging
 import operator
 import re
 
-from codex_presence.core.codex_protocol import (
+from codex_presence.core.codex.protocol import (
     ITEM_TYPE_PREFIX,
     METHOD_PREFIX,
     PASSIVE_ITEM_TYPES,
@@ -55,7 +55,7 @@ from codex_presence.core.codex_protocol import (
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
     from codex_presence.core.activity import Transition
-    from codex_presence.core.codex import CodexMapping
+    from codex_presence.core.codex.mapping import CodexMapping
 
 __all__ = [
     "DEFAULT_MAX_DEFERRED",
@@ -195,7 +195,7 @@ class ChunkAnalyzer:
         max_deferred: int = DEFAULT_MAX_DEFERRED,
     ):
         if mapping is None and not deferred:
-            from codex_presence.core.codex import CodexMapping
+            from codex_presence.core.codex.mapping import CodexMapping
 
             mapping = CodexMapping()
         self._mapping = mapping
@@ -406,6 +406,6 @@ class ChunkAnalyzer:
 
 
 def _default_mapping() -> CodexMapping:
-    from codex_presence.core.codex import CodexMapping
+    from codex_presence.core.codex.mapping import CodexMapping
 
     return CodexMapping()

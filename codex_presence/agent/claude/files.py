@@ -4,7 +4,7 @@ session status file.
 * **The transcript** (``transcript_path`` of any hook; JSONL, appended in bursts) is read
   from where it stood when a hook first named it (a resumed session's history is not news),
   one appended chunk per poll. Only complete lines of the types the mapping and recordings
-  keep (:data:`~codex_presence.core.claude_protocol.TRANSCRIPT_TYPES`) are parsed; the
+  keep (:data:`~codex_presence.core.claude.protocol.TRANSCRIPT_TYPES`) are parsed; the
   bookkeeping in between, most of the bytes, is skipped on a byte check.
   A path that cannot be a transcript (a NUL in it, not a regular file: a FIFO would block
   the open) is passed over, said once.
@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from codex_presence.core.claude_protocol import (
+from codex_presence.core.claude.protocol import (
     TRANSCRIPT_TYPES,
     ClaudeSource,
     transcript_line_may_matter,

@@ -1,0 +1,82 @@
+"""What the three runner commands share: ``wrap``, ``codex`` and ``claude`` take the same
+options (the recording, the log, the broker and the token, ``--no-trace``, the command after
+``--``) and tell the broker through the same link.
+
+Import-light, like the commands (``wrap`` reads its options before its child runs): the
+client and the session skeleton load inside the functions that need them, and ``typing``
+is not loaded either.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+TYPE_CHECKING = False  # typing is not loaded before the child runs
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from codex_presence.agent.session import Companion, Observer
+    from codex_presence.client.link import BrokerLink
+
+
+def configure(parser: argparse.ArgumentParser, *, epilog: str) -> None:
+    """The options every runner command takes, and its own ``epilog``."""
+    parser.epilog = epilog
+    parser.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write the session (timestamped) to FILE in the recording format, for `replay`",
+    )
+    parser.add_argument("--log-file", metavar="FILE", help="log to FILE instead of stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log debug details")
+    from codex_presence.client.auth import add_client_options
+
+    add_client_options(parser, broker_default=None)
+    parser.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="report no activity at all (the roster shows you idle); connection presence stays",
+    )
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+
+def given_command(args: argparse.Namespace) -> list[str]:
+    """The command after our options, without the ``--`` that may separate them (argparse's
+    remainder keeps it); empty when none was given."""
+    command = list(args.cmd)
+    return command[1:] if command[:1] == ["--"] else command
+
+
+def broker_link(
+    args: argparse.Namespace, *, environ: Mapping[str, str] | None = None
+) -> BrokerLink | None:
+    """The broker side of the session, or None (said once on stderr) when there is none,
+    or no token (from ``--token-file``, or ``environ``'s, by default ours). A missing token
+    is not fatal: the relay must work whatever the reporting does."""
+    import logging
+
+    logger = logging.getLogger(f"codex_presence.{getattr(args, 'command', 'wrap')}")
+    if not args.broker:
+        logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
+        return None
+    from codex_presence.client.auth import TokenError, read_token
+    from codex_presence.client.link import BrokerLink, BrokerSettings
+
+    try:
+        token = read_token(token_file=args.token_file, environ=environ)
+    except TokenError as exc:
+        logger.error("not reporting to %s: %s", args.broker, exc)
+        return None
+    settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
+    return BrokerLink(settings)
+
+
+def session_parts(link: BrokerLink | None) -> tuple[list[Observer], list[Companion]]:
+    """The observers and companions of a runner's session: the log, and the broker link's
+    reporting and lifetime when there is a link."""
+    from codex_presence.agent.session import log_transition
+
+    if link is None:
+        return [log_transition], []
+    return [log_transition, link.observe], [link.session]
