@@ -38,7 +38,9 @@ from pathlib import Path
 from codex_presence.broker.team import Role
 from codex_presence.broker.team_file import render_team
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _redis import RedisServer, find_redis_server
 
 HOST = "127.0.0.1"
 BROKER_PID = [0]
@@ -366,11 +368,7 @@ def _bench_redis(
     broker_cpu: int | None,
     memory: dict[str, float],
 ) -> None:
-    import shutil
-
-    from tests.support.redis_server import RedisServer
-
-    binary = shutil.which("redis-server")
+    binary = find_redis_server()
     if binary is None:
         sys.exit("--redis needs redis-server (apt-get install redis-server)")
     print("\n== with Redis (--redis): broker A under load, broker B sharing its state")

@@ -2,7 +2,7 @@
 the child or wrap itself dying; a client that hangs up early; a record target that fails.
 
 Every test runs the real ``codex-presence wrap`` around the scripted app-server
-(``tests/support/fake_app_server.py``), behind ``tests/support/tee_child.py`` so that what
+(``bench/_fake_app_server.py``), behind ``tests/support/tee_child.py`` so that what
 the child wrote is witnessed independently of wrap and compared with what the client
 received. Broker
 faults come from :class:`FaultProxy`, a small TCP proxy on loopback in front of a real

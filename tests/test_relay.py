@@ -384,7 +384,7 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert not alive(child)
 
 
-TREE = str(Path(__file__).resolve().parent / "support" / "process_tree.py")
+TREE = str(Path(__file__).resolve().parents[1] / "bench" / "_process_tree.py")
 
 
 def tree_of(proc: subprocess.Popen[bytes]) -> list[int]:

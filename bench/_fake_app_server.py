@@ -12,7 +12,9 @@ decides anything itself; the client (a test or the soak driver) decides through 
 "delay_ms": int, "crash": "before_end" | null}}``
 
 ``crash`` makes the process exit abruptly (status 3) in the middle of the turn. Run it as
-``python tests/support/fake_app_server.py``.
+``python bench/_fake_app_server.py``. It lives in ``bench/`` (standard library and orjson
+only) so that the soak benchmark runs without the test dependencies; the tests run it too
+(``tests/support/wrap_harness.py``).
 """
 
 from __future__ import annotations
