@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ __all__ = [
     "Rule",
     "Wait",
     "event_words",
+    "message",
 ]
 
 DEFAULT_AFTER = 60.0
@@ -134,6 +136,44 @@ def event_words(notice: Notice) -> str:
             return "back to work"
         return "no longer needs input"
     return "session lost"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def _clock_time(ms: int) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def message(notice: Notice, *, team: str, now: float, link: str | None = None) -> tuple[str, str]:
+    """A notice's title and body: who, what, since when (and for how long as of ``now``),
+    the team, and the roster page's address when the broker knows it. The state only,
+    never anything of the session's content, as every other surface."""
+    who, what = notice.member, event_words(notice)
+    title = f"{who}: {what}"
+    if notice.event is NotifyEvent.BLOCKED:
+        held = _duration(now - notice.since_ms / 1000)
+        body = f"{who} needs input since {_clock_time(notice.since_ms)} ({held})"
+    elif notice.event is NotifyEvent.ANSWERED:
+        began = notice.blocked_since_ms if notice.blocked_since_ms is not None else 0
+        waited = _duration((notice.since_ms - began) / 1000)
+        body = f"{who} is {what} since {_clock_time(notice.since_ms)} (waited {waited})"
+    else:
+        body = (
+            f"{who}'s session was lost at {_clock_time(notice.since_ms)} while {notice.state.value}"
+        )
+    body += f" - team {team}"
+    if link:
+        body += f"\n{link}"
+    return title, body
 
 
 @dataclass(slots=True)
