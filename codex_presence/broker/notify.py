@@ -26,7 +26,9 @@ Delivery never hurts the broker:
 
 The time of the policy is the broker's wall clock (``activitySince`` is unix ms): ``clock``
 is injectable, and the loop looks again at least every ``max_sleep`` seconds, so that a
-test can move the clock and a wall clock that jumps is noticed.
+test can move the clock and a wall clock that jumps is noticed. A notice another broker
+claimed is looked at again every ``recheck`` seconds until it is settled or the claim
+lapses.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class Notifier:
         lease: float | None = None,
         keep: float = KEEP,
         max_sleep: float = 5.0,
+        recheck: float = 2.0,
     ) -> None:
         labelled = []
         for target in targets:
@@ -181,15 +184,14 @@ class Notifier:
         self._lease = lease if lease is not None else 2 * timeout + 5
         self._keep = keep
         self._max_sleep = max_sleep
+        self._recheck = recheck
         self._wake = anyio.Event()
         self._limiter = anyio.CapacityLimiter(max(1, len(self.targets)))
-        streams = [anyio.create_memory_object_stream[Notice](QUEUE_SIZE) for _ in self.targets]
-        self._queues: list[MemoryObjectSendStream[Notice]] = [s for s, _ in streams]
-        self._inboxes: list[MemoryObjectReceiveStream[Notice]] = [r for _, r in streams]
+        self._queues: list[MemoryObjectSendStream[Notice]] = []
         self.looked_at = -math.inf
         """The time (of ``clock``) the policy was last asked at: tests wait for it."""
-        self.in_flight = 0
-        """Notices taken from a queue and not yet settled."""
+        self.pending = 0
+        """Notices queued or being delivered."""
 
     # -- what the broker tells (never waits) ------------------------------------------
 
@@ -202,24 +204,23 @@ class Notifier:
         self.policy.lost(name, state, at_ms)
         self._wake.set()
 
-    def queued(self) -> int:
-        return sum(q.statistics().current_buffer_used for q in self._queues)
-
     # -- the work --------------------------------------------------------------------
 
     async def run(self) -> None:
         """Deliver until cancelled."""
+        streams = [anyio.create_memory_object_stream[Notice](QUEUE_SIZE) for _ in self.targets]
+        self._queues = [send for send, _ in streams]
         async with anyio.create_task_group() as tg:
-            for index in range(len(self.targets)):
-                tg.start_soon(self._deliver_all, index)
+            for index, (send, inbox) in enumerate(streams):
+                tg.start_soon(self._deliver_all, index, send, inbox)
             while True:
                 now = self._clock()
                 action = self.policy.next_action(now)
-                self.looked_at = now
                 if isinstance(action, Due):
                     for notice in action.notices:
                         self._enqueue(notice)
                     continue
+                self.looked_at = now
                 delay = self._max_sleep
                 if action.until is not None:
                     delay = min(delay, max(0.0, action.until - now))
@@ -230,6 +231,7 @@ class Notifier:
     def _enqueue(self, notice: Notice) -> None:
         try:
             self._queues[notice.target].send_nowait(notice)
+            self.pending += 1
         except anyio.WouldBlock:
             self.stats[notice.target].dropped += 1
             logger.warning(
@@ -240,14 +242,18 @@ class Notifier:
                 notice.event.value,
             )
 
-    async def _deliver_all(self, index: int) -> None:
-        async with self._inboxes[index] as inbox:
+    async def _deliver_all(
+        self,
+        index: int,
+        send: MemoryObjectSendStream[Notice],
+        inbox: MemoryObjectReceiveStream[Notice],
+    ) -> None:
+        async with send, inbox:
             async for notice in inbox:
-                self.in_flight += 1
                 try:
                     await self._deliver(notice)
                 finally:
-                    self.in_flight -= 1
+                    self.pending -= 1
 
     async def _deliver(self, notice: Notice) -> None:
         target = self.targets[notice.target]
@@ -265,7 +271,8 @@ class Notifier:
             if claim is False:
                 return  # another broker sent it (or gave it up)
             if claim is not True:
-                await anyio.sleep(float(claim) + 0.05)  # another broker's: look again
+                # Another broker's: look again when it settles, or its lease lapses.
+                await anyio.sleep(min(float(claim) + 0.05, self._recheck))
                 continue
             problem = await self._attempt(target, notice)
             if problem is None:

@@ -93,9 +93,10 @@ class AppriseSender:
         return plugin
 
     def masked(self, url: str) -> str:
-        """``url`` as apprise shows it with its secrets masked; :class:`ValueError` (which
-        never quotes the URL) when apprise does not know it."""
-        return str(self._plugin(url).url(privacy=True))
+        """``url`` as apprise shows it with its secrets masked, without its query (apprise
+        spells out every default there); :class:`ValueError` (which never quotes the URL)
+        when apprise does not know it."""
+        return str(self._plugin(url).url(privacy=True)).partition("?")[0]
 
     def send(self, url: str, title: str, body: str, kind: str, timeout: float) -> str | None:
         """Send one notification (blocking); None when it was delivered, else why not

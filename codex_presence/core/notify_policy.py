@@ -232,6 +232,11 @@ class NotifyPolicy:
         for name in names:
             self._spells.pop(name, None)
 
+    def blocked_since(self, member: str) -> int | None:
+        """Since when (unix ms) ``member`` is blocked as far as the policy knows."""
+        spell = self._spells.get(member)
+        return None if spell is None else spell.since_ms
+
     # -- what to do --------------------------------------------------------------------
 
     def next_action(self, now: float) -> Due | Wait:
