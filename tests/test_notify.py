@@ -365,3 +365,85 @@ def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(
             assert len(hook.requests) == 1
             assert client.get(f"codex-presence:{{acme}}:n:{key}") == b"done"
             client.close()
+
+
+# -- configuration: the team file, the command line ---------------------------------------
+
+
+def _parse(entries: str) -> list[Target]:
+    import tomllib
+
+    from codex_presence.broker.notify_config import parse_notify
+
+    return parse_notify(tomllib.loads(entries), TEAM, source="team.toml")
+
+
+def test_notify_entries_are_read_with_their_defaults() -> None:
+    [plain, full] = _parse(
+        '[[notify]]\nurl = "json://h/p"\n\n'
+        '[[notify]]\nurl = "ntfy://h/t"\nafter = 5\nrepeat = 600\nmembers = ["scout"]\n'
+        'on = ["blocked", "answered", "lost"]\nname = "ops phone"\n'
+    )
+    assert plain.rule == Rule()  # 60 s, everyone, blocked, no reminder
+    assert full.rule == Rule(
+        after=5, repeat=600, members=frozenset({"scout"}), on=frozenset(NotifyEvent)
+    )
+    assert full.name == "ops phone" and "ntfy://h/t" not in repr(full)
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ('url = "json://h/p"\nmember = ["scout"]', "unknown key 'member'"),
+        ('url = "json://h/p"\nafter = "soon"', "'after' must be a number of seconds"),
+        ('url = "json://h/p"\nrepeat = -1', "'repeat' must be a number of seconds >= 0"),
+        ('url = "json://h/p"\nmembers = ["mallory"]', "'mallory', not a team member"),
+        ('url = "json://h/p"\non = ["blocked", "idle"]', "'on' holds 'idle'"),
+        ("after = 5", "'url' must be a notification URL"),
+        ('url = "json://h/p"\nname = "a\\u001b[2Jb"', "control character"),
+    ],
+)
+def test_a_bad_notify_entry_is_refused_naming_what_is_wrong(entry: str, said: str) -> None:
+    from codex_presence.broker.team import TeamError
+
+    with pytest.raises(TeamError, match=r"team.toml: notify\[0\]") as caught:
+        _parse(f"[[notify]]\n{entry}\n")
+    assert said in str(caught.value)
+
+
+def test_the_broker_refuses_a_url_apprise_does_not_know_without_quoting_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from codex_presence.cli.main import main
+
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(
+        render_team("acme", [(m.name, m.role, token_of(m.name)) for m in TEAM.members])
+    )
+    args = ["broker", "--team", str(team_file), "--notify", "nosuchservice://s3cret@h/x"]
+    assert main([*args, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "notification target 1: not a notification URL apprise knows" in err
+    assert "s3cret" not in err
+
+
+def test_notify_test_sends_one_test_notification_and_says_so() -> None:
+    with receiver() as hook, receiver(status=500) as broken:
+        ok = _run_notify_test(f"json://user:pw-s3cret@{hook.host}/h")
+        failed = _run_notify_test(f"json://{broken.host}/h")
+    assert ok.returncode == 0 and "delivered" in ok.stderr and "pw-s3cret" not in ok.stderr
+    [sent] = hook.requests
+    assert sent.json()["title"] == "codex-presence: test" and sent.json()["type"] == "info"
+    assert failed.returncode == 1 and "not delivered" in failed.stderr
+
+
+def _run_notify_test(url: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "codex_presence", "notify", "test", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -188,6 +188,8 @@ class Notifier:
         self._wake = anyio.Event()
         self._limiter = anyio.CapacityLimiter(max(1, len(self.targets)))
         self._queues: list[MemoryObjectSendStream[Notice]] = []
+        self._dropping: dict[int, int] = {}
+        """Targets whose queue overflowed -> their dropped count when it began."""
         self.looked_at = -math.inf
         """The time (of ``clock``) the policy was last asked at: tests wait for it."""
         self.pending = 0
@@ -233,14 +235,16 @@ class Notifier:
             self._queues[notice.target].send_nowait(notice)
             self.pending += 1
         except anyio.WouldBlock:
-            self.stats[notice.target].dropped += 1
-            logger.warning(
-                "notify %s: %d notices already wait for this target: dropped %s's %s",
-                self.targets[notice.target].label,
-                QUEUE_SIZE,
-                notice.member,
-                notice.event.value,
-            )
+            stats = self.stats[notice.target]
+            stats.dropped += 1
+            if notice.target not in self._dropping:  # one line per overflow, not per notice
+                self._dropping[notice.target] = stats.dropped - 1
+                logger.warning(
+                    "notify %s: %d notices already wait for this target: dropping new ones "
+                    "until it catches up",
+                    self.targets[notice.target].label,
+                    QUEUE_SIZE,
+                )
 
     async def _deliver_all(
         self,
@@ -254,6 +258,13 @@ class Notifier:
                     await self._deliver(notice)
                 finally:
                     self.pending -= 1
+                if index in self._dropping and not send.statistics().current_buffer_used:
+                    dropped = self.stats[index].dropped - self._dropping.pop(index)
+                    logger.warning(
+                        "notify %s: caught up; %d notices were dropped",
+                        self.targets[index].label,
+                        dropped,
+                    )
 
     async def _deliver(self, notice: Notice) -> None:
         target = self.targets[notice.target]
