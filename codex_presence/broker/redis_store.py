@@ -273,6 +273,11 @@ class RedisStore:
         self._leave_script = link.script(_LEAVE)
         link.add_listener(self)
 
+    @property
+    def link(self) -> RedisLink:
+        """The link this store keeps (the notifier's claims share it)."""
+        return self._link
+
     # -- reads: the mirror ---------------------------------------------------------------
 
     def connection(self, name: str) -> Connection:
