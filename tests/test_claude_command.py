@@ -21,7 +21,12 @@ from codex_presence.agent import claude_session
 from codex_presence.agent.claude_files import ClaudeFiles
 from codex_presence.agent.claude_session import ClaudeSession
 from codex_presence.core.claude import SETTLE
-from codex_presence.core.claude_protocol import HOOK_EVENTS, HOOK_TIMEOUT
+from codex_presence.core.claude_protocol import (
+    HOOK_EVENTS,
+    HOOK_TIMEOUT,
+    RESUME_HINT_FLAGS_ENV,
+    resume_hint_flags,
+)
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
@@ -152,6 +157,40 @@ def test_a_settings_of_the_users_own_is_carried_with_ours(tmp_path: Path) -> Non
     assert settings["x"] == 1 and settings["hooks"]["Stop"][0] == mine["hooks"]["Stop"][0]
     assert settings["hooks"]["Stop"][1]["hooks"][0]["type"] == "http"
     assert sorted(settings["hooks"]) == sorted(HOOK_EVENTS)
+    # claude's parting hint lists the arguments the person gave, not our --settings FILE.
+    assert given["env"][RESUME_HINT_FLAGS_ENV] == f"--settings {theirs} -p hi"
+
+
+def test_the_resume_hint_gets_the_persons_arguments_not_ours(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    script = [{"do": "dump", "path": str(dump)}]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env.update(FAKE_CLAUDE_SCRIPT=json.dumps(script), CLAUDE_CONFIG_DIR=str(tmp_path / "config"))
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    mode = ["--permission-mode", "default"]
+    assert subprocess.run([*command, *mode], env=env, check=False).returncode == 0
+    given = json.loads(dump.read_text())
+    assert given["argv"][1] == "--settings" and given["argv"][3:] == mode
+    assert given["env"][RESUME_HINT_FLAGS_ENV] == "--permission-mode default"
+    # A choice of the environment's own (a relauncher around us) stands.
+    env[RESUME_HINT_FLAGS_ENV] = "--model opus"
+    assert subprocess.run([*command, *mode], env=env, check=False).returncode == 0
+    assert json.loads(dump.read_text())["env"][RESUME_HINT_FLAGS_ENV] == "--model opus"
+
+
+@pytest.mark.parametrize(
+    ("args", "flags"),
+    [
+        ([], ""),
+        (["--permission-mode", "default"], "--permission-mode default"),
+        (["--model", "opus", "fix the bug"], "--model opus"),  # the prompt is no flag
+        (["fix the bug"], ""),
+        (["--append-system-prompt", "be brief", "--verbose"], ""),  # cannot be joined
+        (["--model", ""], ""),
+    ],
+)
+def test_resume_hint_flags(args: list[str], flags: str) -> None:
+    assert resume_hint_flags(args) == flags
 
 
 @pytest.mark.parametrize(
@@ -328,7 +367,9 @@ def test_no_trace_reports_no_activity_and_installs_no_hooks(
     assert proc.wait(30) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None]
-    assert json.loads(dump.read_text())["argv"][1:] == []  # claude as given: no --settings
+    given = json.loads(dump.read_text())
+    assert given["argv"][1:] == []  # claude as given: no --settings
+    assert RESUME_HINT_FLAGS_ENV not in given["env"]  # nor anything else of ours
 
 
 # -- reading claude's files only while it can matter -----------------------------------------------

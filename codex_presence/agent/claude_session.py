@@ -19,7 +19,9 @@ as the session.
   (mode 0600, in a private 0700 directory removed at the end) holds one HTTP hook per event
   the mapping reads. The user's settings files still apply (claude merges them); a
   ``--settings`` of the user's own in the arguments (claude would take only the last) is
-  taken out and carried in FILE, our hooks after theirs. The hook URL
+  taken out and carried in FILE, our hooks after theirs. claude's parting hint
+  (``claude FLAGS --resume ID``) gets its FLAGS from the arguments the person gave, not
+  from ours (:func:`child_environment`). The hook URL
   holds the session's secret: it is never logged, and ``127.0.0.1`` is added to claude's
   ``NO_PROXY`` so that no proxy ever sees it.
 * **Reading files only while it can matter**: the transcript and the session file are
@@ -57,7 +59,12 @@ from codex_presence.agent.observers import Companion, Observer, deliver, log_tra
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude import ClaudeMapping
-from codex_presence.core.claude_protocol import ClaudeSource, with_hooks
+from codex_presence.core.claude_protocol import (
+    RESUME_HINT_FLAGS_ENV,
+    ClaudeSource,
+    resume_hint_flags,
+    with_hooks,
+)
 
 __all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
 
@@ -108,15 +115,26 @@ def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
     return [command[0], "--settings", str(settings), *command[1:]]
 
 
-def child_environment(environ: Mapping[str, str], *, drop: Sequence[str] = ()) -> dict[str, str]:
+def child_environment(
+    environ: Mapping[str, str],
+    *,
+    drop: Sequence[str] = (),
+    hinted_args: Sequence[str] | None = None,
+) -> dict[str, str]:
     """claude's environment: ours, without ``drop``, with loopback in ``NO_PROXY`` (hook
-    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included)."""
+    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included), and, when
+    ``hinted_args`` are given (the arguments the person gave claude, to which we add
+    ``--settings FILE``), the flags of claude's parting ``--resume`` hint taken from them
+    instead of from the arguments claude gets (:func:`resume_hint_flags`) — unless our own
+    environment already chose them."""
     env = {key: value for key, value in environ.items() if key not in drop}
     for key in ("NO_PROXY", "no_proxy"):
         hosts = [h.strip() for h in env.get(key, "").split(",") if h.strip()]
         if "127.0.0.1" not in hosts:
             hosts.append("127.0.0.1")
         env[key] = ",".join(hosts)
+    if hinted_args is not None:
+        env.setdefault(RESUME_HINT_FLAGS_ENV, resume_hint_flags(hinted_args))
     return env
 
 

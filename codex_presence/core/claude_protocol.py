@@ -10,7 +10,7 @@ them. Pure data and pure functions.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = [
@@ -21,11 +21,13 @@ __all__ = [
     "IDLE_STATUSES",
     "INTERRUPT_PREFIX",
     "PERSON_WAITS",
+    "RESUME_HINT_FLAGS_ENV",
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
     "hook_settings",
     "is_interrupt_marker",
+    "resume_hint_flags",
     "transcript_line_may_matter",
     "with_hooks",
 ]
@@ -86,6 +88,13 @@ TRANSCRIPT_TYPES: frozenset[bytes] = frozenset(
 markers and the prompt queue. The rest is bookkeeping (``api-request-shape`` holds the
 whole system prompt), ~90% of the bytes."""
 
+RESUME_HINT_FLAGS_ENV = "CLAUDE_CODE_RELAUNCH_RESUME_HINT_FLAGS"
+"""The variable claude reads (once, then unsets) for the flags of its parting hint
+(``claude FLAGS --resume ID``) in place of its own arguments. Without it claude lists its
+own arguments, our ``--settings FILE`` first: a path, so the flags are printed only if the
+whole line fits the terminal (otherwise none at all), and they would name a file that is
+gone. claude takes the value only if parsing it as arguments gives it back unchanged."""
+
 _TYPE_MARKER = re.compile(
     rb'"type"\s*:\s*"(?:%s)"' % b"|".join(re.escape(kind) for kind in sorted(TRANSCRIPT_TYPES))
 )
@@ -115,6 +124,25 @@ def is_interrupt_marker(entry: Mapping[str, Any]) -> bool:
         and isinstance(block.get("text"), str)
         and block["text"].startswith(INTERRUPT_PREFIX)
     )
+
+
+def resume_hint_flags(args: Sequence[str]) -> str:
+    """The value of :data:`RESUME_HINT_FLAGS_ENV` for a claude given ``args`` (its arguments
+    as the person typed them, a ``--settings`` of theirs included): the arguments themselves,
+    which claude parses and takes only if they come back unchanged, so the hint lists what
+    plain claude would list. A prompt at the end (an argument with a space) is left out, as
+    claude leaves it out; any other argument with a space, or an empty one, cannot survive
+    being joined with spaces: then "" (no flags, which is what claude makes of such a value)."""
+    kept = list(args)
+    if kept and _has_space(kept[-1]):
+        kept.pop()
+    if any(not arg or _has_space(arg) for arg in kept):
+        return ""
+    return " ".join(kept)
+
+
+def _has_space(arg: str) -> bool:
+    return any(char.isspace() for char in arg)
 
 
 def hook_settings(
