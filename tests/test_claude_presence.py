@@ -404,11 +404,6 @@ def test_claudes_parting_hint_is_plain_claudes(
     assert plain_spinner and not [line for line in plain_spinner if "hook" in line]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claude 2.1.332 names every running hook of the settings in its spinner and "
-    "offers no way to hide one that keeps the hooks' order: docs/claude-code-hooks.md",
-)
 def test_claudes_spinner_never_names_a_hook_of_ours(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:

@@ -10,6 +10,7 @@ them. Pure data and pure functions.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -17,16 +18,21 @@ __all__ = [
     "BLOCKING_NOTIFICATIONS",
     "HOOK_EVENTS",
     "HOOK_TIMEOUT",
+    "HTTP_ONLY_EVENTS",
     "IDLE_NOTIFICATION",
     "IDLE_STATUSES",
     "INTERRUPT_PREFIX",
     "PERSON_WAITS",
     "RESUME_HINT_FLAGS_ENV",
+    "SEQ_HEADER",
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
+    "curl_config",
     "hook_settings",
     "is_interrupt_marker",
+    "poster_command",
+    "prints",
     "resume_hint_flags",
     "transcript_line_may_matter",
     "with_hooks",
@@ -145,22 +151,82 @@ def _has_space(arg: str) -> bool:
     return any(char.isspace() for char in arg)
 
 
+SEQ_HEADER = "x-hook-seq"
+"""The header in which a command hook's delivery says its process id (its sequence number,
+:mod:`codex_presence.core.claude_hook_order`)."""
+
+
+def poster_command(curl: str, config: str) -> str:
+    """The shell command of an async command hook: ``curl`` POSTs the payload claude writes
+    to its stdin as the ``config`` file says (``curl_config``: the URL, with its secret, is
+    kept out of every process list), with the shell's pid as :data:`SEQ_HEADER` (``exec``
+    keeps it curl's). ``-q`` first: no ``~/.curlrc`` of the user's."""
+    quoted = f"{shlex.quote(curl)} -q -K {shlex.quote(config)}"
+    return f'exec {quoted} -H "{SEQ_HEADER}: $$"'
+
+
+def curl_config(url: str, *, timeout: int = HOOK_TIMEOUT) -> str:
+    """The curl config file behind :func:`poster_command`: POST stdin to ``url``, no proxy,
+    nothing printed, ``timeout`` seconds at most."""
+    return "\n".join(
+        [
+            f'url = "{url}"',
+            'header = "content-type: application/json"',
+            'data-binary = "@-"',
+            'noproxy = "*"',
+            'output = "/dev/null"',
+            "silent",
+            f"max-time = {timeout}",
+            "",
+        ]
+    )
+
+
+HTTP_ONLY_EVENTS: frozenset[str] = frozenset({"SessionEnd"})
+"""Events that stay HTTP hooks even where the others are async command hooks: claude
+exits right after them, and an async hook's process may not have delivered by then (claude
+waits for an HTTP hook's answer at exit, and shows no spinner there)."""
+
+
+def prints(args: Sequence[str]) -> bool:
+    """Whether claude given ``args`` runs in print mode (``-p``/``--print``): no screen,
+    and it exits as soon as the turn ends."""
+    return any(arg in ("-p", "--print") for arg in args)
+
+
 def hook_settings(
-    url: str, *, events: tuple[str, ...] = HOOK_EVENTS, timeout: int = HOOK_TIMEOUT
+    url: str,
+    *,
+    command: str | None = None,
+    events: tuple[str, ...] = HOOK_EVENTS,
+    timeout: int = HOOK_TIMEOUT,
 ) -> dict[str, Any]:
-    """The ``--settings`` document that sends each of ``events`` to ``url`` as an HTTP hook
-    (no ``matcher``: every tool matches)."""
-    hook = {"type": "http", "url": url, "timeout": timeout}
-    return {"hooks": {event: [{"hooks": [hook]}] for event in events}}
+    """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
+    every tool matches): as an async command hook running ``command``
+    (:func:`poster_command`) if given — claude waits for none and names none in its
+    spinner — else as an HTTP hook to ``url``, which claude waits for and names; those
+    of :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
+    http = {"type": "http", "url": url, "timeout": timeout}
+    hooks: dict[str, Any] = {}
+    for event in events:
+        if command is None or event in HTTP_ONLY_EVENTS:
+            hook: dict[str, Any] = http
+        else:
+            hook = {"type": "command", "command": command, "async": True, "timeout": timeout}
+        hooks[event] = [{"hooks": [hook]}]
+    return {"hooks": hooks}
 
 
-def with_hooks(settings: Mapping[str, Any], url: str) -> dict[str, Any]:
+def with_hooks(
+    settings: Mapping[str, Any], url: str, *, command: str | None = None
+) -> dict[str, Any]:
     """The user's own settings document (from a ``--settings`` they gave claude) with our
-    hooks added after theirs: claude takes one ``--settings``, the last one given."""
+    hooks (:func:`hook_settings`) added after theirs: claude takes one ``--settings``, the
+    last one given."""
     merged = dict(settings)
     theirs = merged.get("hooks")
     hooks = dict(theirs) if isinstance(theirs, dict) else {}
-    for event, groups in hook_settings(url)["hooks"].items():
+    for event, groups in hook_settings(url, command=command)["hooks"].items():
         existing = hooks.get(event)
         hooks[event] = [*(existing if isinstance(existing, list) else []), *groups]
     merged["hooks"] = hooks
