@@ -23,16 +23,19 @@ on the machine).
     the broker's state changed, so a ``GET /roster`` at that moment shows the new activity
     (checked once at the end of each run).
 
-(c) Latency, hook POST -> the new activity shown by the broker. A stand-in claude (not
+(c) Latency, hook -> the new activity shown by the broker. A stand-in claude (not
     Claude Code) sits behind ``codex-presence claude --broker URL --name dave``: it reads
-    its hook URL from the ``--settings FILE`` it is given, as claude does, and on each
-    command POSTs a hook that changes the state (UserPromptSubmit -> working,
+    its hooks from the ``--settings FILE`` it is given, as claude does, and on each
+    command fires a hook that changes the state (UserPromptSubmit -> working,
     PermissionRequest -> blocked, PreToolUse -> working, Stop -> idle), stamping
-    ``time.monotonic()`` just before the request. The latency is the SSE event's arrival
-    minus that stamp: the hook server, the Claude Code mapping, the reporter's POST, the
-    broker, its fan-out and the stream. Interleaved with (a)'s steps and its baseline, the
-    same direct POST. Also: how long claude waits for each hook's answer (it waits on the
-    hooks of its own flow), stamped by the stand-in.
+    ``time.monotonic()`` just before: an async command hook is started with ``sh -c``, fed
+    the payload and not waited for, as claude does; an HTTP hook is POSTed. The latency is
+    the SSE event's arrival minus that stamp: the hook's process (curl), the hook server,
+    the Claude Code mapping, the reporter's POST, the broker, its fan-out and the stream.
+    The same stand-in behind a second ``claude`` (``erin``, no curl on its PATH: HTTP
+    hooks) is the in-run comparison of the two kinds; both are interleaved with (a)'s
+    steps and its baseline, the same direct POST. Also: how long claude waits for each
+    hook (the HTTP answer; for an async hook, its start), stamped by the stand-in.
 
 (b) Idle cost: the same wrap, its child idle (blocked on stdin), for ``--idle-seconds``.
     Requests: the broker's request counters just before and after the window (wrap's one

@@ -1,7 +1,8 @@
 """The Claude Code vocabulary that the activity mapping reads (Claude Code 2.1.332).
 
 The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs and
-the settings document that registers them as HTTP hooks (:func:`hook_settings`), the
+the settings document that registers them (:func:`hook_settings`: async command hooks
+running curl, which claude does not show, or HTTP hooks), the parting hint's flags, the
 notification types and session statuses that mean something, and the transcript's
 interrupt marker. ``docs/claude-code-hooks.md`` holds the measurements behind each of
 them. Pure data and pure functions.
@@ -58,8 +59,8 @@ HOOK_EVENTS: tuple[str, ...] = (
     "SubagentStop",
     "SessionEnd",
 )
-"""The hook events the mapping reads, each registered as an HTTP hook. (SessionStart
-cannot be one: Claude Code skips HTTP hooks for it, and the state does not need it.)"""
+"""The hook events the mapping reads, each registered as a hook of ours. (SessionStart is
+not one: Claude Code skips HTTP hooks for it, and the state does not need it.)"""
 
 HOOK_TIMEOUT = 2
 """Seconds claude waits for a hook's answer. The server answers at once; this bounds what
