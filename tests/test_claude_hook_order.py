@@ -3,6 +3,10 @@ delivery behind a later one is dropped, within a window, across the wrap of pids
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from codex_presence.agent.claude_session import ClaudeSession
+from codex_presence.core.activity import ActivityState, Transition
 from codex_presence.core.claude_hook_order import WINDOW, HookOrder
 
 
@@ -34,3 +38,19 @@ def test_beyond_the_window_a_number_says_nothing_of_the_order() -> None:
     order = HookOrder(modulus=32768)
     assert order.admit(20000, 0.0)
     assert order.admit(100, WINDOW + 0.1)  # half a wrap later, an hour on: applies
+
+
+def test_the_session_drops_a_delivery_overtaken_by_a_later_hook(tmp_path: Path) -> None:
+    """As live: a turn's Stop (pid 12) delivered before its PreToolUse (pid 11). Applied in
+    arrival order, the PreToolUse would open a tool no later hook closes: working after the
+    turn. Dropped, the member is idle, as claude is."""
+    seen: list[Transition] = []
+    session = ClaudeSession(config=tmp_path, observers=[seen.append])
+    common = {"session_id": "s1", "transcript_path": str(tmp_path / "t.jsonl"), "cwd": "/w"}
+    session._on_hook({**common, "prompt_id": "p1", "hook_event_name": "UserPromptSubmit"}, 10)
+    session._on_hook({**common, "prompt_id": "p1", "hook_event_name": "Stop"}, 12)
+    late = {**common, "prompt_id": "p1", "hook_event_name": "PreToolUse", "tool_use_id": "t1"}
+    session._on_hook({**late, "tool_name": "Read", "tool_input": {}}, 11)
+    assert [t.state for t in seen] == [ActivityState.WORKING, ActivityState.IDLE]
+    assert session.order.late == 1
+    assert session.mapping.state == "idle"
