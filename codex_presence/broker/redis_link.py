@@ -16,7 +16,9 @@ the client (redis-py's asyncio client), the team's key names, the team's event c
    listener then takes back what is its broker's alone);
 
 and, when anything fails, tells the listeners (reports then get 503 at once; streams say
-the roster is stale), logs ``redis down: <why>`` once, retries with capped, jittered backoff,
+the roster is stale), logs ``redis down: <why>`` once (and ``redis still down: <why>`` when
+the cause changes: a dropped connection followed by a script that Redis refuses is logged
+as the refusal, and ``/healthz`` says it to members), retries with capped, jittered backoff,
 and logs ``redis back`` once when step 2 succeeded again. redis-py's own retries are off:
 a silent reconnection of the subscription would lose events without anyone knowing, so
 reconnecting is this loop's job alone. *Anything* that fails in steps 1-3 is such an
@@ -196,6 +198,7 @@ class RedisLink:
         self.reason = "not connected yet"
         """Why the link is down (while it is)."""
         self._said_down = False
+        self._said_reason = ""
         self._traced = False
         self._failure: Exception | None = None
         self._connection: anyio.CancelScope | None = None
@@ -345,8 +348,14 @@ class RedisLink:
             self._traced = True  # a bug, or data it cannot read: worth its traceback, once
             logger.error("redis: failed (handled as an outage): %s", reason, exc_info=exc)
         if self._said_down:
-            return  # once per outage
+            if reason != self._said_reason:  # the cause changed: say the real one
+                self._said_reason = reason
+                logger.warning("redis still down: %s: %s", self.url, reason)
+                for listener in self._listeners:
+                    listener.on_down(reason)
+            return  # once per outage and cause
         self._said_down = True
+        self._said_reason = reason
         logger.warning("redis down: %s: %s (retrying with backoff)", self.url, reason)
         for listener in self._listeners:
             listener.on_down(reason)
