@@ -256,6 +256,11 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
     [
         (["--redis", "http://127.0.0.1:1"], "redis://"),
         (["--redis", "redis://127.0.0.1:1", "--redis-prefix", "a{b}"], "--redis-prefix"),
+        (  # before: it started, and stayed in outage ("unexpected keyword argument")
+            ["--redis", "redis://127.0.0.1:1/0?Password=s3cret-pass"],
+            "--redis: the URL has an option Redis connections do not take: Password "
+            "(did you mean password?)",
+        ),
     ],
 )
 def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
@@ -265,8 +270,9 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
         text=True,
         timeout=30,
     )
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert said in result.stderr
+    assert "s3cret-pass" not in result.stderr
 
 
 @pytest.mark.parametrize(

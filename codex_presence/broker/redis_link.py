@@ -54,7 +54,10 @@ the changes of presence (see :mod:`~codex_presence.broker.redis_store`).
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
+import re
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
@@ -186,6 +189,7 @@ class RedisLink:
             retry=Retry(NoBackoff(), 0),
             client_name="codex-presence",
         )
+        _check_options(pool)
         self.client = aioredis.Redis.from_pool(pool)
         self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
         self.channel = self.key("events")
@@ -359,6 +363,32 @@ class RedisLink:
         logger.warning("redis down: %s: %s (retrying with backoff)", self.url, reason)
         for listener in self._listeners:
             listener.on_down(reason)
+
+
+def _check_options(pool: aioredis.BlockingConnectionPool) -> None:
+    """Raise ValueError, at start-up, for an option in the URL's query that redis-py takes
+    for a connection argument it does not have (``?Password=`` for ``?password=``): it
+    would fail every connection attempt, a broker started in outage for ever. No
+    connection is opened."""
+    try:
+        pool.make_connection()  # type: ignore[no-untyped-call]
+    except TypeError as exc:
+        found = re.search(r"argument '([^']+)'", str(exc))
+        name = found.group(1) if found else str(exc)
+        known = {
+            parameter
+            for cls in pool.connection_class.__mro__
+            if "__init__" in vars(cls)
+            for parameter in inspect.signature(vars(cls)["__init__"]).parameters
+            if parameter not in ("self", "args", "kwargs")
+        }
+        close = difflib.get_close_matches(name, known, n=1) or [
+            k for k in known if k.lower() == name.lower()
+        ]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(
+            f"the URL has an option Redis connections do not take: {name}{hint}"
+        ) from None
 
 
 async def _quietly(work: Awaitable[None]) -> None:
