@@ -48,7 +48,7 @@ PIPELINER = """
 import socket, sys, time
 sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 sock.settimeout(0.2)
-burst = b"GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n" * 500
+burst = b"GET /healthz HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n" * 500
 stop, sent = time.monotonic() + float(sys.argv[2]), 0
 while time.monotonic() < stop:
     try:
@@ -173,7 +173,7 @@ async def many_pipeliners(
     """``count`` connections that each write ``size`` bytes of pipelined heads at once,
     never read, and are held ``seconds``; then all close. The RSS during, and 3 s after."""
     rss = [rss_mb(pid)]
-    burst = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    burst = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     burst *= size // len(burst)
     writers: list[asyncio.StreamWriter] = []
     failed = 0

@@ -147,6 +147,36 @@ def test_broker_without_team_makes_a_dev_team_and_says_where_the_token_is(tmp_pa
         assert response.json()["team"] == "dev"
 
 
+def test_a_loopback_broker_refuses_a_rebinding_host(tmp_path: Path) -> None:
+    """Before: the broker answered any ``Host``, so a page on ``evil.example`` resolved to
+    127.0.0.1 (DNS rebinding) could read it as same-origin. Now a loopback broker answers
+    its loopback names only, and the names ``--allowed-host`` adds (a proxy's)."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+
+    def status(url: str, host: str) -> httpx.Response:
+        return httpx.get(url + "/healthz", headers={"host": host}, timeout=5)
+
+    with broker_process("--team", str(team)) as broker:
+        port = broker.port
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.1", "LOCALHOST"):
+            assert status(broker.url, host).status_code == 200, host
+        refused = status(broker.url, f"evil.example:{port}")
+        assert refused.status_code == 421
+        assert refused.json()["error"].startswith(
+            "this broker does not serve the host named in the Host header ('evil.example')"
+        )
+        assert "--allowed-host" in refused.json()["error"]
+        page = httpx.get(broker.url + "/", headers={"host": "evil.example"}, timeout=5)
+        assert page.status_code == 421  # the page and its sign-in too
+    with broker_process("--team", str(team), "--allowed-host", "presence.example.com") as broker:
+        assert status(broker.url, "presence.example.com").status_code == 200
+        assert status(broker.url, "127.0.0.1").status_code == 200
+        assert status(broker.url, "evil.example").status_code == 421
+    with broker_process("--team", str(team), "--allowed-host", "*") as broker:
+        assert status(broker.url, "evil.example").status_code == 200
+
+
 def test_loopback_detection() -> None:
     for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
         assert is_loopback(host), host

@@ -38,6 +38,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
     )
+    parser.add_argument(
+        "--allowed-host",
+        metavar="HOSTS",
+        default="",
+        help="comma-separated host names a request's Host header may name besides the bound "
+        "address (a proxy's, e.g. presence.example.com; * for any). Default: on loopback, "
+        "the loopback names only (a rebinding page gets 421); elsewhere, any",
+    )
     parser.add_argument("--team", metavar="FILE", help="the team file (TOML)")
     parser.add_argument(
         "--activity-ttl",
@@ -171,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._wire import MIN_TTL, counted, printable
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
     from codex_presence.broker.server import BrokerServer, listen_socket
@@ -223,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         authenticators=[web.authenticate],
     )
-    app = create_app(broker, limits=limits, routes=web.routes(broker))
+    hosts = allowed_hosts(args.host, args.allowed_host.split(","))
+    app = create_app(broker, limits=limits, routes=web.routes(broker), allowed_hosts=hosts)
 
     try:
         sock = listen_socket(args.host, args.port)
