@@ -37,7 +37,7 @@ Redis refusing, and fails the script as before.
 
 from __future__ import annotations
 
-__all__ = ["COUNTS", "LEAVE", "REPORT", "SNAPSHOT", "TOLERANT"]
+__all__ = ["COUNTS", "LEAVE", "REPORT", "SNAPSHOT", "TEAM", "TOLERANT"]
 
 TOLERANT = """
 local lost = {}
@@ -227,3 +227,32 @@ return {seq or 0, brokers, members, lost}
 """
 )
 """The whole state, read-only: ``[seq, brokers, members, lost]``."""
+TEAM = (
+    TOLERANT
+    + """
+local key = ARGV[1] .. 'team'
+local stored = on('HGETALL', key)
+local theirs, there = {}, 0
+for i = 1, #stored, 2 do
+  theirs[stored[i]] = stored[i + 1]
+  there = there + 1
+end
+local common = 0
+for i = 2, #ARGV, 2 do
+  if theirs[ARGV[i]] == ARGV[i + 1] then common = common + 1 end
+end
+local here = (#ARGV - 1) / 2
+if there > 0 and common == 0 then
+  return {0, here, there, lost}
+end
+if common ~= there or common ~= here then
+  redis.call('DEL', key)
+  for i = 2, #ARGV, 2 do
+    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+  end
+end
+return {common, here - common, there - common, lost}
+"""
+)
+"""The team file's marks (``name -> mark`` pairs): ``[in common, only here, only in Redis,
+lost]``. Written unless none is in common with what Redis holds (another deployment's)."""

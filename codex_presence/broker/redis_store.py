@@ -70,9 +70,10 @@ empty — each broker registers its counts in full and merges back the ``created
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -82,11 +83,12 @@ from anyio.abc import TaskStatus
 from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, ActivityState
 from codex_presence.broker.activity import Activity, ActivityTracker
 from codex_presence.broker.connections import Connection
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT
+from codex_presence.broker.redis_link import RedisLink, StateLost
+from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT, TEAM
 from codex_presence.broker.store import StoreListener
+from codex_presence.broker.team import Team
 
-__all__ = ["BEAT", "BOUND", "RedisStore"]
+__all__ = ["BEAT", "BOUND", "AnotherTeam", "RedisStore", "team_marks"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -95,6 +97,23 @@ BEAT = 2.0
 BOUND = 10.0
 """Seconds without a heartbeat after which a broker counts as dead: its counts leave the
 roster at the next heartbeat of any other broker (so within ``BOUND + BEAT``)."""
+
+
+class AnotherTeam(StateLost):
+    """The team's keys hold another deployment's team (not one member with the same name
+    and token): this broker shares nothing with it (an outage, saying so)."""
+
+
+def team_marks(team: Team) -> dict[str, str]:
+    """Each member's mark in Redis's ``team`` key: a digest of the team's name, the
+    member's name and their token's digest (which the team file holds; the mark tells
+    nothing more about the token)."""
+    marks = {}
+    for member in team.members:
+        seed = b"\0".join((team.name.encode(), member.name.encode(), member.token_digest))
+        marks[member.name] = hashlib.blake2b(seed, digest_size=8).hexdigest()
+    return marks
+
 
 _NEVER = Connection()
 _IDLE = ActivityState.IDLE
@@ -119,6 +138,7 @@ class RedisStore:
         clock: Callable[[], float] = time.monotonic,
         beat: float = BEAT,
         bound: float = BOUND,
+        marks: Mapping[str, str] | None = None,
     ) -> None:
         if not ttl > 0:
             raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
@@ -151,6 +171,10 @@ class RedisStore:
         self._counts_script = link.script(COUNTS)
         self._snapshot_script = link.script(SNAPSHOT)
         self._leave_script = link.script(LEAVE)
+        self._team_script = link.script(TEAM)
+        self._marks = marks
+        """Each member's :func:`team_marks` (None: not checked)."""
+        self._team_said: tuple[int, int] = (0, 0)
         self._lost_said: set[str] = set()
         """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
@@ -212,6 +236,7 @@ class RedisStore:
         """Register every count of this broker, then read the whole state (whatever the
         values: one this version cannot read counts as idle)."""
         self._event_seq = 0  # the numbering may have started again
+        await self._check_team()
         await self._send_counts(full=True)
         seq, brokers, members, lost = await self._link.run_script(
             self._snapshot_script, list(self._names)
@@ -248,6 +273,37 @@ class RedisStore:
                 name,
                 value[:64],
             )
+
+    async def _check_team(self) -> None:
+        """Compare this broker's team file with the one the team's brokers registered in
+        Redis (:func:`team_marks`), before writing anything. Not one member in common: a
+        second deployment with the same team name and prefix, whose presence would merge
+        into this one's; refused, as an outage that says so (the first deployment goes
+        on). Some in common: the team file changed (a rolling change; otherwise the
+        brokers disagree on who is in the team): said once, and this file's marks stay."""
+        if self._marks is None:
+            return
+        args: list[Any] = []
+        for name, mark in self._marks.items():
+            args.extend((name, mark))
+        common, here, there, lost = await self._link.run_script(self._team_script, args)
+        self._say_lost(lost, replaced=True)
+        if there and not common:
+            raise AnotherTeam(
+                f"the keys {self._link.key('*')} hold another deployment's team of the same "
+                f"name ({there} members, none with a name and token of this team file): "
+                "this broker shares nothing with it; give each deployment its own "
+                "--redis-prefix (or the same team file)"
+            )
+        if (here or there) and (here, there) != self._team_said:
+            logger.warning(
+                "redis: this team file differs from the one the team's brokers registered "
+                "(%d members or tokens only here, %d only there): expected while the file "
+                "changes broker by broker; otherwise give every broker the same file",
+                here,
+                there,
+            )
+        self._team_said = (here, there)
 
     def _say_lost(self, lost: list[bytes], *, replaced: bool) -> None:
         """Say, once for each, the keys whose value a script could not read (see

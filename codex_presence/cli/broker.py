@@ -143,7 +143,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     try:
         from codex_presence.broker.redis_link import RedisLink, holds_secret
         from codex_presence.broker.redis_sessions import RedisSessions
-        from codex_presence.broker.redis_store import RedisStore
+        from codex_presence.broker.redis_store import RedisStore, team_marks
     except ImportError:
         raise UsageError(
             "--redis needs the redis extra: pip install 'codex-presence[redis]'"
@@ -167,7 +167,8 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         link = RedisLink(url, team=team.name, prefix=args.redis_prefix)
     except ValueError as exc:
         raise UsageError(f"--redis: {exc}") from None
-    store = RedisStore(link, names=[m.name for m in team.members], ttl=args.activity_ttl)
+    names = [m.name for m in team.members]
+    store = RedisStore(link, names=names, ttl=args.activity_ttl, marks=team_marks(team))
     return store, RedisSessions(link)
 
 
