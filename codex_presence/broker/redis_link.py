@@ -50,6 +50,12 @@ Redis.
 Events are JSON arrays ``[seq, kind, ...]`` published by the stores' Lua scripts (so an
 event goes out exactly when its change is made, in the same atomic step); ``seq`` orders
 the changes of presence (see :mod:`~codex_presence.broker.redis_store`).
+
+Trust. Redis is the trust boundary: anyone who can write the team's keys or publish on its
+channel can show any member in any state. Events are not signed, on purpose: such a writer
+can run the brokers' own scripts (or set a key, read at the next resync) as easily as
+publish, and a signing secret passed to the scripts would show in ``MONITOR``. What keeps
+others out is Redis's own access control: a user for the brokers alone (see the README).
 """
 
 from __future__ import annotations
