@@ -42,7 +42,6 @@ token_sha256 = "{SHA}"
 [[members]]
 name = "builder"
 token = "builder-dev-token"
-future_key = "ignored"
 """
 
 
@@ -94,6 +93,18 @@ def test_load_the_issue_shape(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
             "share",
         ),
         ("team = [", "not valid TOML"),
+        # Before: accepted silently (the member lost their privileges, the colour its use)
+        (
+            X + 'permisions = ["members.manage"]',
+            r"member 'x': unknown key 'permisions': did you mean 'permissions' \(in role = ",
+        ),
+        (
+            X + 'role = { title = "t", permisions = ["members.manage"] }',
+            r"member 'x': role: unknown key 'permisions': did you mean 'permissions'\?",
+        ),
+        (X + 'colour = "red"', r"member 'x': unknown key 'colour': known here: name, role, "),
+        ('colour = "red"\n' + X, r"unknown key 'colour': known here: team, members"),
+        (X.replace("name =", "nmae =", 1), r"unknown key 'nmae': did you mean 'name'\?"),
     ],
 )
 def test_bad_team_files_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
