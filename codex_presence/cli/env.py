@@ -57,6 +57,8 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str])
             if wanted is not None:  # Python's words ("invalid literal for int()") say less
                 option = action.option_strings[-1]
                 problems.append(f"{name}={value!r} is not {wanted} (it sets {option})")
+            elif repr(value) in str(exc):  # the message names the value already
+                problems.append(f"{name}: {exc}")
             else:
                 problems.append(f"{name}={value!r}: {exc}")
     for subparsers in nested:  # `team init`: its own options, and ours
