@@ -126,6 +126,8 @@ class DemoResult:
     reports: int = 0
     interrupted: bool = False
     """Ctrl-C (or SIGTERM) ended it."""
+    shown: str = ""
+    """The live roster's last frame, as drawn."""
 
 
 def _team() -> tuple[Team, dict[str, str]]:
@@ -195,7 +197,12 @@ async def run_demo(
         async def watch_roster() -> None:
             with watching:
                 me = Whoami(team=team.name, name=WATCHER)
-                await watch(watcher, me, out, heading=story.heading if story.tty else None)
+                heading = story.heading if story.tty else None
+
+                def drawn(text: str) -> None:
+                    result.shown = text
+
+                await watch(watcher, me, out, heading=heading, on_draw=drawn)
 
         tg.start_soon(watch_roster)
         playing = anyio.CancelScope()
@@ -294,13 +301,17 @@ async def _play(
 
 
 def summary(result: DemoResult) -> str:
-    """The final roster and the session's timeline, as the demo ends with them."""
+    """The final roster (unless the live view's last frame showed it already, word for
+    word) and the session's timeline, as the demo ends with them."""
     from codex_presence.client.roster_text import roster_text
 
-    lines = [
-        "",
-        "final roster:",
-        roster_text(result.team, result.roster, you=WATCHER),
+    final = roster_text(result.team, result.roster, you=WATCHER)
+    lines = (
+        ["", "final roster: as last shown above."]
+        if final in result.shown
+        else ["", "final roster:", final]
+    )
+    lines += [
         "",
         "timeline (seconds into the session, new state, what happened):",
     ]

@@ -124,10 +124,12 @@ async def watch(
     out: TextIO,
     *,
     heading: Callable[[], str] | None = None,
+    on_draw: Callable[[str], object] | None = None,
 ) -> None:
     """Draw the roster on ``out``, then redraw on every event; on a terminal, animate the
     spinner and advance the "since" durations while anyone works or waits. ``heading``
-    gives text to draw above the roster (on a terminal, redrawn when it changes).
+    gives text to draw above the roster (on a terminal, redrawn when it changes);
+    ``on_draw`` is told each frame drawn.
 
     A lost stream (the broker restarted, the network dropped) is retried with backoff, the
     last roster staying on screen under a line that says so; only a refused token ends it,
@@ -162,6 +164,8 @@ async def watch(
         last = text
         out.write("\x1b[H\x1b[J" + text + "\n" if tty else text + "\n\n")
         out.flush()
+        if on_draw is not None:
+            on_draw(text)
 
     def on_roster(new: RosterView) -> None:
         nonlocal view
