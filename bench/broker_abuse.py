@@ -189,13 +189,17 @@ async def many_pipeliners(
             writer.write(burst)
             writers.append(writer)
 
+    async def sample() -> None:
+        while True:
+            rss.append(rss_mb(pid))
+            await asyncio.sleep(0.25)
+
+    sampler = asyncio.create_task(sample())
     probe = await Conn.open(port)
-    measure = asyncio.create_task(roster_latency(port, token, seconds, probe))
     await asyncio.gather(*(open_some(count // 50) for _ in range(50)))
-    while not measure.done():
-        rss.append(rss_mb(pid))
-        await asyncio.sleep(0.25)
-    latencies = await measure
+    latencies = await roster_latency(port, token, seconds, probe)  # all of them open
+    sampler.cancel()
+    rss.append(rss_mb(pid))
     for writer in writers:
         writer.close()
     await asyncio.sleep(3.0)
@@ -253,7 +257,7 @@ def main() -> None:
             env = dict(os.environ)
             if source is not None:
                 env["PYTHONPATH"] = source
-            proc = _start_broker(team_path, broker_cpu, env=env)
+            proc = _start_broker(team_path, broker_cpu, env=env, cwd=source)
             try:
                 port = _port_of(proc)
                 assert proc.stderr is not None
