@@ -356,6 +356,28 @@ _POISONS = {
 
 
 @pytest.mark.parametrize("poisoned", list(_POISONS))
+def test_a_value_the_brokers_cannot_read_never_fails_a_report(
+    redis_url: str, poisoned: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: builder's reports got 503 at once ("compare number with nil", WRONGTYPE),
+    and with ``seq`` = ``abc`` or ``brokers`` a string, everyone's (the heartbeat failed:
+    an outage, no disconnect needed)."""
+    caplog.set_level(logging.WARNING, logger="codex_presence")
+    direct = redis.Redis.from_url(redis_url)
+    with running_broker(team=TEAM, redis=redis_url) as broker:
+        assert report(broker.url, "builder", "blocked").status_code == 204
+        _POISONS[poisoned](direct)
+        time.sleep(2.5)  # a heartbeat meets it first, for the keys it touches
+        for name in ("builder", "alice"):  # seq starting again: a resync first, of a moment
+            eventually(lambda n=name: report(broker.url, n, "working").status_code == 204, 5)  # type: ignore[misc]
+        assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
+        eventually(lambda: roster(broker.url)["builder"].get("activity") == "working", 10)
+    said = [m for m in logged(caplog) if "holds a value this broker cannot read" in m]
+    assert len(said) == 1 and f"{KEYS}{poisoned} " in said[0], said
+    assert not any("team file differs" in m for m in logged(caplog))
+
+
+@pytest.mark.parametrize("poisoned", list(_POISONS))
 def test_a_value_the_brokers_cannot_read_never_takes_the_team_down(
     redis_url: str, tmp_path: Path, poisoned: str
 ) -> None:
@@ -381,7 +403,7 @@ def test_a_value_the_brokers_cannot_read_never_takes_the_team_down(
         assert report(broker.url, "builder", "idle").status_code == 204
         said = broker.said()
         assert said.count(f"{KEYS}{poisoned} holds a value this broker cannot read") == 1, said
-        assert "Traceback" not in said
+        assert "Traceback" not in said and "team file differs" not in said
 
 
 @pytest.mark.anyio

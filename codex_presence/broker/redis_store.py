@@ -295,7 +295,8 @@ class RedisStore:
                 "this broker shares nothing with it; give each deployment its own "
                 "--redis-prefix (or the same team file)"
             )
-        if (here or there) and (here, there) != self._team_said:
+        fresh = not common and not there  # the first broker of the team: nothing to compare
+        if not fresh and (here or there) and (here, there) != self._team_said:
             logger.warning(
                 "redis: this team file differs from the one the team's brokers registered "
                 "(%d members or tokens only here, %d only there): expected while the file "
