@@ -159,6 +159,7 @@ async def run_demo(
     from codex_presence._wire import Whoami
     from codex_presence.agent.broker_link import BrokerLink, BrokerSettings
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.cli.roster import watch
@@ -170,7 +171,8 @@ async def run_demo(
     broker = Broker(team=team, fanout_interval=0.02)
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    config = uvicorn.Config(create_app(broker), log_config=None, log_level="warning", lifespan="on")
+    app = create_app(broker, allowed_hosts=allowed_hosts("127.0.0.1"))  # no DNS rebinding
+    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     server = BrokerServer(config, broker=broker, signals=False)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
     result = DemoResult(team=team.name)
