@@ -178,6 +178,18 @@ def test_a_loopback_broker_refuses_a_rebinding_host(tmp_path: Path) -> None:
         assert status(broker.url, "evil.example").status_code == 200
 
 
+def test_which_hosts_a_broker_answers() -> None:
+    from codex_presence.broker.hosts import allowed_hosts, host_of
+
+    assert host_of("[::1]:8765") == "::1" and host_of("Example.COM:80") == "example.com"
+    assert host_of("::1") == "::1" and host_of("localhost") == "localhost"
+    assert allowed_hosts("127.0.0.1") == {"127.0.0.1"}  # and any loopback name (HostCheck)
+    assert allowed_hosts("[::1]", ["presence.example.com:443"]) == {"::1", "presence.example.com"}
+    assert allowed_hosts("0.0.0.0") is None  # reached by names it cannot know
+    assert allowed_hosts("0.0.0.0", ["presence.example.com"]) == {"0.0.0.0", "presence.example.com"}
+    assert allowed_hosts("127.0.0.1", ["*"]) is None
+
+
 def test_loopback_detection() -> None:
     for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
         assert is_loopback(host), host
