@@ -42,7 +42,6 @@ token_sha256 = "{SHA}"
 [[members]]
 name = "builder"
 token = "builder-dev-token"
-future_key = "ignored"
 """
 
 
@@ -94,6 +93,18 @@ def test_load_the_issue_shape(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
             "share",
         ),
         ("team = [", "not valid TOML"),
+        # Before: accepted silently (the member lost their privileges, the colour its use)
+        (
+            X + 'permisions = ["members.manage"]',
+            r"member 'x': unknown key 'permisions': did you mean 'permissions' \(in role = ",
+        ),
+        (
+            X + 'role = { title = "t", permisions = ["members.manage"] }',
+            r"member 'x': role: unknown key 'permisions': did you mean 'permissions'\?",
+        ),
+        (X + 'colour = "red"', r"member 'x': unknown key 'colour': known here: name, role, "),
+        ('colour = "red"\n' + X, r"unknown key 'colour': known here: team, members"),
+        (X.replace("name =", "nmae =", 1), r"unknown key 'nmae': did you mean 'name'\?"),
     ],
 )
 def test_bad_team_files_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
@@ -383,8 +394,9 @@ def test_team_init_warns_on_unknown_permissions_and_keeps_them(
         "codex-presence team: warning: --member a: permission 'deploy' is not one the roster"
         " knows (members.manage [admin], objectives.create [operator]); it is kept, and gives"
         " no privilege bucket",
-        f"codex-presence team: wrote {path} (2 members, mode 0600). The tokens above are shown"
-        " only now; the file keeps their sha256.",
+        f"codex-presence team: wrote {path} (2 members, mode 0600). The tokens went to "
+        "standard output (a name and its token a line), only now: keep them private; the file "
+        "keeps their sha256.",
     ]
     assert load_team(path).members[0].role == Role("lead", ("members.manage", "deploy"))
     assert main(["team", "init", str(tmp_path / "one.toml"), "-m", "solo"]) == 0
@@ -400,3 +412,40 @@ def test_team_init_help_lists_the_permissions_and_their_buckets(
     out = capsys.readouterr().out
     assert re.search(r"^  members\.manage +\[admin\]$", out, re.MULTILINE), out
     assert re.search(r"^  objectives\.create +\[operator\]$", out, re.MULTILINE), out
+
+
+def test_team_init_says_where_the_tokens_went(tmp_path: Path) -> None:
+    """Before: ``team init … > tokens.tsv`` said "The tokens above are shown only now",
+    though nothing was shown on screen. On a terminal, the tokens are above."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "codex_presence", "team", "init"]
+    with (tmp_path / "tokens.tsv").open("w") as redirected:
+        result = subprocess.run(
+            [*command, str(tmp_path / "a.toml"), "-m", "alice"],
+            stdout=redirected,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 0
+    assert "above" not in result.stderr
+    assert "The tokens went to standard output" in result.stderr
+    assert (tmp_path / "tokens.tsv").read_text().startswith("alice\tcp_")
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run(
+            [*command, str(tmp_path / "b.toml"), "-m", "alice"],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert result.returncode == 0
+    assert "The tokens above are shown only now; the file keeps their sha256." in result.stderr

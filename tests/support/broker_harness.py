@@ -36,7 +36,7 @@ from codex_presence.broker.app import create_app
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.redis_sessions import RedisSessions
-from codex_presence.broker.redis_store import RedisStore
+from codex_presence.broker.redis_store import RedisStore, team_marks
 from codex_presence.broker.server import BrokerServer, bound_socket, listen_socket
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Role, Team, hash_token
@@ -93,6 +93,7 @@ def shared_state(url: str, team: Team, **kwargs: Any) -> SharedState:
         if key in kwargs
     }
     link = RedisLink(url, team=team.name)
+    kwargs.setdefault("marks", team_marks(team))
     store = RedisStore(link, names=[m.name for m in team.members], **kwargs)
     return SharedState(link, store, RedisSessions(link, **session_kwargs))
 
