@@ -115,7 +115,8 @@ def test_error_paths_never_print_the_token(tmp_path: Path, case: str) -> None:
             time.sleep(0.5)  # let the reporter and the subscription try (and fail)
             assert wrap.close() == 0
     log = bytes(wrap.stderr)
-    assert re.search(rb"refused|cannot report|whoami|whitespace|offline|ftp|Unsupported", log), log
+    said = rb"refused|cannot report|whoami|whose token|whitespace|offline|ftp|Unsupported"
+    assert re.search(said, log), log
     assert secret.encode() not in log
     assert secret.encode() not in wrap.stdout
 
