@@ -1,4 +1,6 @@
-"""Shared test configuration: anyio's pytest plugin runs async tests on asyncio."""
+"""Shared test configuration: anyio's pytest plugin runs async tests on asyncio, and the
+Hypothesis profile (``dev``, few examples; ``ci`` under ``CI=true``: tests/support/depth.py)
+is loaded before any test module is imported."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import pytest
 
 from tests.support.claude_driver import require_claude
 from tests.support.codex_driver import codex_versions, fixtures_dir, require_codex
+from tests.support.depth import load_profile
 from tests.support.redis_server import redis_server
+
+load_profile()
 
 
 @pytest.fixture

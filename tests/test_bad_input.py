@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping
+from tests.support.depth import examples
 
 PY = sys.executable
 
@@ -127,8 +128,7 @@ _CHILD = 'cat "$0" && exec cat'  # replay the server stream, then echo the clien
 
 @pytest.mark.slow
 @settings(
-    max_examples=25,
-    deadline=None,
+    max_examples=examples(0.25),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(server=stream, client=stream)
@@ -242,7 +242,7 @@ huge_ids = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(huge_ids)
 def test_a_request_with_any_id_blocks_until_that_id_is_answered(rid: Any) -> None:
     _, seen = run(well_formed_turn("th", "t1", rid))
@@ -251,7 +251,7 @@ def test_a_request_with_any_id_blocks_until_that_id_is_answered(rid: Any) -> Non
     assert seen[-1] == "idle"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(st.lists(st.integers(min_value=1, max_value=3), min_size=9, max_size=9), huge_ids)
 def test_duplicated_events_change_nothing(copies: list[int], rid: Any) -> None:
     """Every event repeated 1-3 times in place: the state after each event is the same
@@ -268,7 +268,7 @@ def test_duplicated_events_change_nothing(copies: list[int], rid: Any) -> None:
     assert [seen[p] for p in positions] == once
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.permutations(range(9)), st.booleans())
 def test_any_order_of_a_turns_events_ends_idle_at_eof(order: list[int], twice: bool) -> None:
     events = well_formed_turn("th", "t1", 7)
@@ -277,7 +277,7 @@ def test_any_order_of_a_turns_events_ends_idle_at_eof(order: list[int], twice: b
     close(mapping)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.lists(st.integers(min_value=0, max_value=8), max_size=20))
 def test_late_replays_of_an_ended_turn_never_pin_the_state(late: list[int]) -> None:
     """After the turn ended (turn/completed) and the thread went idle, any of its events
@@ -289,7 +289,6 @@ def test_late_replays_of_an_ended_turn_never_pin_the_state(late: list[int]) -> N
     assert mapping.state == "idle", replay
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.permutations(range(18)))
 def test_two_interleaved_turns_in_any_order_end_idle(order: list[int]) -> None:
     a = well_formed_turn("th", "t1", 1)

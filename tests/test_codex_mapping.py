@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from codex_presence import CodexMapping, Direction, read_entries
 from codex_presence.core.codex import Unknown
 from codex_presence.core.codex_protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
+from tests.support.depth import examples
 from tests.support.junk import HUGE, junk, or_junk
 
 
@@ -516,7 +517,7 @@ def messages(draw: st.DrawFn) -> tuple[Direction, Any]:
     return direction, message
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.lists(messages(), min_size=5, max_size=40), st.booleans())
 def test_any_message_sequence_is_survived_and_ends_idle(
     sequence: list[tuple[Direction, Any]], as_lines: bool
