@@ -3,7 +3,7 @@ thread, what never revives; then their properties over generated sessions of a f
 threads, turns and items, with duplicates, reordering, resumed items and lost completions.
 
 The edited recordings that model each public report are ``fixtures/field/`` (replayed by
-``tests/test_fixtures.py``); these tests pin each rule on its own, in both feeding paths
+``tests/unit/test_fixtures.py``); these tests pin each rule on its own, in both feeding paths
 (lines, as wrap reads them; parsed messages, as replay feeds recordings).
 """
 
@@ -20,7 +20,7 @@ from codex_presence import CodexMapping, HandleKind
 from codex_presence.core.codex_protocol import PASSIVE_ITEM_TYPES, TOOL_ITEM_TYPES
 from tests.support.depth import examples
 from tests.support.junk import with_junk_at_some_field
-from tests.test_codex_mapping import (
+from tests.unit.test_codex_mapping import (
     Session,
     item,
     note,

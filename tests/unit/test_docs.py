@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted(
     [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("fixtures/**/README.md")]
 )

@@ -2,7 +2,7 @@
 of the real protocol (late items after an interrupt, requests resolved after the turn,
 subagent threads without thread/started, per-direction ids, the TUI's title threads);
 names it does not know, and bugs in its handlers. The field rules (revival, one turn per
-thread) are ``tests/test_field_rules.py``'s."""
+thread) are ``tests/unit/test_field_rules.py``'s."""
 
 from __future__ import annotations
 
@@ -587,7 +587,7 @@ def test_a_wrong_shaped_field_never_stops_the_mapping(where: str, value: Any, li
 
 # -- title threads: the TUI's side threads never count ----------------------------------------
 
-TUI_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TUI_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TITLE_RECORDINGS = sorted(TUI_FIXTURES.glob("codex-tui-*/title_thread_slow.jsonl"))
 
 

@@ -16,7 +16,7 @@ from codex_presence.core.codex_protocol import skips_unparsed
 from codex_presence.core.prefilter import HOT_SKIPPED_PREFIXES, ChunkAnalyzer
 from tests.support.depth import examples
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex-0.169.0"
 
 
 def _fixture_lines() -> list[tuple[Direction, bytes]]:
