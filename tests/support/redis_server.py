@@ -5,6 +5,10 @@ off, stopped (or killed, or restarted on the same port) when the test says::
         with running_broker(team=TEAM, redis=redis.url) as broker: ...
         redis.restart()  # empty again: persistence is off
 
+A test that only needs a Redis takes the ``redis_url`` fixture instead (tests/conftest.py):
+one server per test session (per xdist worker), emptied before each test (:meth:`empty`).
+A test that stops, pauses or reconfigures its server takes one of its own, as above.
+
 The binary is Debian's ``redis-server`` (``tests/run.sh`` installs it); without it a test
 is skipped, and fails under ``CI=true``. A port cannot be handed to redis-server bound, so
 one is picked free and the start is retried on another if someone took it meanwhile.
@@ -94,6 +98,23 @@ class RedisServer:
             proc.wait(10)
             time.sleep(0.2)  # a restart keeps its port: give it time to free up
         raise RuntimeError("redis-server did not start")
+
+    def empty(self) -> None:
+        """Forget everything a previous user left: the keys (``FLUSHALL``) and the cached
+        scripts (``SCRIPT FLUSH``), as a fresh server would have none. Fails when the server
+        is gone or no longer answers as it did (a test changed its configuration, e.g. a
+        password: such a test takes a server of its own)."""
+        assert self.proc is not None and self.proc.poll() is None, "redis-server is not running"
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as conn:
+            conn.sendall(b"FLUSHALL\r\nSCRIPT FLUSH\r\n")
+            answer = b""
+            while answer.count(b"\r\n") < 2:
+                chunk = conn.recv(256)
+                if not chunk:
+                    break
+                answer += chunk
+        if answer != b"+OK\r\n+OK\r\n":
+            raise RuntimeError(f"redis-server could not be emptied: {answer!r}")
 
     def stop(self, *, kill: bool = False) -> None:
         """Stop it (SIGKILL with ``kill``: no goodbye to its clients)."""
