@@ -16,6 +16,7 @@ from codex_presence.agent.subscription import ConnectionPresence, ConnectionStat
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.report_policy import ReportPolicy
 from tests.support.broker_harness import (
+    FakeClock,
     RunningBroker,
     make_team,
     reserved_port,
@@ -86,12 +87,17 @@ async def test_heartbeat_keeps_a_short_ttl_from_lapsing_and_idle_is_silent() -> 
 
 
 async def test_without_heartbeats_the_ttl_lapses() -> None:
-    # The control for the test above: the same TTL, heartbeats far apart.
-    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.3) as broker:
+    # The control for the test above: a short TTL, heartbeats far apart. The broker's
+    # clock is the test's, so the report cannot lapse before a (slow, loaded) poll of the
+    # roster has seen it: on the real clock it could lapse unseen within 0.3 s.
+    clock = FakeClock()
+    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.3, clock=clock) as broker:
         async with reporting(broker.url, policy=fast_policy(heartbeat=60)) as reporter:
             reporter.observe(WORKING)
             await eventually_async(lambda: activity(broker) == "working", 5)
-            await eventually_async(lambda: activity(broker) is None, 5)
+            clock.advance(0.3)
+            assert activity(broker) is None
+            assert reporter.posts == 1  # no heartbeat revived it
 
 
 async def test_coalescing_sends_only_the_latest_state() -> None:
