@@ -56,7 +56,7 @@ from tests.support.broker_harness import (
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import alive
 from tests.support.redis_server import redis_server
-from tests.support.waiting import eventually
+from tests.support.waiting import Lines, eventually
 from tests.support.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
 
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -160,6 +160,13 @@ def child_pid(wrap: WrapProcess) -> int:
     return int(match.group(1))
 
 
+def online(wrap: WrapProcess) -> None:
+    """Wait for wrap's broker link to be up (it attaches once loaded, after the child has
+    started): a bound on what the roster shows next then times the report, not wrap's
+    start-up, which a loaded machine stretched past 5 s."""
+    eventually(lambda: b"online: subscribed" in wrap.stderr, 20, "wrap's broker link")
+
+
 def approve(wrap: WrapProcess, request: dict[str, Any]) -> None:
     wrap.send({"id": request["id"], "result": {"decision": "accept"}})
 
@@ -189,24 +196,38 @@ def recover(
 
 
 def test_a_url_that_is_not_a_broker_never_touches_the_session() -> None:
+    """The session goes on while the link finds out (it attaches once wrap has loaded, so
+    the client holds its EOF until wrap has said so: a child that ended first would end
+    the session before a loaded machine's link got there)."""
     started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
     child = (
-        "import sys, time; out = sys.stdout.buffer"
+        "import sys; out = sys.stdout.buffer"
         f"; out.write({started!r} + sys.stdin.buffer.read()); out.flush()"
-        "; time.sleep(1); out.write(b'child-done\\n')"
+        "; out.write(b'child-done\\n')"
     )
-    with not_a_broker() as url:
-        result = subprocess.run(
+    with (
+        not_a_broker() as url,
+        subprocess.Popen(
             [PY, "-m", "codex_presence", "wrap", "--broker", url, "--", PY, "-c", child],
-            input=b"hello\n",
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=wrap_env(TOKEN),
-            timeout=60,
-        )
-    assert result.stdout == started + b"hello\nchild-done\n"
-    assert result.returncode == 0
-    assert b"/whoami answered 200 without a member name (text/html)" in result.stderr
-    assert b"Traceback" not in result.stderr
+        ) as proc,
+    ):
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            proc.stdin.write(b"hello\n")
+            proc.stdin.flush()
+            said = Lines(line.decode(errors="replace") for line in proc.stderr)
+            said.until(r"/whoami answered 200 without a member name \(text/html\)", 30)
+            proc.stdin.close()
+            assert proc.stdout.read() == started + b"hello\nchild-done\n"
+            assert proc.wait(30) == 0
+            assert "Traceback" not in said.rest()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 @pytest.mark.anyio
@@ -481,6 +502,7 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
         running_broker(team=make_team("alice", "bob")) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
+        online(wrap)
         wrap.start_turn(1, deltas=500, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: activity(broker.url) == "working", 5)
@@ -500,6 +522,7 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
+        online(wrap)
         blocked_turn(wrap, 1)
         eventually(lambda: activity(broker.url) == "blocked", 5)
         assert wrap.proc.stdin is not None
@@ -519,6 +542,7 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         running_broker(team=make_team("alice", "bob"), activity_ttl=ttl) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
+        online(wrap)
         wrap.start_turn(1, deltas=1000, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: activity(broker.url) == "working", 5)
