@@ -345,17 +345,20 @@ def test_a_redis_password_is_never_logged(tmp_path: Path, url: str, shown: str) 
 
 
 def test_a_redis_password_in_the_query_opens_redis_and_stays_out_of_the_log(
-    redis_url: str, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """The password of ``?password=``, which redis-py takes as well as the netloc's, at
-    ``-vv`` into a log file, with Redis asking for it: it works, and shows nowhere."""
-    redis.Redis.from_url(redis_url).config_set("requirepass", "hunter2secret")
-    url = redis_url + "?password=hunter2secret"
-    log = tmp_path / "broker.log"
-    options = ("--team", team_file(tmp_path), "-vv", "--log-file", str(log))
-    with broker_process(*options, redis=url) as broker:
-        assert report(broker.url, "builder", "working").status_code == 204  # authenticated
-        assert httpx.get(broker.url + "/healthz", timeout=5).json()["status"] == "ok"
-    text = log.read_text()
-    assert f"sharing state through {redis_url}?password=*** " in text
-    assert "hunter2secret" not in text + broker.stderr.rest()
+    ``-vv`` into a log file, with Redis asking for it: it works, and shows nowhere. (A
+    server of its own: the password stays set.)"""
+    with redis_server() as server:
+        redis_url = server.url
+        redis.Redis.from_url(redis_url).config_set("requirepass", "hunter2secret")
+        url = redis_url + "?password=hunter2secret"
+        log = tmp_path / "broker.log"
+        options = ("--team", team_file(tmp_path), "-vv", "--log-file", str(log))
+        with broker_process(*options, redis=url) as broker:
+            assert report(broker.url, "builder", "working").status_code == 204  # authenticated
+            assert httpx.get(broker.url + "/healthz", timeout=5).json()["status"] == "ok"
+        text = log.read_text()
+        assert f"sharing state through {redis_url}?password=*** " in text
+        assert "hunter2secret" not in text + broker.stderr.rest()

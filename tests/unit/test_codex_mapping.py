@@ -2,7 +2,7 @@
 of the real protocol (late items after an interrupt, requests resolved after the turn,
 subagent threads without thread/started, per-direction ids, the TUI's title threads);
 names it does not know, and bugs in its handlers. The field rules (revival, one turn per
-thread) are ``tests/test_field_rules.py``'s."""
+thread) are ``tests/unit/test_field_rules.py``'s."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from codex_presence.core.codex.protocol import (
     TOOL_ITEM_TYPES,
     answer_ends_turn,
 )
+from tests.support.depth import examples
 from tests.support.junk import HUGE, junk, or_junk
 
 
@@ -521,7 +522,7 @@ def messages(draw: st.DrawFn) -> tuple[Direction, Any]:
     return direction, message
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.lists(messages(), min_size=5, max_size=40), st.booleans())
 def test_any_message_sequence_is_survived_and_ends_idle(
     sequence: list[tuple[Direction, Any]], as_lines: bool
@@ -591,7 +592,7 @@ def test_a_wrong_shaped_field_never_stops_the_mapping(where: str, value: Any, li
 
 # -- title threads: the TUI's side threads never count ----------------------------------------
 
-TUI_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TUI_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TITLE_RECORDINGS = sorted(TUI_FIXTURES.glob("codex-tui-*/title_thread_slow.jsonl"))
 
 
