@@ -52,9 +52,11 @@ def _ping(port: int) -> bool:
 class RedisServer:
     """One redis-server process (and its successors after :meth:`restart`)."""
 
-    def __init__(self, binary: str, workdir: Path) -> None:
+    def __init__(self, binary: str, workdir: Path, args: tuple[str, ...] = ()) -> None:
         self._binary = binary
         self._workdir = workdir
+        self._args = args
+        """More options (``--replicaof HOST PORT`` for a replica)."""
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -75,6 +77,7 @@ class RedisServer:
                     "--appendonly", "no",
                     "--dir", str(self._workdir),
                     "--loglevel", "warning",
+                    *self._args,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -27,6 +27,17 @@ comes back by itself once the cause is gone. A listener that finds the state cha
 under it without an event (the team's keys flushed) asks for the same:
 :meth:`RedisLink.reconnect`.
 
+Sentinel. Behind Sentinel (``redis+sentinel://``, :mod:`~.redis_sentinel`), a failover is
+such an outage, and the loop is what follows it: every new connection asks the sentinels
+where the primary is, so the subscription is made again on the new primary (redis-py does
+not re-subscribe by itself), the state is read there again in full, once, and the streams
+are told ``stale`` only from the moment the old primary went away until the new one
+answered. The backoff is capped at 1 s there, so that the link finds the new primary at
+most a second after the sentinels promoted it. A command (a report) that was on its way
+when the primary went away waits for that (at most the command timeout) and runs once
+more on the new primary: the scripts may run twice. Plain Redis has no second primary to
+wait for: its commands fail at once (503).
+
 Connections. Commands take a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the
 subscription's included) and wait at most the command timeout for one: when Redis stalls,
 the reports in flight queue for a connection and get their 503, instead of each opening a
@@ -64,11 +75,17 @@ import orjson
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
+from codex_presence.broker.redis_sentinel import (
+    SENTINEL_SCHEMES,
+    parse_sentinel_url,
+    sentinel_client,
+)
 from codex_presence.broker.store import StoreUnavailable
 from codex_presence.core.backoff import Backoff
 
@@ -161,8 +178,9 @@ def redacted(url: str) -> str:
 
 
 class RedisLink:
-    """One team's link to Redis at ``url`` (``redis://``, ``rediss://`` or ``unix://``),
-    with at most ``max_connections`` connections."""
+    """One team's link to Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``, or
+    the sentinels of ``redis+sentinel://``: see :mod:`~.redis_sentinel`), with at most
+    ``max_connections`` connections."""
 
     def __init__(
         self,
@@ -175,22 +193,36 @@ class RedisLink:
         backoff: Backoff | None = None,
     ) -> None:
         self.url = redacted(url)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout,  # the wait for a free connection
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            client_name="codex-presence",
-        )
-        self.client = aioredis.Redis.from_pool(pool)
+        options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "client_name": "codex-presence"}
+        self._sentinel: Sentinel | None = None
+        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+            self.client, self._sentinel = sentinel_client(
+                parse_sentinel_url(url),
+                max_connections=max_connections,
+                timeout=timeout,
+                **options,
+            )
+        else:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout,  # the wait for a free connection
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                **options,
+            )
+            self.client = aioredis.Redis.from_pool(pool)
         self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
         self.channel = self.key("events")
         self.broker_id = f"{socket.gethostname()}/{secrets.token_hex(4)}"
         """This broker, among those sharing the team (random per start)."""
         self._timeout = timeout
-        self._backoff = backoff if backoff is not None else Backoff(base=0.2, cap=5.0)
+        if backoff is None:  # behind Sentinel, a new primary is found within a second
+            backoff = Backoff(base=0.2, cap=1.0 if self._sentinel else 5.0)
+        self._backoff = backoff
+        self._next_up = anyio.Event()
+        """Set by the next (re)connection: what a command that failed on a connection
+        going away waits for, behind Sentinel, before it runs again on the new primary."""
         self._listeners: list[RedisListener] = []
         self.up = False
         self.reason = "not connected yet"
@@ -224,8 +256,20 @@ class RedisLink:
         error (which is logged)."""
         if not self.up:
             raise StoreUnavailable(f"the shared store (Redis) is unreachable: {doing}")
+        came_back = self._next_up
         try:
-            return await self.run_script(script, args)
+            try:
+                return await self.run_script(script, args)
+            except RedisConnectionError:
+                if self._sentinel is None:
+                    raise
+                # the primary went away under the command (a failover?): once the link
+                # has found the new one, run it there (every script may run twice)
+                with anyio.move_on_after(self._timeout):
+                    await came_back.wait()
+                if not self.up:
+                    raise
+                return await self.run_script(script, args)
         except ResponseError as exc:
             failure = "refused the command"
             why = _why(exc)
@@ -270,6 +314,8 @@ class RedisLink:
                         for listener in self._listeners:
                             await _quietly(listener.leave())
                 await self.client.aclose()
+                if self._sentinel is not None:
+                    await self._sentinel.aclose()
 
     async def _connected(self, ready: Callable[[], None]) -> None:
         """One connection, from subscribing to its failure (raised)."""
@@ -327,6 +373,8 @@ class RedisLink:
 
     def _up(self) -> None:
         self._backoff.reset()
+        self._next_up.set()
+        self._next_up = anyio.Event()
         self.up = True
         self.reason = ""
         self._traced = False
