@@ -192,7 +192,7 @@ def main() -> None:
     ok = worst <= GOAL and not lost and promoted
     verdict = "met" if ok else "NOT met"
     print(
-        f"goal: both serve again <= {GOAL:g} s after the kill, nobody lost: {worst:.3f} s: {verdict}"
+        f"goal: both serve again <= {GOAL:g} s after the kill, none lost: {worst:.3f} s: {verdict}"
     )
 
 
