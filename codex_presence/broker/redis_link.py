@@ -81,6 +81,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
+from codex_presence.broker.redis_batch import ScriptBatch
 from codex_presence.broker.redis_sentinel import (
     SENTINEL_SCHEMES,
     parse_sentinel_url,
@@ -212,6 +213,7 @@ class RedisLink:
                 **options,
             )
             self.client = aioredis.Redis.from_pool(pool)
+        self._batch = ScriptBatch(self.client)
         self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
         self.channel = self.key("events")
         self.broker_id = f"{socket.gethostname()}/{secrets.token_hex(4)}"
@@ -246,9 +248,10 @@ class RedisLink:
 
     async def run_script(self, script: AsyncScript, args: list[Any]) -> Any:
         """Run ``script``: ``KEYS[1]`` is the team's channel (which also routes the call to
-        the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``. Raises what
-        redis-py raises (:data:`UNREACHABLE` for an outage)."""
-        return await script(keys=[self.channel], args=[self._namespace, *args])
+        the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``; sent with the
+        other calls of the same event-loop tick, in one round trip (:mod:`~.redis_batch`).
+        Raises what redis-py raises (:data:`UNREACHABLE` for an outage)."""
+        return await self._batch.run(script, [self.channel], [self._namespace, *args])
 
     async def call(self, script: AsyncScript, args: list[Any], *, doing: str) -> Any:
         """:meth:`run_script` for a request: :class:`StoreUnavailable` (saying what was not
