@@ -11,6 +11,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from codex_presence.broker import redis_batch
 from codex_presence.broker.redis_link import RedisLink
 
 _ECHO = "return {ARGV[1], ARGV[2]}"
@@ -47,10 +48,13 @@ def _count_connections_taken(link: RedisLink) -> list[int]:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
 async def test_the_calls_of_one_tick_take_one_connection_and_each_gets_its_reply(
-    redis_url: str,
+    redis_url: str, packer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: each call took a connection of its own (16 at most: the rest waited)."""
+    if packer == "redis-py":  # without hiredis (redis installed without the extra)
+        monkeypatch.setattr(redis_batch, "_pack", None)
     link = RedisLink(redis_url, team="acme")
     echo = link.script(_ECHO)
     taken = _count_connections_taken(link)
