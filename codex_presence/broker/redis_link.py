@@ -38,9 +38,11 @@ when the primary went away waits for that (at most the command timeout) and runs
 more on the new primary: the scripts may run twice. Plain Redis has no second primary to
 wait for: its commands fail at once (503).
 
-Connections. Commands take a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the
-subscription's included) and wait at most the command timeout for one: when Redis stalls,
-the reports in flight queue for a connection and get their 503, instead of each opening a
+Connections. The script calls of one event-loop tick go out together, one pipeline on one
+connection (:mod:`~.redis_batch`: a report's round trip is shared, not paid alone). Each
+batch takes a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the subscription's
+included) and waits at most the command timeout for one: when Redis stalls, the batches in
+flight queue for a connection and their reports get 503, instead of each opening a
 connection of its own.
 
 What a client is told when Redis fails says which kind of failure (unreachable, or a
@@ -108,8 +110,8 @@ TIMEOUT = 2.0
 """Seconds a Redis command (or a connection attempt, or the wait for a free connection) may
 take before Redis counts as down."""
 MAX_CONNECTIONS = 16
-"""Connections to Redis at most: the subscription, the heartbeat, and the reports in
-flight (each takes a connection for one script round trip, ~0.1 ms)."""
+"""Connections to Redis at most: the subscription, and the batches of script calls in
+flight (each takes a connection for one round trip)."""
 
 UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
 """What a Redis that went away, never answered, or refused (out of memory, an ACL) raises:
