@@ -33,10 +33,10 @@ where the primary is, so the subscription is made again on the new primary (redi
 not re-subscribe by itself), the state is read there again in full, once, and the streams
 are told ``stale`` only from the moment the old primary went away until the new one
 answered. The backoff is capped at 1 s there, so that the link finds the new primary at
-most a second after the sentinels promoted it. A command (a report) that was on its way
-when the primary went away waits for that (at most the command timeout) and runs once
-more on the new primary: the scripts may run twice. Plain Redis has no second primary to
-wait for: its commands fail at once (503).
+most a second after the sentinels promoted it. A report that comes while the link looks
+for the primary, or that was on its way when the primary went away, waits for it (at most
+:data:`FAILOVER_WAIT`) and runs on the new primary: the scripts may run twice. Plain Redis
+has no second primary to wait for: its reports fail at once (503).
 
 Connections. The script calls of one event-loop tick go out together, one pipeline on one
 connection (:mod:`~.redis_batch`: a report's round trip is shared, not paid alone). Each
@@ -109,6 +109,10 @@ DEFAULT_PREFIX = "codex-presence"
 TIMEOUT = 2.0
 """Seconds a Redis command (or a connection attempt, or the wait for a free connection) may
 take before Redis counts as down."""
+FAILOVER_WAIT = 1.0
+"""Seconds a report waits, behind Sentinel, for the link to find a new primary before it
+gets its 503: half the runners' own request timeout (2 s), so that the answer still
+reaches them."""
 MAX_CONNECTIONS = 16
 """Connections to Redis at most: the subscription, and the batches of script calls in
 flight (each takes a connection for one round trip)."""
@@ -259,6 +263,8 @@ class RedisLink:
         """:meth:`run_script` for a request: :class:`StoreUnavailable` (saying what was not
         done: ``doing``) when the link is down, Redis does not answer, or it answers with an
         error (which is logged)."""
+        if not self.up and self._sentinel is not None:
+            await self._failover(self._next_up)
         if not self.up:
             raise StoreUnavailable(f"the shared store (Redis) is unreachable: {doing}")
         came_back = self._next_up
@@ -270,8 +276,7 @@ class RedisLink:
                     raise
                 # the primary went away under the command (a failover?): once the link
                 # has found the new one, run it there (every script may run twice)
-                with anyio.move_on_after(self._timeout):
-                    await came_back.wait()
+                await self._failover(came_back)
                 if not self.up:
                     raise
                 return await self.run_script(script, args)
@@ -283,6 +288,12 @@ class RedisLink:
             why = _why(exc)
         logger.warning("redis %s: %s (%s)", failure, why, doing)
         raise StoreUnavailable(f"the shared store (Redis) {failure}: {doing}")
+
+    async def _failover(self, came_back: anyio.Event) -> None:
+        """Wait, at most :data:`FAILOVER_WAIT`, for the link to (re)connect: behind
+        Sentinel, to find the new primary."""
+        with anyio.move_on_after(FAILOVER_WAIT):
+            await came_back.wait()
 
     def reconnect(self, reason: str) -> None:
         """End the connection, as an outage saying ``reason``, and read everything again:
