@@ -44,7 +44,7 @@ def _ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
             conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
+            return conn.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up, with a password
     except OSError:
         return False
 

@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from bench._redis import RedisServer, _free_port
 
@@ -76,12 +77,18 @@ def _reply(reader: Any) -> Any:
     raise RuntimeError(f"not RESP: {line!r}")
 
 
-def command(port: int, *args: str) -> Any:
-    """``args`` sent to the Redis (or sentinel) on ``port``: its reply."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+def command(port: int, *args: str, password: str = "") -> Any:
+    """``args`` sent to the Redis (or sentinel) on ``port`` (after ``AUTH password``): its
+    reply."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=2) as conn,
+        conn.makefile("rb") as reader,
+    ):
+        if password:
+            conn.sendall(_encode("AUTH", password))
+            _reply(reader)
         conn.sendall(_encode(*args))
-        with conn.makefile("rb") as reader:
-            return _reply(reader)
+        return _reply(reader)
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:
@@ -91,11 +98,19 @@ def _pairs(flat: list[str]) -> dict[str, str]:
 class SentinelSetup:
     """A primary, a replica and three sentinels watching them (see the module)."""
 
-    def __init__(self, redis_server: str, redis_sentinel: str, workdir: Path) -> None:
+    def __init__(
+        self, redis_server: str, redis_sentinel: str, workdir: Path, *, password: str = ""
+    ) -> None:
         self._redis_server = redis_server
         self._redis_sentinel = redis_sentinel
         self._workdir = workdir
-        self.primary = RedisServer(redis_server, self._dir("primary"))
+        self.password = password
+        """Redis's (``requirepass`` of the primary and the replica): the sentinels and the
+        replica use it too. The sentinels themselves want none."""
+        self._auth: tuple[str, ...] = ("--requirepass", password, "--masterauth", password)
+        if not password:
+            self._auth = ()
+        self.primary = RedisServer(redis_server, self._dir("primary"), self._auth)
         self.replica: RedisServer | None = None
         self.sentinels: list[tuple[int, subprocess.Popen[bytes]]] = []
         self.events: list[tuple[float, str, str]] = []
@@ -110,11 +125,12 @@ class SentinelSetup:
     @property
     def url(self) -> str:
         hosts = ",".join(f"127.0.0.1:{port}" for port, _ in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis+sentinel://{auth}{hosts}/{SERVICE}"
 
     def start(self, timeout: float = 30.0) -> None:
         self.primary.start()
-        replica_of = ("--replicaof", "127.0.0.1", str(self.primary.port))
+        replica_of = ("--replicaof", "127.0.0.1", str(self.primary.port), *self._auth)
         self.replica = RedisServer(self._redis_server, self._dir("replica"), replica_of)
         self.replica.start()
         deadline = time.monotonic() + timeout
@@ -126,7 +142,7 @@ class SentinelSetup:
 
     def _replica_synced(self) -> bool:
         assert self.replica is not None
-        info = command(self.replica.port, "INFO", "replication")
+        info = command(self.replica.port, "INFO", "replication", password=self.password)
         return "master_link_status:up" in info
 
     def _sentinels_ready(self) -> bool:
@@ -157,6 +173,7 @@ class SentinelSetup:
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
                 f"sentinel parallel-syncs {SERVICE} 1\n"
+                + (f"sentinel auth-pass {SERVICE} {self.password}\n" if self.password else "")
             )
             proc = subprocess.Popen(
                 [self._redis_sentinel, str(config)],

@@ -86,6 +86,25 @@ def test_the_broker_command_refuses_a_bad_sentinel_url(tmp_path: Path) -> None:
     assert "no service name" in done.stderr and "pw" not in done.stderr.replace("pwd", "")
 
 
+def test_a_password_reaches_redis_behind_sentinel_and_never_the_log(tmp_path: Path) -> None:
+    password = "pw-of-the-primary-4711"
+    with sentinel_setup(password=password) as setup:
+        args = ("--team", team_file(tmp_path))
+        with broker_process(*args, redis=setup.url) as broker:
+            assert report(broker.url, "builder", "working").status_code == 204
+            assert shown(broker.url)["builder"] == ("working", 0)
+            assert httpx.get(broker.url + "/healthz").json()["store"] == "redis"
+            said = broker.said()
+        wrong = setup.url.replace(password, "not-the-password")
+        with broker_process(*args, redis=wrong) as refused:
+            assert not healthy(refused.url)
+            assert report(refused.url, "builder", "working").status_code == 503
+            said += refused.said()
+    assert "redis down" in said and "invalid username-password pair" in said
+    assert ":***@127.0.0.1:" in said
+    assert password not in said and "not-the-password" not in said
+
+
 # -- a failover ----------------------------------------------------------------------------
 
 

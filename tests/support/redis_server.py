@@ -69,13 +69,14 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextmanager
-def sentinel_setup() -> Iterator[SentinelSetup]:
-    """A primary, a replica and three sentinels for the block (``bench/_sentinel.py``)."""
+def sentinel_setup(password: str = "") -> Iterator[SentinelSetup]:
+    """A primary, a replica and three sentinels for the block (``bench/_sentinel.py``),
+    Redis with ``password`` if one is given."""
     import tempfile
 
     server, sentinel = require_redis_server(), require_redis_sentinel()
     with tempfile.TemporaryDirectory(prefix="codex-presence-sentinel-") as workdir:
-        setup = SentinelSetup(server, sentinel, Path(workdir))
+        setup = SentinelSetup(server, sentinel, Path(workdir), password=password)
         try:
             setup.start()
             yield setup
