@@ -65,6 +65,21 @@ Every handle, and the events that close it (so a stuck "working" cannot happen):
   waiting flag; closed by a status without one, and by everything that closes a turn of its
   thread, end of stream.
 
+**Background** (:attr:`CodexMapping.background`; never working or blocked, see
+:mod:`codex_presence.core.activity`): a ``commandExecution`` whose turn ends while it runs
+(Esc: codex interrupts the turn and keeps the command running, "1 background terminal
+running" in the TUI; protocol §6.7) is work left running:
+
+* **background command** ``(thread, "background", item)`` — opened when its turn ends
+  while its tool handle is open, by ``turn/completed`` (any status), a ``turn/started`` of
+  another turn on its thread, or the thread's ``idle`` status. Closed by its
+  ``item/completed``, by the thread's ``systemError``/``notLoaded`` status,
+  ``thread/closed`` or a ``thread/started`` announcing a title thread (codex kills a
+  thread's terminals when it unloads it), being the oldest of more than
+  :data:`~codex_presence.core.activity.MAX_BACKGROUND`, end of stream or the client's
+  hang-up. (``thread/backgroundTerminals/list``, a client request the TUI makes only on
+  resume, is not read.)
+
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
 wrong shape — is ignored and counted in :class:`MappingStats`, never fatal. A server request
 method, item type, thread status or flag that :mod:`codex_presence.core.codex.protocol`
@@ -95,6 +110,7 @@ from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
+    COMMAND_ITEM_TYPE,
     MESSAGE_START,
     OTHER_FLAGS,
     PASSIVE_ITEM_STARTS,
@@ -176,6 +192,8 @@ class CodexMapping:
     unknowns: set[Unknown] = field(default_factory=set)
     _pending: OrderedDict[Hashable, _PendingRequest] = field(default_factory=OrderedDict)
     _turns: TurnMemory = field(default_factory=TurnMemory)
+    _commands: set[tuple[str, str, str]] = field(default_factory=set)
+    """The open ``commandExecution`` tools: they go to the background if their turn ends."""
     _current_id: object = None
     _cause: str = ""
 
@@ -187,6 +205,11 @@ class CodexMapping:
     @property
     def state(self) -> str:
         return self.signal.state.value
+
+    @property
+    def background(self) -> int:
+        """Commands left running after their turn (see the module doc)."""
+        return self.signal.background
 
     @property
     def has_pending(self) -> bool:
@@ -240,6 +263,8 @@ class CodexMapping:
                     self._turns.end(key[0], [key[1]])
         self._turns.forbid_all_revival()
         self.signal.close_all()
+        self.signal.close_all_background()
+        self._commands.clear()
         self._pending.clear()
         return self.signal.commit(cause)
 
@@ -341,10 +366,20 @@ class CodexMapping:
         self._turns.end(thread, turns)
         if revivable:
             self._turns.allow_revival(thread, turns)
+            self._leave_running(thread, turns)
         else:
             self._turns.forbid_revival(thread)
+            self._commands.difference_update([c for c in self._commands if c[0] == thread])
+            self.signal.close_background_scope(thread)
         self.signal.close_scope(thread)
         self._forget_requests(lambda p: p.thread == thread)
+
+    def _leave_running(self, thread: str, turns: set[str]) -> None:
+        """The open commands of ``turns`` (ending now) go on in the background."""
+        for command in [c for c in self._commands if c[0] == thread and c[1] in turns]:
+            self._commands.discard(command)
+            if self.signal.is_open(HandleKind.TOOL, command):
+                self.signal.open_background((thread, "background", command[2]))
 
     def _forget_requests(self, doomed: Callable[[_PendingRequest], bool]) -> None:
         for request_id in [rid for rid, p in self._pending.items() if doomed(p)]:
@@ -392,6 +427,7 @@ def _on_turn_started(m: CodexMapping, /, threadId: object, turn: object, **_: ob
         return
     older = m._open_turns(thread) - {turn_id}
     if older:  # a thread runs one turn at a time: its completion was lost
+        m._leave_running(thread, older)
         m._turns.end(thread, older)
         for other in older:
             m.signal.close_scope(thread, other)
@@ -440,14 +476,19 @@ def _on_item_started(
         m.stats.revived += 1
     if tool:
         m.signal.open(HandleKind.TOOL, (thread, turn, item_id))
+        if item_type == COMMAND_ITEM_TYPE:
+            m._commands.add((thread, turn, item_id))
 
 
 def _on_item_completed(
     m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
+    m._commands.discard((thread, turn, item_id))
     if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
         m.signal.close(HandleKind.TOOL, (thread, turn, item_id))
+    elif m.signal.close_background((thread, "background", item_id)):
+        pass  # a command left running after its turn has ended now
     elif m._turns.is_ended(thread, turn):
         m.stats.late_events += 1
 

@@ -19,6 +19,7 @@ __all__ = [
     "ACTIVE_STATUS",
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
+    "COMMAND_ITEM_TYPE",
     "CONNECTION_EVENTS",
     "ITEM_TYPE_PREFIX",
     "MESSAGE_START",
@@ -115,6 +116,9 @@ STATE_METHODS: frozenset[str] = frozenset(
 )
 """Every method the mapping routes; everything else is skipped before parsing."""
 _STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in STATE_METHODS)
+
+COMMAND_ITEM_TYPE = "commandExecution"
+"""The tool item that can outlive its turn (Esc leaves the command running): background."""
 
 PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
     {
