@@ -420,7 +420,7 @@ def test_the_log_says_background_changes_apart(caplog: pytest.LogCaptureFixture)
     log_transition(_bg(1, 0, "turn/completed"))
     log_transition(Transition(ActivityState.IDLE, ActivityState.WORKING, "turn/started", 1, 1))
     assert [r.getMessage() for r in caplog.records] == [
-        "1 left running in the background (turn/completed)",
+        "1 left running in the background: turn/completed",
         "working (turn/started)",
     ]
 

@@ -69,12 +69,12 @@ Companion = Callable[[], AbstractAsyncContextManager[object]]
 
 def log_transition(transition: Transition) -> None:
     """The default observer: ``codex-presence: working (turn/started)`` on stderr, and
-    ``codex-presence: 1 left running in the background (turn/completed)``."""
+    ``codex-presence: 1 left running in the background: turn/completed``."""
     if transition.changes_state:
         logger.info("%s (%s)", transition.state.value, transition.cause)
     if transition.changes_background:
         logger.info(
-            "%d left running in the background (%s)", transition.background, transition.cause
+            "%d left running in the background: %s", transition.background, transition.cause
         )
 
 

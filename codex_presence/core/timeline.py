@@ -62,6 +62,10 @@ class TimelineRow:
         return {"t": self.t, "line": self.line, "state": self.state, "cause": self.cause}
 
 
+STOPPED = "stopped"
+"""The cause of the last row of a recording that stops mid-session (no end line)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BackgroundRow:
     """One change of a replayed session's background count (work left running)."""
@@ -93,6 +97,10 @@ class TimelineBuilder:
         """Claude Code messages and connection lines fed (codex messages: the stats)."""
         self.background: list[BackgroundRow] = []
         """Every change of the background count, in order."""
+        self.version = 1
+        """The recording format's version (its version line; 1 without one)."""
+        self.ended = False
+        """The recording's end line was read: the session ended (see :attr:`stops_mid_session`)."""
         self.cut_line: int | None = None
         """The last line fed, when it is a recording line cut short: the recording was cut
         off mid-line (its end line missing with it)."""
@@ -122,7 +130,11 @@ class TimelineBuilder:
         self.cut_line = entry.line if _cut_short(entry) else None
         if entry.t is not None:
             self._last_t = entry.t
+        if entry.version is not None:
+            self.version = entry.version
+            return rows
         if entry.end:
+            self.ended = True
             return rows
         if entry.gap:
             self.gaps.append(entry)
@@ -157,9 +169,23 @@ class TimelineBuilder:
             rows += self._rows(entry.t, entry.line, transition, message)
         return rows
 
+    @property
+    def last_t(self) -> float | None:
+        """The time of the last entry fed, if it had one."""
+        return self._last_t
+
+    @property
+    def stops_mid_session(self) -> bool:
+        """The recording (version 2 on) has no end line: it stops mid-session, its runner
+        killed or its disk full, not at the session's end. (A version 1 recording cannot
+        tell: it replays as if the session ended.)"""
+        return self.version >= 2 and not self.ended
+
     def finish(self) -> TimelineRow | None:
-        """End of stream: the row for the final return to idle, if the state was not idle."""
-        rows = self._rows(self._last_t, None, self.mapping.close("eof"))
+        """End of stream: the row for the final return to idle, if the state was not idle;
+        its cause is ``eof``, or :data:`STOPPED` when the recording stops mid-session."""
+        cause = STOPPED if self.stops_mid_session else "eof"
+        rows = self._rows(self._last_t, None, self.mapping.close(cause))
         return rows[0] if rows else None
 
     # -- Claude Code ---------------------------------------------------------------------
