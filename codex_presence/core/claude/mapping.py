@@ -45,10 +45,14 @@ what closes each — every rule names its closers, so no state can stick:
 * **Blocked**, per scope: PermissionRequest (at once, as the dialog appears; it carries
   no ``tool_use_id``) or Notification ``permission_prompt``, ``agent_needs_input`` or
   ``elicitation_dialog`` (only while work is open: a late one must not block an idle
-  member) sets it. Closed by the scope's next PreToolUse, PostToolUse, PostToolUseFailure
-  or PostToolBatch, by UserPromptSubmit, by the end of the scope, by a file view leaving
-  ``waiting`` (the dialog was answered: at once, so a long command after "Yes" shows
-  working), by the file settling on busy or idle, SessionEnd and the end.
+  member) sets it. A subagent's dialog may fire no PermissionRequest, only the
+  Notification, without its ``agent_id`` (anthropics/claude-code #79177): a blocking
+  Notification while only subagents work (no main turn) blocks for them all, closed by the
+  next tool hook of any scope, as well as by everything below. Closed by the scope's next
+  PreToolUse, PostToolUse, PostToolUseFailure or PostToolBatch, by UserPromptSubmit, by the
+  end of the scope, by a file view leaving ``waiting`` (the dialog was answered: at once,
+  so a long command after "Yes" shows working), by the file settling on busy or idle,
+  SessionEnd and the end.
 * **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` opens a
   session turn (the queued prompt no hook announced), ``waiting`` for a person opens a
   session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the
@@ -116,6 +120,9 @@ SESSION: Scope = ("session",)
 _TURN = (*MAIN, "turn")
 _SESSION_TURN = (*SESSION, "turn")
 _SESSION_BLOCK = (*SESSION, "block")
+_SUBAGENT_BLOCK = ("subagent", "block")
+"""A blocking Notification's, when only subagents work: claude says which dialog with no
+``agent_id`` and no PermissionRequest (anthropics/claude-code #79177)."""
 
 
 @dataclass(slots=True)
@@ -341,6 +348,8 @@ class ClaudeMapping:
         if _is_one_of(kind, BLOCKING_NOTIFICATIONS):
             if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
                 self.stats.late += 1  # no work open: a notification that outlived it
+            elif _scope(msg) == MAIN and not self.signal.is_open(HandleKind.TURN, _TURN):
+                self._ensure(HandleKind.BLOCK, _SUBAGENT_BLOCK)  # only subagents work
             else:
                 self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"))
         elif kind == IDLE_NOTIFICATION:
@@ -448,6 +457,7 @@ class ClaudeMapping:
             if scope is None or key[: len(scope)] == scope:
                 self.signal.close(HandleKind.BLOCK, key)
         self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+        self._close_if_open(HandleKind.BLOCK, _SUBAGENT_BLOCK)  # any scope's news ends it
 
     def _close_session(self) -> None:
         self._close_if_open(HandleKind.TURN, _SESSION_TURN)

@@ -61,6 +61,13 @@ Every handle, and the events that close it (so a stuck "working" cannot happen):
   closed by the client's response to its id, ``serverRequest/resolved``, everything that
   closes its turn (a request without a turn: everything above that ends every turn of its
   thread), being the oldest of more than 4,096 pending requests, end of stream.
+* **pending child** ``(child, None, "pending")`` — opened by the ``item/completed`` of a
+  ``collabAgentToolCall`` ``spawnAgent`` whose ``agentsStates`` says a child thread is still
+  ``pendingInit``: the parent's turn may complete before the child's turn starts, and the
+  child then works for minutes (openai/codex #36141), so the member works on. Closed by
+  everything that ends the child thread's turns (its ``turn/completed``, its
+  ``idle``/``systemError``/``notLoaded`` status, ``thread/closed``), a later collab
+  item that gives the child a final status, end of stream.
 * **waiting flags** ``(thread, None, "flags")`` — opened by an ``active`` status with a
   waiting flag; closed by a status without one, and by everything that closes a turn of its
   thread, end of stream.
@@ -99,7 +106,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,11 +117,15 @@ from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
+    COLLAB_ITEM_TYPE,
     COMMAND_ITEM_TYPE,
+    FINAL_CHILD_STATUSES,
     MESSAGE_START,
     OTHER_FLAGS,
     PASSIVE_ITEM_STARTS,
     PASSIVE_ITEM_TYPES,
+    PENDING_CHILD,
+    SPAWN_TOOL,
     STATE_METHODS,
     THREAD_ENDING_STATUSES,
     TITLE_THREAD_SOURCE,
@@ -485,12 +496,29 @@ def _on_item_completed(
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
     m._commands.discard((thread, turn, item_id))
+    if item_type == COLLAB_ITEM_TYPE:
+        _follow_children(m, object_param(item, "item"))
     if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
         m.signal.close(HandleKind.TOOL, (thread, turn, item_id))
     elif m.signal.close_background((thread, "background", item_id)):
         pass  # a command left running after its turn has ended now
     elif m._turns.is_ended(thread, turn):
         m.stats.late_events += 1
+
+
+def _follow_children(m: CodexMapping, item: Mapping[str, Any]) -> None:
+    """A child a spawn left ``pendingInit`` works on; one a collab item calls final is done."""
+    states = item.get("agentsStates")
+    if not isinstance(states, dict):
+        return
+    for child, state in list(states.items())[:64]:
+        status = state.get("status") if isinstance(state, dict) else None
+        key = (child, None, "pending")
+        if status == PENDING_CHILD and item.get("tool") == SPAWN_TOOL:
+            if not m._open_turns(child) and not m.signal.is_open(HandleKind.TURN, key):
+                m.signal.open(HandleKind.TURN, key)
+        elif status in FINAL_CHILD_STATUSES and m.signal.is_open(HandleKind.TURN, key):
+            m.signal.close(HandleKind.TURN, key)
 
 
 def _on_thread_started(m: CodexMapping, /, thread: object, **_: object) -> None:
