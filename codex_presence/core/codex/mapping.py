@@ -87,6 +87,9 @@ running" in the TUI; protocol §6.7) is work left running:
   hang-up. (``thread/backgroundTerminals/list``, a client request the TUI makes only on
   resume, is not read.)
 
+The item handlers (tools, revival, background commands, pending children) are
+:mod:`codex_presence.core.codex.items`'s.
+
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
 wrong shape — is ignored and counted in :class:`MappingStats`, never fatal. A server request
 method, item type, thread status or flag that :mod:`codex_presence.core.codex.protocol`
@@ -106,30 +109,24 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
+from codex_presence.core.codex.items import on_item_completed, on_item_started
 from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
-    COLLAB_ITEM_TYPE,
-    COMMAND_ITEM_TYPE,
-    FINAL_CHILD_STATUSES,
     MESSAGE_START,
     OTHER_FLAGS,
     PASSIVE_ITEM_STARTS,
-    PASSIVE_ITEM_TYPES,
-    PENDING_CHILD,
-    SPAWN_TOOL,
     STATE_METHODS,
     THREAD_ENDING_STATUSES,
     TITLE_THREAD_SOURCE,
-    TOOL_ITEM_TYPES,
     WAITING_FLAGS,
     Direction,
     skips_unparsed,
@@ -462,65 +459,6 @@ def _on_turn_completed(m: CodexMapping, /, threadId: object, turn: object, **_: 
         m._turns.forbid_revival(thread, turn_id)
 
 
-def _item_key(threadId: object, turnId: object, item: object) -> tuple[str, str, str, str]:
-    body = object_param(item, "item")
-    return (
-        str_param(threadId, "threadId"),
-        str_param(turnId, "turnId"),
-        str_param(body.get("id"), "item.id"),
-        str_param(body.get("type"), "item.type"),
-    )
-
-
-def _on_item_started(
-    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
-) -> None:
-    thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
-    tool = item_type in TOOL_ITEM_TYPES
-    if not tool and item_type not in PASSIVE_ITEM_TYPES:
-        m._unknown("item type", item_type)  # treated as passive: it may revive, no more
-    if m._turns.is_ended(thread, turn):
-        if not m._turns.revive(thread, turn):
-            m.stats.late_events += 1
-            return
-        m.signal.open(HandleKind.TURN, (thread, turn))
-        m.stats.revived += 1
-    if tool:
-        m.signal.open(HandleKind.TOOL, (thread, turn, item_id))
-        if item_type == COMMAND_ITEM_TYPE:
-            m._commands.add((thread, turn, item_id))
-
-
-def _on_item_completed(
-    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
-) -> None:
-    thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
-    m._commands.discard((thread, turn, item_id))
-    if item_type == COLLAB_ITEM_TYPE:
-        _follow_children(m, object_param(item, "item"))
-    if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
-        m.signal.close(HandleKind.TOOL, (thread, turn, item_id))
-    elif m.signal.close_background((thread, "background", item_id)):
-        pass  # a command left running after its turn has ended now
-    elif m._turns.is_ended(thread, turn):
-        m.stats.late_events += 1
-
-
-def _follow_children(m: CodexMapping, item: Mapping[str, Any]) -> None:
-    """A child a spawn left ``pendingInit`` works on; one a collab item calls final is done."""
-    states = item.get("agentsStates")
-    if not isinstance(states, dict):
-        return
-    for child, state in list(states.items())[:64]:
-        status = state.get("status") if isinstance(state, dict) else None
-        key = (child, None, "pending")
-        if status == PENDING_CHILD and item.get("tool") == SPAWN_TOOL:
-            if not m._open_turns(child) and not m.signal.is_open(HandleKind.TURN, key):
-                m.signal.open(HandleKind.TURN, key)
-        elif status in FINAL_CHILD_STATUSES and m.signal.is_open(HandleKind.TURN, key):
-            m.signal.close(HandleKind.TURN, key)
-
-
 def _on_thread_started(m: CodexMapping, /, thread: object, **_: object) -> None:
     body = object_param(thread, "thread")
     if body.get("threadSource") != TITLE_THREAD_SOURCE:
@@ -588,8 +526,8 @@ def _routes() -> dict[str, Callable[..., None]]:
     routes: dict[str, Callable[..., None]] = {
         "turn/started": _on_turn_started,
         "turn/completed": _on_turn_completed,
-        "item/started": _on_item_started,
-        "item/completed": _on_item_completed,
+        "item/started": on_item_started,
+        "item/completed": on_item_completed,
         "thread/started": _on_thread_started,
         "thread/status/changed": _on_thread_status_changed,
         "thread/closed": _on_thread_closed,
