@@ -260,6 +260,22 @@ def test_codex_tui_esc_leaves_a_background_terminal_until_the_session_ends(versi
     assert off.get("event") == "hangup"
 
 
+@pytest.mark.parametrize(("version", "on", "off"), [("0.169.0", 81, 84), ("0.171.0", 95, 98)])
+def test_codex_tui_esc_leaves_a_command_in_the_background_until_it_ends(
+    version: str, on: int, off: int
+) -> None:
+    # esc_command_ends_in_background (the real TUI through `codex-presence codex`): a 6 s
+    # command, Esc ~1 s in; the screens show "1 background terminal running", then not.
+    path = FIXTURES / f"codex-tui-{version}" / "esc_command_ends_in_background.jsonl"
+    assert _background_by_line(path) == [(on, 1), (off, 0)]
+    lines = path.read_bytes().splitlines()
+    assert orjson.loads(lines[off - 1])["msg"]["method"] == "item/completed"
+    screens = path.with_name("esc_command_ends_in_background.screens.txt").read_text()
+    background, ended = screens.split("===== background")[1], screens.split("===== ended")[1]
+    assert "1 background terminal running" in background.split("=====")[1]
+    assert "background terminal" not in ended.split("=====")[1]
+
+
 # -- Claude Code -----------------------------------------------------------------------------
 
 
