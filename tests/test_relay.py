@@ -542,7 +542,8 @@ def test_options_also_come_from_the_environment(tmp_path: Path) -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b'{"id":1}\n', b"")
-    *entries, end = read_entries(rec.read_bytes().splitlines())
+    version, *entries, end = read_entries(rec.read_bytes().splitlines())
+    assert version.version == VERSION
     assert [e.message for e in entries] == [{"id": 1}]
     assert end.end
 
