@@ -68,8 +68,9 @@ class BrokerLink:
         self.presence: ConnectionPresence | None = None
 
     def observe(self, transition: Transition) -> None:
-        """The relay's observer: hand the new state to the reporter (never blocks)."""
-        if self.reporter is not None:
+        """The relay's observer: hand the new state to the reporter (never blocks). A
+        transition of the background count alone is no news for the state."""
+        if self.reporter is not None and transition.changes_state:
             self.reporter.observe(transition.state, passing=transition.passing)
 
     @asynccontextmanager
