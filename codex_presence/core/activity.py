@@ -50,14 +50,14 @@ class Transition:
     previous: ActivityState
     state: ActivityState
     cause: str
-    passing: bool = False
-    """The feeder knows this state is one its source passes through on the way to another
-    within tens of milliseconds (codex between a person's "no, stop" and the end of the
-    turn): a reporter may wait a moment for the next one rather than show it."""
     background: int = 0
     """Commands and tasks the session left running, after this change (never part of the
     state: an idle member may have some)."""
     previous_background: int = 0
+    passing: bool = False
+    """The feeder knows this state is one its source passes through on the way to another
+    within tens of milliseconds (codex between a person's "no, stop" and the end of the
+    turn): a reporter may wait a moment for the next one rather than show it."""
 
     @property
     def changes_state(self) -> bool:
