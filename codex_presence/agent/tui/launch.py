@@ -1,0 +1,149 @@
+"""The start of ``codex-presence codex``: the TUI and its app-server spawned before anything
+slow is loaded (issue 27).
+
+A person sees the TUI's first paint once the TUI has started, connected and heard from the
+app-server; everything of ours before the TUI's spawn adds to that one for one. So this
+module, and everything :func:`launch_tui` needs, is what runs before the spawn: the
+standard library, the children (:mod:`codex_presence.agent.child`) and the sockets
+(:mod:`.sockets`). No ``logging`` (an error is kept, and said once the log is set up) and
+no ``typing``; the session (anyio, the mapping with jsonrpcserver, the relay) loads after
+it, while the TUI starts (:mod:`.session`).
+
+The order, each step as soon as the one before it:
+
+1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are the TUI's: a
+   handler that passes them on, kept until the TUI is there.
+2. OUTER listening: 0600, in a private 0700 directory (:mod:`.sockets`). The TUI exits at
+   once when its socket is missing or refuses; this one accepts from the start (the kernel
+   queues the connection until the relay serves it).
+3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
+   if a signal ends it), in our process group (the terminal's foreground group, which a
+   program reading the terminal must be in), sent SIGTERM if we die, and a second later
+   killed with its tree. The TUI first: its own start (config, a connection half a second
+   later) is the longest way to its first paint; the app-server needs less, and is only
+   needed once the TUI connects.
+4. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
+   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
+   session's) and environment, in a process group of its own, killed with its whole tree if
+   we die, however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Its
+   output goes to a pipe (read into our log by the session), never to the terminal the TUI
+   draws on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from codex_presence.agent.child import FORWARDED_SIGNALS, SignalForwarding, spawn
+from codex_presence.agent.tui.sockets import listen, private_directory
+
+TYPE_CHECKING = False  # typing is not loaded before the children run
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from codex_presence.agent.child import Child
+    from codex_presence.agent.tui.terminal import SavedTerminal
+
+__all__ = ["APP_SERVER_SOCKET", "TUI_SOCKET", "TuiLaunch", "launch_tui"]
+
+APP_SERVER_SOCKET = "app-server.sock"
+"""INNER's name in the session's directory."""
+TUI_SOCKET = "tui.sock"
+"""OUTER's name in the session's directory."""
+
+
+class TuiLaunch:
+    """What :func:`launch_tui` started, or why it could not: for the session to run and end."""
+
+    __slots__ = (
+        "app_server",
+        "command",
+        "directory",
+        "error",
+        "listener",
+        "output_fd",
+        "signals",
+        "sockets_failed",
+        "started",
+        "terminal",
+        "tui",
+    )
+
+    def __init__(self, command: Sequence[str], signals: SignalForwarding) -> None:
+        self.command = list(command)
+        self.started = time.monotonic()
+        """When the launch began (CLOCK_MONOTONIC): the session's t = 0."""
+        self.signals = signals
+        """The TUI's signals, forwarded from the start (:func:`launch_tui`)."""
+        self.directory: Path | None = None
+        """The private directory of the two sockets."""
+        self.listener: socket.socket | None = None
+        """OUTER, listening."""
+        self.tui: Child | None = None
+        self.app_server: Child | None = None
+        self.output_fd = -1
+        """Our end of the app-server's stdout and stderr (a pipe); the session's to close."""
+        self.terminal: SavedTerminal | None = None
+        self.error: OSError | None = None
+        """Why the sockets could not be made, or a child could not be run."""
+        self.sockets_failed = False
+        """Whether :attr:`error` is the sockets' (else a child's)."""
+
+    @property
+    def inner(self) -> Path:
+        assert self.directory is not None
+        return self.directory / APP_SERVER_SOCKET
+
+    @property
+    def outer(self) -> Path:
+        assert self.directory is not None
+        return self.directory / TUI_SOCKET
+
+
+def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> TuiLaunch:
+    """Spawn the TUI ``command`` (``codex [ARGS...]``) and its app-server now, with ``env``
+    (ours if None); what failed is kept in :attr:`TuiLaunch.error`, with whatever did start,
+    for the session to say and end. The forwarded signals are the TUI's from here on."""
+    signals = SignalForwarding(name="the TUI")
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda n, _: signals.forward(signal.Signals(n)))
+    launch = TuiLaunch(command, signals)
+    try:
+        launch.directory = private_directory()
+        launch.listener = listen(launch.outer)
+    except OSError as exc:
+        launch.error, launch.sockets_failed = exc, True
+        return launch
+    from codex_presence.agent.tui.terminal import SavedTerminal
+
+    read_output, output = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        launch.terminal = SavedTerminal.save()
+        launch.tui = spawn(
+            [command[0], "--remote", f"unix://{launch.outer}", *command[1:]],
+            env=env,
+            own_group=False,
+            death_signal=signal.SIGTERM,
+        )
+        signals.attach(launch.tui)
+        launch.app_server = spawn(
+            [command[0], "app-server", "--listen", f"unix://{launch.inner}"],
+            stdin=null,
+            stdout=output,
+            stderr=output,
+            env=env,
+        )
+        launch.output_fd, read_output = read_output, -1
+    except OSError as exc:
+        launch.error = exc
+    finally:
+        os.close(null)
+        os.close(output)
+        if read_output >= 0:
+            os.close(read_output)
+    return launch
