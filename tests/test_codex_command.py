@@ -1,5 +1,5 @@
 """``codex-presence codex``'s own mechanics, with a stand-in for the codex executable
-(:mod:`tests.support.fake_codex_tui`): the arguments each role gets, the exit status, the
+(``bench/_fake_codex_tui.py``): the arguments each role gets, the exit status, the
 signals, the ends of both children and what they leave, the log held while the TUI owns
 the terminal, the recording. What the real TUI does through the command is
 ``tests/test_codex_tui.py``'s.
@@ -29,7 +29,7 @@ from tests.support.tui_driver import short_tempdir
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import wrap_env
 
-FAKE = Path(__file__).resolve().parent / "support" / "fake_codex_tui.py"
+FAKE = Path(__file__).resolve().parents[1] / "bench" / "_fake_codex_tui.py"
 TURN_STARTED = {"method": "turn/started", "params": {"threadId": "th", "turn": {"id": "tu"}}}
 
 
