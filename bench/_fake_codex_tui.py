@@ -94,6 +94,7 @@ def app_server(path: Path) -> None:
     log(
         role="app-server",
         pid=os.getpid(),
+        sid=os.getsid(0),
         command=command.pid,
         cwd=str(Path.cwd()),
         token=token_seen(),
@@ -177,7 +178,7 @@ def serve(conn: socket.socket) -> None:
 
 
 def tui(path: str, args: list[str]) -> None:
-    log(role="tui", pid=os.getpid(), remote=path, args=args, token=token_seen())
+    log(role="tui", pid=os.getpid(), sid=os.getsid(0), remote=path, args=args, token=token_seen())
     sys.stdout.write("TUI START\n")
     sys.stdout.flush()
     sock = socket.socket(socket.AF_UNIX)

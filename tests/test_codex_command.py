@@ -263,3 +263,17 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
         "codex_presence.agent.tui.session",
     }
     assert loaded & slow == set()
+
+
+def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) -> None:
+    """Issue 27: the app-server is a server, not part of the terminal's job; in a session of
+    its own (where Linux's autogroup shares CPU time by session) its start takes no CPU from
+    the TUI's. The TUI stays in ours: it reads the terminal."""
+    setup.env["FAKE_TUI"] = "exit:0"
+    proc = setup.run(stderr=subprocess.PIPE, start_new_session=True)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    tui = next(e for e in setup.seen() if e["role"] == "tui" and "pid" in e)
+    server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
+    assert tui["sid"] == proc.pid  # the session codex-presence leads here
+    assert server["sid"] == server["pid"] != proc.pid

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env, open_private
-    from codex_presence.agent.tui.launch import launch_tui
+    from codex_presence.agent.tui.launch import launch_tui, load_behind_the_tui
 
     if args.log_file:  # a bad --log-file is a usage error: before anything runs
         try:
@@ -66,6 +66,14 @@ def run(args: argparse.Namespace) -> int:
     # it, or read it from our original environment (/proc/<pid>/environ).
     token = forget_env(TOKEN_ENV)
     launch = launch_tui(command, dict(os.environ))
+    load_behind_the_tui(
+        [
+            "anyio",
+            "codex_presence.agent.tui.session",
+            "codex_presence.agent.tui.ws_relay",
+            *(["codex_presence.client.link"] if args.broker else []),
+        ]
+    )
     import sys
 
     from codex_presence.cli.held_log import hold_logging

@@ -7,7 +7,7 @@ module, and everything :func:`launch_tui` needs, is what runs before the spawn: 
 standard library, the children (:mod:`codex_presence.agent.child`) and the sockets
 (:mod:`.sockets`). No ``logging`` (an error is kept, and said once the log is set up) and
 no ``typing``; the session (anyio, the mapping with jsonrpcserver, the relay) loads after
-it, while the TUI starts (:mod:`.session`).
+it, while the TUI starts (:mod:`.session`), behind the TUI (:func:`load_behind_the_tui`).
 
 The order, each step as soon as the one before it:
 
@@ -24,10 +24,13 @@ The order, each step as soon as the one before it:
    needed once the TUI connects.
 4. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
    directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
-   session's) and environment, in a process group of its own, killed with its whole tree if
-   we die, however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Its
-   output goes to a pipe (read into our log by the session), never to the terminal the TUI
-   draws on.
+   session's) and environment, killed with its whole tree if we die, however we die (its
+   watchdog: :func:`~codex_presence.agent.child.spawn`). In a session of its own: a server
+   has no business with the terminal, and where Linux groups CPU time by session
+   (autogroup, on by default) its start takes no CPU from the TUI's, as a plain ``codex``
+   whose app-server is a daemon started earlier (issue 27: in the same session it cost
+   the TUI's first paint hundreds of milliseconds on a busy machine). Its output goes to a
+   pipe (read into our log by the session), never to the terminal the TUI draws on.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     from codex_presence.agent.child import Child
     from codex_presence.agent.tui.terminal import SavedTerminal
 
-__all__ = ["APP_SERVER_SOCKET", "TUI_SOCKET", "TuiLaunch", "launch_tui"]
+__all__ = ["APP_SERVER_SOCKET", "TUI_SOCKET", "TuiLaunch", "launch_tui", "load_behind_the_tui"]
 
 APP_SERVER_SOCKET = "app-server.sock"
 """INNER's name in the session's directory."""
@@ -137,6 +140,7 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
             stdout=output,
             stderr=output,
             env=env,
+            own_session=True,
         )
         launch.output_fd, read_output = read_output, -1
     except OSError as exc:
@@ -147,3 +151,40 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
         if read_output >= 0:
             os.close(read_output)
     return launch
+
+
+_AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def load_behind_the_tui(modules: Sequence[str]) -> None:
+    """Import ``modules`` (the session's: anyio, the mapping with jsonrpcserver, the relay;
+    a few hundred milliseconds of CPU), yielding the CPU to the TUI's own start where that
+    is safe: in a thread of the lowest priority, when the kernel groups CPU time by session
+    (Linux's autogroup), where a thread's priority weighs only against the other threads of
+    its session (the TUI's), not against the rest of the machine. Without autogroup a low
+    priority could starve the loading behind any busy process, and with it the relay the
+    TUI waits for: the thread keeps ours. Returns once all are loaded; a module that fails
+    is left for the caller's own import to raise."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        try:
+            if _autogrouped():
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            for name in modules:
+                importlib.import_module(name)
+        except BaseException:
+            pass
+
+    thread = threading.Thread(target=load, name="codex-presence-load", daemon=True)
+    thread.start()
+    thread.join()
+
+
+def _autogrouped() -> bool:
+    try:
+        with open(_AUTOGROUP, "rb") as flag:
+            return flag.read(1) == b"1"
+    except OSError:
+        return False
