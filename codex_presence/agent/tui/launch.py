@@ -174,7 +174,7 @@ def load_behind_the_tui(modules: Sequence[str]) -> None:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             for name in modules:
                 importlib.import_module(name)
-        except BaseException:
+        except BaseException:  # the caller's own import raises it again, on our log
             pass
 
     thread = threading.Thread(target=load, name="codex-presence-load", daemon=True)
