@@ -10,17 +10,29 @@ load of the machine falls on both alike:
     command) and through the command's relay; the per-pair difference is what the relay
     adds, mapping and all. Goal: p99 <= 1 ms.
 (b) ``startup``: seconds from starting the TUI (in tmux) to its first paint (the header)
-    and to ready (the footer shows the model), for plain ``codex`` (it starts or reuses
-    its managed daemon; the baseline), ``codex --no-daemon``, and
-    ``codex-presence codex -- codex`` (app-server, relay, TUI). One warm-up round first.
+    and to ready (the footer shows the model), for plain ``codex`` (the baseline: the
+    warm-up round starts its managed daemon, and every later round connects to that
+    running app-server), ``codex --no-daemon`` (its app-server in-process), ``codex
+    --remote`` to an app-server started before the rounds (the TUI's remote mode alone), and
+    ``codex-presence codex -- codex`` (TUI, app-server, relay); with ``--baseline
+    PYTHON`` also ``PYTHON -m codex_presence codex`` (another checkout, e.g. before a
+    change). Our Python runs with its bytecode cached, as an installation has it
+    (``bench/_python.py``). The order of the ways turns by one each round; the figure is
+    the median of the paired differences to plain ``codex``. Goal (issue 27): first
+    paint and ready <= plain + 50 ms.
 (c) ``roster``: a state-changing message written by the app-server -> the broker's SSE
     stream shows the member's new activity. Through the command (a stand-in app-server,
-    ``tests/support/fake_codex_tui.py``, stamps ``time.monotonic()`` into each message just
+    ``bench/_fake_codex_tui.py``, stamps ``time.monotonic()`` into each message just
     before it writes it; a stand-in TUI stays connected), against ``wrap`` with the same
     messages over stdio and a direct POST (``bench/latency.py``'s steps and broker).
 
     .venv/bin/python bench/tui.py [--codex BIN] [--rounds 2000] [--startup-rounds 5]
-                                  [--transitions 200] [--part rtt|startup|roster ...]
+                                  [--baseline PYTHON] [--transitions 200]
+                                  [--part rtt|startup|roster ...]
+
+Standard library and the project's own extras only (issue 22): the TUI driver, the fake
+model and the stand-in codex are ``bench/_codex_tui.py``, ``bench/_fake_model.py`` and
+``bench/_fake_codex_tui.py``, which the tests use too.
 """
 
 from __future__ import annotations
@@ -45,8 +57,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import latency  # noqa: E402  (bench/latency.py: the broker, the watch, the steps)
+from _codex_tui import (  # noqa: E402
+    FIRST_PAINT,
+    READY,
+    Config,
+    Tui,
+    codex_binary,
+    presence_command,
+    short_tempdir,
+    tui_home,
+)
+from _fake_model import FakeModel  # noqa: E402
+from _python import installed_like  # noqa: E402
 
-FAKE = ROOT / "tests" / "support" / "fake_codex_tui.py"
+FAKE = ROOT / "bench" / "_fake_codex_tui.py"
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -209,23 +233,50 @@ def _kill_processes_of(home: Path) -> None:
                 os.kill(int(cmdline.parent.name), signal.SIGKILL)
 
 
-def bench_startup(binary: Path, rounds: int) -> None:
-    from tests.support.fake_model import FakeModel
-    from tests.support.tui_driver import (
-        FIRST_PAINT,
-        READY,
-        Tui,
-        presence_command,
-        short_tempdir,
-        tui_home,
-    )
-    from tests.support.tui_scenarios import NO_APPROVALS
+PLAIN = "plain codex (managed daemon; baseline)"
+REMOTE = "codex --remote (app-server running)"
+"""The TUI's own way through a socket, to an app-server started before the rounds (in a
+session of its own, as plain codex's daemon): what the TUI's remote mode costs, apart from
+the command's."""
+WRAPPED = "codex-presence codex -- codex"
+GOAL = 0.050
+"""Seconds the command may add to the first paint and to ready (issue 27)."""
 
+
+def _serve_app_server(binary: Path, path: Path, home: Any) -> subprocess.Popen[bytes]:
+    """``codex app-server --listen unix://PATH`` in ``home``, once it accepts."""
+    server = subprocess.Popen(
+        [str(binary), "app-server", "--listen", f"unix://{path}"],
+        env=home.env, cwd=home.work, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+                return server
+            except OSError:
+                time.sleep(0.01)
+    os.killpg(server.pid, signal.SIGKILL)
+    raise RuntimeError(f"{binary} app-server never listened on {path}")
+
+
+def bench_startup(binary: Path, rounds: int, baseline: str | None) -> None:
+    """Each round runs every way once, in an order that turns by one each round (so the
+    machine's load falls on all alike); round 0 warms every home up (plain ``codex``
+    installs and starts its managed daemon then: later rounds connect to it)."""
     ways = {
-        "plain codex (managed daemon; baseline)": lambda: [str(binary)],
+        PLAIN: lambda: [str(binary)],
         "codex --no-daemon": lambda: [str(binary), "--no-daemon"],
-        "codex-presence codex -- codex": lambda: presence_command(binary, "-q"),
+        REMOTE: lambda: [str(binary), "--remote", f"unix://{served}"],
+        WRAPPED: lambda: presence_command(binary, "-q"),
     }
+    if baseline is not None:
+        ways[f"{WRAPPED} ({baseline})"] = lambda: [
+            baseline, "-m", "codex_presence", "codex", "-q", "--", str(binary),
+        ]  # fmt: skip
+    names = list(ways)
     firsts: dict[str, list[float]] = {name: [] for name in ways}
     readies: dict[str, list[float]] = {name: [] for name in ways}
     model = FakeModel()
@@ -233,13 +284,17 @@ def bench_startup(binary: Path, rounds: int) -> None:
         homes = {}
         for i, name in enumerate(ways):
             (tmp / str(i)).mkdir()
-            homes[name] = tui_home(tmp / str(i), model.base_url, NO_APPROVALS)
+            homes[name] = tui_home(tmp / str(i), model.base_url, Config())
+            # Our Python commands with their bytecode cached, as an installation has it.
+            homes[name].env = installed_like(homes[name].env, tmp / "pycache")
+        served = tmp / str(names.index(REMOTE)) / "app-server.sock"
+        app_server = _serve_app_server(binary, served, homes[REMOTE])
         try:
             for n in range(rounds + 1):
-                for name, argv in ways.items():
+                for name in names[n % len(names) :] + names[: n % len(names)]:
                     home = homes[name]
                     with short_tempdir("cpt-") as sock_dir:
-                        tui = Tui(argv(), env=home.env, cwd=home.work, sock_dir=sock_dir)
+                        tui = Tui(ways[name](), env=home.env, cwd=home.work, sock_dir=sock_dir)
                         try:
                             first = tui.wait_for(FIRST_PAINT, timeout=60)
                             ready = tui.wait_for(READY, timeout=60)
@@ -249,15 +304,35 @@ def bench_startup(binary: Path, rounds: int) -> None:
                         firsts[name].append(first)
                         readies[name].append(ready)
         finally:
+            os.killpg(app_server.pid, signal.SIGKILL)
+            app_server.wait()
             for home in homes.values():
                 _kill_processes_of(home.home)
     print(f"(b) time to the TUI's screen, codex {_version(binary)}, s (p50, min-max)")
     for name in ways:
         f, r = firsts[name], readies[name]
         print(
-            f"  {name:<40} first paint {statistics.median(f):.2f} ({min(f):.2f}-{max(f):.2f})"
-            f"   ready {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})   n={len(f)}"
+            f"  {name:<40} first paint {statistics.median(f):.3f} ({min(f):.2f}-{max(f):.2f})"
+            f"   ready {statistics.median(r):.3f} ({min(r):.2f}-{max(r):.2f})   n={len(f)}"
         )
+    print(f"  added to {PLAIN.split(' (')[0]}, median of the paired differences, ms:")
+    for name in names[1:]:  # the TUI's own remote mode: REMOTE; the command's: WRAPPED - REMOTE
+        added = [
+            statistics.median(b - a for a, b in zip(got[PLAIN], got[name], strict=True)) * 1000
+            for got in (firsts, readies)
+        ]
+        verdict = "" if not name.startswith(WRAPPED) else (
+            "   goal <= 50 ms: " + ("met" if max(added) <= GOAL * 1000 else "MISSED")
+        )  # fmt: skip
+        print(f"    {name:<38} first paint {added[0]:+6.0f}   ready {added[1]:+6.0f}{verdict}")
+    ours = [
+        statistics.median(b - a for a, b in zip(got[REMOTE], got[WRAPPED], strict=True)) * 1000
+        for got in (firsts, readies)
+    ]
+    print(
+        f"  the command against the TUI's remote mode alone ({REMOTE}), paired, ms:"
+        f" first paint {ours[0]:+.0f}   ready {ours[1]:+.0f}"
+    )
 
 
 # -- (c) event -> roster -------------------------------------------------------------------------
@@ -401,21 +476,24 @@ def main() -> None:
     parser.add_argument("--transitions", type=int, default=200)
     parser.add_argument("--gap", type=float, default=0.06)
     parser.add_argument("--part", action="append", choices=["rtt", "startup", "roster"])
+    parser.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="startup: also run PYTHON -m codex_presence codex (another checkout's virtualenv)",
+    )
     parser.add_argument("--rtt-client", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rtt_client is not None:
         rtt_client(Path(args.rtt_client.removeprefix("unix://")), args.rounds, 50, args.result)
         return
-    from tests.support.codex_driver import codex_binary
-
     binary = args.codex or codex_binary()
     print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     parts = args.part or ["rtt", "startup", "roster"]
     if "rtt" in parts:
         bench_rtt(binary, args.rounds)
     if "startup" in parts:
-        bench_startup(binary, args.startup_rounds)
+        bench_startup(binary, args.startup_rounds, args.baseline)
     if "roster" in parts:
         bench_roster(args.transitions, args.gap)
 

@@ -1,5 +1,5 @@
 """``codex-presence codex``'s own mechanics, with a stand-in for the codex executable
-(:mod:`tests.support.fake_codex_tui`): the arguments each role gets, the exit status, the
+(``bench/_fake_codex_tui.py``): the arguments each role gets, the exit status, the
 signals, the ends of both children and what they leave, the log held while the TUI owns
 the terminal, the recording. What the real TUI does through the command is
 ``tests/test_codex_tui.py``'s.
@@ -29,7 +29,7 @@ from tests.support.tui_driver import short_tempdir
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import wrap_env
 
-FAKE = Path(__file__).resolve().parent / "support" / "fake_codex_tui.py"
+FAKE = Path(__file__).resolve().parents[1] / "bench" / "_fake_codex_tui.py"
 TURN_STARTED = {"method": "turn/started", "params": {"threadId": "th", "turn": {"id": "tu"}}}
 
 
@@ -201,7 +201,8 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
     import anyio
 
     from codex_presence.agent.signals import FORWARDED_SIGNALS
-    from codex_presence.agent.tui import session as tui
+    from codex_presence.agent.tui import launch as tui
+    from codex_presence.agent.tui.session import TuiSession
 
     make = tui.private_directory
     with pytest.raises(OSError, match=r"^no directory for them \(/proc: .+; /sys: .+\)$"):
@@ -209,9 +210,9 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
     monkeypatch.setattr(tui, "private_directory", lambda: make(["/proc"]))
     saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
     try:
-        session = tui.TuiSession()
-        assert session.start(["codex"]) == 1
-        assert anyio.run(session.run) == 1
+        launch = tui.launch_tui(["codex"])
+        assert launch.tui is None and launch.app_server is None
+        assert anyio.run(TuiSession(launch).run) == 1
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
@@ -222,3 +223,57 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
         "(/proc: No such file or directory)"
     )
     assert record.exc_info is None
+
+
+SPAWN_SPY = """\
+import os, sys
+import codex_presence.agent.tui.launch as launch
+
+def spy(command, env=None):
+    sys.stdout.write(" ".join(sorted(sys.modules)))
+    sys.stdout.flush()
+    os._exit(0)
+
+launch.launch_tui = spy
+from codex_presence.cli.main import main
+main(["codex", "--", "codex"])
+"""
+
+
+def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
+    """Issue 27: what ``codex-presence codex`` loads before its spawn delays the TUI's first
+    paint one for one. At the launch, none of the session's heavy parts are loaded: not the
+    log, nor typing, anyio, the mapping (jsonrpcserver, jsonschema), the relay (wsproto) or
+    the broker's client (httpx)."""
+    out = subprocess.run(
+        [sys.executable, "-c", SPAWN_SPY], capture_output=True, text=True, timeout=30, check=True
+    )
+    loaded = set(out.stdout.split())
+    assert "codex_presence.cli.codex" in loaded  # the spy ran where the launch is
+    slow = {
+        "logging",
+        "typing",
+        "anyio",
+        "asyncio",
+        "jsonrpcserver",
+        "jsonschema",
+        "wsproto",
+        "httpx",
+        "codex_presence.core.codex.mapping",
+        "codex_presence.agent.tui.session",
+    }
+    assert loaded & slow == set()
+
+
+def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) -> None:
+    """Issue 27: the app-server is a server, not part of the terminal's job; in a session of
+    its own (where Linux's autogroup shares CPU time by session) its start takes no CPU from
+    the TUI's. The TUI stays in ours: it reads the terminal."""
+    setup.env["FAKE_TUI"] = "exit:0"
+    proc = setup.run(stderr=subprocess.PIPE, start_new_session=True)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    tui = next(e for e in setup.seen() if e["role"] == "tui" and "pid" in e)
+    server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
+    assert tui["sid"] == proc.pid  # the session codex-presence leads here
+    assert server["sid"] == server["pid"] != proc.pid

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import orjson
 
-from tests.support.fake_model import (
+from bench._fake_model import (
     FakeModel,
     Step,
     broken,

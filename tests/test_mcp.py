@@ -21,6 +21,7 @@ from httpx_sse import aconnect_sse
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
+from bench._fake_model import Event, FakeModel, function_call, message, running, tool_names
 from codex_presence.broker.team import Member, Role, Team, hash_token
 from tests.support.broker_harness import (
     RunningBroker,
@@ -30,7 +31,6 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.codex_driver import Config, session
-from tests.support.fake_model import Event, FakeModel, function_call, message, running, tool_names
 
 TEAM = make_team("alice", "builder", "scout")
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from bench._fake_model import FakeModel, exec_command, message, reply
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.codex_driver import Config, session
-from tests.support.fake_model import FakeModel, exec_command, message, reply
 from tests.support.roster_watch import RosterWatch, roster_activity
 
 pytestmark = pytest.mark.codex

@@ -277,12 +277,15 @@ def spawn(
     stderr: int | None = None,
     env: Mapping[str, str] | None = None,
     own_group: bool = True,
+    own_session: bool = False,
     death_signal: int = signal.SIGKILL,
 ) -> Child:
     """Start ``command`` under a watchdog (see the module's doc), with ``stdin``, ``stdout``
     and ``stderr`` as its own (ours if None). It gets a process group of its own unless
     ``own_group`` is False (a terminal program must stay in the terminal's foreground group
-    to read it; its watchdog stays there too). When we end, the command is sent
+    to read it; its watchdog stays there too); with ``own_session`` the group is a session
+    of its own (no controlling terminal; a CPU share of its own where the kernel groups
+    by session, as Linux's autogroup does). When we end, the command is sent
     ``death_signal`` first and given a second, if that is not SIGKILL (a launcher that
     forwards signals to the program it runs, as codex's npm script does, and a terminal
     program that must restore the terminal want SIGTERM); then its whole tree is killed.
@@ -304,6 +307,7 @@ def spawn(
         lifeline=lifeline_r,
         reports=reports_w,
         own_group=own_group,
+        own_session=own_session,
         death_signal=death_signal,
     )
     with warnings.catch_warnings():
@@ -342,7 +346,7 @@ def spawn(
         watchdog=pid,
         lifeline=lifeline_w,
         reports=reports_r,
-        own_group=own_group,
+        own_group=own_group or own_session,
         pending=pending,
     )
 

@@ -54,6 +54,7 @@ class Plan:
         "env",
         "lifeline",
         "own_group",
+        "own_session",
         "reports",
         "stderr",
         "stdin",
@@ -71,6 +72,7 @@ class Plan:
         lifeline: int,
         reports: int,
         own_group: bool = True,
+        own_session: bool = False,
         death_signal: int = signal.SIGKILL,
     ) -> None:
         self.command = command
@@ -78,8 +80,12 @@ class Plan:
         self.death_signal = death_signal
         """Sent to the command first when wrap ends (with a second's grace), unless it is
         SIGKILL; then the whole tree is killed."""
-        self.own_group = own_group
+        self.own_group = own_group or own_session
         """The command gets a process group of its own (and so do we)."""
+        self.own_session = own_session
+        """The command's group is a session of its own (``setsid``): no controlling
+        terminal, and where the kernel groups CPU time by session (autogroup), a share of
+        its own, not the terminal's."""
         self.env = env
         self.stdin = stdin
         self.stdout = stdout
@@ -158,14 +164,16 @@ def _keep_only(*keep: int) -> None:
 
 def _start(plan: Plan) -> int:
     """Fork and exec the command (in its own process group, unless ``plan.own_group`` is
-    False), ``plan.stdin``/``stdout`` as its 0 and 1; OSError if it cannot be run (its errno
-    comes back over a close-on-exec pipe)."""
+    False; in its own session with ``plan.own_session``), ``plan.stdin``/``stdout`` as its
+    0 and 1; OSError if it cannot be run (its errno comes back over a close-on-exec pipe)."""
     errors_r, errors_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 127
         try:
-            if plan.own_group:
+            if plan.own_session:
+                os.setsid()
+            elif plan.own_group:
                 os.setpgid(0, 0)
             for signum in _RESTORED:
                 signal.signal(signum, signal.SIG_DFL)
@@ -179,7 +187,7 @@ def _start(plan: Plan) -> int:
         finally:
             os._exit(code)
     os.close(errors_w)
-    if plan.own_group:
+    if plan.own_group and not plan.own_session:  # (a group leader could not setsid)
         with suppress(OSError):
             os.setpgid(pid, pid)  # also here: no window in which wrap's killpg misses it
     failure = b""

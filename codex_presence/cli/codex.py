@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 
 from codex_presence.cli import runner
-from codex_presence.cli.held_log import hold_logging
 from codex_presence.cli.main import UsageError, setup_logging
 
 HELP = "run the codex TUI in your terminal, its app-server traffic read for your presence"
@@ -49,33 +48,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     command = runner.given_command(args) or ["codex"]
+    import os
+
+    from codex_presence._env import TOKEN_ENV
+    from codex_presence.agent.child import forget_env, open_private
+    from codex_presence.agent.tui.launch import launch_tui, load_behind_the_tui
+
+    if args.log_file:  # a bad --log-file is a usage error: before anything runs
+        try:
+            os.close(open_private(args.log_file, append=True))
+        except OSError as exc:
+            raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+    # Spawn first (issue 27): the TUI and its app-server start before anything beyond the
+    # standard library loads (logging, anyio, the mapping, the broker link's HTTP client,
+    # the websocket parsers), so all of that overlaps with the TUI's own start. The token
+    # is ours, not the children's: codex, and every command its agent runs, would inherit
+    # it, or read it from our original environment (/proc/<pid>/environ).
+    token = forget_env(TOKEN_ENV)
+    launch = launch_tui(command, dict(os.environ))
+    load_behind_the_tui(
+        [
+            "anyio",
+            "codex_presence.agent.tui.session",
+            "codex_presence.agent.tui.ws_relay",
+            *(["codex_presence.client.link"] if args.broker else []),
+        ]
+    )
     import sys
+
+    from codex_presence.cli.held_log import hold_logging
 
     held = None
     if args.log_file:
-        try:
-            setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
-        except OSError as exc:
-            raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+        setup_logging(verbose=args.verbose, quiet=args.quiet, log_file=args.log_file)
     elif sys.stderr.isatty():
         held = hold_logging(verbose=args.verbose, quiet=args.quiet)
     else:
         setup_logging(verbose=args.verbose, quiet=args.quiet)
-    import os
-
-    from codex_presence._env import TOKEN_ENV
-    from codex_presence.agent.child import forget_env
-    from codex_presence.agent.tui.session import TuiSession
-
-    # Spawn first: the TUI starts while the rest loads (the broker link's HTTP client, the
-    # websocket parsers). The token is ours, not the children's: codex, and every command
-    # its agent runs, would inherit it, or read it from our original environment
-    # (/proc/<pid>/environ).
-    token = forget_env(TOKEN_ENV)
-    env = dict(os.environ)
-    session = TuiSession(record=args.record)
     try:
-        if session.start(command, env) is None:
+        from codex_presence.agent.tui.session import TuiSession
+
+        session = TuiSession(launch, record=args.record)
+        if launch.error is None:
             link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
             session.observers[:], session.companions[:] = runner.session_parts(link)
 

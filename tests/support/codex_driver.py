@@ -20,12 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 
+from bench._codex_tui import DEFAULT_CODEX, Config, codex_binary, codex_cache
 from codex_presence.core.recording import encode_entry
 
 __all__ = [
@@ -65,29 +65,8 @@ def fixtures_dir(version: str) -> Path:
     return FIXTURES_ROOT / f"codex-{version}"
 
 
-def codex_cache() -> Path:
-    """Where ``tests/run.sh`` installs the codex binaries, one npm prefix per version:
-    ``$CODEX_PRESENCE_TEST_CODEX_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/codex-presence``."""
-    explicit = os.environ.get("CODEX_PRESENCE_TEST_CODEX_CACHE")
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "codex-presence"
-
-
-DEFAULT_CODEX = codex_cache() / "codex-0.169.0/node_modules/.bin/codex"
-"""The binary of version-less callers (``CODEX_PRESENCE_TEST_CODEX`` overrides it)."""
-
 Message = dict[str, Any]
 Predicate = Callable[[Message], bool]
-
-
-def codex_binary(version: str | None = None) -> Path:
-    """The codex binary of ``version`` as ``tests/run.sh`` installs it, under
-    :func:`codex_cache`; without a version, ``CODEX_PRESENCE_TEST_CODEX`` or
-    :data:`DEFAULT_CODEX`."""
-    if version is not None:
-        return codex_cache() / f"codex-{version}" / "node_modules" / ".bin" / "codex"
-    return Path(os.environ.get("CODEX_PRESENCE_TEST_CODEX") or DEFAULT_CODEX)
 
 
 def binary_version(binary: Path) -> str:
@@ -127,61 +106,6 @@ def _checked_version(binary: Path) -> str:
         return binary_version(binary)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return f"unknown ({exc})"
-
-
-@dataclass
-class Config:
-    """What goes into ``$CODEX_HOME/config.toml`` for one scenario."""
-
-    approval_policy: str = "never"
-    sandbox_mode: str = "danger-full-access"
-    stream_max_retries: int = 0
-    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    extra: str = ""
-
-    def toml(self, base_url: str) -> str:
-        lines = [
-            'model = "mock-model"',
-            f'approval_policy = "{self.approval_policy}"',
-            f'sandbox_mode = "{self.sandbox_mode}"',
-            'model_provider = "mock_provider"',
-            "check_for_update_on_startup = false",
-            "",
-            "[model_providers.mock_provider]",
-            'name = "Mock provider for test"',
-            f'base_url = "{base_url}"',
-            'wire_api = "responses"',
-            "request_max_retries = 0",
-            f"stream_max_retries = {self.stream_max_retries}",
-            "supports_websockets = false",
-            "",
-            "[features]",
-            # The snapshot runs the host's login shell; nothing in a scenario needs it.
-            "shell_snapshot = false",
-            "",
-        ]
-        for name, server in self.mcp_servers.items():
-            lines.append(f"[mcp_servers.{name}]")
-            for key, value in server.items():
-                lines.append(f"{key} = {_toml_value(value)}")
-            lines.append("")
-        if self.extra:
-            lines.append(self.extra)
-        return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, str):
-        return orjson.dumps(value).decode()  # a JSON string is a valid TOML basic string
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"no TOML for {value!r}")
 
 
 class CodexSession:

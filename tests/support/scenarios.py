@@ -18,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.codex_driver import CodexSession, Config, session
-from tests.support.fake_model import (
+from bench._fake_model import (
     Event,
     FakeModel,
     Step,
@@ -35,6 +34,7 @@ from tests.support.fake_model import (
     tool_names,
     user_texts,
 )
+from tests.support.codex_driver import CodexSession, Config, session
 
 __all__ = ["SCENARIOS", "Scenario", "record"]
 

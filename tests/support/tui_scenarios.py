@@ -28,10 +28,10 @@ from pathlib import Path
 import httpx
 import orjson
 
+from bench._fake_model import FakeModel, Step, exec_command, message, reply, user_texts
 from codex_presence._wire import TOKEN_ENV
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.codex_driver import Config, codex_binary
-from tests.support.fake_model import FakeModel, Step, exec_command, message, reply, user_texts
 from tests.support.tui_driver import (
     COMPOSER,
     PRESENCE_MARKER,

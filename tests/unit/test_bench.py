@@ -4,8 +4,10 @@ anything from ``tests/`` (issue 22).
 ``bench/broker.py --redis`` once failed without pytest, because it imported the tests'
 redis-server harness, which imports pytest. What the benchmarks and the tests share lives in
 ``bench/`` (``_redis.py``, ``_process_tree.py``, ``_fake_app_server.py``) and the tests use
-it from there. Each script is read, not run: an import of ``tests``, or a path into
-``tests/support``, is what would tie it to the test dependencies.
+it from there; so do ``bench/tui.py``'s codex TUI driver and config (``_codex_tui.py``), fake
+model (``_fake_model.py``) and stand-in codex (``_fake_codex_tui.py``). Each script is read,
+not run: an import of ``tests``, or a path into ``tests/support``, is what would tie it to
+the test dependencies.
 """
 
 from __future__ import annotations
@@ -16,10 +18,6 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-BORROWS_THE_TUI_HARNESS = {"tui.py"}
-"""``bench/tui.py`` drives the real TUI with the tests' tmux driver, fake model and codex
-lookup (``tests/support/tui_driver.py`` and what it imports): it needs the test extra, as
-docs/benchmarks.md says."""
 
 
 def ties_to_tests(source: str) -> list[str]:
@@ -55,7 +53,7 @@ def ties_to_tests(source: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "script",
-    sorted(p for p in BENCH.glob("*.py") if p.name not in BORROWS_THE_TUI_HARNESS),
+    sorted(BENCH.glob("*.py")),
     ids=lambda p: p.name,
 )
 def test_no_benchmark_imports_or_runs_anything_of_the_tests(script: Path) -> None:
@@ -78,3 +76,20 @@ def test_the_check_finds_an_import_and_a_path_into_the_tests() -> None:
         "line 5: names the path 'tests'",
         "line 6: names the path 'tests/support/fake.py'",
     ]
+
+
+def test_the_tui_benchmark_loads_without_pytest() -> None:
+    """``bench/tui.py`` imports its harness at the top: with pytest unimportable, it loads
+    and parses its options."""
+    import subprocess
+    import sys
+
+    script = (
+        "import runpy, sys; sys.modules['pytest'] = None; sys.argv = ['tui.py', '--help']; "
+        f"runpy.run_path({str(BENCH / 'tui.py')!r}, run_name='__main__')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--baseline PYTHON" in out.stdout

@@ -4,24 +4,11 @@ The TUI (``codex`` in a terminal) talks to an app-server over a websocket on a u
 (``codex --remote unix://PATH``); :class:`TuiSession` puts :class:`~.ws_relay.WsRelay`
 between the two, so the codex mapping of ``wrap`` sees the traffic.
 
-The start (:meth:`TuiSession.start`) spawns both children at once, before anything slow is
-loaded, and waits for nothing: the TUI's own start overlaps with the app-server's.
-
-1. OUTER listening: 0600, in a private 0700 directory (:mod:`.sockets`). The TUI
-   exits at once when its socket is missing or refuses; this one accepts from the start (the
-   kernel queues the connection until the relay serves it).
-2. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
-   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
-   session's) and environment, in a process group of its own, killed with its whole tree if
-   we die, however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Its output
-   goes to a pipe
-   and into our log, never to the terminal the TUI draws on.
-3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal, in our process group (the
-   terminal's foreground group, which a program reading the terminal must be in), sent
-   SIGTERM if we die, and a second later killed with its tree.
-
-Then (:meth:`TuiSession.run`) the companions (the broker link) and the relay: a client
-connection that comes before INNER accepts waits for it.
+The start is :mod:`.launch`'s: the TUI and the app-server are spawned before this module
+(anyio, the mapping and its jsonrpcserver) is even loaded, so the TUI's own start overlaps
+with all of it. Then (:meth:`TuiSession.run`) the companions (the broker link) and the
+relay: a client connection that comes before INNER accepts waits for it, and INNER is
+probed every 2 ms in the session's first seconds, so the wait ends as soon as it listens.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to the TUI by the shells' one rule
 (:class:`~codex_presence.agent.signals.SignalForwarding`; those that come while it starts,
@@ -49,10 +36,9 @@ import logging
 import os
 import re
 import signal
-import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,7 +46,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import Child, ProcessTree, spawn, wait_child
+from codex_presence.agent.child import Child, ProcessTree, wait_child
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
     Companion,
@@ -70,21 +56,9 @@ from codex_presence.agent.session import (
     log_transition,
     log_unknown,
 )
-from codex_presence.agent.signals import (
-    FORWARDED_SIGNALS,
-    SignalForwarding,
-    cannot_run,
-    exit_status,
-)
-from codex_presence.agent.tui.sockets import (
-    accepts,
-    link_target,
-    listen,
-    private_directory,
-    remove,
-    said,
-)
-from codex_presence.agent.tui.terminal import SavedTerminal
+from codex_presence.agent.signals import cannot_run, exit_status
+from codex_presence.agent.tui.launch import APP_SERVER_SOCKET, TuiLaunch
+from codex_presence.agent.tui.sockets import accepts, link_target, remove, said
 from codex_presence.core.codex.mapping import CodexMapping
 
 if TYPE_CHECKING:
@@ -95,19 +69,23 @@ __all__ = ["TuiSession"]
 logger = logging.getLogger("codex_presence.tui")
 
 _LAST_OUTPUT_LINES = 20
+_FAST_POLL, _FAST_POLL_FOR, _SLOW_POLL = 0.002, 5.0, 0.01
+"""Seconds between the probes of INNER: fast for the first seconds of the session, then slow."""
 _ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 """The colours of the app-server's log lines: not for a log file."""
 
 
 class TuiSession:
-    """One TUI session through the relay: spawn, relay, forward signals, end, exit status.
+    """One TUI session through the relay, from its :func:`~.launch.launch_tui`: relay,
+    forward signals, end, exit status.
 
     ``observers`` and ``companions`` are wrap's
-    (:class:`~codex_presence.agent.wrap.session.WrapSession`); they may be set between
-    :meth:`start` and :meth:`run`."""
+    (:class:`~codex_presence.agent.wrap.session.WrapSession`); they may be set before
+    :meth:`run`."""
 
     def __init__(
         self,
+        launch: TuiLaunch,
         *,
         observers: Sequence[Observer] = (log_transition,),
         companions: Sequence[Companion] = (),
@@ -117,6 +95,7 @@ class TuiSession:
         ready_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.launch = launch
         self.mapping = mapping if mapping is not None else CodexMapping(on_unknown=log_unknown)
         self.analysis = AnalysisGuard(self.mapping.close)
         """Guards the mapping, for the relay and for the session's end alike."""
@@ -125,25 +104,23 @@ class TuiSession:
             companions=companions,
             close=lambda cause: self.analysis.run(self.mapping.close, cause),
         )
-        self.signals = SignalForwarding(name="the TUI")
+        self.signals = launch.signals
         self.grace = grace
         self.ready_timeout = ready_timeout
         self._record_path = record
         self._recorder: Recorder | None = None
         self._clock = clock
-        self._start = clock()
+        self._start = launch.started if clock is time.monotonic else clock()
+        """The launch's moment: the recording's t = 0 is the spawn of the children."""
         self._output: deque[str] = deque(maxlen=_LAST_OUTPUT_LINES)
-        self.directory: Path | None = None
+        self.directory = launch.directory
         """The private directory of the two sockets (for tests and debugging)."""
         self.relay: WsRelay | None = None
-        self._listener: socket.socket | None = None
-        self._output_fd = -1
-        self._app_server: Child | None = None
-        self._tui: Child | None = None
-        self._terminal: SavedTerminal | None = None
-        self._started = False
-        self._failed: int | None = None
-        """The exit status when :meth:`start` could not make the sockets or run a child."""
+        self._listener = launch.listener
+        self._output_fd = launch.output_fd
+        self._app_server = launch.app_server
+        self._tui = launch.tui
+        self._terminal = launch.terminal
 
     @property
     def observers(self) -> list[Observer]:
@@ -156,77 +133,24 @@ class TuiSession:
     def _now(self) -> float:
         return self._clock() - self._start
 
-    # -- the start -----------------------------------------------------------------------------
-
-    def start(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> int | None:
-        """Spawn the app-server and the TUI ``command`` (``codex [ARGS...]``) now, with
-        ``env`` (ours if None); None, or the exit status when one cannot be run (said on
-        the log). Signals that come from here on are the TUI's. Then :meth:`run` must
-        follow."""
-        self._started = True
-        for signum in FORWARDED_SIGNALS:
-            signal.signal(signum, lambda n, _: self.signals.forward(signal.Signals(n)))
-        try:
-            self.directory = private_directory()
-            inner, outer = self.directory / "app-server.sock", self.directory / "tui.sock"
-            self._listener = listen(outer)
-        except OSError as exc:
-            logger.error("cannot make the session's sockets: %s", said(exc))
-            self._failed = 1
-            return self._failed
-        logger.debug(
-            "the session's clock (the recording's t = 0) is CLOCK_MONOTONIC %.6f; sockets in %s",
-            self._start,
-            self.directory,
-        )
-        read_output, output = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            self._app_server = spawn(
-                [command[0], "app-server", "--listen", f"unix://{inner}"],
-                stdin=null,
-                stdout=output,
-                stderr=output,
-                env=env,
-            )
-            self._output_fd, read_output = read_output, -1
-            self._terminal = SavedTerminal.save()
-            self._tui = spawn(
-                [command[0], "--remote", f"unix://{outer}", *command[1:]],
-                env=env,
-                own_group=False,
-                death_signal=signal.SIGTERM,
-            )
-            self.signals.attach(self._tui)
-        except OSError as exc:
-            self._failed = cannot_run(command, exc)
-        finally:
-            os.close(null)
-            os.close(output)
-            if read_output >= 0:
-                os.close(read_output)
-        return self._failed
-
     # -- the session ---------------------------------------------------------------------------
 
-    async def run(self, command: Sequence[str] | None = None) -> int:
-        """The session, started with ``command`` unless :meth:`start` was called; the
-        exit status (the TUI's)."""
-        if not self._started:
-            self.start(command or ["codex"])
-        failed, app_server, tui, directory = (
-            self._failed,
-            self._app_server,
-            self._tui,
-            self.directory,
-        )
+    async def run(self) -> int:
+        """The session; the exit status (the TUI's)."""
+        app_server, tui, directory = self._app_server, self._tui, self.directory
         inner_target: Path | None = None
         tree = ProcessTree(app_server) if app_server is not None else None
         try:
-            if failed is not None or app_server is None or tui is None or tree is None:
-                return failed if failed is not None else 1
-            assert directory is not None  # start() made it, or failed
-            inner = directory / "app-server.sock"
+            if self.launch.error is not None or app_server is None or tui is None:
+                return await self._not_launched()
+            assert directory is not None and tree is not None  # launched
+            logger.debug(
+                "the session's clock (the recording's t = 0) is CLOCK_MONOTONIC %.6f; "
+                "sockets in %s",
+                self._start,
+                directory,
+            )
+            inner = directory / APP_SERVER_SOCKET
             async with anyio.create_task_group() as tasks:
                 reading = anyio.CancelScope()
                 tasks.start_soon(self._log_output, self._output_fd, reading)
@@ -247,6 +171,20 @@ class TuiSession:
                     tasks.cancel_scope.cancel()  # the signals: ours again
         finally:
             self._cleanup(tree, inner_target)
+        return status
+
+    async def _not_launched(self) -> int:
+        """Say why the launch failed (once the log is set up: the launch logs nothing); a TUI
+        that did start (its app-server could not) is ended; the exit status."""
+        error, tui = self.launch.error, self._tui
+        if error is not None and self.launch.sockets_failed:
+            logger.error("cannot make the session's sockets: %s", said(error))
+            return 1
+        status = cannot_run(self.launch.command, error) if error is not None else 1
+        if tui is not None and tui.poll() is None:
+            await self._end_tui(tui)
+            if self._terminal is not None:
+                self._terminal.restore()
         return status
 
     def _cleanup(self, tree: ProcessTree | None, inner_target: Path | None) -> None:
@@ -273,7 +211,7 @@ class TuiSession:
         from codex_presence.agent.tui.ws_relay import WsRelay  # h11 and wsproto: after the spawn
 
         assert self.directory is not None and self._listener is not None
-        inner = self.directory / "app-server.sock"
+        inner = self.directory / APP_SERVER_SOCKET
         ready = anyio.Event()
         self.relay = WsRelay(
             inner=str(inner),
@@ -344,13 +282,15 @@ class TuiSession:
         return 1
 
     async def _wait_ready(self, inner: Path) -> bool:
-        """Poll INNER until it accepts a connection; False after ``ready_timeout``."""
+        """Poll INNER until it accepts a connection; False after ``ready_timeout``. Every
+        2 ms while the TUI may be waiting for it (a probe is a failed ``connect``: tens of
+        microseconds), every 10 ms after the first seconds."""
         deadline = self._clock() + self.ready_timeout
         while self._clock() < deadline:
             if accepts(inner):
                 logger.debug("the app-server listens (%.3f s)", self._now())
                 return True
-            await anyio.sleep(0.01)
+            await anyio.sleep(_FAST_POLL if self._now() < _FAST_POLL_FOR else _SLOW_POLL)
         return False
 
     # -- the ends ------------------------------------------------------------------------------

@@ -11,14 +11,14 @@ child would have on a normal exit. Linux and other POSIX systems; a no-op withou
 
 from __future__ import annotations
 
-import logging
 import os
 from contextlib import suppress
-from typing import Any
+
+TYPE_CHECKING = False  # neither typing nor logging before the TUI runs (:mod:`.launch`)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["SavedTerminal"]
-
-logger = logging.getLogger("codex_presence.terminal")
 
 _MODES_OFF = (
     b"\x1b[<u"  # pop the keyboard protocol's flags
@@ -61,7 +61,11 @@ class SavedTerminal:
         try:
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self.attributes)
         except (OSError, termios.error) as exc:
-            logger.debug("cannot restore the terminal: %s", exc)
+            import logging
+
+            logging.getLogger("codex_presence.terminal").debug(
+                "cannot restore the terminal: %s", exc
+            )
         finally:
             signal.signal(signal.SIGTTOU, previous)
         if self.output is not None:

@@ -1,8 +1,10 @@
 """A stand-in for the ``codex`` executable as ``codex-presence codex`` runs it, in both roles,
 for the tests of the command's own mechanics (exit status, signals, ends, clean-up, logs)
-that do not need the real TUI (``tests/test_codex_tui.py`` has those).
+that do not need the real TUI (``tests/test_codex_tui.py`` has those), and for
+``bench/tui.py``'s roster figure. It lives here so that the benchmark runs without the test
+dependencies (standard library, orjson and wsproto: the project's own).
 
-``fake_codex_tui.py app-server --listen unix://PATH`` behaves like codex's app-server on a
+``_fake_codex_tui.py app-server --listen unix://PATH`` behaves like codex's app-server on a
 socket: PATH becomes a symlink to a socket in ``$FAKE_CODEX_DAEMON_DIR`` (with a ``.lock``
 beside it), each connection gets a 101 and then the messages of ``$FAKE_CODEX_FRAMES`` (a
 JSON list) as text frames, and a client's close frame is not answered: the connection just
@@ -10,7 +12,7 @@ ends. It starts a ``sleep`` in a session of its own (as codex runs commands), an
 ``$FAKE_APP_SERVER=stubborn`` it ignores SIGTERM (as codex does mid-turn); with ``fail`` it
 says why on stderr and exits 3 before listening.
 
-``fake_codex_tui.py --remote unix://OUTER [ARGS...]`` behaves like the TUI: prints
+``_fake_codex_tui.py --remote unix://OUTER [ARGS...]`` behaves like the TUI: prints
 ``TUI START`` on the terminal, connects with the TUI's upgrade request, reads the messages,
 and then, by ``$FAKE_TUI``: ``exit:N`` sends a close frame and exits with N; ``wait`` waits
 for a signal (and dies of it).
@@ -92,6 +94,7 @@ def app_server(path: Path) -> None:
     log(
         role="app-server",
         pid=os.getpid(),
+        sid=os.getsid(0),
         command=command.pid,
         cwd=str(Path.cwd()),
         token=token_seen(),
@@ -175,7 +178,7 @@ def serve(conn: socket.socket) -> None:
 
 
 def tui(path: str, args: list[str]) -> None:
-    log(role="tui", pid=os.getpid(), remote=path, args=args, token=token_seen())
+    log(role="tui", pid=os.getpid(), sid=os.getsid(0), remote=path, args=args, token=token_seen())
     sys.stdout.write("TUI START\n")
     sys.stdout.flush()
     sock = socket.socket(socket.AF_UNIX)

@@ -1,0 +1,191 @@
+"""The start of ``codex-presence codex``: the TUI and its app-server spawned before anything
+slow is loaded (issue 27).
+
+A person sees the TUI's first paint once the TUI has started, connected and heard from the
+app-server; everything of ours before the TUI's spawn adds to that one for one. So this
+module, and everything :func:`launch_tui` needs, is what runs before the spawn: the
+standard library, the children (:mod:`codex_presence.agent.child`) and the sockets
+(:mod:`.sockets`). No ``logging`` (an error is kept, and said once the log is set up) and
+no ``typing``; the session (anyio, the mapping with jsonrpcserver, the relay) loads after
+it, while the TUI starts (:mod:`.session`), behind the TUI (:func:`load_behind_the_tui`).
+
+The order, each step as soon as the one before it:
+
+1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are the TUI's: a
+   handler that passes them on, kept until the TUI is there.
+2. OUTER listening: 0600, in a private 0700 directory (:mod:`.sockets`). The TUI exits at
+   once when its socket is missing or refuses; this one accepts from the start (the kernel
+   queues the connection until the relay serves it).
+3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
+   if a signal ends it), in our process group (the terminal's foreground group, which a
+   program reading the terminal must be in), sent SIGTERM if we die, and a second later
+   killed with its tree. The TUI first: its own start (config, a connection half a second
+   later) is the longest way to its first paint; the app-server needs less, and is only
+   needed once the TUI connects.
+4. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
+   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
+   session's) and environment, killed with its whole tree if we die, however we die (its
+   watchdog: :func:`~codex_presence.agent.child.spawn`). In a session of its own: a server
+   has no business with the terminal, and where Linux groups CPU time by session
+   (autogroup, on by default) its start takes no CPU from the TUI's, as a plain ``codex``
+   whose app-server is a daemon started earlier (issue 27: in the same session it cost
+   the TUI's first paint hundreds of milliseconds on a busy machine). Its output goes to a
+   pipe (read into our log by the session), never to the terminal the TUI draws on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from codex_presence.agent.child import spawn
+from codex_presence.agent.signals import FORWARDED_SIGNALS, SignalForwarding
+from codex_presence.agent.tui.sockets import listen, private_directory
+
+TYPE_CHECKING = False  # typing is not loaded before the children run
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from codex_presence.agent.child import Child
+    from codex_presence.agent.tui.terminal import SavedTerminal
+
+__all__ = ["APP_SERVER_SOCKET", "TUI_SOCKET", "TuiLaunch", "launch_tui", "load_behind_the_tui"]
+
+APP_SERVER_SOCKET = "app-server.sock"
+"""INNER's name in the session's directory."""
+TUI_SOCKET = "tui.sock"
+"""OUTER's name in the session's directory."""
+
+
+class TuiLaunch:
+    """What :func:`launch_tui` started, or why it could not: for the session to run and end."""
+
+    __slots__ = (
+        "app_server",
+        "command",
+        "directory",
+        "error",
+        "listener",
+        "output_fd",
+        "signals",
+        "sockets_failed",
+        "started",
+        "terminal",
+        "tui",
+    )
+
+    def __init__(self, command: Sequence[str], signals: SignalForwarding) -> None:
+        self.command = list(command)
+        self.started = time.monotonic()
+        """When the launch began (CLOCK_MONOTONIC): the session's t = 0."""
+        self.signals = signals
+        """The TUI's signals, forwarded from the start (:func:`launch_tui`)."""
+        self.directory: Path | None = None
+        """The private directory of the two sockets."""
+        self.listener: socket.socket | None = None
+        """OUTER, listening."""
+        self.tui: Child | None = None
+        self.app_server: Child | None = None
+        self.output_fd = -1
+        """Our end of the app-server's stdout and stderr (a pipe); the session's to close."""
+        self.terminal: SavedTerminal | None = None
+        self.error: OSError | None = None
+        """Why the sockets could not be made, or a child could not be run."""
+        self.sockets_failed = False
+        """Whether :attr:`error` is the sockets' (else a child's)."""
+
+    @property
+    def inner(self) -> Path:
+        assert self.directory is not None
+        return self.directory / APP_SERVER_SOCKET
+
+    @property
+    def outer(self) -> Path:
+        assert self.directory is not None
+        return self.directory / TUI_SOCKET
+
+
+def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> TuiLaunch:
+    """Spawn the TUI ``command`` (``codex [ARGS...]``) and its app-server now, with ``env``
+    (ours if None); what failed is kept in :attr:`TuiLaunch.error`, with whatever did start,
+    for the session to say and end. The forwarded signals are the TUI's from here on."""
+    signals = SignalForwarding(name="the TUI")
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda n, _: signals.forward(signal.Signals(n)))
+    launch = TuiLaunch(command, signals)
+    try:
+        launch.directory = private_directory()
+        launch.listener = listen(launch.outer)
+    except OSError as exc:
+        launch.error, launch.sockets_failed = exc, True
+        return launch
+    from codex_presence.agent.tui.terminal import SavedTerminal
+
+    read_output, output = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        launch.terminal = SavedTerminal.save()
+        launch.tui = spawn(
+            [command[0], "--remote", f"unix://{launch.outer}", *command[1:]],
+            env=env,
+            own_group=False,
+            death_signal=signal.SIGTERM,
+        )
+        signals.attach(launch.tui)
+        launch.app_server = spawn(
+            [command[0], "app-server", "--listen", f"unix://{launch.inner}"],
+            stdin=null,
+            stdout=output,
+            stderr=output,
+            env=env,
+            own_session=True,
+        )
+        launch.output_fd, read_output = read_output, -1
+    except OSError as exc:
+        launch.error = exc
+    finally:
+        os.close(null)
+        os.close(output)
+        if read_output >= 0:
+            os.close(read_output)
+    return launch
+
+
+_AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def load_behind_the_tui(modules: Sequence[str]) -> None:
+    """Import ``modules`` (the session's: anyio, the mapping with jsonrpcserver, the relay;
+    a few hundred milliseconds of CPU), yielding the CPU to the TUI's own start where that
+    is safe: in a thread of the lowest priority, when the kernel groups CPU time by session
+    (Linux's autogroup), where a thread's priority weighs only against the other threads of
+    its session (the TUI's), not against the rest of the machine. Without autogroup a low
+    priority could starve the loading behind any busy process, and with it the relay the
+    TUI waits for: the thread keeps ours. Returns once all are loaded; a module that fails
+    is left for the caller's own import to raise."""
+    import importlib
+    import threading
+
+    def load() -> None:
+        try:
+            if _autogrouped():
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            for name in modules:
+                importlib.import_module(name)
+        except BaseException:  # the caller's own import raises it again, on our log
+            pass
+
+    thread = threading.Thread(target=load, name="codex-presence-load", daemon=True)
+    thread.start()
+    thread.join()
+
+
+def _autogrouped() -> bool:
+    try:
+        with open(_AUTOGROUP, "rb") as flag:
+            return flag.read(1) == b"1"
+    except OSError:
+        return False
