@@ -729,7 +729,7 @@ def test_a_failing_unknown_callback_changes_nothing(caplog: pytest.LogCaptureFix
 def test_a_handler_that_raises_is_logged_and_counted_and_the_next_message_is_handled(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import codex_presence.core.codex.mapping as codex_module
+    import codex_presence.core.codex.handlers as codex_module
 
     def broken(m: CodexMapping, **params: Any) -> None:
         raise KeyError("a bug")

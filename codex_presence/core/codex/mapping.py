@@ -93,8 +93,9 @@ running" in the TUI; protocol §6.7) is work left running:
   hang-up. (``thread/backgroundTerminals/list``, a client request the TUI makes only on
   resume, is not read.)
 
-The item handlers (tools, revival, background commands, pending children) are
-:mod:`codex_presence.core.codex.items`'s.
+The handlers, one per method (turns, items: tools, revival, background commands, pending
+children; thread statuses; requests), are
+:mod:`codex_presence.core.codex.handlers`'s.
 
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
 wrong shape — is ignored and counted in :class:`MappingStats`, never fatal. A server request
@@ -122,18 +123,12 @@ from typing import Any
 import orjson
 
 from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
-from codex_presence.core.codex.items import on_item_completed, on_item_started
+from codex_presence.core.codex.handlers import MappingState, routes
 from codex_presence.core.codex.protocol import (
-    ACTIVE_STATUS,
-    AUTOMATIC_REQUESTS,
     BLOCKING_REQUESTS,
     MESSAGE_START,
-    OTHER_FLAGS,
     PASSIVE_ITEM_STARTS,
     STATE_METHODS,
-    THREAD_ENDING_STATUSES,
-    TITLE_THREAD_SOURCE,
-    WAITING_FLAGS,
     Direction,
     answer_ends_turn,
     skips_unparsed,
@@ -142,10 +137,7 @@ from codex_presence.core.codex.turns import TurnMemory
 from codex_presence.core.router import (
     Outcome,
     Router,
-    WrongShape,
-    object_param,
     request_id_param,
-    str_param,
 )
 
 __all__ = ["CodexMapping", "Direction", "MappingStats", "Unknown"]
@@ -216,7 +208,7 @@ class CodexMapping:
     _cause: str = ""
 
     def __post_init__(self) -> None:
-        self._router = Router(_routes())
+        self._router = Router(routes())
 
     # -- public --------------------------------------------------------------------------
 
@@ -455,121 +447,6 @@ class CodexMapping:
             self.signal.close(HandleKind.BLOCK, self._request_key(request_id, pending))
 
 
-# -- handlers: the router calls these with the mapping first and the params as keywords ----
-# (the mapping is positional-only: a param of codex's named ``m`` is just another param)
-
-
-def _on_turn_started(m: CodexMapping, /, threadId: object, turn: object, **_: object) -> None:
-    thread = str_param(threadId, "threadId")
-    turn_id = str_param(object_param(turn, "turn").get("id"), "turn.id")
-    if m._turns.is_ended(thread, turn_id):
-        m.stats.late_events += 1
-        return
-    older = m._open_turns(thread) - {turn_id}
-    if older:  # a thread runs one turn at a time: its completion was lost
-        m._leave_running(thread, older)
-        m._turns.end(thread, older)
-        for other in older:
-            m.signal.close_scope(thread, other)
-        m.signal.close_scope(thread, None, "flags", kinds=(HandleKind.BLOCK,))
-        m._forget_requests(lambda p: p.thread == thread and p.turn in older)
-    m._turns.forbid_revival(thread)
-    m.signal.open(HandleKind.TURN, (thread, turn_id))
-
-
-def _on_turn_completed(m: CodexMapping, /, threadId: object, turn: object, **_: object) -> None:
-    thread = str_param(threadId, "threadId")
-    body = object_param(turn, "turn")
-    turn_id = str_param(body.get("id"), "turn.id")
-    # Whatever was open ends, and may be revived: the named turn only if it completed
-    # normally, any other because it ended by inference (one turn at a time).
-    m._end_thread_work(thread, revivable=True)
-    m._turns.end(thread, [turn_id])
-    if body.get("status") == "completed":
-        m._turns.allow_revival(thread, [turn_id])
-    else:
-        m._turns.forbid_revival(thread, turn_id)
-
-
-def _on_thread_started(m: CodexMapping, /, thread: object, **_: object) -> None:
-    body = object_param(thread, "thread")
-    if body.get("threadSource") != TITLE_THREAD_SOURCE:
-        return
-    thread_id = str_param(body.get("id"), "thread.id")
-    m._end_thread_work(thread_id, revivable=False)  # it comes first, but if anything came before
-    m._turns.ignore_thread(thread_id)
-
-
-def _on_thread_status_changed(
-    m: CodexMapping, /, threadId: object, status: object, **_: object
-) -> None:
-    thread = str_param(threadId, "threadId")
-    body = object_param(status, "status")
-    kind = str_param(body.get("type"), "status.type")
-    flags_key = (thread, None, "flags")
-    if kind in THREAD_ENDING_STATUSES:
-        m._end_thread_work(thread, revivable=kind == "idle")
-    elif kind == ACTIVE_STATUS:
-        flags = body.get("activeFlags") or []
-        if not isinstance(flags, list):
-            raise WrongShape("status.activeFlags is not a list")
-        waiting = False
-        for flag in flags:
-            if not isinstance(flag, str):
-                continue  # not a flag codex writes: it says nothing
-            if flag in WAITING_FLAGS:
-                waiting = True
-            elif flag not in OTHER_FLAGS:
-                m._unknown("active flag", flag)
-        if waiting:
-            if not m.signal.is_open(HandleKind.BLOCK, flags_key):
-                m.signal.open(HandleKind.BLOCK, flags_key)
-        elif m.signal.is_open(HandleKind.BLOCK, flags_key):
-            m.signal.close(HandleKind.BLOCK, flags_key)
-    else:
-        m.stats.unknown_status += 1  # an unknown status type: leave the thread as it is
-        m._unknown("thread status", kind)
-
-
-def _on_thread_closed(m: CodexMapping, /, threadId: object, **_: object) -> None:
-    m._end_thread_work(str_param(threadId, "threadId"), revivable=False)
-
-
-def _on_server_request_resolved(m: CodexMapping, /, requestId: object, **_: object) -> None:
-    m._resolve_request(request_id_param(requestId))
-
-
-def _on_blocking_request(
-    m: CodexMapping, /, threadId: object, turnId: object = None, **_: object
-) -> None:
-    thread = str_param(threadId, "threadId")
-    m._add_request(thread, None if turnId is None else str_param(turnId, "turnId"))
-
-
-def _on_legacy_blocking_request(m: CodexMapping, /, conversationId: object, **_: object) -> None:
-    m._add_request(str_param(conversationId, "conversationId"), None)
-
-
-def _on_automatic_request(m: CodexMapping, /, threadId: object = None, **_: object) -> None:
-    m._add_request(threadId if isinstance(threadId, str) else None, None)
-
-
-def _routes() -> dict[str, Callable[..., None]]:
-    routes: dict[str, Callable[..., None]] = {
-        "turn/started": _on_turn_started,
-        "turn/completed": _on_turn_completed,
-        "item/started": on_item_started,
-        "item/completed": on_item_completed,
-        "thread/started": _on_thread_started,
-        "thread/status/changed": _on_thread_status_changed,
-        "thread/closed": _on_thread_closed,
-        "serverRequest/resolved": _on_server_request_resolved,
-    }
-    for name in BLOCKING_REQUESTS:
-        routes[name] = _on_blocking_request
-    for name in ("execCommandApproval", "applyPatchApproval"):
-        routes[name] = _on_legacy_blocking_request
-    for name in AUTOMATIC_REQUESTS:
-        routes[name] = _on_automatic_request
-    assert set(routes) == STATE_METHODS
-    return routes
+def _is_what_the_handlers_use(mapping: CodexMapping) -> MappingState:
+    """Never called: mypy checks here that the mapping is what its handlers take."""
+    return mapping
