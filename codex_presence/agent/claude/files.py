@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from codex_presence.agent.leftovers import owner_alive
 from codex_presence.core.claude.protocol import (
     TRANSCRIPT_TYPES,
     ClaudeSource,
@@ -149,7 +150,8 @@ class ClaudeFiles:
                 continue
             mtime = read[0].st_mtime_ns
             if isinstance(content, dict) and content.get("sessionId") == session:
-                found.append((_alive(path.stem), mtime, path))
+                pid = int(path.stem) if path.stem.isdigit() else 0
+                found.append((pid > 0 and owner_alive(pid), mtime, path))
         if not found:
             return None
         path = max(found)[2]
@@ -257,17 +259,3 @@ def _read_regular(
         if not stat.S_ISREG(st.st_mode) or (st.st_mtime_ns, st.st_size) == unless:
             return None
         return st, stream.read(limit)
-
-
-def _alive(stem: str) -> bool:
-    """Whether the process a session file is named after (``<pid>.json``) is running."""
-    pid = int(stem) if stem.isdigit() else 0
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # running, as another user
-    except (ProcessLookupError, OverflowError):
-        return False
-    return True
