@@ -36,6 +36,7 @@ __all__ = [
     "COMPRESSION_HEADER",
     "COMPRESSION_OFFER",
     "HANGUP",
+    "MAX_FRAGMENTS",
     "ClientLinks",
     "MessageReader",
     "RequestHead",
@@ -48,6 +49,9 @@ COMPRESSION_OFFER = b"zstd-stream-v1"
 """The one token of it that the relay takes out."""
 MAX_HEAD = 64 * 1024
 """Longest request or response head that is read as one; a longer one is passed on as it is."""
+MAX_FRAGMENTS = 4096
+"""Most frames one text message may come in (empty ones count): a TUI sends a message as
+one frame; endless tiny fragments are a flood, and the direction is no longer read."""
 HANGUP = "hangup"
 """The cause of the transition when the client hung up (:class:`ClientLinks`)."""
 
@@ -122,7 +126,8 @@ class MessageReader:
     request head (which the relay handles); the server's bytes start with the response head,
     and frames follow only a ``101``. Binary messages, pings and pongs are not the mapping's
     business and are passed over. A text message longer than ``max_size`` is dropped
-    (counted in :attr:`oversized`), like a line too long to analyse in ``wrap``."""
+    (counted in :attr:`oversized`), like a line too long to analyse in ``wrap``. A message in
+    more than :data:`MAX_FRAGMENTS` frames ends the reading (:attr:`failed`)."""
 
     def __init__(self, sender: Direction, *, max_size: int) -> None:
         self.sender = sender
@@ -135,6 +140,8 @@ class MessageReader:
         self.binary = 0
         self._parts: list[str] = []
         self._size = 0
+        self._fragments = 0
+        """Frames of the text message in progress, so far."""
         self._frames: Connection | None = None
         self._head: h11.Connection | None = None
         if sender == "client":
@@ -192,9 +199,9 @@ class MessageReader:
         out: list[bytes] = []
         for event in frames.events():
             if isinstance(event, TextMessage):
-                if self._size <= self.max_size:
-                    self._parts.append(event.data)
-                    self._size += len(event.data)
+                self._add_part(event.data, event.frame_finished)
+                if self.failed is not None:
+                    break
                 if not event.message_finished:
                     continue
                 text = "".join(self._parts) if self._size <= self.max_size else ""
@@ -204,7 +211,7 @@ class MessageReader:
                 else:
                     out.append(payload)
                 self._parts.clear()
-                self._size = 0
+                self._size = self._fragments = 0
             elif isinstance(event, BytesMessage):
                 if event.message_finished:
                     self.binary += 1
@@ -215,6 +222,20 @@ class MessageReader:
                     self.closed = True
                 break
         return out
+
+    def _add_part(self, data: str, frame_finished: bool) -> None:
+        """One piece of a text message; its fragments are counted, empty ones too."""
+        self._size += len(data)
+        if frame_finished:
+            self._fragments += 1
+            if self._fragments > MAX_FRAGMENTS:
+                self.failed = f"the {self.sender} sent a message in over {MAX_FRAGMENTS} fragments"
+                self._parts.clear()
+                return
+        if self._size <= self.max_size:
+            self._parts.append(data)
+        elif self._parts:
+            self._parts.clear()  # dropped whole: nothing of it is kept meanwhile
 
 
 class ClientLinks:
