@@ -497,3 +497,36 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
         flood.close()
         user.close()
     inner.close()
+
+
+def compressed(frame: bytes) -> bytes:
+    """``frame`` with RSV1 set: a permessage-deflate frame, as far as a reader can tell."""
+    return bytes([frame[0] | 0x40]) + frame[1:]
+
+
+def test_a_direction_that_cannot_be_read_is_warned_about_once(
+    tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A TUI and an app-server agreeing on permessage-deflate left presence idle for the
+    whole session, said only at debug. A direction that cannot be read is a warning, once
+    a session, naming the compression; the bytes pass all the same."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="codex_presence")
+    server_frame = compressed(encode(0x1, b"\x00\x01deflated", mask=False))
+    inner = Inner(tmp / "inner.sock", [server_frame])
+    try:
+        with relaying(tmp / "outer.sock", inner.path):
+            for _ in range(2):
+                sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+                sock.sendall(compressed(encode(0x1, b"\x00\x02deflated", mask=True)))
+                sock.sendall(encode(0x8, b"", mask=True))
+                sock.shutdown(socket.SHUT_WR)
+                assert server_frame in read_until_eof(sock, rest)
+                sock.close()
+            eventually(lambda: len(inner.received) == 2, what="the server's ends")
+    finally:
+        inner.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "cannot be read" in warnings[0] and "permessage-deflate" in warnings[0]

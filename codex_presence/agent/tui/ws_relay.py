@@ -125,6 +125,7 @@ class WsRelay:
         self._recorder = recorder
         self._max_size = max_size
         self.analysis = analysis if analysis is not None else AnalysisGuard(mapping.close)
+        self._said_unreadable = False
 
     async def serve(self, listener: socket.socket) -> None:
         """Accept client connections on ``listener`` until cancelled."""
@@ -243,7 +244,14 @@ class WsRelay:
         for transition in self.analysis.run(self._analyse, reader, data):
             self._on_transition(transition)
         if reader.failed is not None:
-            logger.debug("%s; its bytes are relayed, not read", reader.failed)
+            # Presence cannot follow what it cannot read: said once a session, out loud.
+            level = logging.DEBUG if self._said_unreadable else logging.WARNING
+            self._said_unreadable = True
+            logger.log(
+                level,
+                "%s; its bytes are relayed, not read (presence does not see this connection)",
+                reader.failed,
+            )
 
     def _analyse(self, reader: MessageReader, data: bytes) -> list[Transition]:
         """The messages completed by ``data``, dated now (the recording's clock), recorded,

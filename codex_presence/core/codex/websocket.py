@@ -174,7 +174,7 @@ class MessageReader:
             self._frames.receive_data(data)
             return self._messages(self._frames)
         except ProtocolError as exc:
-            self.failed = f"the {self.sender}'s frames cannot be read: {exc}"
+            self._cannot_read(str(exc))
             return []
 
     def _read_head(self, data: bytes) -> bytes:
@@ -217,11 +217,16 @@ class MessageReader:
                     self.binary += 1
             elif isinstance(event, CloseConnection):
                 if frames.state is ConnectionState.OPEN:  # wsproto's word for a parse failure
-                    self.failed = f"the {self.sender}'s frames cannot be read: {event.reason}"
+                    self._cannot_read(str(event.reason))
                 else:
                     self.closed = True
                 break
         return out
+
+    def _cannot_read(self, why: str) -> None:
+        self.failed = f"the {self.sender}'s frames cannot be read: {why}"
+        if "reserved bit" in why.lower():  # RSV1: what the peers agreed on is compression
+            self.failed += " (compressed: permessage-deflate, which the relay cannot read)"
 
     def _add_part(self, data: str, frame_finished: bool) -> None:
         """One piece of a text message; its fragments are counted, empty ones too."""
