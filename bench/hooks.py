@@ -16,7 +16,7 @@ baseline, in the same run):
 Per phase: the hooks' p50 / p90 / max (ms), how many passed claude's 2 s hook timeout,
 the server's CPU seconds and the log lines it wrote.
 
-    .venv/bin/python bench/hooks.py [--hooks 150] [--flooders 4] [--uid 65534]
+    .venv/bin/python bench/hooks.py [--hooks 150] [--flooders 4] [--uid 65534] [--seconds 40]
 
 To measure another checkout's server, put it first on ``PYTHONPATH``.
 """
@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--flooders", type=int, default=4)
     parser.add_argument("--uid", type=int, default=65534)
     parser.add_argument("--phase", action="append", choices=["secret", "idle"])
+    parser.add_argument("--seconds", type=float, default=40.0, help="at most, per phase")
     args = parser.parse_args()
     log = Path(tempfile.mkdtemp(prefix="bench-hooks-")) / "hooks.log"
     server = subprocess.Popen(
@@ -157,6 +158,8 @@ def main() -> None:
                 took = []
                 failed = 0
                 for _ in range(args.hooks):
+                    if time.monotonic() - started > args.seconds:
+                        break
                     try:
                         took.append(hook(port, path))
                     except OSError:  # reset, refused: claude's hook fails
@@ -177,7 +180,8 @@ def main() -> None:
             baseline = baseline or p50
             late = sum(t > HOOK_TIMEOUT for t in took)
             print(
-                f"  {phase:<7} x{len(flooders)}  p50 {p50:8.2f} ms ({p50 / baseline:6.1f}x)"
+                f"  {phase:<7} x{len(flooders)}  n={len(ms):<4}"
+                f" p50 {p50:8.2f} ms ({p50 / baseline:6.1f}x)"
                 f"   p90 {statistics.quantiles(ms, n=10)[8]:8.2f} ms   max {ms[-1]:8.2f} ms"
                 f"   >2s: {late:<3} failed: {failed:<3} server CPU {cpu / elapsed:5.0%}"
                 f"   log lines {lines} in {elapsed:.1f} s"
