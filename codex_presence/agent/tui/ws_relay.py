@@ -70,7 +70,7 @@ __all__ = ["WsRelay"]
 logger = logging.getLogger("codex_presence.relay")
 
 CHUNK = 256 * 1024
-BUDGET = 0.002
+BUDGET = 0.0005
 """Seconds of reading after which a connection lets the others run."""
 
 
