@@ -352,3 +352,45 @@ async def test_a_flood_of_refused_connections_is_not_a_flood_of_log_lines(
             await anyio.sleep(0.2)
     lines = [r.getMessage() for r in caplog.records if r.name == "codex_presence.hooks"]
     assert len(lines) <= 2, lines
+
+
+def test_both_sources_of_the_peers_uid_agree() -> None:
+    """sock_diag and /proc/net/tcp (its fallback) name the same owner: ours for our own
+    connection, another uid's for its, and none once the peer has closed its end."""
+    import os
+    import socket
+    import time
+
+    from codex_presence.agent.claude import peer_uid
+
+    if os.getuid() != 0:
+        pytest.fail("needs root, to run a process as another uid")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = listener.getsockname()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(OTHER_UID)
+                os.setuid(OTHER_UID)
+                sock = socket.socket()
+                sock.connect(address)
+                time.sleep(5)
+            finally:
+                os._exit(0)
+        try:
+            theirs, their_address = listener.accept()
+            with socket.create_connection(address):
+                ours, our_address = listener.accept()
+                for lookup in (peer_uid._by_sock_diag, peer_uid._by_proc_net_tcp):
+                    assert lookup(theirs.getsockname(), their_address) == OTHER_UID
+                    assert lookup(ours.getsockname(), our_address) == os.getuid()
+            for lookup in (peer_uid._by_sock_diag, peer_uid._by_proc_net_tcp):
+                assert lookup(ours.getsockname(), our_address) is None  # it closed its end
+            theirs.close()
+            ours.close()
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
