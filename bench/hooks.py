@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -190,6 +191,7 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
+        shutil.rmtree(log.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ _LINGER = 1.0
 """After a refusal, how long the rest of the request is read (and dropped) so that a client
 still sending it sees our answer instead of a reset."""
 _OK = b"{}"
-_ACCEPT_BURST = 512
+_ACCEPT_BURST = 64
 """Connections taken from the backlog per wake-up before the others get a turn."""
 _TALLY_EVERY = 5.0
 """Seconds between two lines about refused connections."""
