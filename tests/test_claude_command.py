@@ -514,3 +514,40 @@ async def test_a_bug_in_the_analysis_reports_idle_at_once_not_at_the_end(
     assert seen == [("working", "UserPromptSubmit"), ("idle", "analysis failed")]
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].exc_info is not None
+
+
+def test_a_killed_sessions_private_directory_is_swept_at_the_next_start(tmp_path: Path) -> None:
+    """After SIGKILL, ``codex-presence-claude-*/`` (claude's settings, the hook URL and its
+    secret) stayed in the temporary directory for good. The next start removes it: ours
+    (same uid), its owner gone; never a live session's, nor another user's."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    dump = tmp_path / "dump.json"
+    proc = run_claude(
+        tmp_path,
+        [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 60}],
+        env=env,
+        wait=False,
+    )
+    eventually(dump.exists, within=10)
+    child = _claude_pid(proc)
+    proc.kill()
+    proc.wait(10)
+    eventually(lambda: not alive(child), within=5)
+    (killed,) = tmp.glob("codex-presence-claude-*")
+    live = tmp / f"codex-presence-claude-{os.getpid()}-abcdefgh"  # a live session's
+    live.mkdir()
+    foreign = tmp / f"codex-presence-claude-{dead_pid()}-abcdefgh"  # another user's
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)
+    dump.unlink()
+    assert run_claude(tmp_path, [{"do": "dump", "path": str(dump)}], env=env).wait() == 0
+    assert sorted(tmp.iterdir()) == sorted([live, foreign]), said(tmp_path)
+    assert not killed.exists()
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

@@ -170,3 +170,30 @@ def test_a_transcript_path_that_cannot_be_one_is_passed_over_said_once(
 def test_the_config_dir_is_claudes() -> None:
     assert config_dir({"CLAUDE_CONFIG_DIR": "/x/conf", "HOME": "/h"}) == Path("/x/conf")
     assert config_dir({"HOME": "/h"}) == Path("/h/.claude")
+
+
+@pytest.mark.parametrize("where", ["by-session-id", "claudes-pid"])
+def test_a_fifo_among_the_session_files_never_blocks_a_poll(tmp_path: Path, where: str) -> None:
+    """A FIFO ``999999.json`` in the sessions directory (another process's, or planted)
+    blocked the open of the scan by session id (claude behind a wrapper), or of the status
+    file itself when it bore claude's pid: the event loop stopped, every later hook timed
+    out. Session files are opened non-blocking, regular files only."""
+    import threading
+
+    pid = 999999 if where == "claudes-pid" else 100
+    follower, transcript = files(tmp_path, pid=pid)
+    (tmp_path / "sessions").mkdir(exist_ok=True)
+    fifo = tmp_path / "sessions" / "999999.json"
+    os.mkfifo(fifo)
+    status_file(tmp_path, 777, status="busy")
+    name(follower, transcript)
+    polled: list[Any] = []
+    poller = threading.Thread(target=lambda: polled.append(follower.poll(5)), daemon=True)
+    poller.start()
+    poller.join(3)
+    blocked = poller.is_alive()
+    if blocked:  # release the blocked open, so that the test run goes on
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        poller.join(3)
+    assert not blocked, "a poll blocked on a FIFO in the sessions directory"
+    assert [m["pid"] for _, m in polled[0]] == [777]  # the real one is found by its id

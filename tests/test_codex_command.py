@@ -277,3 +277,41 @@ def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) 
     server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
     assert tui["sid"] == proc.pid  # the session codex-presence leads here
     assert server["sid"] == server["pid"] != proc.pid
+
+
+def test_the_socket_directory_of_a_killed_session_is_swept_at_the_next_start() -> None:
+    """After SIGKILL, the session's socket directory stayed in the temporary directory for
+    good. The next session's start removes it: ours (same uid), its owner gone; never a
+    live session's, another user's, nor a symlink."""
+    with short_tempdir() as tmp_path:
+        _the_socket_directory_of_a_killed_session_is_swept(tmp_path)
+
+
+def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
+    from codex_presence.agent.tui.sockets import private_directory
+
+    make_and_die = (
+        "import os, signal, sys; from codex_presence.agent.tui.sockets import private_directory; "
+        "(private_directory([sys.argv[1]]) / 'app-server.sock').touch(); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", make_and_die, str(tmp_path)], capture_output=True, check=False
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (left,) = tmp_path.iterdir()
+    live = tmp_path / f"codex-presence-{os.getpid()}-abcdefgh"
+    live.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    foreign = tmp_path / f"codex-presence-{gone.pid}-abcdefgh"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / f"codex-presence-{gone.pid}-symlinkk"
+    link.symlink_to(elsewhere)
+    made = private_directory([str(tmp_path)])
+    assert made.name.startswith(f"codex-presence-{os.getpid()}-")
+    assert not left.exists()
+    assert sorted(tmp_path.iterdir()) == sorted([live, foreign, elsewhere, link, made])

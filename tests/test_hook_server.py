@@ -3,8 +3,9 @@ with a reason for anything else, bounded heads and bodies, keep-alive as claude 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 import anyio
@@ -244,3 +245,164 @@ async def test_redact_blanks_out_the_secret() -> None:
 async def test_the_url_is_unknown_before_listening() -> None:
     with pytest.raises(RuntimeError):
         _ = HookServer(lambda m, s: None).url
+
+
+# -- another local user ------------------------------------------------------------------
+
+OTHER_UID = 65534
+
+
+def as_other_user(port: int, job: str, out: int) -> int:
+    """Fork a process running as another uid (we are root in CI) that does ``job`` against
+    the hook server on ``port`` and writes what it saw to the pipe ``out``; its pid."""
+    import os
+    import socket
+
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setgroups([])
+        os.setgid(OTHER_UID)
+        os.setuid(OTHER_UID)
+        if job == "wrong-secret":
+            sock = socket.socket()
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"POST /guess/hook HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+            try:
+                answer = sock.recv(4096)
+            except ConnectionResetError:
+                answer = b"reset"
+            os.write(out, answer or b"closed")
+        else:  # hold connections, a new one as soon as one is closed
+            held: list[socket.socket] = []
+            while True:
+                sock = socket.socket()
+                try:
+                    sock.connect(("127.0.0.1", port))
+                except OSError:
+                    sock.close()
+                    continue
+                held.append(sock)
+                if len(held) > 100:
+                    held.pop(0).close()
+                    os.write(out, b".")
+    finally:
+        os._exit(0)
+
+
+async def test_another_users_connection_is_reset_unread() -> None:
+    """Another uid's connection (issue 24: 2-4 such flooders took claude's hooks from
+    1.7 ms to over a second) is reset at once: no answer, nothing of it read or parsed."""
+    import os
+
+    if os.getuid() != 0:
+        pytest.fail("needs root, to run a process as another uid")
+    async with serving() as (server, got):
+        assert server.port is not None
+        read, write = os.pipe()
+        pid = as_other_user(server.port, "wrong-secret", write)
+        os.close(write)
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+        seen = os.read(read, 4096)
+        os.close(read)
+        assert seen in (b"reset", b"closed")  # not a 404: its request was never read
+        assert server.refused == 0 and got == []
+
+
+async def test_the_users_hooks_are_answered_while_other_users_flood() -> None:
+    """Four processes of another uid connecting and holding connections as fast as they
+    can: each of the user's hooks on a new connection is answered, and none of the
+    flooders' connections takes a place in the server (each was closed on arrival)."""
+    import os
+    import signal
+
+    if os.getuid() != 0:
+        pytest.fail("needs root, to run a process as another uid")
+    async with serving() as (server, got), client() as http:
+        assert server.port is not None
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        flooders = [as_other_user(server.port, "hold", write) for _ in range(4)]
+        os.close(write)
+        try:
+            closed = b""
+            with anyio.fail_after(20):
+                while len(closed) < 400:  # the flooders are at it
+                    await anyio.sleep(0.05)
+                    with suppress(BlockingIOError):
+                        closed += os.read(read, 65536)
+                for n in range(20):
+                    answer = await http.post(
+                        server.url, json={"n": n}, headers={"connection": "close"}
+                    )
+                    assert answer.status_code == 200
+                    assert len(server._clients) <= 1  # only ours, never a flooder's
+        finally:
+            for pid in flooders:
+                os.kill(pid, signal.SIGKILL)
+                await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+            os.close(read)
+        assert [m["n"] for m in got] == list(range(20))
+
+
+async def test_a_flood_of_refused_connections_is_not_a_flood_of_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With ``-v``, each refused connection wrote a line (29.5k lines in 45 s under the
+    review's flood): they are counted, and said at most every few seconds."""
+    caplog.set_level(logging.DEBUG, logger="codex_presence")
+    async with serving(max_connections=4) as (server, _):
+        assert server.port is not None
+        caplog.clear()
+        async with AsyncExitStack() as idle:
+            for _ in range(40):  # idle connections, each new one taking an old one's place
+                await idle.enter_async_context(await anyio.connect_tcp("127.0.0.1", server.port))
+                await raw_exchange(server.port, b"GET /guess/hook HTTP/1.1\r\nhost: x\r\n\r\n")
+            await anyio.sleep(0.2)
+    lines = [r.getMessage() for r in caplog.records if r.name == "codex_presence.hooks"]
+    assert len(lines) <= 2, lines
+
+
+def test_both_sources_of_the_peers_uid_agree() -> None:
+    """sock_diag and /proc/net/tcp (its fallback) name the same owner: ours for our own
+    connection, another uid's for its, and none once the peer has closed its end."""
+    import os
+    import socket
+    import time
+
+    from codex_presence.agent.claude import peer_uid
+
+    if os.getuid() != 0:
+        pytest.fail("needs root, to run a process as another uid")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = listener.getsockname()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(OTHER_UID)
+                os.setuid(OTHER_UID)
+                sock = socket.socket()
+                sock.connect(address)
+                time.sleep(5)
+            finally:
+                os._exit(0)
+        try:
+            theirs, their_address = listener.accept()
+            with socket.create_connection(address):
+                ours, our_address = listener.accept()
+                for lookup in (peer_uid._by_sock_diag, peer_uid._by_proc_net_tcp):
+                    assert lookup(theirs.getsockname(), their_address) == OTHER_UID
+                    assert lookup(ours.getsockname(), our_address) == os.getuid()
+            for lookup in (peer_uid._by_sock_diag, peer_uid._by_proc_net_tcp):
+                assert lookup(ours.getsockname(), our_address) is None  # it closed its end
+            theirs.close()
+            ours.close()
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)

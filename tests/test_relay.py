@@ -1095,3 +1095,33 @@ def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
         ("client", {"id": 0, "result": {}}, False),
         ("server", None, True),
     ]
+
+
+@pytest.mark.parametrize("option", ["--record", "--log-file"])
+def test_a_symlink_at_the_record_or_log_path_is_refused_not_followed(
+    tmp_path: Path, option: str
+) -> None:
+    """A symlink planted at ``--record``'s path had its target overwritten (and made 0600),
+    wherever it pointed; ``--log-file`` too. Neither path is followed: the recording is
+    refused with a line that says why (the session goes on), the log file is a usage error."""
+    victim = tmp_path / "victim.conf"
+    victim.write_bytes(b"precious\n")
+    victim.chmod(0o644)
+    planted = tmp_path / "planted"
+    planted.symlink_to(victim)
+    proc = subprocess.run(
+        [*WRAP, option, str(planted), "--", PY, "-c", "print('hi')"],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert victim.read_bytes() == b"precious\n"
+    assert victim.stat().st_mode & 0o777 == 0o644
+    assert planted.is_symlink()
+    assert b"is a symbolic link" in proc.stderr, proc.stderr
+    if option == "--record":
+        assert (proc.returncode, proc.stdout) == (0, b"hi\n")
+    else:
+        assert proc.returncode == 2 and proc.stdout == b""

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -422,3 +423,111 @@ def test_a_bug_in_the_analysis_ends_in_idle_and_the_bytes_go_on(
     assert relayed.relay.analysis.failed
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert "analysis failed" in record.getMessage() and record.exc_info is not None
+
+
+def test_one_connections_reading_never_holds_back_another_connections_bytes(
+    tmp: Path,
+) -> None:
+    """A second connection's flood of tiny whole messages (no fragment to count) was read
+    a chunk at a time, each chunk tens of thousands of frames, while the user's own bytes
+    waited. Now a connection's reading gives way every few milliseconds: the user's
+    message goes through while the flood's first chunk is still being read."""
+    flood_messages = 150_000
+    heads = threading.Event()
+    echoed = threading.Event()
+
+    def app_server(listener: socket.socket) -> None:
+        def one(conn: socket.socket) -> None:
+            with conn, suppress(OSError, AssertionError):
+                head, _ = read_head(conn)
+                key = next(
+                    (
+                        line.split(b":", 1)[1].strip()
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"sec-websocket-key:")
+                    ),
+                    b"",
+                )
+                conn.sendall(RESPONSE_HEAD % accept_key(key))
+                if b" /flood " in head.split(b"\r\n")[0]:
+                    heads.set()
+                    while conn.recv(1 << 20):
+                        pass
+                    return
+                if conn.recv(65536):  # the user's message: answered at once
+                    conn.sendall(encode(0x1, b'{"id":1,"result":{}}', mask=False))
+                    echoed.set()
+                read_until_eof(conn)
+
+        with suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    inner = socket.socket(socket.AF_UNIX)
+    inner.bind(str(tmp / "inner"))
+    inner.listen()
+    threading.Thread(target=app_server, args=(inner,), daemon=True).start()
+    with relaying(tmp / "outer", tmp / "inner") as relayed:
+        read_so_far = {"client": 0}
+        analyse = relayed.relay._analyse
+
+        def counting(reader: Any, data: bytes) -> list[Transition]:
+            out = analyse(reader, data)
+            if reader.sender == "client":
+                read_so_far["client"] += data.count(b"\x81\x80")
+            return out
+
+        relayed.relay._analyse = counting  # type: ignore[method-assign]
+        flood, _, _ = connect(
+            tmp / "outer", upgrade_request().replace(b"GET /rpc ", b"GET /flood ", 1)
+        )
+        user, _, _ = connect(tmp / "outer", upgrade_request())
+        assert heads.wait(10)
+        sender = threading.Thread(
+            target=flood.sendall, args=(encode(0x1, b"", mask=True) * flood_messages,)
+        )
+        sender.start()
+        eventually(lambda: read_so_far["client"] > 0, within=20)
+        user.sendall(encode(0x1, b'{"id":1,"method":"thread/loaded/list"}', mask=True))
+        answer = user.recv(65536)
+        seen_then = read_so_far["client"]
+        assert echoed.is_set() and answer.startswith(b"\x81")
+        assert seen_then < 20_000, f"the user's bytes waited for {seen_then} flood frames"
+        sender.join(60)
+        flood.close()
+        user.close()
+    inner.close()
+
+
+def compressed(frame: bytes) -> bytes:
+    """``frame`` with RSV1 set: a permessage-deflate frame, as far as a reader can tell."""
+    return bytes([frame[0] | 0x40]) + frame[1:]
+
+
+def test_a_direction_that_cannot_be_read_is_warned_about_once(
+    tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A TUI and an app-server agreeing on permessage-deflate left presence idle for the
+    whole session, said only at debug. A direction that cannot be read is a warning, once
+    a session, naming the compression; the bytes pass all the same."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="codex_presence")
+    server_frame = compressed(encode(0x1, b"\x00\x01deflated", mask=False))
+    inner = Inner(tmp / "inner.sock", [server_frame])
+    try:
+        with relaying(tmp / "outer.sock", inner.path):
+            for _ in range(2):
+                sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+                sock.sendall(compressed(encode(0x1, b"\x00\x02deflated", mask=True)))
+                sock.sendall(encode(0x8, b"", mask=True))
+                sock.shutdown(socket.SHUT_WR)
+                assert server_frame in read_until_eof(sock, rest)
+                sock.close()
+            eventually(lambda: len(inner.received) == 2, what="the server's ends")
+    finally:
+        inner.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "cannot be read" in warnings[0] and "permessage-deflate" in warnings[0]

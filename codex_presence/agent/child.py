@@ -122,14 +122,30 @@ def nonblocking(fd: int, mode: int) -> int:
 def open_private(path: str | os.PathLike[str], *, append: bool = False) -> int:
     """A descriptor of ``path`` for writing, created 0600 (a recording holds the whole
     session; a log says what it did); an existing regular file loses its group and other
-    bits."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
+    bits. A symlink at ``path`` is never followed (one planted there would have us
+    overwrite, and chmod, whatever it points to): OSError ELOOP, "is a symbolic link". The
+    open does not wait for a FIFO's reader (ENXIO)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and _is_symlink(path):
+            raise OSError(errno.ELOOP, "is a symbolic link (not followed)", str(path)) from None
+        raise
+    os.set_blocking(fd, True)
     with suppress(OSError):
         mode = os.fstat(fd).st_mode
         if stat.S_ISREG(mode) and mode & 0o077:
             os.fchmod(fd, stat.S_IMODE(mode) & ~0o077)
     return fd
+
+
+def _is_symlink(path: str | os.PathLike[str]) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def forget_env(name: str) -> str | None:

@@ -389,7 +389,8 @@ class Recorder:
     def _fail(self, exc: OSError) -> None:
         if not self._failed:
             self._failed = True
-            logger.warning("recording to %s stopped: %s (the session goes on)", self.path, exc)
+            reason = exc.strerror or exc
+            logger.warning("recording to %s stopped: %s (the session goes on)", self.path, reason)
         if self._file is not None:
             with suppress(OSError):
                 self._file.close()

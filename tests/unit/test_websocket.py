@@ -203,3 +203,21 @@ def test_a_message_with_a_newline_inside_is_kept_raw_and_replays_alike() -> None
         ("working", "turn/started"),
         ("idle", "eof"),
     ]
+
+
+@pytest.mark.parametrize("piece", [b"", "€".encode()], ids=["empty", "euro"])
+def test_a_message_in_endless_tiny_fragments_ends_the_reading(piece: bytes) -> None:
+    """Empty (or one "€") continuation frames never counted toward the cap: a second
+    connection took the relay's memory from 44 to 234 MB and its time with it. Fragments
+    are counted, empty ones too; past the cap the direction is no longer read, and
+    nothing of the message is kept."""
+    reader = MessageReader("client", max_size=MAX)
+    fragment = encode(0x0, piece, fin=False, mask=True)
+    assert reader.feed(encode(0x1, b"{", fin=False, mask=True)) == []
+    for _ in range(20):
+        assert reader.feed(fragment * 1000) == []
+        if reader.done:
+            break
+    assert reader.failed is not None and "fragments" in reader.failed
+    assert reader._parts == []
+    assert reader.feed(encode(0x1, b"{}", mask=True)) == []  # no longer read

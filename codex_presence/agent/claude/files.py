@@ -13,7 +13,9 @@ session status file.
   found by the hooks' ``session_id`` (at most one directory scan a second; of several
   files with that id, one whose process is alive, else the newest: a claude that died
   leaves its file behind). It is read only when its size or mtime changed, and handed on
-  only when its content did.
+  only when its content did. Like the transcript, every session file is opened
+  non-blocking and read only if it is a regular file (a FIFO among them, planted or
+  not, would block the open, and the event loop with it).
 
 Sans timers: the shell calls :meth:`ClaudeFiles.poll` as often as it likes. Every error
 (a file not there yet, gone, unreadable, caught mid-write) is a poll with nothing new.
@@ -30,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from codex_presence.agent.leftovers import owner_alive
 from codex_presence.core.claude.protocol import (
     TRANSCRIPT_TYPES,
     ClaudeSource,
@@ -44,6 +47,8 @@ MAX_CHUNK = 8 * 1024 * 1024
 """At most this much of the transcript per poll (the rest comes at the next)."""
 MAX_LINE = 16 * 1024 * 1024
 """A longer transcript line (bookkeeping, in practice) is skipped unread."""
+MAX_STATUS = 1024 * 1024
+"""A session status file is a few hundred bytes; more than this is not one."""
 _SCAN_EVERY = 1.0
 
 
@@ -120,7 +125,7 @@ class ClaudeFiles:
         if self._status is not None:
             return self._status
         mine = self._sessions / f"{self._pid}.json"
-        if mine.exists():
+        if mine.is_file():
             self._status = mine
         elif self._session_id is not None and now - self._scanned_at >= _SCAN_EVERY:
             self._scanned_at = now
@@ -137,12 +142,16 @@ class ClaudeFiles:
         found: list[tuple[bool, int, Path]] = []
         for path in candidates:
             try:
-                mtime = path.stat().st_mtime_ns
-                content = orjson.loads(path.read_bytes())
+                read = _read_regular(path, MAX_STATUS)
+                content = None if read is None else orjson.loads(read[1])
             except (OSError, orjson.JSONDecodeError):
                 continue
+            if read is None:
+                continue
+            mtime = read[0].st_mtime_ns
             if isinstance(content, dict) and content.get("sessionId") == session:
-                found.append((_alive(path.stem), mtime, path))
+                pid = int(path.stem) if path.stem.isdigit() else 0
+                found.append((pid > 0 and owner_alive(pid), mtime, path))
         if not found:
             return None
         path = max(found)[2]
@@ -154,10 +163,10 @@ class ClaudeFiles:
         if path is None:
             return None
         try:
-            st = path.stat()
-            if (st.st_mtime_ns, st.st_size) == self._status_stat:
+            read = _read_regular(path, MAX_STATUS, unless=self._status_stat)
+            if read is None:
                 return None
-            data = path.read_bytes()
+            st, data = read
         except FileNotFoundError:
             self._status = self._status_stat = None  # claude is leaving (or rewriting it)
             return None
@@ -238,15 +247,15 @@ class ClaudeFiles:
         return entry
 
 
-def _alive(stem: str) -> bool:
-    """Whether the process a session file is named after (``<pid>.json``) is running."""
-    pid = int(stem) if stem.isdigit() else 0
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # running, as another user
-    except (ProcessLookupError, OverflowError):
-        return False
-    return True
+def _read_regular(
+    path: Path, limit: int, *, unless: tuple[int, int] | None = None
+) -> tuple[os.stat_result, bytes] | None:
+    """``path``'s status and first ``limit`` bytes, opened non-blocking; None if it is not
+    a regular file, or if its ``(mtime_ns, size)`` is ``unless`` (unchanged). Raises OSError
+    (FileNotFoundError when it is gone)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as stream:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_mtime_ns, st.st_size) == unless:
+            return None
+        return st, stream.read(limit)

@@ -21,6 +21,16 @@ alive between hooks, and so do we.
   request must arrive whole within ``request_timeout`` of its first byte, and a new
   connection must start its first request within ``request_timeout`` too (else it is
   closed, unanswered).
+* **Another user's connection costs claude nothing.** The port is open to every local
+  user; only our own has a hook to send. Each accepted connection's peer is looked up
+  (:mod:`.peer_uid`: the kernel's owner of the peer's socket); another uid's, or one
+  already gone, is reset at once, unread, with no task, no parser and no timer behind
+  it. The accept loop takes what the backlog holds in one go, so a flood is drained at
+  the cost of a lookup each, and claude's connection waits behind no parsing of theirs.
+  A connection of our uid without the secret gets its 404 and is closed, without the
+  lingering read a refusal of claude's own gets.
+* **A flood is no log flood**: refusals of connections that never showed the secret are
+  counted and said at most once every few seconds (at debug), never one line each.
 * At most ``max_connections`` connections at once, and nobody can fill them to keep
   claude out (the port is open to every local user): when they are all taken, a new one
   takes the place of the oldest that has not shown the secret yet, else of the oldest
@@ -32,9 +42,13 @@ alive between hooks, and so do we.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
+import os
 import secrets
+import socket
+import struct
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -43,9 +57,10 @@ from typing import Any
 import anyio
 import h11
 import orjson
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from anyio.abc import SocketStream, TaskStatus
 
 from codex_presence._wire import Refused
+from codex_presence.agent.claude.peer_uid import peer_uid
 from codex_presence.core.claude.protocol import SEQ_HEADER
 
 __all__ = ["MAX_BODY", "HookServer"]
@@ -62,6 +77,12 @@ _LINGER = 1.0
 still sending it sees our answer instead of a reset."""
 _OK = b"{}"
 _SEQ = SEQ_HEADER.encode()
+_ACCEPT_BURST = 64
+"""Connections taken from the backlog per wake-up before the others get a turn."""
+_TALLY_EVERY = 5.0
+"""Seconds between two lines about refused connections."""
+_RESET = struct.pack("ii", 1, 0)
+"""SO_LINGER on, 0 s: close() resets; no TIME_WAIT left behind for a refused peer."""
 
 
 @dataclass(eq=False)
@@ -94,6 +115,10 @@ class HookServer:
         self._clients: dict[_Client, None] = {}
         """The open connections, oldest first."""
         self._crowded = False
+        self._uid = os.getuid()
+        self._uid_unknown = False
+        self._refusals: dict[str, int] = {}
+        self._tally_due = float("-inf")
         self.port: int | None = None
         self.refused = 0
         """Requests answered with an error status (wrong secret, method, size, body)."""
@@ -113,23 +138,81 @@ class HookServer:
 
     async def serve(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL."""
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-        async with listener:
-            self.port = listener.extra(SocketAttribute.local_port)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4096)
+            listener.setblocking(False)
+            self.port = listener.getsockname()[1]
             logger.debug("hook server listening on 127.0.0.1:%d", self.port)
             task_status.started(self.url)
-            await listener.serve(self._connection)
+            async with anyio.create_task_group() as tg:
+                while True:
+                    await anyio.wait_readable(listener)
+                    for sock in self._accept_burst(listener):
+                        tg.start_soon(self._adopt, sock)
+
+    def _accept_burst(self, listener: socket.socket) -> list[socket.socket]:
+        """What the backlog holds (up to a burst), another user's connections reset."""
+        welcome: list[socket.socket] = []
+        for _ in range(_ACCEPT_BURST):
+            try:
+                sock, peer = listener.accept()
+            except BlockingIOError:
+                break
+            except OSError as exc:  # out of descriptors, say: the rest wait in the backlog
+                if exc.errno not in (errno.ECONNABORTED, errno.EPROTO):
+                    logger.debug("hook server: cannot accept a connection: %s", exc)
+                    break
+                continue
+            if self._ours(sock, peer):
+                welcome.append(sock)
+            else:
+                with suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                sock.close()
+                self._tally("another user's")
+        return welcome
+
+    def _ours(self, sock: socket.socket, peer: tuple[str, int]) -> bool:
+        """Whether the peer runs as our uid (when that cannot be told: yes, as before)."""
+        try:
+            uid = peer_uid(sock.getsockname(), peer)
+        except (OSError, ValueError, struct.error) as exc:
+            if not self._uid_unknown:  # said once
+                logger.debug("hook server: cannot tell a peer's uid (%s); serving it", exc)
+            self._uid_unknown = True
+            return True
+        return uid == self._uid
+
+    async def _adopt(self, sock: socket.socket) -> None:
+        try:
+            stream = await SocketStream.from_socket(sock)
+        except (OSError, ValueError):  # gone already ("the socket must be connected")
+            sock.close()
+            return
+        await self._connection(stream)
+
+    def _tally(self, why: str) -> None:
+        """Count a refused connection; say the counts at most every few seconds."""
+        self._refusals[why] = self._refusals.get(why, 0) + 1
+        now = anyio.current_time()
+        if now >= self._tally_due:
+            counts = ", ".join(f"{why}: {n}" for why, n in self._refusals.items())
+            logger.debug("hook server: refused connections (%s)", counts)
+            self._refusals.clear()
+            self._tally_due = now + _TALLY_EVERY
 
     # -- one connection ------------------------------------------------------------------
 
     async def _connection(self, stream: SocketStream) -> None:
         async with stream:
             if len(self._clients) >= self._max_connections and not self._make_room():
-                level = logging.DEBUG if self._crowded else logging.WARNING
-                logger.log(
-                    level, "hook server: %d connections busy; refusing more", len(self._clients)
-                )
-                self._crowded = True  # said once: it is claude's screen
+                if not self._crowded:  # said once: it is claude's screen
+                    logger.warning(
+                        "hook server: %d connections busy; refusing more", len(self._clients)
+                    )
+                self._crowded = True
+                self._tally("busy")
                 return
             client = _Client()
             self._clients[client] = None
@@ -141,7 +224,10 @@ class HookServer:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the client went away
             except h11.ProtocolError as exc:
-                logger.debug("hook server: %s", exc)
+                if client.trusted:
+                    logger.debug("hook server: %s", exc)
+                else:
+                    self._tally("not HTTP")
             except Exception:  # one connection's trouble must never end the server
                 logger.exception("hook server: a connection failed")
             finally:
@@ -155,7 +241,7 @@ class HookServer:
             victim = next((c for c in self._clients if c.between_requests), None)
         if victim is None:
             return False
-        logger.debug("hook server: all connections taken; closing the oldest idle one")
+        self._tally("idle, made room")
         del self._clients[victim]
         victim.scope.cancel()
         return True
@@ -170,7 +256,10 @@ class HookServer:
                 body = orjson.dumps({"error": refusal.reason})
                 headers = [(k.encode(), v.encode()) for k, v in refusal.headers.items()]
                 await self._send(conn, stream, refusal.status, body, headers, close=True)
-                await self._linger(stream)
+                if client.trusted:  # claude's own: let it read the answer
+                    await self._linger(stream)
+            if not client.trusted:
+                self._tally("no secret")
             return False
         if received is None:
             return False  # closed between requests
@@ -216,8 +305,7 @@ class HookServer:
                 if not data and conn.their_state is h11.IDLE:
                     return None
             elif isinstance(event, h11.Request):
-                seq = self._check_head(event)
-                client.trusted = True
+                seq = self._check_head(event, client)
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self._max_body:
@@ -227,11 +315,13 @@ class HookServer:
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 
-    def _check_head(self, request: h11.Request) -> int | None:
-        """Refuses a request not for us; its sequence number (None if it has none, or
-        one that is not a small number: no opinion)."""
+    def _check_head(self, request: h11.Request, client: _Client) -> int | None:
+        """Refuses a request not for us (trusting the connection once it names our
+        secret); its sequence number (None if it has none, or one that is not a small
+        number: no opinion)."""
         if not hmac.compare_digest(request.target, self._path):
             raise Refused(404, "no such hook")
+        client.trusted = True
         if request.method != b"POST":
             raise Refused(405, "hooks are POSTed", headers={"allow": "POST"})
         seq = None

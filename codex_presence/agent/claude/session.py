@@ -48,7 +48,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -61,6 +60,7 @@ from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.hook_server import HookServer
+from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
     Companion,
@@ -87,6 +87,8 @@ __all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_setting
 
 logger = logging.getLogger("codex_presence.claude")
 
+PRIVATE_PREFIX = "codex-presence-claude-"
+"""The session's private directory (its settings file), named after its owner."""
 POLL_INTERVAL = 0.1
 
 
@@ -235,12 +237,15 @@ class ClaudeSession:
         self, command: Sequence[str], env: Mapping[str, str], settings: Mapping[str, Any]
     ) -> int:
         status = 1
-        with tempfile.TemporaryDirectory(prefix="codex-presence-claude-") as private:
+        private = make_owned_directory(PRIVATE_PREFIX)  # a killed session's: swept
+        try:
             self._recorder = recorder = start_recorder(self._record_path)
             try:
-                status = await self._supervise(command, env, settings, Path(private))
+                status = await self._supervise(command, env, settings, private)
             finally:
                 await finish_recording(recorder, self._now())
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
         return status
 
     async def _supervise(

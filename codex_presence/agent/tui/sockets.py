@@ -3,7 +3,8 @@
 The TUI connects to OUTER (ours, listening before the TUI starts); the app-server listens
 on INNER (``--listen unix://INNER`` makes INNER a symlink to a socket of its own, with a
 lock file beside it). Both live in a fresh 0700 directory, each socket 0600, so no other
-user can reach either end; all of it is removed at the session's end.
+user can reach either end; all of it is removed at the session's end, and a session that
+was killed leaves it to the next one's sweep (:mod:`codex_presence.agent.leftovers`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
-__all__ = ["accepts", "link_target", "listen", "private_directory", "remove", "said"]
+from codex_presence.agent.leftovers import make_owned_directory
 
+__all__ = ["PREFIX", "accepts", "link_target", "listen", "private_directory", "remove", "said"]
+
+PREFIX = "codex-presence-"
 _SUN_PATH_MAX = 107
 """The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
 
@@ -31,12 +35,14 @@ def private_directory(bases: Sequence[str | None] | None = None) -> Path:
         bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
     why: list[str] = []
     for base in dict.fromkeys(b for b in bases if b):
-        # mkdtemp adds 8 characters to the prefix; the longest name is "app-server.sock".
-        if len(str(Path(base, "codex-presence-12345678", "app-server.sock"))) > _SUN_PATH_MAX:
+        # The owner's pid (at most 7 digits) and 8 random characters follow the prefix; the
+        # longest name in it is "app-server.sock".
+        longest = Path(base, f"{PREFIX}4194304-12345678", "app-server.sock")
+        if len(str(longest)) > _SUN_PATH_MAX:
             why.append(f"{base}: too long a path for a unix socket")
             continue
         try:
-            return Path(tempfile.mkdtemp(prefix="codex-presence-", dir=base))
+            return make_owned_directory(PREFIX, base)
         except OSError as exc:
             why.append(f"{base}: {exc.strerror or exc}")
     raise OSError(f"no directory for them ({'; '.join(why) or 'none to try'})")

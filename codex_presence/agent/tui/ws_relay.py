@@ -19,6 +19,15 @@ Design, and why:
   then read, with no wait in between: a client's answer can never be analysed before the
   request it answers. A reader that fails stops reading; the bytes go on. A bug in the
   analysis ends it in idle (:class:`~codex_presence.agent.analysis.AnalysisGuard`).
+* **One connection's reading never holds back another's bytes.** Tiny frames are cheap
+  to send and dear to parse (256 KiB of empty fragments is 40,000 frames, a second of
+  wsproto), so a chunk is read in slices whose size each direction fits to what its
+  slices cost (:class:`_Pace`: about :data:`BUDGET` each, from 256 bytes to a whole
+  chunk); once :data:`BUDGET` of reading has gone by, the connection lets the others run
+  before its next slice. Meanwhile that connection waits,
+  and only it: the next chunk is taken from its socket once this one is read. Its two
+  directions take turns (one lock per connection, fair), so a request is still read
+  before the answer that follows it.
 * **A hang-up ends the reading of its connection.** Once the client's close frame has
   gone by, what the server still writes on that connection (events of a turn it goes on
   with, already on their way) is for a client that left: it is relayed, not read, so the
@@ -41,10 +50,12 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 import anyio
+import anyio.lowlevel
 
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.recorder import Recorder
@@ -60,6 +71,26 @@ __all__ = ["WsRelay"]
 logger = logging.getLogger("codex_presence.relay")
 
 CHUNK = 256 * 1024
+BUDGET = 0.0005
+"""Seconds of reading after which a connection lets the others run."""
+
+
+class _Pace:
+    """How many bytes of one direction are read at a time: fitted to what they cost, so
+    that a slice takes about :data:`BUDGET`."""
+
+    SMALLEST = 256
+    FIRST = 4 * 1024
+
+    def __init__(self) -> None:
+        self.slice = self.FIRST
+
+    def took(self, seconds: float) -> None:
+        if seconds > BUDGET:
+            fitted = int(self.slice * BUDGET / seconds)
+            self.slice = max(self.SMALLEST, min(fitted, self.slice // 2))
+        elif seconds < BUDGET / 4:
+            self.slice = min(CHUNK, self.slice * 2)
 
 
 class WsRelay:
@@ -95,6 +126,7 @@ class WsRelay:
         self._recorder = recorder
         self._max_size = max_size
         self.analysis = analysis if analysis is not None else AnalysisGuard(mapping.close)
+        self._said_unreadable = False
 
     async def serve(self, listener: socket.socket) -> None:
         """Accept client connections on ``listener`` until cancelled."""
@@ -152,16 +184,19 @@ class WsRelay:
             if not head.upgrade:
                 client_reader.failed = server_reader.failed = "not a websocket upgrade"
 
-            def read_client(data: bytes) -> None:
+            turn = anyio.Lock()  # the two directions' reading, in the order written
+            client_pace, server_pace = _Pace(), _Pace()
+
+            async def read_client(data: bytes) -> None:
                 nonlocal hung_up
-                self._read(client_reader, data)
+                await self._read_in_turn(turn, client_reader, client_pace, data)
                 if client_reader.closed and not hung_up:
                     hung_up = True
                     self._connection_event(number, "hangup")
 
-            def read_server(data: bytes) -> None:
+            async def read_server(data: bytes) -> None:
                 if not hung_up:  # after it, for a client that left
-                    self._read(server_reader, data)
+                    await self._read_in_turn(turn, server_reader, server_pace, data)
 
             if not await _send(server, first, None) or not await _send(server, rest, read_client):
                 return
@@ -178,6 +213,31 @@ class WsRelay:
 
     # -- reading, after writing ----------------------------------------------------------------
 
+    async def _read_in_turn(
+        self, turn: anyio.Lock, reader: MessageReader, pace: _Pace, data: bytes
+    ) -> None:
+        """Read bytes just written on, a slice at a time, letting the other connections
+        run whenever :data:`BUDGET` is spent (see the module doc)."""
+        if len(data) <= pace.slice and not turn.locked():
+            self._read_timed(reader, pace, data)  # the usual case: at once, no wait
+            return
+        async with turn:
+            spent, start = 0.0, 0
+            while start < len(data) and not (reader.done or self.analysis.failed):
+                if spent >= BUDGET:
+                    await anyio.lowlevel.checkpoint()
+                    spent = 0.0
+                end = start + pace.slice
+                spent += self._read_timed(reader, pace, data[start:end])
+                start = end
+
+    def _read_timed(self, reader: MessageReader, pace: _Pace, data: bytes) -> float:
+        began = time.perf_counter()
+        self._read(reader, data)
+        took = time.perf_counter() - began
+        pace.took(took)
+        return took
+
     def _read(self, reader: MessageReader, data: bytes) -> None:
         """Read bytes just written on (a bug in it must never stop the bytes)."""
         if reader.done or self.analysis.failed:
@@ -185,7 +245,14 @@ class WsRelay:
         for transition in self.analysis.run(self._analyse, reader, data):
             self._on_transition(transition)
         if reader.failed is not None:
-            logger.debug("%s; its bytes are relayed, not read", reader.failed)
+            # Presence cannot follow what it cannot read: said once a session, out loud.
+            level = logging.DEBUG if self._said_unreadable else logging.WARNING
+            self._said_unreadable = True
+            logger.log(
+                level,
+                "%s; its bytes are relayed, not read (presence does not see this connection)",
+                reader.failed,
+            )
 
     def _analyse(self, reader: MessageReader, data: bytes) -> list[Transition]:
         """The messages completed by ``data``, dated now (the recording's clock), recorded,
@@ -215,7 +282,7 @@ class WsRelay:
                 self._on_transition(transition)
 
 
-Reader = Callable[[bytes], None]
+Reader = Callable[[bytes], Awaitable[None]]
 """Reads the bytes just written on (see :meth:`WsRelay._read`)."""
 
 
@@ -256,7 +323,7 @@ async def _send(sock: socket.socket, data: bytes, read: Reader | None) -> bool:
                 logger.debug("writing to a relayed connection failed: %s", exc)
             return False
         if read is not None:
-            read(data if written == len(data) else data[pos : pos + written])
+            await read(data if written == len(data) else data[pos : pos + written])
         pos += written
     return True
 

@@ -35,6 +35,7 @@ __all__ = [
     "COMPRESSION_HEADER",
     "COMPRESSION_OFFER",
     "HANGUP",
+    "MAX_FRAGMENTS",
     "ClientLinks",
     "MessageReader",
     "RequestHead",
@@ -47,6 +48,9 @@ COMPRESSION_OFFER = b"zstd-stream-v1"
 """The one token of it that the relay takes out."""
 MAX_HEAD = 64 * 1024
 """Longest request or response head that is read as one; a longer one is passed on as it is."""
+MAX_FRAGMENTS = 4096
+"""Most frames one text message may come in (empty ones count): a TUI sends a message as
+one frame; endless tiny fragments are a flood, and the direction is no longer read."""
 HANGUP = "hangup"
 """The cause of the transition when the client hung up (:class:`ClientLinks`)."""
 
@@ -121,7 +125,8 @@ class MessageReader:
     request head (which the relay handles); the server's bytes start with the response head,
     and frames follow only a ``101``. Binary messages, pings and pongs are not the mapping's
     business and are passed over. A text message longer than ``max_size`` is dropped
-    (counted in :attr:`oversized`), like a line too long to analyse in ``wrap``."""
+    (counted in :attr:`oversized`), like a line too long to analyse in ``wrap``. A message in
+    more than :data:`MAX_FRAGMENTS` frames ends the reading (:attr:`failed`)."""
 
     def __init__(self, sender: Direction, *, max_size: int) -> None:
         self.sender = sender
@@ -134,6 +139,8 @@ class MessageReader:
         self.binary = 0
         self._parts: list[str] = []
         self._size = 0
+        self._fragments = 0
+        """Frames of the text message in progress, so far."""
         self._frames: Connection | None = None
         self._head: h11.Connection | None = None
         if sender == "client":
@@ -166,7 +173,7 @@ class MessageReader:
             self._frames.receive_data(data)
             return self._messages(self._frames)
         except ProtocolError as exc:
-            self.failed = f"the {self.sender}'s frames cannot be read: {exc}"
+            self._cannot_read(str(exc))
             return []
 
     def _read_head(self, data: bytes) -> bytes:
@@ -191,9 +198,9 @@ class MessageReader:
         out: list[bytes] = []
         for event in frames.events():
             if isinstance(event, TextMessage):
-                if self._size <= self.max_size:
-                    self._parts.append(event.data)
-                    self._size += len(event.data)
+                self._add_part(event.data, event.frame_finished)
+                if self.failed is not None:
+                    break
                 if not event.message_finished:
                     continue
                 text = "".join(self._parts) if self._size <= self.max_size else ""
@@ -203,17 +210,36 @@ class MessageReader:
                 else:
                     out.append(payload)
                 self._parts.clear()
-                self._size = 0
+                self._size = self._fragments = 0
             elif isinstance(event, BytesMessage):
                 if event.message_finished:
                     self.binary += 1
             elif isinstance(event, CloseConnection):
                 if frames.state is ConnectionState.OPEN:  # wsproto's word for a parse failure
-                    self.failed = f"the {self.sender}'s frames cannot be read: {event.reason}"
+                    self._cannot_read(str(event.reason))
                 else:
                     self.closed = True
                 break
         return out
+
+    def _cannot_read(self, why: str) -> None:
+        self.failed = f"the {self.sender}'s frames cannot be read: {why}"
+        if "reserved bit" in why.lower():  # RSV1: what the peers agreed on is compression
+            self.failed += " (compressed: permessage-deflate, which the relay cannot read)"
+
+    def _add_part(self, data: str, frame_finished: bool) -> None:
+        """One piece of a text message; its fragments are counted, empty ones too."""
+        self._size += len(data)
+        if frame_finished:
+            self._fragments += 1
+            if self._fragments > MAX_FRAGMENTS:
+                self.failed = f"the {self.sender} sent a message in over {MAX_FRAGMENTS} fragments"
+                self._parts.clear()
+                return
+        if self._size <= self.max_size:
+            self._parts.append(data)
+        elif self._parts:
+            self._parts.clear()  # dropped whole: nothing of it is kept meanwhile
 
 
 class ClientLinks:

@@ -1,0 +1,87 @@
+"""The private directories a session makes in the temporary directory, named after the
+process that owns them, and the sweep of those whose owner is gone.
+
+``codex-presence claude`` (its settings file) and ``codex-presence codex`` (its sockets)
+each make a 0700 directory and remove it at their end; a SIGKILL leaves it behind, in
+``/tmp``, for good. So the owner's pid is in the name (``PREFIX<pid>-<random>``), and every
+start sweeps the ones of the same prefix, in the same base, that are ours to sweep:
+
+* a directory (never a symlink), owned by our uid: another user's are not ours to judge;
+* its pid is not ours, and no such process runs (``kill(pid, 0)`` says ESRCH): a live
+  session's directory is never touched, however old. A pid taken again by an unrelated
+  process keeps its directory until that one ends too: too careful, never wrong.
+
+A name without a pid (made by an older version) is left alone: its owner cannot be told.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+__all__ = ["make_owned_directory", "owner_alive", "sweep_leftovers"]
+
+logger = logging.getLogger("codex_presence.agent")
+
+
+def make_owned_directory(prefix: str, base: str | None = None) -> Path:
+    """A new 0700 directory ``<base>/<prefix><our pid>-<random>``, once the leftovers of
+    ``prefix`` in ``base`` (default: the temporary directory) are swept. Raises OSError."""
+    sweep_leftovers(prefix, base)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
+
+
+def sweep_leftovers(prefix: str, base: str | None = None) -> list[Path]:
+    """Remove the directories of ``prefix`` in ``base`` whose owner is gone (see the module
+    doc); the ones removed. Never raises: a sweep that cannot be done is not our start's
+    business."""
+    base_dir = Path(base if base is not None else tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(base_dir))
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for entry in entries:
+        pid = _owner_pid(entry.name, prefix)
+        if pid is None or pid == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or owner_alive(pid):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    if removed:
+        logger.debug(
+            "removed %d directories left by sessions that were killed: %s",
+            len(removed),
+            ", ".join(p.name for p in removed),
+        )
+    return removed
+
+
+def _owner_pid(name: str, prefix: str) -> int | None:
+    if not name.startswith(prefix):
+        return None
+    digits, dash, rest = name[len(prefix) :].partition("-")
+    if not (digits.isdigit() and dash and rest) or len(digits) > 10:
+        return None
+    return int(digits) or None
+
+
+def owner_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (as any user)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # running, as another user
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
