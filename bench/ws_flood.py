@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.support.ws_frames import encode  # noqa: E402
+from bench._ws_frames import encode  # noqa: E402
 
 _RELAY = """
 import socket, sys, time, anyio

@@ -288,7 +288,7 @@ def test_the_socket_directory_of_a_killed_session_is_swept_at_the_next_start() -
 
 
 def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
-    from codex_presence.agent.tui.sockets import private_directory
+    from codex_presence.agent.tui.sockets import private_directory, sweep_beside
 
     make_and_die = (
         "import os, signal, sys; from codex_presence.agent.tui.sockets import private_directory; "
@@ -313,5 +313,7 @@ def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
     link.symlink_to(elsewhere)
     made = private_directory([str(tmp_path)])
     assert made.name.startswith(f"codex-presence-{os.getpid()}-")
+    assert left.exists()  # not before the TUI's spawn: the session sweeps once it runs
+    sweep_beside(made)
     assert not left.exists()
     assert sorted(tmp_path.iterdir()) == sorted([live, foreign, elsewhere, link, made])

@@ -22,6 +22,7 @@ import anyio.from_thread
 import orjson
 import pytest
 
+from bench._ws_frames import Frame, accept_key, decode, encode, upgrade_request
 from codex_presence.agent.recorder import start_recorder
 from codex_presence.agent.tui.ws_relay import WsRelay
 from codex_presence.core.activity import Transition
@@ -29,7 +30,6 @@ from codex_presence.core.codex.mapping import CodexMapping
 from codex_presence.core.recording import read_entries
 from tests.support.tui_driver import short_tempdir
 from tests.support.waiting import eventually
-from tests.support.ws_frames import Frame, accept_key, decode, encode, upgrade_request
 
 RESPONSE_HEAD = (
     b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"

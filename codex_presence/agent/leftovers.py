@@ -12,11 +12,13 @@ start sweeps the ones of the same prefix, in the same base, that are ours to swe
   process keeps its directory until that one ends too: too careful, never wrong.
 
 A name without a pid (made by an older version) is left alone: its owner cannot be told.
+
+Standard library only, and no logging until there is something to say: ``codex`` makes its
+sockets' directory before it spawns the TUI, and sweeps once the TUI runs.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import stat
@@ -25,13 +27,13 @@ from pathlib import Path
 
 __all__ = ["make_owned_directory", "owner_alive", "sweep_leftovers"]
 
-logger = logging.getLogger("codex_presence.agent")
 
-
-def make_owned_directory(prefix: str, base: str | None = None) -> Path:
+def make_owned_directory(prefix: str, base: str | None = None, *, sweep: bool = True) -> Path:
     """A new 0700 directory ``<base>/<prefix><our pid>-<random>``, once the leftovers of
-    ``prefix`` in ``base`` (default: the temporary directory) are swept. Raises OSError."""
-    sweep_leftovers(prefix, base)
+    ``prefix`` in ``base`` (default: the temporary directory) are swept (``sweep=False``:
+    the caller sweeps later, off its start). Raises OSError."""
+    if sweep:
+        sweep_leftovers(prefix, base)
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
 
 
@@ -59,7 +61,9 @@ def sweep_leftovers(prefix: str, base: str | None = None) -> list[Path]:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
     if removed:
-        logger.debug(
+        import logging
+
+        logging.getLogger("codex_presence.agent").debug(
             "removed %d directories left by sessions that were killed: %s",
             len(removed),
             ", ".join(p.name for p in removed),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from bench._ws_frames import encode, upgrade_request
 from codex_presence.core.codex.websocket import (
     ClientLinks,
     MessageReader,
@@ -25,7 +26,6 @@ from codex_presence.core.recording import (
     read_entries,
 )
 from codex_presence.core.timeline import timeline
-from tests.support.ws_frames import encode, upgrade_request
 
 MAX = 1 << 20
 

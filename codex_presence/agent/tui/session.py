@@ -58,7 +58,7 @@ from codex_presence.agent.session import (
 )
 from codex_presence.agent.signals import cannot_run, exit_status
 from codex_presence.agent.tui.launch import APP_SERVER_SOCKET, TuiLaunch
-from codex_presence.agent.tui.sockets import accepts, link_target, remove, said
+from codex_presence.agent.tui.sockets import accepts, link_target, remove, said, sweep_beside
 from codex_presence.core.codex.mapping import CodexMapping
 
 if TYPE_CHECKING:
@@ -144,6 +144,7 @@ class TuiSession:
             if self.launch.error is not None or app_server is None or tui is None:
                 return await self._not_launched()
             assert directory is not None and tree is not None  # launched
+            sweep_beside(directory)  # what killed sessions left
             logger.debug(
                 "the session's clock (the recording's t = 0) is CLOCK_MONOTONIC %.6f; "
                 "sockets in %s",

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from codex_presence.agent.leftovers import make_owned_directory
 
-__all__ = ["PREFIX", "accepts", "link_target", "listen", "private_directory", "remove", "said"]
+__all__ = [
+    "PREFIX",
+    "accepts",
+    "link_target",
+    "listen",
+    "private_directory",
+    "remove",
+    "said",
+    "sweep_beside",
+]
 
 PREFIX = "codex-presence-"
 _SUN_PATH_MAX = 107
@@ -42,7 +51,7 @@ def private_directory(bases: Sequence[str | None] | None = None) -> Path:
             why.append(f"{base}: too long a path for a unix socket")
             continue
         try:
-            return make_owned_directory(PREFIX, base)
+            return make_owned_directory(PREFIX, base, sweep=False)  # swept once the TUI runs
         except OSError as exc:
             why.append(f"{base}: {exc.strerror or exc}")
     raise OSError(f"no directory for them ({'; '.join(why) or 'none to try'})")
@@ -94,3 +103,12 @@ def accepts(path: Path) -> bool:
         except OSError:
             return False
     return True
+
+
+def sweep_beside(directory: Path) -> None:
+    """Remove the socket directories that killed sessions left beside ``directory`` (ours;
+    see :mod:`codex_presence.agent.leftovers`): the session does it once the TUI runs, not
+    before its spawn."""
+    from codex_presence.agent.leftovers import sweep_leftovers
+
+    sweep_leftovers(PREFIX, str(directory.parent))

@@ -1,5 +1,6 @@
 """A websocket frame codec of our own (RFC 6455 §5.2), for tests that must not trust the
-library under test (wsproto) to check what the relay reads and writes."""
+library under test (wsproto) to check what the relay reads and writes, and for
+``bench/ws_flood.py`` (so it lives in ``bench/``, standard library only)."""
 
 from __future__ import annotations
 
