@@ -43,6 +43,9 @@ every broker gets at least one (its own registration) after each resync; so an e
 numbered at or below the one before it says the numbering started again: the broker ends
 the link's connection, as an outage, and reads the state in full again.
 
+Named sessions (a report with a session id, the subscriptions bound to them) have keys of
+their own, kept by :mod:`~codex_presence.broker.redis_activity` into the same mirror.
+
 Values are read defensively: an activity this version does not know (written by another
 version during a rolling upgrade) counts as idle, logged once, and never stops a resync.
 
@@ -76,11 +79,12 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
-from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, ActivityState
+from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
+from codex_presence.broker.redis_activity import SessionActivity
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.store import StoreListener
-from codex_presence.broker.tracker import Activity, ActivityTracker
+from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
 __all__ = ["BEAT", "BOUND", "RedisStore"]
 
@@ -239,6 +243,7 @@ class RedisStore:
         clock: Callable[[], float] = time.monotonic,
         beat: float = BEAT,
         bound: float = BOUND,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         if not ttl > 0:
             raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
@@ -272,6 +277,15 @@ class RedisStore:
         self._snapshot_script = link.script(_SNAPSHOT)
         self._leave_script = link.script(_LEAVE)
         link.add_listener(self)
+        self._sessions = SessionActivity(
+            link,
+            tracker=self._activity,
+            names=names,
+            ttl_ms=self._ttl_ms,
+            max_sessions=max_sessions,
+            touched=self._touched,
+            changed=self._changed,
+        )
 
     # -- reads: the mirror ---------------------------------------------------------------
 
@@ -292,13 +306,23 @@ class RedisStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
+    async def report(
+        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+    ) -> bool:
+        if session != ANONYMOUS:
+            return await self._sessions.report(name, state, now_ms, session)
         event = await self._link.call(
             self._report_script,
             [name, state.value, self._ttl_ms, now_ms],
             doing="the report was not recorded; send it again",
         )
         return self._apply_report(orjson.loads(event))
+
+    def bind(self, name: str, session: str) -> None:
+        self._sessions.bind(name, session)
+
+    def release(self, name: str, session: str, grace: float) -> None:
+        self._sessions.release(name, session, grace)
 
     def attach(self, name: str, now_ms: int) -> int:
         self._here[name] = self._here.get(name, 0) + 1
@@ -463,6 +487,10 @@ class RedisStore:
             return False
         self._activity_seq[name] = seq
         return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
+
+    def _touched(self, name: str, created: int, seen: int) -> None:
+        self._merge_meta(name, created, seen)
+        self._refresh(name)
 
     def _merge_meta(self, name: str, created: int, seen: int) -> None:
         old_created, old_seen = self._meta.get(name, (0, 0))
