@@ -382,7 +382,10 @@ class Broker:
         quiet_since = anyio.current_time()
         while not self.closing:
             lapse = self.store.next_lapse()
-            lapse = math.inf if lapse is None else lapse
+            # A deadline that passed since the last batch is dropped by next_lapse(): seen
+            # here, it goes out now rather than at the next deadline or change.
+            self._find_lapses()
+            lapse = 0.0 if self._dirty else math.inf if lapse is None else lapse
             tick = max(0.0, quiet_since + self._keepalive - anyio.current_time())
             with anyio.move_on_after(min(lapse, tick)):
                 await self._pending.wait()
