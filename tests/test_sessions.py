@@ -284,3 +284,34 @@ def test_a_subscription_without_a_session_binds_nothing(
     assert shown(client) == ("working", None)
     clock.advance(30)
     assert shown(client) == ("idle", None)
+
+
+def test_garbage_in_the_session_keys_stops_nothing(redis_url: str) -> None:
+    """Keys of the sessions holding another type (written by hand, another program): a
+    broker starts (its snapshot skips them), reports replace them, a release and a dead
+    broker's bindings go past them."""
+    import redis
+
+    prefix = "codex-presence:{acme}:"
+    direct = redis.Redis.from_url(redis_url)
+    direct.set(prefix + "S:builder", "junk")
+    direct.hset(prefix + f"s:{A}:builder", "x", "1")
+    direct.rpush(prefix + "s:zzzz:scout", "junk")
+    direct.zadd(prefix + "S:scout", {"zzzz": 1e15})
+    with (
+        running_broker(team=TEAM, redis=redis_url) as broker,
+        httpx.Client(base_url=broker.url, timeout=5) as client,
+    ):
+        assert shown(client) == ("idle", None)
+        with subscription(broker.url, A):
+            assert post(client, "working", A).status_code == 204
+            assert post(client, "blocked", B).status_code == 204
+            assert shown(client) == ("blocked", {"working": 1, "blocked": 1})
+        direct.set(prefix + f"s:{B}:builder", "blocked not-a-time")
+        with (
+            running_broker(team=TEAM, redis=redis_url) as other,
+            httpx.Client(base_url=other.url, timeout=5) as second,
+        ):
+            eventually(lambda: shown(second) == ("working", None), what="B unreadable: idle")
+        # A released after the grace (a real clock here); B as this broker last heard it
+        eventually(lambda: shown(client) == ("blocked", None), what="A released")

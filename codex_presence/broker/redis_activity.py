@@ -25,6 +25,10 @@ Events, on the team's channel and numbered by the same ``seq`` as every other:
 report, or its TTL shortened to the grace (its subscription ended). A broker of an older
 version ignores the kind.
 
+A key of these found holding another type (written by hand, or by another program) is
+garbage: the scripts that write it delete it and start anew, the snapshot skips it, so
+nothing found there stops a broker.
+
 Binding and releasing never wait (they happen in a stream's ``finally``): they are queued,
 latest per session, and sent at once by :meth:`SessionActivity.keep`; after a reconnection
 this broker binds all its sessions again.
@@ -54,6 +58,12 @@ _LUA_NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
+_LUA_OWN = """
+local function own(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= 'none' and found ~= kind then redis.call('DEL', key) end
+end
+"""
 _LUA_META = """
 local function meta(ns, name, created, seen)
   local key = ns .. 'm:' .. name
@@ -73,12 +83,15 @@ end
 # ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound.
 _REPORT = (
     _LUA_NOW
+    + _LUA_OWN
     + _LUA_META
     + """
 local ns, name, sid, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local px, at, most = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local key = ns .. 's:' .. sid .. ':' .. name
 local index = ns .. 'S:' .. name
+own(key, 'string')
+own(index, 'zset')
 redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
 if state ~= 'idle' and not redis.call('ZSCORE', index, sid) then
   local held = redis.call('ZCARD', index) + redis.call('EXISTS', ns .. 'a:' .. name)
@@ -100,6 +113,7 @@ else
   redis.call('ZADD', index, now + px, sid)
   if redis.call('PTTL', index) < px then redis.call('PEXPIRE', index, px) end
 end
+own(ns .. 'm:' .. name, 'hash')
 local c, s = meta(ns, name, at, at)
 local seq = redis.call('INCR', ns .. 'seq')
 local event = cjson.encode({seq, 's', name, sid, state, px, since, c, s})
@@ -112,11 +126,15 @@ return event
 # sessions), "B" "" "" (forget every binding of this broker: the full set follows).
 _BINDINGS = (
     _LUA_NOW
+    + _LUA_OWN
     + """
 local ns, me, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local mine = ns .. 'h:' .. me
+own(mine, 'hash')
 local function shorten(name, sid)
   local key = ns .. 's:' .. sid .. ':' .. name
+  own(key, 'string')
+  own(ns .. 'S:' .. name, 'zset')
   local pttl = redis.call('PTTL', key)
   if pttl > grace then
     redis.call('PEXPIRE', key, grace)
@@ -129,7 +147,10 @@ local function shorten(name, sid)
   if not space then return end
   local since = tonumber(string.sub(value, space + 1))
   if not since then return end
-  local m = redis.call('HMGET', ns .. 'm:' .. name, 'c', 's')
+  local m = {0, 0}
+  if redis.call('TYPE', ns .. 'm:' .. name)['ok'] == 'hash' then
+    m = redis.call('HMGET', ns .. 'm:' .. name, 'c', 's')
+  end
   local seq = redis.call('INCR', ns .. 'seq')
   redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 's', name, sid,
     string.sub(value, 1, space - 1), pttl, since, tonumber(m[1]) or 0, tonumber(m[2]) or 0}))
@@ -145,6 +166,7 @@ for i = 4, #ARGV, 3 do
     shorten(a, b)
   elseif op == 'd' then
     local theirs = ns .. 'h:' .. a
+    own(theirs, 'hash')
     for _, field in ipairs(redis.call('HKEYS', theirs)) do
       local colon = string.find(field, ':', 1, true)
       if colon then shorten(string.sub(field, colon + 1), string.sub(field, 1, colon - 1)) end
@@ -162,9 +184,14 @@ local seq = tonumber(redis.call('GET', ns .. 'seq')) or 0
 local members = {}
 for i = 2, #ARGV do
   local held = {}
-  for _, sid in ipairs(redis.call('ZRANGE', ns .. 'S:' .. ARGV[i], 0, -1)) do
+  local index = ns .. 'S:' .. ARGV[i]
+  local sids = {}
+  if redis.call('TYPE', index)['ok'] == 'zset' then
+    sids = redis.call('ZRANGE', index, 0, -1)
+  end
+  for _, sid in ipairs(sids) do
     local key = ns .. 's:' .. sid .. ':' .. ARGV[i]
-    local value = redis.call('GET', key)
+    local value = redis.call('TYPE', key)['ok'] == 'string' and redis.call('GET', key)
     if value then
       held[#held + 1] = sid
       held[#held + 1] = value
