@@ -15,11 +15,18 @@ With ``--redis``, the same run then measures the broker with its state in a real
 the load generator's core), and a second broker sharing it: the same figures on the first
 broker, and the delivery latency from a report on the first to the event on the second.
 
+With ``--notify-failing``, it then measures ``GET /roster`` latency under a flood of
+transitions (every member flipping blocked <-> working, so that every flip is a spell the
+notifier sees) on a broker without notification targets (the baseline) and on one whose
+one target (``--notify json://...``, delay 0) never answers: a loopback socket that
+accepts and stays silent, so every delivery waits for its timeout (issue 25). No SSE
+subscribers in that part: the roster and the notifier are what is measured.
+
 Goals: in memory (issue 4) >= 2,000 POSTs/s on one core, roster p99 <= 10 ms; with Redis
 (issue 18) >= 1,500 POSTs/s on one core, roster p99 <= 15 ms, cross-broker delivery
 p99 <= 20 ms.
 
-    .venv/bin/python bench/broker.py [--members 1000] [--seconds 5] [--redis]
+    .venv/bin/python bench/broker.py [--members 1000] [--seconds 5] [--redis] [--notify-failing]
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from pathlib import Path
 from codex_presence.broker.team import Role
 from codex_presence.broker.team_file import render_team
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _redis import RedisServer, find_redis_server
 
 HOST = "127.0.0.1"
 BROKER_PID = [0]
@@ -321,6 +330,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--samples", type=int, default=300, help="delivery latency samples")
     parser.add_argument("--redis", action="store_true", help="also with the state in Redis")
+    parser.add_argument(
+        "--notify-failing",
+        action="store_true",
+        help="also: roster p99 under a POST flood, with a notification target that never "
+        "answers vs none",
+    )
+    parser.add_argument(
+        "--only-notify", action="store_true", help="skip the rest: --notify-failing alone"
+    )
     args = parser.parse_args()
     _raise_fd_limit(2 * args.members + 256)
 
@@ -338,6 +356,10 @@ def main() -> None:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"machine: {len(cpus)} CPUs, load average {load} (other work skews the figures)")
 
+        if args.notify_failing or args.only_notify:
+            _bench_notify(args, tokens, team_path, broker_cpu)
+            if args.only_notify:
+                return
         print("\n== in memory (the default)")
         proc = _start_broker(team_path, broker_cpu)
         BROKER_PID[0] = proc.pid
@@ -366,11 +388,7 @@ def _bench_redis(
     broker_cpu: int | None,
     memory: dict[str, float],
 ) -> None:
-    import shutil
-
-    from tests.support.redis_server import RedisServer
-
-    binary = shutil.which("redis-server")
+    binary = find_redis_server()
     if binary is None:
         sys.exit("--redis needs redis-server (apt-get install redis-server)")
     print("\n== with Redis (--redis): broker A under load, broker B sharing its state")
@@ -400,6 +418,75 @@ def _bench_redis(
         f"roster p99 <= 15 ms -> {_met(shared['p99'] <= 15)}; "
         f"cross-broker delivery p99 <= 20 ms -> {_met(d99 <= 20)}"
     )
+
+
+async def _roster_under_flood(
+    port: int, tokens: dict[str, str], seconds: float, concurrency: int
+) -> tuple[float, float, float]:
+    """Roster latency p50/p99 (ms) while ``concurrency`` connections flood transitions;
+    and the POST rate meanwhile."""
+    names = list(tokens)
+    flips = [_post(tokens[n], s) for s in ("blocked", "working") for n in names]
+    roster = _get("/roster", tokens[names[0]])
+    probe = await Conn.open(port)
+    for _ in range(50):
+        await probe.request(roster)
+    lat: list[float] = []
+
+    async def sample() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            status, _ = await probe.request(roster)
+            lat.append((time.perf_counter() - t) * 1000)
+            assert status == 200
+            await asyncio.sleep(0.002)
+
+    flood = asyncio.create_task(_load(port, flips, seconds, concurrency))
+    await sample()
+    rate, _, _ = await flood
+    probe.close()
+    lat.sort()
+    return statistics.median(lat), lat[int(len(lat) * 0.99) - 1], rate
+
+
+def _bench_notify(
+    args: argparse.Namespace, tokens: dict[str, str], team_path: Path, broker_cpu: int | None
+) -> None:
+    import socket
+    import threading
+
+    silent = socket.socket()
+    silent.bind((HOST, 0))
+    silent.listen(4096)  # accepts (the kernel does) and never answers: every send times out
+    target = f"json://{HOST}:{silent.getsockname()[1]}/hook"
+    print("\n== roster under a POST flood, without and with a failing notification target")
+    figures = {}
+    for label, extra in (
+        ("no target", ()),
+        ("a target that never answers", ("--notify", target, "--notify-after", "0")),
+    ):
+        proc = _start_broker(team_path, broker_cpu, *extra)
+        BROKER_PID[0] = proc.pid
+        try:
+            port = _port_of(proc)
+            assert proc.stderr is not None
+            said: list[str] = []
+            threading.Thread(target=said.extend, args=(proc.stderr,), daemon=True).start()
+            p50, p99, rate = asyncio.run(
+                _roster_under_flood(port, tokens, args.seconds, args.concurrency)
+            )
+        finally:
+            _stop(proc)
+        figures[label] = p99
+        dropped = sum("dropping new ones" in line for line in said)
+        print(
+            f"{label:28s}: GET /roster p50 {p50:.2f} ms  p99 {p99:.2f} ms  "
+            f"(POSTs meanwhile {rate:.0f}/s; log lines {len(said)}, overflow warnings {dropped})"
+        )
+    silent.close()
+    ratio = figures["a target that never answers"] / figures["no target"]
+    print(f"roster p99 with the failing target / without: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ In one run it prints:
     state).
 * ``wrap -- yes | head -c 10``: how long wrap takes to exit after ``head`` did (its reader
   gone, wrap must end its child and itself).
-* a SIGKILLed wrap: how long its child's tree outlives it (tests/support/process_tree.py:
+* a SIGKILLed wrap: how long its child's tree outlives it (bench/_process_tree.py:
   a command in the child's group, one in a session of its own, an orphan).
 * ``wrap --record`` with one 100 MB line: wrap's peak RSS, and what the recording keeps of
   the line (an ``oversized`` line with its size).
@@ -310,7 +310,7 @@ def yes_head_exit() -> float:
     return time.perf_counter() - after_head
 
 
-TREE = Path(__file__).resolve().parent.parent / "tests" / "support" / "process_tree.py"
+TREE = Path(__file__).resolve().parent / "_process_tree.py"
 
 
 def alive(pid: int) -> bool:
@@ -323,7 +323,7 @@ def alive(pid: int) -> bool:
 
 def tree_outlives_sigkill() -> float:
     """Seconds the child's tree (a command in its process group, one in a session of its
-    own, an orphan: tests/support/process_tree.py) outlives a SIGKILLed wrap."""
+    own, an orphan: bench/_process_tree.py) outlives a SIGKILLed wrap."""
     wrap = subprocess.Popen(
         [*WRAP, PY, str(TREE), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )

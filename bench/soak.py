@@ -3,7 +3,7 @@ running turns, approvals, long turns and crashes for minutes against one broker.
 
 Set-up: ``codex-presence team init`` makes a team of N members; ``codex-presence broker``
 serves it (a subprocess, default TTL 30 s); every member is a ``codex-presence wrap -v
---broker URL --name mNN -- python tests/support/fake_app_server.py`` subprocess, driven by one
+--broker URL --name mNN -- python bench/_fake_app_server.py`` subprocess, driven by one
 thread of this script acting as its IDE (it starts turns, answers approvals after a think
 time, restarts the wrap when a crash ended it). One more thread holds an SSE subscription
 to the broker and records every activity change it shows, with its arrival time; the
@@ -56,7 +56,7 @@ import orjson
 from httpx_sse import connect_sse
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = [sys.executable, str(ROOT / "tests" / "support" / "fake_app_server.py")]
+FAKE = [sys.executable, str(ROOT / "bench" / "_fake_app_server.py")]
 CLI = [sys.executable, "-m", "codex_presence"]
 HOLD = 1.0
 GRACE = 1.0

@@ -6,7 +6,7 @@ checks the roster at the moments that matter: working once a prompt is sent, blo
 permission dialog is open, working again once it is answered, idle after the turn — and,
 after an interrupt that no hook reports (Esc, "No"), idle by the transcript's marker or
 claude's session file (:data:`INTERRUPT_CAUSES`), not by a fallback. How fast that is, is a
-figure, not a test: README, "Put it in front of Claude Code".
+figure, not a test: docs/benchmarks.md, "Claude Code interrupts".
 Each session's ``--record`` file then replays (``codex-presence replay``'s code) to the same
 sequence of states. Needs claude and tmux (``tests/run.sh`` installs them): without them
 this skips, except under ``CI=true``, where it fails.

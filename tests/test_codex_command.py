@@ -200,7 +200,7 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
 ) -> None:
     import anyio
 
-    from codex_presence.agent.child import FORWARDED_SIGNALS
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
     from codex_presence.agent.tui import session as tui
 
     make = tui.private_directory

@@ -1,23 +1,35 @@
-"""The project's Markdown renders as written (issue 15): every code fence closes cleanly.
+"""The project's Markdown renders as written, and its pages hold together.
 
-A closing fence with text after it is no closing fence: from there on, the rest of the file
-rendered as one code block. Each file is parsed with a CommonMark parser (markdown-it-py),
-and each fenced block must end on a bare fence of its own kind and hold no line that looks
-like one (a fence meant to close it, or the next block's opening, swallowed).
+* Every code fence closes cleanly (issue 15). A closing fence with text after it is no
+  closing fence: from there on, the rest of the file rendered as one code block. Each file
+  is parsed with a CommonMark parser (markdown-it-py), and each fenced block must end on a
+  bare fence of its own kind and hold no line that looks like one (a fence meant to close
+  it, or the next block's opening, swallowed).
+* Every relative link of the README and ``docs/`` resolves (issue 22): the file it names
+  exists, and so does the heading its ``#anchor`` names (GitHub's anchors). The README is a
+  quick start that points into ``docs/``: a page moved, renamed or retitled must not leave
+  a link to nothing.
+* The README stays a quick start: at most 200 lines.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from itertools import pairwise
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted(
     [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("fixtures/**/README.md")]
 )
+PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")])
+README_MAX_LINES = 200
 
 
 def fence_problems(text: str) -> list[str]:
@@ -62,3 +74,86 @@ def test_the_check_finds_a_closing_fence_with_text_after_it() -> None:
     ]
     fine = "- a list:\n  ```sh\n  make\n  ```\n\n````md\n```sh\nshown\n```\n````\n"
     assert fence_problems(fine) == []
+
+
+def _inline_text(token: Token) -> str:
+    return "".join(child.content for child in token.children or ())
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``text``: the heading's text, lower-cased,
+    without punctuation, spaces made dashes; a repeated one gets ``-1``, ``-2``..."""
+    seen: Counter[str] = Counter()
+    found = set()
+    tokens = MarkdownIt("commonmark").parse(text)
+    for opening, inline in pairwise(tokens):
+        if opening.type != "heading_open":
+            continue
+        slug = re.sub(r"[^\w\- ]", "", _inline_text(inline).strip().lower()).replace(" ", "-")
+        found.add(f"{slug}-{seen[slug]}" if seen[slug] else slug)
+        seen[slug] += 1
+    return found
+
+
+def link_targets(text: str) -> list[str]:
+    """Every link and image target of ``text``, in order."""
+    targets = []
+    for token in MarkdownIt("commonmark").parse(text):
+        for child in token.children or ():
+            if child.type == "link_open":
+                targets.append(str(child.attrs["href"]))
+            elif child.type == "image":
+                targets.append(str(child.attrs["src"]))
+    return targets
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` that lead nowhere, one line each."""
+    problems = []
+    text = page.read_text(encoding="utf-8")
+    for target in link_targets(text):
+        parts = urlsplit(target)
+        if parts.scheme or parts.netloc:
+            continue  # the web: not ours to check here
+        path = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+        if not path.exists():
+            problems.append(f"{target}: no such file")
+        elif parts.fragment and (
+            path.suffix != ".md"
+            or unquote(parts.fragment) not in anchors(path.read_text(encoding="utf-8"))
+        ):
+            problems.append(f"{target}: no heading with that anchor")
+    return problems
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_between_the_pages_resolves(path: Path) -> None:
+    assert broken_links(path) == []
+
+
+def test_the_check_finds_a_link_to_nothing(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# The other page\n\n## A `code` part: here\n\n## A\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n## A\n\n[ok](other.md) [ok](other.md#a-code-part-here) [ok](#a) "
+        "[ok](other.md#a) [ok](https://example.com/missing.md)\n\n"
+        "[gone](missing.md) [no anchor](other.md#nowhere) [self](#a-1) ![img](gone.png)\n"
+    )
+    assert broken_links(page) == [
+        "missing.md: no such file",
+        "other.md#nowhere: no heading with that anchor",
+        "#a-1: no heading with that anchor",
+        "gone.png: no such file",
+    ]
+    assert anchors("# A\n\n# A\n") == {"a", "a-1"}
+
+
+def test_the_readme_stays_a_quick_start() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move the detail to docs/"
+
+
+def test_the_readme_links_every_page_of_the_docs() -> None:
+    readme = set(link_targets((ROOT / "README.md").read_text(encoding="utf-8")))
+    pages = {f"docs/{page.name}" for page in ROOT.glob("docs/*.md")}
+    assert pages - readme == set()

@@ -2,7 +2,7 @@
 the child or wrap itself dying; a client that hangs up early; a record target that fails.
 
 Every test runs the real ``codex-presence wrap`` around the scripted app-server
-(``tests/support/fake_app_server.py``), behind ``tests/support/tee_child.py`` so that what
+(``bench/_fake_app_server.py``), behind ``tests/support/tee_child.py`` so that what
 the child wrote is witnessed independently of wrap and compared with what the client
 received. Broker
 faults come from :class:`FaultProxy`, a small TCP proxy on loopback in front of a real
@@ -188,25 +188,39 @@ def recover(
 # -- broker faults during a live turn ---------------------------------------------------------
 
 
-def test_a_url_that_is_not_a_broker_never_touches_the_session() -> None:
+def test_a_url_that_is_not_a_broker_never_touches_the_session(tmp_path: Path) -> None:
     started = b'{"method":"turn/started","params":{"threadId":"a","turn":{"id":"t"}}}\n'
+    go = tmp_path / "go"  # the child lives until wrap has said what the URL is, however slow
     child = (
-        "import sys, time; out = sys.stdout.buffer"
+        "import os, sys, time; out = sys.stdout.buffer"
         f"; out.write({started!r} + sys.stdin.buffer.read()); out.flush()"
-        "; time.sleep(1); out.write(b'child-done\\n')"
+        f"; [time.sleep(0.02) for _ in range(3000) if not os.path.exists({str(go)!r})]"
+        "; out.write(b'child-done\\n')"
     )
-    with not_a_broker() as url:
-        result = subprocess.run(
+    said = b"/whoami answered 200 without a member name (text/html)"
+    given = tmp_path / "stdin"
+    given.write_bytes(b"hello\n")
+    with not_a_broker() as url, given.open("rb") as stdin:
+        proc = subprocess.Popen(
             [PY, "-m", "codex_presence", "wrap", "--broker", url, "--", PY, "-c", child],
-            input=b"hello\n",
-            capture_output=True,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=wrap_env(TOKEN),
-            timeout=60,
         )
-    assert result.stdout == started + b"hello\nchild-done\n"
-    assert result.returncode == 0
-    assert b"/whoami answered 200 without a member name (text/html)" in result.stderr
-    assert b"Traceback" not in result.stderr
+        assert proc.stderr is not None
+        stderr = b""
+        for line in proc.stderr:  # ends when wrap ends: then the assertion below says why
+            stderr += line
+            if said in line:
+                break
+        go.touch()
+        out, rest = proc.communicate(timeout=60)
+    stderr += rest
+    assert out == started + b"hello\nchild-done\n"
+    assert proc.returncode == 0
+    assert said in stderr
+    assert b"Traceback" not in stderr
 
 
 @pytest.mark.anyio

@@ -61,7 +61,7 @@ KEY_ITEM = "codexPresenceSessionKey"
 """Where the page keeps its session key (localStorage)."""
 SCREENSHOTS = os.environ.get("CODEX_PRESENCE_SCREENSHOTS")
 """A directory: the tests that show the page working, blocked and stale write their
-pictures there (``docs/``, for the README). Unset, nothing is written."""
+pictures there (``docs/``, for the README and docs/broker.md). Unset, nothing is written."""
 
 
 def screenshot(page: Page, name: str, store_url: str | None = None) -> None:

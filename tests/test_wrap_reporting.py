@@ -112,9 +112,10 @@ def test_child_exit_mid_turn_reports_idle_and_keeps_the_exit_status() -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         WrapProcess(options(broker), env=TOKEN) as wrap,
     ):
-        wrap.start_turn(1, deltas=50, delay_ms=20, crash="before_end")
+        wrap.start_turn(1, deltas=3, crash="when_told")
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: member(broker).get("activity") == "working")
+        wrap.send({"method": "fake/crash"})  # the turn still runs: the child dies in it
         start = time.monotonic()
         assert wrap.proc.wait(20) == 3  # the child's status
         eventually(lambda: "activity" not in member(broker), within=5)

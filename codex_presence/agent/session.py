@@ -17,11 +17,11 @@ websocket, HTTP hooks) and in nothing else. What they share is here, written onc
   analysis guard and that last transition is delivered before the companions are left, so
   the link reports idle on its way out and a bug in the close cannot freeze the state.
 * **Signals** (:meth:`Session.forward_signals`): SIGINT, SIGTERM and SIGHUP are passed on
-  by :class:`~codex_presence.agent.child.SignalForwarding`'s one rule.
+  by :class:`~codex_presence.agent.signals.SignalForwarding`'s one rule.
 * **The recording's end** (:func:`finish_recording`): the recorder is told the session's
   end and waited for, off the event loop, with a warning when it cannot complete.
 * **A command that cannot run** ends the session with a shell's status, said on the log
-  (:func:`~codex_presence.agent.child.cannot_run`: 127 if it was not found, else 126).
+  (:func:`~codex_presence.agent.signals.cannot_run`: 127 if it was not found, else 126).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from codex_presence.agent.child import FORWARDED_SIGNALS, SignalForwarding
+from codex_presence.agent.signals import FORWARDED_SIGNALS, SignalForwarding
 from codex_presence.core.activity import Transition
 
 if TYPE_CHECKING:

@@ -287,6 +287,11 @@ class RedisStore:
             changed=self._changed,
         )
 
+    @property
+    def link(self) -> RedisLink:
+        """The link this store keeps (the notifier's claims share it)."""
+        return self._link
+
     # -- reads: the mirror ---------------------------------------------------------------
 
     def connection(self, name: str) -> Connection:

@@ -44,6 +44,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import anyio
 import orjson
@@ -67,13 +68,24 @@ from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
 
-__all__ = ["Authenticator", "Broker", "bearer_token"]
+__all__ = ["ActivityWatcher", "Authenticator", "Broker", "bearer_token"]
 
 logger = logging.getLogger("codex_presence.broker")
 
 Authenticator = Callable[[Request], Awaitable["Member | None"]]
 """Maps a request to the member it is authenticated as, or None; may raise
 :class:`~codex_presence.broker.store.StoreUnavailable` (503) when it cannot tell."""
+
+
+class ActivityWatcher(Protocol):
+    """Told each member's activity as the broker publishes it, and every member's once the
+    state was (re)read in full; runs beside the fan-out. The notifier
+    (:mod:`codex_presence.broker.notify`) is one. :meth:`observe` must not wait."""
+
+    def observe(self, name: str, state: ActivityState, since_ms: int | None) -> None: ...
+
+    async def run(self) -> None: ...
+
 
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
@@ -120,6 +132,7 @@ class Broker:
         fanout_interval: float = FANOUT_INTERVAL,
         keepalive: float = KEEPALIVE,
         session_grace: float = SESSION_GRACE,
+        watcher: ActivityWatcher | None = None,
     ) -> None:
         if not session_grace >= 0:
             raise ValueError(f"the session grace must be 0 or more, not {session_grace!r}")
@@ -127,6 +140,7 @@ class Broker:
         self.session_grace = session_grace
         self._bound: dict[tuple[str, str], int] = {}
         """Open subscriptions here per (member, session) they are bound to."""
+        self.watcher = watcher
         if store is None:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
@@ -294,6 +308,13 @@ class Broker:
         self._shown = {n: a for n in self._names if (a := self.store.activity(n)) is not _IDLE}
         self.version += 1  # no log entry at this version: since() sends the roster
         self._wake_all()
+        self._watch_all()
+
+    def _watch_all(self) -> None:
+        if self.watcher is not None:
+            for name in self._names:
+                state, since, _ = self.store.activity_entry(name)
+                self.watcher.observe(name, state, since)
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -336,6 +357,9 @@ class Broker:
                 self._shown.pop(name, None)
             else:
                 self._shown[name] = ACTIVITY_STATES[activity]
+            if self.watcher is not None:
+                state = _IDLE if activity is None else ACTIVITY_STATES[activity]
+                self.watcher.observe(name, state, p.get("activitySince"))
             parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))
         self._dirty.clear()
         self._append(b"".join(parts))
@@ -367,6 +391,9 @@ class Broker:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.store.run, self)
                 tg.start_soon(self.run_fanout)
+                if self.watcher is not None:
+                    self._watch_all()
+                    tg.start_soon(self.watcher.run)
                 task_status.started()
                 started = True
         except Exception:

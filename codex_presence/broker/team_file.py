@@ -48,6 +48,7 @@ __all__ = [
     "parse_member_spec",
     "parse_team",
     "private_directory",
+    "read_team_file",
     "refuse_control_characters",
     "render_team",
     "state_dir",
@@ -65,6 +66,12 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 def load_team(path: str | os.PathLike[str]) -> Team:
     """Read and validate a team file."""
+    return parse_team(read_team_file(path), source=str(path))
+
+
+def read_team_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed TOML of a team file, unchecked (:class:`TeamError` if it cannot be read):
+    what :func:`parse_team` checks, and other sections (``[[notify]]``) are read from."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -77,7 +84,7 @@ def load_team(path: str | os.PathLike[str]) -> Team:
         raise TeamError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise TeamError(f"{path}: not valid TOML: {exc}") from None
-    return parse_team(data, source=str(path))
+    return data
 
 
 def parse_team(data: Mapping[str, Any], *, source: str = "team file") -> Team:

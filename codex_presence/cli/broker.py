@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from codex_presence.broker.notify import Notifier
     from codex_presence.broker.sessions import SessionStore
     from codex_presence.broker.store import Store
     from codex_presence.broker.team import Team
@@ -24,12 +25,19 @@ With --redis, the broker keeps the team's presence and browser sessions in Redis
 several brokers with the same team file show one roster and a restart loses nothing
 (needs the redis extra: pip install 'codex-presence[redis]'). Put a Redis password in
 CODEX_PRESENCE_REDIS rather than on the command line, which others can read.
+
+With --notify URL (repeatable; apprise's URLs: json://, ntfys://, slack://, ...) or
+[[notify]] entries in the team file, the broker tells operators of a member blocked for
+--notify-after seconds (needs the notify extra: pip install 'codex-presence[notify]'; see
+docs/notifications.md). A URL holds secrets: prefer the team file (mode 0600) or
+CODEX_PRESENCE_NOTIFY (URLs separated by spaces) to the command line.
 """
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE, MIN_TTL, SESSION_GRACE
     from codex_presence.broker.limits import BrokerLimits
+    from codex_presence.core.notify_policy import DEFAULT_AFTER
 
     max_connections = BrokerLimits().max_connections
 
@@ -84,6 +92,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="codex-presence",
         help="what every Redis key starts with, before the team name (default: "
         "codex-presence); deployments sharing one Redis and a team name need their own",
+    )
+    parser.add_argument(
+        "--notify",
+        metavar="URL",
+        action="append",
+        help="notify this target (an apprise URL) of a member blocked --notify-after seconds; "
+        "repeatable",
+    )
+    parser.add_argument(
+        "--notify-after",
+        type=float,
+        default=DEFAULT_AFTER,
+        metavar="SECONDS",
+        help=f"how long a member is blocked before --notify targets hear of it (default: "
+        f"{DEFAULT_AFTER:g})",
+    )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the roster page's address as operators reach it (behind a proxy): notifications "
+        "link to it",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -172,6 +201,59 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     return store, RedisSessions(link)
 
 
+def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Notifier | None:
+    """The notifier of ``--notify`` and the team file's ``[[notify]]`` (None: no target)."""
+    import math
+    from urllib.parse import urlsplit
+
+    from codex_presence.broker.notify_config import command_line_targets, parse_notify
+    from codex_presence.broker.team import TeamError
+    from codex_presence.broker.team_file import read_team_file
+    from codex_presence.cli.main import UsageError
+
+    if not (math.isfinite(args.notify_after) and args.notify_after >= 0):
+        raise UsageError("--notify-after must be a number of seconds >= 0")
+    urls = [args.notify] if isinstance(args.notify, str) else (args.notify or [])
+    urls = [url for given in urls for url in given.split()]  # the variable: several
+    targets = command_line_targets(urls, after=args.notify_after)
+    if args.team:
+        try:
+            targets += parse_notify(read_team_file(args.team), team, source=args.team)
+        except TeamError as exc:
+            raise UsageError(str(exc)) from None
+    link = args.public_url
+    if link is not None and urlsplit(link).scheme not in ("http", "https"):
+        raise UsageError("--public-url must be an http:// or https:// URL")
+    if not targets:
+        return None
+    try:
+        from codex_presence.broker.notify import Notifier
+        from codex_presence.broker.notify_apprise import AppriseSender
+    except ImportError:
+        raise UsageError(
+            "notification targets need the notify extra: pip install 'codex-presence[notify]'"
+        ) from None
+    claims = None
+    if store is not None:
+        from codex_presence.broker.notify_redis import RedisClaims
+        from codex_presence.broker.redis_store import RedisStore
+
+        if isinstance(store, RedisStore):
+            claims = RedisClaims(store.link)
+    sender = AppriseSender()
+    for number, target in enumerate(targets, 1):
+        try:
+            sender.masked(target.url)
+        except ValueError as exc:  # never quotes the URL: it holds secrets
+            where = target.name or f"notification target {number}"
+            raise UsageError(f"{where}: {exc}") from None
+    notifier = Notifier(targets, team=team.name, sender=sender, claims=claims, link=link)
+    logging.getLogger("codex_presence.notify").info(
+        "notifying %s", ", ".join(t.label for t in notifier.targets)
+    )
+    return notifier
+
+
 def run(args: argparse.Namespace) -> int:
     import socket
     import sys
@@ -182,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence.broker.app import create_app
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
+    from codex_presence.broker.notify import notify_routes
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError
@@ -226,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
+    notifier = _notifier(args, team, store)
     web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
     broker = Broker(
         team=team,
@@ -234,8 +318,10 @@ def run(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         session_grace=args.session_grace,
         authenticators=[web.authenticate],
+        watcher=notifier,
     )
-    app = create_app(broker, limits=limits, routes=web.routes(broker))
+    routes = [*web.routes(broker), *notify_routes(broker, notifier)]
+    app = create_app(broker, limits=limits, routes=routes)
 
     try:
         sock = listen_socket(args.host, args.port)

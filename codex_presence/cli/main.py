@@ -38,6 +38,7 @@ _COMMANDS: dict[str, str] = {
     "doctor": "codex_presence.cli.doctor",
     "broker": "codex_presence.cli.broker",
     "team": "codex_presence.cli.team",
+    "notify": "codex_presence.cli.notify",
     "roster": "codex_presence.cli.roster",
     "mcp": "codex_presence.cli.mcp",
     "demo": "codex_presence.cli.demo",
@@ -55,6 +56,7 @@ working or blocked?
   doctor   check that codex-presence classifies everything your codex can send
   broker   run the reference presence broker (with the live roster page at /)
   team     make a team file with fresh member tokens
+  notify   send a test notification to a target the broker would notify
   roster   print the team roster from a broker, once or live
   mcp      serve the roster MCP tool over stdio (for codex's [mcp_servers])
   demo     the whole system on one machine, from a bundled real session

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from codex_presence._env import TOKEN_ENV
-    from codex_presence.agent.child import cannot_run, forget_env, launch, open_private
+    from codex_presence.agent.child import forget_env, launch, open_private
+    from codex_presence.agent.signals import cannot_run
 
     if args.log_file:  # a bad --log-file is a usage error: before anything runs
         try:
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                 "the child ended before the analysis loaded, with nothing to analyse"
             )
             pump.close()
-            from codex_presence.agent.child import exit_status
+            from codex_presence.agent.signals import exit_status
 
             return exit_status(returncode)
     import anyio

@@ -40,11 +40,10 @@ import orjson
 
 from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
 from codex_presence.core.claude.protocol import ClaudeSource
-from codex_presence.core.codex.protocol import Direction
+from codex_presence.core.codex.protocol import CONNECTION_EVENTS, ConnectionEvent, Direction
 
 __all__ = [
     "CLAUDE_SOURCES",
-    "CONNECTION_EVENTS",
     "ConnectionEvent",
     "Entry",
     "RecordingFormat",
@@ -62,9 +61,6 @@ __all__ = [
 ]
 
 RecordingFormat = Literal["recording", "server-stdout"]
-ConnectionEvent = Literal["open", "hangup", "lost"]
-"""What a connection line says happened to a client connection."""
-CONNECTION_EVENTS: tuple[ConnectionEvent, ...] = ("open", "hangup", "lost")
 
 Source = Direction | ClaudeSource
 """A recording line's ``from``: a codex session's direction, or a Claude Code source."""

@@ -5,122 +5,35 @@ off, stopped (or killed, or restarted on the same port) when the test says::
         with running_broker(team=TEAM, redis=redis.url) as broker: ...
         redis.restart()  # empty again: persistence is off
 
-The binary is Debian's ``redis-server`` (``tests/run.sh`` installs it); without it a test
-is skipped, and fails under ``CI=true``. A port cannot be handed to redis-server bound, so
-one is picked free and the start is retried on another if someone took it meanwhile.
+The process is ``bench/_redis.py``'s :class:`RedisServer` (the benchmarks start theirs
+with it too, without the test dependencies); this module adds the tests' rule for the
+binary, Debian's ``redis-server`` (``tests/run.sh`` installs it): without it a test is
+skipped, and fails under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from bench._redis import RedisServer, find_redis_server
+
 __all__ = ["RedisServer", "redis_server", "require_redis_server"]
 
 
 def require_redis_server() -> str:
     """The path of ``redis-server``; skips the test without it (fails under CI=true)."""
-    path = os.environ.get("CODEX_PRESENCE_TEST_REDIS_SERVER") or shutil.which("redis-server")
+    path = find_redis_server()
     if path is None:
         msg = "redis-server is missing (apt-get install redis-server)"
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """One redis-server process (and its successors after :meth:`restart`)."""
-
-    def __init__(self, binary: str, workdir: Path) -> None:
-        self._binary = binary
-        self._workdir = workdir
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        """Start on :attr:`port` (a free one the first time)."""
-        for _ in range(5):
-            port = self.port or _free_port()
-            proc = subprocess.Popen(
-                [
-                    self._binary,
-                    "--port", str(port),
-                    "--bind", "127.0.0.1",
-                    "--save", "",
-                    "--appendonly", "no",
-                    "--dir", str(self._workdir),
-                    "--loglevel", "warning",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            deadline = time.monotonic() + 10
-            while proc.poll() is None and not _ping(port) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if proc.poll() is None and _ping(port):
-                self.port, self.proc = port, proc
-                return
-            proc.kill()
-            proc.wait(10)
-            time.sleep(0.2)  # a restart keeps its port: give it time to free up
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self, *, kill: bool = False) -> None:
-        """Stop it (SIGKILL with ``kill``: no goodbye to its clients)."""
-        if self.proc is None:
-            return
-        if kill:
-            self.proc.kill()  # a paused one too
-        else:
-            self.proc.terminate()
-        self.proc.wait(10)
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP: a Redis that hangs (its connections stay open, nothing answers)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT: it answers again, with everything it held."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
-    def restart(self, *, down_for: float = 0.0) -> None:
-        """Kill it, wait ``down_for`` seconds, and start it again on the same port, empty."""
-        self.stop(kill=True)
-        time.sleep(down_for)
-        self.start()
 
 
 @contextmanager

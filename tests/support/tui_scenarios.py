@@ -5,10 +5,10 @@ Each scenario drives the keys, and at each checkpoint checks what a teammate see
 member's activity on the broker's roster (``GET /roster``), converging within a generous
 bound (:func:`tests.support.waiting.eventually`), and, where the point is *what* ends the
 work (Esc, /exit, the app-server's death), the cause the command logged for it. How fast
-is a figure, not a test (``bench/tui.py``; README). The same code records the fixtures of
-``fixtures/codex-tui-<version>/``: ``NAME.jsonl`` (the command's own ``--record``),
-``NAME.screens.txt`` (screens, and the scenario's marks on the recording's clock, for
-writing the expected timeline by hand).
+is a figure, not a test (``bench/tui.py``; ``docs/benchmarks.md``). The same code records
+the fixtures of ``fixtures/codex-tui-<version>/``: ``NAME.jsonl`` (the command's own
+``--record``), ``NAME.screens.txt`` (screens, and the scenario's marks on the recording's
+clock, for writing the expected timeline by hand).
 
 ``python -m tests.support.tui_scenarios [--codex BIN] [--out DIR] [NAME ...]`` records them.
 """

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 HERE = Path(__file__).resolve().parent
-FAKE_APP_SERVER = [sys.executable, str(HERE / "fake_app_server.py")]
+FAKE_APP_SERVER = [sys.executable, str(HERE.parents[1] / "bench" / "_fake_app_server.py")]
 
 
 def wrap_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -10,7 +10,7 @@ skeleton's (:mod:`codex_presence.agent.session`).
 * **Nothing is proxied.** claude gets our terminal (stdin, stdout, stderr) and stays in our
   process group, which is the terminal's foreground group, so it reads keys, resizes and
   suspends as if run directly. Signals follow the shells' one rule
-  (:class:`~codex_presence.agent.child.SignalForwarding`): a Ctrl-C typed in the terminal
+  (:class:`~codex_presence.agent.signals.SignalForwarding`): a Ctrl-C typed in the terminal
   reached claude itself and is not sent again (claude takes a second one as "exit"); a
   SIGINT sent to us alone, SIGTERM and SIGHUP are forwarded; the second SIGINT forwarded
   kills claude. claude, and every process it starts, dies with us, however we end (its
@@ -49,13 +49,7 @@ import anyio
 import orjson
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import (
-    SignalForwarding,
-    cannot_run,
-    exit_status,
-    spawn,
-    wait_child,
-)
+from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.hook_server import HookServer
 from codex_presence.agent.recorder import Recorder, start_recorder
@@ -66,6 +60,7 @@ from codex_presence.agent.session import (
     finish_recording,
     log_transition,
 )
+from codex_presence.agent.signals import SignalForwarding, cannot_run, exit_status
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude.mapping import ClaudeMapping
 from codex_presence.core.claude.protocol import ClaudeSource, with_hooks

@@ -24,7 +24,7 @@ Then (:meth:`TuiSession.run`) the companions (the broker link) and the relay: a 
 connection that comes before INNER accepts waits for it.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to the TUI by the shells' one rule
-(:class:`~codex_presence.agent.child.SignalForwarding`; those that come while it starts,
+(:class:`~codex_presence.agent.signals.SignalForwarding`; those that come while it starts,
 once it is there); the observers, companions and end are the shells' skeleton's
 (:mod:`codex_presence.agent.session`). The end comes with the first of:
 
@@ -60,16 +60,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import (
-    FORWARDED_SIGNALS,
-    Child,
-    ProcessTree,
-    SignalForwarding,
-    cannot_run,
-    exit_status,
-    spawn,
-    wait_child,
-)
+from codex_presence.agent.child import Child, ProcessTree, spawn, wait_child
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
     Companion,
@@ -78,6 +69,12 @@ from codex_presence.agent.session import (
     finish_recording,
     log_transition,
     log_unknown,
+)
+from codex_presence.agent.signals import (
+    FORWARDED_SIGNALS,
+    SignalForwarding,
+    cannot_run,
+    exit_status,
 )
 from codex_presence.agent.tui.sockets import (
     accepts,

@@ -49,10 +49,11 @@ import anyio
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.recorder import Recorder
 from codex_presence.core.activity import Transition
-from codex_presence.core.codex.mapping import CodexMapping, Direction
+from codex_presence.core.codex.mapping import CodexMapping
 from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.codex.protocol import ConnectionEvent, Direction
 from codex_presence.core.codex.websocket import HANGUP, ClientLinks, MessageReader, RequestHead
-from codex_presence.core.recording import ConnectionEvent, encode_connection, encode_entry
+from codex_presence.core.recording import encode_connection, encode_entry
 
 __all__ = ["WsRelay"]
 

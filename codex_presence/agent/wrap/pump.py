@@ -48,15 +48,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
-from codex_presence.agent.child import (
-    FORWARDED_SIGNALS,
-    Child,
-    Launched,
-    SignalForwarding,
-    cannot_run,
-    launch,
-    relay_log,
-)
+from codex_presence.agent.child import Child, Launched, launch, relay_log
+from codex_presence.agent.signals import FORWARDED_SIGNALS, SignalForwarding, cannot_run
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:

@@ -38,13 +38,14 @@ from contextlib import suppress
 import anyio
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import exit_status, wait_child
+from codex_presence.agent.child import wait_child
 from codex_presence.agent.session import Companion, Observer, Session, log_transition, log_unknown
+from codex_presence.agent.signals import exit_status
 from codex_presence.agent.wrap.pump import CHUNK_SIZE, Pump
 from codex_presence.core.codex.mapping import CodexMapping
 from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE, ChunkAnalyzer
 
-__all__ = ["WrapSession", "exit_status"]
+__all__ = ["WrapSession"]
 
 
 class WrapSession:

@@ -19,6 +19,7 @@ __all__ = [
     "ACTIVE_STATUS",
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
+    "CONNECTION_EVENTS",
     "ITEM_TYPE_PREFIX",
     "MESSAGE_START",
     "METHOD_PREFIX",
@@ -32,12 +33,18 @@ __all__ = [
     "TITLE_THREAD_SOURCE",
     "TOOL_ITEM_TYPES",
     "WAITING_FLAGS",
+    "ConnectionEvent",
     "Direction",
     "skips_unparsed",
 ]
 
 Direction = Literal["client", "server"]
 """``server`` is what ``codex app-server`` writes; ``client`` is what its client writes to it."""
+
+ConnectionEvent = Literal["open", "hangup", "lost"]
+"""What happened to one client connection of the TUI's socket (a recording's connection line
+says it too): it opened, the client hung up, or it was lost without a word."""
+CONNECTION_EVENTS: tuple[ConnectionEvent, ...] = ("open", "hangup", "lost")
 
 TOOL_ITEM_TYPES: frozenset[str] = frozenset(
     {

@@ -29,8 +29,7 @@ from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, TextMessage
 from wsproto.utilities import ProtocolError
 
-from codex_presence.core.codex.protocol import Direction
-from codex_presence.core.recording import ConnectionEvent
+from codex_presence.core.codex.protocol import ConnectionEvent, Direction
 
 __all__ = [
     "COMPRESSION_HEADER",

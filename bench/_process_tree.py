@@ -1,10 +1,11 @@
-"""A child with a tree below it, as codex has one: ``python tests/support/process_tree.py
-[wait]``.
+"""A child with a tree below it, as codex has one: ``python bench/_process_tree.py [wait]``.
 
 It starts three sleepers: one in its own process group, one in a session of its own (as codex
 starts its commands), and one in a session of its own whose parent exits at once (an orphan,
 re-parented away from it). It prints its own pid and theirs on one line, then exits, or with
-``wait`` sleeps too. For the tests and the benchmark of the child's death with wrap.
+``wait`` sleeps too. For the benchmark of the child's death with wrap (``bench/relay.py``)
+and the tests of it (``tests/test_relay.py``); it lives here, standard library only, so that
+the benchmark runs without the test dependencies.
 """
 
 from __future__ import annotations

@@ -9,10 +9,14 @@ decides anything itself; the client (a test or the soak driver) decides through 
 ``turn/start`` params:
 
 ``{"threadId": ..., "input": [...], "script": {"approval": bool, "deltas": int,
-"delay_ms": int, "crash": "before_end" | null}}``
+"delay_ms": int, "crash": "before_end" | "when_told" | null}}``
 
-``crash`` makes the process exit abruptly (status 3) in the middle of the turn. Run it as
-``python tests/support/fake_app_server.py``.
+``crash`` makes the process exit abruptly (status 3) in the middle of the turn: after the
+command's output (``before_end``), or once the client sends ``{"method": "fake/crash"}``
+after it (``when_told``: a test that must see the turn running first). Run it as
+``python bench/_fake_app_server.py``. It lives in ``bench/`` (standard library and orjson
+only) so that the soak benchmark runs without the test dependencies; the tests run it too
+(``tests/support/wrap_harness.py``).
 """
 
 from __future__ import annotations
@@ -101,7 +105,11 @@ def run_turn(request: dict[str, Any]) -> None:
     for k in range(int(script.get("deltas", 5))):
         time.sleep(delay)
         note("item/commandExecution/outputDelta", **ids, itemId=command["id"], delta=f"line {k}\n")
-    if script.get("crash") == "before_end":
+    if script.get("crash") == "when_told":
+        for line in inp:
+            if b'"fake/crash"' in line:
+                break
+    if script.get("crash") in ("before_end", "when_told"):
         os._exit(3)
     note("item/completed", item={**command, "status": "completed", "exitCode": 0}, **ids)
     message = {"type": "agentMessage", "id": f"msg-{turn[:8]}", "text": ""}

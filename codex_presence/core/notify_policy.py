@@ -1,0 +1,300 @@
+"""Who is told what, and when: the broker's notification policy, sans-I/O.
+
+"Blocked" exists so that a person looks; a notification reaches that person where they are
+(issue 25). The policy is fed each member's activity as the broker shows it (the state and
+since when it holds, as ``GET /roster`` says), and a session's death when the broker sees
+one, and answers, for a given ``now``, which notices are due and until when nothing is:
+
+* **blocked** ("needs input"): a member blocked for at least a target's ``after`` seconds is
+  announced once per blocked spell (an *episode*: one ``activitySince``), so an approval
+  answered at once pings nobody. With ``repeat`` > 0, a spell that goes on is announced
+  again every ``repeat`` seconds, never more often: an hour's wait is not a minute's spam.
+  Reminders fall on a grid from the spell's start (so every broker names them alike); a
+  slot less than ``repeat`` after the notice before it is skipped, and a policy that first
+  sees a spell late (a broker restarted) announces the latest slot only, never the missed.
+* **answered** ("back to work", or "no longer needs input" when the member went idle): the
+  end of a spell that was announced to that target, for the targets that ask for it; a
+  spell answered within the delay was never announced, so its end is not either.
+* **lost** ("session lost"): a member whose session died while working or blocked, at once.
+  The broker cannot see a runner's death yet (the sessions issue); :meth:`NotifyPolicy.lost`
+  is the hook it will call.
+
+Each target picks its members (all, or named) and its events. Every notice carries a
+:attr:`Notice.key` made of what every broker of a team sees alike (the target's id, the
+member, the event, the spell's start, the reminder's number), so that brokers sharing
+Redis claim each event under the same name and send it once.
+
+Members run with ``--no-trace`` are never announced: their runner reports no activity, so
+the broker never sees them blocked (or working); it cannot tell them apart from an idle
+member, and does not need to.
+
+:class:`NotifyPolicy` knows no sockets or clocks: ``now`` (unix seconds) is passed in, as in
+:mod:`codex_presence.core.report_policy`. The I/O shell is
+:mod:`codex_presence.broker.notify`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from codex_presence._wire import ActivityState
+
+__all__ = [
+    "DEFAULT_AFTER",
+    "Due",
+    "Notice",
+    "NotifyEvent",
+    "NotifyPolicy",
+    "Rule",
+    "Wait",
+    "event_words",
+    "message",
+]
+
+DEFAULT_AFTER = 60.0
+"""Seconds a member is blocked before a target hears of it: long enough for an approval
+answered at once (or a prompt answered over a coffee) to ping nobody."""
+
+
+class NotifyEvent(enum.StrEnum):
+    """What a target can ask to be told of (the team file's ``on = [...]``)."""
+
+    BLOCKED = "blocked"
+    """A member needs input, for at least the target's delay."""
+    ANSWERED = "answered"
+    """An announced spell of blocked ended (answered, or the member went idle)."""
+    LOST = "lost"
+    """A member's session died while working or blocked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What one target wants."""
+
+    after: float = DEFAULT_AFTER
+    """Seconds blocked before the first notice."""
+    members: frozenset[str] | None = None
+    """Whose activity (None: every member's)."""
+    on: frozenset[NotifyEvent] = frozenset({NotifyEvent.BLOCKED})
+    repeat: float = 0.0
+    """Seconds between reminders while a spell goes on (0: none, once per spell)."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.after) and self.after >= 0):
+            raise ValueError(f"'after' must be a number of seconds >= 0, not {self.after!r}")
+        if not (math.isfinite(self.repeat) and self.repeat >= 0):
+            raise ValueError(f"'repeat' must be a number of seconds >= 0, not {self.repeat!r}")
+
+    def wants(self, member: str, event: NotifyEvent) -> bool:
+        return event in self.on and (self.members is None or member in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Tell target number ``target`` that ``member`` ... (``event``)."""
+
+    target: int
+    member: str
+    event: NotifyEvent
+    since_ms: int
+    """Blocked: since when; answered: when the spell ended; lost: when the death was seen
+    (unix ms)."""
+    state: ActivityState
+    """The member's state the notice speaks of: blocked; after a spell, what followed (so
+    the words can say "back to work" or "no longer needs input"); lost: the state it died
+    in."""
+    key: str
+    """The event's name, the same on every broker of the team (the claim's key)."""
+    blocked_since_ms: int | None = None
+    """For ``answered``: when the spell began."""
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """Deliver these now."""
+
+    notices: tuple[Notice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing is due before ``until`` (unix seconds; None: until something changes)."""
+
+    until: float | None
+
+
+def event_words(notice: Notice) -> str:
+    """What happened, in a few words: "needs input", "back to work", ..."""
+    if notice.event is NotifyEvent.BLOCKED:
+        return "needs input"
+    if notice.event is NotifyEvent.ANSWERED:
+        if notice.state is ActivityState.WORKING:
+            return "back to work"
+        return "no longer needs input"
+    return "session lost"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def _clock_time(ms: int) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def message(notice: Notice, *, team: str, now: float, link: str | None = None) -> tuple[str, str]:
+    """A notice's title and body: who, what, since when (and for how long as of ``now``),
+    the team, and the roster page's address when the broker knows it. The state only,
+    never anything of the session's content, as every other surface."""
+    who, what = notice.member, event_words(notice)
+    title = f"{who}: {what}"
+    if notice.event is NotifyEvent.BLOCKED:
+        held = _duration(now - notice.since_ms / 1000)
+        body = f"{who} needs input since {_clock_time(notice.since_ms)} ({held})"
+    elif notice.event is NotifyEvent.ANSWERED:
+        began = notice.blocked_since_ms if notice.blocked_since_ms is not None else 0
+        waited = _duration((notice.since_ms - began) / 1000)
+        body = f"{who} is {what} since {_clock_time(notice.since_ms)} (waited {waited})"
+    else:
+        body = (
+            f"{who}'s session was lost at {_clock_time(notice.since_ms)} while {notice.state.value}"
+        )
+    body += f" - team {team}"
+    if link:
+        body += f"\n{link}"
+    return title, body
+
+
+@dataclass(slots=True)
+class _Spell:
+    since_ms: int
+    announced: dict[int, int] = field(default_factory=dict)
+    """Target -> the number of the next reminder slot (0: nothing announced yet)."""
+
+
+class NotifyPolicy:
+    """Every target's rules over every member's activity. ``target_ids`` name the targets
+    in the event keys (stable across brokers: derived from the target, not its position)."""
+
+    def __init__(self, rules: Sequence[Rule], target_ids: Sequence[str] | None = None) -> None:
+        self.rules = tuple(rules)
+        self.target_ids = (
+            tuple(target_ids) if target_ids is not None else tuple(map(str, range(len(rules))))
+        )
+        if len(self.target_ids) != len(self.rules):
+            raise ValueError("one id per target")
+        self._spells: dict[str, _Spell] = {}
+        self._pending: list[Notice] = []
+
+    # -- what the broker tells ---------------------------------------------------------
+
+    def observe(self, member: str, state: ActivityState, since_ms: int | None, now: float) -> None:
+        """``member``'s activity is ``state``, holding since ``since_ms`` (None when idle),
+        as of ``now``. The same state and start again changes nothing."""
+        spell = self._spells.get(member)
+        if state is ActivityState.BLOCKED and since_ms is not None:
+            if spell is not None and spell.since_ms == since_ms:
+                return
+            if spell is not None:  # blocked again, a new spell: the old one ended
+                self._end(member, spell, state, since_ms)
+            self._spells[member] = _Spell(since_ms)
+            return
+        if spell is not None:
+            del self._spells[member]
+            ended = since_ms if since_ms is not None else round(now * 1000)
+            self._end(member, spell, state, ended)
+
+    def lost(self, member: str, state: ActivityState, at_ms: int) -> None:
+        """``member``'s session died at ``at_ms`` while in ``state`` (the hook for the
+        broker seeing a runner's death). Only a death while working or blocked is news;
+        it ends a blocked spell without an "answered"."""
+        self._spells.pop(member, None)
+        if state is ActivityState.IDLE:
+            return
+        for target, rule in enumerate(self.rules):
+            if rule.wants(member, NotifyEvent.LOST):
+                key = self._key(target, member, NotifyEvent.LOST, at_ms, 0)
+                self._pending.append(Notice(target, member, NotifyEvent.LOST, at_ms, state, key))
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop what is known of ``names`` without a word (not members any more)."""
+        for name in names:
+            self._spells.pop(name, None)
+
+    def blocked_since(self, member: str) -> int | None:
+        """Since when (unix ms) ``member`` is blocked as far as the policy knows."""
+        spell = self._spells.get(member)
+        return None if spell is None else spell.since_ms
+
+    # -- what to do --------------------------------------------------------------------
+
+    def next_action(self, now: float) -> Due | Wait:
+        """The notices due at ``now`` (each returned once), or until when none is."""
+        due, self._pending = self._pending, []
+        soonest: float | None = None
+        for member, spell in self._spells.items():
+            start = spell.since_ms / 1000
+            for target, rule in enumerate(self.rules):
+                if not rule.wants(member, NotifyEvent.BLOCKED):
+                    continue
+                slot = spell.announced.get(target, 0)
+                at = start + rule.after + slot * rule.repeat
+                if slot > 0 and rule.repeat <= 0:
+                    continue  # announced, and no reminders
+                if now < at:
+                    soonest = at if soonest is None else min(soonest, at)
+                    continue
+                if rule.repeat > 0:  # the latest slot that has come, never the missed ones
+                    slot = max(slot, math.floor((now - start - rule.after) / rule.repeat))
+                key = self._key(target, member, NotifyEvent.BLOCKED, spell.since_ms, slot)
+                due.append(
+                    Notice(
+                        target,
+                        member,
+                        NotifyEvent.BLOCKED,
+                        spell.since_ms,
+                        ActivityState.BLOCKED,
+                        key,
+                    )
+                )
+                if rule.repeat > 0:  # the next slot at least ``repeat`` from now
+                    gap = (now + rule.repeat - start - rule.after) / rule.repeat
+                    slot = max(slot + 1, math.ceil(gap - 1e-9))
+                    following = start + rule.after + slot * rule.repeat
+                    soonest = following if soonest is None else min(soonest, following)
+                spell.announced[target] = slot + 1 if rule.repeat <= 0 else slot
+        if due:
+            return Due(tuple(due))
+        return Wait(soonest)
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _end(self, member: str, spell: _Spell, state: ActivityState, at_ms: int) -> None:
+        for target, slot in spell.announced.items():
+            if slot > 0 and self.rules[target].wants(member, NotifyEvent.ANSWERED):
+                key = self._key(target, member, NotifyEvent.ANSWERED, spell.since_ms, 0)
+                self._pending.append(
+                    Notice(
+                        target,
+                        member,
+                        NotifyEvent.ANSWERED,
+                        at_ms,
+                        state,
+                        key,
+                        blocked_since_ms=spell.since_ms,
+                    )
+                )
+
+    def _key(self, target: int, member: str, event: NotifyEvent, episode: int, n: int) -> str:
+        return f"{self.target_ids[target]}:{member}:{event.value}:{episode}:{n}"

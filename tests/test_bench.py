@@ -1,0 +1,80 @@
+"""The benchmarks run from the project's own extras: nothing in ``bench/`` imports or runs
+anything from ``tests/`` (issue 22).
+
+``bench/broker.py --redis`` once failed without pytest, because it imported the tests'
+redis-server harness, which imports pytest. What the benchmarks and the tests share lives in
+``bench/`` (``_redis.py``, ``_process_tree.py``, ``_fake_app_server.py``) and the tests use
+it from there. Each script is read, not run: an import of ``tests``, or a path into
+``tests/support``, is what would tie it to the test dependencies.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+BORROWS_THE_TUI_HARNESS = {"tui.py"}
+"""``bench/tui.py`` drives the real TUI with the tests' tmux driver, fake model and codex
+lookup (``tests/support/tui_driver.py`` and what it imports): it needs the test extra, as
+docs/benchmarks.md says."""
+
+
+def ties_to_tests(source: str) -> list[str]:
+    """What in ``source`` imports from ``tests`` or names a path into it, one line each."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            names = []
+        found.extend(
+            (node.lineno, f"imports {name}")
+            for name in names
+            if name == "tests" or name.startswith("tests.")
+        )
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and (node.value == "tests" or "tests/support" in node.value)
+        ):
+            found.append((node.lineno, f"names the path {node.value!r}"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted(p for p in BENCH.glob("*.py") if p.name not in BORROWS_THE_TUI_HARNESS),
+    ids=lambda p: p.name,
+)
+def test_no_benchmark_imports_or_runs_anything_of_the_tests(script: Path) -> None:
+    assert ties_to_tests(script.read_text(encoding="utf-8")) == []
+
+
+def test_the_check_finds_an_import_and_a_path_into_the_tests() -> None:
+    source = (
+        '"""Uses tests/support/x.py, in words only."""\n'
+        "import sys\n"
+        "from tests.support.redis_server import RedisServer\n"
+        "import tests\n"
+        'TREE = ROOT / "tests" / "support" / "tree.py"\n'
+        'FAKE = [sys.executable, "tests/support/fake.py"]\n'
+        "from _redis import RedisServer\n"
+    )
+    assert ties_to_tests(source) == [
+        "line 3: imports tests.support.redis_server",
+        "line 4: imports tests",
+        "line 5: names the path 'tests'",
+        "line 6: names the path 'tests/support/fake.py'",
+    ]

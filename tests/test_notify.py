@@ -1,0 +1,449 @@
+"""The broker's notifications, delivered to real receivers on loopback through apprise:
+a JSON webhook (``json://``), ntfy's JSON publish and Slack's incoming webhook, each
+pointed at a local server that checks the shape the service documents.
+
+The broker's wall clock and the notifier's are one :class:`FakeClock`: a member is
+"blocked for a minute" by moving it, so that nothing waits for the delay; only the
+deliveries (the sockets) take real time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from codex_presence.broker.notify import Notifier, notify_routes
+from codex_presence.broker.notify_apprise import AppriseSender
+from codex_presence.broker.notify_config import Target, command_line_targets
+from codex_presence.broker.notify_redis import RedisClaims
+from codex_presence.broker.team_file import render_team
+from codex_presence.core.backoff import Backoff
+from codex_presence.core.notify_policy import NotifyEvent, Rule
+from tests.support.broker_harness import (
+    FakeClock,
+    RunningBroker,
+    broker_process,
+    make_team,
+    running_broker,
+    shared_state,
+    token_of,
+)
+from tests.support.receivers import Receiver, receiver
+from tests.support.waiting import eventually
+
+TEAM = make_team("alice", "builder", "scout")
+START = 1_800_000_000.0  # unix seconds: 2027-01-15 08:00:00 UTC
+
+
+def report(broker: RunningBroker, name: str, state: str) -> None:
+    response = httpx.post(
+        broker.url + "/presence/activity",
+        json={"state": state},
+        headers=broker.auth(name),
+        timeout=5,
+    )
+    assert response.status_code == 204, response.text
+
+
+def notifier(targets: list[Target], clock: FakeClock, **kwargs: Any) -> Notifier:
+    kwargs.setdefault("backoff", lambda: Backoff(base=0.01, cap=0.05))
+    kwargs.setdefault("recheck", 0.05)
+    return Notifier(
+        targets, team="acme", sender=AppriseSender(), clock=clock, max_sleep=0.01, **kwargs
+    )
+
+
+def settled(n: Notifier, clock: FakeClock) -> None:
+    """Wait until the notifier has looked at the clock's time and delivered all it found."""
+    eventually(lambda: n.looked_at >= clock.now and n.pending == 0, what="the notifier idle")
+
+
+@contextmanager
+def broker_with(n: Notifier, clock: FakeClock, **kwargs: Any) -> Iterator[RunningBroker]:
+    with running_broker(team=TEAM, wall_clock=clock, watcher=n, **kwargs) as broker:
+        yield broker
+
+
+def target(url: str, *, after: float = 60, **rule: Any) -> Target:
+    return Target(url=url, rule=Rule(after=after, **rule))
+
+
+# -- one notification per target, with who, what, since and the link ---------------------
+
+
+def test_blocked_past_the_delay_reaches_each_receiver_once_with_who_what_since_and_link(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from apprise.plugins.slack import NotifySlack
+
+    with (
+        receiver() as hook,
+        receiver(answer=b'{"id":"x","event":"message"}') as ntfy,
+        receiver(answer=b"ok") as slack,
+    ):
+        # apprise has no option for Slack's host: its webhook base is a class attribute.
+        monkeypatch.setattr(NotifySlack, "webhook_url", f"http://{slack.host}/services")
+        clock = FakeClock(START)
+        n = notifier(
+            [
+                target(f"json://{hook.host}/hook"),
+                target(f"ntfy://{ntfy.host}/agents"),
+                target("slack://T0AAAAAAA/B0BBBBBBB/secretsecretsecret24chr"),
+            ],
+            clock,
+            link="https://presence.example.com/",
+        )
+        with broker_with(n, clock) as broker:
+            report(broker, "builder", "blocked")
+            clock.advance(59)
+            settled(n, clock)
+            assert not (hook.requests or ntfy.requests or slack.requests)  # not yet
+            clock.advance(1)
+            eventually(lambda: hook.requests and ntfy.requests and slack.requests)
+            clock.advance(3600)  # still blocked an hour on: no repeat asked for
+            report(broker, "builder", "blocked")
+            settled(n, clock)
+
+    assert [len(r.requests) for r in (hook, ntfy, slack)] == [1, 1, 1]
+    # apprise's JSON webhook: {"version", "title", "message", "attachments", "type"}
+    sent = hook.requests[0].json()
+    assert sent["title"] == "builder: needs input"
+    assert sent["message"] == (
+        "builder needs input since 08:00:00 UTC (1 min) - team acme\nhttps://presence.example.com/"
+    )
+    assert sent["type"] == "warning"
+    assert hook.requests[0].path == "/hook"
+    # ntfy's "publish as JSON": a POST to the root with topic, title and message
+    published = ntfy.requests[0]
+    assert (published.path, published.headers["content-type"]) == ("/", "application/json")
+    assert published.json()["topic"] == "agents"
+    assert published.json()["title"] == "builder: needs input"
+    assert "since 08:00:00 UTC" in published.json()["message"]
+    # Slack's incoming webhook: POST /services/T/B/C, a JSON body with the text in it
+    posted = slack.requests[0]
+    assert posted.path == "/services/T0AAAAAAA/B0BBBBBBB/secretsecretsecret24chr"
+    assert "builder needs input since 08:00:00 UTC" in posted.body.decode()
+    assert n.stats[0].sent == n.stats[1].sent == n.stats[2].sent == 1
+
+
+def test_answered_within_the_delay_notifies_nobody() -> None:
+    with receiver() as hook:
+        clock = FakeClock(START)
+        on_all = frozenset(NotifyEvent)
+        n = notifier([target(f"json://{hook.host}/hook", on=on_all)], clock)
+        with broker_with(n, clock) as broker:
+            report(broker, "builder", "blocked")
+            clock.advance(20)
+            report(broker, "builder", "working")
+            eventually(lambda: n.policy.blocked_since("builder") is None)  # the fan-out told it
+            clock.advance(3600)
+            settled(n, clock)
+            assert hook.requests == []
+
+
+def test_answered_after_an_announcement_says_back_to_work_to_who_asked() -> None:
+    with receiver() as asks, receiver() as does_not:
+        clock = FakeClock(START)
+        n = notifier(
+            [
+                target(f"json://{asks.host}/a", on=frozenset(NotifyEvent)),
+                target(f"json://{does_not.host}/b"),
+            ],
+            clock,
+        )
+        with broker_with(n, clock) as broker:
+            report(broker, "scout", "blocked")
+            clock.advance(61)
+            eventually(lambda: asks.requests and does_not.requests)
+            clock.advance(9)
+            report(broker, "scout", "working")
+            eventually(lambda: len(asks.requests) == 2)
+            settled(n, clock)
+    assert [r.json()["title"] for r in asks.requests] == [
+        "scout: needs input",
+        "scout: back to work",
+    ]
+    assert asks.requests[1].json()["type"] == "success"
+    assert len(does_not.requests) == 1
+
+
+def test_only_the_named_members_are_announced() -> None:
+    with receiver() as hook:
+        clock = FakeClock(START)
+        n = notifier([target(f"json://{hook.host}/h", members=frozenset({"scout"}))], clock)
+        with broker_with(n, clock) as broker:
+            report(broker, "builder", "blocked")
+            report(broker, "scout", "blocked")
+            clock.advance(61)
+            eventually(lambda: hook.requests)
+            settled(n, clock)
+    assert [r.json()["title"] for r in hook.requests] == ["scout: needs input"]
+
+
+# -- a failing target: retried, given up with a log line, nobody else delayed --------------
+
+
+def test_a_failing_target_is_retried_then_given_up_with_a_warning_and_the_others_still_get_theirs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="codex_presence")
+    with receiver(status=500) as broken, receiver() as fine:
+        clock = FakeClock(START)
+        n = notifier(
+            [target(f"json://{broken.host}/x"), target(f"json://{fine.host}/y")],
+            clock,
+            attempts=3,
+        )
+        with broker_with(n, clock) as broker:
+            report(broker, "builder", "blocked")
+            clock.advance(60)
+            eventually(lambda: fine.requests)
+            settled(n, clock)
+    assert len(broken.requests) == 3  # three attempts, then given up
+    assert len(fine.requests) == 1
+    gave_up = [r for r in caplog.records if "gave up" in r.getMessage()]
+    assert len(gave_up) == 1 and gave_up[0].levelno == logging.WARNING
+    line = gave_up[0].getMessage()
+    assert f"json://{broken.host}/x" in line and "after 3 attempts" in line
+    assert n.stats[0].given_up == 1 and n.stats[0].failing == 1
+    assert n.stats[1].sent == 1 and n.stats[1].failing == 0
+
+
+def test_a_target_url_secret_is_in_no_log_line_of_the_broker_at_any_verbosity(
+    tmp_path: Path,
+) -> None:
+    """The real command at -vv, two failing targets whose URLs hold a password and a
+    token: neither appears on stderr, although apprise logs both at debug level."""
+    password, token = "hunter2-pw-ntfy", "slacksecrettoken0123456789"
+    team_file = tmp_path / "team.toml"
+    text = render_team("acme", [(m.name, m.role, token_of(m.name)) for m in TEAM.members])
+    team_file.write_text(
+        text + f'\n[[notify]]\nurl = "slack://T0AAAAAAA/B0BBBBBBB/{token}"\nafter = 0\n'
+    )
+    with receiver(status=503) as ntfy:
+        url = f"ntfy://alice:{password}@{ntfy.host}/agents"
+        with broker_process(
+            "--team",
+            str(team_file),
+            "--notify-after",
+            "0",
+            "-vv",
+            env={"CODEX_PRESENCE_NOTIFY": url},
+        ) as broker:
+            response = httpx.post(
+                broker.url + "/presence/activity",
+                json={"state": "blocked"},
+                headers={"authorization": f"Bearer {token_of('builder')}"},
+                timeout=5,
+            )
+            assert response.status_code == 204
+            eventually(lambda: len(ntfy.requests) >= 2, what="a retry")
+            broker.stderr.until("attempt 1 of 5 failed.*slack|slack.*attempt 1 of 5 failed")
+            broker.proc.terminate()
+            broker.proc.wait(10)
+            broker.stderr.rest()
+            said = broker.said()
+    assert ntfy.requests[0].headers["authorization"].startswith("Basic ")  # it was used
+    assert "attempt 2 of 5 failed" in said and "ntfy://alice:" in said
+    assert password not in said and token not in said
+
+
+def test_apprise_logs_which_name_the_url_never_reach_a_root_logger_that_takes_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program embedding the broker may log everything at debug level from the root:
+    apprise's own debug lines (which spell out a Slack webhook's tokens) stop before it."""
+    from apprise.plugins.slack import NotifySlack
+
+    token = "slacksecrettoken0123456789"
+    seen: list[str] = []
+
+    class Everything(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(f"{record.name}: {record.getMessage()}")
+
+    root = logging.getLogger()
+    handler, level = Everything(logging.DEBUG), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        with receiver(status=500, answer=b"nope") as slack:
+            monkeypatch.setattr(NotifySlack, "webhook_url", f"http://{slack.host}/services")
+            clock = FakeClock(START)
+            n = notifier([target(f"slack://T0AAAAAAA/B0BBBBBBB/{token}")], clock, attempts=2)
+            with broker_with(n, clock) as broker:
+                report(broker, "builder", "blocked")
+                clock.advance(60)
+                eventually(lambda: len(slack.requests) == 2)
+                settled(n, clock)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    text = "\n".join(seen)
+    assert "gave up" in text and "Failed to send to Slack" in text  # apprise's reason, kept
+    assert token not in text
+
+
+# -- configuration seen by admins ----------------------------------------------------------
+
+
+def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> None:
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from codex_presence.broker.state import Broker
+
+    clock = FakeClock(START)
+    n = notifier(command_line_targets(["json://bot:s3cr3tpass@127.0.0.1:9/h"], after=30), clock)
+    broker = Broker(team=TEAM, watcher=n)
+    client = TestClient(Starlette(routes=notify_routes(broker, n)))
+
+    def get(name: str | None) -> httpx.Response:
+        headers = {} if name is None else {"authorization": f"Bearer {token_of(name)}"}
+        return client.get("/notify", headers=headers)
+
+    assert get(None).status_code == 401
+    assert get("scout").status_code == 403  # an operator, not an admin
+    answer = get("alice")
+    assert answer.status_code == 200
+    [shown] = answer.json()["targets"]
+    assert "s3cr3tpass" not in answer.text
+    assert shown["label"].startswith("json://bot:") and shown["after"] == 30
+    assert shown["on"] == ["blocked"] and shown["members"] is None
+
+
+# -- several brokers on one Redis: each notice once ----------------------------------------
+
+
+def _redis_broker(url: str, clock: FakeClock, hook: Receiver, **kwargs: Any) -> Any:
+    state = shared_state(url, TEAM)
+    n = notifier(
+        [target(f"json://{hook.host}/h")], clock, claims=RedisClaims(state.store.link), **kwargs
+    )
+    return n, broker_with(n, clock, store=state.store)
+
+
+def test_two_brokers_on_one_redis_send_one_notification(redis_url: str) -> None:
+    with receiver() as hook:
+        clock = FakeClock(START)
+        n1, first = _redis_broker(redis_url, clock, hook)
+        n2, second = _redis_broker(redis_url, clock, hook)
+        with first as a, second:
+            report(a, "builder", "blocked")
+            eventually(lambda: n2.policy.blocked_since("builder"), what="the other broker's view")
+            clock.advance(60)
+            eventually(lambda: hook.requests)
+            settled(n1, clock)
+            settled(n2, clock)
+    assert len(hook.requests) == 1
+    assert n1.stats[0].sent + n2.stats[0].sent == 1
+
+
+def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(
+    redis_url: str,
+) -> None:
+    import redis
+
+    with receiver() as hook:
+        clock = FakeClock(START)
+        n, broker = _redis_broker(redis_url, clock, hook)
+        with broker as b:
+            report(b, "builder", "blocked")
+            eventually(lambda: n.policy.blocked_since("builder"))
+            key = f"{n.targets[0].id}:builder:blocked:{n.policy.blocked_since('builder')}:0"
+            client = redis.Redis.from_url(redis_url)
+            # A broker claimed it, then died mid-send: its lease runs 0.5 s more.
+            client.set(f"codex-presence:{{acme}}:n:{key}", "dead-broker/1", px=500)
+            clock.advance(60)
+            settled(n, clock)
+            assert len(hook.requests) == 1
+            assert client.get(f"codex-presence:{{acme}}:n:{key}") == b"done"
+            client.close()
+
+
+# -- configuration: the team file, the command line ---------------------------------------
+
+
+def _parse(entries: str) -> list[Target]:
+    import tomllib
+
+    from codex_presence.broker.notify_config import parse_notify
+
+    return parse_notify(tomllib.loads(entries), TEAM, source="team.toml")
+
+
+def test_notify_entries_are_read_with_their_defaults() -> None:
+    [plain, full] = _parse(
+        '[[notify]]\nurl = "json://h/p"\n\n'
+        '[[notify]]\nurl = "ntfy://h/t"\nafter = 5\nrepeat = 600\nmembers = ["scout"]\n'
+        'on = ["blocked", "answered", "lost"]\nname = "ops phone"\n'
+    )
+    assert plain.rule == Rule()  # 60 s, everyone, blocked, no reminder
+    assert full.rule == Rule(
+        after=5, repeat=600, members=frozenset({"scout"}), on=frozenset(NotifyEvent)
+    )
+    assert full.name == "ops phone" and "ntfy://h/t" not in repr(full)
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ('url = "json://h/p"\nmember = ["scout"]', "unknown key 'member'"),
+        ('url = "json://h/p"\nafter = "soon"', "'after' must be a number of seconds"),
+        ('url = "json://h/p"\nrepeat = -1', "'repeat' must be a number of seconds >= 0"),
+        ('url = "json://h/p"\nmembers = ["mallory"]', "'mallory', not a team member"),
+        ('url = "json://h/p"\non = ["blocked", "idle"]', "'on' holds 'idle'"),
+        ("after = 5", "'url' must be a notification URL"),
+        ('url = "json://h/p"\nname = "a\\u001b[2Jb"', "control character"),
+    ],
+)
+def test_a_bad_notify_entry_is_refused_naming_what_is_wrong(entry: str, said: str) -> None:
+    from codex_presence.broker.team import TeamError
+
+    with pytest.raises(TeamError, match=r"team.toml: notify\[0\]") as caught:
+        _parse(f"[[notify]]\n{entry}\n")
+    assert said in str(caught.value)
+
+
+def test_the_broker_refuses_a_url_apprise_does_not_know_without_quoting_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from codex_presence.cli.main import main
+
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(
+        render_team("acme", [(m.name, m.role, token_of(m.name)) for m in TEAM.members])
+    )
+    args = ["broker", "--team", str(team_file), "--notify", "nosuchservice://s3cret@h/x"]
+    assert main([*args, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "notification target 1: not a notification URL apprise knows" in err
+    assert "s3cret" not in err
+
+
+def test_notify_test_sends_one_test_notification_and_says_so() -> None:
+    with receiver() as hook, receiver(status=500) as broken:
+        ok = _run_notify_test(f"json://user:pw-s3cret@{hook.host}/h")
+        failed = _run_notify_test(f"json://{broken.host}/h")
+    assert ok.returncode == 0 and "delivered" in ok.stderr and "pw-s3cret" not in ok.stderr
+    [sent] = hook.requests
+    assert sent.json()["title"] == "codex-presence: test" and sent.json()["type"] == "info"
+    assert failed.returncode == 1 and "not delivered" in failed.stderr
+
+
+def _run_notify_test(url: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "codex_presence", "notify", "test", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
