@@ -9,7 +9,11 @@ decides anything itself; the client (a test or the soak driver) decides through 
 ``turn/start`` params:
 
 ``{"threadId": ..., "input": [...], "script": {"approval": bool, "deltas": int,
-"delay_ms": int, "crash": "before_end" | "when_told" | null}}``
+"delay_ms": int, "stop_ms": int, "crash": "before_end" | "when_told" | null}}``
+
+An approval answered ``{"decision": "cancel"}`` interrupts the turn as codex does: the
+request is resolved, the waiting flag cleared, and ``stop_ms`` (default 20) later the thread
+goes idle and the turn completes ``interrupted``.
 
 ``crash`` makes the process exit abruptly (status 3) in the middle of the turn: after the
 command's output (``before_end``), or once the client sends ``{"method": "fake/crash"}``
@@ -50,8 +54,9 @@ def status(thread: str, kind: str, *flags: str) -> None:
     note("thread/status/changed", threadId=thread, status=body)
 
 
-def wait_for_response(request_id: int) -> None:
-    """Read client lines until the answer to our request ``request_id`` arrives."""
+def wait_for_response(request_id: int) -> dict[str, Any]:
+    """Read client lines until the answer to our request ``request_id`` arrives: that
+    answer."""
     for line in inp:
         try:
             message = orjson.loads(line)
@@ -62,7 +67,7 @@ def wait_for_response(request_id: int) -> None:
             and message.get("id") == request_id
             and "method" not in message
         ):
-            return
+            return message
         if isinstance(message, dict) and "method" in message and "id" in message:
             emit({"id": message["id"], "error": {"code": -32600, "message": "busy in a turn"}})
     sys.exit(0)  # stdin closed while waiting
@@ -97,9 +102,16 @@ def run_turn(request: dict[str, Any]) -> None:
                 "params": {**ids, "itemId": command["id"], "reason": "run the tests"},
             }
         )
-        wait_for_response(request_id)
+        answer = wait_for_response(request_id).get("result")
         note("serverRequest/resolved", threadId=thread, requestId=request_id)
         status(thread, "active")
+        if isinstance(answer, dict) and answer.get("decision") == "cancel":
+            note("item/completed", item={**command, "status": "declined"}, **ids)
+            time.sleep(script.get("stop_ms", 20) / 1000)
+            status(thread, "idle")
+            done = {"id": turn, "status": "interrupted", "items": []}
+            note("turn/completed", threadId=thread, turn=done)
+            return
     else:
         note("item/started", item=command, **ids)
     for k in range(int(script.get("deltas", 5))):

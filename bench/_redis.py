@@ -117,3 +117,20 @@ class RedisServer:
         self.stop(kill=True)
         time.sleep(down_for)
         self.start()
+
+    def empty(self) -> None:
+        """Forget everything a previous user left: the keys (``FLUSHALL``) and the cached
+        scripts (``SCRIPT FLUSH``), as a fresh server would have none. Fails when the server
+        is gone or no longer answers as it did (a test changed its configuration, e.g. a
+        password: such a test takes a server of its own)."""
+        assert self.proc is not None and self.proc.poll() is None, "redis-server is not running"
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as conn:
+            conn.sendall(b"FLUSHALL\r\nSCRIPT FLUSH\r\n")
+            answer = b""
+            while answer.count(b"\r\n") < 2:
+                chunk = conn.recv(256)
+                if not chunk:
+                    break
+                answer += chunk
+        if answer != b"+OK\r\n+OK\r\n":
+            raise RuntimeError(f"redis-server could not be emptied: {answer!r}")

@@ -290,14 +290,21 @@ def _met(ok: bool) -> str:
 
 
 def _start_broker(
-    team_path: Path, cpu: int | None, *extra: str, env: dict[str, str] | None = None
+    team_path: Path,
+    cpu: int | None,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
 ) -> subprocess.Popen[str]:
+    """The broker command; ``cwd`` (a source tree) is where ``-m`` finds its package first
+    (``PYTHONPATH`` alone loses to the current directory)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_path),
          "--port", "0", "--host", HOST, *extra],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        cwd=cwd,
     )  # fmt: skip
     if cpu is not None:
         os.sched_setaffinity(proc.pid, {cpu})

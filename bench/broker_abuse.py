@@ -9,6 +9,10 @@ member on its own keep-alive connection:
 * ``pipelining``: one connection writes ``GET /healthz`` heads, 500 per write, for
   ``--seconds`` and never reads a byte (from a separate process). The broker's RSS is
   sampled from /proc throughout: goal, flat within 50 MB;
+* ``pipeliners``: ``--pipeliners`` connections (4,000) that each write
+  ``--pipelined-bytes`` (60 KB) of ``GET /healthz`` heads at once and never read, held
+  ``--pipeliners-seconds``: the broker's RSS during, and 3 s after they all closed (goal:
+  bounded, and given back);
 * ``idle``: ``--idle`` connections (10,000 by default) opened as fast as possible and held
   for ``--idle-seconds`` (12: past the 10 s head deadline, so the broker's mass close is
   inside the window) without sending a byte, against the broker's default connection cap.
@@ -44,7 +48,7 @@ PIPELINER = """
 import socket, sys, time
 sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 sock.settimeout(0.2)
-burst = b"GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n" * 500
+burst = b"GET /healthz HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n" * 500
 stop, sent = time.monotonic() + float(sys.argv[2]), 0
 while time.monotonic() < stop:
     try:
@@ -163,11 +167,62 @@ async def idle_connections(pid: int, port: int, token: str, count: int, seconds:
     print(f"  GET /roster meanwhile:  {percentiles(latencies)}")
 
 
+async def many_pipeliners(
+    pid: int, port: int, token: str, count: int, size: int, seconds: float
+) -> None:
+    """``count`` connections that each write ``size`` bytes of pipelined heads at once,
+    never read, and are held ``seconds``; then all close. The RSS during, and 3 s after."""
+    rss = [rss_mb(pid)]
+    burst = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    burst *= size // len(burst)
+    writers: list[asyncio.StreamWriter] = []
+    failed = 0
+
+    async def open_some(n: int) -> None:
+        nonlocal failed
+        for _ in range(n):
+            try:
+                _, writer = await asyncio.open_connection(HOST, port)
+            except OSError:
+                failed += 1
+                continue
+            writer.write(burst)
+            writers.append(writer)
+
+    async def sample() -> None:
+        while True:
+            rss.append(rss_mb(pid))
+            await asyncio.sleep(0.25)
+
+    sampler = asyncio.create_task(sample())
+    probe = await Conn.open(port)
+    await asyncio.gather(*(open_some(count // 50) for _ in range(50)))
+    latencies = await roster_latency(port, token, seconds, probe)  # all of them open
+    sampler.cancel()
+    rss.append(rss_mb(pid))
+    for writer in writers:
+        writer.close()
+    await asyncio.sleep(3.0)
+    print(
+        f"  {len(writers)} connections pipelining {len(burst) / 1000:.0f} KB each, never "
+        f"reading ({failed} failed to connect): RSS {rss[0]:.0f} MB -> max {max(rss):.0f} MB, "
+        f"{rss_mb(pid):.0f} MB 3 s after they closed"
+    )
+    print(f"  GET /roster meanwhile:  {percentiles(latencies)}")
+
+
 async def attack(pid: int, port: int, token: str, args: argparse.Namespace) -> None:
     print(f"  baseline GET /roster:   {percentiles(await roster_latency(port, token, 3.0))}")
-    await pipelining(pid, port, token, args.seconds)
-    await asyncio.sleep(1.0)
-    await idle_connections(pid, port, token, args.idle, args.idle_seconds)
+    if args.only in (None, "pipelining"):
+        await pipelining(pid, port, token, args.seconds)
+        await asyncio.sleep(1.0)
+    if args.only in (None, "idle"):
+        await idle_connections(pid, port, token, args.idle, args.idle_seconds)
+        await asyncio.sleep(1.0)
+    if args.only in (None, "pipeliners"):
+        await many_pipeliners(
+            pid, port, token, args.pipeliners, args.pipelined_bytes, args.pipeliners_seconds
+        )
 
 
 def main() -> None:
@@ -176,9 +231,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle", type=int, default=10_000)
     parser.add_argument("--idle-seconds", type=float, default=12.0)
+    parser.add_argument("--pipeliners", type=int, default=4000)
+    parser.add_argument("--pipelined-bytes", type=int, default=60_000)
+    parser.add_argument("--pipeliners-seconds", type=float, default=6.0)
+    parser.add_argument("--only", choices=["pipelining", "idle", "pipeliners"])
     parser.add_argument("--before", metavar="DIR", help="also attack the broker of this tree")
     args = parser.parse_args()
-    _raise_fd_limit(args.idle + 256)
+    _raise_fd_limit(max(args.idle, args.pipeliners) + 256)
 
     cpus = sorted(os.sched_getaffinity(0))
     broker_cpu = cpus[0] if len(cpus) > 1 else None
@@ -198,7 +257,7 @@ def main() -> None:
             env = dict(os.environ)
             if source is not None:
                 env["PYTHONPATH"] = source
-            proc = _start_broker(team_path, broker_cpu, env=env)
+            proc = _start_broker(team_path, broker_cpu, env=env, cwd=source)
             try:
                 port = _port_of(proc)
                 assert proc.stderr is not None

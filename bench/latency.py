@@ -23,16 +23,19 @@ on the machine).
     the broker's state changed, so a ``GET /roster`` at that moment shows the new activity
     (checked once at the end of each run).
 
-(c) Latency, hook POST -> the new activity shown by the broker. A stand-in claude (not
+(c) Latency, hook -> the new activity shown by the broker. A stand-in claude (not
     Claude Code) sits behind ``codex-presence claude --broker URL --name dave``: it reads
-    its hook URL from the ``--settings FILE`` it is given, as claude does, and on each
-    command POSTs a hook that changes the state (UserPromptSubmit -> working,
+    its hooks from the ``--settings FILE`` it is given, as claude does, and on each
+    command fires a hook that changes the state (UserPromptSubmit -> working,
     PermissionRequest -> blocked, PreToolUse -> working, Stop -> idle), stamping
-    ``time.monotonic()`` just before the request. The latency is the SSE event's arrival
-    minus that stamp: the hook server, the Claude Code mapping, the reporter's POST, the
-    broker, its fan-out and the stream. Interleaved with (a)'s steps and its baseline, the
-    same direct POST. Also: how long claude waits for each hook's answer (it waits on the
-    hooks of its own flow), stamped by the stand-in.
+    ``time.monotonic()`` just before: an async command hook is started with ``sh -c``, fed
+    the payload and not waited for, as claude does; an HTTP hook is POSTed. The latency is
+    the SSE event's arrival minus that stamp: the hook's process (curl), the hook server,
+    the Claude Code mapping, the reporter's POST, the broker, its fan-out and the stream.
+    The same stand-in behind a second ``claude`` (``erin``, no curl on its PATH: HTTP
+    hooks) is the in-run comparison of the two kinds; both are interleaved with (a)'s
+    steps and its baseline, the same direct POST. Also: how long claude waits for each
+    hook (the HTTP answer; for an async hook, its start), stamped by the stand-in.
 
 (b) Idle cost: the same wrap, its child idle (blocked on stdin), for ``--idle-seconds``.
     Requests: the broker's request counters just before and after the window (wrap's one
@@ -67,7 +70,9 @@ import orjson
 from httpx_sse import aconnect_sse
 
 HOST = "127.0.0.1"
-MEMBERS = ("alice", "bob", "carol", "dave")  # dave: the claude section here, bench/tui.py's codex
+MEMBERS = ("alice", "bob", "carol", "dave", "erin")
+"""dave: the claude section here (async command hooks), bench/tui.py's codex; erin: the
+claude section's HTTP hooks (no curl on its PATH)."""
 CYCLE = ("work", "block", "unblock", "idle")
 EXPECTED = {"work": "working", "block": "blocked", "unblock": "working", "idle": None}
 BASELINE_STATE = {"work": "working", "block": "blocked", "unblock": "working", "idle": "idle"}
@@ -107,13 +112,16 @@ for line in inp:
 # -- the stand-in claude: POSTs a hook that changes the state when told to ------------------
 
 CLAUDE_CHILD = r"""
-import http.client, json, sys, time
+import http.client, json, subprocess, sys, time
 from urllib.parse import urlsplit
 
 assert sys.argv[1] == "--settings"
 with open(sys.argv[2]) as f:
-    url = urlsplit(json.load(f)["hooks"]["Stop"][0]["hooks"][0]["url"])
+    hooks = json.load(f)["hooks"]
+spec = hooks["Stop"][0]["hooks"][0]
+url = urlsplit(hooks["SessionEnd"][0]["hooks"][0]["url"])  # an HTTP hook, whatever the rest
 conn = http.client.HTTPConnection(url.hostname, url.port)
+running = []
 common = {"session_id": "bench", "transcript_path": "/nonexistent/bench.jsonl", "cwd": "/",
           "prompt_id": "p1"}
 tool = 0
@@ -129,10 +137,17 @@ for line in sys.stdin:
     else:
         body = {"hook_event_name": "Stop", "background_tasks": []}
     data = json.dumps({**common, **body})
+    running = [p for p in running if p.poll() is None]
     t = time.monotonic()
-    conn.request("POST", url.path, data, {"content-type": "application/json"})
-    answer = conn.getresponse()
-    answer.read()
+    if spec["type"] == "command":  # async, as claude runs it: started, fed, not waited for
+        poster = subprocess.Popen(["sh", "-c", spec["command"]], stdin=subprocess.PIPE)
+        poster.stdin.write(data.encode())
+        poster.stdin.close()
+        running.append(poster)
+    else:
+        conn.request("POST", url.path, data, {"content-type": "application/json"})
+        answer = conn.getresponse()
+        answer.read()
     answered = time.monotonic()
     sys.stdout.write(f"{t} {answered}\n")
     sys.stdout.flush()
@@ -270,14 +285,14 @@ async def wrap_step(wrap: asyncio.subprocess.Process, watch: Watch, do: str) -> 
 
 
 async def claude_step(
-    claude: asyncio.subprocess.Process, watch: Watch, do: str
+    claude: asyncio.subprocess.Process, watch: Watch, do: str, member: str = "dave"
 ) -> tuple[float, float]:
-    """The stand-in claude POSTs a hook: (hook POST -> SSE latency, hook answer time) in ms."""
+    """The stand-in claude fires a hook: (hook -> SSE latency, claude's wait) in ms."""
     assert claude.stdin is not None and claude.stdout is not None
     claude.stdin.write(do.encode() + b"\n")
     await claude.stdin.drain()
     sent, answered = map(float, (await claude.stdout.readline()).split())
-    seen = await watch.until("dave", EXPECTED[do])
+    seen = await watch.until(member, EXPECTED[do])
     return (seen - sent) * 1000, (answered - sent) * 1000
 
 
@@ -336,6 +351,17 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         )  # fmt: skip
         assert claude.stdin is not None
         await watch.until_connected("dave", 1)
+        erin_token = tmp / "erin.token"
+        erin_token.write_text(token_of("erin") + "\n")
+        erin_token.chmod(0o600)
+        claude_http = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "codex_presence", "claude", "-q",
+            "--broker", url, "--name", "erin", "--token-file", str(erin_token),
+            "--", str(stand_in),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, "PATH": "/nonexistent"},
+        )  # fmt: skip
+        assert claude_http.stdin is not None
+        await watch.until_connected("erin", 1)
 
         # (a) baseline and wrap steps interleaved, so that both see the same machine.
         carol_auth = {"authorization": f"Bearer {token_of('carol')}"}
@@ -343,6 +369,8 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         through: list[float] = []
         hooked: list[float] = []
         answers: list[float] = []
+        hooked_http: list[float] = []
+        answers_http: list[float] = []
         async with httpx.AsyncClient(base_url=url, headers=carol_auth, trust_env=False) as carol:
             await carol.get("/healthz")  # the connection is open before the first timing
             for i in range(args.transitions):
@@ -354,6 +382,10 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
                 latency, answer = await claude_step(claude, watch, do)
                 hooked.append(latency)
                 answers.append(answer)
+                await asyncio.sleep(args.gap)
+                latency, answer = await claude_step(claude_http, watch, do, "erin")
+                hooked_http.append(latency)
+                answers_http.append(answer)
                 await asyncio.sleep(args.gap)
         assert await roster_activity(client, "alice") is None
         assert await roster_activity(client, "carol") is None
@@ -375,8 +407,12 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
 
         print(f"(c) hook POST -> activity shown by the broker (SSE), gap {gap_ms:.0f} ms")
         print(summary("baseline: direct POST (no claude)", base))
-        print(summary("through `claude` (hook -> broker)", hooked))
-        print(summary("the hook's answer, as claude waits", answers))
+        print(summary("through `claude`, HTTP hooks (no curl)", hooked_http))
+        print(summary("  the HTTP hook's answer, as claude waits", answers_http))
+        print(summary("through `claude` (async hook -> broker)", hooked))
+        print(summary("  the async hook's start, as claude waits", answers))
+        added = statistics.median(hooked) - statistics.median(hooked_http)
+        print(f"  async hooks add p50 {added:+.2f} ms to HTTP hooks' (same run, interleaved)")
         p50, p99 = statistics.median(hooked), statistics.quantiles(hooked, n=100)[98]
         print(
             f"  claude adds p50 {p50 - statistics.median(base):+.2f} ms; "
@@ -433,8 +469,10 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
 
         wrap.stdin.close()
         claude.stdin.close()
+        claude_http.stdin.close()
         await asyncio.wait_for(wrap.wait(), 10)
         await asyncio.wait_for(claude.wait(), 10)
+        await asyncio.wait_for(claude_http.wait(), 10)
         watcher.cancel()
 
 

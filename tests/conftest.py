@@ -1,4 +1,6 @@
-"""Shared test configuration: anyio's pytest plugin runs async tests on asyncio."""
+"""Shared test configuration: anyio's pytest plugin runs async tests on asyncio, and the
+Hypothesis profile (``dev``, few examples; ``ci`` under ``CI=true``: tests/support/depth.py)
+is loaded before any test module is imported."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import pytest
 
 from tests.support.claude_driver import require_claude
 from tests.support.codex_driver import codex_versions, fixtures_dir, require_codex
-from tests.support.redis_server import redis_server
+from tests.support.depth import load_profile
+from tests.support.redis_server import RedisServer, redis_server
+
+load_profile()
 
 
 @pytest.fixture
@@ -39,23 +44,34 @@ def codex_fixtures(codex_version: str) -> Path:
     return fixtures_dir(codex_version)
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """Where a broker under test keeps its state, in turn: None (in memory, the default)
-    and the URL of a fresh redis-server of the test's own. A broker test that takes it runs
-    once per store: the rules are the same in both."""
-    if request.param == "memory":
-        yield None
-        return
+@pytest.fixture(scope="session")
+def shared_redis() -> Iterator[RedisServer]:
+    """One redis-server for the whole test session (each xdist worker has its own): a
+    server start per test cost more than most tests that use it. Take it through
+    :func:`redis_url` or :func:`store_url`, which empty it first."""
     with redis_server() as server:
-        yield server.url
+        yield server
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """Where a broker under test keeps its state, in turn: None (in memory, the default)
+    and the URL of a real redis-server, emptied for this test (:func:`shared_redis`). A
+    broker test that takes it runs once per store: the rules are the same in both."""
+    if request.param == "memory":
+        return None
+    server: RedisServer = request.getfixturevalue("shared_redis")
+    server.empty()
+    return server.url
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    """The URL of a fresh redis-server of the test's own."""
-    with redis_server() as server:
-        yield server.url
+def redis_url(shared_redis: RedisServer) -> str:
+    """The URL of a real redis-server, emptied for this test (:func:`shared_redis`). A
+    test that stops, pauses or reconfigures its server starts its own
+    (``tests.support.redis_server.redis_server()``)."""
+    shared_redis.empty()
+    return shared_redis.url
 
 
 @pytest.fixture(scope="session")

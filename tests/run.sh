@@ -17,7 +17,8 @@
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
 #   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI and claude tests
 #   /usr/bin/redis-server         Debian's redis-server, for the brokers that share state
-#                                 (each test starts its own, on loopback, persistence off)
+#                                 (one per test session and worker, on loopback,
+#                                 persistence off, emptied before each test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,4 +93,8 @@ step "import contracts (the layering, pyproject.toml [tool.importlinter])"
 .venv/bin/lint-imports
 
 step "pytest"
-.venv/bin/pytest "$@"
+# On parallel workers (pytest-xdist), each with its own redis-server and browser: most
+# tests wait on processes and sockets rather than compute, so more workers than cores
+# pays. Work stealing evens out the long tests. A later -n in the arguments wins
+# (-n 0: no workers).
+.venv/bin/pytest -n "${CODEX_PRESENCE_TEST_WORKERS:-4}" --dist worksteal "$@"

@@ -1,4 +1,6 @@
-"""The broker over real HTTP on loopback (uvicorn in a thread), rule by rule (issue 4).
+"""The broker, rule by rule (issue 4): what it answers through its app in this process
+(``client``, no socket), streams and connections over real HTTP on loopback (uvicorn in a
+thread: ``broker``, ``live_client``).
 
 The tests that take ``store_url`` run twice: with the state in memory, and in a real
 redis-server (issue 18): the rules, and what bad input gets, are the same in both."""
@@ -29,6 +31,7 @@ from codex_presence.broker.team import Member
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
+    in_process_broker,
     make_team,
     running_broker,
     token_of,
@@ -57,7 +60,18 @@ def broker(clock: FakeClock, wall: FakeClock, store_url: str | None) -> Iterator
 
 
 @pytest.fixture
-def client(broker: RunningBroker) -> Iterator[httpx.Client]:
+def client(clock: FakeClock, wall: FakeClock, store_url: str | None) -> Iterator[httpx.Client]:
+    """A client of :func:`broker`'s app in this process, without a socket: for the rules of
+    what the broker answers (a test about streams or connections takes ``live_client``)."""
+    with in_process_broker(
+        team=TEAM, clock=clock, wall_clock=wall, keepalive=30, redis=store_url
+    ) as b:
+        yield b.client
+
+
+@pytest.fixture
+def live_client(broker: RunningBroker) -> Iterator[httpx.Client]:
+    """A client of :func:`broker`, the real server on loopback."""
     with httpx.Client(base_url=broker.url, timeout=5) as c:
         yield c
 
@@ -206,7 +220,7 @@ def test_report_is_an_emit_lastseen_ticks(client: httpx.Client, wall: FakeClock)
 
 
 def test_activity_since_holds_over_heartbeats_and_moves_with_each_change(
-    broker: RunningBroker, client: httpx.Client, clock: FakeClock, wall: FakeClock
+    broker: RunningBroker, live_client: httpx.Client, clock: FakeClock, wall: FakeClock
 ) -> None:
     """``activitySince`` (ours, additive): when the working or blocked state began, in the
     roster and on the stream; a heartbeat keeps it, a change of state or a lapse moves it;
@@ -215,25 +229,25 @@ def test_activity_since_holds_over_heartbeats_and_moves_with_each_change(
     with subscribed(broker, "alice") as events:
         next_event(events, "roster")
         next_event(events, "presence")  # our own attach
-        post(client, "builder", {"state": "working"})
-        assert roster(client)["builder"]["activitySince"] == start
+        post(live_client, "builder", {"state": "working"})
+        assert roster(live_client)["builder"]["activitySince"] == start
         assert next_event(events, "presence")["activitySince"] == start
         for _ in range(3):  # heartbeats, 10 s apart
             clock.advance(10)
             wall.advance(10)
-            post(client, "builder", {"state": "working"})
-        assert roster(client)["builder"]["activitySince"] == start
-        post(client, "builder", {"state": "blocked"})
+            post(live_client, "builder", {"state": "working"})
+        assert roster(live_client)["builder"]["activitySince"] == start
+        post(live_client, "builder", {"state": "blocked"})
         p = next_event(events, "presence")
         assert (p["activity"], p["activitySince"]) == ("blocked", start + 30_000)
-        assert roster(client)["builder"]["activitySince"] == start + 30_000
-        post(client, "builder", {"state": "idle"})
+        assert roster(live_client)["builder"]["activitySince"] == start + 30_000
+        post(live_client, "builder", {"state": "idle"})
         p = next_event(events, "presence")
         assert "activity" not in p and "activitySince" not in p
         wall.advance(5)
-        post(client, "builder", {"state": "blocked"})  # blocked anew: a new since
-        assert roster(client)["builder"]["activitySince"] == start + 35_000
-    assert all("activitySince" not in p for n, p in roster(client).items() if n != "builder")
+        post(live_client, "builder", {"state": "blocked"})  # blocked anew: a new since
+        assert roster(live_client)["builder"]["activitySince"] == start + 35_000
+    assert all("activitySince" not in p for n, p in roster(live_client).items() if n != "builder")
 
 
 def test_a_lapse_ends_the_since_and_the_next_report_starts_anew(store_url: str | None) -> None:
@@ -494,7 +508,7 @@ def test_subscribe_without_name_is_400(client: httpx.Client) -> None:
 
 
 def test_connected_counts_live_streams(
-    broker: RunningBroker, client: httpx.Client, wall: FakeClock
+    broker: RunningBroker, live_client: httpx.Client, wall: FakeClock
 ) -> None:
     with subscribed(broker, "alice") as first:
         initial = next_event(first, "roster")
@@ -502,29 +516,29 @@ def test_connected_counts_live_streams(
         assert initial["you"] == "alice"
         assert [p["name"] for p in initial["members"]] == ["alice", "builder", "scout"]
         assert initial["members"][0]["connected"] == 1
-        assert roster(client)["alice"]["createdAt"] == 1_800_000_000_000
+        assert roster(live_client)["alice"]["createdAt"] == 1_800_000_000_000
         wall.advance(60)
         with subscribed(broker, "alice") as second:
             next_event(second, "roster")
-            p = roster(client)["alice"]
+            p = roster(live_client)["alice"]
             assert p["connected"] == 2
             assert p["createdAt"] == 1_800_000_000_000
             assert p["lastSeen"] == 1_800_000_060_000
-        eventually(lambda: roster(client)["alice"]["connected"] == 1)
-    eventually(lambda: roster(client)["alice"]["connected"] == 0)
-    assert roster(client)["alice"]["lastSeen"] == 1_800_000_060_000
+        eventually(lambda: roster(live_client)["alice"]["connected"] == 1)
+    eventually(lambda: roster(live_client)["alice"]["connected"] == 0)
+    assert roster(live_client)["alice"]["lastSeen"] == 1_800_000_060_000
 
 
-def test_stream_carries_changes_of_others(broker: RunningBroker, client: httpx.Client) -> None:
+def test_stream_carries_changes_of_others(broker: RunningBroker, live_client: httpx.Client) -> None:
     with subscribed(broker, "alice") as events:
         next_event(events, "roster")
         assert next_event(events, "presence")["name"] == "alice"  # our own attach
-        post(client, "builder", {"state": "working"})
+        post(live_client, "builder", {"state": "working"})
         p = next_event(events, "presence")
-        assert p == roster(client)["builder"]
+        assert p == roster(live_client)["builder"]
         assert (p["name"], p["activity"], p["busy"]) == ("builder", "working", True)
-        post(client, "builder", {"state": "working"})  # a heartbeat changes nothing
-        post(client, "builder", {"state": "blocked"})
+        post(live_client, "builder", {"state": "working"})  # a heartbeat changes nothing
+        post(live_client, "builder", {"state": "blocked"})
         p = next_event(events, "presence")
         assert (p["name"], p["activity"]) == ("builder", "blocked")
         with subscribed(broker, "scout") as other:
@@ -533,7 +547,7 @@ def test_stream_carries_changes_of_others(broker: RunningBroker, client: httpx.C
             assert (p["name"], p["connected"]) == ("scout", 1)
         p = next_event(events, "presence")
         assert (p["name"], p["connected"]) == ("scout", 0)
-        post(client, "builder", {"state": "idle"})
+        post(live_client, "builder", {"state": "idle"})
         p = next_event(events, "presence")
         assert p["name"] == "builder"
         assert "activity" not in p
@@ -597,14 +611,14 @@ with httpx.Client(timeout=None) as c, c.stream(
 
 
 def test_a_sigkilled_subscriber_process_is_uncounted(
-    broker: RunningBroker, client: httpx.Client
+    broker: RunningBroker, live_client: httpx.Client
 ) -> None:
     with subprocess.Popen(
         [sys.executable, "-c", _SUBSCRIBER, broker.url, token_of("builder")],
         stdout=subprocess.PIPE,
         text=True,
     ) as proc:
-        _kill_and_watch(proc, client)
+        _kill_and_watch(proc, live_client)
 
 
 def _kill_and_watch(proc: subprocess.Popen[str], client: httpx.Client) -> None:
@@ -621,7 +635,7 @@ def _kill_and_watch(proc: subprocess.Popen[str], client: httpx.Client) -> None:
             proc.wait(10)
 
 
-def test_a_broken_pipe_is_uncounted(broker: RunningBroker, client: httpx.Client) -> None:
+def test_a_broken_pipe_is_uncounted(broker: RunningBroker, live_client: httpx.Client) -> None:
     """A socket torn down with RST (SO_LINGER 0), as a crashed host or a middlebox does."""
     host, port = broker.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=10)
@@ -630,10 +644,10 @@ def test_a_broken_pipe_is_uncounted(broker: RunningBroker, client: httpx.Client)
         f"Authorization: Bearer {token_of('scout')}\r\n\r\n".encode()
     )
     assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
-    eventually(lambda: roster(client)["scout"]["connected"] == 1)
+    eventually(lambda: roster(live_client)["scout"]["connected"] == 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()
-    eventually(lambda: roster(client)["scout"]["connected"] == 0)
+    eventually(lambda: roster(live_client)["scout"]["connected"] == 0)
 
 
 def test_shutdown_ends_open_streams(store_url: str | None) -> None:

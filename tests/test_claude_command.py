@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +23,13 @@ from codex_presence.agent.claude import session as claude_session
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.session import ClaudeSession
 from codex_presence.core.claude.mapping import SETTLE
-from codex_presence.core.claude.protocol import HOOK_EVENTS, HOOK_TIMEOUT
+from codex_presence.core.claude.protocol import (
+    HOOK_EVENTS,
+    HOOK_TIMEOUT,
+    HTTP_ONLY_EVENTS,
+    RESUME_HINT_FLAGS_ENV,
+    resume_hint_flags,
+)
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
@@ -112,16 +120,45 @@ def test_claude_gets_private_settings_with_a_hook_per_event(tmp_path: Path) -> N
     assert given["settings_mode"] == 0o600 and given["dir_mode"] == 0o700
     hooks = given["settings"]["hooks"]
     assert sorted(hooks) == sorted(HOOK_EVENTS)
-    urls = set()
+    commands = set()
     for event in HOOK_EVENTS:
         (entry,) = hooks[event]
         (spec,) = entry["hooks"]
-        assert spec["type"] == "http" and spec["timeout"] == HOOK_TIMEOUT
-        urls.add(spec["url"])
-    (url,) = urls
-    assert url.startswith("http://127.0.0.1:") and url.endswith("/hook")
+        assert spec["timeout"] == HOOK_TIMEOUT
+        if event in HTTP_ONLY_EVENTS:  # claude exits right after: it waits for this one
+            assert spec["type"] == "http" and spec["url"].startswith("http://127.0.0.1:")
+            continue
+        # async: claude neither waits for it nor names it in its spinner
+        assert spec["type"] == "command" and spec["async"] is True
+        commands.add(spec["command"])
+    (command,) = commands
+    words = shlex.split(command)
+    assert words[:3] == ["exec", shutil.which("curl"), "-q"]  # no ~/.curlrc of the user's
+    config = Path(words[words.index("-K") + 1])
+    assert config.parent == Path(argv[2]).parent  # private, beside the settings
+    assert given["config_mode"] == 0o600 and "/hook" not in command  # the URL: file only
+    assert re.search(r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$', given["config"], re.M)
     assert not Path(argv[2]).exists() and not Path(argv[2]).parent.exists()  # removed
     assert given["pgrp_is_parents"]  # in the terminal's foreground group, as run directly
+
+
+@pytest.mark.parametrize(
+    ("args", "env"), [((), {"PATH": "/nonexistent"}), (("-p", "hi"), {}), (("--print",), {})]
+)
+def test_without_curl_or_a_screen_claude_gets_http_hooks(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    dump = tmp_path / "dump.json"
+    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    full_env.update(FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), **env)
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    proc = subprocess.run([*command, *args], env=full_env, check=False)
+    assert proc.returncode == 0
+    hooks = json.loads(dump.read_text())["settings"]["hooks"]
+    specs = [spec for event in HOOK_EVENTS for entry in hooks[event] for spec in entry["hooks"]]
+    assert {spec["type"] for spec in specs} == {"http"}
+    assert all(spec["url"].startswith("http://127.0.0.1:") for spec in specs)
 
 
 def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) -> None:
@@ -150,8 +187,42 @@ def test_a_settings_of_the_users_own_is_carried_with_ours(tmp_path: Path) -> Non
     assert given["argv"][1] == "--settings" and given["argv"][3:] == ["-p", "hi"]
     settings = given["settings"]
     assert settings["x"] == 1 and settings["hooks"]["Stop"][0] == mine["hooks"]["Stop"][0]
-    assert settings["hooks"]["Stop"][1]["hooks"][0]["type"] == "http"
+    assert settings["hooks"]["Stop"][1]["hooks"][0]["type"] == "http"  # -p: print mode
     assert sorted(settings["hooks"]) == sorted(HOOK_EVENTS)
+    # claude's parting hint lists the arguments the person gave, not our --settings FILE.
+    assert given["env"][RESUME_HINT_FLAGS_ENV] == f"--settings {theirs} -p hi"
+
+
+def test_the_resume_hint_gets_the_persons_arguments_not_ours(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    script = [{"do": "dump", "path": str(dump)}]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env.update(FAKE_CLAUDE_SCRIPT=json.dumps(script), CLAUDE_CONFIG_DIR=str(tmp_path / "config"))
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    mode = ["--permission-mode", "default"]
+    assert subprocess.run([*command, *mode], env=env, check=False).returncode == 0
+    given = json.loads(dump.read_text())
+    assert given["argv"][1] == "--settings" and given["argv"][3:] == mode
+    assert given["env"][RESUME_HINT_FLAGS_ENV] == "--permission-mode default"
+    # A choice of the environment's own (a relauncher around us) stands.
+    env[RESUME_HINT_FLAGS_ENV] = "--model opus"
+    assert subprocess.run([*command, *mode], env=env, check=False).returncode == 0
+    assert json.loads(dump.read_text())["env"][RESUME_HINT_FLAGS_ENV] == "--model opus"
+
+
+@pytest.mark.parametrize(
+    ("args", "flags"),
+    [
+        ([], ""),
+        (["--permission-mode", "default"], "--permission-mode default"),
+        (["--model", "opus", "fix the bug"], "--model opus"),  # the prompt is no flag
+        (["fix the bug"], ""),
+        (["--append-system-prompt", "be brief", "--verbose"], ""),  # cannot be joined
+        (["--model", ""], ""),
+    ],
+)
+def test_resume_hint_flags(args: list[str], flags: str) -> None:
+    assert resume_hint_flags(args) == flags
 
 
 @pytest.mark.parametrize(
@@ -328,7 +399,9 @@ def test_no_trace_reports_no_activity_and_installs_no_hooks(
     assert proc.wait(30) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None]
-    assert json.loads(dump.read_text())["argv"][1:] == []  # claude as given: no --settings
+    given = json.loads(dump.read_text())
+    assert given["argv"][1:] == []  # claude as given: no --settings
+    assert RESUME_HINT_FLAGS_ENV not in given["env"]  # nor anything else of ours
 
 
 # -- reading claude's files only while it can matter -----------------------------------------------

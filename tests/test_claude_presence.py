@@ -14,6 +14,7 @@ this skips, except under ``CI=true``, where it fails.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +24,10 @@ import pytest
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.support.claude_driver import Interactive
+from tests.support.claude_driver import Capture, Interactive, Tmux, claude_env, prepare_home
 from tests.support.claude_presence import PresenceFiles, interactive_presence, run_print
 from tests.support.claude_scenarios import LONG, PERMISSION_DIALOG, after_result, asks
-from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text
+from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text, tool_use
 from tests.support.roster_watch import RosterWatch, roster_activity
 from tests.support.waiting import eventually
 
@@ -329,3 +330,92 @@ def test_exit_ends_the_session_and_the_subscription(
     log = logged(files)
     assert "online: subscribed to the broker as alice" in log
     assert token_of("alice") not in log
+
+
+# -- looks as plain claude does ---------------------------------------------------------------
+
+SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def a_turn_with_a_tool() -> FakeAnthropic:
+    """Read a file (no permission needed in the work directory), then answer."""
+    return FakeAnthropic(
+        [
+            Reply(
+                blocks=[text("Reading it."), tool_use("Read", {"file_path": "NOTES"}, id="t_r")],
+                wait=0.3,
+            ),
+            say("The notes say hello.", match=after_result("t_r"), wait=0.3),
+        ]
+    )
+
+
+def turn_and_exit(s: Interactive) -> tuple[list[str], str]:
+    """Run the turn, reading the screen all along; then /exit. The spinner lines seen
+    during the turn, and claude's parting hint (its session id made ``ID``)."""
+    (s.work / "NOTES").write_text("hello\n")
+    s.ready()
+    s.prompt("read my notes")
+    spinner: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        screen = s.tmux.screen()
+        spinner += [line.strip() for line in screen.splitlines() if "…" in line and "(" in line]
+        if "The notes say hello." in screen and "esc to interrupt" not in screen:
+            break
+    else:
+        raise AssertionError(f"the turn did not end:\n{s.tmux.screen()}")
+    assert leave(s) == 0
+    lines = [line.strip() for line in s.tmux.screen().splitlines() if line.strip()]
+    hint = lines[lines.index("Resume this session with:") + 1]
+    return spinner, SESSION_ID.sub("ID", hint)
+
+
+def test_claudes_parting_hint_is_plain_claudes(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """The same turn (a tool call) plain and behind codex-presence, in a 100-column
+    terminal: the parting hint is the same, the person's flags kept (issue 27). (Before,
+    claude listed our ``--settings FILE`` first: a path, so the flags were left out unless
+    the whole line fitted the terminal.)"""
+    args = ("--permission-mode", "default")
+    api = a_turn_with_a_tool()
+    with api.serve():
+        home, work = prepare_home(tmp_path / "plain")
+        tmux = Tmux(tmp_path / "plain" / "tmux.sock", width=100)
+        tmux.start([str(claude), *args], cwd=work, env=claude_env(home, api.base_url))
+        plain = Interactive(Capture(None), tmux, work, server=None)  # type: ignore[arg-type]
+        try:
+            plain_spinner, plain_hint = turn_and_exit(plain)
+        finally:
+            tmux.kill()
+    api = a_turn_with_a_tool()
+    with (
+        api.serve(),
+        interactive_presence(
+            tmp_path / "run", broker, base_url=api.base_url, claude_args=args, width=100
+        ) as (s, _files),
+    ):
+        watch.wait_connected(1)
+        _, hint = turn_and_exit(s)
+    watch.wait_connected(0)
+    assert plain_hint == "claude --permission-mode default --resume ID"
+    assert hint == plain_hint
+    assert plain_spinner and not [line for line in plain_spinner if "hook" in line]
+
+
+def test_claudes_spinner_never_names_a_hook_of_ours(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """A turn with a tool call behind codex-presence: the screen, read all along, never
+    shows "running … hook" (plain claude's never does: the test above)."""
+    api = a_turn_with_a_tool()
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (s, files),
+    ):
+        watch.wait_connected(1)
+        spinner, _ = turn_and_exit(s)
+    assert replayed(files) == ["working", "idle"]  # the hooks were there all along
+    assert spinner  # the screen was read while claude worked
+    assert [line for line in spinner if "hook" in line] == []

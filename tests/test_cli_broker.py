@@ -24,6 +24,7 @@ from tests.support.broker_harness import (
     broker_process,
     make_team,
     not_a_broker,
+    reserved_port,
     running_broker,
     token_of,
 )
@@ -145,6 +146,48 @@ def test_broker_without_team_makes_a_dev_team_and_says_where_the_token_is(tmp_pa
         response = httpx.get(url + "/whoami", headers={"authorization": f"Bearer {token}"})
         assert response.status_code == 200
         assert response.json()["team"] == "dev"
+
+
+def test_a_loopback_broker_refuses_a_rebinding_host(tmp_path: Path) -> None:
+    """Before: the broker answered any ``Host``, so a page on ``evil.example`` resolved to
+    127.0.0.1 (DNS rebinding) could read it as same-origin. Now a loopback broker answers
+    its loopback names only, and the names ``--allowed-host`` adds (a proxy's)."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+
+    def status(url: str, host: str) -> httpx.Response:
+        return httpx.get(url + "/healthz", headers={"host": host}, timeout=5)
+
+    with broker_process("--team", str(team)) as broker:
+        port = broker.port
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.1", "LOCALHOST"):
+            assert status(broker.url, host).status_code == 200, host
+        refused = status(broker.url, f"evil.example:{port}")
+        assert refused.status_code == 421
+        assert refused.json()["error"].startswith(
+            "this broker does not serve the host named in the Host header ('evil.example')"
+        )
+        assert "--allowed-host" in refused.json()["error"]
+        page = httpx.get(broker.url + "/", headers={"host": "evil.example"}, timeout=5)
+        assert page.status_code == 421  # the page and its sign-in too
+    with broker_process("--team", str(team), "--allowed-host", "presence.example.com") as broker:
+        assert status(broker.url, "presence.example.com").status_code == 200
+        assert status(broker.url, "127.0.0.1").status_code == 200
+        assert status(broker.url, "evil.example").status_code == 421
+    with broker_process("--team", str(team), "--allowed-host", "*") as broker:
+        assert status(broker.url, "evil.example").status_code == 200
+
+
+def test_which_hosts_a_broker_answers() -> None:
+    from codex_presence.broker.hosts import allowed_hosts, host_of
+
+    assert host_of("[::1]:8765") == "::1" and host_of("Example.COM:80") == "example.com"
+    assert host_of("::1") == "::1" and host_of("localhost") == "localhost"
+    assert allowed_hosts("127.0.0.1") == {"127.0.0.1"}  # and any loopback name (HostCheck)
+    assert allowed_hosts("[::1]", ["presence.example.com:443"]) == {"::1", "presence.example.com"}
+    assert allowed_hosts("0.0.0.0") is None  # reached by names it cannot know
+    assert allowed_hosts("0.0.0.0", ["presence.example.com"]) == {"0.0.0.0", "presence.example.com"}
+    assert allowed_hosts("127.0.0.1", ["*"]) is None
 
 
 def test_loopback_detection() -> None:
@@ -407,6 +450,78 @@ def test_roster_against_a_url_that_is_not_a_broker(
     assert code == 1
     assert out == ""
     assert "answered text/html, not a codex-presence broker's JSON" in err
+
+
+def test_a_broker_url_without_http_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "Request URL has an unsupported protocol 'localhost://'." (httpx's words)."""
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    with pytest.raises(SystemExit) as done:
+        main(["roster", "--broker", "localhost:8765"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "argument --broker: 'localhost:8765' is not a URL: a broker's URL starts with "
+        "http:// (http://localhost:8765?)\n"
+    )
+    monkeypatch.setenv("CODEX_PRESENCE_BROKER", "ftp://localhost:8765")
+    assert main(["roster"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence roster: CODEX_PRESENCE_BROKER: 'ftp://localhost:8765': a broker's "
+        "URL starts with http:// or https://, not ftp://\n"
+    )
+
+
+def test_a_url_that_answers_an_html_error_is_said_in_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "GET /whoami: HTTP 404 <!DOCTYPE HTML> <html lang=…" (~300 characters of
+    the page)."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    try:
+        code, out, err = run_roster(monkeypatch, capsys, "--broker", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (code, out) == (1, "")
+    assert err == (
+        f"codex-presence roster: GET /whoami: {url} answered HTTP 404 (text/html), not as a "
+        "codex-presence broker does: is it the broker's URL?\n"
+    )
+
+
+def test_roster_watch_waits_for_a_broker_not_up_yet() -> None:
+    """Before: exited 1 at once ("cannot reach"), though its help says only a refused token
+    or Ctrl-C ends it."""
+    team = make_team("alice")
+    with reserved_port() as sock:  # bound, not listening: connections are refused
+        port = sock.getsockname()[1]
+        with subprocess.Popen(
+            [*CLI, "roster", "--watch", "--broker", f"http://127.0.0.1:{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "CODEX_PRESENCE_TOKEN": token_of("alice")},
+        ) as proc:
+            try:
+                out = Lines(proc.stdout)
+                out.until(r"^\(cannot reach the presence broker at .*; retrying in [0-9.]+ s\)$")
+                assert proc.poll() is None
+                with running_broker(team=team, sock=sock):
+                    out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$", 30)
+                    proc.send_signal(signal.SIGINT)
+                    assert proc.wait(10) in (0, 130)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait(10)
 
 
 def test_read_token_rules(tmp_path: Path) -> None:

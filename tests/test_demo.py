@@ -57,10 +57,14 @@ def test_demo_shows_the_roster_live_and_ends_with_roster_and_timeline() -> None:
     )
     assert told.index("the command approved") > told.index("codex says: “Let me check the build.”")
     assert told[-1] == "turn completed"
-    # The end: the final roster in the design's text and the timeline of the session, each
-    # cause an event a person knows.
-    assert "team demo roster:\n- codex-agent [engineer] offline\n" in summary
-    assert "- alice (you) [director] [admin] connected=1" in summary
+    # The end: the final roster, which the live view's last frame showed word for word
+    # (before, it was printed again in full), and the timeline of the session, each cause
+    # an event a person knows.
+    last_frame = live.rstrip().rpartition("team demo roster:")[2]
+    assert "\n- codex-agent [engineer] offline\n" in last_frame
+    assert "- alice (you) [director] [admin] connected=1" in last_frame
+    assert summary.startswith(" as last shown above.\n")
+    assert "team demo roster:" not in summary
     timeline = [line.split(maxsplit=2) for line in summary.splitlines() if line.startswith("  ")]
     assert [(state, words) for _, state, words in timeline] == [
         ("working", "turn started"),

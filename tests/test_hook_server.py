@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 @asynccontextmanager
 async def serving(**options: Any) -> AsyncIterator[tuple[HookServer, list[dict[str, Any]]]]:
     got: list[dict[str, Any]] = []
-    server = HookServer(got.append, **options)
+    server = HookServer(lambda message, seq: got.append(message), **options)
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         yield server, got
@@ -53,6 +53,18 @@ async def test_a_hook_is_answered_200_empty_object_then_handed_on() -> None:
         assert answer.status_code == 200
         assert answer.content == b"{}" and answer.headers["content-type"] == "application/json"
         assert got == [payload]
+
+
+async def test_a_delivery_says_its_sequence_number_in_a_header() -> None:
+    seen: list[tuple[dict[str, Any], int | None]] = []
+    server = HookServer(lambda message, seq: seen.append((message, seq)))
+    async with anyio.create_task_group() as tg, client() as http:
+        await tg.start(server.serve)
+        for header in ("4242", "not a number", "9" * 40):
+            await http.post(server.url, json={"n": 1}, headers={"x-hook-seq": header})
+        await http.post(server.url, json={"n": 2})
+        tg.cancel_scope.cancel()
+    assert seen == [({"n": 1}, 4242), ({"n": 1}, None), ({"n": 1}, None), ({"n": 2}, None)]
 
 
 async def test_the_url_is_loopback_with_a_fresh_secret() -> None:
@@ -209,7 +221,7 @@ async def test_a_client_that_vanishes_mid_request_never_ends_the_server() -> Non
 
 
 async def test_a_failing_handler_never_costs_claude_its_answer() -> None:
-    def broken(message: dict[str, Any]) -> None:
+    def broken(message: dict[str, Any], seq: int | None) -> None:
         raise RuntimeError("a bug behind the server")
 
     server = HookServer(broken)
@@ -231,4 +243,4 @@ async def test_redact_blanks_out_the_secret() -> None:
 
 async def test_the_url_is_unknown_before_listening() -> None:
     with pytest.raises(RuntimeError):
-        _ = HookServer(lambda m: None).url
+        _ = HookServer(lambda m, s: None).url

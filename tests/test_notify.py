@@ -367,6 +367,27 @@ def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(
             client.close()
 
 
+def test_a_claim_key_the_brokers_cannot_read_holds_no_notice_back(redis_url: str) -> None:
+    """A claim key of another type (set by hand, or by something else on the prefix) is
+    replaced by the claim, as the brokers' own scripts replace such keys."""
+    import redis
+
+    with receiver() as hook:
+        clock = FakeClock(START)
+        n, broker = _redis_broker(redis_url, clock, hook)
+        with broker as b:
+            report(b, "builder", "blocked")
+            eventually(lambda: n.policy.blocked_since("builder"))
+            key = f"{n.targets[0].id}:builder:blocked:{n.policy.blocked_since('builder')}:0"
+            client = redis.Redis.from_url(redis_url)
+            client.hset(f"codex-presence:{{acme}}:n:{key}", "x", "1")  # a hash, not a claim
+            clock.advance(60)
+            settled(n, clock)
+            assert len(hook.requests) == 1
+            assert client.get(f"codex-presence:{{acme}}:n:{key}") == b"done"
+            client.close()
+
+
 # -- configuration: the team file, the command line ---------------------------------------
 
 

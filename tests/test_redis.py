@@ -20,6 +20,7 @@ import httpx
 import pytest
 import redis
 
+from codex_presence.broker.team_file import render_team
 from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, WebRoster
 from tests.support.broker_harness import (
     broker_process,
@@ -105,6 +106,53 @@ def test_teams_sharing_one_redis_stay_apart(redis_url: str) -> None:
         eventually(lambda: roster(acme.url)["alice"]["connected"] == 1)
         time.sleep(0.3)
         assert all(p["connected"] == 0 and "activity" not in p for p in roster(globex.url).values())
+
+
+def test_a_second_deployment_with_the_same_team_name_and_prefix_is_refused(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Before: a second deployment (its own team file, the same team name and prefix)
+    silently merged into the first: each showed the other's reports. Now Redis holds a
+    mark of each member's name and token; a broker whose team file has not one in common
+    with it shares nothing (an outage that says why), and the first goes on."""
+    other = tmp_path / "other.toml"
+    names = ("alice", "builder", "scout")
+    other.write_text(render_team("acme", [(n, None, f"cp_other-{n}-token") for n in names]))
+    with (
+        running_broker(team=TEAM, redis=redis_url) as first,
+        broker_process("--team", str(other), redis=redis_url) as second,
+    ):
+        said = second.said()
+        assert "another deployment's team of the same name" in said, said
+        assert "--redis-prefix" in said
+        assert httpx.get(second.url + "/healthz", timeout=5).status_code == 503
+        refused = httpx.post(
+            second.url + "/presence/activity",
+            json={"state": "blocked"},
+            headers={"authorization": "Bearer cp_other-builder-token"},
+            timeout=5,
+        )
+        assert refused.status_code == 503
+        assert report(first.url, "builder", "working").status_code == 204
+        assert roster(first.url)["builder"]["activity"] == "working"
+
+
+def test_a_team_file_changed_broker_by_broker_is_said_and_served(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A rolling change of the team file (a member added) must keep serving: the brokers
+    share the members they have in common, and the newer file's broker says so once."""
+    grown = tmp_path / "grown.toml"
+    names = ("alice", "builder", "scout", "dana")
+    grown.write_text(render_team("acme", [(n, None, token_of(n)) for n in names]))
+    with (
+        running_broker(team=TEAM, redis=redis_url) as old,
+        broker_process("--team", str(grown), redis=redis_url) as new,
+    ):
+        assert "this team file differs from the one the team's brokers registered" in new.said()
+        assert "(1 members or tokens only here, 0 only there)" in new.said()
+        assert report(new.url, "builder", "working").status_code == 204
+        eventually(lambda: roster(old.url)["builder"].get("activity") == "working", 5)
 
 
 # -- a broker dies, a broker restarts --------------------------------------------------------
@@ -256,6 +304,11 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
     [
         (["--redis", "http://127.0.0.1:1"], "redis://"),
         (["--redis", "redis://127.0.0.1:1", "--redis-prefix", "a{b}"], "--redis-prefix"),
+        (  # before: it started, and stayed in outage ("unexpected keyword argument")
+            ["--redis", "redis://127.0.0.1:1/0?Password=s3cret-pass"],
+            "--redis: the URL has an option Redis connections do not take: Password "
+            "(did you mean password?)",
+        ),
     ],
 )
 def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
@@ -265,8 +318,9 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
         text=True,
         timeout=30,
     )
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert said in result.stderr
+    assert "s3cret-pass" not in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -291,17 +345,20 @@ def test_a_redis_password_is_never_logged(tmp_path: Path, url: str, shown: str) 
 
 
 def test_a_redis_password_in_the_query_opens_redis_and_stays_out_of_the_log(
-    redis_url: str, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """The password of ``?password=``, which redis-py takes as well as the netloc's, at
-    ``-vv`` into a log file, with Redis asking for it: it works, and shows nowhere."""
-    redis.Redis.from_url(redis_url).config_set("requirepass", "hunter2secret")
-    url = redis_url + "?password=hunter2secret"
-    log = tmp_path / "broker.log"
-    options = ("--team", team_file(tmp_path), "-vv", "--log-file", str(log))
-    with broker_process(*options, redis=url) as broker:
-        assert report(broker.url, "builder", "working").status_code == 204  # authenticated
-        assert httpx.get(broker.url + "/healthz", timeout=5).json()["status"] == "ok"
-    text = log.read_text()
-    assert f"sharing state through {redis_url}?password=*** " in text
-    assert "hunter2secret" not in text + broker.stderr.rest()
+    ``-vv`` into a log file, with Redis asking for it: it works, and shows nowhere. (A
+    server of its own: the password stays set.)"""
+    with redis_server() as server:
+        redis_url = server.url
+        redis.Redis.from_url(redis_url).config_set("requirepass", "hunter2secret")
+        url = redis_url + "?password=hunter2secret"
+        log = tmp_path / "broker.log"
+        options = ("--team", team_file(tmp_path), "-vv", "--log-file", str(log))
+        with broker_process(*options, redis=url) as broker:
+            assert report(broker.url, "builder", "working").status_code == 204  # authenticated
+            assert httpx.get(broker.url + "/healthz", timeout=5).json()["status"] == "ok"
+        text = log.read_text()
+        assert f"sharing state through {redis_url}?password=*** " in text
+        assert "hunter2secret" not in text + broker.stderr.rest()

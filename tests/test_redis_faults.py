@@ -26,7 +26,7 @@ from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.redis_sessions import RedisSessions
 from codex_presence.broker.sessions import WebSession
 from codex_presence.core.backoff import Backoff
-from tests.support.broker_harness import FakeClock, broker_process, running_broker
+from tests.support.broker_harness import FakeClock, broker_process, running_broker, shared_state
 from tests.support.redis_server import redis_server
 from tests.support.shared_brokers import (
     TEAM,
@@ -167,19 +167,47 @@ def test_an_error_redis_answers_is_a_503_that_says_so(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before: 503 "the shared store (Redis) is unreachable (WRONGTYPE …)", though Redis
-    had answered."""
+    had answered. (A value of the wrong type no longer makes Redis answer an error: see
+    the test below; a Redis out of memory does. No heartbeat in the test, which would
+    make it an outage.)"""
     caplog.set_level(logging.WARNING, logger="codex_presence")
-    with running_broker(team=TEAM, redis=redis_url) as broker:
-        redis.Redis.from_url(redis_url).set(KEYS + "m:alice", "not a hash")
-        answer = report(broker.url, "alice", "working")
+    store = shared_state(redis_url, TEAM, beat=600).store
+    with running_broker(team=TEAM, store=store) as broker:
+        direct = redis.Redis.from_url(redis_url)
+        direct.config_set("maxmemory", "1")
+        try:
+            answer = report(broker.url, "alice", "working")
+        finally:
+            direct.config_set("maxmemory", "0")
         assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
         error = answer.json()["error"]
         assert error == (
             "the shared store (Redis) refused the command: the report was not recorded; "
             "send it again"
         )
-        assert any("WRONGTYPE" in m for m in logged(caplog))  # Redis's words: in the log
-        assert report(broker.url, "builder", "working").status_code == 204  # others go on
+        assert any("maxmemory" in m for m in logged(caplog))  # Redis's words: in the log
+        assert report(broker.url, "alice", "working").status_code == 204
+
+
+def test_the_log_and_healthz_say_the_real_cause_of_an_outage(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Before: a dropped subscription followed by resyncs that Redis refused was logged
+    (and shown to members on ``/healthz``) as "Connection closed by server." for as long
+    as it lasted."""
+    direct = redis.Redis.from_url(redis_url)
+    with broker_process("--team", team_file(tmp_path), redis=redis_url) as broker:
+        direct.config_set("maxmemory", "1")
+        try:
+            direct.client_kill_filter(_type="pubsub")
+            broker.stderr.until("redis down: .*Connection closed")
+            assert "maxmemory" in broker.stderr.until("redis still down", 10)
+            member = httpx.get(broker.url + "/healthz", headers=auth("scout"), timeout=5)
+            assert member.status_code == 503 and "maxmemory" in member.json()["reason"]
+        finally:
+            direct.config_set("maxmemory", "0")
+        broker.stderr.until("redis back", 10)
+        assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
 
 
 # -- keys flushed behind the brokers' backs ----------------------------------------------------
@@ -315,3 +343,88 @@ async def test_the_session_cache_forgets_expired_sessions_and_is_bounded(redis_u
             assert await sessions.get(session_id) == WebSession("scout", key="k")
         assert len(cache) == 3
         tg.cancel_scope.cancel()
+
+
+# -- one value the brokers cannot read -------------------------------------------------------------
+
+_POISONS = {
+    "m:builder": lambda r: r.hset(KEYS + "m:builder", "c", "garbage"),
+    "seq": lambda r: r.set(KEYS + "seq", "abc"),
+    "a:builder": lambda r: (r.delete(KEYS + "a:builder"), r.hset(KEYS + "a:builder", "s", "1")),
+    "brokers": lambda r: r.set(KEYS + "brokers", "not a sorted set"),
+}
+
+
+@pytest.mark.parametrize("poisoned", list(_POISONS))
+def test_a_value_the_brokers_cannot_read_never_fails_a_report(
+    redis_url: str, poisoned: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: builder's reports got 503 at once ("compare number with nil", WRONGTYPE),
+    and with ``seq`` = ``abc`` or ``brokers`` a string, everyone's (the heartbeat failed:
+    an outage, no disconnect needed)."""
+    caplog.set_level(logging.WARNING, logger="codex_presence")
+    direct = redis.Redis.from_url(redis_url)
+    with running_broker(team=TEAM, redis=redis_url) as broker:
+        assert report(broker.url, "builder", "blocked").status_code == 204
+        _POISONS[poisoned](direct)
+        time.sleep(2.5)  # a heartbeat meets it first, for the keys it touches
+        for name in ("builder", "alice"):  # seq starting again: a resync first, of a moment
+            eventually(lambda n=name: report(broker.url, n, "working").status_code == 204, 5)  # type: ignore[misc]
+        assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
+        eventually(lambda: roster(broker.url)["builder"].get("activity") == "working", 10)
+    said = [m for m in logged(caplog) if "holds a value this broker cannot read" in m]
+    assert len(said) == 1 and f"{KEYS}{poisoned} " in said[0], said
+    assert not any("team file differs" in m for m in logged(caplog))
+
+
+@pytest.mark.parametrize("poisoned", list(_POISONS))
+def test_a_value_the_brokers_cannot_read_never_takes_the_team_down(
+    redis_url: str, tmp_path: Path, poisoned: str
+) -> None:
+    """Before: after a pub/sub disconnect every broker of the team stayed in outage
+    (``/healthz`` 503, every report 503) for as long as the key stayed, logging only
+    "Connection closed by server."; builder's own reports got 503 at once ("compare number
+    with nil", WRONGTYPE). Now the value costs at most that member (shown idle), and the
+    log names the key, once."""
+    direct = redis.Redis.from_url(redis_url)
+    with broker_process("--team", team_file(tmp_path), redis=redis_url) as broker:
+        assert report(broker.url, "builder", "blocked").status_code == 204
+        _POISONS[poisoned](direct)
+        direct.client_kill_filter(_type="pubsub")
+        broker.stderr.until("redis down")
+        broker.stderr.until("redis back", 10)
+        assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
+        for name in ("alice", "builder", "scout"):
+            assert report(broker.url, name, "working").status_code == 204, name
+        shown = roster(broker.url)
+        assert [shown[n].get("activity") for n in ("alice", "builder", "scout")] == ["working"] * 3
+        direct.client_kill_filter(_type="pubsub")  # and again: the value was replaced
+        broker.stderr.until("redis back", 10)
+        assert report(broker.url, "builder", "idle").status_code == 204
+        said = broker.said()
+        assert said.count(f"{KEYS}{poisoned} holds a value this broker cannot read") == 1, said
+        assert "Traceback" not in said and "team file differs" not in said
+
+
+@pytest.mark.anyio
+async def test_a_session_value_the_brokers_cannot_read_costs_that_session_only(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: alice's session set stored as a string made every sign-in of alice fail
+    (WRONGTYPE), and a record that is not JSON failed the request that checked it (and
+    signing it out)."""
+    caplog.set_level(logging.WARNING, logger="codex_presence")
+    direct = redis.Redis.from_url(redis_url)
+    direct.set(KEYS + "sm:alice", "not a sorted set")
+    direct.set(KEYS + "s:forged", "not json", px=600_000)
+    link = RedisLink(redis_url, team="acme")
+    sessions = RedisSessions(link)
+    async with anyio.create_task_group() as tg:
+        await tg.start(link.run)
+        made = await sessions.create(WebSession("alice", key="k"))
+        assert await sessions.get(made) == WebSession("alice", key="k")
+        assert await sessions.get("forged") is None
+        await sessions.end("forged")
+        assert not direct.exists(KEYS + "s:forged")
+        tg.cancel_scope.cancel()
+    assert any("holds a browser session this broker cannot read" in m for m in logged(caplog))

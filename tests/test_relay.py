@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from codex_presence import Transition, read_entries
 from codex_presence.agent.signals import exit_status
 from codex_presence.agent.wrap.session import WrapSession
+from tests.support.depth import examples
 from tests.support.processes import alive
 from tests.support.waiting import eventually
 
@@ -118,7 +119,7 @@ def random_stream() -> st.SearchStrategy[list[bytes]]:
     return st.lists(pieces, max_size=40)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.6), suppress_health_check=[HealthCheck.too_slow])
 @given(random_stream())
 @pytest.mark.anyio
 async def test_any_bytes_come_back_identical_through_cat(chunks: list[bytes]) -> None:
@@ -128,7 +129,7 @@ async def test_any_bytes_come_back_identical_through_cat(chunks: list[bytes]) ->
     assert out == b"".join(chunks)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4), suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(min_size=1, max_size=50_000), st.lists(st.integers(0, 50_000), max_size=20))
 @pytest.mark.anyio
 async def test_writes_split_at_any_point(data: bytes, cuts: list[int]) -> None:

@@ -16,6 +16,7 @@ from codex_presence.client.subscription import ConnectionPresence, ConnectionSta
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.report_policy import ReportPolicy
 from tests.support.broker_harness import (
+    FakeClock,
     RunningBroker,
     make_team,
     reserved_port,
@@ -69,15 +70,31 @@ async def test_every_transition_reaches_the_roster_and_idle_is_absence() -> None
             assert reporter.posts == 3
 
 
+def last_seen(broker: RunningBroker, name: str = "alice") -> int:
+    roster = httpx.get(broker.url + "/roster", headers=broker.auth("bob")).json()
+    (me,) = [p for p in roster if p["name"] == name]
+    return int(me["lastSeen"])
+
+
 async def test_heartbeat_keeps_a_short_ttl_from_lapsing_and_idle_is_silent() -> None:
-    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.5) as broker:
+    """Heartbeats every 0.1 s keep a 0.5 s TTL from lapsing over more than twice the TTL.
+    The broker's clocks are the test's: it moves them 0.4 s (less than the TTL) at a
+    time, and waits for a heartbeat at each new time (the report's lastSeen) before the
+    next move, so a machine too loaded to send one in time fails nothing by itself."""
+    clock, wall = FakeClock(), FakeClock(1_800_000_000.0)
+    team = make_team("alice", "bob")
+    with running_broker(team=team, activity_ttl=0.5, clock=clock, wall_clock=wall) as broker:
         async with reporting(broker.url, policy=fast_policy(heartbeat=0.1)) as reporter:
             reporter.observe(WORKING)
             await eventually_async(lambda: activity(broker) == "working", 5)
             start = reporter.posts
-            await anyio.sleep(1.2)  # more than twice the TTL
-            assert activity(broker) == "working"
-            assert reporter.posts >= start + 5  # the heartbeats did it
+            for _ in range(3):  # 1.2 s: more than twice the TTL
+                clock.advance(0.4)
+                wall.advance(0.4)
+                now = round(wall() * 1000)
+                await eventually_async(lambda now=now: last_seen(broker) == now, 5)  # type: ignore[misc]
+                assert activity(broker) == "working"
+            assert reporter.posts >= start + 3  # the heartbeats did it
             reporter.observe(IDLE)
             await eventually_async(lambda: activity(broker) is None, 5)
             after_idle = reporter.posts
@@ -86,12 +103,17 @@ async def test_heartbeat_keeps_a_short_ttl_from_lapsing_and_idle_is_silent() -> 
 
 
 async def test_without_heartbeats_the_ttl_lapses() -> None:
-    # The control for the test above: the same TTL, heartbeats far apart.
-    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.3) as broker:
+    # The control for the test above: a short TTL, heartbeats far apart. The broker's
+    # clock is the test's, so the report cannot lapse before a (slow, loaded) poll of the
+    # roster has seen it: on the real clock it could lapse unseen within 0.3 s.
+    clock = FakeClock()
+    with running_broker(team=make_team("alice", "bob"), activity_ttl=0.3, clock=clock) as broker:
         async with reporting(broker.url, policy=fast_policy(heartbeat=60)) as reporter:
             reporter.observe(WORKING)
             await eventually_async(lambda: activity(broker) == "working", 5)
-            await eventually_async(lambda: activity(broker) is None, 5)
+            clock.advance(0.3)
+            assert activity(broker) is None
+            assert reporter.posts == 1  # no heartbeat revived it
 
 
 async def test_coalescing_sends_only_the_latest_state() -> None:

@@ -106,16 +106,22 @@ def test_error_paths_never_print_the_token(tmp_path: Path, case: str) -> None:
         broker_url = "ftp://127.0.0.1:9/"
     if case == "whitespace token":
         env = {"CODEX_PRESENCE_TOKEN": secret + " " + secret}
+    said = re.compile(
+        rb"refused|cannot report|whoami|whose token|whitespace|offline|ftp|Unsupported"
+    )
     with running_broker(team=make_team("alice", "bob")) as broker:
         if case == "refused":
             broker_url = broker.url
         with WrapProcess(["-vv", "--broker", broker_url], env=env) as wrap:
-            wrap.start_turn(1, deltas=30, delay_ms=20)  # working long enough to be reported
+            # Blocked until the failure is said: the link attaches once wrap has loaded,
+            # which a loaded machine put after a timed turn's end (nothing left to report).
+            wrap.start_turn(1, approval=True, deltas=3)
+            request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+            eventually(lambda: said.search(wrap.stderr), 20, "the failure said")
+            wrap.send({"id": request["id"], "result": {"decision": "accept"}})
             wrap.wait_for(is_note("turn/completed"))
-            time.sleep(0.5)  # let the reporter and the subscription try (and fail)
             assert wrap.close() == 0
     log = bytes(wrap.stderr)
-    assert re.search(rb"refused|cannot report|whoami|whitespace|offline|ftp|Unsupported", log), log
     assert secret.encode() not in log
     assert secret.encode() not in wrap.stdout
 

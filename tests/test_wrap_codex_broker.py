@@ -129,3 +129,39 @@ def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> Non
     log = (root / "codex-stderr.log").read_text(errors="replace")
     assert "online: subscribed to the broker as alice" in log
     assert token_of("alice") not in log
+
+
+def test_a_cancelled_approval_never_shows_working(codex: Path, tmp_path: Path) -> None:
+    """The person says no (``cancel``, the codex TUI's only no): codex clears its waiting
+    flag, then ends the turn tens of milliseconds later. The roster goes from blocked
+    straight to idle: the working in between is no state anyone saw (issue 27)."""
+    model = FakeModel([reply(exec_command("touch made.txt", call_id="call_no", escalate=True))])
+    root = tmp_path / "run"
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        watch = RosterWatch(broker, watcher="bob", member="alice")
+        with (
+            model.serve(),
+            session(
+                root,
+                base_url=model.base_url,
+                config=APPROVALS,
+                recording=tmp_path / "client.jsonl",
+                codex=wrapped(codex, tmp_path, broker),
+            ) as s,
+        ):
+            watch.wait_connected(1)
+            s.initialize()
+            thread = s.start_thread()
+            s.start_turn(thread, "make a file")
+            watch.wait("working")
+            request = s.wait_for(is_server_request("item/commandExecution/requestApproval"))
+            watch.wait("blocked")
+            s.answer(request, {"decision": "cancel"})
+            s.turn_completed(thread)
+            watch.wait(None)
+            time.sleep(0.5)  # past the reporter's hold: nothing more may come
+            assert roster_activity(broker) is None
+            assert not (root / "work" / "made.txt").exists()
+        watch.wait_connected(0)
+    watch.join()
+    assert watch.sequence() == [None, "working", "blocked", None]

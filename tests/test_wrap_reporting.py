@@ -10,7 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from codex_presence.core.report_policy import PASSING_HOLD
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.roster_watch import RosterWatch
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import WrapProcess, is_note, is_request
 
@@ -47,6 +49,45 @@ def test_roster_follows_a_turn_with_an_approval() -> None:
     log = wrap.stderr.decode()
     assert "blocked (thread/status/changed)" in log
     assert token_of("alice") not in log
+
+
+@pytest.mark.parametrize("stop_ms", [20, 80])
+def test_a_cancelled_approval_goes_from_blocked_to_idle_on_the_roster(stop_ms: int) -> None:
+    """The person says no and stop (``cancel``): the app-server clears its waiting flag,
+    then ends the turn ``stop_ms`` later (codex: 12-50 ms; 80 as on a loaded machine). The
+    roster's stream shows no working in between, while an accepted approval's working
+    still follows blocked at once (issue 27)."""
+    with (
+        running_broker(team=make_team("alice", "bob")) as broker,
+        WrapProcess(options(broker), env=TOKEN) as wrap,
+    ):
+        watch = RosterWatch(broker, watcher="bob", member="alice")
+        watch.wait_connected(1)
+        wrap.start_turn(1, approval=True, stop_ms=stop_ms)
+        request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+        blocked = watch.wait("blocked")
+        wrap.send({"id": request["id"], "result": {"decision": "cancel"}})
+        wrap.wait_for(is_note("turn/completed"))
+        watch.wait(None)
+        time.sleep(2 * PASSING_HOLD)  # nothing may come after the hold either
+        after = [activity for t, activity in watch.seen if t >= blocked]
+        assert after == ["blocked", None], watch.seen
+
+        wrap.start_turn(2, approval=True, deltas=40, delay_ms=20)
+        request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+        watch.wait("blocked")
+        answered = time.monotonic()
+        wrap.send({"id": request["id"], "result": {"decision": "accept"}})
+        working = watch.wait("working")
+        # Not held back: well under the hold a passing state waits (typically ~10 ms).
+        assert working - answered < PASSING_HOLD, working - answered
+        wrap.wait_for(is_note("turn/completed"))
+        watch.wait(None)
+        assert wrap.close() == 0
+        watch.wait_connected(0)
+    watch.join()
+    assert watch.error is None
+    assert watch.sequence()[-4:] == [None, "blocked", "working", None]
 
 
 def test_no_trace_keeps_activity_absent_but_counts_the_connection() -> None:

@@ -91,6 +91,7 @@ from contextlib import asynccontextmanager
 import anyio
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -108,6 +109,7 @@ from codex_presence._wire import (
     printable,
     session_id_problem,
 )
+from codex_presence.broker.hosts import HostCheck
 from codex_presence.broker.http import error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
@@ -368,10 +370,16 @@ async def _store_unavailable(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    broker: Broker, *, limits: BrokerLimits | None = None, routes: Sequence[BaseRoute] = ()
+    broker: Broker,
+    *,
+    limits: BrokerLimits | None = None,
+    routes: Sequence[BaseRoute] = (),
+    allowed_hosts: frozenset[str] | None = None,
 ) -> Starlette:
     """The broker as an ASGI app, bounded by ``limits``; ``routes`` are added after the
-    broker's own (the web roster page goes there)."""
+    broker's own (the web roster page goes there). ``allowed_hosts`` (see
+    :func:`~codex_presence.broker.hosts.allowed_hosts`; None: any) are the hosts a
+    request's ``Host`` may name (421 otherwise)."""
     endpoints = _Endpoints(broker, limits if limits is not None else BrokerLimits())
 
     @asynccontextmanager
@@ -384,8 +392,12 @@ def create_app(
                 broker.close()
                 tg.cancel_scope.cancel()
 
+    middleware = []
+    if allowed_hosts is not None:
+        middleware.append(Middleware(HostCheck, allowed=allowed_hosts))
     return Starlette(
         routes=[*endpoints.routes(), *routes],
+        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={StoreUnavailable: _store_unavailable},
     )

@@ -21,7 +21,11 @@ reaches the ASGI app, so no middleware can see it:
   it) while a parsed request waits behind the one in progress: a pipelining client gets
   its answers one by one, and what it sends meanwhile stays in its socket, unread. At most
   ``max_head`` bytes of one connection wait unparsed (past that, the connection is
-  closed), and at most one slice's worth of parsed heads wait as requests;
+  closed), at most ``max_held`` bytes of all connections together (past that, a
+  connection that would hold more is closed: 4,000 connections pipelining 60 KB each
+  took the broker from 34 to 350 MB, never given back), and at most one parsed head
+  waits as a request (the parser is fed one head at a time: a slice holds a few dozen
+  minimal heads, each ~2 KB of Python objects once parsed);
 * past ``max_connections`` open connections, a new one is answered ``503`` (with
   ``retry-after``) and closed.
 
@@ -64,6 +68,14 @@ _REASONS = {
 }
 
 
+class HeldBytes:
+    """The bytes that every connection of a server holds unparsed, and their bound."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+
 class _PipelineFlow(FlowControl):
     """uvicorn's flow control, except that reading stays paused while the protocol holds
     requests or bytes that it has not started on: uvicorn resumes reading at every
@@ -84,6 +96,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     head_timeout: float = _DEFAULTS.head_timeout
     max_head: int = _DEFAULTS.max_head
     max_connections: int = _DEFAULTS.max_connections
+    held_budget: HeldBytes = HeldBytes(_DEFAULTS.max_held)
 
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
@@ -91,7 +104,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._in_head = False
         self._held = b""
-        """Bytes received but not parsed yet: a request waits behind the one in progress."""
+        """Bytes received but not parsed yet (from :attr:`_held_at` on): a request waits
+        behind the one in progress."""
+        self._held_at = 0
         self._over_cap = False
         self._head_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
@@ -109,7 +124,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self._held = b""
+        self._release_held()
         super().connection_lost(exc)
 
     @property
@@ -123,19 +138,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._over_cap:
             self._refuse_over_cap()
             return
-        self._held += data
-        self._feed()
+        if self._held:
+            data = self._held[self._held_at :] + data
+            self._release_held()
+        self._feed(data, 0)
 
-    def _feed(self) -> None:
-        """Parse the held bytes a slice at a time, until a parsed request has to wait."""
-        data, self._held = self._held, b""
+    def _feed(self, data: bytes, offset: int) -> None:
+        """Parse ``data`` from ``offset`` one head (or a slice) at a time, until a parsed
+        request has to wait."""
         view = memoryview(data)
-        offset = 0
         while offset < len(data):
             if self.pipeline:  # a request waits for the one in progress: parse no further
-                self._hold(data[offset:])
+                self._hold(data, offset)
                 return
-            piece = view[offset : offset + SLICE]
+            end = offset + SLICE
+            head_end = data.find(b"\r\n\r\n", offset, end + 3)
+            if head_end != -1:  # one head at a time: at most one request waits parsed
+                end = head_end + 4
+            piece = view[offset:end]
             offset += len(piece)
             super().data_received(piece)  # type: ignore[arg-type]  # httptools takes buffers
             if self.transport.is_closing() or self.transport.get_protocol() is not self:
@@ -146,19 +166,36 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                     self._refuse(431, f"a request head is limited to {self.max_head} bytes")
                     return
 
-    def _hold(self, rest: bytes) -> None:
-        if len(rest) > self.max_head:
-            # A pipeline this deep is no client's honest use: stop it here.
-            logger.info("closing a connection that pipelined over %d bytes", self.max_head)
+    def _hold(self, data: bytes, offset: int) -> None:
+        """Keep ``data[offset:]`` (not a copy) until the request in progress ends, within
+        the connection's bound and the bound of every connection's together."""
+        rest = len(data) - offset
+        budget = self.held_budget
+        if rest > self.max_head or budget.held + len(data) > budget.limit:
+            # A pipeline this deep, or this many pipelines at once, is no client's honest
+            # use: stop it here.
+            logger.info(
+                "closing a connection that pipelined %d bytes (%d held by all, at most %d)",
+                rest,
+                budget.held,
+                budget.limit,
+            )
             self.transport.close()
             return
-        self._held = rest
+        self._held, self._held_at = data, offset
+        budget.held += len(data)  # what is kept: the parsed part too (the same object)
         self.flow.pause_reading()
+
+    def _release_held(self) -> None:
+        self.held_budget.held -= len(self._held)
+        self._held, self._held_at = b"", 0
 
     def _feed_held(self) -> None:
         if self.transport.is_closing() or self.parser is None:
             return
-        self._feed()
+        data, offset = self._held, self._held_at
+        self._release_held()
+        self._feed(data, offset)
         self.flow.resume_reading()  # a no-op while anything still waits
 
     # -- parser callbacks ------------------------------------------------------------------
@@ -237,5 +274,6 @@ def guarded_protocol(limits: BrokerLimits) -> type[GuardedHttpToolsProtocol]:
             "head_timeout": limits.head_timeout,
             "max_head": limits.max_head,
             "max_connections": limits.max_connections,
+            "held_budget": HeldBytes(limits.max_held),
         },
     )

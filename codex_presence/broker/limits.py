@@ -26,6 +26,9 @@ class BrokerLimits:
     head_timeout: float = 10.0
     """Seconds a request head may take, from the connection's start or the previous
     response's end (408 past it)."""
+    max_held: int = 8 * 1024 * 1024
+    """Bytes that pipelining connections may hold unparsed, all together (each at most
+    ``max_head``): past it, a connection that has to hold more is closed."""
     max_connections: int = 4096
     """Open connections, SSE streams included (past it, a new one gets 503 and is closed)."""
     max_subscribers: int = 32

@@ -12,18 +12,22 @@ its own lease runs renews it (before each retry). Once sent, or given up, the ke
 included.
 
 One Lua script per claim (atomic: the check and the set cannot interleave with another
-broker's).
+broker's), read as the brokers' own scripts read (:data:`~.redis_scripts.TOLERANT`): a
+claim key of another type is replaced, not a failure that would hold its notice back.
 """
 
 from __future__ import annotations
 
 from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_scripts import TOLERANT
 
 __all__ = ["RedisClaims"]
 
-_CLAIM = """
+_CLAIM = (
+    TOLERANT
+    + """
 local key = ARGV[1] .. 'n:' .. ARGV[2]
-local held = redis.call('GET', key)
+local held = on('GET', key)
 if held == 'done' then return -1 end
 if held == false then
   redis.call('SET', key, ARGV[3], 'PX', ARGV[4])
@@ -37,6 +41,7 @@ local left = redis.call('PTTL', key)
 if left < 0 then return 0 end
 return left
 """
+)
 
 _SETTLE = """
 redis.call('SET', ARGV[1] .. 'n:' .. ARGV[2], 'done', 'PX', ARGV[3])

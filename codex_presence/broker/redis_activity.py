@@ -27,7 +27,8 @@ version ignores the kind.
 
 A key of these found holding another type (written by hand, or by another program) is
 garbage: the scripts that write it delete it and start anew, the snapshot skips it, so
-nothing found there stops a broker.
+nothing found there stops a broker (the rule of :mod:`~.redis_scripts`, whose
+``TOLERANT`` helpers and ``meta`` these scripts share).
 
 Binding and releasing never wait (they happen in a stream's ``finally``): they are queued,
 latest per session, and sent at once by :meth:`SessionActivity.keep`; after a reconnection
@@ -45,6 +46,7 @@ import orjson
 
 from codex_presence._wire import ACTIVITY_STATES, SESSION_GRACE, ActivityState
 from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_scripts import _META, TOLERANT
 from codex_presence.broker.store import TooManySessions
 from codex_presence.broker.tracker import ActivityTracker
 
@@ -64,27 +66,12 @@ local function own(key, kind)
   if found ~= 'none' and found ~= kind then redis.call('DEL', key) end
 end
 """
-_LUA_META = """
-local function meta(ns, name, created, seen)
-  local key = ns .. 'm:' .. name
-  local c = tonumber(redis.call('HGET', key, 'c') or '0') or 0
-  local s = tonumber(redis.call('HGET', key, 's') or '0') or 0
-  if created > 0 and (c == 0 or created < c) then
-    c = created
-    redis.call('HSET', key, 'c', c)
-  end
-  if seen > s then
-    s = seen
-    redis.call('HSET', key, 's', s)
-  end
-  return c, s
-end
-"""
 # ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound.
 _REPORT = (
-    _LUA_NOW
+    TOLERANT
+    + _LUA_NOW
     + _LUA_OWN
-    + _LUA_META
+    + _META
     + """
 local ns, name, sid, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local px, at, most = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -102,7 +89,7 @@ local previous = redis.call('GET', key)
 if previous then
   local space = string.find(previous, ' ', 1, true)
   if space and string.sub(previous, 1, space - 1) == state then
-    since = tonumber(string.sub(previous, space + 1)) or at
+    since = int(string.sub(previous, space + 1)) or at
   end
 end
 if state == 'idle' then
@@ -113,9 +100,8 @@ else
   redis.call('ZADD', index, now + px, sid)
   if redis.call('PTTL', index) < px then redis.call('PEXPIRE', index, px) end
 end
-own(ns .. 'm:' .. name, 'hash')
 local c, s = meta(ns, name, at, at)
-local seq = redis.call('INCR', ns .. 'seq')
+local seq = next_seq(ns)
 local event = cjson.encode({seq, 's', name, sid, state, px, since, c, s})
 redis.call('PUBLISH', KEYS[1], event)
 return event
@@ -125,7 +111,8 @@ return event
 # here), "r" name session (released here: shorten), "d" broker "" (dead: shorten all its
 # sessions), "B" "" "" (forget every binding of this broker: the full set follows).
 _BINDINGS = (
-    _LUA_NOW
+    TOLERANT
+    + _LUA_NOW
     + _LUA_OWN
     + """
 local ns, me, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -145,15 +132,15 @@ local function shorten(name, sid)
   local value = redis.call('GET', key)
   local space = string.find(value, ' ', 1, true)
   if not space then return end
-  local since = tonumber(string.sub(value, space + 1))
+  local since = int(string.sub(value, space + 1))
   if not since then return end
   local m = {0, 0}
   if redis.call('TYPE', ns .. 'm:' .. name)['ok'] == 'hash' then
     m = redis.call('HMGET', ns .. 'm:' .. name, 'c', 's')
   end
-  local seq = redis.call('INCR', ns .. 'seq')
+  local seq = next_seq(ns)
   redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 's', name, sid,
-    string.sub(value, 1, space - 1), pttl, since, tonumber(m[1]) or 0, tonumber(m[2]) or 0}))
+    string.sub(value, 1, space - 1), pttl, since, int(m[1]) or 0, int(m[2]) or 0}))
 end
 for i = 4, #ARGV, 3 do
   local op, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -178,9 +165,11 @@ return 1
 """
 )
 # ARGV: prefix, then every member's name.
-_SNAPSHOT = """
+_SNAPSHOT = (
+    TOLERANT
+    + """
 local ns = ARGV[1]
-local seq = tonumber(redis.call('GET', ns .. 'seq')) or 0
+local seq = int(look('GET', ns .. 'seq')) or 0
 local members = {}
 for i = 2, #ARGV do
   local held = {}
@@ -202,6 +191,7 @@ for i = 2, #ARGV do
 end
 return {seq, members}
 """
+)
 
 
 class SessionActivity:

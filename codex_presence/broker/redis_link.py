@@ -16,7 +16,9 @@ the client (redis-py's asyncio client), the team's key names, the team's event c
    listener then takes back what is its broker's alone);
 
 and, when anything fails, tells the listeners (reports then get 503 at once; streams say
-the roster is stale), logs ``redis down: <why>`` once, retries with capped, jittered backoff,
+the roster is stale), logs ``redis down: <why>`` once (and ``redis still down: <why>`` when
+the cause changes: a dropped connection followed by a script that Redis refuses is logged
+as the refusal, and ``/healthz`` says it to members), retries with capped, jittered backoff,
 and logs ``redis back`` once when step 2 succeeded again. redis-py's own retries are off:
 a silent reconnection of the subscription would lose events without anyone knowing, so
 reconnecting is this loop's job alone. *Anything* that fails in steps 1-3 is such an
@@ -48,11 +50,20 @@ Redis.
 Events are JSON arrays ``[seq, kind, ...]`` published by the stores' Lua scripts (so an
 event goes out exactly when its change is made, in the same atomic step); ``seq`` orders
 the changes of presence (see :mod:`~codex_presence.broker.redis_store`).
+
+Trust. Redis is the trust boundary: anyone who can write the team's keys or publish on its
+channel can show any member in any state. Events are not signed, on purpose: such a writer
+can run the brokers' own scripts (or set a key, read at the next resync) as easily as
+publish, and a signing secret passed to the scripts would show in ``MONITOR``. What keeps
+others out is Redis's own access control: a user for the brokers alone (see the README).
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
+import re
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
@@ -184,6 +195,7 @@ class RedisLink:
             retry=Retry(NoBackoff(), 0),
             client_name="codex-presence",
         )
+        _check_options(pool)
         self.client = aioredis.Redis.from_pool(pool)
         self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
         self.channel = self.key("events")
@@ -196,6 +208,7 @@ class RedisLink:
         self.reason = "not connected yet"
         """Why the link is down (while it is)."""
         self._said_down = False
+        self._said_reason = ""
         self._traced = False
         self._failure: Exception | None = None
         self._connection: anyio.CancelScope | None = None
@@ -345,11 +358,43 @@ class RedisLink:
             self._traced = True  # a bug, or data it cannot read: worth its traceback, once
             logger.error("redis: failed (handled as an outage): %s", reason, exc_info=exc)
         if self._said_down:
-            return  # once per outage
+            if reason != self._said_reason:  # the cause changed: say the real one
+                self._said_reason = reason
+                logger.warning("redis still down: %s: %s", self.url, reason)
+                for listener in self._listeners:
+                    listener.on_down(reason)
+            return  # once per outage and cause
         self._said_down = True
+        self._said_reason = reason
         logger.warning("redis down: %s: %s (retrying with backoff)", self.url, reason)
         for listener in self._listeners:
             listener.on_down(reason)
+
+
+def _check_options(pool: aioredis.BlockingConnectionPool) -> None:
+    """Raise ValueError, at start-up, for an option in the URL's query that redis-py takes
+    for a connection argument it does not have (``?Password=`` for ``?password=``): it
+    would fail every connection attempt, a broker started in outage for ever. No
+    connection is opened."""
+    try:
+        pool.make_connection()  # type: ignore[no-untyped-call]
+    except TypeError as exc:
+        found = re.search(r"argument '([^']+)'", str(exc))
+        name = found.group(1) if found else str(exc)
+        known = {
+            parameter
+            for cls in pool.connection_class.__mro__
+            if "__init__" in vars(cls)
+            for parameter in inspect.signature(vars(cls)["__init__"]).parameters
+            if parameter not in ("self", "args", "kwargs")
+        }
+        close = difflib.get_close_matches(name, known, n=1) or [
+            k for k in known if k.lower() == name.lower()
+        ]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(
+            f"the URL has an option Redis connections do not take: {name}{hint}"
+        ) from None
 
 
 async def _quietly(work: Awaitable[None]) -> None:

@@ -12,7 +12,10 @@ A broker restart signs nobody out: the sessions are in Redis. Checking a cookie 
 Redis once; the answer is then cached here until the session's expiry, an ``x`` event, or a
 reconnection of the link (events may have been missed meanwhile) — so that an open stream,
 which checks its session before every send, costs no round trip, and stays open while Redis
-is away. A cookie this broker has not seen cannot be checked while Redis is away: 503.
+is away. A cookie this broker has not seen cannot be checked while Redis is away: 503. A
+record or a set of the wrong type, or a record this version cannot read, costs that session
+(read as signed out) or that member's cap, never a sign-in of anyone else (see
+:mod:`~codex_presence.broker.redis_scripts`).
 
 The cache is bounded: sessions that expire unseen (Redis drops them without an event) leave
 it as new ones come in, and past :data:`MAX_CACHED` entries the oldest go (a session that
@@ -22,6 +25,7 @@ leaves it early costs one more round trip, nothing else).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,6 +35,7 @@ import anyio
 import orjson
 
 from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_scripts import TOLERANT
 from codex_presence.broker.sessions import (
     MAX_SESSIONS,
     SESSION_TTL,
@@ -40,16 +45,20 @@ from codex_presence.broker.sessions import (
 
 __all__ = ["MAX_CACHED", "RedisSessions"]
 
+logger = logging.getLogger("codex_presence.broker")
+
 MAX_CACHED = 10_000
 """Sessions cached per broker at most."""
 
-_CREATE = """
+_CREATE = (
+    TOLERANT
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ns, id, member, record = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, max = tonumber(ARGV[5]), tonumber(ARGV[6])
 local mine = ns .. 'sm:' .. member
-redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
+on('ZREMRANGEBYSCORE', mine, '-inf', now)
 local over = redis.call('ZCARD', mine) - max + 1
 local ended = {}
 if over > 0 then
@@ -65,22 +74,32 @@ redis.call('ZADD', mine, now + ttl * 1000, id)
 redis.call('PEXPIRE', mine, ttl)
 return ended
 """
-_END = """
+)
+_END = (
+    TOLERANT
+    + """
 local ns, id = ARGV[1], ARGV[2]
 local key = ns .. 's:' .. id
-local record = redis.call('GET', key)
+local record = on('GET', key)
 if not record then return 0 end
 redis.call('DEL', key)
-redis.call('ZREM', ns .. 'sm:' .. cjson.decode(record)['member'], id)
+local ok, data = pcall(cjson.decode, record)
+if ok and type(data) == 'table' and type(data['member']) == 'string' then
+  on('ZREM', ns .. 'sm:' .. data['member'], id)
+end
 redis.call('PUBLISH', KEYS[1], cjson.encode({0, 'x', id}))
 return 1
 """
-_GET = """
+)
+_GET = (
+    TOLERANT
+    + """
 local key = ARGV[1] .. 's:' .. ARGV[2]
-local record = redis.call('GET', key)
+local record = look('GET', key)
 if not record then return false end
 return {record, redis.call('PTTL', key)}
 """
+)
 _FIELDS = frozenset(field.name for field in dataclasses.fields(WebSession))
 
 
@@ -137,8 +156,14 @@ class RedisSessions:
         if not found:
             return None
         record, pttl = found
-        data = orjson.loads(record)
-        session = WebSession(**{k: v for k, v in data.items() if k in _FIELDS})
+        session = _session(record)
+        if session is None:
+            logger.warning(
+                "redis: %s holds a browser session this broker cannot read (written by "
+                "hand, or by another version?): read as signed out",
+                self._link.key("s", "<id>"),
+            )
+            return None
         self._remember(session_id, session, int(pttl) / 1000)
         return session
 
@@ -179,3 +204,15 @@ class RedisSessions:
 
     async def leave(self) -> None:
         pass  # sessions outlive the broker: that is the point
+
+
+def _session(record: bytes) -> WebSession | None:
+    """A stored session record, or None for one this version cannot read."""
+    try:
+        data = orjson.loads(record)
+        session = WebSession(**{k: v for k, v in data.items() if k in _FIELDS})
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        return None
+    if not isinstance(session.member, str) or not isinstance(session.key, str):
+        return None
+    return session

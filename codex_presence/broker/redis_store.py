@@ -47,7 +47,10 @@ Named sessions (a report with a session id, the subscriptions bound to them) hav
 their own, kept by :mod:`~codex_presence.broker.redis_activity` into the same mirror.
 
 Values are read defensively: an activity this version does not know (written by another
-version during a rolling upgrade) counts as idle, logged once, and never stops a resync.
+version during a rolling upgrade) counts as idle, logged once, and never stops a resync; a
+value of the wrong type, or a time or counter that is not a number, costs its key alone (the
+scripts of :mod:`~codex_presence.broker.redis_scripts` replace it, or read it as absent) and
+is logged once with the key's name: never an outage of the team.
 
 TTL lapses need no event and no keyspace notification (managed Redis often forbids the
 ``CONFIG SET`` they need): each mirror counts the TTL down from the event that set it, which
@@ -70,9 +73,10 @@ empty — each broker registers its counts in full and merges back the ``created
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -82,11 +86,13 @@ from anyio.abc import TaskStatus
 from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.redis_activity import SessionActivity
-from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_link import RedisLink, StateLost
+from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT, TEAM
 from codex_presence.broker.store import StoreListener
+from codex_presence.broker.team import Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
-__all__ = ["BEAT", "BOUND", "RedisStore"]
+__all__ = ["BEAT", "BOUND", "AnotherTeam", "RedisStore", "team_marks"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -96,132 +102,25 @@ BOUND = 10.0
 """Seconds without a heartbeat after which a broker counts as dead: its counts leave the
 roster at the next heartbeat of any other broker (so within ``BOUND + BEAT``)."""
 
+
+class AnotherTeam(StateLost):
+    """The team's keys hold another deployment's team (not one member with the same name
+    and token): this broker shares nothing with it (an outage, saying so)."""
+
+
+def team_marks(team: Team) -> dict[str, str]:
+    """Each member's mark in Redis's ``team`` key: a digest of the team's name, the
+    member's name and their token's digest (which the team file holds; the mark tells
+    nothing more about the token)."""
+    marks = {}
+    for member in team.members:
+        seed = b"\0".join((team.name.encode(), member.name.encode(), member.token_digest))
+        marks[member.name] = hashlib.blake2b(seed, digest_size=8).hexdigest()
+    return marks
+
+
 _NEVER = Connection()
 _IDLE = ActivityState.IDLE
-
-# Each script: KEYS[1] is the team's channel, ARGV[1] the team's key prefix.
-_LUA_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-_LUA_META = """
-local function meta(ns, name, created, seen)
-  local key = ns .. 'm:' .. name
-  local c = tonumber(redis.call('HGET', key, 'c') or '0')
-  local s = tonumber(redis.call('HGET', key, 's') or '0')
-  if created > 0 and (c == 0 or created < c) then
-    c = created
-    redis.call('HSET', key, 'c', c)
-  end
-  if seen > s then
-    s = seen
-    redis.call('HSET', key, 's', s)
-  end
-  return c, s
-end
-"""
-_REPORT = (
-    _LUA_META
-    + """
-local ns, name, state, px, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local key = ns .. 'a:' .. name
-local since = now
-local previous = redis.call('GET', key)
-if previous then
-  local space = string.find(previous, ' ', 1, true)
-  if space and string.sub(previous, 1, space - 1) == state then
-    since = tonumber(string.sub(previous, space + 1)) or now
-  end
-end
-if state == 'idle' then
-  redis.call('DEL', key)
-else
-  redis.call('SET', key, state .. ' ' .. string.format('%d', since), 'PX', px)
-end
-local c, s = meta(ns, name, now, now)
-local seq = redis.call('INCR', ns .. 'seq')
-local event = cjson.encode({seq, 'a', name, state, tonumber(px), since, c, s})
-redis.call('PUBLISH', KEYS[1], event)
-return event
-"""
-)
-_COUNTS = (
-    _LUA_NOW
-    + _LUA_META
-    + """
-local ns, me, bound, full = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-local brokers = ns .. 'brokers'
-local mine = ns .. 'c:' .. me
-local known = redis.call('ZSCORE', brokers, me)
-redis.call('ZADD', brokers, now, me)
-if full then
-  redis.call('DEL', mine)
-end
-local all = {}
-for i = 5, #ARGV, 4 do
-  local name, count = ARGV[i], tonumber(ARGV[i + 1])
-  if count > 0 then
-    redis.call('HSET', mine, name, count)
-  else
-    redis.call('HDEL', mine, name)
-  end
-  local c, s = meta(ns, name, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
-  if full then
-    if count > 0 then
-      all[#all + 1] = name
-      all[#all + 1] = count
-    end
-  else
-    local seq = redis.call('INCR', ns .. 'seq')
-    redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'c', name, me, count, c, s}))
-  end
-end
-if full then
-  local seq = redis.call('INCR', ns .. 'seq')
-  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'b', me, all}))
-end
-redis.call('PEXPIRE', mine, bound)
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', brokers, '-inf', now - bound)) do
-  if id ~= me then
-    redis.call('DEL', ns .. 'c:' .. id)
-    redis.call('ZREM', brokers, id)
-    local seq = redis.call('INCR', ns .. 'seq')
-    redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', id}))
-  end
-end
-if known then return 1 end
-return 0
-"""
-)
-_LEAVE = """
-local ns, me = ARGV[1], ARGV[2]
-redis.call('DEL', ns .. 'c:' .. me)
-if redis.call('ZREM', ns .. 'brokers', me) == 1 then
-  local seq = redis.call('INCR', ns .. 'seq')
-  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', me}))
-end
-return 1
-"""
-_SNAPSHOT = """
-local ns = ARGV[1]
-local seq = tonumber(redis.call('GET', ns .. 'seq')) or 0
-local brokers = {}
-for _, id in ipairs(redis.call('ZRANGE', ns .. 'brokers', 0, -1)) do
-  brokers[#brokers + 1] = id
-  brokers[#brokers + 1] = redis.call('HGETALL', ns .. 'c:' .. id)
-end
-local members = {}
-for i = 2, #ARGV do
-  local key = ns .. 'a:' .. ARGV[i]
-  local activity = redis.call('GET', key)
-  local meta = redis.call('HMGET', ns .. 'm:' .. ARGV[i], 'c', 's')
-  members[#members + 1] = activity or ''
-  members[#members + 1] = activity and redis.call('PTTL', key) or -2
-  members[#members + 1] = meta[1] or '0'
-  members[#members + 1] = meta[2] or '0'
-end
-return {seq, brokers, members}
-"""
 
 
 class RedisStore:
@@ -243,6 +142,7 @@ class RedisStore:
         clock: Callable[[], float] = time.monotonic,
         beat: float = BEAT,
         bound: float = BOUND,
+        marks: Mapping[str, str] | None = None,
         max_sessions: int = MAX_SESSIONS,
     ) -> None:
         if not ttl > 0:
@@ -272,10 +172,16 @@ class RedisStore:
         self._flush = anyio.Event()
         self._register_again = False
         self._listener: StoreListener | None = None
-        self._report_script = link.script(_REPORT)
-        self._counts_script = link.script(_COUNTS)
-        self._snapshot_script = link.script(_SNAPSHOT)
-        self._leave_script = link.script(_LEAVE)
+        self._report_script = link.script(REPORT)
+        self._counts_script = link.script(COUNTS)
+        self._snapshot_script = link.script(SNAPSHOT)
+        self._leave_script = link.script(LEAVE)
+        self._team_script = link.script(TEAM)
+        self._marks = marks
+        """Each member's :func:`team_marks` (None: not checked)."""
+        self._team_said: tuple[int, int] = (0, 0)
+        self._lost_said: set[str] = set()
+        """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
         self._sessions = SessionActivity(
             link,
@@ -316,11 +222,12 @@ class RedisStore:
     ) -> bool:
         if session != ANONYMOUS:
             return await self._sessions.report(name, state, now_ms, session)
-        event = await self._link.call(
+        event, lost = await self._link.call(
             self._report_script,
             [name, state.value, self._ttl_ms, now_ms],
             doing="the report was not recorded; send it again",
         )
+        self._say_lost(lost, replaced=True)
         return self._apply_report(orjson.loads(event))
 
     def bind(self, name: str, session: str) -> None:
@@ -358,10 +265,13 @@ class RedisStore:
         """Register every count of this broker, then read the whole state (whatever the
         values: one this version cannot read counts as idle)."""
         self._event_seq = 0  # the numbering may have started again
+        await self._check_team()
         await self._send_counts(full=True)
-        seq, brokers, members = await self._link.run_script(
+        seq, brokers, members, lost = await self._link.run_script(
             self._snapshot_script, list(self._names)
         )
+        self._lost_said.intersection_update(key.decode(errors="replace") for key in lost)
+        self._say_lost(lost, replaced=False)
         self._synced_seq = int(seq)
         self._activity_seq.clear()
         there: dict[str, dict[str, int]] = {}
@@ -393,6 +303,56 @@ class RedisStore:
                 value[:64],
             )
 
+    async def _check_team(self) -> None:
+        """Compare this broker's team file with the one the team's brokers registered in
+        Redis (:func:`team_marks`), before writing anything. Not one member in common: a
+        second deployment with the same team name and prefix, whose presence would merge
+        into this one's; refused, as an outage that says so (the first deployment goes
+        on). Some in common: the team file changed (a rolling change; otherwise the
+        brokers disagree on who is in the team): said once, and this file's marks stay."""
+        if self._marks is None:
+            return
+        args: list[Any] = []
+        for name, mark in self._marks.items():
+            args.extend((name, mark))
+        common, here, there, lost = await self._link.run_script(self._team_script, args)
+        self._say_lost(lost, replaced=True)
+        if there and not common:
+            raise AnotherTeam(
+                f"the keys {self._link.key('*')} hold another deployment's team of the same "
+                f"name ({there} members, none with a name and token of this team file): "
+                "this broker shares nothing with it; give each deployment its own "
+                "--redis-prefix (or the same team file)"
+            )
+        fresh = not common and not there  # the first broker of the team: nothing to compare
+        if not fresh and (here or there) and (here, there) != self._team_said:
+            logger.warning(
+                "redis: this team file differs from the one the team's brokers registered "
+                "(%d members or tokens only here, %d only there): expected while the file "
+                "changes broker by broker; otherwise give every broker the same file",
+                here,
+                there,
+            )
+        self._team_said = (here, there)
+
+    def _say_lost(self, lost: list[bytes], *, replaced: bool) -> None:
+        """Say, once for each, the keys whose value a script could not read (see
+        :mod:`~codex_presence.broker.redis_scripts`): ``replaced`` by a write, or read as
+        absent by the snapshot (said again only once a snapshot found the key readable)."""
+        for key in dict.fromkeys(raw.decode(errors="replace") for raw in lost):
+            if key in self._lost_said:
+                if replaced:
+                    self._lost_said.discard(key)
+                continue
+            if not replaced:
+                self._lost_said.add(key)
+            logger.warning(
+                "redis: %s holds a value this broker cannot read (written by hand, or by "
+                "another version?): %s",
+                key,
+                "replaced" if replaced else "read as absent until it is written again",
+            )
+
     async def keep(self) -> None:
         """The heartbeat, carrying the counts that changed (at once when one did)."""
         while True:
@@ -420,7 +380,8 @@ class RedisStore:
         args: list[Any] = [self._me, self._bound_ms, "1" if full else "0"]
         for entry in entries:
             args.extend(entry)
-        known = await self._link.run_script(self._counts_script, args)
+        known, lost = await self._link.run_script(self._counts_script, args)
+        self._say_lost(lost, replaced=True)
         if not known and not full:  # pruned while alive (Redis was away past the bound)
             await self._send_counts(full=True)
 
@@ -468,7 +429,8 @@ class RedisStore:
     async def leave(self) -> None:
         """Stopping cleanly: this broker's counts leave the roster now, not after the
         bound (a rolling restart moves subscribers without counting them twice)."""
-        await self._link.run_script(self._leave_script, [self._me])
+        _, lost = await self._link.run_script(self._leave_script, [self._me])
+        self._say_lost(lost, replaced=True)
 
     def on_down(self, reason: str) -> None:
         if self._listener is not None:

@@ -10,8 +10,9 @@ design::
     role = { title = "director", permissions = ["members.manage", "objectives.create"] }
     token_sha256 = "<hex sha256 of alice's token>"   # or token = "..." for development
 
-Unknown keys are ignored (more may come later); every known key is checked, and a bad file
-is refused with a message naming the member and the key. Text that is shown (the team's
+Every key is checked, and a bad file is refused with a message naming the member and the
+key; an unknown key too (a typo'd ``permisions`` would otherwise silently cost a member
+their privileges), with the closest known one. Text that is shown (the team's
 name, role titles, permissions) may not hold control characters: escape sequences and line
 breaks there would reach every roster, terminal and log that shows it. A plain ``token`` is
 accepted for development with a warning, because whoever can read the file can then act as
@@ -21,6 +22,7 @@ that member. Files are written with mode 0600. ``broker`` without ``--team`` use
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import logging
 import os
@@ -60,6 +62,11 @@ logger = logging.getLogger("codex_presence.team")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
+_TEAM_KEYS = ("team", "members", "notify")
+"""The file's top-level keys (``[[notify]]``: the notifications' section, read apart)."""
+_MEMBER_KEYS = ("name", "role", "token_sha256", "token")
+_ROLE_KEYS = ("title", "permissions")
+
 
 # -- reading -------------------------------------------------------------------------------
 
@@ -89,6 +96,7 @@ def read_team_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def parse_team(data: Mapping[str, Any], *, source: str = "team file") -> Team:
     """Validate the parsed TOML of a team file."""
+    _refuse_unknown_keys(data, _TEAM_KEYS, source)
     name = data.get("team")
     if not isinstance(name, str) or not name.strip():
         raise TeamError(f"{source}: 'team' must be a non-empty string")
@@ -110,6 +118,13 @@ def _parse_member(raw: object, index: int, source: str) -> Member:
     if not isinstance(raw, dict):
         raise TeamError(f"{where} must be a table")
     name = raw.get("name")
+    named = isinstance(name, str) and _NAME.match(name)
+    _refuse_unknown_keys(
+        raw,
+        _MEMBER_KEYS,
+        f"{source}: member {name!r}" if named else where,
+        inner=("role", _ROLE_KEYS),
+    )
     if not isinstance(name, str) or not _NAME.match(name):
         raise TeamError(
             f"{where}: 'name' must be 1-64 letters, digits, '.', '_' or '-', "
@@ -145,6 +160,7 @@ def _parse_role(raw: object, where: str) -> Role | None:
         return None
     if not isinstance(raw, dict):
         raise TeamError(f"{where}: 'role' must be an inline table {{ title = ..., ... }}")
+    _refuse_unknown_keys(raw, _ROLE_KEYS, f"{where}: role")
     title = raw.get("title")
     if not isinstance(title, str):
         raise TeamError(f"{where}: role 'title' must be a string")
@@ -152,6 +168,34 @@ def _parse_role(raw: object, where: str) -> Role | None:
     if not isinstance(permissions, list) or not all(isinstance(p, str) for p in permissions):
         raise TeamError(f"{where}: role 'permissions' must be an array of strings")
     return _checked_role(Role(title=title, permissions=tuple(permissions)), where)
+
+
+def _refuse_unknown_keys(
+    table: Mapping[str, Any],
+    known: Sequence[str],
+    where: str,
+    *,
+    inner: tuple[str, Sequence[str]] | None = None,
+) -> None:
+    """:class:`TeamError` naming the first key of ``table`` that is not ``known``, and the
+    closest known one (also among the keys of the ``inner`` table, which a key may have
+    been meant for: ``permissions`` belongs in the role)."""
+    for key in table:
+        if key in known:
+            continue
+        candidates = {k: repr(k) for k in known}
+        if inner is not None:
+            table_name, inner_keys = inner
+            for k in inner_keys:
+                candidates.setdefault(k, f"{k!r} (in {table_name} = {{ ... }})")
+        listed = ", ".join(known)
+        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        if close:
+            message = f"did you mean {candidates[close[0]]}? Known here: {listed}"
+        else:
+            (closest,) = difflib.get_close_matches(key, candidates, n=1, cutoff=0.0)
+            message = f"known here: {listed}; the closest is {candidates[closest]}"
+        raise TeamError(f"{where}: unknown key {key!r}: {message}")
 
 
 def _checked_role(role: Role, where: str) -> Role:

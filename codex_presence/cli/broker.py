@@ -46,6 +46,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
     )
+    parser.add_argument(
+        "--allowed-host",
+        metavar="HOSTS",
+        default="",
+        help="comma-separated host names a request's Host header may name besides the bound "
+        "address (a proxy's, e.g. presence.example.com; * for any). Default: on loopback, "
+        "the loopback names only (a rebinding page gets 421); elsewhere, any",
+    )
     parser.add_argument("--team", metavar="FILE", help="the team file (TOML)")
     parser.add_argument(
         "--activity-ttl",
@@ -173,7 +181,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     try:
         from codex_presence.broker.redis_link import RedisLink, holds_secret
         from codex_presence.broker.redis_sessions import RedisSessions
-        from codex_presence.broker.redis_store import RedisStore
+        from codex_presence.broker.redis_store import RedisStore, team_marks
     except ImportError:
         raise UsageError(
             "--redis needs the redis extra: pip install 'codex-presence[redis]'"
@@ -197,7 +205,8 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         link = RedisLink(url, team=team.name, prefix=args.redis_prefix)
     except ValueError as exc:
         raise UsageError(f"--redis: {exc}") from None
-    store = RedisStore(link, names=[m.name for m in team.members], ttl=args.activity_ttl)
+    names = [m.name for m in team.members]
+    store = RedisStore(link, names=names, ttl=args.activity_ttl, marks=team_marks(team))
     return store, RedisSessions(link)
 
 
@@ -262,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._wire import MIN_TTL, counted, printable
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
     from codex_presence.broker.notify import notify_routes
@@ -321,7 +331,8 @@ def run(args: argparse.Namespace) -> int:
         watcher=notifier,
     )
     routes = [*web.routes(broker), *notify_routes(broker, notifier)]
-    app = create_app(broker, limits=limits, routes=routes)
+    hosts = allowed_hosts(args.host, args.allowed_host.split(","))
+    app = create_app(broker, limits=limits, routes=routes, allowed_hosts=hosts)
 
     try:
         sock = listen_socket(args.host, args.port)

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
     observe = not args.no_trace or bool(args.record)
     settings: dict[str, object] = {}
+    given_args = command[1:]
     if observe:
         try:
             command, settings = split_settings(command)
@@ -79,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     # read it from our original environment (/proc/<pid>/environ).
     token = forget_env(TOKEN_ENV)
     link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
-    env = child_environment(os.environ, drop=(TOKEN_ENV,))
+    env = child_environment(
+        os.environ, drop=(TOKEN_ENV,), hinted_args=given_args if observe else None
+    )
     observers, companions = runner.session_parts(link)
     session = ClaudeSession(
         config=config_dir(env),

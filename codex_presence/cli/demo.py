@@ -126,6 +126,8 @@ class DemoResult:
     reports: int = 0
     interrupted: bool = False
     """Ctrl-C (or SIGTERM) ended it."""
+    shown: str = ""
+    """The live roster's last frame, as drawn."""
 
 
 def _team() -> tuple[Team, dict[str, str]]:
@@ -156,6 +158,7 @@ async def run_demo(
 
     from codex_presence._wire import Whoami
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.cli.roster import watch
@@ -168,7 +171,8 @@ async def run_demo(
     broker = Broker(team=team, fanout_interval=0.02)
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    config = uvicorn.Config(create_app(broker), log_config=None, log_level="warning", lifespan="on")
+    app = create_app(broker, allowed_hosts=allowed_hosts("127.0.0.1"))  # no DNS rebinding
+    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     server = BrokerServer(config, broker=broker, signals=False)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
     result = DemoResult(team=team.name)
@@ -195,7 +199,12 @@ async def run_demo(
         async def watch_roster() -> None:
             with watching:
                 me = Whoami(team=team.name, name=WATCHER)
-                await watch(watcher, me, out, heading=story.heading if story.tty else None)
+                heading = story.heading if story.tty else None
+
+                def drawn(text: str) -> None:
+                    result.shown = text
+
+                await watch(watcher, me, out, heading=heading, on_draw=drawn)
 
         tg.start_soon(watch_roster)
         playing = anyio.CancelScope()
@@ -294,13 +303,17 @@ async def _play(
 
 
 def summary(result: DemoResult) -> str:
-    """The final roster and the session's timeline, as the demo ends with them."""
+    """The final roster (unless the live view's last frame showed it already, word for
+    word) and the session's timeline, as the demo ends with them."""
     from codex_presence.client.roster_text import roster_text
 
-    lines = [
-        "",
-        "final roster:",
-        roster_text(result.team, result.roster, you=WATCHER),
+    final = roster_text(result.team, result.roster, you=WATCHER)
+    lines = (
+        ["", "final roster: as last shown above."]
+        if final in result.shown
+        else ["", "final roster:", final]
+    )
+    lines += [
         "",
         "timeline (seconds into the session, new state, what happened):",
     ]

@@ -16,6 +16,8 @@ ENV_PREFIX = "CODEX_PRESENCE_"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+_WANTED: dict[object, str] = {int: "a whole number", float: "a number"}
+"""What a variable for an option of this type must hold, in words."""
 
 
 def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str]) -> list[str]:
@@ -51,7 +53,14 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str])
         try:
             action.default = converter(value)
         except (TypeError, ValueError) as exc:
-            problems.append(f"{name}={value!r}: {exc}")
+            wanted = _WANTED.get(converter)
+            if wanted is not None:  # Python's words ("invalid literal for int()") say less
+                option = action.option_strings[-1]
+                problems.append(f"{name}={value!r} is not {wanted} (it sets {option})")
+            elif repr(value) in str(exc):  # the message names the value already
+                problems.append(f"{name}: {exc}")
+            else:
+                problems.append(f"{name}={value!r}: {exc}")
     for subparsers in nested:  # `team init`: its own options, and ours
         for sub in subparsers.choices.values():
             sub.set_defaults(_env_problems=problems + apply_env_defaults(sub, environ))

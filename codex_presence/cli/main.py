@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +19,7 @@ from codex_presence.cli.env import apply_env_defaults
 
 TYPE_CHECKING = False  # not typing's: wrap imports as little as it can before its child runs
 if TYPE_CHECKING:
-    from typing import Protocol
+    from typing import NoReturn, Protocol
 
     class _Command(Protocol):
         HELP: str
@@ -97,6 +98,30 @@ class UsageError(Exception):
     """A bad option value; reported on one line with exit status 2."""
 
 
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@")
+_SECRET_PARAMETER = re.compile(
+    r"([?&;][^\s=&;#]*(?:pass|secret|token|key)[^\s=&;#]*=)[^\s&;#]*", re.IGNORECASE
+)
+_TOKEN = re.compile(r"\bcp_[A-Za-z0-9_-]{8,}")
+
+
+def masked(text: str) -> str:
+    """``text`` (what the command line did not understand, echoed back) without the
+    secrets it may hold: a URL's password (``scheme://user:***@host``), the value of a
+    query parameter named like a secret (``?password=***``), a member token."""
+    text = _URL_PASSWORD.sub(r"\1:***@", text)
+    text = _SECRET_PARAMETER.sub(r"\1***", text)
+    return _TOKEN.sub("cp_***", text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors never echo a secret (see :func:`masked`):
+    ``unrecognized arguments: --notify json://user:PASSWORD@…`` printed the password."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(masked(message))
+
+
 def _load(name: str) -> _Command:
     command: _Command = importlib.import_module(_COMMANDS[name])
     return command
@@ -108,7 +133,7 @@ def build_parser(
     """The command line's parser; with ``only``, just that subcommand's (the others are
     not even imported: ``wrap`` must start its child fast). Parsing the subcommand's
     arguments gives the same result either way."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="codex-presence",
         description=_DESCRIPTION,
         formatter_class=HelpFormatter,
@@ -170,12 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     command: _Command = args._command
     if args._env_problems:
-        sys.stderr.write(f"codex-presence {args.command}: {args._env_problems[0]}\n")
+        sys.stderr.write(f"codex-presence {args.command}: {masked(args._env_problems[0])}\n")
         return 2
     try:
         return command.run(args)
     except UsageError as exc:
-        sys.stderr.write(f"codex-presence {args.command}: {exc}\n")
+        sys.stderr.write(f"codex-presence {args.command}: {masked(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
         return 130

@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from codex_presence.client.auth import add_client_options
 
     parser.epilog = _EPILOG
-    add_client_options(parser)
+    add_client_options(parser, check_url=True)
     parser.add_argument("--json", action="store_true", help="print the raw roster JSON")
     parser.add_argument(
         "--activity",
@@ -78,7 +78,8 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
     from codex_presence.client.roster_text import roster_text
 
     async with make_async_client(args.broker, token) as client:
-        me = await fetch_whoami(client)
+        me = await _whoami_until_answered(client, sys.stdout) if args.watch else None
+        me = me or await fetch_whoami(client)
         if args.name and args.name != me.name:
             raise UsageError(
                 f"the token is {printable(me.name)}'s, not {printable(args.name)}'s (--name)"
@@ -94,16 +95,41 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
         sys.stdout.write(text + "\n")
 
 
+async def _whoami_until_answered(client: httpx.AsyncClient, out: TextIO) -> Whoami:
+    """``--watch`` before the first roster: who the token is, asked again with backoff
+    until the broker answers (it may not be up yet), each failure said as a lost stream
+    is; only a refused token ends it (:class:`~codex_presence.client.api.TokenRefused`)."""
+    import anyio
+
+    from codex_presence.client.api import BrokerError, TokenRefused, fetch_whoami
+    from codex_presence.core.backoff import reconnect_backoff
+
+    backoff = reconnect_backoff()
+    clear = "\x1b[H\x1b[J" if out.isatty() else ""
+    while True:
+        try:
+            return await fetch_whoami(client)
+        except TokenRefused:
+            raise
+        except BrokerError as exc:
+            delay = backoff.next_delay()
+            out.write(f"{clear}({exc}; retrying in {delay:.1f} s)\n\n")
+            out.flush()
+            await anyio.sleep(delay)
+
+
 async def watch(
     client: httpx.AsyncClient,
     me: Whoami,
     out: TextIO,
     *,
     heading: Callable[[], str] | None = None,
+    on_draw: Callable[[str], object] | None = None,
 ) -> None:
     """Draw the roster on ``out``, then redraw on every event; on a terminal, animate the
     spinner and advance the "since" durations while anyone works or waits. ``heading``
-    gives text to draw above the roster (on a terminal, redrawn when it changes).
+    gives text to draw above the roster (on a terminal, redrawn when it changes);
+    ``on_draw`` is told each frame drawn.
 
     A lost stream (the broker restarted, the network dropped) is retried with backoff, the
     last roster staying on screen under a line that says so; only a refused token ends it,
@@ -138,6 +164,8 @@ async def watch(
         last = text
         out.write("\x1b[H\x1b[J" + text + "\n" if tty else text + "\n\n")
         out.flush()
+        if on_draw is not None:
+            on_draw(text)
 
     def on_roster(new: RosterView) -> None:
         nonlocal view

@@ -98,8 +98,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for name, _, token in members:
         sys.stdout.write(f"{name}\t{token}\n")
+    where = (
+        "The tokens above are shown only now"
+        if sys.stdout.isatty()
+        else "The tokens went to standard output (a name and its token a line), only now: "
+        "keep them private"
+    )
     sys.stderr.write(
         f"codex-presence team: wrote {args.file} ({counted(len(members), 'member')}, mode 0600). "
-        "The tokens above are shown only now; the file keeps their sha256.\n"
+        f"{where}; the file keeps their sha256.\n"
     )
     return 0

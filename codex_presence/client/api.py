@@ -73,8 +73,29 @@ async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response:
     if status in (401, 403):
         raise token_refused(client, status)
     if status != 200:
-        raise BrokerError(f"GET {path}: HTTP {status} {printable(response.text[:200])}".rstrip())
+        raise _status_error(client, response, path)
     return response
+
+
+def _status_error(client: httpx.AsyncClient, response: httpx.Response, path: str) -> BrokerError:
+    """An answer other than 200, said in one sentence: a broker's own reason (its JSON
+    ``error``), or that what answered is not a broker (a page of HTML, ~300 characters of
+    it, said nothing a user could act on)."""
+    status = response.status_code
+    kind = response.headers.get("content-type", "")
+    if kind.partition(";")[0].strip().lower() == "application/json":
+        try:
+            reason = response.json().get("error")
+        except (ValueError, AttributeError):
+            reason = None
+        if isinstance(reason, str):
+            return BrokerError(f"GET {path}: HTTP {status}: {printable(reason[:200])}")
+    shown = printable(kind.partition(";")[0].strip() or "no content type")
+    return NotABroker(
+        f"GET {path}: {_where(client)} answered HTTP {status} ({shown}), not as a "
+        "codex-presence broker does: is it the broker's URL?",
+        shown,
+    )
 
 
 def token_refused(client: httpx.AsyncClient, status: int) -> TokenRefused:

@@ -19,7 +19,43 @@ TYPE_CHECKING = False  # import-light: wrap configures its options before its ch
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["TokenError", "add_client_options", "make_async_client", "read_token"]
+__all__ = [
+    "BadBrokerUrl",
+    "TokenError",
+    "add_client_options",
+    "broker_url",
+    "make_async_client",
+    "read_token",
+]
+
+
+class BadBrokerUrl(argparse.ArgumentTypeError, ValueError):
+    """A ``--broker`` that is not an http(s) URL (argparse says it as it is; a variable
+    naming it, too)."""
+
+
+def broker_url(value: str) -> str:
+    """``value`` if it is a broker's URL (``http://`` or ``https://`` and a host), else
+    :class:`BadBrokerUrl` saying what is wrong: ``localhost:8765`` got httpx's
+    "unsupported protocol 'localhost://'"."""
+    from urllib.parse import urlsplit
+
+    scheme, _, rest = value.partition("://")
+    if not rest:
+        raise BadBrokerUrl(
+            f"{value!r} is not a URL: a broker's URL starts with http:// (http://{value}?)"
+        )
+    if scheme.lower() not in ("http", "https"):
+        raise BadBrokerUrl(
+            f"{value!r}: a broker's URL starts with http:// or https://, not {scheme}://"
+        )
+    try:
+        host = urlsplit(value).hostname
+    except ValueError as exc:
+        raise BadBrokerUrl(f"{value!r} is not a URL: {exc}") from None
+    if not host:
+        raise BadBrokerUrl(f"{value!r} names no host")
+    return value
 
 
 class TokenError(Exception):
@@ -27,12 +63,19 @@ class TokenError(Exception):
 
 
 def add_client_options(
-    parser: argparse.ArgumentParser, *, broker_default: str | None = DEFAULT_BROKER
+    parser: argparse.ArgumentParser,
+    *,
+    broker_default: str | None = DEFAULT_BROKER,
+    check_url: bool = False,
 ) -> None:
-    """``--broker``, ``--name`` and ``--token-file`` (each also from ``CODEX_PRESENCE_*``)."""
+    """``--broker``, ``--name`` and ``--token-file`` (each also from ``CODEX_PRESENCE_*``).
+    With ``check_url``, a ``--broker`` that is not an http(s) URL is a usage error
+    (:func:`broker_url`); the runners take any, because a broker they cannot use must
+    never keep their child from running."""
     parser.add_argument(
         "--broker",
         metavar="URL",
+        type=broker_url if check_url else str,
         default=broker_default,
         help=f"the presence broker (default: {broker_default or 'none'})",
     )

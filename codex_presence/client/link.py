@@ -78,7 +78,7 @@ class BrokerLink:
     def observe(self, transition: Transition) -> None:
         """The relay's observer: hand the new state to the reporter (never blocks)."""
         if self.reporter is not None:
-            self.reporter.observe(transition.state)
+            self.reporter.observe(transition.state, passing=transition.passing)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[None]:

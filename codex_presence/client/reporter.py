@@ -68,9 +68,10 @@ class ActivityReporter:
         self.posts = 0
         """How many POSTs were attempted (for tests and the idle-cost benchmark)."""
 
-    def observe(self, state: ActivityState) -> None:
-        """The derived state is now ``state``. Never blocks; call it from the event loop."""
-        self.policy.observe(state)
+    def observe(self, state: ActivityState, *, passing: bool = False) -> None:
+        """The derived state is now ``state`` (``passing``: on its way to another, see the
+        policy). Never blocks; call it from the event loop."""
+        self.policy.observe(state, passing=passing, now=self._clock())
         self._wake.set()
 
     def use_broker_ttl(self, ttl: float) -> None:

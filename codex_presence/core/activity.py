@@ -41,6 +41,10 @@ class Transition:
     previous: ActivityState
     state: ActivityState
     cause: str
+    passing: bool = False
+    """The feeder knows this state is one its source passes through on the way to another
+    within tens of milliseconds (codex between a person's "no, stop" and the end of the
+    turn): a reporter may wait a moment for the next one rather than show it."""
 
 
 HandleKey = tuple[Hashable, ...]

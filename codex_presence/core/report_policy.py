@@ -17,7 +17,19 @@ fed the derived state, the outcome of each POST and the time, and answers what t
   have been applied: until a success says otherwise the broker may hold that state too, so
   a different truth (idle, typically, at the end of a session) is still reported;
 * a 401/403 stops reporting for good (the token is wrong; retrying cannot help), and a
-  rejected body (another 4xx) is not retried until the next transition.
+  rejected body (another 4xx) is not retried until the next transition;
+* a *passing* state (the mapping knows its source is on the way to another within tens of
+  milliseconds: codex between a person's "no, stop" and the end of the turn) is sent only
+  once it has lasted ``passing_hold`` seconds: the state that follows it in time replaces
+  it unsent, so no one is shown a spinner the person at the agent never saw. Every other
+  state, blocked and an approval's working included, is sent at once as ever.
+
+Why here, and not in the page or the mapping: only the mapping sees the person's answer,
+so only it can tell a passing working from the working of an approved command, whose
+report must not wait (a wait for any working after blocked would delay every approval);
+but the mapping has no clock, and the wait is about what the broker is told — the page,
+the ``roster`` command and the MCP tool all read the broker, so hiding it in the page alone
+would leave the others flashing.
 
 :class:`ReportPolicy` knows no sockets or clocks: ``now`` is passed in, which is what lets
 the tests check heartbeat and backoff timings exactly. The I/O shell is
@@ -32,7 +44,12 @@ from dataclasses import dataclass, field
 from codex_presence._wire import DEFAULT_TTL, HEARTBEAT, ActivityState, heartbeat_for
 from codex_presence.core.backoff import Backoff
 
-__all__ = ["Outcome", "Post", "ReportPolicy", "Wait"]
+__all__ = ["PASSING_HOLD", "Outcome", "Post", "ReportPolicy", "Wait"]
+
+PASSING_HOLD = 0.3
+"""Seconds a passing state is held back: past the 12-50 ms codex takes to end a turn after
+a "no, stop" (and a loaded machine's delays), short enough that a turn that goes on after
+all shows working within a third of a second."""
 
 
 class Outcome(enum.Enum):
@@ -86,13 +103,19 @@ class ReportPolicy:
     answer, and no success came since."""
     uncertain_since: float = 0.0
     stopped: bool = False
+    passing_hold: float = PASSING_HOLD
+    _passing_until: float | None = None
     _retry_at: float | None = None
     _rejected: ActivityState | None = None
 
-    def observe(self, state: ActivityState) -> None:
-        """The derived state changed (or was re-announced)."""
+    def observe(self, state: ActivityState, *, passing: bool = False, now: float = 0.0) -> None:
+        """The derived state changed (or was re-announced) at ``now``; ``passing``: the
+        mapping knows it is on the way to another (see the module doc)."""
         if state is not self.truth:
             self._rejected = None  # a new state deserves a new try
+            self._passing_until = now + self.passing_hold if passing else None
+        elif not passing:
+            self._passing_until = None
         self.truth = state
 
     def use_broker_ttl(self, ttl: float) -> None:
@@ -114,6 +137,10 @@ class ReportPolicy:
         """What to do at ``now``. Never a second Post while one is in flight."""
         if self.stopped or self.in_flight is not None:
             return Wait(until=None)
+        if self._passing_until is not None:
+            if now < self._passing_until:
+                return Wait(until=self._passing_until)
+            self._passing_until = None  # it lasted: a state like any other now
         if self.held is not ActivityState.IDLE and now >= self.held_since + self.broker_ttl:
             self.held = ActivityState.IDLE  # the broker's TTL has lapsed: it holds idle now
         if self.uncertain is not None and now >= self.uncertain_since + self.broker_ttl:

@@ -1,6 +1,8 @@
 """A real broker on loopback for tests: in this process (:func:`running_broker`, uvicorn
 in a thread, with injectable clocks and limits) or as the real command
-(:func:`broker_process`, ``codex-presence broker --port 0``, which says its address)::
+(:func:`broker_process`, ``codex-presence broker --port 0``, which says its address); or,
+for a test of what the broker answers rather than of its connections, its app without a
+socket (:func:`in_process_broker`)::
 
     with running_broker(team=make_team("alice", "bob")) as broker:
         httpx.get(broker.url + "/roster", headers=broker.auth("alice"))
@@ -29,14 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from codex_presence._wire import ADMIN_PERMISSION, DEFAULT_TTL, OPERATOR_PERMISSION
 from codex_presence.broker.app import create_app
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.redis_sessions import RedisSessions
-from codex_presence.broker.redis_store import RedisStore
+from codex_presence.broker.redis_store import RedisStore, team_marks
 from codex_presence.broker.server import BrokerServer, bound_socket, listen_socket
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Role, Team, hash_token
@@ -93,6 +98,7 @@ def shared_state(url: str, team: Team, **kwargs: Any) -> SharedState:
         if key in kwargs
     }
     link = RedisLink(url, team=team.name)
+    kwargs.setdefault("marks", team_marks(team))
     store = RedisStore(link, names=[m.name for m in team.members], **kwargs)
     return SharedState(link, store, RedisSessions(link, **session_kwargs))
 
@@ -120,6 +126,27 @@ def reserved_port() -> Iterator[socket.socket]:
         sock.close()
 
 
+def _broker_app(
+    team: Team,
+    limits: BrokerLimits,
+    web: WebRoster | None,
+    redis: str | None,
+    broker_kwargs: dict[str, Any],
+) -> tuple[Broker, Starlette]:
+    """The :class:`Broker` and its ASGI app, as :func:`running_broker` describes them."""
+    if redis is not None:
+        store_kwargs = {"ttl": broker_kwargs.pop("activity_ttl", DEFAULT_TTL)}
+        if "clock" in broker_kwargs:
+            store_kwargs["clock"] = broker_kwargs.pop("clock")
+        broker_kwargs["store"] = shared_state(redis, team, **store_kwargs).store
+    if web is not None:
+        authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
+        broker_kwargs["authenticators"] = authenticators
+    broker = Broker(team=team, **broker_kwargs)
+    routes = web.routes(broker) if web is not None else ()
+    return broker, create_app(broker, limits=limits, routes=routes)
+
+
 @contextmanager
 def running_broker(
     *,
@@ -137,18 +164,8 @@ def running_broker(
     routes and its cookie sign-in); ``redis`` (a URL, or None: in memory) is where the
     state lives; ``broker_kwargs`` configure the :class:`Broker` (clocks, TTL, keep-alive,
     authenticators, or a ``store`` of the caller's)."""
-    if redis is not None:
-        store_kwargs = {"ttl": broker_kwargs.pop("activity_ttl", DEFAULT_TTL)}
-        if "clock" in broker_kwargs:
-            store_kwargs["clock"] = broker_kwargs.pop("clock")
-        broker_kwargs["store"] = shared_state(redis, team, **store_kwargs).store
-    if web is not None:
-        authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
-        broker_kwargs["authenticators"] = authenticators
-    broker = Broker(team=team, **broker_kwargs)
     limits = limits if limits is not None else BrokerLimits()
-    routes = web.routes(broker) if web is not None else ()
-    app = create_app(broker, limits=limits, routes=routes)
+    broker, app = _broker_app(team, limits, web, redis, broker_kwargs)
     if sock is None:
         sock = listen_socket("127.0.0.1", port)  # with TCP_NODELAY on accepted connections
     else:
@@ -170,6 +187,43 @@ def running_broker(
         thread.join(10)
         sock.close()
         assert not thread.is_alive(), "the broker did not stop"
+
+
+@dataclass
+class InProcessBroker:
+    """The broker app without a socket: :attr:`client` hands each request to the app."""
+
+    broker: Broker
+    client: httpx.Client
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {token_of(name)}"}
+
+
+@contextmanager
+def in_process_broker(
+    *,
+    team: Team,
+    limits: BrokerLimits | None = None,
+    web: WebRoster | None = None,
+    redis: str | None = None,
+    **broker_kwargs: Any,
+) -> Iterator[InProcessBroker]:
+    """The broker of :func:`running_broker` (the same arguments but the port) as an ASGI
+    app in this process, its lifespan running, for a test of what the broker answers
+    rather than of its connections: no uvicorn, so none of its start and stop (a fixed
+    0.1 s pause, and a poll) per test. The client is Starlette's TestClient, an
+    ``httpx.Client`` whose transport calls the app (httpx's own ASGITransport is async
+    only); an exception in the app fails the test rather than becoming a 500. A stream
+    (``/subscribe``) is read whole before it returns: streams, the request limits that
+    uvicorn enforces (heads, deadlines) and anything about sockets need
+    :func:`running_broker`."""
+    limits = limits if limits is not None else BrokerLimits()
+    broker, app = _broker_app(team, limits, web, redis, broker_kwargs)
+    with TestClient(
+        app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000), follow_redirects=False
+    ) as client:
+        yield InProcessBroker(broker, client)
 
 
 @dataclass

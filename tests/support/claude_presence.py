@@ -113,13 +113,14 @@ def interactive_presence(
     base_url: str,
     claude_args: Sequence[str] = ("--permission-mode", "default"),
     config: dict[str, Any] | None = None,
+    width: int = 160,
 ) -> Iterator[tuple[Interactive, PresenceFiles]]:
     """``codex-presence claude ... -- claude ARGS...`` in tmux, its terminal.
 
     The :class:`Interactive` types and reads the screen (its capture holds only the keys
     sent, with their times); on leaving the block everything in the pane is ended."""
     files = _files(root, config)
-    tmux = Tmux(root / "tmux.sock")
+    tmux = Tmux(root / "tmux.sock", width=width)
     capture = Capture(None)
     capture.act("start codex-presence claude")
     tmux.start(

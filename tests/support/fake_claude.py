@@ -1,11 +1,12 @@
 """A stand-in for ``claude``, for the tests of ``codex-presence claude`` that need no real one.
 
-Run as ``fake_claude.py [--settings FILE] [ARGS...]``, it reads its hook URL from FILE (as
+Run as ``fake_claude.py [--settings FILE] [ARGS...]``, it reads its hooks from FILE (as
 claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of steps:
 
-- ``{"do": "hook", "event": NAME, ...fields}``: POST a hook payload (``session_id``,
+- ``{"do": "hook", "event": NAME, ...fields}``: deliver a hook payload (``session_id``,
   ``transcript_path`` = ``$FAKE_CLAUDE_TRANSCRIPT``, ``cwd``, ``hook_event_name`` and
-  the fields), waiting for the answer, as claude does;
+  the fields): POST it and wait for the answer (an HTTP hook), or run the command hook with
+  ``sh -c`` and the payload on its stdin, to its end (the script's order is the hooks');
 - ``{"do": "status", "status": S}``: write claude's session file
   (``$CLAUDE_CONFIG_DIR/sessions/<pid>.json``);
 - ``{"do": "transcript", "entry": {...}}``: append an entry to the transcript;
@@ -23,8 +24,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
+import shlex
 import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,15 +41,26 @@ def main() -> int:
     settings: dict[str, Any] = {}
     settings_path: Path | None = None
     connection: http.client.HTTPConnection | None = None
+    command: str | None = None
+    config_path: Path | None = None
     if args[:1] == ["--settings"]:
         settings_path = Path(args[1])
         settings = json.loads(settings_path.read_text())
-        (url,) = {
-            urlsplit(hook["url"])
+        (ours,) = [
+            hook
             for group in settings["hooks"]["Stop"]
             for hook in group["hooks"]
-            if hook["type"] == "http"
-        }
+            if hook["type"] == "http" or "curl" in hook.get("command", "")
+        ]
+        if ours["type"] == "command":  # an async command hook: claude runs it with sh
+            command = ours["command"]
+            words = shlex.split(command)
+            config_path = Path(words[words.index("-K") + 1])
+            config = config_path.read_text()
+            (address,) = re.findall(r'^url = "([^"]+)"$', config, re.MULTILINE)
+            url = urlsplit(address)
+        else:
+            url = urlsplit(ours["url"])
         connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
     transcript = Path(os.environ.get("FAKE_CLAUDE_TRANSCRIPT", "/nonexistent/transcript.jsonl"))
     config = Path(os.environ.get("CLAUDE_CONFIG_DIR", Path.home() / ".claude"))
@@ -62,6 +77,10 @@ def main() -> int:
                 **step,
             }
             assert connection is not None, "no --settings: no hooks"
+            if command is not None:  # run to its end: the script's order is the hooks'
+                done = subprocess.run(["sh", "-c", command], input=json.dumps(body).encode())
+                assert done.returncode == 0, done.returncode
+                continue
             connection.request(
                 "POST", url.path, json.dumps(body), {"content-type": "application/json"}
             )
@@ -98,6 +117,8 @@ def main() -> int:
                         "dir_mode": settings_path
                         and stat.S_IMODE(settings_path.parent.stat().st_mode),
                         "pgrp_is_parents": os.getpgrp() == os.getpgid(os.getppid()),
+                        "config": config_path and config_path.read_text(),
+                        "config_mode": config_path and stat.S_IMODE(config_path.stat().st_mode),
                     }
                 )
             )

@@ -9,6 +9,11 @@ The process is ``bench/_redis.py``'s :class:`RedisServer` (the benchmarks start 
 with it too, without the test dependencies); this module adds the tests' rule for the
 binary, Debian's ``redis-server`` (``tests/run.sh`` installs it): without it a test is
 skipped, and fails under ``CI=true``.
+
+A test that only needs a Redis takes the ``redis_url`` fixture instead (tests/conftest.py):
+one server per test session (per xdist worker), emptied before each test
+(:meth:`~bench._redis.RedisServer.empty`). A test that stops, pauses or reconfigures its
+server takes one of its own, as above.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from codex_presence.agent.watchdog import descendants
 from tests.support.codex_driver import Config
+from tests.support.waiting import LONGEST_PAUSE
 
 __all__ = [
     "PRESENCE_MARKER",
@@ -213,6 +214,7 @@ class Tui:
         returns the seconds since the TUI started."""
         deadline = time.monotonic() + timeout
         found = re.compile(pattern).search if regex else (lambda s: pattern in s)
+        pause = 0.01  # growing to LONGEST_PAUSE: each look is a tmux process
         while True:
             text = self.screen()
             if bool(found(text)) != gone:
@@ -220,7 +222,8 @@ class Tui:
             if time.monotonic() > deadline:
                 self.screens.append((time.monotonic() - self.started, f"TIMEOUT {pattern}", text))
                 raise TimeoutError(f"screen never {'lost' if gone else 'showed'} {pattern!r}")
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 1.5, LONGEST_PAUSE)
 
     # -- keys ------------------------------------------------------------------------------
 

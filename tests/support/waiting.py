@@ -12,6 +12,10 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
+LONGEST_PAUSE = 0.05
+"""The longest pause between two looks at a condition, in seconds: what a wait may add to
+the time a condition took to hold (tests that bound that time have this much slack)."""
+
 
 def eventually(
     predicate: Callable[[], object],
@@ -21,11 +25,18 @@ def eventually(
     interval: float = 0.01,
 ) -> float:
     """Poll ``predicate`` until it holds; fail the test if it does not ``within`` that many
-    seconds. Returns how long it took."""
+    seconds. Returns how long it took.
+
+    The pauses start at ``interval`` and grow by half each time up to :data:`LONGEST_PAUSE`
+    (or ``interval``, if longer): a quick condition is seen as soon as before, and a long
+    wait no longer asks a hundred times a second (most predicates are an HTTP request to a
+    broker, or read /proc: CPU that the processes under test need on a loaded machine)."""
     start = time.monotonic()
+    pause = interval
     while not predicate():
         assert time.monotonic() - start < within, f"{what} never held within {within} s"
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 1.5, max(interval, LONGEST_PAUSE))
     return time.monotonic() - start
 
 

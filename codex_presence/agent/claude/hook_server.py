@@ -1,4 +1,7 @@
-"""The loopback hook server: Claude Code's HTTP hooks in, ``200 {}`` out, at once.
+"""The loopback hook server: Claude Code's hooks in, ``200 {}`` out, at once.
+
+What comes in is a hook's payload POSTed by claude itself (an HTTP hook) or by the curl an
+async command hook of ours runs (:func:`~codex_presence.core.claude.protocol.poster_command`).
 
 It owns one TCP listener on 127.0.0.1 (an ephemeral port) and the HTTP/1.1 around each hook
 POST; what a hook means is the mapping's business. HTTP is parsed by h11 (sans-I/O, so this
@@ -11,7 +14,8 @@ alive between hooks, and so do we.
 * The answer comes before any work: claude waits for the hooks of its own flow
   (UserPromptSubmit, Pre/PostToolUse, PostToolBatch, Stop, SessionEnd), so every
   millisecond here is a millisecond of the turn. Only once ``200 {}`` is sent does the
-  parsed payload go to ``on_hook``.
+  parsed payload go to ``on_hook``, with the request's sequence number (the
+  ``x-hook-seq`` header of an async command hook's delivery; None without one).
 * Bounded: a request head over 64 KiB gets 431, a body over :data:`MAX_BODY` 413 (neither
   is buffered whole), a body that is not a JSON object 400, each with a one-line reason. A
   request must arrive whole within ``request_timeout`` of its first byte, and a new
@@ -42,6 +46,7 @@ import orjson
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from codex_presence._wire import Refused
+from codex_presence.core.claude.protocol import SEQ_HEADER
 
 __all__ = ["MAX_BODY", "HookServer"]
 
@@ -56,6 +61,7 @@ _LINGER = 1.0
 """After a refusal, how long the rest of the request is read (and dropped) so that a client
 still sending it sees our answer instead of a reset."""
 _OK = b"{}"
+_SEQ = SEQ_HEADER.encode()
 
 
 @dataclass(eq=False)
@@ -74,7 +80,7 @@ class HookServer:
 
     def __init__(
         self,
-        on_hook: Callable[[dict[str, Any]], object],
+        on_hook: Callable[[dict[str, Any], int | None], object],
         *,
         max_body: int = MAX_BODY,
         max_connections: int = 64,
@@ -157,7 +163,7 @@ class HookServer:
     async def _exchange(self, conn: h11.Connection, stream: SocketStream, client: _Client) -> bool:
         """One request and its answer; whether the connection can take another."""
         try:
-            message = await self._receive(conn, stream, client)
+            received = await self._receive(conn, stream, client)
         except Refused as refusal:
             self.refused += 1
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
@@ -166,21 +172,23 @@ class HookServer:
                 await self._send(conn, stream, refusal.status, body, headers, close=True)
                 await self._linger(stream)
             return False
-        if message is None:
+        if received is None:
             return False  # closed between requests
         await self._send(conn, stream, 200, _OK)
         try:
-            self._on_hook(message)
+            self._on_hook(*received)
         except Exception:  # a bug behind us must not cost claude its hooks
             logger.exception("handling a hook failed")
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     async def _receive(
         self, conn: h11.Connection, stream: SocketStream, client: _Client
-    ) -> dict[str, Any] | None:
-        """The next request's JSON body, or None if the client closed before one began
-        (or, on a new connection, never began one in time)."""
+    ) -> tuple[dict[str, Any], int | None] | None:
+        """The next request's JSON body and sequence number (its :data:`SEQ_HEADER`, if
+        any), or None if the client closed before one began (or, on a new connection,
+        never began one in time)."""
         body = bytearray()
+        seq: int | None = None
         deadline: float | None = None  # set at the request's first byte
         while True:
             try:
@@ -208,25 +216,31 @@ class HookServer:
                 if not data and conn.their_state is h11.IDLE:
                     return None
             elif isinstance(event, h11.Request):
-                self._check_head(event)
+                seq = self._check_head(event)
                 client.trusted = True
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self._max_body:
                     raise Refused(413, f"a hook body over {self._max_body} bytes")
             elif isinstance(event, h11.EndOfMessage):
-                return self._parse(bytes(body))
+                return self._parse(bytes(body)), seq
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 
-    def _check_head(self, request: h11.Request) -> None:
+    def _check_head(self, request: h11.Request) -> int | None:
+        """Refuses a request not for us; its sequence number (None if it has none, or
+        one that is not a small number: no opinion)."""
         if not hmac.compare_digest(request.target, self._path):
             raise Refused(404, "no such hook")
         if request.method != b"POST":
             raise Refused(405, "hooks are POSTed", headers={"allow": "POST"})
+        seq = None
         for name, value in request.headers:
             if name == b"content-length" and int(value) > self._max_body:
                 raise Refused(413, f"a hook body over {self._max_body} bytes")
+            if name == _SEQ and value.isdigit() and len(value) <= 12:
+                seq = int(value)
+        return seq
 
     @staticmethod
     def _parse(body: bytes) -> dict[str, Any]:

@@ -17,10 +17,18 @@ skeleton's (:mod:`codex_presence.agent.session`).
   watchdog, see :func:`~codex_presence.agent.child.spawn`), and our exit status is claude's
   (128+N for signal N).
 * **claude's settings**: ``--settings FILE`` is put after the command's first word; FILE
-  (mode 0600, in a private 0700 directory removed at the end) holds one HTTP hook per event
-  the mapping reads. The user's settings files still apply (claude merges them); a
-  ``--settings`` of the user's own in the arguments (claude would take only the last) is
-  taken out and carried in FILE, our hooks after theirs. The hook URL
+  (mode 0600, in a private 0700 directory removed at the end) holds one hook per event the
+  mapping reads: an *async command hook* running curl (claude names every hook it waits
+  for in its spinner; it waits for none of these, and they show nowhere), whose config
+  file, beside FILE, holds the URL; an HTTP hook for SessionEnd (claude exits right
+  after it), in print mode (no screen) and where there is no curl. Each delivery
+  says its process id, so that one that arrives after a later hook of claude's is dropped
+  (:mod:`~codex_presence.core.claude.hook_order`). The user's settings files still apply
+  (claude merges them); a ``--settings`` of the user's own in the arguments (claude
+  would take only the last) is taken out and carried in FILE, our hooks after theirs.
+  claude's parting hint
+  (``claude FLAGS --resume ID``) gets its FLAGS from the arguments the person gave, not
+  from ours (:func:`child_environment`). The hook URL
   holds the session's secret: it is never logged, and ``127.0.0.1`` is added to claude's
   ``NO_PROXY`` so that no proxy ever sees it.
 * **Reading files only while it can matter**: the transcript and the session file are
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,8 +71,17 @@ from codex_presence.agent.session import (
 )
 from codex_presence.agent.signals import SignalForwarding, cannot_run, exit_status
 from codex_presence.core.activity import Transition
+from codex_presence.core.claude.hook_order import PID_MAX, HookOrder
 from codex_presence.core.claude.mapping import ClaudeMapping
-from codex_presence.core.claude.protocol import ClaudeSource, with_hooks
+from codex_presence.core.claude.protocol import (
+    RESUME_HINT_FLAGS_ENV,
+    ClaudeSource,
+    curl_config,
+    poster_command,
+    prints,
+    resume_hint_flags,
+    with_hooks,
+)
 
 __all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
 
@@ -114,24 +132,54 @@ def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
     return [command[0], "--settings", str(settings), *command[1:]]
 
 
-def child_environment(environ: Mapping[str, str], *, drop: Sequence[str] = ()) -> dict[str, str]:
+def child_environment(
+    environ: Mapping[str, str],
+    *,
+    drop: Sequence[str] = (),
+    hinted_args: Sequence[str] | None = None,
+) -> dict[str, str]:
     """claude's environment: ours, without ``drop``, with loopback in ``NO_PROXY`` (hook
-    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included)."""
+    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included), and, when
+    ``hinted_args`` are given (the arguments the person gave claude, to which we add
+    ``--settings FILE``), the flags of claude's parting ``--resume`` hint taken from them
+    instead of from the arguments claude gets (:func:`resume_hint_flags`) — unless our own
+    environment already chose them."""
     env = {key: value for key, value in environ.items() if key not in drop}
     for key in ("NO_PROXY", "no_proxy"):
         hosts = [h.strip() for h in env.get(key, "").split(",") if h.strip()]
         if "127.0.0.1" not in hosts:
             hosts.append("127.0.0.1")
         env[key] = ",".join(hosts)
+    if hinted_args is not None:
+        env.setdefault(RESUME_HINT_FLAGS_ENV, resume_hint_flags(hinted_args))
     return env
 
 
-def _write_settings(directory: Path, settings: dict[str, Any]) -> Path:
-    path = directory / "settings.json"
+def _write_private(directory: Path, name: str, data: bytes) -> Path:
+    path = directory / name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
-        out.write(orjson.dumps(settings))
+        out.write(data)
     return path
+
+
+def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None:
+    """The async command hook that delivers to ``url`` (its config file written in
+    ``private``), or None where there is no curl on claude's PATH: then HTTP hooks."""
+    curl = shutil.which("curl", path=env.get("PATH", os.defpath))
+    if curl is None:
+        logger.info("no curl on the PATH: claude's hooks are HTTP hooks, named in its spinner")
+        return None
+    config = _write_private(private, "curl.cfg", curl_config(url).encode())
+    return poster_command(curl, str(config))
+
+
+def _pid_max() -> int:
+    """The system's ``pid_max`` (where pids wrap), or the largest Linux allows."""
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return PID_MAX
 
 
 class ClaudeSession:
@@ -167,6 +215,7 @@ class ClaudeSession:
             close=lambda cause: self.analysis.run(self.mapping.close, cause),
         )
         self.signals = SignalForwarding(name="claude")
+        self.order = HookOrder(modulus=_pid_max())
 
     async def run(
         self,
@@ -205,7 +254,10 @@ class ClaudeSession:
             argv = list(command)
             if self._observe:
                 url = await tg.start(self.server.serve)
-                argv = _with_settings(argv, _write_settings(private, with_hooks(settings, url)))
+                # Print mode has no screen to keep clean, and ends with the turn: HTTP hooks.
+                command_hook = None if prints(argv[1:]) else _hook_command(private, url, env)
+                document = orjson.dumps(with_hooks(settings, url, command=command_hook))
+                argv = _with_settings(argv, _write_private(private, "settings.json", document))
             await tg.start(Session.forward_signals, self.signals)
             self._start = self._clock()
             try:
@@ -241,9 +293,13 @@ class ClaudeSession:
     def _now(self) -> float:
         return self._clock() - self._start
 
-    def _on_hook(self, message: dict[str, Any]) -> None:
-        """A hook, already answered: record it, note its files, feed it, wake the follower."""
+    def _on_hook(self, message: dict[str, Any], seq: int | None = None) -> None:
+        """A hook, already answered: unless it came too late (:class:`HookOrder`), record
+        it, note its files, feed it, wake the follower."""
         t = self._now()
+        if not self.order.admit(seq, t):
+            logger.debug("a late %s hook, after a later one: dropped", _event(message))
+            return
         self._record("hook", message, t)
         self._deliver(self.analysis.run(self._analyse_hook, message, t))
         if self._wake is not None:
@@ -282,3 +338,8 @@ class ClaudeSession:
 
     def _deliver(self, transitions: list[Transition]) -> None:
         self.session.deliver(transitions)
+
+
+def _event(message: Mapping[str, Any]) -> str:
+    event = message.get("hook_event_name")
+    return event if isinstance(event, str) and event.isidentifier() else "?"

@@ -1,7 +1,8 @@
 """The Claude Code vocabulary that the activity mapping reads (Claude Code 2.1.332).
 
 The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs and
-the settings document that registers them as HTTP hooks (:func:`hook_settings`), the
+the settings document that registers them (:func:`hook_settings`: async command hooks
+running curl, which claude does not show, or HTTP hooks), the parting hint's flags, the
 notification types and session statuses that mean something, and the transcript's
 interrupt marker. ``docs/claude-code-hooks.md`` holds the measurements behind each of
 them. Pure data and pure functions.
@@ -10,22 +11,30 @@ them. Pure data and pure functions.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = [
     "BLOCKING_NOTIFICATIONS",
     "HOOK_EVENTS",
     "HOOK_TIMEOUT",
+    "HTTP_ONLY_EVENTS",
     "IDLE_NOTIFICATION",
     "IDLE_STATUSES",
     "INTERRUPT_PREFIX",
     "PERSON_WAITS",
+    "RESUME_HINT_FLAGS_ENV",
+    "SEQ_HEADER",
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
+    "curl_config",
     "hook_settings",
     "is_interrupt_marker",
+    "poster_command",
+    "prints",
+    "resume_hint_flags",
     "transcript_line_may_matter",
     "with_hooks",
 ]
@@ -50,8 +59,8 @@ HOOK_EVENTS: tuple[str, ...] = (
     "SubagentStop",
     "SessionEnd",
 )
-"""The hook events the mapping reads, each registered as an HTTP hook. (SessionStart
-cannot be one: Claude Code skips HTTP hooks for it, and the state does not need it.)"""
+"""The hook events the mapping reads, each registered as a hook of ours. (SessionStart is
+not one: Claude Code skips HTTP hooks for it, and the state does not need it.)"""
 
 HOOK_TIMEOUT = 2
 """Seconds claude waits for a hook's answer. The server answers at once; this bounds what
@@ -86,6 +95,13 @@ TRANSCRIPT_TYPES: frozenset[bytes] = frozenset(
 markers and the prompt queue. The rest is bookkeeping (``api-request-shape`` holds the
 whole system prompt), ~90% of the bytes."""
 
+RESUME_HINT_FLAGS_ENV = "CLAUDE_CODE_RELAUNCH_RESUME_HINT_FLAGS"
+"""The variable claude reads (once, then unsets) for the flags of its parting hint
+(``claude FLAGS --resume ID``) in place of its own arguments. Without it claude lists its
+own arguments, our ``--settings FILE`` first: a path, so the flags are printed only if the
+whole line fits the terminal (otherwise none at all), and they would name a file that is
+gone. claude takes the value only if parsing it as arguments gives it back unchanged."""
+
 _TYPE_MARKER = re.compile(
     rb'"type"\s*:\s*"(?:%s)"' % b"|".join(re.escape(kind) for kind in sorted(TRANSCRIPT_TYPES))
 )
@@ -117,22 +133,101 @@ def is_interrupt_marker(entry: Mapping[str, Any]) -> bool:
     )
 
 
+def resume_hint_flags(args: Sequence[str]) -> str:
+    """The value of :data:`RESUME_HINT_FLAGS_ENV` for a claude given ``args`` (its arguments
+    as the person typed them, a ``--settings`` of theirs included): the arguments themselves,
+    which claude parses and takes only if they come back unchanged, so the hint lists what
+    plain claude would list. A prompt at the end (an argument with a space) is left out, as
+    claude leaves it out; any other argument with a space, or an empty one, cannot survive
+    being joined with spaces: then "" (no flags, which is what claude makes of such a value)."""
+    kept = list(args)
+    if kept and _has_space(kept[-1]):
+        kept.pop()
+    if any(not arg or _has_space(arg) for arg in kept):
+        return ""
+    return " ".join(kept)
+
+
+def _has_space(arg: str) -> bool:
+    return any(char.isspace() for char in arg)
+
+
+SEQ_HEADER = "x-hook-seq"
+"""The header in which a command hook's delivery says its process id (its sequence number,
+:mod:`codex_presence.core.claude.hook_order`)."""
+
+
+def poster_command(curl: str, config: str) -> str:
+    """The shell command of an async command hook: ``curl`` POSTs the payload claude writes
+    to its stdin as the ``config`` file says (``curl_config``: the URL, with its secret, is
+    kept out of every process list), with the shell's pid as :data:`SEQ_HEADER` (``exec``
+    keeps it curl's). ``-q`` first: no ``~/.curlrc`` of the user's."""
+    quoted = f"{shlex.quote(curl)} -q -K {shlex.quote(config)}"
+    return f'exec {quoted} -H "{SEQ_HEADER}: $$"'
+
+
+def curl_config(url: str, *, timeout: int = HOOK_TIMEOUT) -> str:
+    """The curl config file behind :func:`poster_command`: POST stdin to ``url``, no proxy,
+    nothing printed, ``timeout`` seconds at most."""
+    return "\n".join(
+        [
+            f'url = "{url}"',
+            'header = "content-type: application/json"',
+            'data-binary = "@-"',
+            'noproxy = "*"',
+            'output = "/dev/null"',
+            "silent",
+            f"max-time = {timeout}",
+            "",
+        ]
+    )
+
+
+HTTP_ONLY_EVENTS: frozenset[str] = frozenset({"SessionEnd"})
+"""Events that stay HTTP hooks even where the others are async command hooks: claude
+exits right after them, and an async hook's process may not have delivered by then (claude
+waits for an HTTP hook's answer at exit, and shows no spinner there)."""
+
+
+def prints(args: Sequence[str]) -> bool:
+    """Whether claude given ``args`` runs in print mode (``-p``/``--print``): no screen,
+    and it exits as soon as the turn ends."""
+    return any(arg in ("-p", "--print") for arg in args)
+
+
 def hook_settings(
-    url: str, *, events: tuple[str, ...] = HOOK_EVENTS, timeout: int = HOOK_TIMEOUT
+    url: str,
+    *,
+    command: str | None = None,
+    events: tuple[str, ...] = HOOK_EVENTS,
+    timeout: int = HOOK_TIMEOUT,
 ) -> dict[str, Any]:
-    """The ``--settings`` document that sends each of ``events`` to ``url`` as an HTTP hook
-    (no ``matcher``: every tool matches)."""
-    hook = {"type": "http", "url": url, "timeout": timeout}
-    return {"hooks": {event: [{"hooks": [hook]}] for event in events}}
+    """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
+    every tool matches): as an async command hook running ``command``
+    (:func:`poster_command`) if given — claude waits for none and names none in its
+    spinner — else as an HTTP hook to ``url``, which claude waits for and names; those
+    of :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
+    http = {"type": "http", "url": url, "timeout": timeout}
+    hooks: dict[str, Any] = {}
+    for event in events:
+        if command is None or event in HTTP_ONLY_EVENTS:
+            hook: dict[str, Any] = http
+        else:
+            hook = {"type": "command", "command": command, "async": True, "timeout": timeout}
+        hooks[event] = [{"hooks": [hook]}]
+    return {"hooks": hooks}
 
 
-def with_hooks(settings: Mapping[str, Any], url: str) -> dict[str, Any]:
+def with_hooks(
+    settings: Mapping[str, Any], url: str, *, command: str | None = None
+) -> dict[str, Any]:
     """The user's own settings document (from a ``--settings`` they gave claude) with our
-    hooks added after theirs: claude takes one ``--settings``, the last one given."""
+    hooks (:func:`hook_settings`) added after theirs: claude takes one ``--settings``, the
+    last one given."""
     merged = dict(settings)
     theirs = merged.get("hooks")
     hooks = dict(theirs) if isinstance(theirs, dict) else {}
-    for event, groups in hook_settings(url)["hooks"].items():
+    for event, groups in hook_settings(url, command=command)["hooks"].items():
         existing = hooks.get(event)
         hooks[event] = [*(existing if isinstance(existing, list) else []), *groups]
     merged["hooks"] = hooks

@@ -45,6 +45,12 @@ The rules (codex 0.169.0 and 0.171.0; ``shared/codex-app-server-protocol.md`` §
 * A thread announced by ``thread/started`` with ``threadSource: "thread_title"`` (the side
   thread the TUI runs to name a session, ``docs/codex-tui.md`` §9) never counts: its turns,
   items and requests open nothing, and whatever it had open closes.
+* **A "no, stop" answer** (:func:`~codex_presence.core.codex.protocol.answer_ends_turn`:
+  ``cancel``, the codex TUI's only no) interrupts its turn, which codex ends 12-50 ms later;
+  the working in between (its waiting flag is cleared first) is marked
+  :attr:`~codex_presence.core.activity.Transition.passing` while only such turns work, so
+  that a reporter need not show a spinner the person never saw. A new ``item/started`` on
+  the thread (a tool: passive items are not read) means the turn goes on after all.
 * The member's state is the union over every thread (subagent threads included; they
   need no ``thread/started``).
 
@@ -85,12 +91,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from codex_presence.core.activity import ActivitySignal, HandleKind, Transition
+from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
 from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
@@ -105,6 +111,7 @@ from codex_presence.core.codex.protocol import (
     TOOL_ITEM_TYPES,
     WAITING_FLAGS,
     Direction,
+    answer_ends_turn,
     skips_unparsed,
 )
 from codex_presence.core.codex.turns import TurnMemory
@@ -176,6 +183,9 @@ class CodexMapping:
     unknowns: set[Unknown] = field(default_factory=set)
     _pending: OrderedDict[Hashable, _PendingRequest] = field(default_factory=OrderedDict)
     _turns: TurnMemory = field(default_factory=TurnMemory)
+    _stopping: set[str] = field(default_factory=set)
+    """Threads whose turn the client's answer interrupts (:func:`answer_ends_turn`): until
+    their work ends, a working of theirs alone is marked passing."""
     _current_id: object = None
     _cause: str = ""
 
@@ -246,6 +256,24 @@ class CodexMapping:
     # -- routing -------------------------------------------------------------------------
 
     def _feed(self, direction: Direction, message: object) -> Transition | None:
+        transition = self._handle(direction, message)
+        if self._stopping:
+            self._stopping = {t for t in self._stopping if self._open_turns(t)}
+            if transition is not None and self._only_stopping_threads_work():
+                transition = replace(transition, passing=True)
+        return transition
+
+    def _only_stopping_threads_work(self) -> bool:
+        """Whether the member works only in turns that a "no, stop" is ending."""
+        if self.signal.state is not ActivityState.WORKING:
+            return False
+        return all(
+            key[0] in self._stopping
+            for kind in (HandleKind.TURN, HandleKind.TOOL)
+            for key in self.signal.keys(kind)
+        )
+
+    def _handle(self, direction: Direction, message: object) -> Transition | None:
         if not isinstance(message, dict):
             self.stats.wrong_shape += 1
             logger.debug("ignored a %s message that is not an object", direction)
@@ -310,6 +338,10 @@ class CodexMapping:
             return None
         if pending.blocking:
             self.signal.close(HandleKind.BLOCK, self._request_key(request_id, pending))
+            if pending.thread is not None and answer_ends_turn(
+                pending.method, message.get("result")
+            ):
+                self._stopping.add(pending.thread)
         return self.signal.commit("response")
 
     def _unknown(self, kind: str, name: str) -> None:
@@ -429,6 +461,7 @@ def _on_item_started(
     m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
 ) -> None:
     thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
+    m._stopping.discard(thread)  # new work: the turn goes on after all
     tool = item_type in TOOL_ITEM_TYPES
     if not tool and item_type not in PASSIVE_ITEM_TYPES:
         m._unknown("item type", item_type)  # treated as passive: it may revive, no more

@@ -10,7 +10,7 @@ Why it exists: ``feed_line`` costs about a microsecond even for a line it skips,
 app-server writes thousands of deltas per megabyte. So the analyzer skips in bulk, at C
 speed (one regular-expression scan per chunk, no Python per skipped line), what it can
 prove ``feed_line`` would skip anyway, and feeds everything else, so that the result is the
-same as feeding every line one by one (the property ``tests/test_lines.py`` checks):
+same as feeding every line one by one (the property ``tests/unit/test_lines.py`` checks):
 
 * a line that does not start with ``{`` cannot matter, in either direction (the leading-byte
   rule, :func:`~codex_presence.core.codex.protocol.skips_unparsed`): garbage, bare

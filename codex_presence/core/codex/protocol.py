@@ -32,9 +32,11 @@ __all__ = [
     "THREAD_ENDING_STATUSES",
     "TITLE_THREAD_SOURCE",
     "TOOL_ITEM_TYPES",
+    "TURN_ENDING_ANSWERS",
     "WAITING_FLAGS",
     "ConnectionEvent",
     "Direction",
+    "answer_ends_turn",
     "skips_unparsed",
 ]
 
@@ -77,6 +79,24 @@ BLOCKING_REQUESTS: frozenset[str] = frozenset(
     }
 )
 """Server→client requests that park the turn on a human."""
+
+TURN_ENDING_ANSWERS: dict[str, str] = {
+    "item/commandExecution/requestApproval": "cancel",
+    "item/fileChange/requestApproval": "cancel",
+    "execCommandApproval": "abort",
+    "applyPatchApproval": "abort",
+}
+"""The ``decision`` of a client's answer to these requests that also interrupts the turn
+(protocol §7: ``cancel`` is "decline and interrupt the turn"; v1's ``abort``): codex then
+ends the turn within tens of milliseconds (12-50 ms in the recordings), so whatever the
+turn shows in between is on its way to idle. The codex TUI's only "no" is ``cancel``."""
+
+
+def answer_ends_turn(method: str, result: object) -> bool:
+    """Whether the client's ``result`` for a ``method`` request interrupts its turn."""
+    decision = TURN_ENDING_ANSWERS.get(method)
+    return decision is not None and isinstance(result, dict) and result.get("decision") == decision
+
 
 AUTOMATIC_REQUESTS: frozenset[str] = frozenset(
     {

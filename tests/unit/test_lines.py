@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from codex_presence import CodexMapping, Direction, read_entries
 from codex_presence.core.codex.prefilter import HOT_SKIPPED_PREFIXES, ChunkAnalyzer
 from codex_presence.core.codex.protocol import skips_unparsed
+from tests.support.depth import examples
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex-0.169.0"
 
 
 def _fixture_lines() -> list[tuple[Direction, bytes]]:
@@ -191,7 +192,7 @@ def chunked(draw: st.DrawFn) -> list[tuple[Direction, bytes]]:
     return events
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), suppress_health_check=[HealthCheck.too_slow])
 @given(chunked())
 def test_any_chunking_gives_the_transitions_of_whole_lines(
     events: list[tuple[Direction, bytes]],
@@ -199,7 +200,7 @@ def test_any_chunking_gives_the_transitions_of_whole_lines(
     assert analysed(events) == oracle(events)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2), suppress_health_check=[HealthCheck.too_slow])
 @given(session, st.data())
 def test_whole_chunks_of_many_lines(
     lines: list[tuple[Direction, bytes]], data: st.DataObject
@@ -214,7 +215,7 @@ def test_whole_chunks_of_many_lines(
     assert analysed(events) == oracle(events)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(3), suppress_health_check=[HealthCheck.too_slow])
 @given(chunked(), st.data())
 def test_lines_kept_until_the_mapping_is_attached_give_the_same_transitions(
     events: list[tuple[Direction, bytes]], data: st.DataObject

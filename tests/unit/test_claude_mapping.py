@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from codex_presence.core.claude.mapping import SETTLE, ClaudeMapping
 from codex_presence.core.claude.protocol import ClaudeSource
+from tests.support.depth import examples
 from tests.support.junk import junk, or_junk
 
 _stamps = itertools.count(1_796_000_000_000)
@@ -502,7 +503,7 @@ def soup_message(draw: st.DrawFn) -> tuple[ClaudeSource, Any, float]:
     return source, _some(draw, snapshot), gap
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.lists(soup_message(), min_size=5, max_size=40))
 def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
     sequence: list[tuple[ClaudeSource, Any, float]],

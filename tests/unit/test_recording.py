@@ -57,7 +57,7 @@ def test_recording_is_detected_from_its_first_line() -> None:
 
 # -- the bulk pre-filter gives the same timeline as reading every line -----------------------
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "codex-0.169.0"
 
 
 def rows(entries: Iterable[Entry]) -> list[tuple[object, ...]]:

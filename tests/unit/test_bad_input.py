@@ -1,160 +1,24 @@
-"""Bad input, generated: through the real ``wrap`` command, and into the mapping where
-test_codex_mapping.py's property test does not reach.
+"""Bad input, generated, into the mapping where test_codex_mapping.py's property test does
+not reach.
 
-Through wrap (a subprocess per example): hypothesis-made JSON-RPC-like lines, hostile
-bytes among them, go both ways — the child replays a generated server stream, then echoes
-the client's bytes — and the client receives exactly those bytes, the session ends with
-the child's status, and the derived state, pushed to blocked by a dangling approval at the
-end, is idle again at EOF.
-
-Into the mapping: test_codex_mapping.py already feeds random message soups (junk fields,
-ids up to 2**70). Here the messages are a *well-formed* turn whose events are duplicated,
-reordered and replayed late, and requests whose ids are huge; the properties are stronger
-than "survives": duplicates change nothing, a late replay of an ended turn never pins the
-state, and an answered request unblocks whatever its id looks like.
+test_codex_mapping.py already feeds random message soups (junk fields, ids up to 2**70).
+Here the messages are a *well-formed* turn whose events are duplicated, reordered and
+replayed late, and requests whose ids are huge; the properties are stronger than
+"survives": duplicates change nothing, a late replay of an ended turn never pins the state,
+and an answered request unblocks whatever its id looks like. (The same kind of input
+through the real ``wrap`` command is tests/test_bad_input_through_wrap.py's.)
 """
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from typing import Any
 
 import orjson
-import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence import CodexMapping
-
-PY = sys.executable
-
-# -- through wrap ---------------------------------------------------------------------------
-
-ids = st.one_of(
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.integers(min_value=2**64, max_value=2**80).map(str),  # huge, as a string id
-    st.text(max_size=8),
-    st.none(),
-    st.booleans(),
-)
-methods = st.sampled_from(
-    [
-        "turn/started",
-        "turn/completed",
-        "item/started",
-        "item/completed",
-        "thread/status/changed",
-        "serverRequest/resolved",
-        "item/commandExecution/requestApproval",
-        "item/fileChange/requestApproval",
-        "item/tool/requestUserInput",
-        "item/agentMessage/delta",
-        "initialize",
-        "no/such/method",
-        "",
-    ]
-)
-junk: st.SearchStrategy[Any] = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=6)),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-params = st.fixed_dictionaries(
-    {},
-    optional={
-        "threadId": st.one_of(st.sampled_from(["th", "th2"]), junk),
-        "turnId": st.one_of(st.sampled_from(["t1", "t2"]), junk),
-        "turn": st.one_of(st.fixed_dictionaries({"id": st.sampled_from(["t1", "t2"])}), junk),
-        "item": st.one_of(
-            st.fixed_dictionaries(
-                {
-                    "id": st.sampled_from(["i1", "i2"]),
-                    "type": st.sampled_from(["commandExecution", "fileChange", "reasoning"]),
-                }
-            ),
-            junk,
-        ),
-        "status": st.one_of(
-            st.fixed_dictionaries(
-                {
-                    "type": st.sampled_from(["idle", "active"]),
-                    "activeFlags": st.lists(st.just("waitingOnApproval"), max_size=1),
-                }
-            ),
-            junk,
-        ),
-        "requestId": ids,
-    },
-)
-message = st.one_of(
-    st.fixed_dictionaries(
-        {"method": methods, "params": st.one_of(params, junk)}, optional={"id": ids}
-    ),
-    st.fixed_dictionaries({"id": ids}, optional={"result": junk, "error": junk}),
-    junk,
-)
-
-
-def _line(value: Any) -> bytes:
-    return orjson.dumps(value) + b"\n"
-
-
-hostile = st.one_of(
-    st.binary(max_size=300),  # anything, newlines or not
-    st.just(b"\xff\xfe\x80\xc3\x28 not utf-8\n"),
-    st.just(b'{"method":"turn/started","params":{"threadId":"th","turn":{"id":"t1"}}'),  # cut
-    st.just(b'{"method":"turn/started"\x00,"params":{}}\n'),
-    st.just(b"\r\n\r\n\n"),
-    st.just(b'{"id":18446744073709551617,"result":{}}\n'),  # past 64 bits
-    st.just(b"[" * 3000 + b"]" * 3000 + b"\n"),  # deeper than any parser's limit
-)
-stream = st.lists(st.one_of(message.map(_line), hostile), max_size=30)
-
-DANGLING = _line(
-    {
-        "method": "item/commandExecution/requestApproval",
-        "id": 9_000_001,
-        "params": {"threadId": "zz", "turnId": "zz", "itemId": "zz"},
-    }
-)
-_CHILD = 'cat "$0" && exec cat'  # replay the server stream, then echo the client
-
-
-@pytest.mark.slow
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(server=stream, client=stream)
-def test_generated_traffic_both_ways_through_wrap(
-    tmp_path_factory: Any, server: list[bytes], client: list[bytes]
-) -> None:
-    script = tmp_path_factory.mktemp("bad") / "server.out"
-    # A newline first, so that a previous unterminated line cannot swallow the approval.
-    server_bytes = b"".join(server) + b"\n" + DANGLING
-    script.write_bytes(server_bytes)
-    client_bytes = b"".join(client)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
-    proc = subprocess.run(
-        [PY, "-m", "codex_presence", "wrap", "--", "sh", "-c", _CHILD, str(script)],
-        input=client_bytes,
-        capture_output=True,
-        timeout=60,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == server_bytes + client_bytes
-    states = re.findall(rb"codex-presence: (idle|working|blocked) \(([^)]*)\)", proc.stderr)
-    assert (b"blocked", b"item/commandExecution/requestApproval") in states, proc.stderr
-    assert states[-1] == (b"idle", b"eof"), proc.stderr
-    assert b"Traceback" not in proc.stderr
-
+from tests.support.depth import examples
 
 # -- into the mapping: a well-formed turn, abused --------------------------------------------
 
@@ -242,7 +106,7 @@ huge_ids = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(huge_ids)
 def test_a_request_with_any_id_blocks_until_that_id_is_answered(rid: Any) -> None:
     _, seen = run(well_formed_turn("th", "t1", rid))
@@ -251,7 +115,7 @@ def test_a_request_with_any_id_blocks_until_that_id_is_answered(rid: Any) -> Non
     assert seen[-1] == "idle"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(st.lists(st.integers(min_value=1, max_value=3), min_size=9, max_size=9), huge_ids)
 def test_duplicated_events_change_nothing(copies: list[int], rid: Any) -> None:
     """Every event repeated 1-3 times in place: the state after each event is the same
@@ -268,7 +132,7 @@ def test_duplicated_events_change_nothing(copies: list[int], rid: Any) -> None:
     assert [seen[p] for p in positions] == once
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.permutations(range(9)), st.booleans())
 def test_any_order_of_a_turns_events_ends_idle_at_eof(order: list[int], twice: bool) -> None:
     events = well_formed_turn("th", "t1", 7)
@@ -277,7 +141,7 @@ def test_any_order_of_a_turns_events_ends_idle_at_eof(order: list[int], twice: b
     close(mapping)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.lists(st.integers(min_value=0, max_value=8), max_size=20))
 def test_late_replays_of_an_ended_turn_never_pin_the_state(late: list[int]) -> None:
     """After the turn ended (turn/completed) and the thread went idle, any of its events
@@ -289,7 +153,6 @@ def test_late_replays_of_an_ended_turn_never_pin_the_state(late: list[int]) -> N
     assert mapping.state == "idle", replay
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.permutations(range(18)))
 def test_two_interleaved_turns_in_any_order_end_idle(order: list[int]) -> None:
     a = well_formed_turn("th", "t1", 1)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 BORROWS_THE_TUI_HARNESS = {"tui.py"}
 """``bench/tui.py`` drives the real TUI with the tests' tmux driver, fake model and codex
 lookup (``tests/support/tui_driver.py`` and what it imports): it needs the test extra, as

@@ -14,7 +14,7 @@ from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
 from codex_presence.core.wording import Narrator, event_words
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DEMO = FIXTURES / "codex-0.169.0" / "demo_session.jsonl"
 
 

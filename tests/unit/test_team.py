@@ -42,7 +42,6 @@ token_sha256 = "{SHA}"
 [[members]]
 name = "builder"
 token = "builder-dev-token"
-future_key = "ignored"
 """
 
 
@@ -94,6 +93,18 @@ def test_load_the_issue_shape(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
             "share",
         ),
         ("team = [", "not valid TOML"),
+        # Before: accepted silently (the member lost their privileges, the colour its use)
+        (
+            X + 'permisions = ["members.manage"]',
+            r"member 'x': unknown key 'permisions': did you mean 'permissions' \(in role = ",
+        ),
+        (
+            X + 'role = { title = "t", permisions = ["members.manage"] }',
+            r"member 'x': role: unknown key 'permisions': did you mean 'permissions'\?",
+        ),
+        (X + 'colour = "red"', r"member 'x': unknown key 'colour': known here: name, role, "),
+        ('colour = "red"\n' + X, r"unknown key 'colour': known here: team, members"),
+        (X.replace("name =", "nmae =", 1), r"unknown key 'nmae': did you mean 'name'\?"),
     ],
 )
 def test_bad_team_files_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
@@ -383,8 +394,9 @@ def test_team_init_warns_on_unknown_permissions_and_keeps_them(
         "codex-presence team: warning: --member a: permission 'deploy' is not one the roster"
         " knows (members.manage [admin], objectives.create [operator]); it is kept, and gives"
         " no privilege bucket",
-        f"codex-presence team: wrote {path} (2 members, mode 0600). The tokens above are shown"
-        " only now; the file keeps their sha256.",
+        f"codex-presence team: wrote {path} (2 members, mode 0600). The tokens went to "
+        "standard output (a name and its token a line), only now: keep them private; the file "
+        "keeps their sha256.",
     ]
     assert load_team(path).members[0].role == Role("lead", ("members.manage", "deploy"))
     assert main(["team", "init", str(tmp_path / "one.toml"), "-m", "solo"]) == 0

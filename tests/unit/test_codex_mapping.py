@@ -2,7 +2,7 @@
 of the real protocol (late items after an interrupt, requests resolved after the turn,
 subagent threads without thread/started, per-direction ids, the TUI's title threads);
 names it does not know, and bugs in its handlers. The field rules (revival, one turn per
-thread) are ``tests/test_field_rules.py``'s."""
+thread) are ``tests/unit/test_field_rules.py``'s."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, Direction, read_entries
 from codex_presence.core.codex.mapping import Unknown
-from codex_presence.core.codex.protocol import BLOCKING_REQUESTS, STATE_METHODS, TOOL_ITEM_TYPES
+from codex_presence.core.codex.protocol import (
+    BLOCKING_REQUESTS,
+    STATE_METHODS,
+    TOOL_ITEM_TYPES,
+    answer_ends_turn,
+)
+from tests.support.depth import examples
 from tests.support.junk import HUGE, junk, or_junk
 
 
@@ -516,7 +522,7 @@ def messages(draw: st.DrawFn) -> tuple[Direction, Any]:
     return direction, message
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(st.lists(messages(), min_size=5, max_size=40), st.booleans())
 def test_any_message_sequence_is_survived_and_ends_idle(
     sequence: list[tuple[Direction, Any]], as_lines: bool
@@ -586,7 +592,7 @@ def test_a_wrong_shaped_field_never_stops_the_mapping(where: str, value: Any, li
 
 # -- title threads: the TUI's side threads never count ----------------------------------------
 
-TUI_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TUI_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TITLE_RECORDINGS = sorted(TUI_FIXTURES.glob("codex-tui-*/title_thread_slow.jsonl"))
 
 
@@ -749,3 +755,104 @@ def test_params_that_do_not_fit_a_handler_are_wrong_shape_not_a_bug(
     s.server(note("turn/started", threadId=5, turn={"id": "t"}))  # a number for a string
     assert (s.mapping.stats.wrong_shape, s.mapping.stats.internal_errors) == (2, 0)
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+# -- a "no, stop": the working before the turn ends is passing --------------------------------
+
+
+def passing_of(
+    session: Session, *messages: tuple[Direction, dict[str, Any]]
+) -> list[tuple[str, bool]]:
+    """(state, passing) of each transition the messages cause."""
+    out = []
+    for direction, message in messages:
+        transition = session.mapping.feed_line(direction, orjson.dumps(message) + b"\n")
+        if transition is not None:
+            out.append((transition.state.value, transition.passing))
+    return out
+
+
+def _approval_turn(thread: str = "th", rid: int = 0) -> list[tuple[Direction, dict[str, Any]]]:
+    approval = "item/commandExecution/requestApproval"
+    return [
+        ("server", turn_started(thread)),
+        ("server", item("started", "commandExecution", "c", thread)),
+        ("server", status(thread, "active", "waitingOnApproval")),
+        ("server", request(approval, rid, threadId=thread, turnId="t1", itemId="c")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "answer"),
+    [
+        ("item/commandExecution/requestApproval", "cancel"),
+        ("item/fileChange/requestApproval", "cancel"),
+        ("execCommandApproval", "abort"),
+        ("applyPatchApproval", "abort"),
+    ],
+)
+def test_answer_ends_turn_knows_each_approvals_stop(method: str, answer: str) -> None:
+    assert answer_ends_turn(method, {"decision": answer})
+    assert not answer_ends_turn(method, {"decision": "accept"})
+    assert not answer_ends_turn(method, "cancel")  # not a result of the right shape
+
+
+def test_after_a_cancel_the_working_until_the_turn_ends_is_passing() -> None:
+    # As the codex TUI's Esc at an approval (fixtures/codex-tui-0.171.0/approval_denied).
+    flow = passing_of(
+        Session(),
+        *_approval_turn(),
+        ("client", {"id": 0, "result": {"decision": "cancel"}}),
+        ("server", note("serverRequest/resolved", threadId="th", requestId=0)),
+        ("server", item("completed", "commandExecution", "c")),
+        ("server", status("th", "active")),
+        ("server", status("th", "idle")),
+        ("server", turn_completed(status="interrupted")),
+    )
+    assert flow == [("working", False), ("blocked", False), ("working", True), ("idle", False)]
+
+
+@pytest.mark.parametrize("decision", ["accept", "decline", "acceptForSession"])
+def test_an_answer_that_lets_the_turn_go_on_is_working_for_real(decision: str) -> None:
+    flow = passing_of(
+        Session(),
+        *_approval_turn(),
+        ("client", {"id": 0, "result": {"decision": decision}}),
+        ("server", status("th", "active")),
+    )
+    assert flow == [("working", False), ("blocked", False), ("working", False)]
+
+
+def test_a_turn_that_goes_on_after_a_cancel_is_no_longer_passing() -> None:
+    s = Session()
+    passing_of(s, *_approval_turn(), ("client", {"id": 0, "result": {"decision": "cancel"}}))
+    flow = passing_of(
+        s,
+        ("server", item("started", "commandExecution", "c2")),  # new work: it goes on
+        ("server", status("th", "active")),
+    )
+    assert flow == [("working", False)]
+
+
+def test_another_thread_at_work_makes_the_working_real() -> None:
+    s = Session()
+    passing_of(s, ("server", turn_started("other")))
+    flow = passing_of(
+        s,
+        *_approval_turn(),
+        ("client", {"id": 0, "result": {"decision": "cancel"}}),
+        ("server", status("th", "active")),
+    )
+    assert flow == [("blocked", False), ("working", False)]
+
+
+def test_a_cancel_is_forgotten_once_its_thread_has_ended() -> None:
+    s = Session()
+    passing_of(
+        s,
+        *_approval_turn(),
+        ("client", {"id": 0, "result": {"decision": "cancel"}}),
+        ("server", status("th", "idle")),
+    )
+    flow = passing_of(s, ("server", note("turn/started", threadId="th", turn={"id": "t2"})))
+    assert flow == [("working", False)]  # the next turn is work like any other

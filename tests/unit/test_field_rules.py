@@ -3,7 +3,7 @@ thread, what never revives; then their properties over generated sessions of a f
 threads, turns and items, with duplicates, reordering, resumed items and lost completions.
 
 The edited recordings that model each public report are ``fixtures/field/`` (replayed by
-``tests/test_fixtures.py``); these tests pin each rule on its own, in both feeding paths
+``tests/unit/test_fixtures.py``); these tests pin each rule on its own, in both feeding paths
 (lines, as wrap reads them; parsed messages, as replay feeds recordings).
 """
 
@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from codex_presence import CodexMapping, HandleKind
 from codex_presence.core.codex.protocol import PASSIVE_ITEM_TYPES, TOOL_ITEM_TYPES
+from tests.support.depth import examples
 from tests.support.junk import with_junk_at_some_field
-from tests.test_codex_mapping import (
+from tests.unit.test_codex_mapping import (
     Session,
     item,
     note,
@@ -310,7 +311,7 @@ def feed(mapping: CodexMapping, event: Event, lines: bool) -> None:
     assert mapping.stats.internal_errors == 0
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(4))
 @given(field_sessions(), st.booleans())
 def test_a_thread_whose_last_event_ends_it_holds_no_handle(
     session: list[Event], lines: bool
@@ -332,7 +333,7 @@ def test_a_thread_whose_last_event_ends_it_holds_no_handle(
                 assert handles_of(mapping, thread) == [], (thread, message)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(4))
 @given(field_sessions(), st.permutations(THREADS), st.booleans(), st.booleans())
 def test_a_stream_that_ends_with_every_thread_idle_shows_idle(
     session: list[Event], order: list[str], late_answers: bool, lines: bool
@@ -351,7 +352,7 @@ def test_a_stream_that_ends_with_every_thread_idle_shows_idle(
     assert all(mapping.signal.count(kind) == 0 for kind in HandleKind)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(4))
 @given(
     field_sessions(),
     st.sampled_from(THREADS),

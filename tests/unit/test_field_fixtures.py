@@ -1,7 +1,7 @@
 """The field fixtures (``fixtures/field/``) are well-formed, whatever the mapping does.
 
 They are edited copies of real recordings (see ``fixtures/field/README.md``), replayed by
-``tests/test_fixtures.py``. This checks what the hand edits could break: the recording
+``tests/unit/test_fixtures.py``. This checks what the hand edits could break: the recording
 format, the README line of each file, and that each expected row names the message on its
 line. The last check
 also runs over every codex version's fixtures.
@@ -16,7 +16,7 @@ import pytest
 
 from codex_presence.core.recording import read_entries
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FIELD = FIXTURES / "field"
 FIELD_RECORDINGS = sorted(FIELD.glob("*.jsonl"))
 EVERY_RECORDING = sorted(

@@ -24,7 +24,7 @@ import pytest
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted(
     [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("fixtures/**/README.md")]
 )

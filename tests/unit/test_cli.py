@@ -57,3 +57,41 @@ def test_the_help_lists_each_command_once(capsys: pytest.CaptureFixture[str]) ->
     assert listed == list(_COMMANDS)  # each once, in one order
     for name in _COMMANDS:
         assert len(re.findall(rf"^\s+{name}\b", out, re.MULTILINE)) == 1, name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["roster", "--notify", "json://user:PASSWORD@example.com/x"],
+        ["broker", "--port", "redis://:PASSWORD@example.com"],
+        ["roster", "--broker", "http://x", "https://u:PASSWORD@example.com/?password=PASSWORD"],
+        ["roster", "--extra", "cp_PASSWORDPASSWORDPASSWORD"],
+    ],
+)
+def test_a_usage_error_never_echoes_a_password(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Before: ``unrecognized arguments: --notify json://user:PASSWORD@…`` printed the
+    password (and any value argparse could not read, verbatim)."""
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert "PASSWORD" not in err and "***" in err, err
+
+
+def test_a_variable_that_cannot_be_used_says_which_and_what_it_takes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ``CODEX_PRESENCE_PORT=abc`` said "invalid literal for int() with base 10"."""
+    monkeypatch.setenv("CODEX_PRESENCE_PORT", "abc")
+    assert main(["broker"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence broker: CODEX_PRESENCE_PORT='abc' is not a whole number (it sets --port)\n"
+    )
+    monkeypatch.delenv("CODEX_PRESENCE_PORT")
+    monkeypatch.setenv("CODEX_PRESENCE_REDIS", "redis://:PASSWORD@example.com")
+    monkeypatch.setenv("CODEX_PRESENCE_ACTIVITY_TTL", "soon")
+    assert main(["broker"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence broker: CODEX_PRESENCE_ACTIVITY_TTL='soon' is not a number "
+        "(it sets --activity-ttl)\n"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from codex_presence import ActivityState
 from codex_presence.core.backoff import Backoff
-from codex_presence.core.report_policy import Outcome, Post, ReportPolicy, Wait
+from codex_presence.core.report_policy import PASSING_HOLD, Outcome, Post, ReportPolicy, Wait
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
 
@@ -206,3 +206,57 @@ def test_resend_posts_a_non_idle_state_at_once_and_never_idle() -> None:
     send(p, 4.0)
     p.resend()
     assert p.next_action(4.1) == Wait(until=None)
+
+
+# -- a passing state ----------------------------------------------------------------------------
+
+
+def blocked_at(p: ReportPolicy, now: float) -> None:
+    p.observe(WORKING, now=now)
+    send(p, now)
+    p.observe(BLOCKED, now=now)
+    assert send(p, now) == Post(BLOCKED, heartbeat=False)  # blocked: at once
+
+
+def test_a_passing_working_replaced_within_the_hold_is_never_sent() -> None:
+    p = policy()
+    blocked_at(p, 0.0)
+    p.observe(WORKING, passing=True, now=5.0)
+    assert p.next_action(5.0) == Wait(until=5.0 + PASSING_HOLD)
+    p.observe(IDLE, now=5.05)  # codex ended the turn 50 ms later
+    assert send(p, 5.05) == Post(IDLE, heartbeat=False)
+    assert p.next_action(5.0 + PASSING_HOLD) == Wait(until=None)
+    assert p.settled
+
+
+def test_a_passing_working_that_lasts_is_sent_after_the_hold() -> None:
+    p = policy()
+    blocked_at(p, 0.0)
+    p.observe(WORKING, passing=True, now=5.0)
+    assert p.next_action(5.1) == Wait(until=5.0 + PASSING_HOLD)
+    assert send(p, 5.0 + PASSING_HOLD) == Post(WORKING, heartbeat=False)
+    assert p.next_action(6.0) == Wait(until=5.0 + PASSING_HOLD + 10.0)  # heartbeats as ever
+
+
+def test_a_working_that_is_not_passing_is_sent_at_once_after_blocked() -> None:
+    p = policy()
+    blocked_at(p, 0.0)
+    p.observe(WORKING, now=5.0)  # an approval: the command runs
+    assert send(p, 5.0) == Post(WORKING, heartbeat=False)
+
+
+def test_a_passing_working_that_turns_real_is_sent_at_once() -> None:
+    p = policy()
+    blocked_at(p, 0.0)
+    p.observe(WORKING, passing=True, now=5.0)
+    p.observe(WORKING, now=5.02)  # the mapping learnt the turn goes on
+    assert send(p, 5.02) == Post(WORKING, heartbeat=False)
+
+
+def test_blocked_after_a_passing_working_is_sent_at_once() -> None:
+    p = policy()
+    blocked_at(p, 0.0)
+    p.observe(WORKING, passing=True, now=5.0)
+    p.observe(BLOCKED, now=5.01)
+    assert p.next_action(5.01) == Wait(until=10.0)  # the broker holds blocked already
+    assert p.settled

@@ -18,7 +18,7 @@ from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
 from tests.support.scenarios import SCENARIOS
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 VERSION_DIRS = sorted(FIXTURES.glob("codex-[0-9]*/"))
 """One directory of recordings per codex version: each holds every scenario."""
 REPLAYED = [*VERSION_DIRS, FIXTURES / "field"]

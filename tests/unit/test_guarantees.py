@@ -9,12 +9,13 @@ promise would read as shown when it is not. The other pages (the README and the 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUARANTEES = ROOT / "docs" / "guarantees.md"
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")])
 _REFERENCE = re.compile(r"`((?:tests|bench)/[\w/]+\.py)(?:::(\w+)(?:::(\w+))?)?(?:\[[^\]`]*\])?`")
@@ -33,8 +34,10 @@ def references(pages: list[Path]) -> list[Reference]:
     )
 
 
+@functools.cache
 def defined_names(path: Path) -> set[str]:
-    """Top-level functions and classes, and ``Class::method`` for methods."""
+    """Top-level functions and classes, and ``Class::method`` for methods (each file
+    parsed once: the pages name the same files many times)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in tree.body:
