@@ -44,7 +44,7 @@ def _ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
             conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
+            return conn.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up, with a password
     except OSError:
         return False
 
@@ -52,9 +52,11 @@ def _ping(port: int) -> bool:
 class RedisServer:
     """One redis-server process (and its successors after :meth:`restart`)."""
 
-    def __init__(self, binary: str, workdir: Path) -> None:
+    def __init__(self, binary: str, workdir: Path, args: tuple[str, ...] = ()) -> None:
         self._binary = binary
         self._workdir = workdir
+        self._args = args
+        """More options (``--replicaof HOST PORT`` for a replica)."""
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -75,6 +77,7 @@ class RedisServer:
                     "--appendonly", "no",
                     "--dir", str(self._workdir),
                     "--loglevel", "warning",
+                    *self._args,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

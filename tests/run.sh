@@ -78,6 +78,7 @@ step "chromium, tmux, redis-server"
 apt_install chromium chromium
 apt_install tmux tmux
 apt_install redis-server redis-server
+apt_install redis-sentinel redis-sentinel
 command -v chromium && chromium --version || true
 command -v tmux && tmux -V || true
 command -v redis-server && redis-server --version || true

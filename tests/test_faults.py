@@ -160,13 +160,6 @@ def child_pid(wrap: WrapProcess) -> int:
     return int(match.group(1))
 
 
-def online(wrap: WrapProcess) -> None:
-    """Wait for wrap's broker link to be up (it attaches once loaded, after the child has
-    started): a bound on what the roster shows next then times the report, not wrap's
-    start-up, which a loaded machine stretched past 5 s."""
-    eventually(lambda: b"online: subscribed" in wrap.stderr, 20, "wrap's broker link")
-
-
 def approve(wrap: WrapProcess, request: dict[str, Any]) -> None:
     wrap.send({"id": request["id"], "result": {"decision": "accept"}})
 
@@ -504,7 +497,7 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
         running_broker(team=make_team("alice", "bob")) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
-        online(wrap)
+        wrap.wait_online()
         wrap.start_turn(1, deltas=500, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: activity(broker.url) == "working", 5)
@@ -524,7 +517,7 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
-        online(wrap)
+        wrap.wait_online()
         blocked_turn(wrap, 1)
         eventually(lambda: activity(broker.url) == "blocked", 5)
         assert wrap.proc.stdin is not None
@@ -544,7 +537,7 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         running_broker(team=make_team("alice", "bob"), activity_ttl=ttl) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
-        online(wrap)
+        wrap.wait_online()
         wrap.start_turn(1, deltas=1000, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: activity(broker.url) == "working", 5)

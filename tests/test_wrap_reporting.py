@@ -175,6 +175,7 @@ def test_token_file_and_env_both_work(tmp_path: Path, flag: str | None) -> None:
         running_broker(team=make_team("alice", "bob")) as broker,
         WrapProcess(options(broker, *extra), env=env) as wrap,
     ):
+        wrap.wait_online()  # else the turn may be over before the link could report it
         wrap.start_turn(1, deltas=200, delay_ms=5)
         eventually(lambda: member(broker).get("activity") == "working")
         wrap.wait_for(is_note("turn/completed"))

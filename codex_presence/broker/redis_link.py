@@ -29,9 +29,22 @@ comes back by itself once the cause is gone. A listener that finds the state cha
 under it without an event (the team's keys flushed) asks for the same:
 :meth:`RedisLink.reconnect`.
 
-Connections. Commands take a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the
-subscription's included) and wait at most the command timeout for one: when Redis stalls,
-the reports in flight queue for a connection and get their 503, instead of each opening a
+Sentinel. Behind Sentinel (``redis+sentinel://``, :mod:`~.redis_sentinel`), a failover is
+such an outage, and the loop is what follows it: every new connection asks the sentinels
+where the primary is, so the subscription is made again on the new primary (redis-py does
+not re-subscribe by itself), the state is read there again in full, once, and the streams
+are told ``stale`` only from the moment the old primary went away until the new one
+answered. The backoff is capped at 1 s there, so that the link finds the new primary at
+most a second after the sentinels promoted it. A report that comes while the link looks
+for the primary, or that was on its way when the primary went away, waits for it (at most
+:data:`FAILOVER_WAIT`) and runs on the new primary: the scripts may run twice. Plain Redis
+has no second primary to wait for: its reports fail at once (503).
+
+Connections. The script calls of one event-loop tick go out together, one pipeline on one
+connection (:mod:`~.redis_batch`: a report's round trip is shared, not paid alone). Each
+batch takes a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the subscription's
+included) and waits at most the command timeout for one: when Redis stalls, the batches in
+flight queue for a connection and their reports get 503, instead of each opening a
 connection of its own.
 
 What a client is told when Redis fails says which kind of failure (unreachable, or a
@@ -75,11 +88,18 @@ import orjson
 import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
+from codex_presence.broker.redis_batch import ScriptBatch
+from codex_presence.broker.redis_sentinel import (
+    SENTINEL_SCHEMES,
+    parse_sentinel_url,
+    sentinel_client,
+)
 from codex_presence.broker.store import StoreUnavailable
 from codex_presence.core.backoff import Backoff
 
@@ -100,9 +120,13 @@ DEFAULT_PREFIX = "codex-presence"
 TIMEOUT = 2.0
 """Seconds a Redis command (or a connection attempt, or the wait for a free connection) may
 take before Redis counts as down."""
+FAILOVER_WAIT = 1.0
+"""Seconds a report waits, behind Sentinel, for the link to find a new primary before it
+gets its 503: half the runners' own request timeout (2 s), so that the answer still
+reaches them."""
 MAX_CONNECTIONS = 16
-"""Connections to Redis at most: the subscription, the heartbeat, and the reports in
-flight (each takes a connection for one script round trip, ~0.1 ms)."""
+"""Connections to Redis at most: the subscription, and the batches of script calls in
+flight (each takes a connection for one round trip)."""
 
 UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
 """What a Redis that went away, never answered, or refused (out of memory, an ACL) raises:
@@ -172,8 +196,9 @@ def redacted(url: str) -> str:
 
 
 class RedisLink:
-    """One team's link to Redis at ``url`` (``redis://``, ``rediss://`` or ``unix://``),
-    with at most ``max_connections`` connections."""
+    """One team's link to Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``, or
+    the sentinels of ``redis+sentinel://``: see :mod:`~.redis_sentinel`), with at most
+    ``max_connections`` connections."""
 
     def __init__(
         self,
@@ -186,23 +211,38 @@ class RedisLink:
         backoff: Backoff | None = None,
     ) -> None:
         self.url = redacted(url)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout,  # the wait for a free connection
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            client_name="codex-presence",
-        )
-        _check_options(pool)
-        self.client = aioredis.Redis.from_pool(pool)
+        options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "client_name": "codex-presence"}
+        self._sentinel: Sentinel | None = None
+        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+            self.client, self._sentinel = sentinel_client(
+                parse_sentinel_url(url),
+                max_connections=max_connections,
+                timeout=timeout,
+                **options,
+            )
+        else:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout,  # the wait for a free connection
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                **options,
+            )
+            _check_options(pool)
+            self.client = aioredis.Redis.from_pool(pool)
+        self._batch = ScriptBatch(self.client)
         self._namespace = f"{prefix}:{{{quote(team, safe='')}}}:"
         self.channel = self.key("events")
         self.broker_id = f"{socket.gethostname()}/{secrets.token_hex(4)}"
         """This broker, among those sharing the team (random per start)."""
         self._timeout = timeout
-        self._backoff = backoff if backoff is not None else Backoff(base=0.2, cap=5.0)
+        if backoff is None:  # behind Sentinel, a new primary is found within a second
+            backoff = Backoff(base=0.2, cap=1.0 if self._sentinel else 5.0)
+        self._backoff = backoff
+        self._next_up = anyio.Event()
+        """Set by the next (re)connection: what a command that failed on a connection
+        going away waits for, behind Sentinel, before it runs again on the new primary."""
         self._listeners: list[RedisListener] = []
         self.up = False
         self.reason = "not connected yet"
@@ -227,18 +267,32 @@ class RedisLink:
 
     async def run_script(self, script: AsyncScript, args: list[Any]) -> Any:
         """Run ``script``: ``KEYS[1]`` is the team's channel (which also routes the call to
-        the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``. Raises what
-        redis-py raises (:data:`UNREACHABLE` for an outage)."""
-        return await script(keys=[self.channel], args=[self._namespace, *args])
+        the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``; sent with the
+        other calls of the same event-loop tick, in one round trip (:mod:`~.redis_batch`).
+        Raises what redis-py raises (:data:`UNREACHABLE` for an outage)."""
+        return await self._batch.run(script, [self.channel], [self._namespace, *args])
 
     async def call(self, script: AsyncScript, args: list[Any], *, doing: str) -> Any:
         """:meth:`run_script` for a request: :class:`StoreUnavailable` (saying what was not
         done: ``doing``) when the link is down, Redis does not answer, or it answers with an
         error (which is logged)."""
+        if not self.up and self._sentinel is not None:
+            await self._failover(self._next_up)
         if not self.up:
             raise StoreUnavailable(f"the shared store (Redis) is unreachable: {doing}")
+        came_back = self._next_up
         try:
-            return await self.run_script(script, args)
+            try:
+                return await self.run_script(script, args)
+            except RedisConnectionError:
+                if self._sentinel is None:
+                    raise
+                # the primary went away under the command (a failover?): once the link
+                # has found the new one, run it there (every script may run twice)
+                await self._failover(came_back)
+                if not self.up:
+                    raise
+                return await self.run_script(script, args)
         except ResponseError as exc:
             failure = "refused the command"
             why = _why(exc)
@@ -247,6 +301,12 @@ class RedisLink:
             why = _why(exc)
         logger.warning("redis %s: %s (%s)", failure, why, doing)
         raise StoreUnavailable(f"the shared store (Redis) {failure}: {doing}")
+
+    async def _failover(self, came_back: anyio.Event) -> None:
+        """Wait, at most :data:`FAILOVER_WAIT`, for the link to (re)connect: behind
+        Sentinel, to find the new primary."""
+        with anyio.move_on_after(FAILOVER_WAIT):
+            await came_back.wait()
 
     def reconnect(self, reason: str) -> None:
         """End the connection, as an outage saying ``reason``, and read everything again:
@@ -283,6 +343,8 @@ class RedisLink:
                         for listener in self._listeners:
                             await _quietly(listener.leave())
                 await self.client.aclose()
+                if self._sentinel is not None:
+                    await self._sentinel.aclose()
 
     async def _connected(self, ready: Callable[[], None]) -> None:
         """One connection, from subscribing to its failure (raised)."""
@@ -340,6 +402,8 @@ class RedisLink:
 
     def _up(self) -> None:
         self._backoff.reset()
+        self._next_up.set()
+        self._next_up = anyio.Event()
         self.up = True
         self.reason = ""
         self._traced = False

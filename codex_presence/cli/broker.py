@@ -92,7 +92,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--redis",
         metavar="URL",
         help="share state with other brokers through Redis at URL (redis://HOST:PORT/DB, "
-        "rediss:// for TLS, unix:///PATH); default: in memory, this broker alone",
+        "rediss:// for TLS, unix:///PATH, or the Sentinels of a primary: "
+        "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE, rediss+sentinel:// for TLS); "
+        "default: in memory, this broker alone",
     )
     parser.add_argument(
         "--redis-prefix",
@@ -180,6 +182,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
 
     try:
         from codex_presence.broker.redis_link import RedisLink, holds_secret
+        from codex_presence.broker.redis_sentinel import SENTINEL_SCHEMES
         from codex_presence.broker.redis_sessions import RedisSessions
         from codex_presence.broker.redis_store import RedisStore, team_marks
     except ImportError:
@@ -192,8 +195,11 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         secret = holds_secret(url)
     except ValueError as exc:
         raise UsageError(f"--redis: not a URL: {exc}") from None
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise UsageError("--redis must be a redis://, rediss:// or unix:// URL")
+    if parts.scheme not in ("redis", "rediss", "unix", *SENTINEL_SCHEMES):
+        raise UsageError(
+            "--redis must be a redis://, rediss://, unix://, redis+sentinel:// or "
+            "rediss+sentinel:// URL"
+        )
     if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
         raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
     if secret and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):

@@ -8,7 +8,8 @@ off, stopped (or killed, or restarted on the same port) when the test says::
 The process is ``bench/_redis.py``'s :class:`RedisServer` (the benchmarks start theirs
 with it too, without the test dependencies); this module adds the tests' rule for the
 binary, Debian's ``redis-server`` (``tests/run.sh`` installs it): without it a test is
-skipped, and fails under ``CI=true``.
+skipped, and fails under ``CI=true``. :func:`sentinel_setup` is the same for Redis behind
+Sentinel (``bench/_sentinel.py``; Debian's ``redis-sentinel`` too).
 
 A test that only needs a Redis takes the ``redis_url`` fixture instead (tests/conftest.py):
 one server per test session (per xdist worker), emptied before each test
@@ -26,19 +27,35 @@ from pathlib import Path
 import pytest
 
 from bench._redis import RedisServer, find_redis_server
+from bench._sentinel import SentinelSetup, find_sentinel
 
-__all__ = ["RedisServer", "redis_server", "require_redis_server"]
+__all__ = [
+    "RedisServer",
+    "SentinelSetup",
+    "redis_server",
+    "require_redis_sentinel",
+    "require_redis_server",
+    "sentinel_setup",
+]
 
 
-def require_redis_server() -> str:
-    """The path of ``redis-server``; skips the test without it (fails under CI=true)."""
-    path = find_redis_server()
+def _required(path: str | None, package: str) -> str:
     if path is None:
-        msg = "redis-server is missing (apt-get install redis-server)"
+        msg = f"{package} is missing (apt-get install {package})"
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
     return path
+
+
+def require_redis_server() -> str:
+    """The path of ``redis-server``; skips the test without it (fails under CI=true)."""
+    return _required(find_redis_server(), "redis-server")
+
+
+def require_redis_sentinel() -> str:
+    """The path of ``redis-sentinel``; skips the test without it (fails under CI=true)."""
+    return _required(find_sentinel(), "redis-sentinel")
 
 
 @contextmanager
@@ -54,3 +71,19 @@ def redis_server() -> Iterator[RedisServer]:
             yield server
         finally:
             server.stop(kill=True)
+
+
+@contextmanager
+def sentinel_setup(password: str = "") -> Iterator[SentinelSetup]:
+    """A primary, a replica and three sentinels for the block (``bench/_sentinel.py``),
+    Redis with ``password`` if one is given."""
+    import tempfile
+
+    server, sentinel = require_redis_server(), require_redis_sentinel()
+    with tempfile.TemporaryDirectory(prefix="codex-presence-sentinel-") as workdir:
+        setup = SentinelSetup(server, sentinel, Path(workdir), password=password)
+        try:
+            setup.start()
+            yield setup
+        finally:
+            setup.stop()

@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from tests.support.waiting import eventually
+
 HERE = Path(__file__).resolve().parent
 FAKE_APP_SERVER = [sys.executable, str(HERE.parents[1] / "bench" / "_fake_app_server.py")]
 
@@ -88,6 +90,13 @@ class WrapProcess:
                 continue
             if predicate(message):
                 return message
+
+    def wait_online(self, timeout: float = 20.0) -> None:
+        """Until wrap's broker link has subscribed. The link attaches once wrap has loaded,
+        after the child started: a turn sent before then is reported only by its outcome
+        (idle), and a loaded machine can put that after a turn of a second. (The
+        subscription and the reporter start together.)"""
+        eventually(lambda: b"online: subscribed" in self.stderr, timeout, "wrap's broker link")
 
     def start_turn(self, request_id: int, **script: Any) -> None:
         self.send(

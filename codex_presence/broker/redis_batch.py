@@ -1,0 +1,124 @@
+"""Scripts batched per event-loop tick: one Redis round trip for every script call that
+came in at the same time.
+
+A report costs the broker one script call (``EVALSHA``). Called one by one, each takes a
+connection from the pool, writes, waits for its own reply and gives the connection back:
+under load, most of a report's cost in Redis mode was that, not the script (issue 26).
+:class:`ScriptBatch` queues the calls instead; at the end of the event-loop tick in which
+the first was queued, it sends all of them at once as one pipeline (not a transaction:
+each script is atomic on its own, as before, and runs in the order queued) on one
+connection, and gives each caller its own reply or its own error. Calls queued while a
+batch is in flight make the next batch, which goes out at once on another connection: a
+batch waits for nothing but the end of its tick.
+
+The commands are packed by hiredis (in C) when it is there (the redis extra installs it):
+redis-py's asyncio client packs them in Python, ~8x slower, which was the largest part of
+what a call cost the broker once the round trips were shared.
+
+A script Redis does not know (``NOSCRIPT``: Redis restarted, or a new primary after a
+failover) is loaded and the calls that met it are sent again, once. Anything that fails
+the whole batch (the connection, a timeout) fails each of its calls with that error, as a
+failed call of its own would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, ResponseError
+
+try:  # packs a command in C, ~8x faster than redis-py's own packer (in Python)
+    from hiredis import pack_command as _pack
+except ImportError:  # the redis extra brings hiredis; without it, redis-py's packer
+    _pack = None  # type: ignore[assignment]
+
+__all__ = ["ScriptBatch"]
+
+_Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
+
+
+class ScriptBatch:
+    """Script calls on ``client``, sent together when they come together."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self._queued: list[_Call] = []
+        self._sending: set[asyncio.Task[None]] = set()
+        """The batches in flight (held here: the event loop keeps only weak references)."""
+
+    async def run(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        """``script`` with ``keys`` and ``args``, in the next batch: its reply, or what
+        Redis (or the connection) raised for it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queued:
+            loop.call_soon(self._send)
+        self._queued.append((script, keys, args, future))
+        return await future
+
+    def _send(self) -> None:
+        calls, self._queued = self._queued, []
+        task = asyncio.get_running_loop().create_task(self._execute(calls))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _execute(self, calls: list[_Call]) -> None:
+        try:
+            replies = await self._pipeline(calls)
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:
+                for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
+                    await self._client.script_load(script.script)
+                again = await self._pipeline([calls[i] for i in missing])
+                for i, reply in zip(missing, again, strict=True):
+                    replies[i] = reply
+        except BaseException as exc:  # the connection, a timeout, or the loop stopping
+            for *_, future in calls:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else _stopped())
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (*_, future), reply in zip(calls, replies, strict=True):
+            if future.done():  # its caller gave up (cancelled)
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+    async def _pipeline(self, calls: list[_Call]) -> list[Any]:
+        """One round trip: every call's ``EVALSHA`` written at once, then every reply read
+        (a reply that is an error is that call's)."""
+        commands = [
+            ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in calls
+        ]
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            if _pack is None:
+                packed = connection.pack_commands(commands)
+            else:
+                packed = [b"".join(map(_pack, commands))]
+            await connection.send_packed_command(packed, check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        except BaseException:
+            await connection.disconnect(nowait=True)  # replies may be left unread: never reuse
+            raise
+        finally:
+            await pool.release(connection)
+
+
+def _stopped() -> Exception:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    return RedisConnectionError("the broker is stopping")
