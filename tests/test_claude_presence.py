@@ -419,3 +419,53 @@ def test_claudes_spinner_never_names_a_hook_of_ours(
     assert replayed(files) == ["working", "idle"]  # the hooks were there all along
     assert spinner  # the screen was read while claude worked
     assert [line for line in spinner if "hook" in line] == []
+
+
+def test_a_background_command_is_background_work_not_the_members_state(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """Bash ``run_in_background`` (sleep 4): the turn ends while it runs; the member is idle
+    on the roster, and the session counts it as background work from its PostToolUse until
+    the ``<task-notification>`` turn claude starts when it ends (issue 23)."""
+    api = FakeAnthropic(
+        [
+            Reply(
+                blocks=[
+                    tool_use(
+                        "Bash",
+                        {"command": "sleep 4", "description": "wait", "run_in_background": True},
+                        id="toolu_bgl",
+                    )
+                ],
+                match=asks("in the background"),
+            ),
+            say("Started it.", match=after_result("toolu_bgl")),
+            say("It ended."),
+        ]
+    )
+    args = ("--permission-mode", "default", "--allowedTools", "Bash")
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url, claude_args=args) as (
+            s,
+            files,
+        ),
+    ):
+        s.ready()
+        s.prompt("wait in the background")
+        eventually(
+            lambda: "1 left running in the background: PostToolUse" in logged(files),
+            within=20,
+            what="the background command counted",
+        )
+        eventually(lambda: watch.current is None, within=10, what="idle while it runs")
+        assert "0 left running in the background" not in logged(files)
+        eventually(
+            lambda: "0 left running in the background: UserPromptSubmit" in logged(files),
+            within=30,
+            what="its end, by its <task-notification>",
+        )
+        eventually(lambda: watch.current is None, within=20, what="idle after that turn")
+        assert leave(s) == 0
+    states = replayed(files)
+    assert states[:2] == ["working", "idle"] and states[-1] == "idle"

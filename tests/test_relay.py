@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from codex_presence import Transition, read_entries
 from codex_presence.agent.signals import exit_status
 from codex_presence.agent.wrap.session import WrapSession
+from codex_presence.core.recording import VERSION
 from tests.support.depth import examples
 from tests.support.processes import alive
 from tests.support.waiting import eventually
@@ -204,7 +205,8 @@ async def test_record_writes_both_directions_in_the_recording_format(tmp_path: P
     status, out = await relay_bytes(chunks, [PY, "-c", script], record=rec)
     took = time.monotonic() - started
     assert status == 0
-    *entries, end = read_entries(rec.read_bytes().splitlines(keepends=True))
+    version, *entries, end = read_entries(rec.read_bytes().splitlines(keepends=True))
+    assert version.version == VERSION and version.t == 0.0 and version.message is None
     client = [(e.message, e.raw) for e in entries if e.direction == "client"]
     server = [(e.message, e.raw) for e in entries if e.direction == "server"]
     assert client == [({"a": 1}, None), ({"b": 2}, None), (None, b"not json")]
@@ -549,7 +551,8 @@ def test_options_also_come_from_the_environment(tmp_path: Path) -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b'{"id":1}\n', b"")
-    *entries, end = read_entries(rec.read_bytes().splitlines())
+    version, *entries, end = read_entries(rec.read_bytes().splitlines())
+    assert version.version == VERSION
     assert [e.message for e in entries] == [{"id": 1}]
     assert end.end
 
@@ -574,7 +577,8 @@ def test_sigterm_leaves_a_complete_recording(tmp_path: Path) -> None:
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == signal.SIGTERM + 100
-    *entries, end = read_entries(rec.read_bytes().splitlines())
+    version, *entries, end = read_entries(rec.read_bytes().splitlines())
+    assert version.version == VERSION
     assert [(e.direction, e.message, e.raw) for e in entries] == [
         ("server", None, entries[0].raw),
         ("client", {"id": 0, "result": {}}, None),
@@ -982,6 +986,7 @@ def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
     assert recorder.join(10)
     entries = list(read_entries(path.read_bytes().splitlines()))
     assert [(e.t, e.direction, e.message, e.gap, e.end) for e in entries] == [
+        (0.0, "server", None, 0, False),  # the version line
         (0.1, "server", {"id": 1}, 0, False),
         (0.25, "client", {"id": 7, "result": {}}, 0, False),
         (0.2, "server", None, 100, False),
@@ -1010,7 +1015,8 @@ def test_a_line_too_long_to_record_is_kept_as_its_size(tmp_path: Path) -> None:
     recorder.start()
     assert recorder.join(10)
     entries = list(read_entries(path.read_bytes().splitlines()))
-    assert [(e.t, e.message, e.raw, e.size, e.gap) for e in entries if not e.end] == [
+    messages = [e for e in entries if not e.end and e.version is None]
+    assert [(e.t, e.message, e.raw, e.size, e.gap) for e in messages] == [
         (0.1, orjson.loads(STARTED), None, len(STARTED) - 1, 0),
         (0.5, None, None, 8 + 50 + 2000 + 2, 0),  # no gap: nothing was dropped
         (0.5, {"id": 1}, None, 8, 0),
@@ -1055,7 +1061,8 @@ def test_record_keeps_memory_bounded_with_a_100_mb_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     assert hashlib.sha256(proc.stdout).digest() == hashlib.sha256(line.read_bytes()).digest()
-    (entry,) = [e for e in read_entries(record.read_bytes().splitlines()) if not e.end]
+    entries = read_entries(record.read_bytes().splitlines())
+    (entry,) = [e for e in entries if not e.end and e.version is None]
     assert (entry.message, entry.raw, entry.size) == (None, None, line.stat().st_size - 1)
     assert int(usage.read_text()) < 100 * 1024  # KB
 
@@ -1072,17 +1079,18 @@ def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
     assert recorder.open()
     recorder.start()
     recorder.add(0.1, "server", b'{"id":1}\n')
-    eventually(lambda: path.read_bytes().count(b"\n") == 1, 5, "the first line")
+    eventually(lambda: path.read_bytes().count(b"\n") == 2, 5, "the first line")
     woken = recorder.wakeups
     time.sleep(1.0)
     assert recorder.wakeups == woken  # idle: not one wake-up
     recorder.add(1.1, "client", b'{"id":0,"result":{}}\n')
-    eventually(lambda: path.read_bytes().count(b"\n") == 2, 5, "the second")
+    eventually(lambda: path.read_bytes().count(b"\n") == 3, 5, "the second")
     assert recorder.wakeups == woken + 1
     recorder.finish(1.2)
     assert recorder.join(10)
     entries = list(read_entries(path.read_bytes().splitlines()))
     assert [(e.direction, e.message, e.end) for e in entries] == [
+        ("server", None, False),  # the version line
         ("server", {"id": 1}, False),
         ("client", {"id": 0, "result": {}}, False),
         ("server", None, True),

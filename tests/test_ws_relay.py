@@ -249,7 +249,8 @@ def test_every_byte_passes_as_it_was_but_the_compression_offer(tmp: Path) -> Non
     assert inner.heads == [request.replace(offer, b"")]
     assert inner.received == [b"".join(client_frames)]
     assert [t.cause for t in relayed.transitions] == ["turn/started", "hangup"]
-    entries = list(read_entries(recording.read_bytes().splitlines()))
+    version, *entries = read_entries(recording.read_bytes().splitlines())
+    assert version.version == 2
     assert [(e.direction, e.message, e.connection) for e in entries[:-1]] == [
         ("client", None, (1, "open")),
         ("client", {"id": 1, "method": "initialize"}, None),

@@ -51,6 +51,8 @@ class AnalysisGuard:
         self._close = close
         self._shown: ActivityState | None = None
         """The state the observers last got (None: idle, as at the start)."""
+        self._background = 0
+        """The background count the observers last got."""
         self.failed = False
         """A step raised: nothing is analysed any more."""
 
@@ -69,6 +71,7 @@ class AnalysisGuard:
             return self._give_up()
         if transitions:
             self._shown = transitions[-1].state
+            self._background = transitions[-1].background
         return transitions
 
     def _give_up(self) -> list[Transition]:
@@ -80,9 +83,17 @@ class AnalysisGuard:
         except Exception:
             logger.exception("closing the mapping failed too")
         shown, self._shown = self._shown, None
-        if shown is None or shown is ActivityState.IDLE:
+        background, self._background = self._background, 0
+        if (shown is None or shown is ActivityState.IDLE) and not background:
             return []
-        return [Transition(previous=shown, state=ActivityState.IDLE, cause=ANALYSIS_FAILED)]
+        return [
+            Transition(
+                previous=shown or ActivityState.IDLE,
+                state=ActivityState.IDLE,
+                cause=ANALYSIS_FAILED,
+                previous_background=background,
+            )
+        ]
 
 
 def _listed(outcome: Outcome) -> list[Transition]:

@@ -3,8 +3,10 @@
 The format is :mod:`codex_presence.core.recording`'s; this module is the writer: a queue
 that the relay fills from both of its threads in the order of the analysis, and a thread of
 its own that frames the chunks into lines and writes them, sleeping while there is nothing
-to write. Standard library only at import: ``wrap`` starts recording from its first byte,
-before anything else is loaded.
+to write. The file starts with the format's version line and ends with the end line only
+when the session ended (:meth:`Recorder.finish`) and everything before it reached the file:
+a recording that lacks it stops mid-session. Standard library only at import: ``wrap``
+starts recording from its first byte, before anything else is loaded.
 """
 
 from __future__ import annotations
@@ -162,10 +164,11 @@ class Recorder:
         open, :meth:`start` must follow: the writer closes it."""
         # The encoder (orjson) loads here, on the caller's thread: in the writer it could
         # wait on the import lock of a module wrap's low-priority loader is importing.
-        import codex_presence.core.recording  # noqa: F401
+        from codex_presence.core.recording import encode_version
 
         try:
             self._file = open(open_private(self.path), "wb", buffering=1 << 20)  # noqa: SIM115
+            self._file.write(encode_version())
         except OSError as exc:
             self._fail(exc)
             return False

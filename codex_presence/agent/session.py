@@ -9,6 +9,12 @@ websocket, HTTP hooks) and in nothing else. What they share is here, written onc
 * **Observers** get every transition, in order, synchronously on the event loop; one that
   fails is logged and the others still get it (:func:`deliver`). The default observer logs
   it (:func:`log_transition`); the broker link's observer reports it.
+* **Background work** (:mod:`codex_presence.core.activity`): a transition also carries the
+  count of commands and tasks the session left running, and comes when only that count
+  changed (``changes_state`` False: observers that want the state alone skip those). The
+  session keeps the count and since when (unix seconds) there has been some
+  (:attr:`Session.background`, :attr:`Session.background_since`), on the way to its
+  observers.
 * **Companions** are async context managers that live exactly as long as the session
   (the broker link: its subscription and its reporter). They are entered before the
   analysis can deliver anything and left after the session's end was delivered.
@@ -27,7 +33,8 @@ websocket, HTTP hooks) and in nothing else. What they share is here, written onc
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -61,8 +68,14 @@ Companion = Callable[[], AbstractAsyncContextManager[object]]
 
 
 def log_transition(transition: Transition) -> None:
-    """The default observer: ``codex-presence: working (turn/started)`` on stderr."""
-    logger.info("%s (%s)", transition.state.value, transition.cause)
+    """The default observer: ``codex-presence: working (turn/started)`` on stderr, and
+    ``codex-presence: 1 left running in the background: turn/completed``."""
+    if transition.changes_state:
+        logger.info("%s (%s)", transition.state.value, transition.cause)
+    if transition.changes_background:
+        logger.info(
+            "%d left running in the background: %s", transition.background, transition.cause
+        )
 
 
 def deliver(observers: Sequence[Observer], transitions: Iterable[Transition]) -> None:
@@ -100,14 +113,31 @@ class Session:
         observers: Sequence[Observer],
         companions: Sequence[Companion],
         close: Callable[[str], list[Transition]],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.observers = list(observers)
         self.companions = list(companions)
         self._close = close
+        self._clock = clock
+        self.background = 0
+        """Commands and tasks the session left running (as of the last delivery)."""
+        self.background_since: float | None = None
+        """Since when (unix seconds, the session's clock) there has been background work."""
 
     def deliver(self, transitions: Iterable[Transition]) -> None:
-        """Each transition to every observer, in order (on the event loop only)."""
-        deliver(self.observers, transitions)
+        """Each transition to every observer, in order (on the event loop only), with the
+        background count noted first (an observer may read :attr:`background_since`)."""
+        deliver(self.observers, self._note_background(transitions))
+
+    def _note_background(self, transitions: Iterable[Transition]) -> Iterator[Transition]:
+        for transition in transitions:
+            if transition.changes_background:
+                if not transition.background:
+                    self.background_since = None
+                elif not self.background or self.background_since is None:
+                    self.background_since = self._clock()
+                self.background = transition.background
+            yield transition
 
     def close(self, cause: str) -> None:
         """End the analysis now (e.g. the agent's server is gone before the session's end)

@@ -34,7 +34,10 @@ live; the end of the session is dated by the recording's end line).
 With --json, one object per transition, the cause by its message's name:
   {"t": <float or null>, "line": <1-based input line, null for eof>, "state": ...,
    "cause": ...}
-and "file" first when several files are given. A recording with gaps (the recorder
+and "file" first when several files are given. The last row's cause is "eof" when the
+session ended, "stopped" when the recording stops mid-session (it has no end line: its
+runner was killed or the disk filled; said on stderr too; recordings older than format
+version 2 cannot tell, and replay as ended). A recording with gaps (the recorder
 could not keep up), or cut off mid-line, replays with a warning on stderr.
 Exit status: 0 on success, 1 when a file holds nothing to replay (no app-server or Claude
 Code message: empty, not JSON, other JSON, or a recording cut off before its first
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(orjson.dumps(record).decode() + "\n")
         else:
             when = "        -" if row.t is None else f"{row.t:9.3f}"
-            where = "eof" if row.line is None else f"line {row.line}, {row.cause}"
+            where = row.cause if row.line is None else f"line {row.line}, {row.cause}"
             prefix = f"{path}: " if several else ""
             out.write(f"{prefix}{when}  {row.state:<8} {row.event}  ({where})\n")
         out.flush()
@@ -105,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
         for unknown in sorted(unknowns, key=lambda u: (u.kind, u.name)):
             sys.stderr.write(
                 f"{say} a {unknown.kind} this codex-presence does not know: {unknown.name!r}\n"
+            )
+        if builder.stops_mid_session and builder.session_messages:
+            where = "" if builder.last_t is None else f" at {builder.last_t:.3f} s"
+            sys.stderr.write(
+                f"{say} the recording stops mid-session{where}, without the session's end: "
+                "its runner was killed or the disk filled; what happened after is not in it\n"
             )
         if builder.cut_line is not None:
             sys.stderr.write(

@@ -76,8 +76,9 @@ class BrokerLink:
         """This run's session: its reports and its subscription carry it."""
 
     def observe(self, transition: Transition) -> None:
-        """The relay's observer: hand the new state to the reporter (never blocks)."""
-        if self.reporter is not None:
+        """The relay's observer: hand the new state to the reporter (never blocks). A
+        transition of the background count alone is no news for the state."""
+        if self.reporter is not None and transition.changes_state:
             self.reporter.observe(transition.state, passing=transition.passing)
 
     @asynccontextmanager

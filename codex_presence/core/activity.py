@@ -11,6 +11,15 @@ and gets back the :class:`Transition` if the derived state changed. Handles are 
 counters, so opening one twice or closing one that is not open can never drive a count
 negative or leave it stuck: such calls are absorbed and tallied in :attr:`anomalies`.
 
+Apart from the state, the signal keeps **background work**: keyed handles for the commands
+and tasks a session left running (a command that outlives its interrupted turn, claude's
+``run_in_background``). They never make the state working or blocked (idle still means
+"nothing needs the agent or a person"); their count travels on the :class:`Transition`, and
+:meth:`ActivitySignal.commit` also returns one when only that count changed (``previous`` is
+then ``state``: :attr:`Transition.changes_state` tells them apart). Background handles live
+apart from the three kinds: closing a scope's handles leaves them open, because outliving
+their turn is what they are for; the feeder closes them by their own rules.
+
 The state itself, :class:`ActivityState`, is the wire's vocabulary (:mod:`codex_presence._wire`),
 re-exported here.
 """
@@ -45,7 +54,23 @@ class Transition:
     """The feeder knows this state is one its source passes through on the way to another
     within tens of milliseconds (codex between a person's "no, stop" and the end of the
     turn): a reporter may wait a moment for the next one rather than show it."""
+    background: int = 0
+    """Commands and tasks the session left running, after this change (never part of the
+    state: an idle member may have some)."""
+    previous_background: int = 0
 
+    @property
+    def changes_state(self) -> bool:
+        """False when only the background count changed."""
+        return self.previous is not self.state
+
+    @property
+    def changes_background(self) -> bool:
+        return self.background != self.previous_background
+
+
+MAX_BACKGROUND = 1024
+"""Background handles a signal keeps at most (the oldest forgotten first)."""
 
 HandleKey = tuple[Hashable, ...]
 """A handle's key. By convention it starts with its scope (a thread id), so that a whole
@@ -69,6 +94,9 @@ class ActivitySignal:
     )
     _committed: ActivityState = ActivityState.IDLE
     anomalies: Anomalies = field(default_factory=Anomalies)
+    _background: dict[HandleKey, None] = field(default_factory=dict)
+    """Background handles, oldest first (bounded: :data:`MAX_BACKGROUND`)."""
+    _committed_background: int = 0
 
     # -- reading -------------------------------------------------------------------------
 
@@ -90,6 +118,17 @@ class ActivitySignal:
 
     def keys(self, kind: HandleKind) -> Iterator[HandleKey]:
         return iter(tuple(self._handles[kind]))
+
+    @property
+    def background(self) -> int:
+        """How many background handles are open right now (committed or not)."""
+        return len(self._background)
+
+    def is_background(self, key: HandleKey) -> bool:
+        return key in self._background
+
+    def background_keys(self) -> Iterator[HandleKey]:
+        return iter(tuple(self._background))
 
     def subscopes(self, scope: Hashable) -> set[Hashable]:
         """The second element of every open key that starts with ``scope``, of any kind
@@ -132,14 +171,49 @@ class ActivitySignal:
         return closed
 
     def close_all(self) -> None:
+        """Close every handle of the three kinds (background handles stay: see
+        :meth:`close_all_background`)."""
         for handles in self._handles.values():
             handles.clear()
 
+    def open_background(self, key: HandleKey) -> None:
+        """A command or task left running; the oldest is forgotten past :data:`MAX_BACKGROUND`."""
+        if key in self._background:
+            self.anomalies.double_open += 1
+            return
+        self._background[key] = None
+        while len(self._background) > MAX_BACKGROUND:
+            del self._background[next(iter(self._background))]
+
+    def close_background(self, key: HandleKey) -> bool:
+        """Close one background handle; returns whether it was open (no anomaly if not:
+        feeders close them by several rules, and more than one may apply)."""
+        return self._background.pop(key, 0) is None
+
+    def close_background_scope(self, *prefix: Hashable) -> int:
+        n = len(prefix)
+        doomed = [key for key in self._background if key[:n] == prefix]
+        for key in doomed:
+            del self._background[key]
+        return len(doomed)
+
+    def close_all_background(self) -> None:
+        self._background.clear()
+
     def commit(self, cause: str) -> Transition | None:
-        """Publish the derived state; returns the transition if it differs from the last."""
+        """Publish the derived state and the background count; returns the transition if
+        either differs from the last."""
         state = self.state
-        if state is self._committed:
+        background = len(self._background)
+        if state is self._committed and background == self._committed_background:
             return None
-        transition = Transition(previous=self._committed, state=state, cause=cause)
+        transition = Transition(
+            previous=self._committed,
+            state=state,
+            cause=cause,
+            background=background,
+            previous_background=self._committed_background,
+        )
         self._committed = state
+        self._committed_background = background
         return transition

@@ -196,6 +196,10 @@ class NotifyPolicy:
             raise ValueError("one id per target")
         self._spells: dict[str, _Spell] = {}
         self._pending: list[Notice] = []
+        self._said: dict[str, tuple[int, set[str]]] = {}
+        """Member -> the episode of its latest notices and their keys: a spell that ends and
+        starts again within its millisecond (one ``activitySince``) is the same episode,
+        and nothing of it is said twice."""
 
     # -- what the broker tells ---------------------------------------------------------
 
@@ -231,6 +235,7 @@ class NotifyPolicy:
         """Drop what is known of ``names`` without a word (not members any more)."""
         for name in names:
             self._spells.pop(name, None)
+            self._said.pop(name, None)
 
     def blocked_since(self, member: str) -> int | None:
         """Since when (unix ms) ``member`` is blocked as far as the policy knows."""
@@ -258,16 +263,17 @@ class NotifyPolicy:
                 if rule.repeat > 0:  # the latest slot that has come, never the missed ones
                     slot = max(slot, math.floor((now - start - rule.after) / rule.repeat))
                 key = self._key(target, member, NotifyEvent.BLOCKED, spell.since_ms, slot)
-                due.append(
-                    Notice(
-                        target,
-                        member,
-                        NotifyEvent.BLOCKED,
-                        spell.since_ms,
-                        ActivityState.BLOCKED,
-                        key,
+                if self._first_time(member, spell.since_ms, key):
+                    due.append(
+                        Notice(
+                            target,
+                            member,
+                            NotifyEvent.BLOCKED,
+                            spell.since_ms,
+                            ActivityState.BLOCKED,
+                            key,
+                        )
                     )
-                )
                 if rule.repeat > 0:  # the next slot at least ``repeat`` from now
                     gap = (now + rule.repeat - start - rule.after) / rule.repeat
                     slot = max(slot + 1, math.ceil(gap - 1e-9))
@@ -284,6 +290,8 @@ class NotifyPolicy:
         for target, slot in spell.announced.items():
             if slot > 0 and self.rules[target].wants(member, NotifyEvent.ANSWERED):
                 key = self._key(target, member, NotifyEvent.ANSWERED, spell.since_ms, 0)
+                if not self._first_time(member, spell.since_ms, key):
+                    continue
                 self._pending.append(
                     Notice(
                         target,
@@ -295,6 +303,16 @@ class NotifyPolicy:
                         blocked_since_ms=spell.since_ms,
                     )
                 )
+
+    def _first_time(self, member: str, episode: int, key: str) -> bool:
+        """Whether ``key`` is news for ``member`` (one episode's keys are kept at a time)."""
+        said = self._said.get(member)
+        if said is None or said[0] != episode:
+            said = self._said[member] = (episode, set())
+        if key in said[1]:
+            return False
+        said[1].add(key)
+        return True
 
     def _key(self, target: int, member: str, event: NotifyEvent, episode: int, n: int) -> str:
         return f"{self.target_ids[target]}:{member}:{event.value}:{episode}:{n}"

@@ -5,10 +5,15 @@ A codex session (``wrap``) has two sources, ``"client"`` and ``"server"``: what 
 wire each way. A Claude Code session (``claude``) has three: ``"hook"`` (a hook POST's
 body), ``"transcript"`` (one entry of claude's transcript) and ``"session"`` (a new content of
 claude's session status file); which of the two a recording holds is told by its first
-message. A line that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it
-was not even UTF-8), so nothing that crossed the wire is lost. More kinds of line carry no
-message: ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session (a recording
-cut short, by SIGKILL say, has none); ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says
+message. A recording written since format version 2 starts with a version line,
+``{"t": 0.0, "version": 2}`` (:data:`VERSION`); older ones (version 1) have none. A line
+that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
+UTF-8), so nothing that crossed the wire is lost. More kinds of line carry no
+message: ``{"t": <seconds>, "end": "eof"}``, last, dates the end of the session. It is
+written only when the session ended and the whole recording reached the file: from
+version 2 on, a recording without it stops mid-session (its runner was killed, or the disk
+filled), which a version 1 recording cannot tell (the fixture recorders of version 1 wrote
+no end line at all); ``{"t": <seconds>, "from": …, "gap": <bytes>}`` says
 that that many bytes of that source are left out there (the recorder could not keep up, or
 they crossed before ``wrap``'s analysis was ready and did not fit in its start-up buffer;
 the lines they cut are left out whole); ``{"t": <seconds>, "from": …, "oversized": <bytes>}``
@@ -44,6 +49,7 @@ from codex_presence.core.codex.protocol import CONNECTION_EVENTS, ConnectionEven
 
 __all__ = [
     "CLAUDE_SOURCES",
+    "VERSION",
     "ConnectionEvent",
     "Entry",
     "RecordingFormat",
@@ -56,11 +62,17 @@ __all__ = [
     "encode_entry_parts",
     "encode_gap",
     "encode_oversized",
+    "encode_version",
     "read_entries",
     "read_relevant_entries",
 ]
 
 RecordingFormat = Literal["recording", "server-stdout"]
+
+VERSION = 2
+"""The recording format's version, said by a recording's first line (:func:`encode_version`).
+1 (no version line): the end line may be missing from a session that ended; 2: a recording
+without its end line stops mid-session."""
 
 Source = Direction | ClaudeSource
 """A recording line's ``from``: a codex session's direction, or a Claude Code source."""
@@ -92,6 +104,8 @@ class Entry:
     """The live analysis closed every handle here, for this cause (no message)."""
     connection: tuple[int, ConnectionEvent] | None = None
     """A connection line: the client connection's number and what happened to it."""
+    version: int | None = None
+    """The version line (the recording's first): the format's version (no message)."""
 
 
 def encode_entry(t: float, direction: Source, line: bytes) -> bytes:
@@ -121,6 +135,11 @@ def encode_entry_parts(t: float, direction: Source, line: bytes) -> tuple[bytes,
         return head, b'"raw":', orjson.dumps(text), b"}\n"
     except TypeError:  # lone surrogates cannot be written as JSON strings
         return head, b'"raw_b64":', orjson.dumps(base64.b64encode(body).decode()), b"}\n"
+
+
+def encode_version() -> bytes:
+    """The version line that starts a recording."""
+    return b'{"t":0.000000,"version":%d}\n' % VERSION
 
 
 def encode_end(t: float) -> bytes:
@@ -158,6 +177,9 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     if value.get("from") not in ("client", "server", *CLAUDE_SOURCES):
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
+        version = value.get("version")
+        if isinstance(version, int) and not isinstance(version, bool) and len(value) == 2:
+            return Entry(number, float(t), "server", None, version=version)
         if isinstance(value.get("closed"), str) and len(value) == 2:
             return Entry(number, float(t), "server", None, closed=value["closed"])
         conn, event = value.get("conn"), value.get("event")
@@ -266,8 +288,19 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     fmt = detect_format(data[start:first_end].strip())
     number = data.count(b"\n", 0, start) + 1
     first = _entry(number, data[start:first_end].strip(), fmt)
+    if first.version is not None:  # the version line: the session's first entry is next
+        yield first
+        start = first_end
+        while start < len(data) and data[start] in b" \t\r\n":
+            start += 1
+        if start == len(data):
+            return
+        number = data.count(b"\n", 0, start) + 1
+        first_end = data.find(b"\n", start)
+        first_end = len(data) if first_end < 0 else first_end
+        first = _entry(number, data[start:first_end].strip(), fmt)
     if first.direction in CLAUDE_SOURCES:
-        yield from read_entries(data.splitlines())
+        yield from (e for e in read_entries(data.splitlines()) if e.version is None)
         return
     yield first
     last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1

@@ -6,9 +6,11 @@ Both feeders replay: a codex session (``wrap``'s client and server lines) throug
 codex mapping, a Claude Code session (``claude``'s hooks, transcript and session file)
 through the Claude Code mapping, told apart by the first entry. The Claude Code mapping's
 timer fires between entries, at its deadline, as the live shell's would have.
-Connection lines (``codex-presence codex``) go through the same rule as live
-(:class:`~codex_presence.core.codex.websocket.ClientLinks`): the client's hang-up closes the
-mapping.
+Rows are changes of the state; a change of the background count alone (work left
+running, :mod:`codex_presence.core.activity`) makes no row, and is kept in
+:attr:`TimelineBuilder.background`. Connection lines (``codex-presence codex``) go through
+the same rule as live (:class:`~codex_presence.core.codex.websocket.ClientLinks`): the
+client's hang-up closes the mapping.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from codex_presence.core.codex.websocket import HANGUP, ClientLinks
 from codex_presence.core.recording import Entry
 from codex_presence.core.wording import event_words
 
-__all__ = ["Mapping", "TimelineBuilder", "TimelineRow", "iter_timeline", "timeline"]
+__all__ = [
+    "BackgroundRow",
+    "Mapping",
+    "TimelineBuilder",
+    "TimelineRow",
+    "iter_timeline",
+    "timeline",
+]
 
 Mapping = CodexMapping | ClaudeMapping
 
@@ -53,6 +62,20 @@ class TimelineRow:
         return {"t": self.t, "line": self.line, "state": self.state, "cause": self.cause}
 
 
+STOPPED = "stopped"
+"""The cause of the last row of a recording that stops mid-session (no end line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundRow:
+    """One change of a replayed session's background count (work left running)."""
+
+    t: float | None
+    line: int | None
+    count: int
+    cause: str
+
+
 class TimelineBuilder:
     """Feeds entries to a mapping and turns its transitions into rows, as the daemon did
     live: a codex line longer than ``max_line`` is not analysed (it was not, live; the
@@ -72,6 +95,12 @@ class TimelineBuilder:
         self._links = ClientLinks()
         self._messages = 0
         """Claude Code messages and connection lines fed (codex messages: the stats)."""
+        self.background: list[BackgroundRow] = []
+        """Every change of the background count, in order."""
+        self.version = 1
+        """The recording format's version (its version line; 1 without one)."""
+        self.ended = False
+        """The recording's end line was read: the session ended (see :attr:`stops_mid_session`)."""
         self.cut_line: int | None = None
         """The last line fed, when it is a recording line cut short: the recording was cut
         off mid-line (its end line missing with it)."""
@@ -101,7 +130,11 @@ class TimelineBuilder:
         self.cut_line = entry.line if _cut_short(entry) else None
         if entry.t is not None:
             self._last_t = entry.t
+        if entry.version is not None:
+            self.version = entry.version
+            return rows
         if entry.end:
+            self.ended = True
             return rows
         if entry.gap:
             self.gaps.append(entry)
@@ -109,7 +142,7 @@ class TimelineBuilder:
         mapping = self.mapping
         if entry.closed is not None:
             closed = mapping.close(entry.closed)
-            return rows if closed is None else [*rows, self._row(entry.t, entry.line, closed)]
+            return [*rows, *self._rows(entry.t, entry.line, closed)]
         if isinstance(mapping, ClaudeMapping):
             rows += self._feed_claude(mapping, entry)
             return rows
@@ -131,17 +164,29 @@ class TimelineBuilder:
             transition = mapping.feed_message(direction, entry.message)
         if transition is not None:
             message = entry.message
-            if message is None and entry.raw is not None:
+            if message is None and entry.raw is not None and transition.changes_state:
                 message = _parsed(entry.raw)  # a server-stdout line: parsed for the words only
-            rows.append(self._row(entry.t, entry.line, transition, message))
+            rows += self._rows(entry.t, entry.line, transition, message)
         return rows
 
+    @property
+    def last_t(self) -> float | None:
+        """The time of the last entry fed, if it had one."""
+        return self._last_t
+
+    @property
+    def stops_mid_session(self) -> bool:
+        """The recording (version 2 on) has no end line: it stops mid-session, its runner
+        killed or its disk full, not at the session's end. (A version 1 recording cannot
+        tell: it replays as if the session ended.)"""
+        return self.version >= 2 and not self.ended
+
     def finish(self) -> TimelineRow | None:
-        """End of stream: the row for the final return to idle, if the state was not idle."""
-        transition = self.mapping.close("eof")
-        if transition is None:
-            return None
-        return self._row(self._last_t, None, transition)
+        """End of stream: the row for the final return to idle, if the state was not idle;
+        its cause is ``eof``, or :data:`STOPPED` when the recording stops mid-session."""
+        cause = STOPPED if self.stops_mid_session else "eof"
+        rows = self._rows(self._last_t, None, self.mapping.close(cause))
+        return rows[0] if rows else None
 
     # -- Claude Code ---------------------------------------------------------------------
 
@@ -156,7 +201,9 @@ class TimelineBuilder:
         transitions = mapping.feed(entry.direction, entry.message, t)
         if mapping.deadline != before:
             self._timer_line = entry.line
-        return [self._row(entry.t, entry.line, tr, entry.message) for tr in transitions]
+        return [
+            row for tr in transitions for row in self._rows(entry.t, entry.line, tr, entry.message)
+        ]
 
     def _due(self, t: float | None) -> list[TimelineRow]:
         """The Claude Code mapping's timer, if it fires by ``t`` (at its own time)."""
@@ -166,8 +213,22 @@ class TimelineBuilder:
         deadline = mapping.deadline
         if deadline is None or deadline > t:
             return []
-        transition = mapping.tick(deadline)
-        return [] if transition is None else [self._row(deadline, self._timer_line, transition)]
+        return self._rows(deadline, self._timer_line, mapping.tick(deadline))
+
+    def _rows(
+        self,
+        t: float | None,
+        line: int | None,
+        transition: Transition | None,
+        message: object = None,
+    ) -> list[TimelineRow]:
+        """The row of a change of state (none for a change of the background count alone,
+        which is kept in :attr:`background`)."""
+        if transition is None:
+            return []
+        if transition.changes_background:
+            self.background.append(BackgroundRow(t, line, transition.background, transition.cause))
+        return [self._row(t, line, transition, message)] if transition.changes_state else []
 
     @staticmethod
     def _row(

@@ -79,6 +79,7 @@ _CLAUDE = {
 }
 _OTHER = {
     "eof": "session ended",
+    "stopped": "the recording stops mid-session",
     "hangup": "the client hung up",
     "turn/started": "turn started",
     "thread/started": "thread started",

@@ -313,6 +313,38 @@ def esc_during_command(s: Session) -> None:
     s.exit()
 
 
+def _short_command_steps() -> list[Step]:
+    return [
+        _title(),
+        reply(
+            exec_command(
+                "echo started; sleep 6; echo ended", call_id="call_sleep", yield_time_ms=30000
+            ),
+            match=main_turn,
+        ),
+        message("Stopped.", match=main_turn),
+    ]
+
+
+@_scenario(
+    "A 6 s command runs (no approval); Esc: the turn is interrupted, the command goes on as a "
+    "background terminal (background work, not the member's state) until it ends; /exit.",
+    _short_command_steps,
+    NO_APPROVALS,
+)
+def esc_command_ends_in_background(s: Session) -> None:
+    _run_long_command(s)
+    at = s.key("Escape")
+    s.idle_by(SERVERS_WORD, since=at)
+    s.tui.wait_for("background terminal", timeout=10)
+    s.tui.snap("background")
+    assert s.activity() == "idle"  # the background terminal never makes it working
+    time.sleep(7.0)  # the command started ~1.5 s before Esc and runs 6 s
+    s.tui.snap("ended")
+    assert s.activity() == "idle"
+    s.exit()
+
+
 @_scenario(
     "An approval is pending when the TUI's connection breaks (test only); the TUI reconnects "
     "and shows the approval again; blocked throughout; y; /exit.",

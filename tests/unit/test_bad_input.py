@@ -76,8 +76,10 @@ def run(events: list[tuple[str, dict[str, Any]]]) -> tuple[CodexMapping, list[st
         started = started or method in ("turn/started", "item/started")
         line = orjson.dumps(msg) + b"\n"
         transition = mapping.feed_line(direction, line)  # type: ignore[arg-type]
-        if transition is not None:
-            assert transition.previous.value == state != transition.state.value
+        if transition is not None:  # a change of state, or of the background count alone
+            assert transition.previous.value == state
+            assert transition.changes_state or transition.changes_background
+            assert transition.background == mapping.background
             state = transition.state.value
         assert mapping.state == state  # every change was reported
         assert state != "blocked" or asked
@@ -87,15 +89,16 @@ def run(events: list[tuple[str, dict[str, Any]]]) -> tuple[CodexMapping, list[st
 
 
 def close(mapping: CodexMapping) -> None:
-    before = mapping.state
+    before, background = mapping.state, mapping.background
     transition = mapping.close()
-    if before == "idle":
+    if before == "idle" and not background:
         assert transition is None
     else:
         assert transition is not None
         assert (transition.previous.value, transition.state.value) == (before, "idle")
+        assert (transition.previous_background, transition.background) == (background, 0)
         assert transition.cause == "eof"
-    assert mapping.state == "idle" and not mapping.has_pending
+    assert mapping.state == "idle" and not mapping.has_pending and not mapping.background
 
 
 huge_ids = st.one_of(

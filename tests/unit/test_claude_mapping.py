@@ -57,7 +57,8 @@ class Session:
     def _feed(self, source: ClaudeSource, message: Any) -> Session:
         self.t += 0.01
         for transition in self.mapping.feed(source, message, self.t):
-            self.transitions.append((transition.state.value, transition.cause))
+            if transition.changes_state:
+                self.transitions.append((transition.state.value, transition.cause))
         return self
 
     def hook(self, event: str, **fields: Any) -> Session:
@@ -75,7 +76,7 @@ class Session:
         deadline = self.mapping.deadline
         if deadline is not None and deadline <= self.t:
             transition = self.mapping.tick(self.t)
-            if transition is not None:
+            if transition is not None and transition.changes_state:
                 self.transitions.append((transition.state.value, transition.cause))
         return self
 
@@ -521,8 +522,10 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
             elif message.get("waitingFor") == "permission prompt":
                 seen.add(f"session {message.get('status')}")
         for transition in mapping.feed(source, message, t):
-            # Every change is reported, chained.
-            assert transition.previous.value == state != transition.state.value
+            # Every change is reported, chained (a change of the background count alone
+            # changes no state).
+            assert transition.previous.value == state
+            assert transition.changes_state or transition.changes_background
             state = transition.state.value
         assert mapping.state == state
         assert state != "blocked" or seen & BLOCKERS
@@ -533,6 +536,7 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
         state = transition.state.value
     transition = mapping.tick(t + SETTLE)
     assert mapping.state == "idle", mapping.signal
+    assert mapping.background == 0  # idle, not shell: nothing runs in the background either
     # ... and the process's end closes everything whatever came before.
     assert mapping.close() is None
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codex_presence import CodexMapping, Direction, read_entries
+from codex_presence import CodexMapping, Direction, Transition, read_entries
 from codex_presence.core.codex.mapping import Unknown
 from codex_presence.core.codex.protocol import (
     BLOCKING_REQUESTS,
@@ -60,12 +60,22 @@ def item(
 
 class Session:
     """Feeds messages as lines (the wire path; or parsed, the replay path, with
-    ``lines=False``) and collects (state, cause) transitions."""
+    ``lines=False``) and collects (state, cause) changes of the state, and (count, cause)
+    changes of the background count."""
 
     def __init__(self, *, lines: bool = True, mapping: CodexMapping | None = None) -> None:
         self.mapping = mapping if mapping is not None else CodexMapping()
         self.lines = lines
         self.transitions: list[tuple[str, str]] = []
+        self.background: list[tuple[int, str]] = []
+
+    def _note(self, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        if transition.changes_state:
+            self.transitions.append((transition.state.value, transition.cause))
+        if transition.changes_background:
+            self.background.append((transition.background, transition.cause))
 
     def server(self, *messages: dict[str, Any]) -> Session:
         return self._feed("server", messages)
@@ -79,14 +89,11 @@ class Session:
                 transition = self.mapping.feed_line(direction, orjson.dumps(message) + b"\n")
             else:
                 transition = self.mapping.feed_message(direction, message)
-            if transition is not None:
-                self.transitions.append((transition.state.value, transition.cause))
+            self._note(transition)
         return self
 
     def eof(self) -> Session:
-        transition = self.mapping.close()
-        if transition is not None:
-            self.transitions.append((transition.state.value, transition.cause))
+        self._note(self.mapping.close())
         return self
 
     @property

@@ -45,10 +45,14 @@ what closes each — every rule names its closers, so no state can stick:
 * **Blocked**, per scope: PermissionRequest (at once, as the dialog appears; it carries
   no ``tool_use_id``) or Notification ``permission_prompt``, ``agent_needs_input`` or
   ``elicitation_dialog`` (only while work is open: a late one must not block an idle
-  member) sets it. Closed by the scope's next PreToolUse, PostToolUse, PostToolUseFailure
-  or PostToolBatch, by UserPromptSubmit, by the end of the scope, by a file view leaving
-  ``waiting`` (the dialog was answered: at once, so a long command after "Yes" shows
-  working), by the file settling on busy or idle, SessionEnd and the end.
+  member) sets it. A subagent's dialog may fire no PermissionRequest, only the
+  Notification, without its ``agent_id`` (anthropics/claude-code #79177): a blocking
+  Notification while only subagents work (no main turn) blocks for them all, closed by the
+  next tool hook of any scope, as well as by everything below. Closed by the scope's next
+  PreToolUse, PostToolUse, PostToolUseFailure or PostToolBatch, by UserPromptSubmit, by the
+  end of the scope, by a file view leaving ``waiting`` (the dialog was answered: at once,
+  so a long command after "Yes" shows working), by the file settling on busy or idle,
+  SessionEnd and the end.
 * **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` opens a
   session turn (the queued prompt no hook announced), ``waiting`` for a person opens a
   session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the
@@ -59,9 +63,22 @@ what closes each — every rule names its closers, so no state can stick:
   with them: waiting to anything closes the blocks (above), waiting to idle (a dialog
   refused or interrupted) closes everything.
 
-Background commands (Bash ``run_in_background``) do not count: claude's own status for
-them is ``shell``, idle at its prompt; their end starts a ``<task-notification>`` turn,
-which does. Anything else — unknown events and statuses, wrong shapes — is counted in
+**Background** (:attr:`ClaudeMapping.background`, since :attr:`ClaudeMapping.background_since`;
+never working or blocked, see :mod:`codex_presence.core.activity`): a background Bash
+command (``run_in_background``; claude's own status for it is ``shell``, idle at its
+prompt) is not the member's work, but it is work left running; so is a background subagent
+(which also keeps the member working, above). One handle per task id:
+
+* **background task** ``("task", id)`` — opened by the PostToolUse of a Bash whose
+  ``tool_input.run_in_background`` is true, under the ``backgroundTaskId`` of its
+  ``tool_response``, and by each task that a Stop's ``background_tasks`` lists as
+  ``running`` (a shell or a subagent). Closed by a Stop whose ``background_tasks`` no
+  longer lists it running, by the ``<task-notification>`` prompt that names its
+  ``<task-id>`` (the turn claude starts when it ends), by the SubagentStop of that
+  ``agent_id``, by the file's view settling on ``idle`` (not ``shell``: claude says
+  nothing runs), SessionEnd and the end of the process.
+
+Anything else — unknown events and statuses, wrong shapes — is counted in
 :class:`ClaudeStats` and ignored, never fatal: every field is checked for its type before it
 is used (a list where a string belongs, in a hook or in claude's undocumented session file,
 is no opinion, not an exception), so no message can stop the mapping.
@@ -81,7 +98,10 @@ from codex_presence.core.claude.protocol import (
     IDLE_STATUSES,
     PERSON_WAITS,
     ClaudeSource,
+    background_command_id,
     is_interrupt_marker,
+    running_tasks,
+    task_notification_id,
 )
 
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
@@ -100,6 +120,9 @@ SESSION: Scope = ("session",)
 _TURN = (*MAIN, "turn")
 _SESSION_TURN = (*SESSION, "turn")
 _SESSION_BLOCK = (*SESSION, "block")
+_SUBAGENT_BLOCK = ("subagent", "block")
+"""A blocking Notification's, when only subagents work: claude says which dialog with no
+``agent_id`` and no PermissionRequest (anthropics/claude-code #79177)."""
 
 
 @dataclass(slots=True)
@@ -166,12 +189,19 @@ class ClaudeMapping:
     _view: _View | None = None
     _adopted: bool = False
     _last_hook: float = float("-inf")
+    background_since: float | None = None
+    """When (the mapping's clock) the background count last went from none to some."""
 
     # -- reading -------------------------------------------------------------------------
 
     @property
     def state(self) -> str:
         return self.signal.state.value
+
+    @property
+    def background(self) -> int:
+        """Background tasks running (see the module doc)."""
+        return self.signal.background
 
     @property
     def deadline(self) -> float | None:
@@ -205,7 +235,15 @@ class ClaudeMapping:
             cause = self._session(message, t)
         if cause is not None and (transition := self.signal.commit(cause)) is not None:
             out.append(transition)
+            self._date_background(transition, t)
         return out
+
+    def _date_background(self, transition: Transition | None, t: float) -> None:
+        if transition is not None and transition.changes_background:
+            if not transition.background:
+                self.background_since = None
+            elif not transition.previous_background:
+                self.background_since = t
 
     def tick(self, t: float) -> Transition | None:
         """Adopt the file's view if it has held long enough by ``t``."""
@@ -219,18 +257,24 @@ class ClaudeMapping:
         if view.kind == "idle":
             self.signal.close_all()
             self._prompt = None
+            if view.status == "idle":  # not ``shell``: nothing runs in the background
+                self.signal.close_all_background()
         else:
             self._ensure(HandleKind.TURN, _SESSION_TURN)
             if view.kind == "waiting":
                 self._ensure(HandleKind.BLOCK, _SESSION_BLOCK)
             else:
                 self._close_blocks(None)
-        return self.signal.commit(f"session {view.status}")
+        transition = self.signal.commit(f"session {view.status}")
+        self._date_background(transition, t)
+        return transition
 
     def close(self, cause: str = "eof") -> Transition | None:
         """The process ended: everything closes."""
         self.signal.close_all()
+        self.signal.close_all_background()
         self._prompt = None
+        self.background_since = None
         return self.signal.commit(cause)
 
     # -- the hooks -------------------------------------------------------------------------
@@ -253,6 +297,9 @@ class ClaudeMapping:
         return event
 
     def _on_prompt(self, msg: dict[str, Any]) -> bool:
+        task = task_notification_id(msg.get("prompt"))
+        if task is not None:
+            self.signal.close_background(("task", task))
         prompt = msg.get("prompt_id")
         prompt = prompt if isinstance(prompt, str) else None
         if not self.signal.is_open(HandleKind.TURN, _TURN):
@@ -281,6 +328,9 @@ class ClaudeMapping:
         key = (*scope, "tool", tool)
         if self.signal.is_open(HandleKind.TOOL, key):
             self.signal.close(HandleKind.TOOL, key)
+        task = background_command_id(msg)
+        if task is not None and not self.signal.is_background(("task", task)):
+            self.signal.open_background(("task", task))
         return True
 
     def _on_tool_batch(self, msg: dict[str, Any]) -> bool:
@@ -298,6 +348,8 @@ class ClaudeMapping:
         if _is_one_of(kind, BLOCKING_NOTIFICATIONS):
             if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
                 self.stats.late += 1  # no work open: a notification that outlived it
+            elif _scope(msg) == MAIN and not self.signal.is_open(HandleKind.TURN, _TURN):
+                self._ensure(HandleKind.BLOCK, _SUBAGENT_BLOCK)  # only subagents work
             else:
                 self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"))
         elif kind == IDLE_NOTIFICATION:
@@ -310,19 +362,17 @@ class ClaudeMapping:
     def _on_stop(self, msg: dict[str, Any]) -> bool:
         self._end_scope(MAIN)
         self._close_session()
-        tasks = msg.get("background_tasks")
-        if isinstance(tasks, list):
-            running = {
-                task["id"]
-                for task in tasks
-                if isinstance(task, dict)
-                and isinstance(task.get("id"), str)
-                and task.get("type") == "subagent"
-                and task.get("status") == "running"
-            }
+        running = running_tasks(msg.get("background_tasks"))
+        if running is not None:
             for key in self.signal.keys(HandleKind.TURN):
-                if key[0] == "agent" and key[1] not in running:
+                if key[0] == "agent" and running.get(str(key[1])) != "subagent":
                     self._end_scope(key[:2])
+            for key in self.signal.background_keys():
+                if key[1] not in running:
+                    self.signal.close_background(key)
+            for task in running:
+                if not self.signal.is_background(("task", task)):
+                    self.signal.open_background(("task", task))
         return True
 
     def _on_stop_failure(self, msg: dict[str, Any]) -> bool:
@@ -343,10 +393,12 @@ class ClaudeMapping:
             return False
         self._end_scope(scope)
         self._close_session()
+        self.signal.close_background(("task", scope[1]))
         return True
 
     def _on_session_end(self, msg: dict[str, Any]) -> bool:
         self.signal.close_all()
+        self.signal.close_all_background()
         self._prompt = None
         return True
 
@@ -405,6 +457,7 @@ class ClaudeMapping:
             if scope is None or key[: len(scope)] == scope:
                 self.signal.close(HandleKind.BLOCK, key)
         self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+        self._close_if_open(HandleKind.BLOCK, _SUBAGENT_BLOCK)  # any scope's news ends it
 
     def _close_session(self) -> None:
         self._close_if_open(HandleKind.TURN, _SESSION_TURN)

@@ -29,12 +29,15 @@ __all__ = [
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
+    "background_command_id",
     "curl_config",
     "hook_settings",
     "is_interrupt_marker",
     "poster_command",
     "prints",
     "resume_hint_flags",
+    "running_tasks",
+    "task_notification_id",
     "transcript_line_may_matter",
     "with_hooks",
 ]
@@ -193,6 +196,51 @@ def prints(args: Sequence[str]) -> bool:
     """Whether claude given ``args`` runs in print mode (``-p``/``--print``): no screen,
     and it exits as soon as the turn ends."""
     return any(arg in ("-p", "--print") for arg in args)
+
+
+MAX_TASKS = 256
+"""Running tasks read from one ``background_tasks`` list at most."""
+
+_TASK_ID = re.compile(r"<task-id>([^<]{1,200})</task-id>")
+
+
+def running_tasks(tasks: object) -> dict[str, str] | None:
+    """The tasks a Stop's ``background_tasks`` lists as ``running``: id -> type (``shell``,
+    ``subagent``, or whatever claude calls a new kind); None if it is not a list (no
+    opinion)."""
+    if not isinstance(tasks, list):
+        return None
+    running: dict[str, str] = {}
+    for task in tasks:
+        if (
+            isinstance(task, dict)
+            and isinstance(task.get("id"), str)
+            and task.get("status") == "running"
+            and len(running) < MAX_TASKS
+        ):
+            kind = task.get("type")
+            running[task["id"]] = kind if isinstance(kind, str) else ""
+    return running
+
+
+def task_notification_id(prompt: object) -> str | None:
+    """The task whose end a ``<task-notification>`` prompt announces (its ``<task-id>``)."""
+    if not isinstance(prompt, str) or not prompt.startswith("<task-notification>"):
+        return None
+    found = _TASK_ID.search(prompt, 0, 4096)
+    return found.group(1) if found else None
+
+
+def background_command_id(post: Mapping[str, Any]) -> str | None:
+    """The task id of a Bash command a PostToolUse says was started in the background
+    (``run_in_background``; claude answers at once with a ``backgroundTaskId``)."""
+    if post.get("tool_name") != "Bash":
+        return None
+    tool_input, response = post.get("tool_input"), post.get("tool_response")
+    if not isinstance(tool_input, dict) or tool_input.get("run_in_background") is not True:
+        return None
+    task = response.get("backgroundTaskId") if isinstance(response, dict) else None
+    return task if isinstance(task, str) and task else None
 
 
 def hook_settings(

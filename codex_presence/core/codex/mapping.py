@@ -67,9 +67,34 @@ Every handle, and the events that close it (so a stuck "working" cannot happen):
   closed by the client's response to its id, ``serverRequest/resolved``, everything that
   closes its turn (a request without a turn: everything above that ends every turn of its
   thread), being the oldest of more than 4,096 pending requests, end of stream.
+* **pending child** ``(child, None, "pending")`` — opened by the ``item/completed`` of a
+  ``collabAgentToolCall`` ``spawnAgent`` whose ``agentsStates`` says a child thread is still
+  ``pendingInit``: the parent's turn may complete before the child's turn starts, and the
+  child then works for minutes (openai/codex #36141), so the member works on. Closed by
+  everything that ends the child thread's turns (its ``turn/completed``, its
+  ``idle``/``systemError``/``notLoaded`` status, ``thread/closed``), a later collab
+  item that gives the child a final status, end of stream.
 * **waiting flags** ``(thread, None, "flags")`` — opened by an ``active`` status with a
   waiting flag; closed by a status without one, and by everything that closes a turn of its
   thread, end of stream.
+
+**Background** (:attr:`CodexMapping.background`; never working or blocked, see
+:mod:`codex_presence.core.activity`): a ``commandExecution`` whose turn ends while it runs
+(Esc: codex interrupts the turn and keeps the command running, "1 background terminal
+running" in the TUI; protocol §6.7) is work left running:
+
+* **background command** ``(thread, "background", item)`` — opened when its turn ends
+  while its tool handle is open, by ``turn/completed`` (any status), a ``turn/started`` of
+  another turn on its thread, or the thread's ``idle`` status. Closed by its
+  ``item/completed``, by the thread's ``systemError``/``notLoaded`` status,
+  ``thread/closed`` or a ``thread/started`` announcing a title thread (codex kills a
+  thread's terminals when it unloads it), being the oldest of more than
+  :data:`~codex_presence.core.activity.MAX_BACKGROUND`, end of stream or the client's
+  hang-up. (``thread/backgroundTerminals/list``, a client request the TUI makes only on
+  resume, is not read.)
+
+The item handlers (tools, revival, background commands, pending children) are
+:mod:`codex_presence.core.codex.items`'s.
 
 Anything else — unknown methods, responses to unknown ids, non-JSON lines, messages of the
 wrong shape — is ignored and counted in :class:`MappingStats`, never fatal. A server request
@@ -97,6 +122,7 @@ from typing import Any
 import orjson
 
 from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.codex.items import on_item_completed, on_item_started
 from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
@@ -104,11 +130,9 @@ from codex_presence.core.codex.protocol import (
     MESSAGE_START,
     OTHER_FLAGS,
     PASSIVE_ITEM_STARTS,
-    PASSIVE_ITEM_TYPES,
     STATE_METHODS,
     THREAD_ENDING_STATUSES,
     TITLE_THREAD_SOURCE,
-    TOOL_ITEM_TYPES,
     WAITING_FLAGS,
     Direction,
     answer_ends_turn,
@@ -186,6 +210,8 @@ class CodexMapping:
     _stopping: set[str] = field(default_factory=set)
     """Threads whose turn the client's answer interrupts (:func:`answer_ends_turn`): until
     their work ends, a working of theirs alone is marked passing."""
+    _commands: set[tuple[str, str, str]] = field(default_factory=set)
+    """The open ``commandExecution`` tools: they go to the background if their turn ends."""
     _current_id: object = None
     _cause: str = ""
 
@@ -197,6 +223,11 @@ class CodexMapping:
     @property
     def state(self) -> str:
         return self.signal.state.value
+
+    @property
+    def background(self) -> int:
+        """Commands left running after their turn (see the module doc)."""
+        return self.signal.background
 
     @property
     def has_pending(self) -> bool:
@@ -250,6 +281,8 @@ class CodexMapping:
                     self._turns.end(key[0], [key[1]])
         self._turns.forbid_all_revival()
         self.signal.close_all()
+        self.signal.close_all_background()
+        self._commands.clear()
         self._pending.clear()
         return self.signal.commit(cause)
 
@@ -373,10 +406,20 @@ class CodexMapping:
         self._turns.end(thread, turns)
         if revivable:
             self._turns.allow_revival(thread, turns)
+            self._leave_running(thread, turns)
         else:
             self._turns.forbid_revival(thread)
+            self._commands.difference_update([c for c in self._commands if c[0] == thread])
+            self.signal.close_background_scope(thread)
         self.signal.close_scope(thread)
         self._forget_requests(lambda p: p.thread == thread)
+
+    def _leave_running(self, thread: str, turns: set[str]) -> None:
+        """The open commands of ``turns`` (ending now) go on in the background."""
+        for command in [c for c in self._commands if c[0] == thread and c[1] in turns]:
+            self._commands.discard(command)
+            if self.signal.is_open(HandleKind.TOOL, command):
+                self.signal.open_background((thread, "background", command[2]))
 
     def _forget_requests(self, doomed: Callable[[_PendingRequest], bool]) -> None:
         for request_id in [rid for rid, p in self._pending.items() if doomed(p)]:
@@ -424,6 +467,7 @@ def _on_turn_started(m: CodexMapping, /, threadId: object, turn: object, **_: ob
         return
     older = m._open_turns(thread) - {turn_id}
     if older:  # a thread runs one turn at a time: its completion was lost
+        m._leave_running(thread, older)
         m._turns.end(thread, older)
         for other in older:
             m.signal.close_scope(thread, other)
@@ -445,44 +489,6 @@ def _on_turn_completed(m: CodexMapping, /, threadId: object, turn: object, **_: 
         m._turns.allow_revival(thread, [turn_id])
     else:
         m._turns.forbid_revival(thread, turn_id)
-
-
-def _item_key(threadId: object, turnId: object, item: object) -> tuple[str, str, str, str]:
-    body = object_param(item, "item")
-    return (
-        str_param(threadId, "threadId"),
-        str_param(turnId, "turnId"),
-        str_param(body.get("id"), "item.id"),
-        str_param(body.get("type"), "item.type"),
-    )
-
-
-def _on_item_started(
-    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
-) -> None:
-    thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
-    m._stopping.discard(thread)  # new work: the turn goes on after all
-    tool = item_type in TOOL_ITEM_TYPES
-    if not tool and item_type not in PASSIVE_ITEM_TYPES:
-        m._unknown("item type", item_type)  # treated as passive: it may revive, no more
-    if m._turns.is_ended(thread, turn):
-        if not m._turns.revive(thread, turn):
-            m.stats.late_events += 1
-            return
-        m.signal.open(HandleKind.TURN, (thread, turn))
-        m.stats.revived += 1
-    if tool:
-        m.signal.open(HandleKind.TOOL, (thread, turn, item_id))
-
-
-def _on_item_completed(
-    m: CodexMapping, /, threadId: object, turnId: object, item: object, **_: object
-) -> None:
-    thread, turn, item_id, item_type = _item_key(threadId, turnId, item)
-    if item_type in TOOL_ITEM_TYPES and m.signal.is_open(HandleKind.TOOL, (thread, turn, item_id)):
-        m.signal.close(HandleKind.TOOL, (thread, turn, item_id))
-    elif m._turns.is_ended(thread, turn):
-        m.stats.late_events += 1
 
 
 def _on_thread_started(m: CodexMapping, /, thread: object, **_: object) -> None:
@@ -552,8 +558,8 @@ def _routes() -> dict[str, Callable[..., None]]:
     routes: dict[str, Callable[..., None]] = {
         "turn/started": _on_turn_started,
         "turn/completed": _on_turn_completed,
-        "item/started": _on_item_started,
-        "item/completed": _on_item_completed,
+        "item/started": on_item_started,
+        "item/completed": on_item_completed,
         "thread/started": _on_thread_started,
         "thread/status/changed": _on_thread_status_changed,
         "thread/closed": _on_thread_closed,

@@ -19,15 +19,20 @@ __all__ = [
     "ACTIVE_STATUS",
     "AUTOMATIC_REQUESTS",
     "BLOCKING_REQUESTS",
+    "COLLAB_ITEM_TYPE",
+    "COMMAND_ITEM_TYPE",
     "CONNECTION_EVENTS",
+    "FINAL_CHILD_STATUSES",
     "ITEM_TYPE_PREFIX",
     "MESSAGE_START",
     "METHOD_PREFIX",
     "OTHER_FLAGS",
     "PASSIVE_ITEM_STARTS",
     "PASSIVE_ITEM_TYPES",
+    "PENDING_CHILD",
     "REQUEST_ID_INFIX",
     "RESPONSE_PREFIX",
+    "SPAWN_TOOL",
     "STATE_METHODS",
     "THREAD_ENDING_STATUSES",
     "TITLE_THREAD_SOURCE",
@@ -135,6 +140,19 @@ STATE_METHODS: frozenset[str] = frozenset(
 )
 """Every method the mapping routes; everything else is skipped before parsing."""
 _STATE_METHODS_BYTES: frozenset[bytes] = frozenset(m.encode() for m in STATE_METHODS)
+
+COLLAB_ITEM_TYPE = "collabAgentToolCall"
+"""The subagent tool item: its ``agentsStates`` say how each child thread stands."""
+SPAWN_TOOL = "spawnAgent"
+PENDING_CHILD = "pendingInit"
+"""A child thread spawned and not started yet (``CollabAgentStatus``)."""
+FINAL_CHILD_STATUSES: frozenset[str] = frozenset(
+    {"interrupted", "completed", "errored", "shutdown", "notFound"}
+)
+"""``CollabAgentStatus`` values after which a child thread does no more work."""
+
+COMMAND_ITEM_TYPE = "commandExecution"
+"""The tool item that can outlive its turn (Esc leaves the command running): background."""
 
 PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
     {
