@@ -81,6 +81,12 @@ def subscription(url: str, session: str | None, name: str = "builder") -> Iterat
         yield
 
 
+def last_told(watcher: Stream) -> str | None:
+    """The activity of builder's latest ``presence`` event on ``watcher`` (idle: None)."""
+    told = watcher.of("builder")
+    return told[-1].get("activity", "idle") if told else None
+
+
 def lapse_within(broker: RunningBroker, seconds: float) -> None:
     """Wait until the broker's state says something lapses within ``seconds`` (with Redis
     the release travels through it before the mirror knows)."""
@@ -225,12 +231,10 @@ def test_a_session_lapses_a_grace_after_its_subscription_ends(
     eventually(lambda: builder(client)["connected"] == 0)
     lapse_within(broker, SESSION_GRACE)
     assert shown(client) == ("blocked", {"working": 1, "blocked": 1})  # within the grace
+    eventually(lambda: last_told(watcher) == "blocked", what="the watcher told of blocked")
     clock.advance(SESSION_GRACE)
     assert shown(client) == ("working", None)  # A lapsed; B holds its TTL
-    eventually(
-        lambda: watcher.of("builder")[-1].get("activity") == "working",
-        what="the watcher told of the lapse",
-    )
+    eventually(lambda: last_told(watcher) == "working", what="the watcher told of the lapse")
     clock.advance(30)
     assert shown(client) == ("idle", None)
 
