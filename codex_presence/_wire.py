@@ -6,7 +6,11 @@ One place for what a runner, the broker, its clients and the web page must agree
   exactly: ``name, connected, createdAt, lastSeen, role``, then ``activity`` only when not
   idle and ``busy`` only when ``activity`` is there, true iff working), plus one additive
   field of ours, ``activitySince`` (unix ms: since when the activity holds), also only
-  with ``activity``;
+  with ``activity``, and one more, ``sessions`` (see :func:`presence`);
+* the session id a runner gives its reports and its subscription (:func:`session_id_problem`
+  says what is wrong with one), how many sessions a member may have working or blocked at
+  once (:data:`MAX_SESSIONS`), and the grace a session gets when its subscription ends
+  (:data:`SESSION_GRACE`);
 * the endpoint paths and the SSE event names;
 * the defaults: the broker's port and URL, the activity TTL (and the least a broker
   accepts), the runner's heartbeat (a third of the TTL), the stream keep-alive, and how
@@ -47,11 +51,14 @@ __all__ = [
     "HEARTBEAT",
     "KEEPALIVE",
     "KNOWN_PERMISSIONS",
+    "MAX_SESSIONS",
     "MIN_TTL",
     "OPERATOR_PERMISSION",
     "PRESENCE_EVENT",
     "ROSTER_EVENT",
     "ROSTER_PATH",
+    "SESSION_GRACE",
+    "SESSION_ID_MAX",
     "SILENT_STREAM_TIMEOUT",
     "STALE_EVENT",
     "SUBSCRIBE_PATH",
@@ -70,6 +77,7 @@ __all__ = [
     "presence",
     "printable",
     "privilege",
+    "session_id_problem",
 ]
 
 
@@ -122,6 +130,33 @@ KEEPALIVE = 15.0
 """Seconds between the broker's keep-alive comments on a quiet stream."""
 SILENT_STREAM_TIMEOUT = 3 * KEEPALIVE
 """A stream (or a connection) silent this long is taken for dead, on both sides."""
+
+# -- sessions --------------------------------------------------------------------------------
+
+SESSION_ID_MAX = 64
+"""The longest session id a broker takes (a runner picks 16 characters)."""
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]+")
+MAX_SESSIONS = 16
+"""Sessions of one member that may be working or blocked at once (idle ones hold nothing):
+a report that would start one more is refused (429) until one ends or lapses."""
+SESSION_GRACE = 3.0
+"""Seconds a session's working or blocked state outlives the end of the subscription it is
+bound to (a reconnect within it re-sends the state: nobody sees a thing)."""
+
+
+def session_id_problem(session: object) -> str | None:
+    """Why ``session`` is not a session id (1 to :data:`SESSION_ID_MAX` characters of
+    ``A-Z a-z 0-9 _ -``, the URL-safe base64 alphabet), or None when it is one."""
+    if not isinstance(session, str):
+        return '"session" must be a string'
+    if not session:
+        return "the session id is empty"
+    if len(session) > SESSION_ID_MAX:
+        return f"the session id is {len(session)} characters long; at most {SESSION_ID_MAX}"
+    if _SESSION_ID.fullmatch(session) is None:
+        return "the session id may hold only A-Z, a-z, 0-9, '_' and '-'"
+    return None
+
 
 # -- the token -------------------------------------------------------------------------------
 
@@ -177,6 +212,10 @@ class Presence(TypedDict):
     activitySince: NotRequired[int]
     """Ours, additive like ``activity`` (older clients ignore it): since when (unix ms) the
     working or blocked state holds. A heartbeat does not move it; a change of state does."""
+    sessions: NotRequired[dict[str, int]]
+    """Ours, additive, only while two or more of the member's sessions are working or
+    blocked: how many are ``"working"`` and ``"blocked"``, each key only when its count is
+    not 0."""
 
 
 def presence(
@@ -188,9 +227,18 @@ def presence(
     role: _HasRoleJson | Mapping[str, Any] | None,
     activity: ActivityState | str = ActivityState.IDLE,
     activity_since: int | None = None,
+    sessions: tuple[int, int] = (0, 0),
 ) -> Presence:
     """The design's Presence object, keys in the schema's order (then ``activitySince``,
-    with ``activity`` when known)."""
+    with ``activity`` when known, and ``sessions``, with ``activity``).
+
+    A member may run several sessions (a codex TUI, Claude Code, an app-server), each
+    reporting apart; ``activity`` is the strongest of their states (blocked > working >
+    idle), ``activitySince`` that state's, and ``sessions`` (the counts ``(working,
+    blocked)``) says how many are in each, e.g. ``"sessions": {"working": 2, "blocked":
+    1}``; a count of 0 is left out. The field is there only while two or more sessions are
+    working or blocked: with one (or none), ``activity`` says it all, and the object is
+    exactly what it was before sessions (every existing client reads it unchanged)."""
     role_json: Any
     if role is None or isinstance(role, Mapping):
         role_json = dict(role) if role else None
@@ -208,6 +256,10 @@ def presence(
         obj["busy"] = activity == "working"
         if activity_since is not None:
             obj["activitySince"] = activity_since
+        if sum(sessions) > 1:
+            obj["sessions"] = {
+                k: n for k, n in zip(("working", "blocked"), sessions, strict=True) if n
+            }
     return obj
 
 

@@ -766,17 +766,20 @@ _json_values = st.recursive(
     )
 )
 def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
-    from codex_presence.broker.app import _parse_state
+    from codex_presence._wire import session_id_problem
+    from codex_presence.broker.app import _parse_report
     from codex_presence.core.activity import ActivityState
 
-    result = _parse_state(orjson.dumps(value))
+    result = _parse_report(orjson.dumps(value))
     valid = (
         isinstance(value, dict)
-        and list(value) == ["state"]
+        and "state" in value
+        and set(value) <= {"state", "session"}
         and value["state"] in ("idle", "working", "blocked")
+        and ("session" not in value or session_id_problem(value["session"]) is None)
     )
     if valid:
-        assert result == ActivityState(value["state"])
+        assert result == (ActivityState(value["state"]), value.get("session", ""))
     else:
         assert isinstance(result, str)
         assert not isinstance(result, ActivityState)

@@ -566,3 +566,47 @@ def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: 
     )
     assert refused.returncode == 2
     assert "CODEX_PRESENCE_PORT='not-a-port'" in refused.stderr
+
+
+@pytest.mark.parametrize(("grace", "ttl"), [("-1", "30"), ("nan", "30"), ("31", "30")])
+def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str, ttl: str) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    options = ["--session-grace", grace, "--activity-ttl", ttl]
+    result = subprocess.run(
+        [*CLI, "broker", "--port", "0", "--team", str(team), *options],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--session-grace must be 0 or more, and at most --activity-ttl" in result.stderr
+
+
+def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:
+    """``--session-grace 0.5``: a session whose subscription ends lapses after half a
+    second, not the default 3 s (issue 23)."""
+    from codex_presence._wire import SESSION_GRACE
+    from tests.support.waiting import eventually
+
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    auth = {"authorization": f"Bearer {token_of('alice')}"}
+    with broker_process("--team", str(team), "--session-grace", "0.5") as broker:
+        with (
+            httpx.Client(base_url=broker.url, timeout=httpx.Timeout(5, read=60)) as client,
+            client.stream(
+                "GET", "/subscribe", params={"name": "alice", "session": "run-1"}, headers=auth
+            ) as stream,
+        ):
+            assert stream.status_code == 200
+            body = {"state": "working", "session": "run-1"}
+            assert client.post("/presence/activity", json=body, headers=auth).status_code == 204
+        ended = time.monotonic()
+
+        def idle() -> bool:
+            (alice,) = httpx.get(broker.url + "/roster", headers=auth, timeout=5).json()
+            return "activity" not in alice
+
+        eventually(idle, 10)
+        assert time.monotonic() - ended < SESSION_GRACE

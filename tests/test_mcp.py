@@ -340,3 +340,31 @@ def test_codex_calls_the_roster_tool(broker: RunningBroker, codex: Path, tmp_pat
         "- builder [engineer] offline",
         "- scout [scout] [operator] offline",
     ]
+
+
+@pytest.mark.anyio
+async def test_include_activity_counts_a_members_busy_sessions(tmp_path: Path) -> None:
+    """Issue 23: a member with two busy sessions has both counted at the end of their line
+    (with the activity opt-in only); one busy session says nothing more."""
+    with running_broker(team=TEAM, keepalive=30, wall_clock=lambda: time.time() - 65) as b:
+        async with httpx.AsyncClient(base_url=b.url) as http:
+            for name, state, session in (
+                ("builder", "working", "first-session"),
+                ("builder", "blocked", "second-session"),
+                ("scout", "working", "only-session"),
+            ):
+                body = {"state": state, "session": session}
+                response = await http.post("/presence/activity", json=body, headers=b.auth(name))
+                assert response.status_code == 204
+        command = mcp_command(b.url, "--token-file", str(token_file(tmp_path, "alice")))
+        async with mcp_client(command) as client:
+            (tool,) = (await client.list_tools()).tools
+            assert "(sessions: 2 working, 1 blocked)" in (tool.description or "")
+            plain = text_of(await client.call_tool("roster", {}))
+            with_activity = text_of(await client.call_tool("roster", {"include_activity": True}))
+    assert "sessions" not in plain
+    assert with_activity.splitlines()[1:] == [
+        "- alice (you) [director] [admin] offline",
+        "- builder [engineer] offline blocked 1m (sessions: 1 working, 1 blocked)",
+        "- scout [scout] [operator] offline working 1m",
+    ]

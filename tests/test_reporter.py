@@ -270,3 +270,71 @@ async def test_finish_reports_idle_after_a_report_cancelled_in_flight() -> None:
             assert activity(broker) is None  # idle is absence
         finally:
             proxy.close()
+
+
+async def test_two_reporters_of_one_member_are_two_sessions() -> None:
+    """Issue 23: each reporter names its session; one ending its turn does not hide the
+    other's work."""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        async with (
+            client_for(broker.url) as first_client,
+            client_for(broker.url) as second_client,
+            anyio.create_task_group() as tg,
+        ):
+            first = ActivityReporter(client=first_client, session="first-run")
+            second = ActivityReporter(client=second_client, session="second-run")
+            tg.start_soon(first.run)
+            tg.start_soon(second.run)
+            first.observe(WORKING)
+            second.observe(WORKING)
+            await eventually_async(lambda: first.posts and second.posts)
+            second.observe(IDLE)
+            await eventually_async(lambda: second.posts == 2)
+            assert activity(broker) == "working"
+            first.observe(IDLE)
+            await eventually_async(lambda: activity(broker) is None)
+            tg.cancel_scope.cancel()
+
+
+async def test_a_broker_that_predates_sessions_gets_anonymous_reports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker of before issue 23 refuses a body with ``session`` (400, naming the key):
+    the reporter says so once and goes on as the member's one anonymous session. (The old
+    broker is an in-process ASGI app answering as it did: the socket is not the point.)"""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    bodies: list[bytes] = []
+
+    async def old_activity(request: Request) -> Response:
+        body = await request.body()
+        bodies.append(body)
+        if b"session" in body:
+            reason = "unexpected key(s) 'session': the body is exactly {\"state\": ...}"
+            return JSONResponse({"error": reason}, status_code=400)
+        return Response(status_code=204)
+
+    app = Starlette(routes=[Route("/presence/activity", old_activity, methods=["POST"])])
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://old-broker") as client,
+        anyio.create_task_group() as tg,
+    ):
+        reporter = ActivityReporter(client=client, policy=fast_policy(), session="this-run")
+        tg.start_soon(reporter.run)
+        reporter.observe(WORKING)
+        await eventually_async(lambda: len(bodies) == 2)
+        reporter.observe(IDLE)
+        await eventually_async(lambda: len(bodies) == 3)
+        tg.cancel_scope.cancel()
+    assert bodies == [
+        b'{"state":"working","session":"this-run"}',
+        b'{"state":"working"}',
+        b'{"state":"idle"}',
+    ]
+    assert reporter.session is None
+    said = [r.getMessage() for r in caplog.records if "does not know sessions" in r.getMessage()]
+    assert len(said) == 1

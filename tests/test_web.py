@@ -93,10 +93,11 @@ class Web:
     def url(self) -> str:
         return self.broker.url
 
-    def report(self, name: str, state: str) -> None:
+    def report(self, name: str, state: str, session: str | None = None) -> None:
+        body = {"state": state} if session is None else {"state": state, "session": session}
         response = httpx.post(
             self.url + "/presence/activity",
-            json={"state": state},
+            json=body,
             headers=self.broker.auth(name),
             timeout=5,
         )
@@ -679,6 +680,27 @@ def test_the_page_follows_a_member_working_blocked_idle(
     watcher.wait(10)
     expect(builder.locator(".connection")).to_have_text("offline")
     assert page.evaluate("window.codexPresence.opens") == 1
+
+
+@pytest.mark.browser
+def test_the_page_counts_a_members_busy_sessions(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    """Issue 23: two busy sessions of one member are counted on their row; one says
+    nothing more."""
+    page = signed_in(browser, web, tabs, "alice").page
+    builder = row(page, "builder")
+    web.report("builder", "working", "first-run")
+    expect(builder.locator(".activity")).to_have_text("working")
+    web.report("builder", "working", "second-run")
+    expect(builder.locator(".activity")).to_have_text("working (2 working)")
+    web.report("builder", "blocked", "second-run")
+    expect(builder.locator(".activity")).to_have_text("needs input (1 working, 1 needs input)")
+    expect(page.locator("#summary .chip.alert")).to_have_text("1 needs input")  # members
+    web.report("builder", "idle", "second-run")
+    expect(builder.locator(".activity")).to_have_text("working")
+    web.report("builder", "idle", "first-run")
+    expect(builder.locator(".activity")).to_have_text("idle")
 
 
 @pytest.mark.browser

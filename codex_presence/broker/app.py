@@ -10,29 +10,40 @@ lifespan, so the server must run lifespan.
 Endpoints
 ---------
 ``POST /presence/activity``
-    Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}`` (JSON, each key
-    once; a content type, if given, must be ``application/json``). Keyed on the authenticated
-    member: nothing in the body can name anyone else. 204 on success; 401 without or with a
-    wrong token; 415 for another content type; 413 past ``max_body`` bytes (enforced while
-    reading, so a huge body is never buffered); 408 for a body still arriving after
-    ``body_timeout`` s (both :class:`~codex_presence.broker.limits.BrokerLimits`); 400
-    ``{"error": reason}`` for anything else; 503 ``{"error": reason}`` when the broker
-    shares its state (``--redis``) and cannot reach it: the report was not recorded.
-``GET /subscribe?name=<self>``
-    Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name``, 429
-    past ``max_subscribers`` streams for one member on this broker). An SSE stream held
-    open; while it is
+    Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}``, optionally
+    with ``"session": ID`` (JSON, each key once; a content type, if given, must be
+    ``application/json``). Keyed on the authenticated member: nothing in the body can name
+    anyone else. ``session`` says which of the member's sessions the report is about (1 to
+    64 characters of ``A-Z a-z 0-9 _ -``; without it, the single anonymous session): each
+    is held apart, and the member shows the strongest. 204 on success; 401 without or with
+    a wrong token; 415 for another content type; 413 past ``max_body`` bytes (enforced
+    while reading, so a huge body is never buffered); 408 for a body still arriving after
+    ``body_timeout`` s (both :class:`~codex_presence.broker.limits.BrokerLimits`); 429 for
+    a report that would make more than 16 sessions of the member working or blocked at
+    once (:data:`~codex_presence._wire.MAX_SESSIONS`); 400 ``{"error": reason}`` for
+    anything else; 503 ``{"error": reason}`` when the broker shares its state
+    (``--redis``) and cannot reach it: the report was not recorded.
+``GET /subscribe?name=<self>[&session=ID]``
+    Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name`` or
+    with a bad ``session``, 429 past ``max_subscribers`` streams for one member on this
+    broker). An SSE stream held open; while it is
     open the member's ``connected`` counts it. It is uncounted on every kind of close: a
     clean disconnect, a broken pipe, the subscriber's death (the kernel closes the socket
-    and the server sees EOF), or the broker shutting down.
+    and the server sees EOF), or the broker shutting down. With ``session``, the stream is
+    bound to that session: when the last stream bound to it ends, a working or blocked
+    state of the session lapses after the broker's session grace (3 s by default), unless
+    it is reported again (a runner that reconnects re-sends it).
 ``GET /roster``
     Bearer auth. A JSON array of the design's Presence objects, one per team member in
     team-file order, connected or not. ``createdAt`` and ``lastSeen`` are unix epoch
     milliseconds, 0 for a member the broker has never seen; ``lastSeen`` ticks on every
-    subscribe and every activity report. One field is ours, additive like ``activity``
-    (a client that does not know it ignores it): ``activitySince``, with ``activity`` only,
-    the unix epoch milliseconds since which the member has been working or blocked. A
-    heartbeat does not move it; a change of state (a lapse of the TTL included) does.
+    subscribe and every activity report. Two fields are ours, additive like ``activity``
+    (a client that does not know them ignores them), with ``activity`` only:
+    ``activitySince``, the unix epoch milliseconds since which the member has been working
+    or blocked (a heartbeat does not move it; a change of state, a lapse of the TTL
+    included, does), and ``sessions``, how many of the member's sessions are working and
+    blocked (``{"working": 2, "blocked": 1}``, a count of 0 left out), only while two or
+    more are (see :func:`~codex_presence._wire.presence`).
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
     int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
@@ -96,12 +107,14 @@ from codex_presence._wire import (
     ActivityState,
     Refused,
     printable,
+    session_id_problem,
 )
 from codex_presence.broker.hosts import HostCheck
 from codex_presence.broker.http import error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
-from codex_presence.broker.store import StoreUnavailable
+from codex_presence.broker.store import StoreUnavailable, TooManySessions
+from codex_presence.broker.tracker import ANONYMOUS
 
 __all__ = ["create_app"]
 
@@ -123,27 +136,33 @@ def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
     return error(401, reason, _UNAUTHORIZED_HEADERS)
 
 
-def _parse_state(body: bytes) -> ActivityState | str:
-    """The reported state, or the reason the body is not exactly ``{"state": ...}``."""
+def _parse_report(body: bytes) -> tuple[ActivityState, str] | str:
+    """The reported state and session (:data:`~.tracker.ANONYMOUS` when not said), or the
+    reason the body is not exactly ``{"state": ...}`` with an optional ``"session"``."""
     exact = _EXACT.get(body)
     if exact is not None:
-        return exact
+        return exact, ANONYMOUS
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return "body is not valid JSON"
     if not isinstance(data, dict):
         return 'body must be a JSON object {"state": ...}'
-    extra = sorted(set(data) - {"state"})
+    extra = sorted(set(data) - {"state", "session"})
     if extra:
         keys = ", ".join(map(repr, extra))
-        return f'unexpected key(s) {keys}: the body is exactly {{"state": ...}}'
+        return f'unexpected key(s) {keys}: the body is exactly {{"state": ...[, "session": ...]}}'
     if "state" not in data:
         return 'missing "state"'
     state = data["state"]
     if not isinstance(state, str) or state not in ACTIVITY_STATES:
         return '"state" must be one of "idle", "working", "blocked"'
-    return _repeated_key(body) or ACTIVITY_STATES[state]
+    session = data.get("session", ANONYMOUS)
+    if "session" in data:
+        problem = session_id_problem(session)
+        if problem is not None:
+            return problem
+    return _repeated_key(body) or (ACTIVITY_STATES[state], session)
 
 
 def _repeated_key(body: bytes) -> str | None:
@@ -185,16 +204,19 @@ class _Subscription:
         broker: Broker,
         name: str,
         authorized: Callable[[], Awaitable[bool]] | None = None,
+        session: str | None = None,
     ) -> None:
         self.broker = broker
         self.name = name
+        self.session = session
+        """The session this stream is bound to, if it named one."""
         self.authorized = authorized
         """None for a bearer token (valid for the broker's life); else asked before
         every send, so that a browser session that ended ends its stream too."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
-        broker.attach(self.name)
+        broker.attach(self.name, self.session)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             async with anyio.create_task_group() as tg:
@@ -204,7 +226,7 @@ class _Subscription:
         except* OSError:
             pass  # a send to a closed connection (ASGI 2.4 servers): the finally matters
         finally:
-            broker.detach(self.name)
+            broker.detach(self.name, self.session)
 
     async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
         while True:
@@ -276,10 +298,13 @@ class _Endpoints:
             body = await read_body(request, limit=limits.max_body, within=limits.body_timeout)
         except Refused as exc:
             return error(exc.status, exc.reason, exc.headers)
-        state = _parse_state(body)
-        if not isinstance(state, ActivityState):
-            return error(400, state)
-        await broker.report(member, state)  # StoreUnavailable: 503 (the app's handler)
+        report = _parse_report(body)
+        if isinstance(report, str):
+            return error(400, report)
+        try:  # StoreUnavailable: 503 (the app's handler)
+            await broker.report(member, *report)
+        except TooManySessions as exc:
+            return error(429, str(exc))
         return Response(status_code=204)
 
     async def subscribe(self, request: Request) -> Response | _Subscription:
@@ -300,10 +325,17 @@ class _Endpoints:
                 f"the token is {printable(member.name)}'s, not {printable(name)}'s: "
                 "a member may only subscribe as themselves",
             )
+        sessions = request.query_params.getlist("session")
+        if len(sessions) > 1:
+            return error(400, "?session= is given more than once")
+        session = sessions[0] if sessions else None
+        problem = None if session is None else session_id_problem(session)
+        if problem is not None:
+            return error(400, f"?session=: {problem}")
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
-        return _Subscription(broker, name, authorized)
+        return _Subscription(broker, name, authorized, session)
 
     async def roster(self, request: Request) -> Response:
         if await self.broker.authenticate(request) is None:

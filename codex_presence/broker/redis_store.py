@@ -43,6 +43,9 @@ every broker gets at least one (its own registration) after each resync; so an e
 numbered at or below the one before it says the numbering started again: the broker ends
 the link's connection, as an outage, and reads the state in full again.
 
+Named sessions (a report with a session id, the subscriptions bound to them) have keys of
+their own, kept by :mod:`~codex_presence.broker.redis_activity` into the same mirror.
+
 Values are read defensively: an activity this version does not know (written by another
 version during a rolling upgrade) counts as idle, logged once, and never stops a resync; a
 value of the wrong type, or a time or counter that is not a number, costs its key alone (the
@@ -80,13 +83,14 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
-from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, ActivityState
+from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
+from codex_presence.broker.redis_activity import SessionActivity
 from codex_presence.broker.redis_link import RedisLink, StateLost
 from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT, TEAM
 from codex_presence.broker.store import StoreListener
 from codex_presence.broker.team import Team
-from codex_presence.broker.tracker import Activity, ActivityTracker
+from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
 __all__ = ["BEAT", "BOUND", "AnotherTeam", "RedisStore", "team_marks"]
 
@@ -139,6 +143,7 @@ class RedisStore:
         beat: float = BEAT,
         bound: float = BOUND,
         marks: Mapping[str, str] | None = None,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         if not ttl > 0:
             raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
@@ -178,6 +183,15 @@ class RedisStore:
         self._lost_said: set[str] = set()
         """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
+        self._sessions = SessionActivity(
+            link,
+            tracker=self._activity,
+            names=names,
+            ttl_ms=self._ttl_ms,
+            max_sessions=max_sessions,
+            touched=self._touched,
+            changed=self._changed,
+        )
 
     @property
     def link(self) -> RedisLink:
@@ -203,7 +217,11 @@ class RedisStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
+    async def report(
+        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+    ) -> bool:
+        if session != ANONYMOUS:
+            return await self._sessions.report(name, state, now_ms, session)
         event, lost = await self._link.call(
             self._report_script,
             [name, state.value, self._ttl_ms, now_ms],
@@ -211,6 +229,12 @@ class RedisStore:
         )
         self._say_lost(lost, replaced=True)
         return self._apply_report(orjson.loads(event))
+
+    def bind(self, name: str, session: str) -> None:
+        self._sessions.bind(name, session)
+
+    def release(self, name: str, session: str, grace: float) -> None:
+        self._sessions.release(name, session, grace)
 
     def attach(self, name: str, now_ms: int) -> int:
         self._here[name] = self._here.get(name, 0) + 1
@@ -430,6 +454,10 @@ class RedisStore:
             return False
         self._activity_seq[name] = seq
         return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
+
+    def _touched(self, name: str, created: int, seen: int) -> None:
+        self._merge_meta(name, created, seen)
+        self._refresh(name)
 
     def _merge_meta(self, name: str, created: int, seen: int) -> None:
         old_created, old_seen = self._meta.get(name, (0, 0))

@@ -20,6 +20,14 @@ twice in a window is sent once. The keep-alive is a broker-wide tick published l
 batch, so a waiting stream holds no timer of its own. ``lastSeen`` alone changing sends
 nothing; it rides along with the next event and is exact in ``GET /roster``.
 
+Sessions. A subscription may name the session it belongs to (``?session=ID``, the id that
+session's reports carry): the broker counts the subscriptions bound to each session here,
+and when the last one ends, the store gives that session's working or blocked state
+``session_grace`` seconds (:data:`~codex_presence._wire.SESSION_GRACE`) to be reported
+again, not the whole TTL: a runner killed mid-turn reads as idle seconds after its
+subscription drops, and one that reconnects within the grace (it re-sends its state)
+changes nothing a person sees.
+
 When a shared store becomes unreachable, every stream is told so (a ``stale`` event) and
 keeps what it has; when the store is back, every stream gets the whole roster again.
 
@@ -49,6 +57,7 @@ from codex_presence._wire import (
     KEEPALIVE,
     PRESENCE_EVENT,
     ROSTER_EVENT,
+    SESSION_GRACE,
     STALE_EVENT,
     ActivityState,
     Presence,
@@ -57,7 +66,7 @@ from codex_presence._wire import (
 )
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
-from codex_presence.broker.tracker import Activity
+from codex_presence.broker.tracker import ANONYMOUS, Activity
 
 __all__ = ["ActivityWatcher", "Authenticator", "Broker", "bearer_token"]
 
@@ -107,7 +116,8 @@ class Broker:
 
     ``store`` is where the state lives; without it, in memory, with ``activity_ttl`` and
     ``clock`` (monotonic seconds) for its TTL. ``wall_clock`` dates ``createdAt`` and
-    ``lastSeen``.
+    ``lastSeen``. ``session_grace``: seconds a session's activity outlives the last
+    subscription bound to it.
     """
 
     def __init__(
@@ -121,9 +131,15 @@ class Broker:
         authenticators: Sequence[Authenticator] = (),
         fanout_interval: float = FANOUT_INTERVAL,
         keepalive: float = KEEPALIVE,
+        session_grace: float = SESSION_GRACE,
         watcher: ActivityWatcher | None = None,
     ) -> None:
+        if not session_grace >= 0:
+            raise ValueError(f"the session grace must be 0 or more, not {session_grace!r}")
         self.team = team
+        self.session_grace = session_grace
+        self._bound: dict[tuple[str, str], int] = {}
+        """Open subscriptions here per (member, session) they are bound to."""
         self.watcher = watcher
         if store is None:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
@@ -191,29 +207,44 @@ class Broker:
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
 
-    async def report(self, member: Member, state: ActivityState) -> None:
-        """``member`` reported ``state``: an emit (lastSeen ticks), maybe a change. Raises
-        :class:`~codex_presence.broker.store.StoreUnavailable` when it was not recorded."""
-        if await self.store.report(member.name, state, self._now_ms()):
+    async def report(self, member: Member, state: ActivityState, session: str = ANONYMOUS) -> None:
+        """``member``'s ``session`` reported ``state``: an emit (lastSeen ticks), maybe a
+        change. Raises :class:`~codex_presence.broker.store.StoreUnavailable` when it was
+        not recorded, :class:`~codex_presence.broker.store.TooManySessions` when it may
+        not be."""
+        if await self.store.report(member.name, state, self._now_ms(), session):
             self._changed(member.name)
 
-    def attach(self, name: str) -> None:
-        """A subscriber for ``name`` opened."""
+    def attach(self, name: str, session: str | None = None) -> None:
+        """A subscriber for ``name`` opened (bound to ``session``, if it named one)."""
         self.streams += 1
         count = self.store.attach(name, self._now_ms())
+        if session is not None:
+            key = (name, session)
+            bound = self._bound[key] = self._bound.get(key, 0) + 1
+            if bound == 1:
+                self.store.bind(name, session)
         logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
-    def detach(self, name: str) -> None:
-        """A subscriber for ``name`` closed, however it closed."""
+    def detach(self, name: str, session: str | None = None) -> None:
+        """A subscriber for ``name`` (bound to ``session``, if it named one) closed,
+        however it closed: the last one bound to a session gives it the grace."""
         self.streams -= 1
         count = self.store.detach(name)
+        if session is not None:
+            key = (name, session)
+            bound = self._bound.pop(key, 1) - 1
+            if bound > 0:
+                self._bound[key] = bound
+            else:
+                self.store.release(name, session, self.session_grace)
         logger.debug("%s unsubscribed (connected=%d)", name, count)
         self._changed(name)
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
-        activity, since = self.store.activity_entry(name)
+        activity, since, sessions = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
@@ -222,6 +253,7 @@ class Broker:
             role=self._roles[name],
             activity=activity,
             activity_since=since,
+            sessions=sessions,
         )
 
     def roster_json(self) -> bytes:
@@ -281,7 +313,7 @@ class Broker:
     def _watch_all(self) -> None:
         if self.watcher is not None:
             for name in self._names:
-                state, since = self.store.activity_entry(name)
+                state, since, _ = self.store.activity_entry(name)
                 self.watcher.observe(name, state, since)
 
     # -- fan-out -----------------------------------------------------------------------
@@ -377,7 +409,10 @@ class Broker:
         quiet_since = anyio.current_time()
         while not self.closing:
             lapse = self.store.next_lapse()
-            lapse = math.inf if lapse is None else lapse
+            # A deadline that passed since the last batch is dropped by next_lapse(): seen
+            # here, it goes out now rather than at the next deadline or change.
+            self._find_lapses()
+            lapse = 0.0 if self._dirty else math.inf if lapse is None else lapse
             tick = max(0.0, quiet_since + self._keepalive - anyio.current_time())
             with anyio.move_on_after(min(lapse, tick)):
                 await self._pending.wait()

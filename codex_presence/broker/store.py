@@ -19,6 +19,12 @@ never fail (a stream's ``finally`` must not block on the network). Reads — eac
 and every fan-out batch — are local and synchronous in both stores: the shared one keeps a
 mirror.
 
+Each member's activity is kept per session (:mod:`~codex_presence.broker.tracker`): a report
+may name its session, and at most ``max_sessions`` of a member's sessions may be working or
+blocked at once (a report that would start one more raises :class:`TooManySessions`: 429).
+A subscription that names a session is *bound* to it; when the last one bound to it on
+this broker ends, :meth:`Store.release` gives the session a short grace instead of the TTL.
+
 A store tells the broker what changed elsewhere through a :class:`StoreListener` (the
 broker): a member whose presence changed on another broker, the shared state becoming
 unreachable (streams then say the roster is stale) and coming back (a fresh roster for
@@ -34,16 +40,27 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from codex_presence._wire import DEFAULT_TTL, ActivityState
+from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection, ConnectionRegistry
-from codex_presence.broker.tracker import Activity, ActivityTracker
+from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
-__all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable"]
+__all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable", "TooManySessions"]
 
 
 class StoreUnavailable(Exception):
     """The shared state cannot be reached, so a write was not made (or a browser session
     could not be checked): the request gets 503 with this reason."""
+
+
+class TooManySessions(Exception):
+    """A report would make one more of a member's sessions working or blocked than the
+    store holds: it gets 429 with this reason, and is not recorded."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"at most {limit} sessions of one member may be working or blocked at once; "
+            "report idle in one, or wait for one to lapse"
+        )
 
 
 class StoreListener(Protocol):
@@ -79,9 +96,10 @@ class Store(Protocol):
         """``name``'s activity, the TTL resolved."""
 
     def activity_entry(self, name: str) -> Activity:
-        """``name``'s activity and since when (unix ms) its working or blocked state holds
-        (a heartbeat keeps it, a change of state starts it again; None when idle): the same
-        object for as long as neither changes."""
+        """``name``'s activity, since when (unix ms) its working or blocked state holds
+        (a heartbeat keeps it, a change of state starts it again; None when idle) and how
+        many of their sessions are working and blocked: the same object for as long as
+        none of them changes."""
 
     def subscribers_here(self, name: str) -> int:
         """``name``'s streams open on this broker (what the per-member cap bounds)."""
@@ -90,9 +108,20 @@ class Store(Protocol):
         """Seconds until the earliest TTL deadline known (None: none), for the fan-out to
         wake then."""
 
-    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
-        """Record a report (an emit: ``lastSeen`` ticks); whether the activity changed.
-        Raises :class:`StoreUnavailable` when it could not be recorded."""
+    async def report(
+        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+    ) -> bool:
+        """Record a report of ``name``'s ``session`` (an emit: ``lastSeen`` ticks); whether
+        the activity shown changed. Raises :class:`StoreUnavailable` when it could not be
+        recorded, :class:`TooManySessions` when it may not be."""
+
+    def bind(self, name: str, session: str) -> None:
+        """The first subscription bound to ``name``'s ``session`` opened on this broker."""
+
+    def release(self, name: str, session: str, grace: float) -> None:
+        """The last subscription bound to ``name``'s ``session`` on this broker ended: a
+        working or blocked state of that session lapses within ``grace`` seconds unless it
+        is reported again. Never waits, never fails."""
 
     def attach(self, name: str, now_ms: int) -> int:
         """A stream for ``name`` opened here; ``name``'s connected count now."""
@@ -116,9 +145,14 @@ class MemoryStore:
     shared = False
 
     def __init__(
-        self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.ttl = ttl
+        self.max_sessions = max_sessions
         self.registry = ConnectionRegistry()
         self.tracker = ActivityTracker(ttl=ttl, clock=clock)
 
@@ -137,9 +171,25 @@ class MemoryStore:
     def next_lapse(self) -> float | None:
         return self.tracker.next_lapse()
 
-    async def report(self, name: str, state: ActivityState, now_ms: int) -> bool:
+    async def report(
+        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+    ) -> bool:
+        tracker = self.tracker
+        if (
+            session != ANONYMOUS
+            and state is not ActivityState.IDLE
+            and not tracker.holds(name, session)
+            and tracker.held(name) >= self.max_sessions
+        ):
+            raise TooManySessions(self.max_sessions)
         self.registry.touch(name, now_ms)
-        return self.tracker.report(name, state, now_ms=now_ms)
+        return tracker.report(name, state, now_ms=now_ms, session=session)
+
+    def bind(self, name: str, session: str) -> None:
+        """Nothing to remember: in one process, the broker is the store."""
+
+    def release(self, name: str, session: str, grace: float) -> None:
+        self.tracker.shorten(name, session, grace)
 
     def attach(self, name: str, now_ms: int) -> int:
         return self.registry.attach(name, now_ms)

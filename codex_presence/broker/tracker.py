@@ -1,14 +1,24 @@
-"""The activity tracker: who is working or blocked right now, with the design's TTL.
+"""The activity tracker: who is working or blocked right now, with the design's TTL, per
+session.
+
+A member may run several sessions at once (a codex TUI, Claude Code, an IDE's app-server):
+each report may name its session (``session``, an id the shell picks once per run; the
+empty id is the design's single anonymous session, what every report without one is
+about). Each session's activity is held apart, with its own TTL and its own since; the
+member's activity is the strongest of them (blocked > working > idle), its since the
+earliest since among the sessions in that state, and its session counts how many are
+working and how many blocked (:data:`Activity`).
 
 Only ``working`` and ``blocked`` occupy the tracker; ``idle`` is the absence of an entry.
-Each entry also keeps since when its state holds (``activitySince``, unix ms): a heartbeat
-of the same state keeps it, a change of state (a lapse included) starts it again.
+A session's since (``activitySince``, unix ms) is kept by a heartbeat of the same state and
+started again by a change of state (a lapse included).
 Each report holds for ``ttl`` seconds (:data:`~codex_presence._wire.DEFAULT_TTL` by default,
 fractional allowed) and a runner re-reports at a third of it while non-idle (the broker
 states its TTL in ``GET /whoami``; :func:`~codex_presence._wire.heartbeat_for`). There is no
-sweeper: every read resolves the TTL
-against the injected clock, and drops what has lapsed, so a runner that died mid-turn
-reads as idle again within the TTL whether or not anything ever runs in the background.
+sweeper: every read resolves the TTL against the injected clock, and drops what has
+lapsed, so a runner that died mid-turn reads as idle again within the TTL whether or not
+anything ever runs in the background. :meth:`ActivityTracker.shorten` brings a session's
+lapse closer (its subscription ended: the broker gives it a short grace, not the TTL).
 
 A report may carry its own TTL: the Redis store's mirror
 (:mod:`codex_presence.broker.redis_store`) holds what another broker recorded, for as long
@@ -22,29 +32,40 @@ from collections.abc import Callable
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
 
-__all__ = ["Activity", "ActivityTracker"]
+__all__ = ["ANONYMOUS", "Activity", "ActivityTracker", "SessionCounts"]
 
 _IDLE = ActivityState.IDLE
+_BLOCKED = ActivityState.BLOCKED
+ANONYMOUS = ""
+"""The session a report without a session id is about."""
 
-Activity = tuple[ActivityState, int | None]
-"""A member's activity and since when it holds (unix ms; None when idle)."""
-_IDLE_ACTIVITY: Activity = (_IDLE, None)
+SessionCounts = tuple[int, int]
+"""How many of a member's sessions are (working, blocked)."""
+Activity = tuple[ActivityState, int | None, SessionCounts]
+"""A member's activity, since when it holds (unix ms; None when idle), and how many of
+their sessions are working and blocked."""
+_IDLE_ACTIVITY: Activity = (_IDLE, None, (0, 0))
+
+_Held = tuple[ActivityState, int, float]
+"""One session's state, since, and when it lapses (the tracker's clock)."""
 
 
 class ActivityTracker:
-    """Each member's reported activity in memory: ``name -> (state, since)``, and when it
-    lapses. The pair is replaced only when it changes, so that a reader can tell "the same"
-    by identity (the broker's roster cache does)."""
+    """Each member's reported activity in memory, per session, and when each lapses. A
+    member's :data:`Activity` is replaced only when it changes, so that a reader can tell
+    "the same" by identity (the broker's roster cache does)."""
 
-    __slots__ = ("_clock", "_entries", "_expires", "ttl")
+    __slots__ = ("_clock", "_next", "_sessions", "_shown", "ttl")
 
     def __init__(self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
         if not ttl > 0:
             raise ValueError(f"the activity TTL must be positive, not {ttl!r}")
         self.ttl = ttl
         self._clock = clock
-        self._entries: dict[str, tuple[ActivityState, int]] = {}
-        self._expires: dict[str, float] = {}
+        self._sessions: dict[str, dict[str, _Held]] = {}
+        self._shown: dict[str, Activity] = {}
+        self._next: dict[str, float] = {}
+        """Each member's earliest lapse: until then, their shown activity holds."""
 
     def report(
         self,
@@ -54,33 +75,97 @@ class ActivityTracker:
         *,
         now_ms: int = 0,
         since: int | None = None,
+        session: str = ANONYMOUS,
     ) -> bool:
-        """``name`` reported ``state``, which holds ``ttl`` seconds (the tracker's by
-        default); whether the state shown changed. The state holds since ``since`` (unix
-        ms) when given (a shared store's record says), else since ``now_ms`` if it is new,
-        else since it began."""
+        """``name``'s ``session`` reported ``state``, which holds ``ttl`` seconds (the
+        tracker's by default); whether the member's activity shown changed. The state holds
+        since ``since`` (unix ms) when given (a shared store's record says), else since
+        ``now_ms`` if it is new to the session, else since it began."""
         previous = self.entry(name)
+        held = self._sessions.get(name)
         if state is _IDLE:
-            self._entries.pop(name, None)
-            self._expires.pop(name, None)
-            return previous[0] is not state
-        if since is None:
-            since = previous[1] if previous[0] is state and previous[1] is not None else now_ms
-        if previous[0] is not state or previous[1] != since:
-            self._entries[name] = (state, since)
-        self._expires[name] = self._clock() + (self.ttl if ttl is None else ttl)
-        return previous[0] is not state
+            if held is None or held.pop(session, None) is None:
+                return False
+        else:
+            if held is None:
+                held = self._sessions[name] = {}
+            old = held.get(session)
+            if since is None:
+                since = old[1] if old is not None and old[0] is state else now_ms
+            held[session] = (state, since, self._clock() + (self.ttl if ttl is None else ttl))
+        return self._recount(name, previous)
+
+    def shorten(self, name: str, session: str, seconds: float) -> bool:
+        """``name``'s ``session`` lapses within ``seconds`` from now unless reported again
+        (its subscription ended); whether it held anything to shorten."""
+        self.entry(name)  # drop what lapsed already
+        held = self._sessions.get(name, {}).get(session)
+        if held is None:
+            return False
+        deadline = self._clock() + seconds
+        if deadline < held[2]:
+            self._sessions[name][session] = (held[0], held[1], deadline)
+            self._next[name] = min(self._next[name], deadline)
+        return True
+
+    def forget_sessions(self, name: str) -> bool:
+        """Drop every named session of ``name`` (the anonymous one stays): a shared store
+        is read again in full; whether the activity shown changed."""
+        previous = self.entry(name)
+        held = self._sessions.get(name)
+        if held is None:
+            return False
+        for session in [s for s in held if s != ANONYMOUS]:
+            del held[session]
+        return self._recount(name, previous)
+
+    def holds(self, name: str, session: str) -> bool:
+        """Whether ``name``'s ``session`` is working or blocked (the TTL resolved)."""
+        self.entry(name)
+        return session in self._sessions.get(name, {})
+
+    def held(self, name: str) -> int:
+        """How many of ``name``'s sessions are working or blocked (the TTL resolved)."""
+        self.entry(name)
+        return len(self._sessions.get(name, {}))
+
+    def _recount(self, name: str, previous: Activity) -> bool:
+        """Derive ``name``'s shown activity from its sessions; whether it changed."""
+        held = self._sessions.get(name)
+        if not held:
+            self._sessions.pop(name, None)
+            self._shown.pop(name, None)
+            self._next.pop(name, None)
+            return previous is not _IDLE_ACTIVITY
+        working = blocked = 0
+        for state, _, _ in held.values():
+            if state is _BLOCKED:
+                blocked += 1
+            else:
+                working += 1
+        strongest = _BLOCKED if blocked else ActivityState.WORKING
+        since = min(s for state, s, _ in held.values() if state is strongest)
+        self._next[name] = min(expires for _, _, expires in held.values())
+        current: Activity = (strongest, since, (working, blocked))
+        if current == previous:
+            return False
+        self._shown[name] = current
+        return True
 
     def entry(self, name: str) -> Activity:
-        """``name``'s activity and since when it holds, the TTL resolved: the same object
-        for as long as neither changes."""
-        entry = self._entries.get(name)
-        if entry is None:
+        """``name``'s activity, since when it holds and its session counts, the TTL
+        resolved: the same object for as long as none of them changes."""
+        shown = self._shown.get(name)
+        if shown is None:
             return _IDLE_ACTIVITY
-        if self._clock() >= self._expires[name]:
-            del self._entries[name], self._expires[name]
-            return _IDLE_ACTIVITY
-        return entry
+        now = self._clock()
+        if now < self._next[name]:
+            return shown
+        held = self._sessions[name]
+        for session in [s for s, (_, _, expires) in held.items() if now >= expires]:
+            del held[session]
+        self._recount(name, shown)
+        return self._shown.get(name, _IDLE_ACTIVITY)
 
     def get(self, name: str) -> ActivityState:
         return self.entry(name)[0]
@@ -91,10 +176,9 @@ class ActivityTracker:
 
     def next_expiry(self) -> float | None:
         now = self._clock()
-        lapsed = [name for name, expires in self._expires.items() if now >= expires]
-        for name in lapsed:
-            del self._entries[name], self._expires[name]
-        return min(self._expires.values(), default=None)
+        for name in [n for n, deadline in self._next.items() if now >= deadline]:
+            self.entry(name)
+        return min(self._next.values(), default=None)
 
     def next_lapse(self) -> float | None:
         """Seconds until :meth:`next_expiry` (None: nothing can lapse)."""
@@ -102,5 +186,5 @@ class ActivityTracker:
         return None if deadline is None else max(0.0, deadline - self._clock())
 
     def __len__(self) -> int:
-        """Entries held, lapsed or not (for tests and stats)."""
-        return len(self._entries)
+        """Members held, lapsed or not (for tests and stats)."""
+        return len(self._shown)

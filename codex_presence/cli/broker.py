@@ -35,7 +35,7 @@ CODEX_PRESENCE_NOTIFY (URLs separated by spaces) to the command line.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE, MIN_TTL
+    from codex_presence._wire import DEFAULT_PORT, DEFAULT_TTL, KEEPALIVE, MIN_TTL, SESSION_GRACE
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.core.notify_policy import DEFAULT_AFTER
 
@@ -63,6 +63,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how long a working/blocked report holds without a heartbeat; runners learn it "
         f"from GET /whoami and heartbeat at a third of it (default: {DEFAULT_TTL:g}, "
         f"at least {MIN_TTL:g})",
+    )
+    parser.add_argument(
+        "--session-grace",
+        type=float,
+        default=SESSION_GRACE,
+        metavar="SECONDS",
+        help="how long a session's working/blocked state outlives the end of its runner's "
+        "subscription (a runner that reconnects within it changes nothing; one that died "
+        f"reads as idle after it) (default: {SESSION_GRACE:g})",
     )
     parser.add_argument(
         "--keepalive",
@@ -290,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
+    if not 0 <= args.session_grace <= args.activity_ttl:
+        raise UsageError("--session-grace must be 0 or more, and at most --activity-ttl")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
     if args.max_connections < 1:
@@ -321,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
         store=store,
         activity_ttl=args.activity_ttl,
         keepalive=args.keepalive,
+        session_grace=args.session_grace,
         authenticators=[web.authenticate],
         watcher=notifier,
     )

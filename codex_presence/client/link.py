@@ -11,6 +11,11 @@ each reconnect) says its activity TTL, which sets the reporter's heartbeat; and 
 the subscription comes back online the broker may have restarted empty, so the reporter
 re-sends a non-idle state at once rather than at its next heartbeat.
 
+Each run is one session of the member (:attr:`BrokerLink.session_id`, 16 random URL-safe
+characters, picked here): every report and the subscription carry it, so that the broker
+holds this run's activity apart from the member's other sessions, and lets it lapse seconds
+after the subscription drops (the runner was killed) rather than at the TTL.
+
 With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
 activity stays absent for the whole session, while connection presence works as usual.
 The demo plays its recorded session through this same link.
@@ -19,6 +24,7 @@ The demo plays its recorded session through this same link.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -66,6 +72,8 @@ class BrokerLink:
         self._presence_backoff = presence_backoff
         self.reporter: ActivityReporter | None = None
         self.presence: ConnectionPresence | None = None
+        self.session_id = secrets.token_urlsafe(12)
+        """This run's session: its reports and its subscription carry it."""
 
     def observe(self, transition: Transition) -> None:
         """The relay's observer: hand the new state to the reporter (never blocks). A
@@ -79,7 +87,9 @@ class BrokerLink:
         settings = self.settings
         async with make_async_client(settings.url, settings.token) as client:
             if settings.trace:
-                self.reporter = ActivityReporter(client=client, policy=self._policy)
+                self.reporter = ActivityReporter(
+                    client=client, policy=self._policy, session=self.session_id
+                )
             else:
                 logger.info("--no-trace: activity is not reported; connection presence only")
             async with anyio.create_task_group() as tg:
@@ -117,6 +127,7 @@ class BrokerLink:
             name=self.settings.name or me.name,
             backoff=self._presence_backoff,
             on_change=on_change,
+            session=self.session_id,
         )
         async with reconnected, reconnects, anyio.create_task_group() as tg:
             tg.start_soon(self._relearn, client, reconnects)

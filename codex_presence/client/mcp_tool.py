@@ -14,7 +14,8 @@ CLI uses too)::
 Activity stays out of that text, as the design says, unless the call asks for it with the
 optional boolean argument ``include_activity``: then each working or blocked member's line
 ends with the state and how long it has held (``- builder [engineer] connected=1 working
-3m``).
+3m``), and, when two or more of their sessions are busy, how many are working and blocked
+(``working 3m (sessions: 2 working, 1 blocked)``).
 
 The "calling member" is whoever the token belongs to; ``name``, if given, must match it,
 so that a token copied into the wrong agent's config is noticed instead of answering for
@@ -47,7 +48,9 @@ Your team's roster from the presence broker: one line per teammate with their ro
 privilege bucket, and whether they are reachable right now (connected=N live \
 subscriptions, or offline). Your own line is marked (you). With include_activity, each \
 teammate who is working (a turn in progress) or blocked (waiting on a human) has that \
-state and how long it has held at the end of their line, e.g. "working 3m"."""
+state and how long it has held at the end of their line, e.g. "working 3m", and how many \
+of their sessions are working and blocked when they run several, e.g. "(sessions: 2 \
+working, 1 blocked)"."""
 
 
 _IncludeActivity = Annotated[

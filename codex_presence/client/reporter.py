@@ -10,6 +10,11 @@ What the link learns about the broker goes to the policy:
 :meth:`ActivityReporter.use_broker_ttl` (its TTL, from ``GET /whoami``: the heartbeat
 follows it) and :meth:`ActivityReporter.resend` (the subscription reconnected: the broker
 may have restarted and forgotten).
+
+Each report names the session it is about (``session``, the id the link picked for this
+run, which the subscription also carries): a member's sessions are held apart at the
+broker. A broker that predates sessions refuses a body with a ``session`` (400): the
+reporter then says so once and reports as the member's one anonymous session.
 """
 
 from __future__ import annotations
@@ -50,8 +55,11 @@ class ActivityReporter:
         policy: ReportPolicy | None = None,
         clock: Callable[[], float] = anyio.current_time,
         request_timeout: float = 2.0,
+        session: str | None = None,
     ) -> None:
         self._client = client
+        self.session = session
+        """The session id each report carries (None: the anonymous session)."""
         self.policy = policy if policy is not None else ReportPolicy()
         self._clock = clock
         self._timeout = request_timeout
@@ -99,10 +107,23 @@ class ActivityReporter:
 
     async def _post(self, action: Post) -> Outcome:
         self.posts += 1
+        body = {"state": action.state.value}
+        if self.session is not None:
+            body["session"] = self.session
         try:
-            response = await self._client.post(
-                ACTIVITY_PATH, json={"state": action.state.value}, timeout=self._timeout
-            )
+            response = await self._client.post(ACTIVITY_PATH, json=body, timeout=self._timeout)
+            if (
+                response.status_code == 400
+                and self.session is not None
+                and b"session" in (await response.aread())
+            ):
+                logger.warning(
+                    "the broker does not know sessions (it refused one: %s); reporting as "
+                    "the member's one session",
+                    printable(response.text[:200]),
+                )
+                self.session = None
+                return await self._post(action)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             self._note_failure(type(exc).__name__)
             return Outcome.FAILED  # it never left

@@ -15,6 +15,10 @@ ends with the state and how long it has held (from ``activitySince``)::
 
     - builder [engineer] connected=1 working 3m
 
+and when two or more of the member's sessions are busy, how many are working and blocked::
+
+    - builder [engineer] connected=2 blocked 1m (sessions: 1 working, 1 blocked)
+
 :func:`watch_text` is the human view of ``roster --watch``: the same lines with the
 activity after them (a spinner for working, "needs input" for blocked) and how long it has
 held. Durations are measured against this machine's clock, as
@@ -32,7 +36,14 @@ from typing import Any
 
 from codex_presence._wire import printable, privilege
 
-__all__ = ["SPINNER", "elapsed_text", "roster_line", "roster_text", "watch_text"]
+__all__ = [
+    "SPINNER",
+    "elapsed_text",
+    "roster_line",
+    "roster_text",
+    "sessions_text",
+    "watch_text",
+]
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -63,6 +74,22 @@ def _since_text(p: Mapping[str, Any], now_ms: int | None, *, compact: bool) -> s
     return elapsed_text((now_ms - since) / 1000, compact=compact)
 
 
+def sessions_text(p: Mapping[str, Any]) -> str:
+    """``2 working, 1 blocked`` from ``p``'s ``sessions`` (two or more busy sessions), or ""
+    (one or none, or a broker that does not say)."""
+    sessions = p.get("sessions")
+    if not isinstance(sessions, Mapping):
+        return ""
+    counts = []
+    for state in ("working", "blocked"):
+        n = sessions.get(state)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            counts.append((n, state))
+    if sum(n for n, _ in counts) < 2:
+        return ""
+    return ", ".join(f"{n} {state}" for n, state in counts)
+
+
 def roster_line(
     p: Mapping[str, Any],
     *,
@@ -91,6 +118,9 @@ def roster_line(
         since = _since_text(p, now_ms, compact=True)
         if since:
             parts.append(since)
+        sessions = sessions_text(p)
+        if sessions:
+            parts.append(f"(sessions: {sessions})")
     return " ".join(parts)
 
 
@@ -131,6 +161,6 @@ def watch_text(
         else:
             lines.append(line)
             continue
-        since = _since_text(p, now_ms, compact=False)
-        lines.append(f"{line} · {since}" if since else line)
+        extra = [_since_text(p, now_ms, compact=False), sessions_text(p)]
+        lines.append(" · ".join([line, *filter(None, extra)]))
     return "\n".join(lines)

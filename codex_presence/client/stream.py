@@ -4,7 +4,9 @@ While the stream is open the broker counts the member as connected. :class:`Rost
 connects, reads the events, and when the stream drops (the broker restarted, the network
 went away, or it stayed silent past ``read_timeout`` although the broker sends keep-alives)
 reconnects with capped, jittered backoff (:func:`~codex_presence.core.backoff.reconnect_backoff`).
-A 401/403 ends it: a wrong token or name will not fix itself.
+A 401/403 ends it: a wrong token or name will not fix itself. A runner's stream names its
+session (``session``): the broker then lets that session's activity lapse a few seconds
+after the stream ends, instead of at the TTL.
 
 Its state — ``connecting``, ``online``, ``offline`` — goes to ``on_change`` on every change,
 with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.retry_in`
@@ -68,9 +70,12 @@ class RosterStream:
         read_timeout: float = SILENT_STREAM_TIMEOUT,
         on_change: Callable[[ConnectionState], None] | None = None,
         on_roster: Callable[[RosterView], None] | None = None,
+        session: str | None = None,
     ) -> None:
         self._client = client
         self.name = name
+        self.session = session
+        """The session this subscription is bound to (``?session=``; None: none)."""
         self._backoff = backoff if backoff is not None else reconnect_backoff()
         self._read_timeout = read_timeout
         self._on_change = on_change
@@ -112,6 +117,8 @@ class RosterStream:
         """One subscription, from connect to close; returns why it ended."""
         timeout = httpx.Timeout(5.0, read=self._read_timeout)
         params = {"name": self.name}
+        if self.session is not None:
+            params["session"] = self.session
         try:
             async with aconnect_sse(
                 self._client, "GET", SUBSCRIBE_PATH, params=params, timeout=timeout

@@ -169,3 +169,39 @@ def test_watch_text_says_since_when() -> None:
     assert lines[3] == "- scout [scout] [operator] offline  [!] needs input · 2 min"
     later = watch_text("acme", BUSY, you="alice", now_ms=NOW + 60_000).splitlines()
     assert later[3].endswith("needs input · 3 min")  # the time moves on, the since does not
+
+
+def test_busy_sessions_are_counted_only_when_there_are_two_or_more() -> None:
+    """Issue 23: ``sessions`` rides with ``activity`` only while two or more of the
+    member's sessions are busy; the renderers say how many, and read it defensively."""
+    from codex_presence.client.roster_text import sessions_text
+
+    base: dict[str, Any] = {"name": "b", "connected": 0, "createdAt": 1, "lastSeen": 2}
+    one = presence(**_args(base), activity=ActivityState.WORKING, sessions=(1, 0))
+    assert "sessions" not in one
+    both = presence(**_args(base), activity=ActivityState.BLOCKED, sessions=(2, 1))
+    assert both["sessions"] == {"working": 2, "blocked": 1}
+    assert list(both)[-1] == "sessions"
+    two_blocked = presence(**_args(base), activity=ActivityState.BLOCKED, sessions=(0, 2))
+    assert two_blocked["sessions"] == {"blocked": 2}
+    idle = presence(**_args(base), sessions=(2, 1))
+    assert "sessions" not in idle
+    assert sessions_text(both) == "2 working, 1 blocked"
+    assert sessions_text(one) == ""
+    for junk in ("2", {"working": "2"}, {"working": True, "blocked": True}, {"working": -3}):
+        assert sessions_text({**both, "sessions": junk}) == ""
+    line = roster_line({**both, "activitySince": 0}, activity=True, now_ms=60_000)
+    assert line == "- b offline blocked 1m (sessions: 2 working, 1 blocked)"
+    assert roster_line(both) == "- b offline"  # without the opt-in: the design's line
+    watched = watch_text("acme", [{**both, "activitySince": 0}], you=None, now_ms=60_000)
+    assert watched.splitlines()[1] == "- b offline  [!] needs input · 1 min · 2 working, 1 blocked"
+
+
+def _args(base: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": base["name"],
+        "connected": base["connected"],
+        "created_at": base["createdAt"],
+        "last_seen": base["lastSeen"],
+        "role": None,
+    }

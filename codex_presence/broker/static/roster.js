@@ -10,7 +10,9 @@
 //
 // What an operator needs besides the rows: how long each member has been working or
 // waiting (from `activitySince`, against this machine's clock), the longest-waiting first,
-// the count of members who need input in the tab's title, an opt-in desktop notification
+// how many of a member's sessions are working and need input when two or more are busy
+// (`sessions`: "working (2 working, 1 needs input)"), the count of members who need input
+// in the tab's title, an opt-in desktop notification
 // when someone becomes blocked (permission is asked only when the toggle is turned on),
 // and the truth when the stream is down: the rows are marked stale, "as of" the moment it
 // was lost (or the broker said it lost its shared store), until a fresh roster comes.
@@ -122,6 +124,19 @@
       ? p.activitySince : null;
   }
 
+  // "2 working, 1 needs input" when two or more of the member's sessions are busy, else "".
+  function sessionsText(p) {
+    const s = p.sessions;
+    if (!s || typeof s !== 'object') return '';
+    const working = Number.isInteger(s.working) && s.working > 0 ? s.working : 0;
+    const blocked = Number.isInteger(s.blocked) && s.blocked > 0 ? s.blocked : 0;
+    if (working + blocked < 2) return '';
+    const parts = [];
+    if (working) parts.push(`${working} working`);
+    if (blocked) parts.push(`${blocked} needs input`);
+    return parts.join(', ');
+  }
+
   // -- the rows --------------------------------------------------------------------------
 
   const ACTIVITY = {
@@ -164,7 +179,8 @@
     const icon = row.querySelector('.activity-icon');
     icon.className = 'activity-icon ' + a.icon;
     icon.textContent = a.mark || '';
-    row.querySelector('.activity').textContent = a.text;
+    const sessions = activity === 'idle' ? '' : sessionsText(p);
+    row.querySelector('.activity').textContent = sessions ? `${a.text} (${sessions})` : a.text;
     drawTimes(row);
   }
 

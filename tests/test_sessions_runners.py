@@ -1,0 +1,128 @@
+"""Sessions with real runners (issue 23, parts 1 and 2): ``codex-presence wrap`` processes
+(a scripted app-server as the child) against a real broker on loopback, in memory and on a
+real redis-server (``store_url``).
+
+Two wraps with one token are two sessions of one member: the roster shows the strongest.
+A wrap killed mid-turn (SIGKILL: no idle report, ever) reads offline at once and idle
+after the broker's session grace, not after the 30 s TTL. The times are measured and
+printed (``-s`` shows them); the bound asserted is the one that tells the grace from the
+TTL, not a speed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from codex_presence._wire import DEFAULT_TTL, SESSION_GRACE
+from tests.support.broker_harness import (
+    broker_process,
+    make_team,
+    running_broker,
+    token_of,
+)
+from tests.support.shared_brokers import roster, team_file
+from tests.support.waiting import eventually
+from tests.support.wrap_harness import WrapProcess, is_note, is_request
+
+TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("builder")}
+LONG_TURN = {"deltas": 300, "delay_ms": 50}
+"""A turn that works for about 15 s: longer than every step that needs it working."""
+
+
+def builder(url: str) -> dict[str, object]:
+    return roster(url)["builder"]
+
+
+def options(url: str) -> list[str]:
+    return ["--broker", url, "--name", "builder"]
+
+
+def test_two_wraps_of_one_member_show_the_strongest(store_url: str | None) -> None:
+    with (
+        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        WrapProcess(options(broker.url), env=TOKEN) as first,
+        WrapProcess(options(broker.url), env=TOKEN) as second,
+    ):
+        url = broker.url
+        eventually(lambda: builder(url)["connected"] == 2, 20, "both wraps subscribed")
+        first.start_turn(1, **LONG_TURN)
+        first.wait_for(is_note("turn/started"))
+        eventually(lambda: builder(url).get("activity") == "working", what="first working")
+        assert "sessions" not in builder(url)  # one busy session: nothing more to say
+
+        second.start_turn(1, deltas=2)  # the other session runs a turn and ends it
+        second.wait_for(is_note("turn/completed"))
+        eventually(lambda: b": idle (" in second.stderr, what="second idle")
+        time.sleep(0.5)  # time for its idle report: on main it made the member idle
+        assert builder(url).get("activity") == "working"
+
+        second.start_turn(2, approval=True, deltas=1)
+        request = second.wait_for(is_request("item/commandExecution/requestApproval"))
+        eventually(lambda: builder(url).get("activity") == "blocked", what="blocked shown")
+        assert builder(url)["sessions"] == {"working": 1, "blocked": 1}
+        second.send({"id": request["id"], "result": {"decision": "accept"}})
+        second.wait_for(is_note("turn/completed"))
+        eventually(lambda: builder(url).get("activity") == "working", what="back to working")
+        eventually(lambda: "sessions" not in builder(url), what="one busy session again")
+
+        first.wait_for(is_note("turn/completed"), timeout=30)  # both idle now
+        eventually(lambda: "activity" not in builder(url), what="idle")
+        assert first.close() == 0
+        assert second.close() == 0
+        eventually(lambda: builder(url)["connected"] == 0)
+
+
+def test_a_wrap_killed_mid_turn_is_offline_and_idle_within_the_grace(
+    store_url: str | None,
+) -> None:
+    """SIGKILL: no idle report will ever come. On main the roster said "offline · working"
+    for the rest of the TTL (26.6-26.8 s measured, issue 23)."""
+    with (
+        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        WrapProcess(options(broker.url), env=TOKEN) as wrap,
+    ):
+        url = broker.url
+        eventually(lambda: builder(url)["connected"] == 1, 20, "the wrap subscribed")
+        wrap.start_turn(1, **LONG_TURN)
+        wrap.wait_for(is_note("turn/started"))
+        eventually(lambda: builder(url).get("activity") == "working", what="working")
+        killed = time.monotonic()
+        wrap.proc.kill()
+        wrap.proc.wait(10)
+        offline = eventually(lambda: builder(url)["connected"] == 0, DEFAULT_TTL)
+        idle = eventually(lambda: "activity" not in builder(url), DEFAULT_TTL) + offline
+        took = time.monotonic() - killed
+        store = "redis" if store_url else "memory"
+        print(
+            f"\n[{store}] SIGKILL of wrap: offline after {offline:.3f} s, idle after {idle:.3f} s"
+        )
+        assert took < DEFAULT_TTL / 3, f"idle after {took:.1f} s: the TTL, not the grace"
+        assert idle >= SESSION_GRACE * 0.9  # the grace was given: a blip would change nothing
+
+
+@pytest.mark.slow
+def test_a_dead_brokers_sessions_go_with_its_counts(redis_url: str, tmp_path: Path) -> None:
+    """The broker holding a working session's subscription is SIGKILLed: its counts leave
+    the roster at the bound (10 s + a 2 s heartbeat), and the session with them (after the
+    grace), not at the TTL."""
+    team = team_file(tmp_path)
+    with (
+        broker_process("--team", team, redis=redis_url) as doomed,
+        broker_process("--team", team, redis=redis_url) as survivor,
+        WrapProcess(options(doomed.url), env=TOKEN) as wrap,
+    ):
+        eventually(lambda: builder(survivor.url)["connected"] == 1, 20, "subscribed")
+        wrap.start_turn(1, deltas=2000, delay_ms=50)
+        wrap.wait_for(is_note("turn/started"))
+        eventually(lambda: builder(survivor.url).get("activity") == "working", what="working")
+        killed = time.monotonic()
+        doomed.proc.kill()
+        doomed.proc.wait(10)
+        gone = eventually(lambda: builder(survivor.url)["connected"] == 0, DEFAULT_TTL)
+        idle = eventually(lambda: "activity" not in builder(survivor.url), DEFAULT_TTL) + gone
+        print(f"\n[redis] SIGKILL of the broker: counts gone {gone:.1f} s, idle {idle:.1f} s")
+        assert time.monotonic() - killed < DEFAULT_TTL * 0.7
+        wrap.proc.kill()

@@ -1,0 +1,124 @@
+"""A shell killed mid-turn (SIGKILL) reads offline at once and idle after the broker's
+session grace, not the TTL (issue 23, part 2): ``codex-presence codex`` with the real codex
+TUI, and ``codex-presence claude`` with the real Claude Code, each running a long command
+against a real broker on loopback (in memory and on a real redis-server).
+
+On main the roster said "offline · working" for 26.6-26.8 s after such a kill. The times are
+printed (``-s`` shows them); the bound asserted tells the grace from the TTL, it is not a
+speed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from codex_presence._wire import DEFAULT_TTL, TOKEN_ENV
+from codex_presence.agent.watchdog import descendants
+from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.claude_presence import interactive_presence
+from tests.support.claude_scenarios import LONG
+from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text
+from tests.support.fake_model import FakeModel
+from tests.support.tui_driver import (
+    COMPOSER,
+    PRESENCE_MARKER,
+    READY,
+    Tui,
+    pane_process,
+    presence_command,
+    short_tempdir,
+    tui_home,
+)
+from tests.support.tui_scenarios import NO_APPROVALS, _long_command_steps
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+
+def alice(broker: RunningBroker) -> dict[str, object]:
+    rows = httpx.get(broker.url + "/roster", headers=broker.auth("bob"), trust_env=False).json()
+    (row,) = [r for r in rows if r["name"] == "alice"]
+    return dict(row)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def killed_reads_idle(broker: RunningBroker, pid: int, shell: str, store: str) -> None:
+    """SIGKILL ``pid`` while alice works; wait for offline, then idle; say how long."""
+    assert alice(broker).get("activity") == "working"
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    offline = eventually(lambda: alice(broker)["connected"] == 0, DEFAULT_TTL)
+    idle = eventually(lambda: "activity" not in alice(broker), DEFAULT_TTL) + offline
+    print(f"\n[{store}] SIGKILL of {shell}: offline after {offline:.3f} s, idle after {idle:.3f} s")
+    assert time.monotonic() - killed < DEFAULT_TTL / 3, "the TTL, not the grace"
+
+
+def test_the_codex_shell_killed_mid_turn(codex: Path, store_url: str | None) -> None:
+    model = FakeModel(_long_command_steps())
+    with (
+        short_tempdir() as tmp,
+        model.serve(),
+        running_broker(team=make_team("alice", "bob"), redis=store_url) as broker,
+    ):
+        home = tui_home(tmp, model.base_url, NO_APPROVALS)
+        argv = presence_command(codex, "--broker", broker.url, "--name", "alice")
+        tui = Tui(argv, env={**home.env, TOKEN_ENV: token_of("alice")}, cwd=home.work, sock_dir=tmp)
+        try:
+            tui.wait_for(READY, timeout=30)
+            eventually(lambda: alice(broker)["connected"] == 1, 20, "subscribed")
+            tui.wait_for(COMPOSER)
+            tui.prompt("sleep a while")
+            tui.wait_for("esc to interrupt")
+            eventually(lambda: alice(broker).get("activity") == "working", 10, "working")
+            command = pane_process(tui, PRESENCE_MARKER)
+            killed_reads_idle(broker, command, "codex", "redis" if store_url else "memory")
+        finally:
+            tui.close()
+
+
+@pytest.mark.claude
+def test_the_claude_shell_killed_mid_turn(
+    claude: Path, tmp_path: Path, store_url: str | None
+) -> None:
+    api = FakeAnthropic(
+        [
+            Reply(blocks=[text("Waiting."), bash(LONG, id="toolu_kill")]),
+            say("unused"),
+        ]
+    )
+    args = ("--permission-mode", "default", "--allowedTools", "Bash")
+    with (
+        running_broker(team=make_team("alice", "bob"), redis=store_url) as broker,
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url, claude_args=args) as (
+            s,
+            _,
+        ),
+    ):
+        s.ready()
+        eventually(lambda: alice(broker)["connected"] == 1, 20, "subscribed")
+        s.prompt("wait a while")
+        s.tmux.wait_screen(r"sleep 30")
+        eventually(lambda: alice(broker).get("activity") == "working", 10, "working")
+        marker = b"\0-m\0codex_presence\0claude\0"
+        pane = s.tmux.pane_pid()
+        assert pane is not None
+        python = os.fsencode(sys.executable) + b"\0"
+        found = [
+            pid
+            for pid in {pane, *descendants(pane)}
+            if marker in (cmdline := Path(f"/proc/{pid}/cmdline").read_bytes())
+            and cmdline.startswith(python)
+        ]
+        (command,) = [pid for pid in found if _parent(pid) not in found]  # not its watchdog
+        killed_reads_idle(broker, command, "claude", "redis" if store_url else "memory")
