@@ -407,8 +407,11 @@ def test_claudes_parting_hint_is_plain_claudes(
 def test_claudes_spinner_never_names_a_hook_of_ours(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
-    """A turn with a tool call behind codex-presence: the screen, read all along, never
-    shows "running … hook" (plain claude's never does: the test above)."""
+    """A turn with a tool call behind codex-presence: the screen, read all along, does not
+    show our hooks (plain claude's never does: the test above). With hooks claude waits
+    for, it named each of the five of the turn ("running PostToolUse hook · 0s"), in every
+    turn. Ours are async: claude waits for none, and shows one only while it starts its
+    process, which a loaded machine can stretch to a second: at most one, so, never all."""
     api = a_turn_with_a_tool()
     with (
         api.serve(),
@@ -418,7 +421,8 @@ def test_claudes_spinner_never_names_a_hook_of_ours(
         spinner, _ = turn_and_exit(s)
     assert replayed(files) == ["working", "idle"]  # the hooks were there all along
     assert spinner  # the screen was read while claude worked
-    assert [line for line in spinner if "hook" in line] == []
+    named = {m.group(1) for line in spinner if (m := re.search(r"running (\w+) hook", line))}
+    assert len(named) <= 1, named
 
 
 def test_a_background_command_is_background_work_not_the_members_state(

@@ -73,7 +73,7 @@ def test_a_bug_in_a_handler_is_logged_with_its_traceback_and_the_session_goes_on
     tmp_path: Path,
 ) -> None:
     patch = (
-        "import codex_presence.core.codex.mapping as m\n"
+        "import codex_presence.core.codex.handlers as m\n"
         "def broken(*args, **kwargs): raise KeyError('a bug in the handler')\n"
         "m._on_turn_completed = broken"
     )

@@ -38,7 +38,8 @@ def messages(path: Path, direction: str) -> list[object]:
         return [
             e.message if e.message is not None else e.raw
             for e in read_entries(lines)
-            if e.direction == direction and not e.end  # wrap's recording ends with its end line
+            # wrap's recording starts with its version line and ends with its end line
+            if e.direction == direction and not e.end and e.version is None
         ]
 
 
