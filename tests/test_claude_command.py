@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from codex_presence.agent.claude import session as claude_session
+from codex_presence.agent.claude import settings as claude_settings
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.session import ClaudeSession
 from codex_presence.core.claude.mapping import SETTLE
@@ -442,7 +443,7 @@ async def test_claudes_files_are_read_only_while_they_can_matter(
 
     session = ClaudeSession(config=tmp_path / "config", observers=[observe])
     status = await session.run(
-        [fake_claude(tmp_path)], env=claude_session.child_environment(os.environ)
+        [fake_claude(tmp_path)], env=claude_settings.child_environment(os.environ)
     )
     assert status == 0 and "idle" in marks
     while_working = [t for t, _ in polls if marks["working"] <= t <= marks["idle"]]
@@ -466,7 +467,7 @@ async def run_session(
         config=tmp_path / "config", observers=[lambda t: seen.append((t.state.value, t.cause))]
     )
     status = await session.run(
-        [fake_claude(tmp_path)], env=claude_session.child_environment(os.environ)
+        [fake_claude(tmp_path)], env=claude_settings.child_environment(os.environ)
     )
     return status, seen
 

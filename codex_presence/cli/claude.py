@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
     from codex_presence.agent.claude.files import config_dir
-    from codex_presence.agent.claude.session import (
-        ClaudeSession,
+    from codex_presence.agent.claude.session import ClaudeSession
+    from codex_presence.agent.claude.settings import (
         SettingsError,
         child_environment,
         split_settings,

@@ -16,21 +16,13 @@ skeleton's (:mod:`codex_presence.agent.session`).
   kills claude. claude, and every process it starts, dies with us, however we end (its
   watchdog, see :func:`~codex_presence.agent.child.spawn`), and our exit status is claude's
   (128+N for signal N).
-* **claude's settings**: ``--settings FILE`` is put after the command's first word; FILE
-  (mode 0600, in a private 0700 directory removed at the end) holds one hook per event the
-  mapping reads: an *async command hook* running curl (claude names every hook it waits
-  for in its spinner; it waits for none of these, and they show nowhere), whose config
-  file, beside FILE, holds the URL; an HTTP hook for SessionEnd (claude exits right
-  after it), in print mode (no screen) and where there is no curl. Each delivery
-  says its process id, so that one that arrives after a later hook of claude's is dropped
-  (:mod:`~codex_presence.core.claude.hook_order`). The user's settings files still apply
-  (claude merges them); a ``--settings`` of the user's own in the arguments (claude
-  would take only the last) is taken out and carried in FILE, our hooks after theirs.
-  claude's parting hint
-  (``claude FLAGS --resume ID``) gets its FLAGS from the arguments the person gave, not
-  from ours (:func:`child_environment`). The hook URL
-  holds the session's secret: it is never logged, and ``127.0.0.1`` is added to claude's
-  ``NO_PROXY`` so that no proxy ever sees it.
+* **claude's settings**: ``--settings FILE`` after the command's first word, FILE holding
+  the person's own settings and one hook per event the mapping reads, async command hooks
+  (claude shows none in its spinner) where it can (:mod:`.settings`, which also makes
+  claude's environment: no proxy for the hook URL, the person's flags in the resume hint).
+  Each delivery says its process id, so that one that arrives after a later hook of
+  claude's is dropped (:mod:`~codex_presence.core.claude.hook_order`). The hook URL holds
+  the session's secret: it is never logged.
 * **Reading files only while it can matter**: the transcript and the session file are
   polled every ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the
   member is not idle, or claude's view awaits adoption); when idle, the follower sleeps until
@@ -60,6 +52,7 @@ from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.hook_server import HookServer
+from codex_presence.agent.claude.settings import with_our_hooks
 from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
@@ -74,106 +67,16 @@ from codex_presence.core.activity import Transition
 from codex_presence.core.claude.hook_order import PID_MAX, HookOrder
 from codex_presence.core.claude.mapping import ClaudeMapping
 from codex_presence.core.claude.protocol import (
-    RESUME_HINT_FLAGS_ENV,
     ClaudeSource,
-    curl_config,
-    poster_command,
-    prints,
-    resume_hint_flags,
-    with_hooks,
 )
 
-__all__ = ["ClaudeSession", "SettingsError", "child_environment", "split_settings"]
+__all__ = ["ClaudeSession"]
 
 logger = logging.getLogger("codex_presence.claude")
 
 PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
 POLL_INTERVAL = 0.1
-
-
-class SettingsError(Exception):
-    """The ``--settings`` given in claude's arguments cannot be read."""
-
-
-def split_settings(command: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
-    """``claude ARGS...`` without a ``--settings`` of the user's (claude takes the last one
-    given, so ours must carry theirs), and that settings document ({} if none): a JSON
-    object, or a file holding one. Raises :class:`SettingsError`."""
-    argv: list[str] = [command[0]]
-    value: str | None = None
-    args = iter(command[1:])
-    for arg in args:
-        if arg == "--settings":
-            value = next(args, None)
-            if value is None:
-                raise SettingsError("--settings needs a file or a JSON object")
-        elif arg.startswith("--settings="):
-            value = arg.removeprefix("--settings=")
-        else:
-            argv.append(arg)
-    if value is None:
-        return argv, {}
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SettingsError(f"--settings {value}: {getattr(exc, 'strerror', exc)}") from exc
-    try:
-        settings = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise SettingsError(f"--settings {value}: not JSON ({exc})") from exc
-    if not isinstance(settings, dict):
-        raise SettingsError(f"--settings {value}: not a JSON object")
-    return argv, settings
-
-
-def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
-    """``claude ARGS...`` → ``claude --settings FILE ARGS...``."""
-    return [command[0], "--settings", str(settings), *command[1:]]
-
-
-def child_environment(
-    environ: Mapping[str, str],
-    *,
-    drop: Sequence[str] = (),
-    hinted_args: Sequence[str] | None = None,
-) -> dict[str, str]:
-    """claude's environment: ours, without ``drop``, with loopback in ``NO_PROXY`` (hook
-    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included), and, when
-    ``hinted_args`` are given (the arguments the person gave claude, to which we add
-    ``--settings FILE``), the flags of claude's parting ``--resume`` hint taken from them
-    instead of from the arguments claude gets (:func:`resume_hint_flags`) — unless our own
-    environment already chose them."""
-    env = {key: value for key, value in environ.items() if key not in drop}
-    for key in ("NO_PROXY", "no_proxy"):
-        hosts = [h.strip() for h in env.get(key, "").split(",") if h.strip()]
-        if "127.0.0.1" not in hosts:
-            hosts.append("127.0.0.1")
-        env[key] = ",".join(hosts)
-    if hinted_args is not None:
-        env.setdefault(RESUME_HINT_FLAGS_ENV, resume_hint_flags(hinted_args))
-    return env
-
-
-def _write_private(directory: Path, name: str, data: bytes) -> Path:
-    path = directory / name
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    return path
-
-
-def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None:
-    """The async command hook that delivers to ``url`` (its config file written in
-    ``private``), or None where there is no curl on claude's PATH: then HTTP hooks."""
-    curl = shutil.which("curl", path=env.get("PATH", os.defpath))
-    if curl is None:
-        logger.info("no curl on the PATH: claude's hooks are HTTP hooks, named in its spinner")
-        return None
-    config = _write_private(private, "curl.cfg", curl_config(url).encode())
-    return poster_command(curl, str(config))
 
 
 def _pid_max() -> int:
@@ -260,9 +163,7 @@ class ClaudeSession:
             if self._observe:
                 url = await tg.start(self.server.serve)
                 # Print mode has no screen to keep clean, and ends with the turn: HTTP hooks.
-                command_hook = None if prints(argv[1:]) else _hook_command(private, url, env)
-                document = orjson.dumps(with_hooks(settings, url, command=command_hook))
-                argv = _with_settings(argv, _write_private(private, "settings.json", document))
+                argv = with_our_hooks(argv, settings, url, private=private, env=env)
             await tg.start(Session.forward_signals, self.signals)
             self._start = self._clock()
             try:

@@ -1,0 +1,138 @@
+"""How claude is started with our hooks: its arguments, its environment, and the private
+files it reads.
+
+* **Its arguments**: ``--settings FILE`` is put after the command's first word. claude takes
+  only the last ``--settings`` given, so one of the person's own (a file, or a JSON object)
+  is taken out (:func:`split_settings`) and carried in FILE, our hooks after theirs.
+* **FILE** (0600, in the session's private 0700 directory): one hook per event the mapping
+  reads (:func:`~codex_presence.core.claude.protocol.with_hooks`), an async command hook
+  running curl whose config file beside FILE holds the URL with its secret, or an HTTP hook
+  where claude must wait (print mode, no curl: :func:`with_our_hooks`).
+* **Its environment** (:func:`child_environment`): ours without the token, loopback in
+  ``NO_PROXY`` (no proxy ever sees the hook URL), and the flags of claude's parting
+  ``--resume`` hint taken from the person's arguments, not from ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from codex_presence.core.claude.protocol import (
+    RESUME_HINT_FLAGS_ENV,
+    curl_config,
+    poster_command,
+    prints,
+    resume_hint_flags,
+    with_hooks,
+)
+
+__all__ = ["SettingsError", "child_environment", "split_settings", "with_our_hooks"]
+
+logger = logging.getLogger("codex_presence.claude")
+
+
+class SettingsError(Exception):
+    """The ``--settings`` given in claude's arguments cannot be read."""
+
+
+def split_settings(command: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """``claude ARGS...`` without a ``--settings`` of the user's (claude takes the last one
+    given, so ours must carry theirs), and that settings document ({} if none): a JSON
+    object, or a file holding one. Raises :class:`SettingsError`."""
+    argv: list[str] = [command[0]]
+    value: str | None = None
+    args = iter(command[1:])
+    for arg in args:
+        if arg == "--settings":
+            value = next(args, None)
+            if value is None:
+                raise SettingsError("--settings needs a file or a JSON object")
+        elif arg.startswith("--settings="):
+            value = arg.removeprefix("--settings=")
+        else:
+            argv.append(arg)
+    if value is None:
+        return argv, {}
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"--settings {value}: {getattr(exc, 'strerror', exc)}") from exc
+    try:
+        settings = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SettingsError(f"--settings {value}: not JSON ({exc})") from exc
+    if not isinstance(settings, dict):
+        raise SettingsError(f"--settings {value}: not a JSON object")
+    return argv, settings
+
+
+def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
+    """``claude ARGS...`` → ``claude --settings FILE ARGS...``."""
+    return [command[0], "--settings", str(settings), *command[1:]]
+
+
+def child_environment(
+    environ: Mapping[str, str],
+    *,
+    drop: Sequence[str] = (),
+    hinted_args: Sequence[str] | None = None,
+) -> dict[str, str]:
+    """claude's environment: ours, without ``drop``, with loopback in ``NO_PROXY`` (hook
+    POSTs honour HTTP(S)_PROXY: a proxy would get the hook URL, secret included), and, when
+    ``hinted_args`` are given (the arguments the person gave claude, to which we add
+    ``--settings FILE``), the flags of claude's parting ``--resume`` hint taken from them
+    instead of from the arguments claude gets (:func:`resume_hint_flags`) — unless our own
+    environment already chose them."""
+    env = {key: value for key, value in environ.items() if key not in drop}
+    for key in ("NO_PROXY", "no_proxy"):
+        hosts = [h.strip() for h in env.get(key, "").split(",") if h.strip()]
+        if "127.0.0.1" not in hosts:
+            hosts.append("127.0.0.1")
+        env[key] = ",".join(hosts)
+    if hinted_args is not None:
+        env.setdefault(RESUME_HINT_FLAGS_ENV, resume_hint_flags(hinted_args))
+    return env
+
+
+def _write_private(directory: Path, name: str, data: bytes) -> Path:
+    path = directory / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    return path
+
+
+def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None:
+    """The async command hook that delivers to ``url`` (its config file written in
+    ``private``), or None where there is no curl on claude's PATH: then HTTP hooks."""
+    curl = shutil.which("curl", path=env.get("PATH", os.defpath))
+    if curl is None:
+        logger.info("no curl on the PATH: claude's hooks are HTTP hooks, named in its spinner")
+        return None
+    config = _write_private(private, "curl.cfg", curl_config(url).encode())
+    return poster_command(curl, str(config))
+
+
+def with_our_hooks(
+    argv: Sequence[str],
+    settings: Mapping[str, Any],
+    url: str,
+    *,
+    private: Path,
+    env: Mapping[str, str],
+) -> list[str]:
+    """``claude ARGS...`` with ``--settings FILE``: FILE (written in ``private``) holds the
+    person's ``settings`` and our hooks to ``url``; async command hooks where claude has a
+    screen and curl, HTTP hooks elsewhere (print mode: no screen, and it ends with the turn)."""
+    command_hook = None if prints(argv[1:]) else _hook_command(private, url, env)
+    document = orjson.dumps(with_hooks(settings, url, command=command_hook))
+    return _with_settings(argv, _write_private(private, "settings.json", document))
