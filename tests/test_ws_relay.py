@@ -1,7 +1,7 @@
 """The websocket relay of ``codex-presence codex`` on the wire (``agent/tui/ws_relay.py``).
 
 Hand-made frames go in on both sides and what comes out is checked byte for byte, with a
-frame codec of our own (:mod:`tests.support.ws_frames`); a fake app-server (``Inner``)
+frame codec of our own (:mod:`bench._ws_frames`); a fake app-server (``Inner``)
 answers the upgrade like codex does (lowercase 101, the message-size header, no answer to a
 close frame: it just ends the connection). The relay runs on its own event loop thread.
 """

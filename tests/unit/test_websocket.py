@@ -2,7 +2,7 @@
 the request head and its compression offer, each direction read into messages, the
 hang-up rule, and the recording's connection lines replayed through the same rule.
 
-Frames are made by a codec of our own (:mod:`tests.support.ws_frames`), not by the library
+Frames are made by a codec of our own (:mod:`bench._ws_frames`), not by the library
 under test.
 """
 
