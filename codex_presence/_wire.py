@@ -53,6 +53,7 @@ __all__ = [
     "KNOWN_PERMISSIONS",
     "MAX_SESSIONS",
     "MIN_TTL",
+    "NOTIFY_PATH",
     "OPERATOR_PERMISSION",
     "PRESENCE_EVENT",
     "ROSTER_EVENT",
@@ -96,6 +97,8 @@ of raising, as ``ActivityState(name)`` does."""
 
 # -- endpoints -------------------------------------------------------------------------------
 
+NOTIFY_PATH = "/notify"
+"""The broker's notification targets, as an admin sees them (never their URLs)."""
 ACTIVITY_PATH = "/presence/activity"
 SUBSCRIBE_PATH = "/subscribe"
 ROSTER_PATH = "/roster"

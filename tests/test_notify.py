@@ -36,6 +36,7 @@ from tests.support.broker_harness import (
 )
 from tests.support.receivers import Receiver, receiver
 from tests.support.waiting import eventually
+from tests.support.wrap_harness import wrap_env
 
 TEAM = make_team("alice", "builder", "scout")
 START = 1_800_000_000.0  # unix seconds: 2027-01-15 08:00:00 UTC
@@ -468,3 +469,45 @@ def _run_notify_test(url: str) -> Any:
         text=True,
         timeout=60,
     )
+
+
+def test_notify_list_shows_an_admin_the_targets_and_never_a_secret(tmp_path: Path) -> None:
+    """``codex-presence notify list`` against a real broker: an admin sees each target's
+    label (its URL's password masked), rule and counts; an operator is told the list is for
+    admins, not that its token was refused."""
+    import subprocess
+    import sys
+
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(
+        render_team("acme", [(m.name, m.role, token_of(m.name)) for m in TEAM.members])
+    )
+
+    def notify_list(member: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "codex_presence", "notify", "list", "--broker", broker.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=wrap_env({"CODEX_PRESENCE_TOKEN": token_of(member)}),
+        )
+
+    with (
+        receiver() as hook,
+        broker_process(
+            "--team",
+            str(team_file),
+            "--notify",
+            f"json://bot:pw-s3cret@{hook.host}/h",
+            "--notify-after",
+            "45",
+        ) as broker,
+    ):
+        admin = notify_list("alice")
+        operator = notify_list("scout")
+    assert admin.returncode == 0, admin.stderr
+    [line] = admin.stdout.splitlines()
+    assert line.startswith("json://bot:") and "blocked after 45" in line and "everyone" in line
+    assert "pw-s3cret" not in admin.stdout + admin.stderr
+    assert operator.returncode == 1
+    assert "admins (members.manage) only" in operator.stderr

@@ -46,7 +46,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from codex_presence._wire import ADMIN_PERMISSION, ActivityState
+from codex_presence._wire import ADMIN_PERMISSION, NOTIFY_PATH, ActivityState
 from codex_presence.broker.http import error, json_response
 from codex_presence.broker.notify_config import Target
 from codex_presence.broker.state import Broker
@@ -60,7 +60,6 @@ from codex_presence.core.notify_policy import (
 )
 
 __all__ = [
-    "NOTIFY_PATH",
     "QUEUE_SIZE",
     "Claims",
     "MemoryClaims",
@@ -367,9 +366,6 @@ class Notifier:
                 }
             )
         return described
-
-
-NOTIFY_PATH = "/notify"
 
 
 def notify_routes(broker: Broker, notifier: Notifier | None) -> list[BaseRoute]:

@@ -1,4 +1,5 @@
-"""The broker's JSON endpoints as a member calls them: ``GET /whoami`` and ``GET /roster``.
+"""The broker's JSON endpoints as a member calls them: ``GET /whoami``, ``GET /roster`` and
+(for an admin) ``GET /notify``.
 
 One fetch for each, used by everything that asks: ``wrap`` (whose token is this?),
 ``roster``, the MCP tool and the demo. Each either returns the answer or raises one
@@ -15,7 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from codex_presence._wire import ROSTER_PATH, WHOAMI_PATH, Whoami, parse_whoami, printable
+from codex_presence._wire import (
+    NOTIFY_PATH,
+    ROSTER_PATH,
+    WHOAMI_PATH,
+    Whoami,
+    parse_whoami,
+    printable,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -25,6 +33,7 @@ __all__ = [
     "BrokerUnreachable",
     "NotABroker",
     "TokenRefused",
+    "fetch_notify_targets",
     "fetch_roster",
     "fetch_whoami",
     "token_refused",
@@ -131,3 +140,24 @@ async def fetch_roster(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     if not isinstance(roster, list):
         raise _not_a_broker(client, response, ROSTER_PATH)
     return roster
+
+
+async def fetch_notify_targets(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """The broker's notification targets (an admin's view: label, rule, counts; never a
+    URL). A member who is not an admin is told so, not that the token was refused."""
+    try:
+        response = await _get(client, NOTIFY_PATH)
+    except TokenRefused as refused:
+        if refused.status == 403:
+            raise BrokerError(
+                f"the broker at {_where(client)} shows its notification targets to admins "
+                "(members.manage) only"
+            ) from None
+        raise
+    try:
+        targets = response.json().get("targets")
+    except (ValueError, AttributeError):
+        targets = None
+    if not isinstance(targets, list):
+        raise _not_a_broker(client, response, NOTIFY_PATH)
+    return [t for t in targets if isinstance(t, dict)]
