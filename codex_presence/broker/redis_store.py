@@ -209,6 +209,10 @@ class RedisStore:
     def activity_entry(self, name: str) -> Activity:
         return self._activity.entry(name)
 
+    def holds(self, name: str, session: str) -> bool:
+        """Whether ``name``'s ``session`` is working or blocked (the mirror's TTL resolved)."""
+        return self._activity.holds(name, session)
+
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
