@@ -457,6 +457,33 @@ def test_two_brokers_on_one_redis_send_one_notification(redis_url: str) -> None:
     assert n1.stats[0].sent + n2.stats[0].sent == 1
 
 
+def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str) -> None:
+    """The runner subscribes to one broker and reports to the other (a load balancer in
+    front): the broker holding the subscription tells, from the member's activity."""
+    with receiver() as hook:
+        clock = FakeClock(START)
+        on_lost = frozenset({NotifyEvent.LOST})
+        notifiers, brokers = [], []
+        for _ in range(2):
+            state = shared_state(redis_url, TEAM)
+            claims = RedisClaims(state.store.link)
+            n = notifier([target(f"json://{hook.host}/h", on=on_lost)], clock, claims=claims)
+            notifiers.append(n)
+            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
+        with brokers[0] as a, brokers[1] as b:
+            with subscribed(a, "builder", RUNNER):
+                report_in(b, "builder", "blocked", RUNNER)
+                eventually(lambda: a.broker.store.activity("builder").value == "blocked")
+            eventually(lambda: hook.requests, what="the session lost")
+            time.sleep(1)
+            for n in notifiers:
+                settled(n, clock)
+    [told] = hook.requests
+    assert told.json()["title"] == "builder: session lost"
+    assert "while blocked (since 08:00:00 UTC, 0 s)" in told.json()["message"]
+    assert sum(n.stats[0].sent for n in notifiers) == 1
+
+
 def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(
     redis_url: str,
 ) -> None:
