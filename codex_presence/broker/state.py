@@ -30,11 +30,8 @@ changes nothing a person sees.
 
 A session that lapses by that grace while working or blocked died (its runner was killed,
 or lost its network for longer than the grace): the broker tells its watcher
-(:meth:`ActivityWatcher.lost`; the notifier's "session lost"), with the state the session
-died in and since when it held. The broker that applies the grace (the one that held the
-session's last subscription) is the one that tells; it knows the session's state from the
-reports it received (or, when they went to another broker, from the member's activity
-while that session is their only busy one). A report lapsing by its TTL without a
+(:meth:`ActivityWatcher.lost`; the notifier's "session lost"), as
+:mod:`codex_presence.broker.deaths` finds. A report lapsing by its TTL without a
 subscription ever bound to it is not a death: nothing says the runner is gone.
 
 When a shared store becomes unreachable, every stream is told so (a ``stale`` event) and
@@ -53,7 +50,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import anyio
 import orjson
@@ -73,6 +70,7 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
+from codex_presence.broker.deaths import Deaths
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
@@ -108,23 +106,9 @@ class ActivityWatcher(Protocol):
     async def run(self) -> None: ...
 
 
-@runtime_checkable
-class _SessionHolder(Protocol):
-    def holds(self, name: str, session: str) -> bool: ...
-
-
-def _holds(store: Store, name: str, session: str) -> bool:
-    """Whether ``store`` holds ``name``'s ``session`` working or blocked (the TTL
-    resolved); True when it cannot say (then no death is ever told)."""
-    holder = getattr(store, "tracker", store)  # the memory store's tracker, or the store
-    return holder.holds(name, session) if isinstance(holder, _SessionHolder) else True
-
-
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 _LOG_SIZE = 64
-_BUSY_KEPT = 1024
-"""Sessions whose state is remembered for the watcher before the lapsed ones are pruned."""
 _IDLE = ActivityState.IDLE
 
 
@@ -176,16 +160,10 @@ class Broker:
         self._bound: dict[tuple[str, str], int] = {}
         """Open subscriptions here per (member, session) they are bound to."""
         self.watcher = watcher
-        self._busy: dict[tuple[str, str], tuple[ActivityState, int]] = {}
-        """Each named session working or blocked, as reported here: its state and since
-        (kept only for a watcher)."""
-        self._busy_cap = _BUSY_KEPT
-        self._dying: dict[tuple[str, str], tuple[ActivityState, int]] = {}
-        """Sessions in their death grace (their last subscription here ended while they
-        were working or blocked): what they were doing, since when."""
         if store is None:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
+        self._deaths = None if watcher is None else Deaths(store, watcher, self._now_ms)
         self._wall_clock = wall_clock
         self.started_at = self._now_ms()
         """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
@@ -256,26 +234,10 @@ class Broker:
         not be."""
         now_ms = self._now_ms()
         changed = await self.store.report(member.name, state, now_ms, session)
-        if self.watcher is not None and session != ANONYMOUS:
-            self._remember(member.name, session, state, now_ms)
+        if self._deaths is not None and session != ANONYMOUS:
+            self._deaths.reported(member.name, session, state, now_ms)
         if changed:
             self._changed(member.name)
-
-    def _remember(self, name: str, session: str, state: ActivityState, now_ms: int) -> None:
-        """What ``name``'s ``session`` reported (recorded), for telling of its death."""
-        key = (name, session)
-        self._dying.pop(key, None)  # reported again: alive (or idle: nothing to lose)
-        if state is _IDLE:
-            self._busy.pop(key, None)
-            return
-        state_now, since, counts = self.store.activity_entry(name)
-        if not (state_now is state and since is not None and sum(counts) <= 1):
-            old = self._busy.get(key)  # the store's since for this session alone, as it sets it
-            since = old[1] if old is not None and old[0] is state else now_ms
-        self._busy[key] = (state, since)
-        if len(self._busy) > self._busy_cap:  # sessions that lapsed without a subscription
-            self._busy = {k: v for k, v in self._busy.items() if _holds(self.store, *k)}
-            self._busy_cap = max(_BUSY_KEPT, 2 * len(self._busy))
 
     def attach(self, name: str, session: str | None = None) -> None:
         """A subscriber for ``name`` opened (bound to ``session``, if it named one)."""
@@ -286,7 +248,8 @@ class Broker:
             bound = self._bound[key] = self._bound.get(key, 0) + 1
             if bound == 1:
                 self.store.bind(name, session)
-            self._dying.pop(key, None)  # back within the grace
+            if self._deaths is not None:
+                self._deaths.bound(name, session)
         logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
@@ -302,32 +265,10 @@ class Broker:
                 self._bound[key] = bound
             else:
                 self.store.release(name, session, self.session_grace)
-                self._mourn(name, session)
+                if self._deaths is not None:
+                    self._deaths.released(name, session)
         logger.debug("%s unsubscribed (connected=%d)", name, count)
         self._changed(name)
-
-    def _mourn(self, name: str, session: str) -> None:
-        """``name``'s ``session`` lost its last subscription here: if it is working or
-        blocked, it is dying unless reported (or bound) again within the grace."""
-        if self.watcher is None or not _holds(self.store, name, session):
-            return
-        busy = self._busy.pop((name, session), None)
-        if busy is None:  # its reports went to another broker: the member's, if only its
-            state, since, counts = self.store.activity_entry(name)
-            if state is _IDLE or since is None or sum(counts) > 1:
-                return
-            busy = (state, since)
-        self._dying[(name, session)] = busy
-
-    def _find_deaths(self) -> None:
-        """Tell the watcher of each dying session whose grace lapsed."""
-        if not self._dying or self.watcher is None:
-            return
-        for (name, session), (state, since) in list(self._dying.items()):
-            if not _holds(self.store, name, session):
-                del self._dying[(name, session)]
-                logger.info("%s's session %s lapsed after its subscription ended", name, session)
-                self.watcher.lost(name, state, self._now_ms(), since_ms=since, session=session)
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
@@ -426,7 +367,8 @@ class Broker:
         return chunk, self.version
 
     def _find_lapses(self) -> None:
-        self._find_deaths()
+        if self._deaths is not None:
+            self._deaths.find()
         activity = self.store.activity
         for name, shown in list(self._shown.items()):
             if activity(name) is not shown:
