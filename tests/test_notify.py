@@ -10,8 +10,9 @@ deliveries (the sockets) take real time.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,8 @@ def settled(n: Notifier, clock: FakeClock) -> None:
 
 
 @contextmanager
-def broker_with(n: Notifier, clock: FakeClock, **kwargs: Any) -> Iterator[RunningBroker]:
-    with running_broker(team=TEAM, wall_clock=clock, watcher=n, **kwargs) as broker:
+def broker_with(n: Notifier, wall: FakeClock, **kwargs: Any) -> Iterator[RunningBroker]:
+    with running_broker(team=TEAM, wall_clock=wall, watcher=n, **kwargs) as broker:
         yield broker
 
 
@@ -319,6 +320,117 @@ def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> Non
     assert shown["on"] == ["blocked"] and shown["members"] is None
 
 
+# -- session lost: a session that died while working or blocked -------------------------
+
+RUNNER = "runnerSession0001"
+
+
+def report_in(broker: RunningBroker, name: str, state: str, session: str) -> None:
+    response = httpx.post(
+        broker.url + "/presence/activity",
+        json={"state": state, "session": session},
+        headers=broker.auth(name),
+        timeout=5,
+    )
+    assert response.status_code == 204, response.text
+
+
+@contextmanager
+def subscribed(broker: RunningBroker, name: str, session: str) -> Iterator[None]:
+    """``GET /subscribe?name=<name>&session=<session>`` held open for the block (a runner's
+    link, bound to its session)."""
+    params = {"name": name, "session": session}
+    with (
+        httpx.Client(base_url=broker.url, timeout=httpx.Timeout(5, read=60)) as c,
+        c.stream("GET", "/subscribe", params=params, headers=broker.auth(name)) as response,
+    ):
+        assert response.status_code == 200
+        yield
+
+
+def in_grace(broker: RunningBroker) -> None:
+    """Wait until the broker gave the session its grace (the subscription's end seen)."""
+
+    def due() -> bool:
+        lapse = broker.broker.store.next_lapse()
+        return lapse is not None and lapse <= 1.0
+
+    eventually(due, what="the grace")
+
+
+def test_a_session_whose_grace_lapses_while_blocked_is_told_lost_once_to_who_asked() -> None:
+    with receiver() as asks, receiver() as does_not:
+        clock = FakeClock(START)
+        n = notifier(
+            [
+                target(f"json://{asks.host}/a", on=frozenset(NotifyEvent)),
+                target(f"json://{does_not.host}/b"),
+            ],
+            clock,
+        )
+        with broker_with(n, clock, clock=clock, session_grace=1.0) as broker:
+            with subscribed(broker, "builder", RUNNER):
+                report_in(broker, "builder", "working", RUNNER)
+                clock.advance(5)
+                for heartbeat in (0, 25, 25, 16):  # announced as blocked (delay 60)
+                    clock.advance(heartbeat)
+                    report_in(broker, "builder", "blocked", RUNNER)
+                eventually(lambda: asks.requests and does_not.requests)
+            # The runner died: its subscription ended without an idle report.
+            in_grace(broker)
+            clock.advance(0.5)
+            settled(n, clock)
+            assert len(asks.requests) == 1  # within the grace: nothing yet
+            clock.advance(0.5)
+            eventually(lambda: len(asks.requests) == 2, what="the session lost")
+            clock.advance(3600)
+            settled(n, clock)
+    lost = asks.requests[1].json()
+    assert lost["title"] == "builder: session lost"
+    assert lost["message"] == (
+        "builder's session was lost at 08:01:12 UTC while blocked (since 08:00:05 UTC, 1 min 7 s)"
+        " - team acme"
+    )
+    assert lost["type"] == "failure"
+    assert len(asks.requests) == 2  # no "no longer needs input" after the death
+    assert len(does_not.requests) == 1  # asked for "blocked" only
+    assert n.stats[0].sent == 2
+
+
+@pytest.mark.parametrize("ending", ["idle", "again", "rebound", "no subscription"])
+def test_a_session_that_did_not_die_is_not_told_lost(ending: str) -> None:
+    """Reported idle before its subscription ended, reported again (or subscribed again)
+    within the grace, or never bound to a subscription (its TTL lapse is no death)."""
+    with receiver() as hook, ExitStack() as again:
+        clock = FakeClock(START)
+        n = notifier([target(f"json://{hook.host}/h", on=frozenset({NotifyEvent.LOST}))], clock)
+        broker = again.enter_context(broker_with(n, clock, clock=clock, session_grace=1.0))
+        if ending == "no subscription":
+            report_in(broker, "builder", "working", RUNNER)
+            clock.advance(31)  # the TTL: it reads idle
+        else:
+            with subscribed(broker, "builder", RUNNER):
+                report_in(broker, "builder", "working", RUNNER)
+                if ending == "idle":
+                    report_in(broker, "builder", "idle", RUNNER)
+            if ending != "idle":
+                in_grace(broker)
+            if ending == "again":
+                report_in(broker, "builder", "working", RUNNER)
+            if ending == "rebound":
+                again.enter_context(subscribed(broker, "builder", RUNNER))
+                eventually(lambda: broker.broker._bound)
+            clock.advance(2)
+        report_in(broker, "scout", "working", "other")  # the fan-out runs
+        eventually(lambda: broker.broker.store.activity("scout").value == "working")
+        time.sleep(0.3)
+        settled(n, clock)
+        assert hook.requests == []
+        # "rebound" lapsed too (nothing re-sent its state), but its runner is alive.
+        expected = "working" if ending == "again" else "idle"
+        assert broker.broker.store.activity("builder").value == expected
+
+
 # -- several brokers on one Redis: each notice once ----------------------------------------
 
 
@@ -344,6 +456,33 @@ def test_two_brokers_on_one_redis_send_one_notification(redis_url: str) -> None:
             settled(n2, clock)
     assert len(hook.requests) == 1
     assert n1.stats[0].sent + n2.stats[0].sent == 1
+
+
+def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str) -> None:
+    """The runner subscribes to one broker and reports to the other (a load balancer in
+    front): the broker holding the subscription tells, from the member's activity."""
+    with receiver() as hook:
+        clock = FakeClock(START)
+        on_lost = frozenset({NotifyEvent.LOST})
+        notifiers, brokers = [], []
+        for _ in range(2):
+            state = shared_state(redis_url, TEAM)
+            claims = RedisClaims(state.store.link)
+            n = notifier([target(f"json://{hook.host}/h", on=on_lost)], clock, claims=claims)
+            notifiers.append(n)
+            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
+        with brokers[0] as a, brokers[1] as b:
+            with subscribed(a, "builder", RUNNER):
+                report_in(b, "builder", "blocked", RUNNER)
+                eventually(lambda: a.broker.store.activity("builder").value == "blocked")
+            eventually(lambda: hook.requests, what="the session lost")
+            time.sleep(1)
+            for n in notifiers:
+                settled(n, clock)
+    [told] = hook.requests
+    assert told.json()["title"] == "builder: session lost"
+    assert "while blocked (since 08:00:00 UTC, 0 s)" in told.json()["message"]
+    assert sum(n.stats[0].sent for n in notifiers) == 1
 
 
 def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(

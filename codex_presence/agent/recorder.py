@@ -17,7 +17,7 @@ import threading
 from collections import defaultdict, deque
 from contextlib import suppress
 
-from codex_presence.agent.child import open_private
+from codex_presence.agent.descriptors import open_private
 from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied

@@ -200,9 +200,18 @@ class Notifier:
         self.policy.observe(name, state, since_ms, self._clock())
         self._wake.set()
 
-    def lost(self, name: str, state: ActivityState, at_ms: int) -> None:
-        """A member's session died (the hook the sessions issue will call)."""
-        self.policy.lost(name, state, at_ms)
+    def lost(
+        self,
+        name: str,
+        state: ActivityState,
+        at_ms: int,
+        *,
+        since_ms: int | None = None,
+        session: str | None = None,
+    ) -> None:
+        """``name``'s ``session`` died at ``at_ms`` while in ``state`` (held since
+        ``since_ms``): the broker saw its death grace lapse."""
+        self.policy.lost(name, state, at_ms, since_ms=since_ms, session=session)
         self._wake.set()
 
     # -- the work --------------------------------------------------------------------

@@ -30,7 +30,11 @@ import apprise
 
 __all__ = ["AppriseSender", "scrub", "secret_parts"]
 
-_KINDS = {"info": apprise.NotifyType.INFO, "success": apprise.NotifyType.SUCCESS}
+_KINDS = {
+    "info": apprise.NotifyType.INFO,
+    "success": apprise.NotifyType.SUCCESS,
+    "failure": apprise.NotifyType.FAILURE,  # a session lost
+}
 
 
 def secret_parts(url: str, masked: str) -> list[str]:
@@ -100,7 +104,7 @@ class AppriseSender:
 
     def send(self, url: str, title: str, body: str, kind: str, timeout: float) -> str | None:
         """Send one notification (blocking); None when it was delivered, else why not
-        (no secret in it). ``kind``: "info", "success" or "warning"."""
+        (no secret in it). ``kind``: "info", "success", "warning" or "failure"."""
         try:
             plugin = self._plugin(url)
         except ValueError as exc:

@@ -44,7 +44,9 @@ numbered at or below the one before it says the numbering started again: the bro
 the link's connection, as an outage, and reads the state in full again.
 
 Named sessions (a report with a session id, the subscriptions bound to them) have keys of
-their own, kept by :mod:`~codex_presence.broker.redis_activity` into the same mirror.
+their own, kept by :mod:`~codex_presence.broker.redis_activity` into the same mirror. Before
+writing anything, at each (re)connection, the broker checks that the keys hold its own team
+(:mod:`~codex_presence.broker.redis_team`).
 
 Values are read defensively: an activity this version does not know (written by another
 version during a rolling upgrade) counts as idle, logged once, and never stops a resync; a
@@ -73,7 +75,6 @@ empty — each broker registers its counts in full and merges back the ``created
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -86,13 +87,13 @@ from anyio.abc import TaskStatus
 from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.redis_activity import SessionActivity
-from codex_presence.broker.redis_link import RedisLink, StateLost
-from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT, TEAM
+from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT
+from codex_presence.broker.redis_team import TeamCheck
 from codex_presence.broker.store import StoreListener
-from codex_presence.broker.team import Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
-__all__ = ["BEAT", "BOUND", "AnotherTeam", "RedisStore", "team_marks"]
+__all__ = ["BEAT", "BOUND", "RedisStore"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -101,22 +102,6 @@ BEAT = 2.0
 BOUND = 10.0
 """Seconds without a heartbeat after which a broker counts as dead: its counts leave the
 roster at the next heartbeat of any other broker (so within ``BOUND + BEAT``)."""
-
-
-class AnotherTeam(StateLost):
-    """The team's keys hold another deployment's team (not one member with the same name
-    and token): this broker shares nothing with it (an outage, saying so)."""
-
-
-def team_marks(team: Team) -> dict[str, str]:
-    """Each member's mark in Redis's ``team`` key: a digest of the team's name, the
-    member's name and their token's digest (which the team file holds; the mark tells
-    nothing more about the token)."""
-    marks = {}
-    for member in team.members:
-        seed = b"\0".join((team.name.encode(), member.name.encode(), member.token_digest))
-        marks[member.name] = hashlib.blake2b(seed, digest_size=8).hexdigest()
-    return marks
 
 
 _NEVER = Connection()
@@ -176,10 +161,8 @@ class RedisStore:
         self._counts_script = link.script(COUNTS)
         self._snapshot_script = link.script(SNAPSHOT)
         self._leave_script = link.script(LEAVE)
-        self._team_script = link.script(TEAM)
-        self._marks = marks
-        """Each member's :func:`team_marks` (None: not checked)."""
-        self._team_said: tuple[int, int] = (0, 0)
+        self._team = None if marks is None else TeamCheck(link, marks)
+        """Each member's :func:`~.redis_team.team_marks`, checked (None: not checked)."""
         self._lost_said: set[str] = set()
         """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
@@ -208,6 +191,10 @@ class RedisStore:
 
     def activity_entry(self, name: str) -> Activity:
         return self._activity.entry(name)
+
+    def holds(self, name: str, session: str) -> bool:
+        """Whether ``name``'s ``session`` is working or blocked (the mirror's TTL resolved)."""
+        return self._activity.holds(name, session)
 
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
@@ -265,7 +252,8 @@ class RedisStore:
         """Register every count of this broker, then read the whole state (whatever the
         values: one this version cannot read counts as idle)."""
         self._event_seq = 0  # the numbering may have started again
-        await self._check_team()
+        if self._team is not None:
+            await self._team.check(lambda lost: self._say_lost(lost, replaced=True))
         await self._send_counts(full=True)
         seq, brokers, members, lost = await self._link.run_script(
             self._snapshot_script, list(self._names)
@@ -302,38 +290,6 @@ class RedisStore:
                 name,
                 value[:64],
             )
-
-    async def _check_team(self) -> None:
-        """Compare this broker's team file with the one the team's brokers registered in
-        Redis (:func:`team_marks`), before writing anything. Not one member in common: a
-        second deployment with the same team name and prefix, whose presence would merge
-        into this one's; refused, as an outage that says so (the first deployment goes
-        on). Some in common: the team file changed (a rolling change; otherwise the
-        brokers disagree on who is in the team): said once, and this file's marks stay."""
-        if self._marks is None:
-            return
-        args: list[Any] = []
-        for name, mark in self._marks.items():
-            args.extend((name, mark))
-        common, here, there, lost = await self._link.run_script(self._team_script, args)
-        self._say_lost(lost, replaced=True)
-        if there and not common:
-            raise AnotherTeam(
-                f"the keys {self._link.key('*')} hold another deployment's team of the same "
-                f"name ({there} members, none with a name and token of this team file): "
-                "this broker shares nothing with it; give each deployment its own "
-                "--redis-prefix (or the same team file)"
-            )
-        fresh = not common and not there  # the first broker of the team: nothing to compare
-        if not fresh and (here or there) and (here, there) != self._team_said:
-            logger.warning(
-                "redis: this team file differs from the one the team's brokers registered "
-                "(%d members or tokens only here, %d only there): expected while the file "
-                "changes broker by broker; otherwise give every broker the same file",
-                here,
-                there,
-            )
-        self._team_said = (here, there)
 
     def _say_lost(self, lost: list[bytes], *, replaced: bool) -> None:
         """Say, once for each, the keys whose value a script could not read (see

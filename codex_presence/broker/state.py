@@ -28,6 +28,12 @@ again, not the whole TTL: a runner killed mid-turn reads as idle seconds after i
 subscription drops, and one that reconnects within the grace (it re-sends its state)
 changes nothing a person sees.
 
+A session that lapses by that grace while working or blocked died (its runner was killed,
+or lost its network for longer than the grace): the broker tells its watcher
+(:meth:`ActivityWatcher.lost`; the notifier's "session lost"), as
+:mod:`codex_presence.broker.deaths` finds. A report lapsing by its TTL without a
+subscription ever bound to it is not a death: nothing says the runner is gone.
+
 When a shared store becomes unreachable, every stream is told so (a ``stale`` event) and
 keeps what it has; when the store is back, every stream gets the whole roster again.
 
@@ -64,6 +70,7 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
+from codex_presence.broker.deaths import Deaths
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
@@ -83,6 +90,18 @@ class ActivityWatcher(Protocol):
     (:mod:`codex_presence.broker.notify`) is one. :meth:`observe` must not wait."""
 
     def observe(self, name: str, state: ActivityState, since_ms: int | None) -> None: ...
+
+    def lost(
+        self,
+        name: str,
+        state: ActivityState,
+        at_ms: int,
+        *,
+        since_ms: int | None = None,
+        session: str | None = None,
+    ) -> None:
+        """``name``'s ``session`` died (its death grace lapsed) at ``at_ms`` while in
+        ``state``, held since ``since_ms``; called before the lapse is observed."""
 
     async def run(self) -> None: ...
 
@@ -144,6 +163,7 @@ class Broker:
         if store is None:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
+        self._deaths = None if watcher is None else Deaths(store, watcher, self._now_ms)
         self._wall_clock = wall_clock
         self.started_at = self._now_ms()
         """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
@@ -212,7 +232,11 @@ class Broker:
         change. Raises :class:`~codex_presence.broker.store.StoreUnavailable` when it was
         not recorded, :class:`~codex_presence.broker.store.TooManySessions` when it may
         not be."""
-        if await self.store.report(member.name, state, self._now_ms(), session):
+        now_ms = self._now_ms()
+        changed = await self.store.report(member.name, state, now_ms, session)
+        if self._deaths is not None and session != ANONYMOUS:
+            self._deaths.reported(member.name, session, state, now_ms)
+        if changed:
             self._changed(member.name)
 
     def attach(self, name: str, session: str | None = None) -> None:
@@ -224,6 +248,8 @@ class Broker:
             bound = self._bound[key] = self._bound.get(key, 0) + 1
             if bound == 1:
                 self.store.bind(name, session)
+            if self._deaths is not None:
+                self._deaths.bound(name, session)
         logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
@@ -239,6 +265,8 @@ class Broker:
                 self._bound[key] = bound
             else:
                 self.store.release(name, session, self.session_grace)
+                if self._deaths is not None:
+                    self._deaths.released(name, session)
         logger.debug("%s unsubscribed (connected=%d)", name, count)
         self._changed(name)
 
@@ -339,6 +367,8 @@ class Broker:
         return chunk, self.version
 
     def _find_lapses(self) -> None:
+        if self._deaths is not None:
+            self._deaths.find()
         activity = self.store.activity
         for name, shown in list(self._shown.items()):
             if activity(name) is not shown:

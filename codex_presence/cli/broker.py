@@ -184,7 +184,8 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         from codex_presence.broker.redis_link import RedisLink, holds_secret
         from codex_presence.broker.redis_sentinel import SENTINEL_SCHEMES
         from codex_presence.broker.redis_sessions import RedisSessions
-        from codex_presence.broker.redis_store import RedisStore, team_marks
+        from codex_presence.broker.redis_store import RedisStore
+        from codex_presence.broker.redis_team import team_marks
     except ImportError:
         raise UsageError(
             "--redis needs the redis extra: pip install 'codex-presence[redis]'"

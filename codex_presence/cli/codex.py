@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from codex_presence._env import TOKEN_ENV
-    from codex_presence.agent.child import forget_env, open_private
+    from codex_presence.agent.child import forget_env
+    from codex_presence.agent.descriptors import open_private
     from codex_presence.agent.tui.launch import launch_tui, load_behind_the_tui
 
     if args.log_file:  # a bad --log-file is a usage error: before anything runs

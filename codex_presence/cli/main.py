@@ -163,7 +163,7 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
     """The daemon's own words go to stderr (or a file, created 0600), never to stdout."""
     import logging
 
-    from codex_presence.agent.child import open_private
+    from codex_presence.agent.descriptors import open_private
 
     class PrivateFileHandler(logging.FileHandler):
         def _open(self):  # type: ignore[no-untyped-def]  # logging's own hook

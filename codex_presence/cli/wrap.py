@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from codex_presence._env import TOKEN_ENV
-    from codex_presence.agent.child import forget_env, launch, open_private
+    from codex_presence.agent.child import forget_env, launch
+    from codex_presence.agent.descriptors import open_private
     from codex_presence.agent.signals import cannot_run
 
     if args.log_file:  # a bad --log-file is a usage error: before anything runs

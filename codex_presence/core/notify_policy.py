@@ -16,8 +16,9 @@ one, and answers, for a given ``now``, which notices are due and until when noth
   end of a spell that was announced to that target, for the targets that ask for it; a
   spell answered within the delay was never announced, so its end is not either.
 * **lost** ("session lost"): a member whose session died while working or blocked, at once.
-  The broker cannot see a runner's death yet (the sessions issue); :meth:`NotifyPolicy.lost`
-  is the hook it will call.
+  The broker calls :meth:`NotifyPolicy.lost` (through the notifier) when a session bound to
+  a subscription lapses by the death grace (:mod:`codex_presence.broker.state`); its key is
+  the session's id and the start of the state it died in, which every broker sees alike.
 
 Each target picks its members (all, or named) and its events. Every notice carries a
 :attr:`Notice.key` made of what every broker of a team sees alike (the target's id, the
@@ -111,6 +112,8 @@ class Notice:
     """The event's name, the same on every broker of the team (the claim's key)."""
     blocked_since_ms: int | None = None
     """For ``answered``: when the spell began."""
+    state_since_ms: int | None = None
+    """For ``lost``: since when the session was in the state it died in (unix ms)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,9 @@ def message(notice: Notice, *, team: str, now: float, link: str | None = None) -
         body = (
             f"{who}'s session was lost at {_clock_time(notice.since_ms)} while {notice.state.value}"
         )
+        if notice.state_since_ms is not None:
+            held = _duration((notice.since_ms - notice.state_since_ms) / 1000)
+            body += f" (since {_clock_time(notice.state_since_ms)}, {held})"
     body += f" - team {team}"
     if link:
         body += f"\n{link}"
@@ -219,17 +225,41 @@ class NotifyPolicy:
             ended = since_ms if since_ms is not None else round(now * 1000)
             self._end(member, spell, state, ended)
 
-    def lost(self, member: str, state: ActivityState, at_ms: int) -> None:
-        """``member``'s session died at ``at_ms`` while in ``state`` (the hook for the
-        broker seeing a runner's death). Only a death while working or blocked is news;
-        it ends a blocked spell without an "answered"."""
+    def lost(
+        self,
+        member: str,
+        state: ActivityState,
+        at_ms: int,
+        *,
+        since_ms: int | None = None,
+        session: str | None = None,
+    ) -> None:
+        """``member``'s session died at ``at_ms`` while in ``state``, held since
+        ``since_ms``. Only a death while working or blocked is news. The event's key is
+        ``session`` and ``since_ms`` when given (what every broker sees alike: the broker
+        that saw the death and one that restarted name it the same), else ``at_ms``.
+
+        A death ends the member's blocked spell without an "answered" (the runner did not
+        answer: it died). Another session still blocked starts it again at the broker's
+        next :meth:`observe`, under the same keys, so nothing of it is said twice."""
         self._spells.pop(member, None)
         if state is ActivityState.IDLE:
             return
+        episode = f"{session}.{since_ms}" if session is not None and since_ms is not None else at_ms
         for target, rule in enumerate(self.rules):
             if rule.wants(member, NotifyEvent.LOST):
-                key = self._key(target, member, NotifyEvent.LOST, at_ms, 0)
-                self._pending.append(Notice(target, member, NotifyEvent.LOST, at_ms, state, key))
+                key = self._key(target, member, NotifyEvent.LOST, episode, 0)
+                self._pending.append(
+                    Notice(
+                        target,
+                        member,
+                        NotifyEvent.LOST,
+                        at_ms,
+                        state,
+                        key,
+                        state_since_ms=since_ms,
+                    )
+                )
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop what is known of ``names`` without a word (not members any more)."""
@@ -314,5 +344,5 @@ class NotifyPolicy:
         said[1].add(key)
         return True
 
-    def _key(self, target: int, member: str, event: NotifyEvent, episode: int, n: int) -> str:
+    def _key(self, target: int, member: str, event: NotifyEvent, episode: int | str, n: int) -> str:
         return f"{self.target_ids[target]}:{member}:{event.value}:{episode}:{n}"

@@ -17,6 +17,7 @@ from codex_presence.core.notify_policy import (
     Rule,
     Wait,
     event_words,
+    message,
 )
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
@@ -110,6 +111,20 @@ def test_session_lost_while_working_or_blocked_is_told_at_once_and_ends_the_spel
     assert policy.next_action(T0 + 1000) == Wait(until=None)  # no "needs input" after death
     policy.lost("bob", IDLE, ms(T0 + 6))  # dying idle is no news
     assert policy.next_action(T0 + 1000) == Wait(until=None)
+
+
+def test_a_session_lost_is_named_by_its_session_and_start_not_by_when_it_was_seen() -> None:
+    """Two brokers that see one death at different times claim it under one name; the
+    body says since when the state held."""
+    a, b = (NotifyPolicy([Rule(on=ALL)], target_ids=["t1"]) for _ in range(2))
+    a.lost("alice", BLOCKED, ms(T0 + 70), since_ms=ms(T0), session="S1")
+    b.lost("alice", BLOCKED, ms(T0 + 71), since_ms=ms(T0), session="S1")
+    [first], [second] = due(a, T0 + 70), due(b, T0 + 71)
+    assert first.key == second.key == f"t1:alice:lost:S1.{ms(T0)}:0"
+    a.lost("alice", WORKING, ms(T0 + 90), since_ms=ms(T0 + 80), session="S1")
+    assert [n.key for n in due(a, T0 + 90)] != [first.key]  # a later death is news
+    _, body = message(second, team="acme", now=T0 + 71)
+    assert body.endswith("while blocked (since 08:00:00 UTC, 1 min 11 s) - team acme"), body
 
 
 def test_two_policies_fed_alike_name_every_event_alike() -> None:

@@ -1,0 +1,120 @@
+"""Which sessions died: a session bound to a subscription whose death grace lapsed while
+it was working or blocked, told to the broker's watcher (the notifier's "session lost").
+
+The broker gives a session its grace when the last subscription bound to it here ends
+(:mod:`codex_presence.broker.state`). If, by the end of the grace, the session was neither
+reported again nor subscribed again, and the store no longer holds it working or blocked,
+its runner died (killed, or away from the network for longer than the grace).
+:class:`Deaths` keeps what that takes: each named session's state and since as reported
+here, and the sessions in their grace; the broker's fan-out asks :meth:`Deaths.find` at
+each wake-up (it wakes at the store's lapses, the grace's end among them).
+
+One broker tells: the one that applies the grace. It knows the session's state from the
+reports it received, or, when they went to another broker (a load balancer in front of
+several), from the member's activity while that session is the member's only busy one.
+The state's since, which the store records and every broker reads alike, names the event,
+with the session id (:meth:`~codex_presence.core.notify_policy.NotifyPolicy.lost`).
+
+Not a death: a session that reported idle (a runner that exits cleanly), one reported or
+subscribed again within the grace (a network blip), and a report that lapses by its TTL
+without a subscription ever bound to its session (nothing says its runner is gone).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from codex_presence._wire import ActivityState
+from codex_presence.broker.store import Store
+
+__all__ = ["Deaths", "Mourner"]
+
+logger = logging.getLogger("codex_presence.broker")
+
+BUSY_KEPT = 1024
+"""Sessions whose state is remembered before the lapsed ones are pruned."""
+_IDLE = ActivityState.IDLE
+
+
+class Mourner(Protocol):
+    """Told of a session's death (the broker's watcher)."""
+
+    def lost(
+        self,
+        name: str,
+        state: ActivityState,
+        at_ms: int,
+        *,
+        since_ms: int | None = None,
+        session: str | None = None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class _SessionHolder(Protocol):
+    def holds(self, name: str, session: str) -> bool: ...
+
+
+def holds(store: Store, name: str, session: str) -> bool:
+    """Whether ``store`` holds ``name``'s ``session`` working or blocked (the TTL
+    resolved); True when it cannot say (then no death is ever told). The memory store's
+    tracker says, and the Redis store's mirror."""
+    holder = getattr(store, "tracker", store)
+    return holder.holds(name, session) if isinstance(holder, _SessionHolder) else True
+
+
+class Deaths:
+    """The sessions of ``store`` that die, told to ``mourner`` with ``now_ms`` (unix ms)."""
+
+    def __init__(self, store: Store, mourner: Mourner, now_ms: Callable[[], int]) -> None:
+        self._store = store
+        self._mourner = mourner
+        self._now_ms = now_ms
+        self._busy: dict[tuple[str, str], tuple[ActivityState, int]] = {}
+        """Each named session working or blocked, as reported here: its state and since."""
+        self._busy_cap = BUSY_KEPT
+        self._dying: dict[tuple[str, str], tuple[ActivityState, int]] = {}
+        """Sessions in their grace: what they were doing, since when."""
+
+    def reported(self, name: str, session: str, state: ActivityState, now_ms: int) -> None:
+        """``name``'s ``session`` reported ``state`` at ``now_ms``, and the store recorded it."""
+        key = (name, session)
+        self._dying.pop(key, None)  # reported again: alive (or idle: nothing to lose)
+        if state is _IDLE:
+            self._busy.pop(key, None)
+            return
+        shown, since, counts = self._store.activity_entry(name)
+        if not (shown is state and since is not None and sum(counts) <= 1):
+            old = self._busy.get(key)  # this session's since, as the store sets it
+            since = old[1] if old is not None and old[0] is state else now_ms
+        self._busy[key] = (state, since)
+        if len(self._busy) > self._busy_cap:  # sessions that lapsed without a subscription
+            self._busy = {k: v for k, v in self._busy.items() if holds(self._store, *k)}
+            self._busy_cap = max(BUSY_KEPT, 2 * len(self._busy))
+
+    def bound(self, name: str, session: str) -> None:
+        """A subscription bound to ``name``'s ``session`` opened here: back within the grace."""
+        self._dying.pop((name, session), None)
+
+    def released(self, name: str, session: str) -> None:
+        """The last subscription bound to ``name``'s ``session`` here ended (the store gave
+        it the grace): if it is working or blocked, it is dying."""
+        if not holds(self._store, name, session):
+            return
+        busy = self._busy.pop((name, session), None)
+        if busy is None:  # its reports went to another broker: the member's, if only its
+            state, since, counts = self._store.activity_entry(name)
+            if state is _IDLE or since is None or sum(counts) > 1:
+                return
+            busy = (state, since)
+        self._dying[(name, session)] = busy
+
+    def find(self) -> None:
+        """Tell of each dying session whose grace lapsed."""
+        for (name, session), (state, since) in list(self._dying.items()):
+            if not holds(self._store, name, session):
+                del self._dying[(name, session)]
+                logger.info("%s's session %s lapsed after its subscription ended", name, session)
+                self._mourner.lost(name, state, self._now_ms(), since_ms=since, session=session)
