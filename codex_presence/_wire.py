@@ -148,9 +148,10 @@ SESSION_GRACE = 3.0
 bound to (a reconnect within it re-sends the state: nobody sees a thing)."""
 
 
-MAX_BACKGROUND = 999
+MAX_BACKGROUND = 1024
 """The largest background count a report may carry (commands or tasks a session left
-running): a count past it is refused (400), not clipped, as a sign of a broken runner."""
+running): a count past it is refused (400), not clipped. A runner's signal keeps no more
+handles than this (:mod:`codex_presence.core.activity`), so its counts always fit."""
 
 
 def background_problem(count: object) -> str | None:
