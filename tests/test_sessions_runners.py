@@ -159,6 +159,25 @@ def test_a_command_left_running_after_its_turn_is_counted_until_it_ends(
         assert wrap.close() == 0
 
 
+def test_an_idle_session_heartbeats_its_count_past_the_ttl(store_url: str | None) -> None:
+    """An idle session with a command running is not silent: the wrap re-reports the count
+    at a third of the broker's TTL (it learns a 1.5 s TTL from /whoami), so the count holds
+    for several TTLs, and goes once the command ends."""
+    team = make_team("alice", "builder", "scout")
+    with (
+        running_broker(team=team, redis=store_url, activity_ttl=1.5) as broker,
+        WrapProcess(options(broker.url), env=TOKEN) as wrap,
+    ):
+        url = broker.url
+        _left_running(url, wrap)
+        for _ in range(8):  # 4 s: more than twice the TTL
+            time.sleep(0.5)
+            assert builder(url).get("background") == 1
+        wrap.send({"method": "fake/endCommands"})
+        eventually(lambda: "background" not in builder(url), what="the count gone")
+        assert wrap.close() == 0
+
+
 def test_a_no_trace_wrap_shows_no_background(store_url: str | None) -> None:
     with (
         running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
