@@ -1,10 +1,13 @@
-"""Sessions with real runners (issue 23, parts 1 and 2): ``codex-presence wrap`` processes
+"""Sessions with real runners (issue 23, parts 1 to 3): ``codex-presence wrap`` processes
 (a scripted app-server as the child) against a real broker on loopback, in memory and on a
 real redis-server (``store_url``).
 
 Two wraps with one token are two sessions of one member: the roster shows the strongest.
 A wrap killed mid-turn (SIGKILL: no idle report, ever) reads offline at once and idle
-after the broker's session grace, not after the 30 s TTL. The times are measured and
+after the broker's session grace, not after the 30 s TTL. A command the fake app-server
+leaves running after its turn (part 3) is counted on the roster (``background``) while it
+runs, heartbeated while the session is idle, and gone when it ends or its wrap is killed
+(after the grace). The times are measured and
 printed (``-s`` shows them); the bound asserted is the one that tells the grace from the
 TTL, not a speed.
 """
