@@ -143,3 +143,34 @@ def test_background_needs_a_session(client: httpx.Client) -> None:
     )
     assert post(client, "idle", A, MAX_BACKGROUND).status_code == 204  # the bound itself
     assert shown(client) == ("idle", MAX_BACKGROUND)
+
+
+def test_a_count_found_in_redis_is_read_or_skipped_never_fatal(redis_url: str) -> None:
+    """A broker that starts reads each session's count from Redis (its snapshot); a value
+    written by hand or by another program with a count it cannot read counts as none, and
+    a report replaces it."""
+    import redis
+
+    prefix = "codex-presence:{acme}:"
+    direct = redis.Redis.from_url(redis_url)
+    values = {
+        "sessGood": "idle 5 2 1000",
+        "sessWork": "working 7 1 2000",
+        "sessJunk": "idle 5 x y",
+        "sessHuge": f"idle 5 {MAX_BACKGROUND + 1} 3",
+        "sessOdd": "idle 5 1",
+    }
+    for session, value in values.items():
+        direct.set(prefix + f"s:{session}:builder", value, px=60_000)
+        direct.zadd(prefix + "S:builder", {session: 1e15})
+    with (
+        running_broker(team=TEAM, redis=redis_url) as broker,
+        httpx.Client(base_url=broker.url, timeout=5) as client,
+    ):
+        me = builder(client)
+        assert (me["activity"], me["background"], me["backgroundSince"]) == ("working", 3, 1000)
+        assert post(client, "idle", "sessJunk", 4).status_code == 204
+        assert shown(client) == ("working", 7)
+        assert direct.get(prefix + "s:sessJunk:builder") is not None
+        assert post(client, "idle", "sessJunk", 0).status_code == 204
+        assert direct.get(prefix + "s:sessJunk:builder") is None
