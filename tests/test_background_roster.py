@@ -174,3 +174,21 @@ def test_a_count_found_in_redis_is_read_or_skipped_never_fatal(redis_url: str) -
         assert direct.get(prefix + "s:sessJunk:builder") is not None
         assert post(client, "idle", "sessJunk", 0).status_code == 204
         assert direct.get(prefix + "s:sessJunk:builder") is None
+
+
+def test_another_broker_sees_the_count_and_its_lapse(redis_url: str) -> None:
+    """Two brokers sharing Redis: a count reported to one is on the other's roster, and a
+    release on the first (the runner's subscription dropped) takes it from both."""
+    with (
+        running_broker(team=TEAM, redis=redis_url) as first,
+        running_broker(team=TEAM, redis=redis_url) as second,
+        httpx.Client(base_url=first.url, timeout=5) as one,
+        httpx.Client(base_url=second.url, timeout=5) as other,
+    ):
+        with subscription(first.url, A):
+            assert post(one, "idle", A, 2).status_code == 204
+            eventually(lambda: shown(other) == ("idle", 2), what="the other broker's mirror")
+            since = builder(one)["backgroundSince"]
+            assert builder(other)["backgroundSince"] == since
+        eventually(lambda: shown(other) == ("idle", None), 10, "the count lapsed everywhere")
+        assert shown(one) == ("idle", None)
