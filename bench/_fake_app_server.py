@@ -9,11 +9,16 @@ decides anything itself; the client (a test or the soak driver) decides through 
 ``turn/start`` params:
 
 ``{"threadId": ..., "input": [...], "script": {"approval": bool, "deltas": int,
-"delay_ms": int, "stop_ms": int, "crash": "before_end" | "when_told" | null}}``
+"delay_ms": int, "stop_ms": int, "crash": "before_end" | "when_told" | null,
+"leave_running": bool}}``
 
 An approval answered ``{"decision": "cancel"}`` interrupts the turn as codex does: the
 request is resolved, the waiting flag cleared, and ``stop_ms`` (default 20) later the thread
 goes idle and the turn completes ``interrupted``.
+
+``leave_running`` ends the turn (``interrupted``, as an Esc does) with its command still
+running: the command's ``item/completed`` comes only once the client sends ``{"method":
+"fake/endCommands"}`` (a command that outlives its turn, issue 23's background work).
 
 ``crash`` makes the process exit abruptly (status 3) in the middle of the turn: after the
 command's output (``before_end``), or once the client sends ``{"method": "fake/crash"}``
@@ -36,6 +41,8 @@ import orjson
 out = sys.stdout.buffer
 inp = sys.stdin.buffer
 _next_server_id = 0
+_left_running: list[tuple[dict[str, str], dict[str, Any]]] = []
+"""Commands whose turn ended while they run (``leave_running``), with their ids."""
 
 
 def emit(message: dict[str, Any]) -> None:
@@ -123,6 +130,12 @@ def run_turn(request: dict[str, Any]) -> None:
                 break
     if script.get("crash") in ("before_end", "when_told"):
         os._exit(3)
+    if script.get("leave_running"):
+        _left_running.append((ids, command))
+        status(thread, "idle")
+        done = {"id": turn, "status": "interrupted", "items": []}
+        note("turn/completed", threadId=thread, turn=done)
+        return
     note("item/completed", item={**command, "status": "completed", "exitCode": 0}, **ids)
     message = {"type": "agentMessage", "id": f"msg-{turn[:8]}", "text": ""}
     note("item/started", item=message, **ids)
@@ -150,6 +163,11 @@ def main() -> None:
             note("thread/started", thread={"id": thread, "status": {"type": "idle"}})
         elif method == "turn/start":
             run_turn(message)
+        elif method == "fake/endCommands":
+            for ids, command in _left_running:
+                done = {**command, "status": "completed", "exitCode": 0}
+                note("item/completed", item=done, **ids)
+            _left_running.clear()
         elif "id" in message and method is not None:
             emit({"id": message["id"], "result": {}})
 

@@ -6,11 +6,13 @@ One place for what a runner, the broker, its clients and the web page must agree
   exactly: ``name, connected, createdAt, lastSeen, role``, then ``activity`` only when not
   idle and ``busy`` only when ``activity`` is there, true iff working), plus one additive
   field of ours, ``activitySince`` (unix ms: since when the activity holds), also only
-  with ``activity``, and one more, ``sessions`` (see :func:`presence`);
+  with ``activity``, and two more, ``sessions`` and ``background``/``backgroundSince``
+  (see :func:`presence`);
 * the session id a runner gives its reports and its subscription (:func:`session_id_problem`
   says what is wrong with one), how many sessions a member may have working or blocked at
   once (:data:`MAX_SESSIONS`), and the grace a session gets when its subscription ends
-  (:data:`SESSION_GRACE`);
+  (:data:`SESSION_GRACE`); and the background count a report may carry
+  (:func:`background_problem` says what is wrong with one, :data:`MAX_BACKGROUND`);
 * the endpoint paths and the SSE event names;
 * the defaults: the broker's port and URL, the activity TTL (and the least a broker
   accepts), the runner's heartbeat (a third of the TTL), the stream keep-alive, and how
@@ -51,6 +53,7 @@ __all__ = [
     "HEARTBEAT",
     "KEEPALIVE",
     "KNOWN_PERMISSIONS",
+    "MAX_BACKGROUND",
     "MAX_SESSIONS",
     "MIN_TTL",
     "NOTIFY_PATH",
@@ -70,6 +73,7 @@ __all__ = [
     "Refused",
     "RoleJson",
     "Whoami",
+    "background_problem",
     "control_character",
     "counted",
     "heartbeat_for",
@@ -147,6 +151,22 @@ SESSION_GRACE = 3.0
 bound to (a reconnect within it re-sends the state: nobody sees a thing)."""
 
 
+MAX_BACKGROUND = 1024
+"""The largest background count a report may carry (commands or tasks a session left
+running): a count past it is refused (400), not clipped. A runner's signal keeps no more
+handles than this (:mod:`codex_presence.core.activity`), so its counts always fit."""
+
+
+def background_problem(count: object) -> str | None:
+    """Why ``count`` is not a session's background count (an integer, 0 to
+    :data:`MAX_BACKGROUND`; not a boolean, not a float), or None when it is one."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        return '"background" must be an integer (the commands or tasks left running)'
+    if not 0 <= count <= MAX_BACKGROUND:
+        return f'"background" must be 0 to {MAX_BACKGROUND}, not {count}'
+    return None
+
+
 def session_id_problem(session: object) -> str | None:
     """Why ``session`` is not a session id (1 to :data:`SESSION_ID_MAX` characters of
     ``A-Z a-z 0-9 _ -``, the URL-safe base64 alphabet), or None when it is one."""
@@ -219,6 +239,13 @@ class Presence(TypedDict):
     """Ours, additive, only while two or more of the member's sessions are working or
     blocked: how many are ``"working"`` and ``"blocked"``, each key only when its count is
     not 0."""
+    background: NotRequired[int]
+    """Ours, additive, only while the member's sessions have commands or tasks left running
+    (whatever the state, idle included): how many, over every session. It never makes a
+    member working or blocked."""
+    backgroundSince: NotRequired[int]
+    """Ours, with ``background``: since when (unix ms) the earliest of those sessions has
+    had something running in the background."""
 
 
 def presence(
@@ -231,6 +258,7 @@ def presence(
     activity: ActivityState | str = ActivityState.IDLE,
     activity_since: int | None = None,
     sessions: tuple[int, int] = (0, 0),
+    background: tuple[int, int | None] = (0, None),
 ) -> Presence:
     """The design's Presence object, keys in the schema's order (then ``activitySince``,
     with ``activity`` when known, and ``sessions``, with ``activity``).
@@ -241,7 +269,11 @@ def presence(
     blocked)``) says how many are in each, e.g. ``"sessions": {"working": 2, "blocked":
     1}``; a count of 0 is left out. The field is there only while two or more sessions are
     working or blocked: with one (or none), ``activity`` says it all, and the object is
-    exactly what it was before sessions (every existing client reads it unchanged)."""
+    exactly what it was before sessions (every existing client reads it unchanged).
+
+    ``background`` (the count, ``backgroundSince``) is what the sessions left running: e.g.
+    ``"background": 1, "backgroundSince": 1764590000000`` on an idle member whose build goes
+    on after the turn; both absent when the count is 0, as ``activity`` is when idle."""
     role_json: Any
     if role is None or isinstance(role, Mapping):
         role_json = dict(role) if role else None
@@ -263,6 +295,11 @@ def presence(
             obj["sessions"] = {
                 k: n for k, n in zip(("working", "blocked"), sessions, strict=True) if n
             }
+    count, count_since = background
+    if count > 0:
+        obj["background"] = count
+        if count_since is not None:
+            obj["backgroundSince"] = count_since
     return obj
 
 

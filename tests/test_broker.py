@@ -763,10 +763,17 @@ _json_values = st.recursive(
         _json_values,
         st.fixed_dictionaries({"state": st.sampled_from(["idle", "working", "blocked"])}),
         st.fixed_dictionaries({"state": _json_values}),
+        st.fixed_dictionaries(
+            {"state": st.sampled_from(["idle", "working"])},
+            optional={
+                "session": st.sampled_from(["s1", "", "a b"]) | _json_values,
+                "background": st.integers(-2, 1030) | _json_values,
+            },
+        ),
     )
 )
 def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
-    from codex_presence._wire import session_id_problem
+    from codex_presence._wire import background_problem, session_id_problem
     from codex_presence.broker.app import _parse_report
     from codex_presence.core.activity import ActivityState
 
@@ -774,12 +781,21 @@ def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
     valid = (
         isinstance(value, dict)
         and "state" in value
-        and set(value) <= {"state", "session"}
+        and set(value) <= {"state", "session", "background"}
         and value["state"] in ("idle", "working", "blocked")
         and ("session" not in value or session_id_problem(value["session"]) is None)
+        and (
+            "background" not in value
+            or ("session" in value and background_problem(value["background"]) is None)
+        )
     )
     if valid:
-        assert result == (ActivityState(value["state"]), value.get("session", ""))
+        expected = (
+            ActivityState(value["state"]),
+            value.get("session", ""),
+            value.get("background", 0),
+        )
+        assert result == expected
     else:
         assert isinstance(result, str)
         assert not isinstance(result, ActivityState)

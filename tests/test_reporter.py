@@ -338,3 +338,51 @@ async def test_a_broker_that_predates_sessions_gets_anonymous_reports(
     assert reporter.session is None
     said = [r.getMessage() for r in caplog.records if "does not know sessions" in r.getMessage()]
     assert len(said) == 1
+
+
+async def test_a_broker_that_predates_counts_gets_the_state_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker of before issue 23 part 3 refuses a body with ``background`` (400, naming
+    the key, and the keys it takes, "session" among them): the reporter drops the count,
+    not the session, says so once, and goes on."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    bodies: list[bytes] = []
+
+    async def old_activity(request: Request) -> Response:
+        body = await request.body()
+        bodies.append(body)
+        if b"background" in body:
+            reason = (
+                "unexpected key(s) 'background': the body is exactly "
+                '{"state": ...[, "session": ...]}'
+            )
+            return JSONResponse({"error": reason}, status_code=400)
+        return Response(status_code=204)
+
+    app = Starlette(routes=[Route("/presence/activity", old_activity, methods=["POST"])])
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://old-broker") as client,
+        anyio.create_task_group() as tg,
+    ):
+        reporter = ActivityReporter(client=client, policy=fast_policy(), session="this-run")
+        tg.start_soon(reporter.run)
+        reporter.observe(WORKING)
+        reporter.observe_background(1)
+        await eventually_async(lambda: len(bodies) == 2)
+        reporter.observe_background(2)
+        await eventually_async(lambda: len(bodies) == 3)
+        tg.cancel_scope.cancel()
+    assert bodies == [
+        b'{"state":"working","session":"this-run","background":1}',
+        b'{"state":"working","session":"this-run"}',
+        b'{"state":"working","session":"this-run"}',
+    ]
+    assert reporter.session == "this-run"
+    said = [r.getMessage() for r in caplog.records if "know background counts" in r.getMessage()]
+    assert len(said) == 1

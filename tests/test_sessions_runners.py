@@ -1,10 +1,13 @@
-"""Sessions with real runners (issue 23, parts 1 and 2): ``codex-presence wrap`` processes
+"""Sessions with real runners (issue 23, parts 1 to 3): ``codex-presence wrap`` processes
 (a scripted app-server as the child) against a real broker on loopback, in memory and on a
 real redis-server (``store_url``).
 
 Two wraps with one token are two sessions of one member: the roster shows the strongest.
 A wrap killed mid-turn (SIGKILL: no idle report, ever) reads offline at once and idle
-after the broker's session grace, not after the 30 s TTL. The times are measured and
+after the broker's session grace, not after the 30 s TTL. A command the fake app-server
+leaves running after its turn (part 3) is counted on the roster (``background``) while it
+runs, heartbeated while the session is idle, and gone when it ends or its wrap is killed
+(after the grace). The times are measured and
 printed (``-s`` shows them); the bound asserted is the one that tells the grace from the
 TTL, not a speed.
 """
@@ -126,3 +129,91 @@ def test_a_dead_brokers_sessions_go_with_its_counts(redis_url: str, tmp_path: Pa
         print(f"\n[redis] SIGKILL of the broker: counts gone {gone:.1f} s, idle {idle:.1f} s")
         assert time.monotonic() - killed < DEFAULT_TTL * 0.7
         wrap.proc.kill()
+
+
+# -- work left running (issue 23, part 3) ----------------------------------------------------
+
+
+def _left_running(url: str, wrap: WrapProcess) -> None:
+    """Start a turn that ends (as an Esc does) with its command still running, and wait
+    until the roster counts that command."""
+    eventually(lambda: builder(url)["connected"] == 1, 20, "the wrap subscribed")
+    wrap.start_turn(1, deltas=2, leave_running=True)
+    wrap.wait_for(is_note("turn/completed"))
+    eventually(lambda: builder(url).get("background") == 1, what="the command counted")
+    me = builder(url)
+    assert "activity" not in me and "busy" not in me  # it never makes the member working
+    assert isinstance(me["backgroundSince"], int)
+
+
+def test_a_command_left_running_after_its_turn_is_counted_until_it_ends(
+    store_url: str | None,
+) -> None:
+    with (
+        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        WrapProcess(options(broker.url), env=TOKEN) as wrap,
+    ):
+        url = broker.url
+        _left_running(url, wrap)
+        wrap.send({"method": "fake/endCommands"})
+        wrap.wait_for(is_note("item/completed"))
+        eventually(lambda: "background" not in builder(url), what="the count gone")
+        assert "backgroundSince" not in builder(url)
+        assert wrap.close() == 0
+
+
+def test_an_idle_session_heartbeats_its_count_past_the_ttl(store_url: str | None) -> None:
+    """An idle session with a command running is not silent: the wrap re-reports the count
+    at a third of the broker's TTL (it learns a 1.5 s TTL from /whoami), so the count holds
+    for several TTLs, and goes once the command ends."""
+    team = make_team("alice", "builder", "scout")
+    with (
+        running_broker(team=team, redis=store_url, activity_ttl=1.5) as broker,
+        WrapProcess(options(broker.url), env=TOKEN) as wrap,
+    ):
+        url = broker.url
+        _left_running(url, wrap)
+        for _ in range(8):  # 4 s: more than twice the TTL
+            time.sleep(0.5)
+            assert builder(url).get("background") == 1
+        wrap.send({"method": "fake/endCommands"})
+        eventually(lambda: "background" not in builder(url), what="the count gone")
+        assert wrap.close() == 0
+
+
+def test_a_no_trace_wrap_shows_no_background(store_url: str | None) -> None:
+    with (
+        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        WrapProcess([*options(broker.url), "--no-trace"], env=TOKEN) as wrap,
+    ):
+        url = broker.url
+        eventually(lambda: builder(url)["connected"] == 1, 20, "the wrap subscribed")
+        wrap.start_turn(1, deltas=2, leave_running=True)
+        wrap.wait_for(is_note("turn/completed"))
+        time.sleep(1)  # time for a report that must not come
+        me = builder(url)
+        assert "background" not in me and "activity" not in me
+        assert wrap.close() == 0
+
+
+def test_a_wrap_killed_with_a_command_running_takes_its_count_within_the_grace(
+    store_url: str | None,
+) -> None:
+    """SIGKILL of a runner whose session left a command running: no report will come; the
+    count goes with the session's grace, not the TTL."""
+    with (
+        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        WrapProcess(options(broker.url), env=TOKEN) as wrap,
+    ):
+        url = broker.url
+        _left_running(url, wrap)
+        killed = time.monotonic()
+        wrap.proc.kill()
+        wrap.proc.wait(10)
+        offline = eventually(lambda: builder(url)["connected"] == 0, DEFAULT_TTL)
+        gone = eventually(lambda: "background" not in builder(url), DEFAULT_TTL) + offline
+        took = time.monotonic() - killed
+        store = "redis" if store_url else "memory"
+        print(f"\n[{store}] SIGKILL of wrap: offline after {offline:.3f} s, gone {gone:.3f} s")
+        assert took < DEFAULT_TTL / 3, f"gone after {took:.1f} s: the TTL, not the grace"
+        assert gone >= SESSION_GRACE * 0.9  # the grace was given

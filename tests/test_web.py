@@ -93,8 +93,14 @@ class Web:
     def url(self) -> str:
         return self.broker.url
 
-    def report(self, name: str, state: str, session: str | None = None) -> None:
-        body = {"state": state} if session is None else {"state": state, "session": session}
+    def report(
+        self, name: str, state: str, session: str | None = None, background: int | None = None
+    ) -> None:
+        body: dict[str, Any] = {"state": state}
+        if session is not None:
+            body["session"] = session
+        if background is not None:
+            body["background"] = background
         response = httpx.post(
             self.url + "/presence/activity",
             json=body,
@@ -852,6 +858,29 @@ def test_a_broker_restart_signs_nobody_out_and_a_lost_redis_shows_stale(
 
 
 # -- what an operator needs (issue 15) -----------------------------------------------------
+
+
+@pytest.mark.browser
+def test_a_background_command_is_shown_apart_from_the_state(
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab], store_url: str | None
+) -> None:
+    """Issue 23: an idle member whose session left a command running reads "idle · 1
+    background command · 4 min"; it never sorts or counts them as busy; it goes with 0."""
+    wall.offset = -4 * 60
+    web.report("builder", "idle", "sessionAAAAAAAAA", background=1)
+    wall.offset = 0
+    page = signed_in(browser, web, tabs, "alice", clock=True).page
+    builder = row(page, "builder")
+    expect(builder.locator(".activity-col")).to_have_text(
+        re.compile(r"^\s*idle\s*· 1 background command · 4 min\s*$")
+    )
+    expect(builder).to_have_attribute("data-activity", "idle")
+    expect(page).to_have_title("acme roster")
+    web.report("builder", "working", "sessionAAAAAAAAA", background=2)
+    expect(builder.locator(".background")).to_have_text("· 2 background commands · 4 min")
+    expect(builder.locator(".activity")).to_have_text("working")
+    web.report("builder", "idle", "sessionAAAAAAAAA", background=0)
+    expect(builder.locator(".background")).to_have_text("")
 
 
 def names_in_order(page: Page) -> list[str]:

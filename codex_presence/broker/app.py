@@ -106,6 +106,7 @@ from codex_presence._wire import (
     WHOAMI_PATH,
     ActivityState,
     Refused,
+    background_problem,
     printable,
     session_id_problem,
 )
@@ -136,22 +137,26 @@ def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
     return error(401, reason, _UNAUTHORIZED_HEADERS)
 
 
-def _parse_report(body: bytes) -> tuple[ActivityState, str] | str:
-    """The reported state and session (:data:`~.tracker.ANONYMOUS` when not said), or the
-    reason the body is not exactly ``{"state": ...}`` with an optional ``"session"``."""
+def _parse_report(body: bytes) -> tuple[ActivityState, str, int] | str:
+    """The reported state, session (:data:`~.tracker.ANONYMOUS` when not said) and
+    background count (0 when not said), or the reason the body is not exactly ``{"state":
+    ...}`` with an optional ``"session"`` and, with a session, an optional ``"background"``."""
     exact = _EXACT.get(body)
     if exact is not None:
-        return exact, ANONYMOUS
+        return exact, ANONYMOUS, 0
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return "body is not valid JSON"
     if not isinstance(data, dict):
         return 'body must be a JSON object {"state": ...}'
-    extra = sorted(set(data) - {"state", "session"})
+    extra = sorted(set(data) - {"state", "session", "background"})
     if extra:
         keys = ", ".join(map(repr, extra))
-        return f'unexpected key(s) {keys}: the body is exactly {{"state": ...[, "session": ...]}}'
+        return (
+            f"unexpected key(s) {keys}: the body is exactly "
+            '{"state": ...[, "session": ...[, "background": N]]}'
+        )
     if "state" not in data:
         return 'missing "state"'
     state = data["state"]
@@ -162,7 +167,14 @@ def _parse_report(body: bytes) -> tuple[ActivityState, str] | str:
         problem = session_id_problem(session)
         if problem is not None:
             return problem
-    return _repeated_key(body) or (ACTIVITY_STATES[state], session)
+    background = data.get("background", 0)
+    if "background" in data:
+        if "session" not in data:
+            return '"background" needs a "session": it is counted per session'
+        problem = background_problem(background)
+        if problem is not None:
+            return problem
+    return _repeated_key(body) or (ACTIVITY_STATES[state], session, background)
 
 
 def _repeated_key(body: bytes) -> str | None:

@@ -85,7 +85,7 @@ class Deaths:
         if state is _IDLE:
             self._busy.pop(key, None)
             return
-        shown, since, counts = self._store.activity_entry(name)
+        shown, since, counts, _ = self._store.activity_entry(name)
         if not (shown is state and since is not None and sum(counts) <= 1):
             old = self._busy.get(key)  # this session's since, as the store sets it
             since = old[1] if old is not None and old[0] is state else now_ms
@@ -105,7 +105,7 @@ class Deaths:
             return
         busy = self._busy.pop((name, session), None)
         if busy is None:  # its reports went to another broker: the member's, if only its
-            state, since, counts = self._store.activity_entry(name)
+            state, since, counts, _ = self._store.activity_entry(name)
             if state is _IDLE or since is None or sum(counts) > 1:
                 return
             busy = (state, since)

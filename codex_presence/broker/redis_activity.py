@@ -7,8 +7,10 @@ next to it under the team's prefix:
 
 ``s:<session>:<name>``
     That session's activity, ``"<state> <since-ms>"``, set with ``PX`` = the TTL (idle is
-    the key's absence), exactly as ``a:<name>`` is. The session id's alphabet has no ``:``,
-    so the name after it is whatever follows.
+    the key's absence), exactly as ``a:<name>`` is; with a background count (commands the
+    session left running), ``"<state> <since-ms> <count> <count-since-ms>"``, and then it
+    is kept while idle too (``"idle <ms> 1 <ms>"``), under the same TTL and grace. The
+    session id's alphabet has no ``:``, so the name after it is whatever follows.
 ``S:<name>``
     A sorted set: the member's named sessions, each by when (Redis time, ms) its key
     expires; what the snapshot reads, and what bounds a member's sessions: a report that
@@ -21,9 +23,11 @@ next to it under the team's prefix:
     deletes the hash), so a dead broker's sessions go when its connection counts go.
 
 Events, on the team's channel and numbered by the same ``seq`` as every other:
-``[seq, "s", name, session, state, ttl_ms, since, createdAt, lastSeen]`` — a session's
-report, or its TTL shortened to the grace (its subscription ended). A broker of an older
-version ignores the kind.
+``[seq, "s", name, session, state, ttl_ms, since, createdAt, lastSeen, background,
+backgroundSince]`` — a session's report, or its TTL shortened to the grace (its
+subscription ended); an event without the last two (an older broker's) has no background.
+A broker of an older version ignores the kind, and reads a session value with a background
+as idle (its four words are not two).
 
 A key of these found holding another type (written by hand, or by another program) is
 garbage: the scripts that write it delete it and start anew, the snapshot skips it, so
@@ -44,7 +48,12 @@ from typing import Any
 import anyio
 import orjson
 
-from codex_presence._wire import ACTIVITY_STATES, SESSION_GRACE, ActivityState
+from codex_presence._wire import (
+    ACTIVITY_STATES,
+    SESSION_GRACE,
+    ActivityState,
+    background_problem,
+)
 from codex_presence.broker.redis_link import RedisLink
 from codex_presence.broker.redis_scripts import _META, TOLERANT
 from codex_presence.broker.store import TooManySessions
@@ -66,7 +75,8 @@ local function own(key, kind)
   if found ~= 'none' and found ~= kind then redis.call('DEL', key) end
 end
 """
-# ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound.
+# ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound, the
+# background count.
 _REPORT = (
     TOLERANT
     + _LUA_NOW
@@ -75,34 +85,38 @@ _REPORT = (
     + """
 local ns, name, sid, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local px, at, most = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local bg = tonumber(ARGV[8]) or 0
 local key = ns .. 's:' .. sid .. ':' .. name
 local index = ns .. 'S:' .. name
 own(key, 'string')
 own(index, 'zset')
 redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
-if state ~= 'idle' and not redis.call('ZSCORE', index, sid) then
+if (state ~= 'idle' or bg > 0) and not redis.call('ZSCORE', index, sid) then
   local held = redis.call('ZCARD', index) + redis.call('EXISTS', ns .. 'a:' .. name)
   if held >= most then return false end
 end
-local since = at
+local since, bgsince = at, 0
+if bg > 0 then bgsince = at end
 local previous = redis.call('GET', key)
 if previous then
-  local space = string.find(previous, ' ', 1, true)
-  if space and string.sub(previous, 1, space - 1) == state then
-    since = int(string.sub(previous, space + 1)) or at
-  end
+  local words = {}
+  for word in string.gmatch(previous, '%S+') do words[#words + 1] = word end
+  if words[1] == state then since = int(words[2]) or at end
+  if bg > 0 and (int(words[3]) or 0) > 0 then bgsince = int(words[4]) or at end
 end
-if state == 'idle' then
+if state == 'idle' and bg <= 0 then
   redis.call('DEL', key)
   redis.call('ZREM', index, sid)
 else
-  redis.call('SET', key, state .. ' ' .. string.format('%d', since), 'PX', px)
+  local value = state .. ' ' .. string.format('%d', since)
+  if bg > 0 then value = value .. ' ' .. string.format('%d %d', bg, bgsince) end
+  redis.call('SET', key, value, 'PX', px)
   redis.call('ZADD', index, now + px, sid)
   if redis.call('PTTL', index) < px then redis.call('PEXPIRE', index, px) end
 end
 local c, s = meta(ns, name, at, at)
 local seq = next_seq(ns)
-local event = cjson.encode({seq, 's', name, sid, state, px, since, c, s})
+local event = cjson.encode({seq, 's', name, sid, state, px, since, c, s, bg, bgsince})
 redis.call('PUBLISH', KEYS[1], event)
 return event
 """
@@ -129,18 +143,17 @@ local function shorten(name, sid)
     pttl = grace
   end
   if pttl <= 0 then return end
-  local value = redis.call('GET', key)
-  local space = string.find(value, ' ', 1, true)
-  if not space then return end
-  local since = int(string.sub(value, space + 1))
+  local words = {}
+  for word in string.gmatch(redis.call('GET', key), '%S+') do words[#words + 1] = word end
+  local since = int(words[2])
   if not since then return end
   local m = {0, 0}
   if redis.call('TYPE', ns .. 'm:' .. name)['ok'] == 'hash' then
     m = redis.call('HMGET', ns .. 'm:' .. name, 'c', 's')
   end
   local seq = next_seq(ns)
-  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 's', name, sid,
-    string.sub(value, 1, space - 1), pttl, since, int(m[1]) or 0, int(m[2]) or 0}))
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 's', name, sid, words[1], pttl, since,
+    int(m[1]) or 0, int(m[2]) or 0, int(words[3]) or 0, int(words[4]) or 0}))
 end
 for i = 4, #ARGV, 3 do
   local op, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -237,10 +250,12 @@ class SessionActivity:
 
     # -- what the store asks -----------------------------------------------------------
 
-    async def report(self, name: str, state: ActivityState, now_ms: int, session: str) -> bool:
+    async def report(
+        self, name: str, state: ActivityState, now_ms: int, session: str, background: int = 0
+    ) -> bool:
         event = await self._link.call(
             self._report_script,
-            [name, session, state.value, self._ttl_ms, now_ms, self._max],
+            [name, session, state.value, self._ttl_ms, now_ms, self._max, background],
             doing="the report was not recorded; send it again",
         )
         if event is None:
@@ -277,8 +292,16 @@ class SessionActivity:
                 session = held[i].decode(errors="replace")
                 stored = _stored(held[i + 1])
                 if stored is not None and held[i + 2] > 0:
-                    ttl = held[i + 2] / 1000
-                    self._tracker.report(name, stored[0], ttl, since=stored[1], session=session)
+                    state, since, background, background_since = stored
+                    self._tracker.report(
+                        name,
+                        state,
+                        held[i + 2] / 1000,
+                        since=since,
+                        session=session,
+                        background=background,
+                        background_since=background_since,
+                    )
 
     async def keep(self) -> None:
         """Send bindings and releases as they come."""
@@ -335,7 +358,7 @@ class SessionActivity:
         """Apply an ``s`` event (ours or another broker's) unless a later one for that
         session was applied; whether the member's activity shown changed (None: nothing
         applied). A shortened TTL wakes the fan-out too, for it to see the lapse."""
-        seq, _, name, session, word, ttl_ms, since, created, seen = event
+        seq, _, name, session, word, ttl_ms, since, created, seen, *more = event
         if name not in self._known:
             return None
         self._touched(name, created, seen)
@@ -344,19 +367,47 @@ class SessionActivity:
             return None
         self._seq[key] = seq
         state = ACTIVITY_STATES.get(word, _IDLE)
+        background, background_since = _background(more)
         changed = self._tracker.report(
-            name, state, ttl_ms / 1000, since=int(since), session=session
+            name,
+            state,
+            ttl_ms / 1000,
+            since=int(since),
+            session=session,
+            background=background,
+            background_since=background_since,
         )
         if changed or ttl_ms < self._ttl_ms:
             self._changed(name)
         return changed
 
 
-def _stored(value: bytes) -> tuple[ActivityState, int] | None:
-    """A session's value, ``"<state> <since-ms>"``, as (state, since); None for one this
-    version cannot read (it counts as idle)."""
-    word, _, since = value.partition(b" ")
-    state = ACTIVITY_STATES.get(word.decode(errors="replace"))
-    if state is None or state is _IDLE or not since.isdigit():
+def _background(more: list[Any]) -> tuple[int, int | None]:
+    """An event's background count and its since (0, None: none, or unreadable)."""
+    if (
+        len(more) >= 2
+        and background_problem(more[0]) is None
+        and more[0] > 0
+        and isinstance(more[1], int)
+        and not isinstance(more[1], bool)
+        and more[1] >= 0
+    ):
+        return more[0], more[1]
+    return 0, None
+
+
+def _stored(value: bytes) -> tuple[ActivityState, int, int, int | None] | None:
+    """A session's value, ``"<state> <since-ms>[ <count> <count-since-ms>]"``, as (state,
+    since, count, count since); None for one this version cannot read (it counts as idle)."""
+    words = value.split()
+    state = ACTIVITY_STATES.get(words[0].decode(errors="replace")) if words else None
+    if state is None or len(words) not in (2, 4) or not words[1].isdigit():
         return None
-    return state, int(since)
+    count, count_since = 0, None
+    if len(words) == 4 and words[2].isdigit() and words[3].isdigit():
+        count, count_since = int(words[2]), int(words[3])
+        if background_problem(count) is not None:
+            count, count_since = 0, None
+    if state is _IDLE and count == 0:
+        return None
+    return state, int(words[1]), count, count_since

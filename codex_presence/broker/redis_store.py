@@ -205,10 +205,15 @@ class RedisStore:
     # -- writes ------------------------------------------------------------------------
 
     async def report(
-        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+        self,
+        name: str,
+        state: ActivityState,
+        now_ms: int,
+        session: str = ANONYMOUS,
+        background: int = 0,
     ) -> bool:
         if session != ANONYMOUS:
-            return await self._sessions.report(name, state, now_ms, session)
+            return await self._sessions.report(name, state, now_ms, session, background)
         event, lost = await self._link.call(
             self._report_script,
             [name, state.value, self._ttl_ms, now_ms],

@@ -227,13 +227,15 @@ class Broker:
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
 
-    async def report(self, member: Member, state: ActivityState, session: str = ANONYMOUS) -> None:
-        """``member``'s ``session`` reported ``state``: an emit (lastSeen ticks), maybe a
-        change. Raises :class:`~codex_presence.broker.store.StoreUnavailable` when it was
-        not recorded, :class:`~codex_presence.broker.store.TooManySessions` when it may
-        not be."""
+    async def report(
+        self, member: Member, state: ActivityState, session: str = ANONYMOUS, background: int = 0
+    ) -> None:
+        """``member``'s ``session`` reported ``state`` (and ``background`` commands left
+        running): an emit (lastSeen ticks), maybe a change. Raises
+        :class:`~codex_presence.broker.store.StoreUnavailable` when it was not recorded,
+        :class:`~codex_presence.broker.store.TooManySessions` when it may not be."""
         now_ms = self._now_ms()
-        changed = await self.store.report(member.name, state, now_ms, session)
+        changed = await self.store.report(member.name, state, now_ms, session, background)
         if self._deaths is not None and session != ANONYMOUS:
             self._deaths.reported(member.name, session, state, now_ms)
         if changed:
@@ -272,7 +274,7 @@ class Broker:
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
-        activity, since, sessions = self.store.activity_entry(name)
+        activity, since, sessions, background = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
@@ -282,6 +284,7 @@ class Broker:
             activity=activity,
             activity_since=since,
             sessions=sessions,
+            background=background,
         )
 
     def roster_json(self) -> bytes:
@@ -341,7 +344,7 @@ class Broker:
     def _watch_all(self) -> None:
         if self.watcher is not None:
             for name in self._names:
-                state, since, _ = self.store.activity_entry(name)
+                state, since, *_ = self.store.activity_entry(name)
                 self.watcher.observe(name, state, since)
 
     # -- fan-out -----------------------------------------------------------------------

@@ -21,7 +21,8 @@ mirror.
 
 Each member's activity is kept per session (:mod:`~codex_presence.broker.tracker`): a report
 may name its session, and at most ``max_sessions`` of a member's sessions may be working or
-blocked at once (a report that would start one more raises :class:`TooManySessions`: 429).
+blocked (or have a background count) at once (a report that would start one more raises
+:class:`TooManySessions`: 429).
 A subscription that names a session is *bound* to it; when the last one bound to it on
 this broker ends, :meth:`Store.release` gives the session a short grace instead of the TTL.
 
@@ -109,11 +110,17 @@ class Store(Protocol):
         wake then."""
 
     async def report(
-        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+        self,
+        name: str,
+        state: ActivityState,
+        now_ms: int,
+        session: str = ANONYMOUS,
+        background: int = 0,
     ) -> bool:
-        """Record a report of ``name``'s ``session`` (an emit: ``lastSeen`` ticks); whether
-        the activity shown changed. Raises :class:`StoreUnavailable` when it could not be
-        recorded, :class:`TooManySessions` when it may not be."""
+        """Record a report of ``name``'s ``session`` (an emit: ``lastSeen`` ticks), with the
+        ``background`` count it left running; whether the activity shown changed. Raises
+        :class:`StoreUnavailable` when it could not be recorded, :class:`TooManySessions`
+        when it may not be."""
 
     def bind(self, name: str, session: str) -> None:
         """The first subscription bound to ``name``'s ``session`` opened on this broker."""
@@ -172,18 +179,23 @@ class MemoryStore:
         return self.tracker.next_lapse()
 
     async def report(
-        self, name: str, state: ActivityState, now_ms: int, session: str = ANONYMOUS
+        self,
+        name: str,
+        state: ActivityState,
+        now_ms: int,
+        session: str = ANONYMOUS,
+        background: int = 0,
     ) -> bool:
         tracker = self.tracker
         if (
             session != ANONYMOUS
-            and state is not ActivityState.IDLE
+            and (state is not ActivityState.IDLE or background > 0)
             and not tracker.holds(name, session)
             and tracker.held(name) >= self.max_sessions
         ):
             raise TooManySessions(self.max_sessions)
         self.registry.touch(name, now_ms)
-        return tracker.report(name, state, now_ms=now_ms, session=session)
+        return tracker.report(name, state, now_ms=now_ms, session=session, background=background)
 
     def bind(self, name: str, session: str) -> None:
         """Nothing to remember: in one process, the broker is the store."""

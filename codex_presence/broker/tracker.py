@@ -20,6 +20,12 @@ lapsed, so a runner that died mid-turn reads as idle again within the TTL whethe
 anything ever runs in the background. :meth:`ActivityTracker.shorten` brings a session's
 lapse closer (its subscription ended: the broker gives it a short grace, not the TTL).
 
+A session's report may also carry its background count (commands or tasks it left running,
+issue 23): held with the session's state, under the same TTL and the same grace, so a
+session that is idle but has something running is held too. The member's background is
+the sum over their sessions, since the earliest of them had one; it never makes the member
+working or blocked.
+
 A report may carry its own TTL: the Redis store's mirror
 (:mod:`codex_presence.broker.redis_store`) holds what another broker recorded, for as long
 as that broker said it holds.
@@ -32,7 +38,7 @@ from collections.abc import Callable
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
 
-__all__ = ["ANONYMOUS", "Activity", "ActivityTracker", "SessionCounts"]
+__all__ = ["ANONYMOUS", "Activity", "ActivityTracker", "Background", "SessionCounts"]
 
 _IDLE = ActivityState.IDLE
 _BLOCKED = ActivityState.BLOCKED
@@ -41,13 +47,18 @@ ANONYMOUS = ""
 
 SessionCounts = tuple[int, int]
 """How many of a member's sessions are (working, blocked)."""
-Activity = tuple[ActivityState, int | None, SessionCounts]
-"""A member's activity, since when it holds (unix ms; None when idle), and how many of
-their sessions are working and blocked."""
-_IDLE_ACTIVITY: Activity = (_IDLE, None, (0, 0))
+Background = tuple[int, int | None]
+"""How many commands or tasks a member's sessions left running, and since when (unix ms;
+None when none)."""
+_NO_BACKGROUND: Background = (0, None)
+Activity = tuple[ActivityState, int | None, SessionCounts, Background]
+"""A member's activity, since when it holds (unix ms; None when idle), how many of their
+sessions are working and blocked, and their background."""
+_IDLE_ACTIVITY: Activity = (_IDLE, None, (0, 0), _NO_BACKGROUND)
 
-_Held = tuple[ActivityState, int, float]
-"""One session's state, since, and when it lapses (the tracker's clock)."""
+_Held = tuple[ActivityState, int, float, int, int]
+"""One session's state, since, when it lapses (the tracker's clock), its background count
+and since when it has one."""
 
 
 class ActivityTracker:
@@ -76,14 +87,17 @@ class ActivityTracker:
         now_ms: int = 0,
         since: int | None = None,
         session: str = ANONYMOUS,
+        background: int = 0,
+        background_since: int | None = None,
     ) -> bool:
-        """``name``'s ``session`` reported ``state``, which holds ``ttl`` seconds (the
-        tracker's by default); whether the member's activity shown changed. The state holds
-        since ``since`` (unix ms) when given (a shared store's record says), else since
-        ``now_ms`` if it is new to the session, else since it began."""
+        """``name``'s ``session`` reported ``state`` with ``background`` commands left
+        running, which holds ``ttl`` seconds (the tracker's by default); whether the
+        member's activity shown changed. The state holds since ``since`` (unix ms) when
+        given (a shared store's record says), else since ``now_ms`` if it is new to the
+        session, else since it began; the background likewise (``background_since``)."""
         previous = self.entry(name)
         held = self._sessions.get(name)
-        if state is _IDLE:
+        if state is _IDLE and background <= 0:
             if held is None or held.pop(session, None) is None:
                 return False
         else:
@@ -92,7 +106,12 @@ class ActivityTracker:
             old = held.get(session)
             if since is None:
                 since = old[1] if old is not None and old[0] is state else now_ms
-            held[session] = (state, since, self._clock() + (self.ttl if ttl is None else ttl))
+            if background <= 0:
+                background, background_since = 0, 0
+            elif background_since is None:
+                background_since = old[4] if old is not None and old[3] > 0 else now_ms
+            expires = self._clock() + (self.ttl if ttl is None else ttl)
+            held[session] = (state, since, expires, background, background_since)
         return self._recount(name, previous)
 
     def shorten(self, name: str, session: str, seconds: float) -> bool:
@@ -104,7 +123,7 @@ class ActivityTracker:
             return False
         deadline = self._clock() + seconds
         if deadline < held[2]:
-            self._sessions[name][session] = (held[0], held[1], deadline)
+            self._sessions[name][session] = (held[0], held[1], deadline, held[3], held[4])
             self._next[name] = min(self._next[name], deadline)
         return True
 
@@ -120,12 +139,14 @@ class ActivityTracker:
         return self._recount(name, previous)
 
     def holds(self, name: str, session: str) -> bool:
-        """Whether ``name``'s ``session`` is working or blocked (the TTL resolved)."""
+        """Whether ``name``'s ``session`` is working or blocked, or has a background (the
+        TTL resolved)."""
         self.entry(name)
         return session in self._sessions.get(name, {})
 
     def held(self, name: str) -> int:
-        """How many of ``name``'s sessions are working or blocked (the TTL resolved)."""
+        """How many of ``name``'s sessions are working or blocked, or have a background
+        (the TTL resolved)."""
         self.entry(name)
         return len(self._sessions.get(name, {}))
 
@@ -137,16 +158,26 @@ class ActivityTracker:
             self._shown.pop(name, None)
             self._next.pop(name, None)
             return previous is not _IDLE_ACTIVITY
-        working = blocked = 0
-        for state, _, _ in held.values():
+        working = blocked = count = 0
+        background_since: int | None = None
+        for state, _, _, running, running_since in held.values():
             if state is _BLOCKED:
                 blocked += 1
-            else:
+            elif state is not _IDLE:
                 working += 1
-        strongest = _BLOCKED if blocked else ActivityState.WORKING
-        since = min(s for state, s, _ in held.values() if state is strongest)
-        self._next[name] = min(expires for _, _, expires in held.values())
-        current: Activity = (strongest, since, (working, blocked))
+            if running > 0:
+                count += running
+                if background_since is None or running_since < background_since:
+                    background_since = running_since
+        strongest = _BLOCKED if blocked else ActivityState.WORKING if working else _IDLE
+        since = (
+            None
+            if strongest is _IDLE
+            else min(s for state, s, *_ in held.values() if state is strongest)
+        )
+        self._next[name] = min(expires for _, _, expires, *_ in held.values())
+        background: Background = (count, background_since) if count else _NO_BACKGROUND
+        current: Activity = (strongest, since, (working, blocked), background)
         if current == previous:
             return False
         self._shown[name] = current
@@ -162,13 +193,17 @@ class ActivityTracker:
         if now < self._next[name]:
             return shown
         held = self._sessions[name]
-        for session in [s for s, (_, _, expires) in held.items() if now >= expires]:
+        for session in [s for s, (_, _, expires, *_) in held.items() if now >= expires]:
             del held[session]
         self._recount(name, shown)
         return self._shown.get(name, _IDLE_ACTIVITY)
 
     def get(self, name: str) -> ActivityState:
         return self.entry(name)[0]
+
+    def background(self, name: str) -> Background:
+        """How many commands ``name``'s sessions left running, and since when."""
+        return self.entry(name)[3]
 
     def since(self, name: str) -> int | None:
         """Since when (unix ms) ``name``'s working or blocked state holds; None when idle."""

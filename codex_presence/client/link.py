@@ -17,7 +17,8 @@ holds this run's activity apart from the member's other sessions, and lets it la
 after the subscription drops (the runner was killed) rather than at the TTL.
 
 With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
-activity stays absent for the whole session, while connection presence works as usual.
+activity (and background count) stays absent for the whole session, while connection
+presence works as usual.
 The demo plays its recorded session through this same link.
 """
 
@@ -76,9 +77,14 @@ class BrokerLink:
         """This run's session: its reports and its subscription carry it."""
 
     def observe(self, transition: Transition) -> None:
-        """The relay's observer: hand the new state to the reporter (never blocks). A
-        transition of the background count alone is no news for the state."""
-        if self.reporter is not None and transition.changes_state:
+        """The relay's observer: hand the new state and the background count to the
+        reporter (never blocks). A transition of the count alone is no news for the state,
+        but is reported: the roster shows the count apart."""
+        if self.reporter is None:
+            return
+        if transition.changes_background:
+            self.reporter.observe_background(transition.background)
+        if transition.changes_state:
             self.reporter.observe(transition.state, passing=transition.passing)
 
     @asynccontextmanager

@@ -50,12 +50,16 @@ subscriptions, or offline). Your own line is marked (you). With include_activity
 teammate who is working (a turn in progress) or blocked (waiting on a human) has that \
 state and how long it has held at the end of their line, e.g. "working 3m", and how many \
 of their sessions are working and blocked when they run several, e.g. "(sessions: 2 \
-working, 1 blocked)"."""
+working, 1 blocked)"; any teammate whose sessions left commands running (even while \
+idle) has "(background: 1 command, 4m)"."""
 
 
 _IncludeActivity = Annotated[
     bool,
-    Field(description="Also say who is working or blocked, and for how long (default: false)."),
+    Field(
+        description="Also say who is working or blocked, and for how long, and what each "
+        "teammate left running in the background (default: false)."
+    ),
 ]
 
 

@@ -15,6 +15,11 @@ Each report names the session it is about (``session``, the id the link picked f
 run, which the subscription also carries): a member's sessions are held apart at the
 broker. A broker that predates sessions refuses a body with a ``session`` (400): the
 reporter then says so once and reports as the member's one anonymous session.
+
+A report of a named session also carries the session's background count (``"background":
+N``, commands or tasks it left running; left out when 0, which is what its absence means).
+A broker that predates counts refuses the key (400): the reporter says so once and reports
+the state alone.
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ class ActivityReporter:
         self._timeout = request_timeout
         self._wake = anyio.Event()
         self._failing = False
+        self._counts_known = True
+        """False once the broker refused a background count: it predates them."""
         self.posts = 0
         """How many POSTs were attempted (for tests and the idle-cost benchmark)."""
 
@@ -72,6 +79,11 @@ class ActivityReporter:
         """The derived state is now ``state`` (``passing``: on its way to another, see the
         policy). Never blocks; call it from the event loop."""
         self.policy.observe(state, passing=passing, now=self._clock())
+        self._wake.set()
+
+    def observe_background(self, count: int) -> None:
+        """The session now has ``count`` commands or tasks left running. Never blocks."""
+        self.policy.observe_background(count)
         self._wake.set()
 
     def use_broker_ttl(self, ttl: float) -> None:
@@ -107,11 +119,25 @@ class ActivityReporter:
 
     async def _post(self, action: Post) -> Outcome:
         self.posts += 1
-        body = {"state": action.state.value}
+        body: dict[str, str | int] = {"state": action.state.value}
         if self.session is not None:
             body["session"] = self.session
+            if action.background > 0 and self._counts_known:
+                body["background"] = action.background
         try:
             response = await self._client.post(ACTIVITY_PATH, json=body, timeout=self._timeout)
+            if (
+                response.status_code == 400
+                and "background" in body
+                and b"'background'" in (await response.aread())
+            ):
+                logger.warning(
+                    "the broker does not know background counts (it refused one: %s); "
+                    "reporting the state alone",
+                    printable(response.text[:200]),
+                )
+                self._counts_known = False
+                return await self._post(action)
             if (
                 response.status_code == 400
                 and self.session is not None
@@ -166,6 +192,7 @@ class ActivityReporter:
 
         Call it once :meth:`run` has been cancelled."""
         self.policy.observe(ActivityState.IDLE)
+        self.policy.observe_background(0)  # the session ends: what it ran goes with it
         with anyio.move_on_after(grace):
             while True:
                 action = self.policy.next_action(self._clock())

@@ -19,10 +19,15 @@ and when two or more of the member's sessions are busy, how many are working and
 
     - builder [engineer] connected=2 blocked 1m (sessions: 1 working, 1 blocked)
 
+and, apart from the state, the commands or tasks the member's sessions left running
+(``background``), and for how long (from ``backgroundSince``), idle members included::
+
+    - builder [engineer] connected=1 (background: 1 command, 4m)
+
 :func:`watch_text` is the human view of ``roster --watch``: the same lines with the
 activity after them (a spinner for working, "needs input" for blocked) and how long it has
-held. Durations are measured against this machine's clock, as
-:func:`elapsed_text` writes them.
+held, and the background ("idle · 1 background command · 4 min"). Durations are measured
+against this machine's clock, as :func:`elapsed_text` writes them.
 
 Whatever text the broker sent is shown escaped (:func:`~codex_presence._wire.printable`):
 a name or title holding an escape sequence or a line break shows as what it is, and can
@@ -38,6 +43,7 @@ from codex_presence._wire import printable, privilege
 
 __all__ = [
     "SPINNER",
+    "background_text",
     "elapsed_text",
     "roster_line",
     "roster_text",
@@ -74,6 +80,22 @@ def _since_text(p: Mapping[str, Any], now_ms: int | None, *, compact: bool) -> s
     return elapsed_text((now_ms - since) / 1000, compact=compact)
 
 
+def background_text(p: Mapping[str, Any], now_ms: int | None, *, compact: bool) -> str:
+    """``1 command, 4m`` (``compact``) or ``1 background command · 4 min`` from ``p``'s
+    ``background`` and ``backgroundSince``, or "" (none, or a broker that does not say)."""
+    count = p.get("background")
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        return ""
+    noun = "command" if count == 1 else "commands"
+    since = p.get("backgroundSince")
+    held = ""
+    if now_ms is not None and isinstance(since, int) and not isinstance(since, bool):
+        held = elapsed_text((now_ms - since) / 1000, compact=compact)
+    if compact:
+        return f"{count} {noun}, {held}" if held else f"{count} {noun}"
+    return f"{count} background {noun} · {held}" if held else f"{count} background {noun}"
+
+
 def sessions_text(p: Mapping[str, Any]) -> str:
     """``2 working, 1 blocked`` from ``p``'s ``sessions`` (two or more busy sessions), or ""
     (one or none, or a broker that does not say)."""
@@ -98,7 +120,8 @@ def roster_line(
     now_ms: int | None = None,
 ) -> str:
     """One member's line of the agent-facing roster; with ``activity``, a working or
-    blocked member's state and how long it has held by ``now_ms`` (unix ms) are added."""
+    blocked member's state and how long it has held by ``now_ms`` (unix ms) are added, and
+    any member's background."""
     parts = ["-", printable(str(p["name"]))]
     if you is not None and p["name"] == you:
         parts.append("(you)")
@@ -121,6 +144,9 @@ def roster_line(
         sessions = sessions_text(p)
         if sessions:
             parts.append(f"(sessions: {sessions})")
+    background = background_text(p, now_ms, compact=True) if activity else ""
+    if background:
+        parts.append(f"(background: {background})")
     return " ".join(parts)
 
 
@@ -154,13 +180,17 @@ def watch_text(
     for p in presences:
         line = roster_line(p, you=you)
         activity = p.get("activity")
+        background = background_text(p, now_ms, compact=False)
         if activity == "working":
             line += f"  {SPINNER[frame % len(SPINNER)]} working"
         elif activity == "blocked":
             line += "  [!] needs input"
+        elif background:
+            lines.append(f"{line}  idle · {background}")
+            continue
         else:
             lines.append(line)
             continue
-        extra = [_since_text(p, now_ms, compact=False), sessions_text(p)]
+        extra = [_since_text(p, now_ms, compact=False), sessions_text(p), background]
         lines.append(" · ".join([line, *filter(None, extra)]))
     return "\n".join(lines)

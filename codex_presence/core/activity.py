@@ -30,9 +30,9 @@ import enum
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
-from codex_presence._wire import ActivityState
+from codex_presence._wire import MAX_BACKGROUND, ActivityState
 
-__all__ = ["ActivitySignal", "ActivityState", "HandleKind", "Transition"]
+__all__ = ["MAX_BACKGROUND", "ActivitySignal", "ActivityState", "HandleKind", "Transition"]
 
 
 class HandleKind(enum.Enum):
@@ -69,8 +69,8 @@ class Transition:
         return self.background != self.previous_background
 
 
-MAX_BACKGROUND = 1024
-"""Background handles a signal keeps at most (the oldest forgotten first)."""
+# MAX_BACKGROUND (the wire's): background handles a signal keeps at most (the oldest
+# forgotten first), so that a count never exceeds what a broker takes.
 
 HandleKey = tuple[Hashable, ...]
 """A handle's key. By convention it starts with its scope (a thread id), so that a whole

@@ -7,6 +7,10 @@ fed the derived state, the outcome of each POST and the time, and answers what t
   ``heartbeat`` seconds so the broker's TTL never lapses mid-turn (a third of the TTL: 10 s
   for the default 30 s, and whatever the broker says its TTL is, once it has said it); on
   going idle, POST idle once, then nothing — an idle member sends nothing at all;
+* the session's background count (commands or tasks it left running) travels with the
+  state: a change of the count alone is a report too, and a session with a count above 0
+  heartbeats like a busy one, idle or not, so that the broker's TTL never drops the count
+  of a live runner ("idle and no background" is the one silence);
 * when the broker may have forgotten (the subscription reconnected: it may have
   restarted empty), a non-idle state is re-sent at once, not at the next heartbeat;
 * one request in flight at a time; the latest state wins (states that were superseded while
@@ -74,6 +78,8 @@ class Post:
     state: ActivityState
     heartbeat: bool
     """True when the state is unchanged since the last success: a TTL refresh."""
+    background: int = 0
+    """The session's background count, sent with the state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +103,12 @@ class ReportPolicy:
     """What the broker holds as far as we know (absence of a report is idle)."""
     held_since: float = 0.0
     """When the broker last accepted a report (the TTL runs from there)."""
+    background: int = 0
+    """The latest background count."""
+    held_background: int = 0
+    """The count the broker holds as far as we know."""
     in_flight: ActivityState | None = None
+    in_flight_background: int = 0
     uncertain: ActivityState | None = None
     """A state the broker may hold besides :attr:`held`: a POST of it ended without an
     answer, and no success came since."""
@@ -106,7 +117,7 @@ class ReportPolicy:
     passing_hold: float = PASSING_HOLD
     _passing_until: float | None = None
     _retry_at: float | None = None
-    _rejected: ActivityState | None = None
+    _rejected: tuple[ActivityState, int] | None = None
 
     def observe(self, state: ActivityState, *, passing: bool = False, now: float = 0.0) -> None:
         """The derived state changed (or was re-announced) at ``now``; ``passing``: the
@@ -118,6 +129,17 @@ class ReportPolicy:
             self._passing_until = None
         self.truth = state
 
+    def observe_background(self, count: int) -> None:
+        """The session's background count is now ``count``."""
+        if count != self.background:
+            self._rejected = None
+        self.background = count
+
+    @property
+    def _quiet(self) -> bool:
+        """Whether the truth needs no heartbeat: idle, with nothing in the background."""
+        return self.truth is ActivityState.IDLE and self.background == 0
+
     def use_broker_ttl(self, ttl: float) -> None:
         """The broker holds a report ``ttl`` seconds: heartbeat at a third of that."""
         self.broker_ttl = ttl
@@ -127,9 +149,10 @@ class ReportPolicy:
         """The broker may have forgotten what it held (it restarted): a non-idle truth is
         sent at once, whatever the backoff said. Idle needs nothing: a broker that
         forgot holds idle, and one that did not still gets whatever is pending."""
-        if self.stopped or self.truth is ActivityState.IDLE:
+        if self.stopped or self._quiet:
             return
         self.held = ActivityState.IDLE
+        self.held_background = 0
         self._retry_at = None
         self.backoff.reset()
 
@@ -141,24 +164,29 @@ class ReportPolicy:
             if now < self._passing_until:
                 return Wait(until=self._passing_until)
             self._passing_until = None  # it lasted: a state like any other now
-        if self.held is not ActivityState.IDLE and now >= self.held_since + self.broker_ttl:
+        if (
+            self.held is not ActivityState.IDLE or self.held_background
+        ) and now >= self.held_since + self.broker_ttl:
             self.held = ActivityState.IDLE  # the broker's TTL has lapsed: it holds idle now
+            self.held_background = 0
         if self.uncertain is not None and now >= self.uncertain_since + self.broker_ttl:
             self.uncertain = None  # even if it was applied, it has lapsed by now
-        differs = self.truth is not self.held or (
-            self.uncertain is not None and self.uncertain is not self.truth
+        differs = (
+            self.truth is not self.held
+            or self.background != self.held_background
+            or (self.uncertain is not None and self.uncertain is not self.truth)
         )
         if self._retry_at is not None and now < self._retry_at:
-            if self.truth is ActivityState.IDLE and not differs:
+            if self._quiet and not differs:
                 return Wait(until=None)
             return Wait(until=self._retry_at)
         if differs:
-            if self.truth is self._rejected:
+            if (self.truth, self.background) == self._rejected:
                 return Wait(until=None)
             return self._post(heartbeat=False)
         self._retry_at = None
-        if self.truth is ActivityState.IDLE:
-            return Wait(until=None)  # silence when idle
+        if self._quiet:
+            return Wait(until=None)  # silence when idle with nothing in the background
         due = self.held_since + self.heartbeat
         if now >= due:
             return self._post(heartbeat=True)
@@ -166,7 +194,8 @@ class ReportPolicy:
 
     def _post(self, *, heartbeat: bool) -> Post:
         self.in_flight = self.truth
-        return Post(state=self.truth, heartbeat=heartbeat)
+        self.in_flight_background = self.background
+        return Post(state=self.truth, heartbeat=heartbeat, background=self.background)
 
     def on_result(self, outcome: Outcome, now: float) -> None:
         """The POST of :attr:`in_flight` ended with ``outcome`` at ``now``."""
@@ -175,13 +204,14 @@ class ReportPolicy:
             return
         if outcome is Outcome.OK:
             self.held, self.held_since = sent, now
+            self.held_background = self.in_flight_background
             self.uncertain = None
             self._retry_at = None
             self.backoff.reset()
         elif outcome is Outcome.UNAUTHORIZED:
             self.stopped = True
         elif outcome is Outcome.REJECTED:
-            self._rejected = sent
+            self._rejected = (sent, self.in_flight_background)
         else:
             if outcome is Outcome.UNKNOWN:
                 self.uncertain, self.uncertain_since = sent, now
@@ -200,5 +230,6 @@ class ReportPolicy:
         return self.stopped or (
             self.in_flight is None
             and self.held is self.truth
+            and self.held_background == self.background
             and self.uncertain in (None, self.truth)
         )

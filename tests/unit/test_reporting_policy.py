@@ -260,3 +260,41 @@ def test_blocked_after_a_passing_working_is_sent_at_once() -> None:
     p.observe(BLOCKED, now=5.01)
     assert p.next_action(5.01) == Wait(until=10.0)  # the broker holds blocked already
     assert p.settled
+
+
+# -- the background count (issue 23, part 3) -------------------------------------------------
+
+
+def test_a_background_count_is_reported_and_heartbeats_while_idle() -> None:
+    """A change of the count alone is a report; an idle session with a count heartbeats so
+    that the broker's TTL does not drop it; idle with no count goes silent again."""
+    p = policy()
+    p.observe(WORKING)
+    assert send(p, 0.0) == Post(WORKING, heartbeat=False)
+    p.observe_background(1)
+    assert send(p, 1.0) == Post(WORKING, heartbeat=False, background=1)
+    p.observe(IDLE)
+    assert send(p, 2.0) == Post(IDLE, heartbeat=False, background=1)
+    assert p.next_action(3.0) == Wait(until=12.0)  # idle, but a command runs
+    assert send(p, 12.0) == Post(IDLE, heartbeat=True, background=1)
+    p.observe_background(0)
+    assert send(p, 13.0) == Post(IDLE, heartbeat=False, background=0)
+    assert p.settled
+    assert p.next_action(1000.0) == Wait(until=None)  # idle and no background: silence
+
+
+def test_a_count_is_resent_when_the_broker_may_have_forgotten() -> None:
+    p = policy()
+    p.observe_background(2)
+    assert send(p, 0.0) == Post(IDLE, heartbeat=False, background=2)
+    p.resend()
+    assert send(p, 1.0) == Post(IDLE, heartbeat=False, background=2)
+
+
+def test_a_rejected_count_waits_for_the_next_change() -> None:
+    p = policy()
+    p.observe_background(3)
+    assert send(p, 0.0, Outcome.REJECTED) == Post(IDLE, heartbeat=False, background=3)
+    assert p.next_action(100.0) == Wait(until=None)
+    p.observe_background(2)
+    assert send(p, 101.0) == Post(IDLE, heartbeat=False, background=2)

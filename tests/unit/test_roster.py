@@ -197,6 +197,38 @@ def test_busy_sessions_are_counted_only_when_there_are_two_or_more() -> None:
     assert watched.splitlines()[1] == "- b offline  [!] needs input · 1 min · 2 working, 1 blocked"
 
 
+def test_background_is_shown_apart_from_the_state() -> None:
+    """Issue 23: ``background`` and ``backgroundSince`` ride with or without ``activity``,
+    only when the count is above 0; the renderers say it idle or not, read defensively,
+    and never make the member look busy."""
+    from codex_presence.client.roster_text import background_text
+
+    base: dict[str, Any] = {"name": "b", "connected": 1, "createdAt": 1, "lastSeen": 2}
+    idle = presence(**_args(base), background=(1, 0))
+    assert (idle.get("activity"), idle["background"], idle["backgroundSince"]) == (None, 1, 0)
+    assert "busy" not in idle
+    assert "background" not in presence(**_args(base), background=(0, None))
+    working = presence(
+        **_args(base), activity=ActivityState.WORKING, activity_since=0, background=(2, 0)
+    )
+    assert list(working)[-2:] == ["background", "backgroundSince"]
+    assert roster_line(idle, activity=True, now_ms=240_000) == (
+        "- b connected=1 (background: 1 command, 4m)"
+    )
+    assert roster_line(idle, now_ms=240_000) == "- b connected=1"  # no opt-in: the design's
+    assert roster_line(working, activity=True, now_ms=240_000) == (
+        "- b connected=1 working 4m (background: 2 commands, 4m)"
+    )
+    watched = watch_text("acme", [idle, working], you=None, now_ms=240_000).splitlines()
+    assert watched[1] == "- b connected=1  idle · 1 background command · 4 min"
+    assert watched[2].endswith("working · 4 min · 2 background commands · 4 min")
+    for junk in ("1", True, -1, 0, None, 1.5):
+        assert background_text({**idle, "background": junk}, 240_000, compact=True) == ""
+    assert background_text({**idle, "backgroundSince": "x"}, 240_000, compact=False) == (
+        "1 background command"
+    )
+
+
 def _args(base: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": base["name"],

@@ -168,3 +168,38 @@ def test_registry_first_emit_sets_created_at() -> None:
     registry.touch("b", 500)
     registry.attach("b", 900)
     assert registry.get("b") == Connection(1, 500, 900)
+
+
+# -- background counts (issue 23, part 3) ----------------------------------------------------
+
+
+def test_background_is_held_apart_from_the_state() -> None:
+    """An idle session with a command running is held, shows idle, and counts; a count of
+    0 makes the session idle-and-absent again."""
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    assert tracker.report("a", IDLE, session="s1", background=1, now_ms=1000) is True
+    assert tracker.entry("a") == (IDLE, None, (0, 0), (1, 1000))
+    assert tracker.holds("a", "s1")
+    assert tracker.report("a", WORKING, session="s2", background=2, now_ms=2000) is True
+    assert tracker.entry("a") == (WORKING, 2000, (1, 0), (3, 1000))
+    assert tracker.report("a", IDLE, session="s1", background=1, now_ms=3000) is False
+    assert tracker.report("a", IDLE, session="s1", background=0, now_ms=4000) is True
+    assert tracker.background("a") == (2, 2000)
+    assert not tracker.holds("a", "s1")
+    assert tracker.report("a", IDLE, session="s2", now_ms=5000) is True
+    assert tracker.entry("a") == (IDLE, None, (0, 0), (0, None))
+    assert len(tracker) == 0
+
+
+def test_background_lapses_with_its_session() -> None:
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    tracker.report("a", IDLE, session="s1", background=1, now_ms=1)
+    tracker.report("a", IDLE, session="s2", background=1, now_ms=2)
+    assert tracker.shorten("a", "s1", 3) is True  # its subscription ended
+    clock.advance(3)
+    assert tracker.background("a") == (1, 2)
+    clock.advance(27)
+    assert tracker.background("a") == (0, None)
+    assert tracker.next_expiry() is None

@@ -11,7 +11,9 @@
 // What an operator needs besides the rows: how long each member has been working or
 // waiting (from `activitySince`, against this machine's clock), the longest-waiting first,
 // how many of a member's sessions are working and need input when two or more are busy
-// (`sessions`: "working (2 working, 1 needs input)"), the count of members who need input
+// (`sessions`: "working (2 working, 1 needs input)"), what a member's sessions left running,
+// apart from the state (`background`: "idle · 1 background command · 4 min"), the count of
+// members who need input
 // in the tab's title, an opt-in desktop notification
 // when someone becomes blocked (permission is asked only when the toggle is turned on),
 // and the truth when the stream is down: the rows are marked stale, "as of" the moment it
@@ -137,6 +139,11 @@
     return parts.join(', ');
   }
 
+  // How many commands the member's sessions left running (0: none, or not said).
+  function backgroundOf(p) {
+    return Number.isInteger(p.background) && p.background > 0 ? p.background : 0;
+  }
+
   // -- the rows --------------------------------------------------------------------------
 
   const ACTIVITY = {
@@ -165,6 +172,10 @@
     row.dataset.activity = activity;
     row.dataset.lastSeen = String(p.lastSeen || 0);
     row.dataset.since = since === null ? '' : String(since);
+    const background = backgroundOf(p);
+    row.dataset.background = String(background);
+    row.dataset.backgroundSince =
+      background && Number.isFinite(p.backgroundSince) ? String(p.backgroundSince) : '';
     row.querySelector('.name').textContent = p.name;
     row.querySelector('.you').hidden = p.name !== state.me;
     row.querySelector('.role').textContent = (p.role && p.role.title) || 'no role';
@@ -190,6 +201,12 @@
     const since = Number(row.dataset.since) || 0;
     const now = state.asOf === null ? Date.now() : state.asOf;
     row.querySelector('.since').textContent = since ? '· ' + elapsed((now - since) / 1000) : '';
+    const background = Number(row.dataset.background) || 0;
+    const backgroundSince = Number(row.dataset.backgroundSince) || 0;
+    row.querySelector('.background').textContent = background
+      ? `· ${background} background ${background === 1 ? 'command' : 'commands'}` +
+        (backgroundSince ? ' · ' + elapsed((now - backgroundSince) / 1000) : '')
+      : '';
     row.querySelector('.activity-col').title =
       ACTIVITY[row.dataset.activity].label + (since ? ' since ' + new Date(since).toLocaleString() : '');
     const ms = Number(row.dataset.lastSeen) || 0;
