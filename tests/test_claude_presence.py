@@ -28,7 +28,7 @@ from tests.support.claude_driver import Capture, Interactive, Tmux, claude_env, 
 from tests.support.claude_presence import PresenceFiles, interactive_presence, run_print
 from tests.support.claude_scenarios import LONG, PERMISSION_DIALOG, after_result, asks
 from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text, tool_use
-from tests.support.roster_watch import RosterWatch, roster_activity
+from tests.support.roster_watch import RosterWatch, roster_activity, roster_row
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.claude, pytest.mark.slow]
@@ -463,6 +463,11 @@ def test_a_background_command_is_background_work_not_the_members_state(
             what="the background command counted",
         )
         eventually(lambda: watch.current is None, within=10, what="idle while it runs")
+        # The roster shows it apart from the state: idle, with one background command.
+        eventually(
+            lambda: roster_row(broker).get("background") == 1, within=10, what="on the roster"
+        )
+        assert "activity" not in roster_row(broker)
         assert "0 left running in the background" not in logged(files)
         eventually(
             lambda: "0 left running in the background: UserPromptSubmit" in logged(files),
@@ -470,6 +475,9 @@ def test_a_background_command_is_background_work_not_the_members_state(
             what="its end, by its <task-notification>",
         )
         eventually(lambda: watch.current is None, within=20, what="idle after that turn")
+        eventually(
+            lambda: "background" not in roster_row(broker), within=10, what="gone from the roster"
+        )
         assert leave(s) == 0
     states = replayed(files)
     assert states[:2] == ["working", "idle"] and states[-1] == "idle"

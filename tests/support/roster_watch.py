@@ -107,8 +107,13 @@ class RosterWatch:
         self._thread.join(timeout)
 
 
-def roster_activity(broker: RunningBroker, name: str = "alice") -> str | None:
+def roster_row(broker: RunningBroker, name: str = "alice") -> dict[str, Any]:
+    """``name``'s Presence object, as a teammate (bob) reads the roster."""
     roster = httpx.get(broker.url + "/roster", headers=broker.auth("bob"), trust_env=False)
     (row,) = [p for p in roster.json() if p["name"] == name]
-    activity: str | None = row.get("activity")
+    return dict(row)
+
+
+def roster_activity(broker: RunningBroker, name: str = "alice") -> str | None:
+    activity: str | None = roster_row(broker, name).get("activity")
     return activity
