@@ -122,3 +122,49 @@ def test_the_claude_shell_killed_mid_turn(
         ]
         (command,) = [pid for pid in found if _parent(pid) not in found]  # not its watchdog
         killed_reads_idle(broker, command, "claude", "redis" if store_url else "memory")
+
+
+@pytest.mark.claude
+def test_a_claude_and_a_wrap_of_one_member_show_the_strongest(
+    claude: Path, tmp_path: Path, store_url: str | None
+) -> None:
+    """Two sessions of one member, two kinds of runner: a real Claude Code session and a
+    wrap. The wrap's turn waits on an approval (blocked) while claude runs a turn and ends
+    it: the member stays blocked at every step, with one session working then none; once
+    the approval is answered and the wrap's turn ends, the member is idle (issue 23)."""
+    from tests.support.wrap_harness import WrapProcess, is_note, is_request
+
+    api = FakeAnthropic(
+        [Reply(blocks=[text("Checking."), bash("sleep 2", id="toolu_s")]), say("Done.")]
+    )
+    args = ("--permission-mode", "default", "--allowedTools", "Bash")
+    with (
+        running_broker(team=make_team("alice", "bob"), redis=store_url) as broker,
+        api.serve(),
+        WrapProcess(
+            ["--broker", broker.url, "--name", "alice"], env={TOKEN_ENV: token_of("alice")}
+        ) as wrap,
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url, claude_args=args) as (
+            s,
+            _,
+        ),
+    ):
+        s.ready()
+        eventually(lambda: alice(broker)["connected"] == 2, 20, "both subscribed")
+        wrap.start_turn(1, approval=True, deltas=1)
+        request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+        eventually(lambda: alice(broker).get("activity") == "blocked", 10, "blocked")
+        assert "sessions" not in alice(broker)  # one busy session: nothing more to say
+
+        s.prompt("check something")
+        s.tmux.wait_screen(r"sleep 2")
+        eventually(lambda: alice(broker).get("sessions") == {"working": 1, "blocked": 1}, 10)
+        assert alice(broker)["activity"] == "blocked"  # the strongest, whatever claude does
+        s.tmux.wait_screen(r"Done\.")
+        eventually(lambda: "sessions" not in alice(broker), 10, "claude's turn over")
+        assert alice(broker)["activity"] == "blocked"  # claude's idle hides nothing
+
+        wrap.send({"id": request["id"], "result": {"decision": "accept"}})
+        wrap.wait_for(is_note("turn/completed"))
+        eventually(lambda: "activity" not in alice(broker), 10, "both idle")
+        assert alice(broker)["connected"] == 2
