@@ -339,9 +339,12 @@ def esc_command_ends_in_background(s: Session) -> None:
     s.tui.wait_for("background terminal", timeout=10)
     s.tui.snap("background")
     assert s.activity() == "idle"  # the background terminal never makes it working
+    # ...and the roster counts it apart from the state (issue 23).
+    eventually(lambda: s.row().get("background") == 1, within=5, what="counted on the roster")
     time.sleep(7.0)  # the command started ~1.5 s before Esc and runs 6 s
     s.tui.snap("ended")
     assert s.activity() == "idle"
+    eventually(lambda: "background" not in s.row(), within=5, what="gone from the roster")
     s.exit()
 
 
