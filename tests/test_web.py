@@ -31,7 +31,12 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.notify import Notifier, notify_routes
+from codex_presence.broker.notify_apprise import AppriseSender
+from codex_presence.broker.notify_config import Target
 from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, SignedIn, WebRoster
+from codex_presence.core.backoff import Backoff
+from codex_presence.core.notify_policy import Rule
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -42,6 +47,7 @@ from tests.support.broker_harness import (
     shared_state,
     token_of,
 )
+from tests.support.receivers import Receiver, receiver
 from tests.support.waiting import eventually
 
 TEAM = make_team("alice", "builder", "scout")
@@ -421,6 +427,10 @@ class Tab:
 
 @pytest.fixture
 def tabs(browser: Browser, web: Web) -> Iterator[list[Tab]]:
+    yield from checked_tabs(web)
+
+
+def checked_tabs(web: Web) -> Iterator[list[Tab]]:
     """Browser contexts opened by a test; afterwards, every request they made must have
     gone to the broker on 127.0.0.1 (the page loads nothing external)."""
     opened: list[Tab] = []
@@ -1060,3 +1070,117 @@ def test_a_broker_restart_marks_the_rows_stale_then_says_why_the_session_ended(
         finally:
             for tab in opened:
                 tab.context.close()
+
+
+# -- the notification targets, for an admin (issue 25) -------------------------------------
+
+NOTIFY_SECRET = "pw-s3cret-notify"
+"""The password in a target's URL: the page never holds it."""
+HOSTILE_NAME = '<img src=x onerror="document.title=1">down hook'
+"""A target's name from configuration, drawn as text."""
+
+
+@dataclass
+class NotifyingWeb:
+    web: Web
+    notifier: Notifier
+    hook: Receiver
+    """The second target's receiver: it answers 500, so that target fails."""
+
+
+@pytest.fixture
+def notifying() -> Iterator[NotifyingWeb]:
+    """A broker with the web roster, ``GET /notify`` and two targets: one for everyone,
+    blocked after 45 s, behind a URL with a password (nothing listens there: no one is
+    blocked that long); one named, for builder only, at once, that keeps failing (two
+    quick attempts, then given up)."""
+    with receiver(status=500) as hook:
+        targets = [
+            Target(url=f"json://bot:{NOTIFY_SECRET}@127.0.0.1:9/h", rule=Rule(after=45)),
+            Target(
+                url=f"json://{hook.host}/down",
+                rule=Rule(after=0, members=frozenset({"builder"})),
+                name=HOSTILE_NAME,
+            ),
+        ]
+        notifier = Notifier(
+            targets,
+            team="acme",
+            sender=AppriseSender(),
+            attempts=2,
+            backoff=lambda: Backoff(base=0.01, cap=0.05),
+            recheck=0.05,
+            max_sleep=0.05,
+        )
+        roster = WebRoster(team=TEAM)
+        with running_broker(
+            team=TEAM,
+            keepalive=30,
+            web=roster,
+            watcher=notifier,
+            extra_routes=lambda broker: notify_routes(broker, notifier),
+        ) as broker:
+            yield NotifyingWeb(Web(broker, roster), notifier, hook)
+
+
+@pytest.fixture
+def notify_tabs(browser: Browser, notifying: NotifyingWeb) -> Iterator[list[Tab]]:
+    yield from checked_tabs(notifying.web)
+
+
+def asked_for_targets(tab: Tab) -> int:
+    return sum(urlsplit(url).path == "/notify" for url in tab.requests)
+
+
+@pytest.mark.browser
+def test_an_admin_sees_the_notification_targets_never_their_secrets(
+    browser: Browser, notifying: NotifyingWeb, notify_tabs: list[Tab]
+) -> None:
+    """alice (an admin) signs in: one line per target, the URL's password masked, the
+    configured name drawn as text; once the failing target has given up, the next refresh
+    (every 30 s: the page's clock is moved on) says "failing: <error>"."""
+    web = notifying.web
+    tab = signed_in(browser, web, notify_tabs, "alice", clock=True)
+    page = tab.page
+    section = page.locator("#notify-targets")
+    expect(section).to_be_visible()
+    lines = section.locator("li.notify-target")
+    expect(lines).to_have_count(2)
+    secret, down = lines.nth(0), lines.nth(1)
+    expect(secret.locator(".notify-label")).to_contain_text("json://bot:")
+    expect(secret).to_contain_text("needs input after 45 s")
+    expect(secret).to_contain_text("for everyone")
+    expect(secret).to_contain_text("0 sent, 0 given up")
+    expect(down.locator(".notify-label")).to_have_text(HOSTILE_NAME)  # text, not markup
+    expect(down).to_contain_text("needs input after 0 s")
+    expect(down).to_contain_text("for builder")
+    expect(down).not_to_have_attribute("data-failing", "true")
+    assert section.locator("img").count() == 0
+    assert NOTIFY_SECRET not in page.content()
+    assert asked_for_targets(tab) == 1
+
+    web.report("builder", "blocked")
+    eventually(lambda: notifying.notifier.stats[1].given_up == 1, what="the target given up")
+    assert len(notifying.hook.requests) == 2  # both attempts reached it
+    page.clock.run_for(30_000)
+    expect(down).to_have_attribute("data-failing", "true")
+    expect(down.locator(".notify-failing")).to_contain_text("failing: ")
+    expect(down).to_contain_text("0 sent, 1 given up")
+    assert asked_for_targets(tab) >= 2
+    assert NOTIFY_SECRET not in page.content()
+    expect(page).not_to_have_title("1")
+
+
+@pytest.mark.browser
+def test_an_operator_sees_no_notifications_and_the_page_never_asks(
+    browser: Browser, notifying: NotifyingWeb, notify_tabs: list[Tab]
+) -> None:
+    """scout (an operator): the first roster says so, and the page neither shows the
+    section nor asks ``/notify`` (no 403 in the broker's log or the console)."""
+    tab = signed_in(browser, notifying.web, notify_tabs, "scout", clock=True)
+    page = tab.page
+    expect(page.locator("li.member")).to_have_count(3)
+    page.clock.run_for(60_000)  # two refreshes' worth
+    expect(page.locator("#notify-targets")).to_be_hidden()
+    assert page.locator("li.notify-target").count() == 0
+    assert asked_for_targets(tab) == 0

@@ -28,8 +28,11 @@ Routes
     first, counts who needs input in the tab's title, raises a desktop notification when
     someone becomes blocked if the person turned "notify me" on (the permission is asked
     then, never on load), and marks the rows stale, "as of" the moment, while its stream
-    is down or the broker says its shared store is (``stale``).
-``GET /static/roster.js``, ``/static/roster.css``, ``/static/favicon.svg``
+    is down or the broker says its shared store is (``stale``). To an admin (by the
+    ``roster`` event's bucket) it also lists the broker's notification targets from
+    ``GET /notify`` (labels, never URLs), refreshed every 30 s; an operator's page never
+    asks.
+``GET /static/roster.js``, ``roster-notify.js``, ``roster.css``, ``favicon.svg``
     The page's own assets. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
 ``POST /session``
@@ -105,6 +108,7 @@ _SECURITY_HEADERS = {
 }
 _ASSETS = {
     "roster.js": "text/javascript; charset=utf-8",
+    "roster-notify.js": "text/javascript; charset=utf-8",
     "roster.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }

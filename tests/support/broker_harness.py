@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import uvicorn
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 from starlette.testclient import TestClient
 
 from codex_presence._wire import ADMIN_PERMISSION, DEFAULT_TTL, OPERATOR_PERMISSION
@@ -133,6 +134,7 @@ def _broker_app(
     web: WebRoster | None,
     redis: str | None,
     broker_kwargs: dict[str, Any],
+    extra_routes: Callable[[Broker], Sequence[BaseRoute]] | None = None,
 ) -> tuple[Broker, Starlette]:
     """The :class:`Broker` and its ASGI app, as :func:`running_broker` describes them."""
     if redis is not None:
@@ -144,7 +146,9 @@ def _broker_app(
         authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
         broker_kwargs["authenticators"] = authenticators
     broker = Broker(team=team, **broker_kwargs)
-    routes = web.routes(broker) if web is not None else ()
+    routes = [*(web.routes(broker) if web is not None else ())]
+    if extra_routes is not None:
+        routes += extra_routes(broker)
     return broker, create_app(broker, limits=limits, routes=routes)
 
 
@@ -157,16 +161,18 @@ def running_broker(
     limits: BrokerLimits | None = None,
     web: WebRoster | None = None,
     redis: str | None = None,
+    extra_routes: Callable[[Broker], Sequence[BaseRoute]] | None = None,
     **broker_kwargs: Any,
 ) -> Iterator[RunningBroker]:
     """``port`` 0 picks a free one; a fixed port lets a test stop and restart "the" broker;
     ``sock`` (from :func:`reserved_port`) is a port held until now. ``limits`` bound the
     requests (short deadlines for the timing tests); ``web`` adds the web roster (its
     routes and its cookie sign-in); ``redis`` (a URL, or None: in memory) is where the
-    state lives; ``broker_kwargs`` configure the :class:`Broker` (clocks, TTL, keep-alive,
+    state lives; ``extra_routes`` makes more routes for the broker (``GET /notify``'s);
+    ``broker_kwargs`` configure the :class:`Broker` (clocks, TTL, keep-alive,
     authenticators, or a ``store`` of the caller's)."""
     limits = limits if limits is not None else BrokerLimits()
-    broker, app = _broker_app(team, limits, web, redis, broker_kwargs)
+    broker, app = _broker_app(team, limits, web, redis, broker_kwargs, extra_routes)
     if sock is None:
         sock = listen_socket("127.0.0.1", port)  # with TCP_NODELAY on accepted connections
     else:

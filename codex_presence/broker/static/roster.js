@@ -359,6 +359,7 @@
     }
     arrange();
     drawSummary();
+    announce('roster');
   }
 
   function update(p) {
@@ -442,7 +443,15 @@
 
   // -- session ---------------------------------------------------------------------------
 
+  // Told to roster-notify.js, which shows an admin the notification targets: each roster
+  // (whether the member is an admin, by the broker's own bucket), and signing out.
+  function announce(what) {
+    const admin = state.me !== null && state.privileges[state.me] === 'admin';
+    document.dispatchEvent(new CustomEvent('codexpresence:' + what, { detail: { key: state.key, admin } }));
+  }
+
   function signedOut(reason) {
+    announce('signedout');
     state.me = null;
     state.members = new Map();
     disconnect('closed', 'signed out');
@@ -541,6 +550,7 @@
   });
 
   $('sign-out').addEventListener('click', async () => {
+    announce('signedout');
     disconnect('closed', 'signed out');
     state.me = null;
     const key = state.key;
