@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence.core.claude.mapping import SETTLE, ClaudeMapping
-from codex_presence.core.claude.protocol import ClaudeSource
+from codex_presence.core.claude.protocol import HOOK_EVENTS, ClaudeSource
 from tests.support.depth import examples
 from tests.support.junk import junk, or_junk
 
@@ -418,21 +418,7 @@ def test_malformed_hooks_are_ignored_and_counted(message: Any) -> None:
 
 # -- any soup --------------------------------------------------------------------------------------
 
-EVENTS = [
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PermissionRequest",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "PostToolBatch",
-    "Notification",
-    "Stop",
-    "StopFailure",
-    "SubagentStart",
-    "SubagentStop",
-    "SessionEnd",
-    "Unknown",
-]
+EVENTS = [*HOOK_EVENTS, "Unknown"]
 BLOCKERS = {"PermissionRequest", "Notification", "session waiting"}
 OPENERS = {"UserPromptSubmit", "PreToolUse", "SubagentStart", "session busy", "session waiting"}
 
@@ -545,7 +531,7 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
 
 
 def test_our_hooks_come_after_the_users_own() -> None:
-    from codex_presence.core.claude.protocol import HOOK_EVENTS, with_hooks
+    from codex_presence.core.claude.protocol import with_hooks
 
     theirs = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {}}
     merged = with_hooks(theirs, "http://127.0.0.1:1/s/hook")
