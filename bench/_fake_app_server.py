@@ -10,7 +10,7 @@ decides anything itself; the client (a test or the soak driver) decides through 
 
 ``{"threadId": ..., "input": [...], "script": {"approval": bool, "deltas": int,
 "delay_ms": int, "stop_ms": int, "crash": "before_end" | "when_told" | null,
-"leave_running": bool}}``
+"leave_running": bool, "finish": "when_told" | null}}``
 
 An approval answered ``{"decision": "cancel"}`` interrupts the turn as codex does: the
 request is resolved, the waiting flag cleared, and ``stop_ms`` (default 20) later the thread
@@ -22,8 +22,11 @@ running: the command's ``item/completed`` comes only once the client sends ``{"m
 
 ``crash`` makes the process exit abruptly (status 3) in the middle of the turn: after the
 command's output (``before_end``), or once the client sends ``{"method": "fake/crash"}``
-after it (``when_told``: a test that must see the turn running first). Run it as
-``python bench/_fake_app_server.py``. It lives in ``bench/`` (standard library and orjson
+after it (``when_told``: a test that must see the turn running first). ``finish:
+"when_told"`` keeps the turn running after its command's output until the client sends
+``{"method": "fake/finish"}``, so a test decides when the turn ends by order, not by delay.
+
+Run it as ``python bench/_fake_app_server.py``. It lives in ``bench/`` (standard library and orjson
 only) so that the soak benchmark runs without the test dependencies; the tests run it too
 (``tests/support/wrap_harness.py``).
 """
@@ -80,6 +83,14 @@ def wait_for_response(request_id: int) -> dict[str, Any]:
     sys.exit(0)  # stdin closed while waiting
 
 
+def wait_for_note(method: bytes) -> None:
+    """Read client lines until one names ``method`` (a quoted JSON string)."""
+    for line in inp:
+        if method in line:
+            return
+    sys.exit(0)  # stdin closed while waiting
+
+
 def run_turn(request: dict[str, Any]) -> None:
     global _next_server_id
     params = request.get("params") or {}
@@ -125,9 +136,9 @@ def run_turn(request: dict[str, Any]) -> None:
         time.sleep(delay)
         note("item/commandExecution/outputDelta", **ids, itemId=command["id"], delta=f"line {k}\n")
     if script.get("crash") == "when_told":
-        for line in inp:
-            if b'"fake/crash"' in line:
-                break
+        wait_for_note(b'"fake/crash"')
+    if script.get("finish") == "when_told":
+        wait_for_note(b'"fake/finish"')
     if script.get("crash") in ("before_end", "when_told"):
         os._exit(3)
     if script.get("leave_running"):

@@ -38,7 +38,27 @@ def configure(parser: argparse.ArgumentParser, *, epilog: str) -> None:
         action="store_true",
         help="report no activity at all (the roster shows you idle); connection presence stays",
     )
+    parser.add_argument(
+        "--passing-hold",
+        metavar="SECONDS",
+        type=passing_hold,
+        default=None,
+        help="hold back a state the agent is only passing through (the working between a"
+        " cancelled approval and its turn's end) this long before reporting it"
+        " (default: 0.3)",
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+
+def passing_hold(text: str) -> float:
+    """``--passing-hold``: seconds, from 0 (report every state at once) to an hour."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= seconds <= 3600:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 3600 seconds")
+    return seconds
 
 
 def given_command(args: argparse.Namespace) -> list[str]:
@@ -69,7 +89,11 @@ def broker_link(
         logger.error("not reporting to %s: %s", args.broker, exc)
         return None
     settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
-    return BrokerLink(settings)
+    if args.passing_hold is None:
+        return BrokerLink(settings)
+    from codex_presence.core.report_policy import ReportPolicy
+
+    return BrokerLink(settings, policy=ReportPolicy(passing_hold=args.passing_hold))
 
 
 def session_parts(link: BrokerLink | None) -> tuple[list[Observer], list[Companion]]:

@@ -95,3 +95,37 @@ def test_a_variable_that_cannot_be_used_says_which_and_what_it_takes(
         "codex-presence broker: CODEX_PRESENCE_ACTIVITY_TTL='soon' is not a number "
         "(it sets --activity-ttl)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("soon", "'soon' is not a number of seconds"),
+        ("-1", "'-1' is not between 0 and 3600 seconds"),
+        ("nan", "'nan' is not between 0 and 3600 seconds"),
+        ("1e9", "'1e9' is not between 0 and 3600 seconds"),
+    ],
+)
+def test_a_passing_hold_out_of_range_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str], value: str, reason: str
+) -> None:
+    code, out, err = run(capsys, "wrap", "--passing-hold", value, "--", "true")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        f"codex-presence wrap: error: argument --passing-hold: {reason}"
+    ), err
+
+
+def test_the_passing_hold_reaches_the_report_policy() -> None:
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+
+    args = build_parser({}).parse_args(
+        ["wrap", "--broker", "http://127.0.0.1:9", "--passing-hold", "2.5", "--", "true"]
+    )
+    link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
+    assert link is not None and link._policy is not None
+    assert link._policy.passing_hold == 2.5
+    args = build_parser({}).parse_args(["wrap", "--broker", "http://127.0.0.1:9", "--", "true"])
+    link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
+    assert link is not None and link._policy is None  # the reporter's default: PASSING_HOLD
