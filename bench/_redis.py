@@ -22,11 +22,16 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["RedisServer", "find_redis_server"]
+if TYPE_CHECKING:
+    from bench._tls import TlsFiles
+
+__all__ = ["RedisServer", "connect", "find_redis_server"]
 
 
 def find_redis_server() -> str | None:
@@ -40,9 +45,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ping(port: int) -> bool:
+def connect(port: int, tls: ssl.SSLContext | None = None, timeout: float = 2) -> socket.socket:
+    """A connection to the Redis (or sentinel) on loopback ``port``, over TLS with ``tls``."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if tls is None:
+        return conn
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+        return tls.wrap_socket(conn, server_hostname="127.0.0.1")
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _ping(port: int, tls: ssl.SSLContext | None = None) -> bool:
+    try:
+        with connect(port, tls, timeout=1) as conn:
             conn.sendall(b"PING\r\n")
             return conn.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up, with a password
     except OSError:
@@ -52,17 +69,38 @@ def _ping(port: int) -> bool:
 class RedisServer:
     """One redis-server process (and its successors after :meth:`restart`)."""
 
-    def __init__(self, binary: str, workdir: Path, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        args: tuple[str, ...] = (),
+        *,
+        tls: TlsFiles | None = None,
+    ) -> None:
         self._binary = binary
         self._workdir = workdir
         self._args = args
         """More options (``--replicaof HOST PORT`` for a replica)."""
+        self.tls = tls
+        """With it, the server listens for TLS only (``rediss://``), on :attr:`port`."""
+        self._context = tls.client_context() if tls is not None else None
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def _listen(self, port: int) -> tuple[str, ...]:
+        if self.tls is None:
+            return ("--port", str(port))
+        return ("--port", "0", "--tls-port", str(port), *self.tls.server_options())
+
+    def ping(self) -> bool:
+        """Whether it answers (a ``-NOAUTH`` is an answer)."""
+        return _ping(self.port, self._context)
 
     def start(self) -> None:
         """Start on :attr:`port` (a free one the first time)."""
@@ -71,7 +109,7 @@ class RedisServer:
             proc = subprocess.Popen(
                 [
                     self._binary,
-                    "--port", str(port),
+                    *self._listen(port),
                     "--bind", "127.0.0.1",
                     "--save", "",
                     "--appendonly", "no",
@@ -84,9 +122,13 @@ class RedisServer:
                 stderr=subprocess.DEVNULL,
             )  # fmt: skip
             deadline = time.monotonic() + 10
-            while proc.poll() is None and not _ping(port) and time.monotonic() < deadline:
+            while (
+                proc.poll() is None
+                and not _ping(port, self._context)
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
-            if proc.poll() is None and _ping(port):
+            if proc.poll() is None and _ping(port, self._context):
                 self.port, self.proc = port, proc
                 return
             proc.kill()
@@ -127,7 +169,7 @@ class RedisServer:
         is gone or no longer answers as it did (a test changed its configuration, e.g. a
         password: such a test takes a server of its own)."""
         assert self.proc is not None and self.proc.poll() is None, "redis-server is not running"
-        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as conn:
+        with connect(self.port, self._context, timeout=10) as conn:
             conn.sendall(b"FLUSHALL\r\nSCRIPT FLUSH\r\n")
             answer = b""
             while answer.count(b"\r\n") < 2:

@@ -25,14 +25,18 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from bench._redis import RedisServer, _free_port
+from bench._redis import RedisServer, _free_port, connect
+
+if TYPE_CHECKING:
+    from bench._tls import TlsFiles
 
 __all__ = ["DOWN_AFTER_MS", "FAILOVER_TIMEOUT_MS", "SentinelSetup", "command", "find_sentinel"]
 
@@ -77,13 +81,10 @@ def _reply(reader: Any) -> Any:
     raise RuntimeError(f"not RESP: {line!r}")
 
 
-def command(port: int, *args: str, password: str = "") -> Any:
-    """``args`` sent to the Redis (or sentinel) on ``port`` (after ``AUTH password``): its
-    reply."""
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=2) as conn,
-        conn.makefile("rb") as reader,
-    ):
+def command(port: int, *args: str, password: str = "", tls: ssl.SSLContext | None = None) -> Any:
+    """``args`` sent to the Redis (or sentinel) on ``port`` (after ``AUTH password``; over
+    TLS with ``tls``): its reply."""
+    with connect(port, tls) as conn, conn.makefile("rb") as reader:
         if password:
             conn.sendall(_encode("AUTH", password))
             _reply(reader)
@@ -99,7 +100,13 @@ class SentinelSetup:
     """A primary, a replica and three sentinels watching them (see the module)."""
 
     def __init__(
-        self, redis_server: str, redis_sentinel: str, workdir: Path, *, password: str = ""
+        self,
+        redis_server: str,
+        redis_sentinel: str,
+        workdir: Path,
+        *,
+        password: str = "",
+        tls: TlsFiles | None = None,
     ) -> None:
         self._redis_server = redis_server
         self._redis_sentinel = redis_sentinel
@@ -110,7 +117,11 @@ class SentinelSetup:
         self._auth: tuple[str, ...] = ("--requirepass", password, "--masterauth", password)
         if not password:
             self._auth = ()
-        self.primary = RedisServer(redis_server, self._dir("primary"), self._auth)
+        self.tls = tls
+        """With it, every process (Redis and sentinels) speaks TLS only, to its clients and
+        to each other: the address is ``rediss+sentinel://``."""
+        self._context = tls.client_context() if tls is not None else None
+        self.primary = RedisServer(redis_server, self._dir("primary"), self._auth, tls=tls)
         self.replica: RedisServer | None = None
         self.sentinels: list[tuple[int, subprocess.Popen[bytes]]] = []
         self.events: list[tuple[float, str, str]] = []
@@ -126,12 +137,16 @@ class SentinelSetup:
     def url(self) -> str:
         hosts = ",".join(f"127.0.0.1:{port}" for port, _ in self.sentinels)
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss+sentinel://{auth}{hosts}/{SERVICE}?ssl_ca_certs={self.tls.ca}"
         return f"redis+sentinel://{auth}{hosts}/{SERVICE}"
 
     def start(self, timeout: float = 30.0) -> None:
         self.primary.start()
         replica_of = ("--replicaof", "127.0.0.1", str(self.primary.port), *self._auth)
-        self.replica = RedisServer(self._redis_server, self._dir("replica"), replica_of)
+        self.replica = RedisServer(
+            self._redis_server, self._dir("replica"), replica_of, tls=self.tls
+        )
         self.replica.start()
         deadline = time.monotonic() + timeout
         self._until(deadline, "the replica's sync", self._replica_synced)
@@ -142,12 +157,14 @@ class SentinelSetup:
 
     def _replica_synced(self) -> bool:
         assert self.replica is not None
-        info = command(self.replica.port, "INFO", "replication", password=self.password)
+        info = command(
+            self.replica.port, "INFO", "replication", password=self.password, tls=self._context
+        )
         return "master_link_status:up" in info
 
     def _sentinels_ready(self) -> bool:
         for port, _ in self.sentinels:
-            state = _pairs(command(port, "SENTINEL", "MASTER", SERVICE))
+            state = _pairs(command(port, "SENTINEL", "MASTER", SERVICE, tls=self._context))
             if state["num-other-sentinels"] != "2" or state["num-slaves"] != "1":
                 return False
         return True
@@ -164,9 +181,16 @@ class SentinelSetup:
         for _ in range(5):
             port = _free_port()
             config = workdir / "sentinel.conf"  # sentinel rewrites it: its own, writable
+            listen = f"port {port}\n"
+            if self.tls is not None:  # the same files and rules as the servers'
+                options = self.tls.server_options()
+                tls_lines = "".join(
+                    f"{name.removeprefix('--')} {value}\n"
+                    for name, value in zip(options[::2], options[1::2], strict=True)
+                )
+                listen = f"port 0\ntls-port {port}\n{tls_lines}"
             config.write_text(
-                f"port {port}\n"
-                "bind 127.0.0.1\n"
+                listen + "bind 127.0.0.1\n"
                 f'dir "{workdir}"\n'
                 "loglevel warning\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 2\n"
@@ -184,7 +208,7 @@ class SentinelSetup:
             deadline = time.monotonic() + 10
             while proc.poll() is None and time.monotonic() < deadline:
                 try:
-                    command(port, "PING")
+                    command(port, "PING", tls=self._context)
                     return port, proc
                 except OSError:
                     time.sleep(0.02)
@@ -195,7 +219,7 @@ class SentinelSetup:
     def _watch_events(self) -> None:
         """Every event of the first sentinel into :attr:`events`, read in a thread."""
         port = self.sentinels[0][0]
-        conn = socket.create_connection(("127.0.0.1", port), timeout=2)
+        conn = connect(port, self._context)
         conn.sendall(_encode("PSUBSCRIBE", "*"))
         conn.settimeout(None)
         self._watch = conn
@@ -214,7 +238,13 @@ class SentinelSetup:
 
     def primary_port(self) -> int:
         """The primary's port, as the first sentinel says now."""
-        reply = command(self.sentinels[0][0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        reply = command(
+            self.sentinels[0][0],
+            "SENTINEL",
+            "GET-MASTER-ADDR-BY-NAME",
+            SERVICE,
+            tls=self._context,
+        )
         return int(reply[1])
 
     def kill_primary(self) -> float:

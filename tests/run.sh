@@ -19,6 +19,8 @@
 #   /usr/bin/redis-server         Debian's redis-server, for the brokers that share state
 #                                 (one per test session and worker, on loopback,
 #                                 persistence off, emptied before each test)
+#   /usr/bin/redis-sentinel       Debian's redis-sentinel, for the failover tests
+#   /usr/bin/openssl              Debian's openssl: throwaway certificates for Redis over TLS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,6 +81,7 @@ apt_install chromium chromium
 apt_install tmux tmux
 apt_install redis-server redis-server
 apt_install redis-sentinel redis-sentinel
+apt_install openssl openssl
 command -v chromium && chromium --version || true
 command -v tmux && tmux -V || true
 command -v redis-server && redis-server --version || true

@@ -9,7 +9,9 @@ The process is ``bench/_redis.py``'s :class:`RedisServer` (the benchmarks start 
 with it too, without the test dependencies); this module adds the tests' rule for the
 binary, Debian's ``redis-server`` (``tests/run.sh`` installs it): without it a test is
 skipped, and fails under ``CI=true``. :func:`sentinel_setup` is the same for Redis behind
-Sentinel (``bench/_sentinel.py``; Debian's ``redis-sentinel`` too).
+Sentinel (``bench/_sentinel.py``; Debian's ``redis-sentinel`` too). With ``tls=True`` either
+speaks TLS only, with certificates made for the block (``bench/_tls.py``; Debian's
+``openssl``), and its ``url`` is ``rediss://`` (``rediss+sentinel://``) trusting them.
 
 A test that only needs a Redis takes the ``redis_url`` fixture instead (tests/conftest.py):
 one server per test session (per xdist worker), emptied before each test
@@ -28,6 +30,7 @@ import pytest
 
 from bench._redis import RedisServer, find_redis_server
 from bench._sentinel import SentinelSetup, find_sentinel
+from bench._tls import TlsFiles, find_openssl, make_tls_files
 
 __all__ = [
     "RedisServer",
@@ -58,14 +61,21 @@ def require_redis_sentinel() -> str:
     return _required(find_sentinel(), "redis-sentinel")
 
 
+def _tls_files(workdir: Path, tls: bool) -> TlsFiles | None:
+    if not tls:
+        return None
+    return make_tls_files(workdir / "tls", _required(find_openssl(), "openssl"))
+
+
 @contextmanager
-def redis_server() -> Iterator[RedisServer]:
-    """A fresh redis-server for the block."""
+def redis_server(*, tls: bool = False) -> Iterator[RedisServer]:
+    """A fresh redis-server for the block (TLS only, with ``tls``)."""
     import tempfile
 
     binary = require_redis_server()
     with tempfile.TemporaryDirectory(prefix="codex-presence-redis-") as workdir:
-        server = RedisServer(binary, Path(workdir))
+        files = _tls_files(Path(workdir), tls)
+        server = RedisServer(binary, Path(workdir), tls=files)
         server.start()
         try:
             yield server
@@ -74,14 +84,15 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextmanager
-def sentinel_setup(password: str = "") -> Iterator[SentinelSetup]:
+def sentinel_setup(password: str = "", *, tls: bool = False) -> Iterator[SentinelSetup]:
     """A primary, a replica and three sentinels for the block (``bench/_sentinel.py``),
-    Redis with ``password`` if one is given."""
+    Redis with ``password`` if one is given, everything over TLS with ``tls``."""
     import tempfile
 
     server, sentinel = require_redis_server(), require_redis_sentinel()
     with tempfile.TemporaryDirectory(prefix="codex-presence-sentinel-") as workdir:
-        setup = SentinelSetup(server, sentinel, Path(workdir), password=password)
+        files = _tls_files(Path(workdir), tls)
+        setup = SentinelSetup(server, sentinel, Path(workdir), password=password, tls=files)
         try:
             setup.start()
             yield setup
