@@ -5,22 +5,20 @@ answered by the next matching :class:`Step` of the script, in order; ``GET …/m
 answers ``{"models":[]}``. Every request body is recorded so that a scenario can read what
 codex sent (the MCP tool name in ``tools``, a subagent id in a ``function_call_output``).
 
-The stdlib ``ThreadingHTTPServer`` in a daemon thread is enough: codex opens a few
-connections at most, and a thread per connection lets a slow step hold one stream while
-another thread's request is answered.
+The script, the recorded requests and the server are ``bench/_scripted.py``'s (shared with
+the tests' fake Anthropic API); this module is the Responses API's wire format.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+
+from bench._scripted import ScriptedHandler, ScriptedServer
 
 __all__ = [
     "FakeModel",
@@ -161,139 +159,48 @@ def running(build: Callable[[dict[str, Any]], list[Event]], **step: Any) -> Step
     return Step(build=build, **step)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test output is not the place for access logs."""
-
+class _Handler(ScriptedHandler):
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, b'{"models":[]}', "application/json")
+            self.send_json(200, b'{"models":[]}')
         else:
-            self._send(404, b"{}", "application/json")
+            self.send_json(404, b"{}")
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length)
+        raw = self.read_body()
         if not self.path.rstrip("/").endswith("/responses"):
-            self._send(404, b"{}", "application/json")
+            self.send_json(404, b"{}")
             return
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = {"unparsed": raw.decode("utf-8", "replace")}
-        step = self.server.model.take(body)
+        body = self.parse(raw)
+        step: Step = self.script.take(body)
         if step.wait:
             time.sleep(step.wait)
         if step.status != 200:
             error = {"error": {"message": "scripted failure", "type": "server_error"}}
-            self._send(step.status, orjson.dumps(error), "application/json")
+            self.send_json(step.status, orjson.dumps(error))
             return
         events = step.build(body) if step.build is not None else step.events
         rid = _rid()
         stream = [_created(rid), *events]
         if step.complete:
             stream.append(_completed(rid))
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        # No content-length: the body ends when the connection closes, so a broken stream
-        # is simply a close before response.completed.
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        try:
-            for n, event in enumerate(stream):
-                if n and step.delay:
-                    time.sleep(step.delay)
-                chunk = b"event: %s\ndata: %s\n\n" % (event["type"].encode(), orjson.dumps(event))
-                self.wfile.write(chunk)
-                self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("content-type", ctype)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.stream(stream, delay=step.delay)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    model: FakeModel
+class FakeModel(ScriptedServer[Step]):
+    """The scripted model. Use :meth:`serve` to run it; :attr:`base_url` goes in config.toml.
+    :attr:`requests` holds every ``/responses`` request body, in arrival order; a request
+    no step matches is answered with a plain "ok" message (:attr:`unscripted` counts them)."""
 
-
-class FakeModel:
-    """The scripted model. Use :meth:`serve` to run it; :attr:`base_url` goes in config.toml."""
-
-    def __init__(self, steps: list[Step] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._steps: list[Step] = list(steps or [])
-        self.requests: list[dict[str, Any]] = []
-        """Every ``/responses`` request body, in arrival order."""
-        self.unscripted = 0
-        """Requests that found no step (answered with a plain "ok" message)."""
-        self._arrived = threading.Condition(self._lock)
-        self.port = 0
+    handler = _Handler
+    thread_name = "fake-model"
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def add(self, *steps: Step) -> None:
-        """Append steps to the script (a scenario may script as it goes)."""
-        with self._lock:
-            self._steps.extend(steps)
-
-    @property
-    def pending(self) -> int:
-        """Steps not yet consumed."""
-        with self._lock:
-            return len(self._steps)
-
-    def take(self, body: dict[str, Any]) -> Step:
-        """The first step that matches ``body``, removed from the script."""
-        text = orjson.dumps(body).decode()
-        with self._lock:
-            self.requests.append(body)
-            self._arrived.notify_all()
-            for n, step in enumerate(self._steps):
-                if step.match is None or (
-                    step.match(body) if callable(step.match) else step.match in text
-                ):
-                    return self._steps.pop(n)
-            self.unscripted += 1
+    def unscripted_answer(self) -> Step:
         return message("ok", deltas=0)
-
-    def wait_requests(self, count: int, timeout: float) -> list[dict[str, Any]]:
-        """Block until at least ``count`` requests arrived (or raise TimeoutError)."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while len(self.requests) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"model got {len(self.requests)} requests, not {count}")
-                self._arrived.wait(left)
-            return list(self.requests)
-
-    @contextmanager
-    def serve(self) -> Iterator[FakeModel]:
-        """Listen on a free loopback port for the duration of the block."""
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.model = self
-        self.port = server.server_address[1]
-        thread = threading.Thread(target=server.serve_forever, name="fake-model", daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
 
 
 def tool_names(body: dict[str, Any]) -> list[str]:

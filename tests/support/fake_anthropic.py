@@ -13,22 +13,21 @@ Claude Code also sends requests of its own beside the conversation (a session ti
 By default a reply matches only a *conversation* request, one that offers tools; such a side
 request falls through to the unscripted answer and never eats a scripted reply.
 
-The stdlib ``ThreadingHTTPServer`` in a daemon thread is enough, as in ``fake_model.py``: a
-thread per connection lets a long reply hold one stream while another is answered.
+The script, the recorded requests and the server are ``bench/_scripted.py``'s (shared with
+the fake OpenAI model of codex's tests); this module is the Messages API's wire format.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+
+from bench._scripted import Body, ScriptedHandler, ScriptedServer
 
 __all__ = [
     "Block",
@@ -45,7 +44,6 @@ __all__ = [
     "user_texts",
 ]
 
-Body = dict[str, Any]
 Event = dict[str, Any]
 Matcher = str | Callable[[Body], bool] | None
 
@@ -173,149 +171,61 @@ def sse_events(
     return events
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
+_NOT_FOUND = b'{"type":"error","error":{"type":"not_found_error","message":"no"}}'
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test output is not the place for access logs."""
 
+class _Handler(ScriptedHandler):
     def do_GET(self) -> None:
-        self.server.fake.note_other("GET", self.path)
-        self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
+        self.script.note_other("GET", self.path)
+        self.send_json(404, _NOT_FOUND)
 
     def do_HEAD(self) -> None:
-        self.server.fake.note_other("HEAD", self.path)
+        self.script.note_other("HEAD", self.path)
         self.send_response(200)
         self.send_header("content-length", "0")
         self.end_headers()
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length)
+        raw = self.read_body()
         if self.path.split("?", 1)[0].rstrip("/") != "/v1/messages":
-            self.server.fake.note_other("POST", self.path)
-            self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
+            self.script.note_other("POST", self.path)
+            self.send_json(404, _NOT_FOUND)
             return
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = {"unparsed": raw.decode("utf-8", "replace")}
-        if not isinstance(body, dict):
-            body = {"unparsed": body}
-        reply = self.server.fake.take(body)
+        body = self.parse(raw)
+        reply = self.script.take(body)
         if reply.wait:
             time.sleep(reply.wait)
         if reply.status != 200:
             error = {"type": "error", "error": {"type": "api_error", "message": "scripted"}}
-            self._send(reply.status, orjson.dumps(error))
+            self.send_json(reply.status, orjson.dumps(error))
             return
         model = str(body.get("model") or "claude-fake")
-        self.close_connection = True
-        try:  # claude may have given up on the request meanwhile (Esc)
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("request-id", f"req_fake{next(_ids):06d}")
-            # No content-length: the body ends when the connection closes.
-            self.send_header("connection", "close")
-            self.end_headers()
-            for n, event in enumerate(reply.events(model)):
-                if n and reply.delay:
-                    time.sleep(reply.delay)
-                chunk = b"event: %s\ndata: %s\n\n" % (event["type"].encode(), orjson.dumps(event))
-                self.wfile.write(chunk)
-                self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        request_id = {"request-id": f"req_fake{next(_ids):06d}"}
+        self.stream(reply.events(model), delay=reply.delay, headers=request_id)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: FakeAnthropic
+class FakeAnthropic(ScriptedServer[Reply]):
+    """The scripted API. Use :meth:`serve`; :attr:`base_url` goes in ``ANTHROPIC_BASE_URL``.
+    :attr:`requests` holds every ``/v1/messages`` request body, in arrival order;
+    :attr:`other` the ``(method, path)`` of requests to anything else."""
 
-
-class FakeAnthropic:
-    """The scripted API. Use :meth:`serve`; :attr:`base_url` goes in ``ANTHROPIC_BASE_URL``."""
+    handler = _Handler
+    thread_name = "fake-anthropic"
 
     def __init__(self, replies: list[Reply] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)
-        self._replies: list[Reply] = list(replies or [])
-        self.requests: list[Body] = []
-        """Every ``/v1/messages`` request body, in arrival order."""
-        self.taken: list[tuple[int, str]] = []
-        """``(request index, reply note)`` for each scripted reply given."""
-        self.unscripted = 0
-        """Requests that found no reply (answered with a plain ``"ok"``)."""
+        super().__init__(replies)
         self.other: list[tuple[str, str]] = []
-        """``(method, path)`` of requests to anything but ``POST /v1/messages``."""
-        self.port = 0
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def add(self, *replies: Reply) -> None:
-        """Append replies to the script (a scenario may script as it goes)."""
-        with self._lock:
-            self._replies.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._replies)
+    def unscripted_answer(self) -> Reply:
+        return say("ok", match=None)
 
     def note_other(self, method: str, path: str) -> None:
         with self._lock:
             self.other.append((method, path))
-
-    def take(self, body: Body) -> Reply:
-        """The first reply that matches ``body``, removed from the script."""
-        flat = orjson.dumps(body).decode()
-        with self._lock:
-            self.requests.append(body)
-            self._arrived.notify_all()
-            for n, reply in enumerate(self._replies):
-                m = reply.match
-                if m is None or (m(body) if callable(m) else m in flat):
-                    self.taken.append((len(self.requests) - 1, reply.note))
-                    return self._replies.pop(n)
-            self.unscripted += 1
-        return say("ok", match=None)
-
-    def wait_requests(self, count: int, timeout: float) -> list[Body]:
-        """Block until at least ``count`` requests arrived (or raise TimeoutError)."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while len(self.requests) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"the API got {len(self.requests)} requests, not {count}")
-                self._arrived.wait(left)
-            return list(self.requests)
-
-    @contextmanager
-    def serve(self) -> Iterator[FakeAnthropic]:
-        """Listen on a free loopback port for the duration of the block."""
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self
-        self.port = server.server_address[1]
-        thread = threading.Thread(target=server.serve_forever, name="fake-anthropic", daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
 
 
 def _content(message: Any) -> list[dict[str, Any]]:
