@@ -9,42 +9,19 @@ the TTLs and the grace is the test's (:class:`FakeClock`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from codex_presence._wire import MAX_BACKGROUND, SESSION_GRACE
+from tests.support import session_api
 from tests.support.broker_harness import FakeClock, RunningBroker, running_broker
+from tests.support.session_api import TEAM, A, B, auth, builder, lapse_within, subscription
 from tests.support.shared_brokers import Stream
 from tests.support.waiting import eventually
-from tests.test_sessions import (
-    TEAM,
-    A,
-    B,
-    auth,
-    builder,
-    lapse_within,
-    subscription,
-)
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def broker(clock: FakeClock, store_url: str | None) -> Iterator[RunningBroker]:
-    with running_broker(team=TEAM, clock=clock, keepalive=30, redis=store_url) as b:
-        yield b
-
-
-@pytest.fixture
-def client(broker: RunningBroker) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=5) as c:
-        yield c
+clock, broker, client = session_api.clock, session_api.broker, session_api.client  # fixtures
 
 
 def post(client: httpx.Client, state: str, session: str, background: object) -> httpx.Response:
