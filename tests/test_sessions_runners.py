@@ -168,7 +168,7 @@ def test_a_command_left_running_after_its_turn_is_counted_until_it_ends(
 def test_an_idle_session_heartbeats_its_count_past_the_ttl(store_url: str | None) -> None:
     """An idle session with a command running is not silent: the wrap re-reports the count
     at a third of the broker's TTL (it learns a 3 s TTL from /whoami), so the count holds
-    for two TTLs, and goes once the command ends. (A 1.5 s TTL lapsed if one heartbeat was
+    for two TTLs, and goes once the command ends. (A 1.5 s TTL could lapse if one heartbeat was
     a second late; now it takes a 2 s stall, and a wrap that did not heartbeat would
     still lose the count at 3 s.)"""
     team = make_team("alice", "builder", "scout")
