@@ -156,9 +156,12 @@ def test_print_mode_exit_status_passes_through(
 def test_a_permission_dialog_answered_yes(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
+    """Working while the approved command runs, not blocked until its PostToolUse: the
+    command runs until the test says so (a file), and the roster must show working before
+    the test says it (decided by order, not by how long working showed)."""
     api = FakeAnthropic(
         [
-            Reply(blocks=[bash("touch made.txt && sleep 2", id="toolu_yes")], wait=0.5),
+            Reply(blocks=[bash("sh hold.sh", id="toolu_yes")], wait=0.5),
             say("Made it.", match=after_result("toolu_yes")),
         ]
     )
@@ -169,6 +172,10 @@ def test_a_permission_dialog_answered_yes(
             files,
         ),
     ):
+        go = files.work / "go"
+        (files.work / "hold.sh").write_text(
+            f"touch made.txt\nwhile [ ! -e {go} ]; do sleep 0.05; done\n"
+        )
         s.ready()
         watch.wait_connected(1)
         assert watch.current is None
@@ -178,11 +185,10 @@ def test_a_permission_dialog_answered_yes(
         watch.wait("blocked")
         held(watch, "blocked")
         s.answer_dialog("Enter")
-        working_at = watch.wait("working")
-        idle_at = watch.wait(None, within=15)
-        # Working while the command ran (2 s), not blocked until its PostToolUse.
-        assert idle_at - working_at > 1.0, watch.seen
-        assert (files.work / "made.txt").exists()
+        watch.wait("working")  # the command is still running: it waits for "go"
+        eventually(lambda: (files.work / "made.txt").exists(), 10, "the command ran")
+        go.touch()
+        watch.wait(None, within=15)
         held(watch, None)
         assert leave(s) == 0
     watch.wait_connected(0)
