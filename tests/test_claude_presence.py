@@ -43,6 +43,13 @@ the end of the session)."""
 
 HOLD = 1.0
 """How long a state must stay put while nobody acts."""
+HOLD_UNTIL_GO = (
+    "touch made.txt\n"
+    "i=0\n"
+    'while [ ! -e {go} ] && [ "$i" -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done\n'
+)
+"""A command that runs until the test writes ``go`` (and no longer than a minute, should
+the test fail before it does: claude's shell outlives the session's end)."""
 
 
 @pytest.fixture
@@ -173,9 +180,7 @@ def test_a_permission_dialog_answered_yes(
         ),
     ):
         go = files.work / "go"
-        (files.work / "hold.sh").write_text(
-            f"touch made.txt\nwhile [ ! -e {go} ]; do sleep 0.05; done\n"
-        )
+        (files.work / "hold.sh").write_text(HOLD_UNTIL_GO.format(go=go))
         s.ready()
         watch.wait_connected(1)
         assert watch.current is None
@@ -185,9 +190,11 @@ def test_a_permission_dialog_answered_yes(
         watch.wait("blocked")
         held(watch, "blocked")
         s.answer_dialog("Enter")
-        watch.wait("working")  # the command is still running: it waits for "go"
-        eventually(lambda: (files.work / "made.txt").exists(), 10, "the command ran")
-        go.touch()
+        try:
+            watch.wait("working")  # the command is still running: it waits for "go"
+            eventually(lambda: (files.work / "made.txt").exists(), 10, "the command ran")
+        finally:
+            go.touch()
         watch.wait(None, within=15)
         held(watch, None)
         assert leave(s) == 0

@@ -72,7 +72,8 @@ def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> Non
             # is decided by order: the roster shows working before the test says go.
             reply(
                 exec_command(
-                    f"touch made.txt && while [ ! -e {go} ]; do sleep 0.05; done && echo done",
+                    f"touch made.txt && i=0 && while [ ! -e {go} ] && [ $i -lt 1200 ]; "
+                    "do sleep 0.05; i=$((i + 1)); done && echo done",  # a minute at most
                     call_id="call_touch",
                     escalate=True,
                     yield_time_ms=30000,  # the test's word comes well before codex stops waiting
@@ -114,10 +115,12 @@ def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> Non
             s.answer(request, {"decision": "accept"})
             # (codex announced the command item before asking; it runs once answered)
             s.wait_method("serverRequest/resolved", requestId=request["id"])
-            watch.wait("working")  # while the command waits for "go"
-            assert roster_activity(broker) == "working"
-            assert not go.exists()
-            go.touch()
+            try:
+                watch.wait("working")  # while the command waits for "go"
+                assert roster_activity(broker) == "working"
+                assert not go.exists()
+            finally:
+                go.touch()
             s.wait_item("completed", "commandExecution")
 
             s.turn_completed(thread)
