@@ -8,6 +8,8 @@ sessions run in tmux (``tests/support/claude_scenarios.py`` holds their scripts)
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,17 +98,43 @@ def test_print_mode_hooks_bracket_the_turn_and_the_tool(claude: Path, tmp_path: 
 
 
 def test_claude_waits_for_every_hook_answer(claude: Path, tmp_path: Path) -> None:
-    """A hook server that is slow to answer slows claude down by that much, per hook."""
-    fast = _print_tool_run(tmp_path / "fast")
-    slow = _print_tool_run(tmp_path / "slow", answer=HookAnswer(delay=0.5))
-    assert slow.returncode == 0
-    assert slow.elapsed - fast.elapsed > 0.5 * (len(slow.capture.hooks()) - 1)
+    """Claude sends no hook before the one before it was answered: each answer is held
+    for a while, and no other hook arrives while one is held (decided by order; a claude
+    that went on without its answer would send the next hook into the hold)."""
+    lock = threading.Lock()
+    order: list[str] = []
+
+    def held(msg: Message) -> HookAnswer:
+        event = str(msg.get("hook_event_name"))
+        with lock:
+            order.append(f"+{event}")
+        time.sleep(0.5)
+        with lock:
+            order.append(f"-{event}")
+        return HookAnswer()
+
+    run = _print_tool_run(tmp_path / "r", answer=held)
+    assert run.returncode == 0
+    events = _events(run.capture)
+    assert len(events) >= 5, events
+    assert order == [f"{sign}{event}" for event in events for sign in "+-"], order
 
 
 def test_a_hook_timeout_bounds_the_wait(claude: Path, tmp_path: Path) -> None:
-    run = _print_tool_run(tmp_path / "r", answer=HookAnswer(delay=5.0), hook={"timeout": 1})
+    """A hook server that never answers (until the run is over) is waited for only as long
+    as the hook's timeout: claude finishes, which it could not do if it waited on."""
+    release = threading.Event()
+
+    def never(msg: Message) -> HookAnswer:
+        release.wait(120)
+        return HookAnswer()
+
+    try:
+        run = _print_tool_run(tmp_path / "r", answer=never, hook={"timeout": 1})
+    finally:
+        release.set()
     assert run.returncode == 0 and run.stdout.strip() == "done"
-    assert run.elapsed < 5.0 * 2
+    assert _events(run.capture)[0] == "UserPromptSubmit"
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,13 @@ the end of the session)."""
 
 HOLD = 1.0
 """How long a state must stay put while nobody acts."""
+HOLD_UNTIL_GO = (
+    "touch made.txt\n"
+    "i=0\n"
+    'while [ ! -e {go} ] && [ "$i" -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done\n'
+)
+"""A command that runs until the test writes ``go`` (and no longer than a minute, should
+the test fail before it does: claude's shell outlives the session's end)."""
 
 
 @pytest.fixture
@@ -156,9 +163,12 @@ def test_print_mode_exit_status_passes_through(
 def test_a_permission_dialog_answered_yes(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
+    """Working while the approved command runs, not blocked until its PostToolUse: the
+    command runs until the test says so (a file), and the roster must show working before
+    the test says it (decided by order, not by how long working showed)."""
     api = FakeAnthropic(
         [
-            Reply(blocks=[bash("touch made.txt && sleep 2", id="toolu_yes")], wait=0.5),
+            Reply(blocks=[bash("sh hold.sh", id="toolu_yes")], wait=0.5),
             say("Made it.", match=after_result("toolu_yes")),
         ]
     )
@@ -169,6 +179,8 @@ def test_a_permission_dialog_answered_yes(
             files,
         ),
     ):
+        go = files.work / "go"
+        (files.work / "hold.sh").write_text(HOLD_UNTIL_GO.format(go=go))
         s.ready()
         watch.wait_connected(1)
         assert watch.current is None
@@ -178,11 +190,12 @@ def test_a_permission_dialog_answered_yes(
         watch.wait("blocked")
         held(watch, "blocked")
         s.answer_dialog("Enter")
-        working_at = watch.wait("working")
-        idle_at = watch.wait(None, within=15)
-        # Working while the command ran (2 s), not blocked until its PostToolUse.
-        assert idle_at - working_at > 1.0, watch.seen
-        assert (files.work / "made.txt").exists()
+        try:
+            watch.wait("working")  # the command is still running: it waits for "go"
+            eventually(lambda: (files.work / "made.txt").exists(), 10, "the command ran")
+        finally:
+            go.touch()
+        watch.wait(None, within=15)
         held(watch, None)
         assert leave(s) == 0
     watch.wait_connected(0)

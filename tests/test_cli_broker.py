@@ -584,15 +584,19 @@ def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str,
 
 
 def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:
-    """``--session-grace 0.5``: a session whose subscription ends lapses after half a
-    second, not the default 3 s (issue 23)."""
+    """``--session-grace 5``: a session whose subscription ends lapses after five seconds,
+    not the default 3 s (issue 23). Decided by the grace's own timer (not before 4.5 s) and
+    by cause (the TTL is 600 s: only the grace can end it), never by an upper bound on how
+    long the lapse took, which a loaded machine stretches."""
     from codex_presence._wire import SESSION_GRACE
     from tests.support.waiting import eventually
 
     team = tmp_path / "team.toml"
     team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
     auth = {"authorization": f"Bearer {token_of('alice')}"}
-    with broker_process("--team", str(team), "--session-grace", "0.5") as broker:
+    grace = 5.0
+    args = ("--team", str(team), "--session-grace", str(grace), "--activity-ttl", "600")
+    with broker_process(*args) as broker:
         with (
             httpx.Client(base_url=broker.url, timeout=httpx.Timeout(5, read=60)) as client,
             client.stream(
@@ -608,5 +612,5 @@ def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:
             (alice,) = httpx.get(broker.url + "/roster", headers=auth, timeout=5).json()
             return "activity" not in alice
 
-        eventually(idle, 10)
-        assert time.monotonic() - ended < SESSION_GRACE
+        eventually(idle, 60)
+        assert time.monotonic() - ended >= grace * 0.9 > SESSION_GRACE

@@ -15,8 +15,11 @@ What each fault test shows:
 * latency: the session never waits on the broker — a turn runs to completion while every
   broker request is refused, failing or held unanswered (the proxy counts them), which is
   a causal check, not a timing one;
-* convergence: once the broker is back, the roster shows the daemon's current state within
-  one heartbeat plus one capped backoff step (:data:`CONVERGE`);
+* convergence: once the broker is back, the roster shows the daemon's current state (by
+  design within one heartbeat plus one capped backoff step: :data:`CONVERGE`); the test
+  waits for it with a generous deadline (:data:`MUST`) and decides by cause: the broker's
+  TTL and session grace are set far beyond the test (:data:`FAR`), so an idle the roster
+  shows was reported, never a lapse;
 * nothing lost but superseded states: the activity sequence the roster showed (read from an
   SSE subscriber) is a subsequence of the daemon's transitions, ending in the same state.
 """
@@ -64,9 +67,18 @@ PY = sys.executable
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("alice")}
 REQUEST_TIMEOUT = 2.0  # the reporter's per-POST timeout
 CONVERGE = HEARTBEAT + Backoff().cap + REQUEST_TIMEOUT
-"""After the broker's return the roster is right within this: the next heartbeat (or the
-next retry, at most one capped backoff step away) plus one request."""
-SETTLE = 3.0  # scheduling slack on a loaded 2-core machine
+"""After the broker's return the roster is right within this by design: the next heartbeat
+(or the next retry, at most one capped backoff step away) plus one request. Not asserted as
+a stopwatch (a loaded machine stretches it): :data:`MUST` is the deadline of the waits."""
+MUST = 60.0
+"""The deadline of a wait for what must happen: generous, since load only stretches it, and
+never what tells two mechanisms apart (:data:`FAR` does that)."""
+FAR = 600.0
+"""A broker TTL and session grace far beyond any test: with them, what ends a member's
+activity is a report, never a lapse (and the runner's heartbeat, a third of the TTL, is
+minutes away: what reaches a restarted broker is a re-send or a retry)."""
+LAPSE_FAR = {"activity_ttl": FAR, "session_grace": FAR}
+LAPSE_FAR_ARGS = ("--activity-ttl", str(FAR), "--session-grace", str(FAR))
 
 
 # -- a misbehaving network in front of the broker --------------------------------------------
@@ -170,19 +182,16 @@ def blocked_turn(wrap: WrapProcess, turn: int) -> dict[str, Any]:
     return request
 
 
-def recover(
-    proxy: FaultProxy, broker_url: str, wrap: WrapProcess, request: dict[str, Any]
-) -> float:
+def recover(proxy: FaultProxy, broker_url: str, wrap: WrapProcess, request: dict[str, Any]) -> None:
     """The broker is back while the member is blocked: the roster must catch up, the
-    subscription come back, and — once the client approves — the turn's end show as idle,
-    each within the convergence bound. Returns how long "blocked" took to show."""
+    subscription come back, and — once the client approves — the turn's end show as idle
+    (reported: the broker's TTL is :data:`FAR`)."""
     proxy.set_mode("pass")
-    took = eventually(lambda: activity(broker_url) == "blocked", CONVERGE + SETTLE)
-    eventually(lambda: connected(broker_url) == 1, 10 + SETTLE, "resubscribed")
+    eventually(lambda: activity(broker_url) == "blocked", MUST, "blocked caught up")
+    eventually(lambda: connected(broker_url) == 1, MUST, "resubscribed")
     approve(wrap, request)
     wrap.wait_for(is_note("turn/completed"))
-    eventually(lambda: activity(broker_url) == "idle", CONVERGE + SETTLE)
-    return took
+    eventually(lambda: activity(broker_url) == "idle", MUST, "idle reported")
 
 
 # -- broker faults during a live turn ---------------------------------------------------------
@@ -259,7 +268,7 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
 
 
 def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
-    with running_broker(team=make_team("alice", "bob")) as broker:
+    with running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker:
         proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]), mode="refuse")
         watch = RosterWatch(broker.url)
         try:
@@ -268,13 +277,12 @@ def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
                 wrap.wait_for(is_note("turn/completed"))
                 request = blocked_turn(wrap, 2)
                 assert activity(broker.url) == "idle"  # nothing got through
-                took = recover(proxy, broker.url, wrap, request)
+                recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
         finally:
             proxy.close()
     watch.join()
-    assert took < CONVERGE + SETTLE
     assert is_subsequence(watch.shown, truth(wrap)), (watch.shown, truth(wrap))
     assert watch.shown[-1] == truth(wrap)[-1] == "idle"
     assert "blocked" in watch.shown
@@ -284,7 +292,7 @@ def test_broker_down_at_start_then_back(tmp_path: Path) -> None:
 def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault: str) -> None:
     """The broker fails while the member is blocked; the client approves, the turn runs to
     its end and a second turn blocks, all during the fault; then the broker comes back."""
-    with running_broker(team=make_team("alice", "bob")) as broker:
+    with running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker:
         proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]), stall=10.0)
         watch = RosterWatch(broker.url)
         try:
@@ -305,14 +313,13 @@ def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault
                     eventually(
                         lambda: proxy.counts["answered_after_stall"] > 0, 15, "a late answer"
                     )
-                took = recover(proxy, broker.url, wrap, request)
+                recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
                 assert wrap.stdout.count(b'"turn/completed"') == 2
         finally:
             proxy.close()
     watch.join()
-    assert took < CONVERGE + SETTLE
     shown, held = watch.shown, truth(wrap)
     assert is_subsequence(shown, held), (shown, held)
     assert shown[-1] == held[-1] == "idle"
@@ -338,7 +345,7 @@ def test_the_fault_proxy_refuses_and_comes_back_on_its_port_at_once() -> None:
 
 def test_a_flapping_broker(tmp_path: Path) -> None:
     """Connections refused and accepted in turn every 0.2-0.5 s while turns run."""
-    with running_broker(team=make_team("alice", "bob")) as broker:
+    with running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker:
         proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]))
         watch = RosterWatch(broker.url)
         stop = threading.Event()
@@ -363,13 +370,12 @@ def test_a_flapping_broker(tmp_path: Path) -> None:
                 request = blocked_turn(wrap, 7)
                 stop.set()
                 flapper.join(5)
-                took = recover(proxy, broker.url, wrap, request)
+                recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
         finally:
             proxy.close()
     watch.join()
-    assert took < CONVERGE + SETTLE
     assert is_subsequence(watch.shown, truth(wrap)), (watch.shown, truth(wrap))
     assert watch.shown[-1] == "idle"
 
@@ -380,7 +386,7 @@ def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
     team = tmp_path / "team.toml"
     team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
     with (
-        broker_process("--team", str(team)) as first,
+        broker_process("--team", str(team), *LAPSE_FAR_ARGS) as first,
         teed_wrap(tmp_path, first.url) as wrap,
     ):
         url = first.url
@@ -392,15 +398,14 @@ def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
         approve(wrap, request)  # the turn goes on with no broker at all
         wrap.wait_for(is_note("turn/completed"))
         request = blocked_turn(wrap, 2)
-        with broker_process("--team", str(team), port=first.port):  # back, knowing nothing
-            took = eventually(lambda: activity(url) == "blocked", CONVERGE + SETTLE)
-            eventually(lambda: connected(url) == 1, 10 + SETTLE, "resubscribed")
+        with broker_process("--team", str(team), *LAPSE_FAR_ARGS, port=first.port):  # knows nothing
+            eventually(lambda: activity(url) == "blocked", MUST, "blocked again")
+            eventually(lambda: connected(url) == 1, MUST, "resubscribed")
             approve(wrap, request)
             wrap.wait_for(is_note("turn/completed"))
-            eventually(lambda: activity(url) == "idle", 5)
+            eventually(lambda: activity(url) == "idle", MUST, "idle reported")
             assert wrap.close() == 0
     assert wrap.stdout == child_wrote(tmp_path)
-    assert took < CONVERGE + SETTLE
 
 
 @pytest.mark.slow
@@ -411,7 +416,7 @@ def test_a_broker_sharing_redis_sigkilled_mid_turn_comes_back_knowing(tmp_path: 
     team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
     with (
         redis_server() as redis,
-        broker_process("--team", str(team), redis=redis.url) as first,
+        broker_process("--team", str(team), *LAPSE_FAR_ARGS, redis=redis.url) as first,
         teed_wrap(tmp_path, first.url) as wrap,
     ):
         url = first.url
@@ -420,18 +425,18 @@ def test_a_broker_sharing_redis_sigkilled_mid_turn_comes_back_knowing(tmp_path: 
         eventually(lambda: activity(url) == "blocked", 5)
         first.proc.kill()
         first.proc.wait(10)
-        with broker_process("--team", str(team), redis=redis.url, port=first.port):
+        with broker_process("--team", str(team), *LAPSE_FAR_ARGS, redis=redis.url, port=first.port):
             assert activity(url) == "blocked"  # its first answer: no report since the kill
             approve(wrap, request)
             wrap.wait_for(is_note("turn/completed"))
-            eventually(lambda: activity(url) == "idle", CONVERGE + SETTLE)
-            # the killed broker and its count leave within the bound; wrap's new stream counts
+            eventually(lambda: activity(url) == "idle", MUST, "idle reported")
+            # the killed broker and its count leave (by the bound); wrap's new stream counts
             brokers = redis_client.Redis.from_url(redis.url)
 
             def only_the_new_one() -> bool:
                 return brokers.zcard("codex-presence:{acme}:brokers") == 1 and connected(url) == 1
 
-            eventually(only_the_new_one, 15 + SETTLE, "the killed broker gone, wrap's stream on")
+            eventually(only_the_new_one, MUST, "the killed broker gone, wrap's stream on")
             assert wrap.close() == 0
     assert wrap.stdout == child_wrote(tmp_path)
 
@@ -445,7 +450,7 @@ def test_a_restarted_broker_is_told_the_state_at_once_not_at_the_next_heartbeat(
     team = tmp_path / "team.toml"
     team.write_text(render_team("acme", [(n, None, token_of(n)) for n in ("alice", "bob")]))
     with (
-        broker_process("--team", str(team)) as first,
+        broker_process("--team", str(team), *LAPSE_FAR_ARGS) as first,
         teed_wrap(tmp_path, first.url) as wrap,
     ):
         url = first.url
@@ -454,22 +459,24 @@ def test_a_restarted_broker_is_told_the_state_at_once_not_at_the_next_heartbeat(
         eventually(lambda: activity(url) == "blocked", 5)
         first.proc.kill()
         first.proc.wait(10)
-        with broker_process("--team", str(team), port=first.port):  # back, knowing nothing
-            eventually(lambda: connected(url) == 1, 10 + SETTLE, "resubscribed")
-            # From here the heartbeat is still seconds away: only the re-send can do it.
-            eventually(lambda: activity(url) == "blocked", HEARTBEAT / 2, "blocked again")
+        with broker_process("--team", str(team), *LAPSE_FAR_ARGS, port=first.port):  # knows nothing
+            eventually(lambda: connected(url) == 1, MUST, "resubscribed")
+            # The heartbeat is a third of the FAR TTL away: only the re-send can do it.
+            eventually(lambda: activity(url) == "blocked", MUST, "blocked again")
             approve(wrap, request)
             wrap.wait_for(is_note("turn/completed"))
-            eventually(lambda: activity(url) == "idle", 5)
+            eventually(lambda: activity(url) == "idle", MUST, "idle reported")
             assert wrap.close() == 0
     assert wrap.stdout == child_wrote(tmp_path)
 
 
 def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
     """The broker states its TTL in /whoami and wrap heartbeats at a third of it: with a
-    2 s TTL, a member blocked for three TTLs is shown blocked all along. (Before, wrap
-    heartbeat every 10 s whatever the TTL, and the member showed idle from 2 s on.)"""
-    ttl = 2.0
+    5 s TTL, a member blocked for two TTLs is shown blocked all along. (Before, wrap
+    heartbeat every 10 s whatever the TTL, and the member showed idle from 5 s on.) The TTL
+    is long enough that only a stall of over 3 s between two heartbeats could lapse it (a
+    2 s TTL lapsed on a 1.4 s one); past 10 s, a 10 s heartbeat could not have held it."""
+    ttl = 5.0
     with (
         running_broker(team=make_team("alice", "bob"), activity_ttl=ttl) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
@@ -479,7 +486,7 @@ def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
         watch = RosterWatch(url)
         request = blocked_turn(wrap, 1)
         eventually(lambda: activity(url) == "blocked", 5)
-        time.sleep(3 * ttl)
+        time.sleep(2 * ttl)
         assert activity(url) == "blocked"
         assert watch.shown == ["idle", "blocked"]  # never lapsed, not even for a moment
         approve(wrap, request)
@@ -493,8 +500,9 @@ def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
 
 
 def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path) -> None:
+    """The idle is wrap's report: the broker's TTL and grace are FAR, so no lapse shows it."""
     with (
-        running_broker(team=make_team("alice", "bob")) as broker,
+        running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
         wrap.wait_online()
@@ -503,18 +511,18 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
         eventually(lambda: activity(broker.url) == "working", 5)
         os.kill(child_pid(wrap), signal.SIGKILL)
         assert wrap.proc.wait(20) == 128 + signal.SIGKILL  # tee_child passes it on
-        took = eventually(lambda: activity(broker.url) == "idle", 5)
+        eventually(lambda: activity(broker.url) == "idle", MUST, "idle reported")
         wrap.close()
-    assert took < 1.0 + SETTLE  # "within a second" of the exit (the grace), plus slack
     assert wrap.stdout == child_wrote(tmp_path)
     assert b"idle (eof)" in wrap.stderr or b"idle (" in wrap.stderr
 
 
 def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
     """The client hangs up during an approval: the child sees EOF and exits 0 with its turn
-    in flight; wrap keeps that status and the roster goes idle within about a second."""
+    in flight; wrap keeps that status and reports idle (the broker's TTL and grace are FAR:
+    no lapse can show it)."""
     with (
-        running_broker(team=make_team("alice", "bob")) as broker,
+        running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
         wrap.wait_online()
@@ -523,18 +531,21 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
         assert wrap.proc.stdin is not None
         wrap.proc.stdin.close()
         assert wrap.proc.wait(20) == 0
-        took = eventually(lambda: activity(broker.url) == "idle", 5)
+        eventually(lambda: activity(broker.url) == "idle", MUST, "idle reported")
         wrap.close()
-    assert took < 1.0 + SETTLE
     assert wrap.stdout == child_wrote(tmp_path)
 
 
 def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
     tmp_path: Path,
 ) -> None:
+    """Nothing can report idle: the TTL (2 s) clears the roster. The session grace is FAR,
+    so the TTL is the only thing that can (decided by cause, not by how long it took)."""
     ttl = 2.0
     with (
-        running_broker(team=make_team("alice", "bob"), activity_ttl=ttl) as broker,
+        running_broker(
+            team=make_team("alice", "bob"), activity_ttl=ttl, session_grace=FAR
+        ) as broker,
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
         wrap.wait_online()
@@ -545,12 +556,9 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         child = child_pid(wrap)
         wrap.proc.kill()  # no chance to report idle
         wrap.proc.wait(10)
-        killed = time.monotonic()
         eventually(lambda: not alive(child), 10, "the child died with wrap")
-        eventually(lambda: activity(broker.url) == "idle", ttl + SETTLE, "the TTL lapse")
-        lapsed = time.monotonic() - killed
+        eventually(lambda: activity(broker.url) == "idle", MUST, "the TTL lapse")
         eventually(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
-    assert lapsed < ttl + SETTLE
 
 
 # -- --record on a failing target, through the real command ---------------------------------

@@ -3,6 +3,10 @@ wrap`` (a scripted app-server as its child) working mid-turn is killed with SIGK
 idle report, ever) against a real broker on loopback, in memory and on a real
 redis-server (``store_url``); the broker's notifier, through apprise, tells a ``json://``
 receiver on loopback once, after the session grace: who, what it was doing, since when.
+
+The broker's TTL is far beyond the test (:data:`FAR`), so the grace is the only thing that
+can end the session: the wait for the message is a generous deadline, never what tells the
+grace from the TTL; the lower bound is the grace's own.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from tests.support.wrap_harness import WrapProcess, is_note
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("builder")}
 LONG_TURN = {"deltas": 300, "delay_ms": 50}
 """A turn that works for about 15 s: longer than the test needs it working."""
+FAR = 600.0
+"""The broker's TTL: far beyond any wait here."""
 
 
 def test_a_wrap_killed_mid_turn_is_told_lost_once_after_the_grace(store_url: str | None) -> None:
@@ -33,7 +39,10 @@ def test_a_wrap_killed_mid_turn_is_told_lost_once_after_the_grace(store_url: str
         )
         with (
             running_broker(
-                team=make_team("alice", "builder", "scout"), redis=store_url, watcher=notifier
+                team=make_team("alice", "builder", "scout"),
+                redis=store_url,
+                watcher=notifier,
+                activity_ttl=FAR,
             ) as broker,
             WrapProcess(["--broker", broker.url, "--name", "builder"], env=TOKEN) as wrap,
         ):
@@ -46,7 +55,7 @@ def test_a_wrap_killed_mid_turn_is_told_lost_once_after_the_grace(store_url: str
             killed = time.monotonic()
             wrap.proc.kill()
             wrap.proc.wait(10)
-            eventually(lambda: hook.requests, 20, "the session lost")
+            eventually(lambda: hook.requests, 60, "the session lost")
             took = time.monotonic() - killed
             time.sleep(1)  # nothing more comes
             assert "activity" not in roster(url)["builder"]

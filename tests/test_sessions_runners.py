@@ -8,8 +8,9 @@ after the broker's session grace, not after the 30 s TTL. A command the fake app
 leaves running after its turn (part 3) is counted on the roster (``background``) while it
 runs, heartbeated while the session is idle, and gone when it ends or its wrap is killed
 (after the grace). The times are measured and
-printed (``-s`` shows them); the bound asserted is the one that tells the grace from the
-TTL, not a speed.
+printed (``-s`` shows them), never bounded from above: the grace is told from the TTL by
+cause, a broker TTL (:data:`FAR`) that no wait in the test comes near, so only the grace
+can end what a killed runner left; the lower bound is the grace's own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from codex_presence._wire import DEFAULT_TTL, SESSION_GRACE
+from codex_presence._wire import SESSION_GRACE
 from tests.support.broker_harness import (
     broker_process,
     make_team,
@@ -33,6 +34,10 @@ from tests.support.wrap_harness import WrapProcess, is_note, is_request
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("builder")}
 LONG_TURN = {"deltas": 300, "delay_ms": 50}
 """A turn that works for about 15 s: longer than every step that needs it working."""
+FAR = 600.0
+"""A broker TTL far beyond any wait here: what ends a killed runner's state is the grace."""
+MUST = 60.0
+"""The deadline of a wait for what must happen (load only stretches it)."""
 
 
 def builder(url: str) -> dict[str, object]:
@@ -82,9 +87,11 @@ def test_a_wrap_killed_mid_turn_is_offline_and_idle_within_the_grace(
     store_url: str | None,
 ) -> None:
     """SIGKILL: no idle report will ever come. On main the roster said "offline · working"
-    for the rest of the TTL (26.6-26.8 s measured, issue 23)."""
+    for the rest of the TTL (26.6-26.8 s measured, issue 23). The TTL is FAR: idle is the
+    grace's doing."""
+    team = make_team("alice", "builder", "scout")
     with (
-        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        running_broker(team=team, redis=store_url, activity_ttl=FAR) as broker,
         WrapProcess(options(broker.url), env=TOKEN) as wrap,
     ):
         url = broker.url
@@ -92,17 +99,14 @@ def test_a_wrap_killed_mid_turn_is_offline_and_idle_within_the_grace(
         wrap.start_turn(1, **LONG_TURN)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: builder(url).get("activity") == "working", what="working")
-        killed = time.monotonic()
         wrap.proc.kill()
         wrap.proc.wait(10)
-        offline = eventually(lambda: builder(url)["connected"] == 0, DEFAULT_TTL)
-        idle = eventually(lambda: "activity" not in builder(url), DEFAULT_TTL) + offline
-        took = time.monotonic() - killed
+        offline = eventually(lambda: builder(url)["connected"] == 0, MUST)
+        idle = eventually(lambda: "activity" not in builder(url), MUST, "idle") + offline
         store = "redis" if store_url else "memory"
         print(
             f"\n[{store}] SIGKILL of wrap: offline after {offline:.3f} s, idle after {idle:.3f} s"
         )
-        assert took < DEFAULT_TTL / 3, f"idle after {took:.1f} s: the TTL, not the grace"
         assert idle >= SESSION_GRACE * 0.9  # the grace was given: a blip would change nothing
 
 
@@ -110,24 +114,23 @@ def test_a_wrap_killed_mid_turn_is_offline_and_idle_within_the_grace(
 def test_a_dead_brokers_sessions_go_with_its_counts(redis_url: str, tmp_path: Path) -> None:
     """The broker holding a working session's subscription is SIGKILLed: its counts leave
     the roster at the bound (10 s + a 2 s heartbeat), and the session with them (after the
-    grace), not at the TTL."""
+    grace), not at the TTL (FAR: only the counts' going can end it)."""
     team = team_file(tmp_path)
+    far = ("--activity-ttl", str(FAR))
     with (
-        broker_process("--team", team, redis=redis_url) as doomed,
-        broker_process("--team", team, redis=redis_url) as survivor,
+        broker_process("--team", team, *far, redis=redis_url) as doomed,
+        broker_process("--team", team, *far, redis=redis_url) as survivor,
         WrapProcess(options(doomed.url), env=TOKEN) as wrap,
     ):
         eventually(lambda: builder(survivor.url)["connected"] == 1, 20, "subscribed")
         wrap.start_turn(1, deltas=2000, delay_ms=50)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: builder(survivor.url).get("activity") == "working", what="working")
-        killed = time.monotonic()
         doomed.proc.kill()
         doomed.proc.wait(10)
-        gone = eventually(lambda: builder(survivor.url)["connected"] == 0, DEFAULT_TTL)
-        idle = eventually(lambda: "activity" not in builder(survivor.url), DEFAULT_TTL) + gone
+        gone = eventually(lambda: builder(survivor.url)["connected"] == 0, MUST)
+        idle = eventually(lambda: "activity" not in builder(survivor.url), MUST, "idle") + gone
         print(f"\n[redis] SIGKILL of the broker: counts gone {gone:.1f} s, idle {idle:.1f} s")
-        assert time.monotonic() - killed < DEFAULT_TTL * 0.7
         wrap.proc.kill()
 
 
@@ -164,16 +167,19 @@ def test_a_command_left_running_after_its_turn_is_counted_until_it_ends(
 
 def test_an_idle_session_heartbeats_its_count_past_the_ttl(store_url: str | None) -> None:
     """An idle session with a command running is not silent: the wrap re-reports the count
-    at a third of the broker's TTL (it learns a 1.5 s TTL from /whoami), so the count holds
-    for several TTLs, and goes once the command ends."""
+    at a third of the broker's TTL (it learns a 3 s TTL from /whoami), so the count holds
+    for two TTLs, and goes once the command ends. (A 1.5 s TTL could lapse if one heartbeat was
+    a second late; now it takes a 2 s stall, and a wrap that did not heartbeat would
+    still lose the count at 3 s.)"""
     team = make_team("alice", "builder", "scout")
+    ttl = 3.0
     with (
-        running_broker(team=team, redis=store_url, activity_ttl=1.5) as broker,
+        running_broker(team=team, redis=store_url, activity_ttl=ttl) as broker,
         WrapProcess(options(broker.url), env=TOKEN) as wrap,
     ):
         url = broker.url
         _left_running(url, wrap)
-        for _ in range(8):  # 4 s: more than twice the TTL
+        for _ in range(12):  # 6 s: twice the TTL
             time.sleep(0.5)
             assert builder(url).get("background") == 1
         wrap.send({"method": "fake/endCommands"})
@@ -200,20 +206,20 @@ def test_a_wrap_killed_with_a_command_running_takes_its_count_within_the_grace(
     store_url: str | None,
 ) -> None:
     """SIGKILL of a runner whose session left a command running: no report will come; the
-    count goes with the session's grace, not the TTL."""
+    count goes with the session's grace, not the TTL (FAR: only the grace can end it)."""
+    team = make_team("alice", "builder", "scout")
     with (
-        running_broker(team=make_team("alice", "builder", "scout"), redis=store_url) as broker,
+        running_broker(team=team, redis=store_url, activity_ttl=FAR) as broker,
         WrapProcess(options(broker.url), env=TOKEN) as wrap,
     ):
         url = broker.url
         _left_running(url, wrap)
-        killed = time.monotonic()
         wrap.proc.kill()
         wrap.proc.wait(10)
-        offline = eventually(lambda: builder(url)["connected"] == 0, DEFAULT_TTL)
-        gone = eventually(lambda: "background" not in builder(url), DEFAULT_TTL) + offline
-        took = time.monotonic() - killed
+        offline = eventually(lambda: builder(url)["connected"] == 0, MUST)
+        gone = (
+            eventually(lambda: "background" not in builder(url), MUST, "the count gone") + offline
+        )
         store = "redis" if store_url else "memory"
         print(f"\n[{store}] SIGKILL of wrap: offline after {offline:.3f} s, gone {gone:.3f} s")
-        assert took < DEFAULT_TTL / 3, f"gone after {took:.1f} s: the TTL, not the grace"
         assert gone >= SESSION_GRACE * 0.9  # the grace was given

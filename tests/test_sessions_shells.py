@@ -4,8 +4,9 @@ TUI, and ``codex-presence claude`` with the real Claude Code, each running a lon
 against a real broker on loopback (in memory and on a real redis-server).
 
 On main the roster said "offline · working" for 26.6-26.8 s after such a kill. The times are
-printed (``-s`` shows them); the bound asserted tells the grace from the TTL, it is not a
-speed.
+printed (``-s`` shows them), never bounded from above: the grace is told from the TTL by
+cause, a broker TTL (:data:`FAR`) no wait here comes near, so only the grace can make the
+member idle; the lower bound is the grace's own.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bench._fake_model import FakeModel
-from codex_presence._wire import DEFAULT_TTL, TOKEN_ENV
+from codex_presence._wire import SESSION_GRACE, TOKEN_ENV
 from codex_presence.agent.watchdog import descendants
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.claude_presence import interactive_presence
@@ -41,6 +41,11 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
+FAR = 600.0
+"""The broker's TTL in the kill tests: far beyond any wait, so idle is the grace's doing."""
+MUST = 60.0
+"""The deadline of a wait for what must happen (load only stretches it)."""
+
 
 def alice(broker: RunningBroker) -> dict[str, object]:
     rows = httpx.get(broker.url + "/roster", headers=broker.auth("bob"), trust_env=False).json()
@@ -53,14 +58,14 @@ def _parent(pid: int) -> int:
 
 
 def killed_reads_idle(broker: RunningBroker, pid: int, shell: str, store: str) -> None:
-    """SIGKILL ``pid`` while alice works; wait for offline, then idle; say how long."""
+    """SIGKILL ``pid`` while alice works; wait for offline, then idle; say how long. The
+    broker's TTL is :data:`FAR`: only the grace can make her idle."""
     assert alice(broker).get("activity") == "working"
-    killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    offline = eventually(lambda: alice(broker)["connected"] == 0, DEFAULT_TTL)
-    idle = eventually(lambda: "activity" not in alice(broker), DEFAULT_TTL) + offline
+    offline = eventually(lambda: alice(broker)["connected"] == 0, MUST)
+    idle = eventually(lambda: "activity" not in alice(broker), MUST, "idle") + offline
     print(f"\n[{store}] SIGKILL of {shell}: offline after {offline:.3f} s, idle after {idle:.3f} s")
-    assert time.monotonic() - killed < DEFAULT_TTL / 3, "the TTL, not the grace"
+    assert idle >= SESSION_GRACE * 0.9  # the grace was given
 
 
 def test_the_codex_shell_killed_mid_turn(codex: Path, store_url: str | None) -> None:
@@ -68,7 +73,7 @@ def test_the_codex_shell_killed_mid_turn(codex: Path, store_url: str | None) -> 
     with (
         short_tempdir() as tmp,
         model.serve(),
-        running_broker(team=make_team("alice", "bob"), redis=store_url) as broker,
+        running_broker(team=make_team("alice", "bob"), redis=store_url, activity_ttl=FAR) as broker,
     ):
         home = tui_home(tmp, model.base_url, NO_APPROVALS)
         argv = presence_command(codex, "--broker", broker.url, "--name", "alice")
@@ -98,7 +103,7 @@ def test_the_claude_shell_killed_mid_turn(
     )
     args = ("--permission-mode", "default", "--allowedTools", "Bash")
     with (
-        running_broker(team=make_team("alice", "bob"), redis=store_url) as broker,
+        running_broker(team=make_team("alice", "bob"), redis=store_url, activity_ttl=FAR) as broker,
         api.serve(),
         interactive_presence(tmp_path / "run", broker, base_url=api.base_url, claude_args=args) as (
             s,

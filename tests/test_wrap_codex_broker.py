@@ -64,18 +64,24 @@ def is_server_request(method: str) -> Any:
 
 
 def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    go = root / "work" / "go"
     model = FakeModel(
         [
-            # The command sleeps, so "working while it runs" is a moment one can look at.
+            # The command runs until the test says so (a file), so "working while it runs"
+            # is decided by order: the roster shows working before the test says go.
             reply(
                 exec_command(
-                    "touch made.txt && sleep 1 && echo done", call_id="call_touch", escalate=True
+                    f"touch made.txt && i=0 && while [ ! -e {go} ] && [ $i -lt 1200 ]; "
+                    "do sleep 0.05; i=$((i + 1)); done && echo done",  # a minute at most
+                    call_id="call_touch",
+                    escalate=True,
+                    yield_time_ms=30000,  # the test's word comes well before codex stops waiting
                 )
             ),
             message("Finished."),
         ]
     )
-    root = tmp_path / "run"
     with running_broker(team=make_team("alice", "bob")) as broker:
         watch = RosterWatch(broker, watcher="bob", member="alice")
         with (
@@ -109,11 +115,13 @@ def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> Non
             s.answer(request, {"decision": "accept"})
             # (codex announced the command item before asking; it runs once answered)
             s.wait_method("serverRequest/resolved", requestId=request["id"])
-            working_again = watch.wait("working")
-            assert roster_activity(broker) == "working"
+            try:
+                watch.wait("working")  # while the command waits for "go"
+                assert roster_activity(broker) == "working"
+                assert not go.exists()
+            finally:
+                go.touch()
             s.wait_item("completed", "commandExecution")
-            done_at = time.monotonic()
-            assert working_again < done_at  # shown working while the command ran
 
             s.turn_completed(thread)
             watch.wait(None)

@@ -155,18 +155,20 @@ def test_missing_token_is_not_fatal(tmp_path: Path) -> None:
 
 
 def test_child_exit_mid_turn_reports_idle_and_keeps_the_exit_status() -> None:
+    """The idle is wrap's report: the broker's TTL and session grace are far beyond the
+    test (600 s), so no lapse can show it; the wait for it is only a generous deadline."""
     with (
-        running_broker(team=make_team("alice", "bob")) as broker,
+        running_broker(
+            team=make_team("alice", "bob"), activity_ttl=600, session_grace=600
+        ) as broker,
         WrapProcess(options(broker), env=TOKEN) as wrap,
     ):
         wrap.start_turn(1, deltas=3, crash="when_told")
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: member(broker).get("activity") == "working")
         wrap.send({"method": "fake/crash"})  # the turn still runs: the child dies in it
-        start = time.monotonic()
         assert wrap.proc.wait(20) == 3  # the child's status
-        eventually(lambda: "activity" not in member(broker), within=5)
-        assert time.monotonic() - start < 3  # "within a second" of the exit, plus slack
+        eventually(lambda: "activity" not in member(broker), 60, "idle reported")
         wrap.close()
 
 

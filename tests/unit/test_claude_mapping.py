@@ -345,6 +345,16 @@ def test_a_busy_view_held_with_nothing_open_is_work() -> None:
     assert s.state == "idle"
 
 
+def test_a_busy_view_from_before_the_stop_starts_nothing_after_it() -> None:
+    """claude -p writes ``busy`` once, at its prompt, and never again: after its Stop that
+    view is the ended turn's. Before, it was adopted anew a SETTLE after the Stop whenever
+    claude's exit (SessionEnd) came later than that, as on a loaded machine: an extra
+    working and idle on the roster after every print-mode turn."""
+    s = Session().hook("UserPromptSubmit").session("busy").wait(SETTLE * 1.5).hook("Stop")
+    s.wait(SETTLE * 1.5).hook("SessionEnd", reason="other")
+    assert s.transitions == [("working", "UserPromptSubmit"), ("idle", "Stop")]
+
+
 def test_a_busy_view_held_clears_a_block_no_dialog_backs() -> None:
     s = Session().hook("UserPromptSubmit").hook("PermissionRequest").session("busy")
     s.wait(SETTLE * 1.5)

@@ -53,15 +53,15 @@ what closes each — every rule names its closers, so no state can stick:
   end of the scope, by a file view leaving ``waiting`` (the dialog was answered: at once,
   so a long command after "Yes" shows working), by the file settling on busy or idle,
   SessionEnd and the end.
-* **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` opens a
-  session turn (the queued prompt no hook announced), ``waiting`` for a person opens a
-  session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the
-  first token, the interrupt whose marker is lost). Each closes at once when a view says
-  otherwise, and at Stop, StopFailure, SubagentStop, an interrupt (the transcript's
-  marker, ``idle_prompt``), SessionEnd or the end; the session block also with any hook
-  block. Two changes act at once, unsettled, since only a dialog claude reported can end
-  with them: waiting to anything closes the blocks (above), waiting to idle (a dialog
-  refused or interrupted) closes everything.
+* **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` first seen after the
+  last Stop opens a session turn (the queued prompt no hook announced), ``waiting`` for a person
+  opens a session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the first
+  token, the interrupt whose marker is lost). (claude -p writes ``busy`` once: after its Stop, that
+  view starts nothing.) Each closes at once when a view says otherwise, and at Stop, StopFailure,
+  SubagentStop, an interrupt (the transcript's marker, ``idle_prompt``), SessionEnd or the end; the
+  session block also with any hook block. Two changes act at once, unsettled, since only a dialog
+  claude reported can end with them: waiting to anything closes the blocks (above), waiting to idle
+  (a dialog refused or interrupted) closes everything.
 
 **Background** (:attr:`ClaudeMapping.background`, since :attr:`ClaudeMapping.background_since`;
 never working or blocked, see :mod:`codex_presence.core.activity`): a background Bash
@@ -189,6 +189,9 @@ class ClaudeMapping:
     _view: _View | None = None
     _adopted: bool = False
     _last_hook: float = float("-inf")
+    _turn_ended: float = float("-inf")
+    """When the last Stop or StopFailure came: a busy or waiting view first seen before it
+    was the ended turn's (claude -p never writes its file again), not a new turn's."""
     background_since: float | None = None
     """When (the mapping's clock) the background count last went from none to some."""
 
@@ -253,6 +256,8 @@ class ClaudeMapping:
         view = self._view
         assert view is not None
         self._adopted = True
+        if view.kind == "busy" and view.since < self._turn_ended:
+            return None  # the ended turn's view, stale: adopting it would start a turn
         self.stats.adopted += 1
         if view.kind == "idle":
             self.signal.close_all()
@@ -291,6 +296,8 @@ class ClaudeMapping:
         if not handler(self, msg):
             self.stats.wrong_shape += 1
             return None
+        if event in ("Stop", "StopFailure"):
+            self._turn_ended = t
         if event == "Notification":
             kind = msg.get("notification_type")
             return f"Notification {kind}" if isinstance(kind, str) else event
