@@ -355,6 +355,20 @@ def test_a_busy_view_from_before_the_stop_starts_nothing_after_it() -> None:
     assert s.transitions == [("working", "UserPromptSubmit"), ("idle", "Stop")]
 
 
+def test_a_queued_turns_busy_read_before_the_stop_still_starts_it() -> None:
+    """The queued prompt's turn (no UserPromptSubmit) writes a busy view of its own; with
+    async hooks the poll can read it before the ended turn's Stop arrives. It is not the
+    view the ended turn ran under, so it starts the turn once it has held."""
+    s = Session().hook("UserPromptSubmit").session("busy").wait(SETTLE * 1.5)
+    s.session("busy").wait(0.05).hook("Stop")  # the queued turn's view, then the old Stop
+    s.wait(SETTLE * 1.5)
+    assert s.transitions == [
+        ("working", "UserPromptSubmit"),
+        ("idle", "Stop"),
+        ("working", "session busy"),
+    ]
+
+
 def test_a_busy_view_held_clears_a_block_no_dialog_backs() -> None:
     s = Session().hook("UserPromptSubmit").hook("PermissionRequest").session("busy")
     s.wait(SETTLE * 1.5)

@@ -53,15 +53,16 @@ what closes each — every rule names its closers, so no state can stick:
   end of the scope, by a file view leaving ``waiting`` (the dialog was answered: at once,
   so a long command after "Yes" shows working), by the file settling on busy or idle,
   SessionEnd and the end.
-* **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` first seen after the
-  last Stop opens a session turn (the queued prompt no hook announced), ``waiting`` for a person
-  opens a session turn and block, ``idle``/``shell`` closes *everything* (the Esc before the first
-  token, the interrupt whose marker is lost). (claude -p writes ``busy`` once: after its Stop, that
-  view starts nothing.) Each closes at once when a view says otherwise, and at Stop, StopFailure,
-  SubagentStop, an interrupt (the transcript's marker, ``idle_prompt``), SessionEnd or the end; the
-  session block also with any hook block. Two changes act at once, unsettled, since only a dialog
-  claude reported can end with them: waiting to anything closes the blocks (above), waiting to idle
-  (a dialog refused or interrupted) closes everything.
+* **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` opens a session
+  turn (the queued prompt no hook announced) unless it is the view the last ended turn ran
+  under (claude -p writes ``busy`` once: after its Stop, that view starts nothing),
+  ``waiting`` for a person opens a session turn and block, ``idle``/``shell`` closes
+  *everything* (the Esc before the first token, the interrupt whose marker is lost). Each
+  closes at once when a view says otherwise, and at Stop, StopFailure, SubagentStop, an
+  interrupt (the transcript's marker, ``idle_prompt``), SessionEnd or the end; the session
+  block also with any hook block. Two changes act at once, unsettled, since only a dialog
+  claude reported can end with them: waiting to anything closes the blocks (above), waiting to
+  idle (a dialog refused or interrupted) closes everything.
 
 **Background** (:attr:`ClaudeMapping.background`, since :attr:`ClaudeMapping.background_since`;
 never working or blocked, see :mod:`codex_presence.core.activity`): a background Bash
@@ -189,9 +190,12 @@ class ClaudeMapping:
     _view: _View | None = None
     _adopted: bool = False
     _last_hook: float = float("-inf")
-    _turn_ended: float = float("-inf")
-    """When the last Stop or StopFailure came: a busy or waiting view first seen before it
-    was the ended turn's (claude -p never writes its file again), not a new turn's."""
+    _turn_busy: _View | None = None
+    """The first busy view seen while the main turn was open: the view it ran under."""
+    _ended_busy: _View | None = None
+    """The busy view the last ended main turn ran under: claude -p never writes its file
+    again, so after its Stop that view is stale, not a new turn's. A busy view written after
+    it (a queued prompt's turn, even one read before the Stop's hook came) is news."""
     background_since: float | None = None
     """When (the mapping's clock) the background count last went from none to some."""
 
@@ -256,7 +260,7 @@ class ClaudeMapping:
         view = self._view
         assert view is not None
         self._adopted = True
-        if view.kind == "busy" and view.since < self._turn_ended:
+        if view.kind == "busy" and view.same(self._ended_busy):
             return None  # the ended turn's view, stale: adopting it would start a turn
         self.stats.adopted += 1
         if view.kind == "idle":
@@ -297,7 +301,7 @@ class ClaudeMapping:
             self.stats.wrong_shape += 1
             return None
         if event in ("Stop", "StopFailure"):
-            self._turn_ended = t
+            self._ended_busy, self._turn_busy = self._turn_busy, None
         if event == "Notification":
             kind = msg.get("notification_type")
             return f"Notification {kind}" if isinstance(kind, str) else event
@@ -315,6 +319,8 @@ class ClaudeMapping:
             self._end_scope(MAIN, keep_turn=True)  # a new prompt supersedes the open turn
         self._prompt = prompt if prompt is not None else self._prompt
         self._close_blocks(MAIN)
+        if self._view is not None and self._view.kind == "busy" and self._turn_busy is None:
+            self._turn_busy = self._view  # already busy when the hook came
         return True
 
     def _on_pre_tool(self, msg: dict[str, Any]) -> bool:
@@ -435,6 +441,12 @@ class ClaudeMapping:
         if view.same(previous):
             return None
         self._view, self._adopted = view, False
+        if (
+            view.kind == "busy"
+            and self._turn_busy is None
+            and self.signal.is_open(HandleKind.TURN, _TURN)
+        ):
+            self._turn_busy = view
         if previous is not None and previous.kind == "waiting" and view.kind != "waiting":
             # The dialog claude reported is gone: answered (busy), refused or interrupted.
             self._close_blocks(None)
