@@ -404,14 +404,18 @@ def test_claudes_parting_hint_is_plain_claudes(
     assert plain_spinner and not [line for line in plain_spinner if "hook" in line]
 
 
-def test_claudes_spinner_never_names_a_hook_of_ours(
+def test_claudes_spinner_names_at_most_one_hook_of_ours(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
-    """A turn with a tool call behind codex-presence: the screen, read all along, does not
-    show our hooks (plain claude's never does: the test above). With hooks claude waits
-    for, it named each of the five of the turn ("running PostToolUse hook · 0s"), in every
-    turn. Ours are async: claude waits for none, and shows one only while it starts its
-    process, which a loaded machine can stretch to a second: at most one, so, never all."""
+    """A turn with a tool call behind codex-presence: the screen, read all along, names at
+    most one of our hooks, never the turn's five (plain claude's names none: the test
+    above). With hooks claude waits for (HTTP), it named all five ("running PostToolUse
+    hook · 0s") in every turn. Ours are async: claude waits for none, but it lists every
+    hook of the settings in its spinner from before it starts the process until it has
+    started it (its own work, 3-300 ms; a hook running ``true`` is named as often), and
+    has no setting to leave one out (docs/claude-code-hooks.md). Tightened to "none", this
+    passed 8 of 10 runs (3 of 4 with the machine loaded): one hook named in the other two.
+    So "at most one" is what holds; no hook name at all is not in our hands."""
     api = a_turn_with_a_tool()
     with (
         api.serve(),
