@@ -11,6 +11,9 @@ counts the turns whose screen named a hook. Kinds, interleaved turn by turn:
 * ``async``: ours as ``codex-presence claude`` writes them (``hook_settings`` with
   ``poster_command``: ``sh -c 'exec curl -q -K FILE -H "x-hook-seq: $$"'``).
 * ``exec``: the same curl started with no shell (``command`` + ``args``, claude's exec form).
+* ``static``: a tiny statically linked C program (its source is here; built with ``cc``)
+  that POSTs stdin to the hook server, with its pid as the sequence header: what a
+  poster lighter than curl would give.
 * ``true``: an async hook running ``true``: the least a command hook can start (it
   delivers nothing: the floor of what claude does itself).
 * ``http``: HTTP hooks, answered at once; claude waits for each answer.
@@ -18,7 +21,7 @@ counts the turns whose screen named a hook. Kinds, interleaved turn by turn:
 Also, from claude's ``--debug-file``, how long it held each command hook before it was
 "moved to the background" (its own work: the window in which the spinner may name it).
 
-    .venv/bin/python bench/claude_spinner.py [--turns 8] [--kinds async,exec,true,http]
+    .venv/bin/python bench/claude_spinner.py [--turns 8] [--kinds async,exec,static,true,http]
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -57,7 +62,38 @@ from tests.support.claude_driver import (  # noqa: E402
 from tests.support.claude_scenarios import after_result  # noqa: E402
 from tests.support.fake_anthropic import FakeAnthropic, Reply, say, text, tool_use  # noqa: E402
 
-KINDS = ("async", "exec", "true", "http")
+KINDS = ("async", "exec", "static", "true", "http")
+POSTER_C = r"""
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (argc != 2) return 2;
+  FILE *f = fopen(argv[1], "r");
+  if (!f) return 2;
+  int port; char path[512];
+  if (fscanf(f, "%d %511s", &port, path) != 2) return 2;
+  fclose(f);
+  static char body[1 << 20]; size_t n = 0; ssize_t r;
+  while (n < sizeof body && (r = read(0, body + n, sizeof body - n)) > 0) n += (size_t)r;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) return 1;
+  char head[1024];
+  int h = snprintf(head, sizeof head,
+                   "POST %s HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+                   "content-type: application/json\r\n"
+                   "content-length: %zu\r\nx-hook-seq: %d\r\n\r\n",
+                   path, n, (int)getpid());
+  if (write(s, head, (size_t)h) != h || write(s, body, n) != (ssize_t)n) return 1;
+  char buf[512];
+  while (read(s, buf, sizeof buf) > 0) {}
+  return 0;
+}
+"""
 NAMED = re.compile(r"running (\w+) hook")
 BACKGROUNDED = re.compile(r"Hooks: (\w+)(?::\S*)? \[[^\]]*\] moved to the background \((\d+)ms\)")
 
@@ -73,6 +109,11 @@ def settings_for(kind: str, url: str, directory: Path) -> dict[str, Any]:
         raise SystemExit("no curl on the PATH")
     if kind == "async":
         return hook_settings(url, command=poster_command(curl, str(config)))
+    if kind == "static":
+        target = urlsplit(url)
+        (directory / "poster.cfg").write_text(f"{target.port} {target.path}\n")
+        poster = f"{directory.parent / 'poster'} {directory / 'poster.cfg'}"
+        return hook_settings(url, command=poster)
     document = hook_settings(url, command="true")
     for event, groups in document["hooks"].items():
         hook = groups[0]["hooks"][0]
@@ -132,7 +173,7 @@ def one_turn(claude: Path, kind: str, directory: Path) -> tuple[set[str], list[t
                 tmux.kill()
     finally:
         server.stop()
-    if kind in ("async", "exec", "http"):
+    if kind != "true":
         got = {m.get("hook_event_name") for m in capture.hooks()}
         missing = {"UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"} - got
         if missing:
@@ -155,6 +196,11 @@ def main() -> None:
     held: dict[str, list[int]] = {k: [] for k in kinds}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="claude-spinner-") as tmp:
+        if "static" in kinds:
+            source = Path(tmp) / "poster.c"
+            source.write_text(POSTER_C)
+            build = ["cc", "-O2", "-static", "-o", str(Path(tmp) / "poster"), str(source)]
+            subprocess.run(build, check=True)
         for turn in range(args.turns):
             for kind in kinds:
                 directory = Path(tmp) / f"{kind}-{turn}"
