@@ -14,6 +14,9 @@ counts the turns whose screen named a hook. Kinds, interleaved turn by turn:
 * ``static``: a tiny statically linked C program (its source is here; built with ``cc``)
   that POSTs stdin to the hook server, with its pid as the sequence header: what a
   poster lighter than curl would give.
+* ``bash``: a bash script that POSTs stdin through bash's own ``/dev/tcp``, its pid as the
+  sequence header (stdin read by ``cat``: claude's stdin to a hook is a socket, which
+  ``/dev/stdin`` cannot open).
 * ``true``: an async hook running ``true``: the least a command hook can start (it
   delivers nothing: the floor of what claude does itself).
 * ``http``: HTTP hooks, answered at once; claude waits for each answer.
@@ -62,7 +65,15 @@ from tests.support.claude_driver import (  # noqa: E402
 from tests.support.claude_scenarios import after_result  # noqa: E402
 from tests.support.fake_anthropic import FakeAnthropic, Reply, say, text, tool_use  # noqa: E402
 
-KINDS = ("async", "exec", "static", "true", "http")
+KINDS = ("async", "exec", "static", "bash", "true", "http")
+POSTER_BASH = (
+    "LC_ALL=C\n"
+    "body=$(cat)\n"
+    "exec 3<>/dev/tcp/127.0.0.1/{port} || exit 1\n"
+    "printf 'POST {path} HTTP/1.0\\r\\ncontent-type: application/json\\r\\n"
+    'content-length: %d\\r\\nx-hook-seq: %d\\r\\n\\r\\n%s\' "${{#body}}" "$$" "$body" >&3\n'
+    "read -r -t 2 -u 3 status\n"
+)
 POSTER_C = r"""
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -114,6 +125,11 @@ def settings_for(kind: str, url: str, directory: Path) -> dict[str, Any]:
         (directory / "poster.cfg").write_text(f"{target.port} {target.path}\n")
         poster = f"{directory.parent / 'poster'} {directory / 'poster.cfg'}"
         return hook_settings(url, command=poster)
+    if kind == "bash":
+        target = urlsplit(url)
+        script = directory / "poster.sh"
+        script.write_text(POSTER_BASH.format(port=target.port, path=target.path))
+        return hook_settings(url, command=f"exec /bin/bash {script}")
     document = hook_settings(url, command="true")
     for event, groups in document["hooks"].items():
         hook = groups[0]["hooks"][0]
