@@ -208,6 +208,7 @@ def main() -> None:
         parser.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
     claude = claude_binary()
     turns_named: Counter[str] = Counter()
+    most: Counter[str] = Counter()
     events_named: dict[str, Counter[str]] = {k: Counter() for k in kinds}
     held: dict[str, list[int]] = {k: [] for k in kinds}
     loads = [os.getloadavg()[0]]
@@ -223,17 +224,20 @@ def main() -> None:
                 directory.mkdir()
                 named, own = one_turn(claude, kind, directory)
                 turns_named[kind] += bool(named)
+                most[kind] = max(most[kind], len(named))
                 events_named[kind].update(named)
                 held[kind] += [ms for _, ms in own]
             loads.append(os.getloadavg()[0])
     load = f"load {min(loads):.2f}-{max(loads):.2f}"
     print(f"{os.cpu_count()} CPUs, {load}; {args.turns} turns a kind, interleaved")
-    print(f"{'kind':6} {'turns naming a hook':>20}  {'claude holds a command hook (ms)':34}  named")
+    header = f"{'kind':6} {'turns naming a hook':>20}  {'most in a turn':>14}"
+    print(f"{header}  {'claude holds a command hook (ms)':34}  named")
     for kind in kinds:
         ms = held[kind]
         hold = f"p50 {statistics.median(ms):5.0f}  max {max(ms):5.0f}  (n={len(ms)})" if ms else "-"
         names = ", ".join(f"{e} {n}" for e, n in events_named[kind].most_common()) or "-"
-        print(f"{kind:6} {turns_named[kind]:>14} of {args.turns:<3}  {hold:34}  {names}")
+        counts = f"{kind:6} {turns_named[kind]:>14} of {args.turns:<3}  {most[kind]:>14}"
+        print(f"{counts}  {hold:34}  {names}")
     print(f"(events registered: {len(HOOK_EVENTS)}; a turn fires five of them)")
 
 
