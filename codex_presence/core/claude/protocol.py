@@ -34,9 +34,11 @@ __all__ = [
     "hook_settings",
     "is_interrupt_marker",
     "poster_command",
+    "poster_script",
     "prints",
     "resume_hint_flags",
     "running_tasks",
+    "script_command",
     "task_notification_id",
     "transcript_line_may_matter",
     "with_hooks",
@@ -167,6 +169,50 @@ def poster_command(curl: str, config: str) -> str:
     keeps it curl's). ``-q`` first: no ``~/.curlrc`` of the user's."""
     quoted = f"{shlex.quote(curl)} -q -K {shlex.quote(config)}"
     return f'exec {quoted} -H "{SEQ_HEADER}: $$"'
+
+
+_LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:(\d{1,5})(/[A-Za-z0-9_~./-]+)")
+
+
+def script_command(bash: str, script: str) -> str:
+    """The shell command of an async command hook that runs :func:`poster_script` with
+    ``bash`` (``exec``: the process claude started is bash, whose pid is
+    :data:`SEQ_HEADER`)."""
+    return f"exec {shlex.quote(bash)} {shlex.quote(script)}"
+
+
+def poster_script(url: str, *, cat: str, timeout: int = HOOK_TIMEOUT) -> str:
+    """A bash script that POSTs the payload claude writes to its stdin to ``url`` (ours:
+    ``http://127.0.0.1:PORT/SECRET/hook``) through bash's own ``/dev/tcp``, with bash's
+    pid as :data:`SEQ_HEADER`, and waits ``timeout`` seconds at most for a 200. It costs
+    a third of curl's start (claude shows a hook in its spinner while it starts the
+    process, and a lighter one leaves it less to show: docs/claude-code-hooks.md). The
+    URL, secret included, is in the script (a private file), never in a process list.
+    stdin is read by ``cat`` (claude's stdin to a hook is a socket, which ``/dev/stdin``
+    cannot open), in the C locale, so ``${#body}`` counts bytes. Raises ValueError for a
+    URL that is not a loopback one of that shape (it goes into the script as it is)."""
+    match = _LOOPBACK_URL.fullmatch(url)
+    if match is None or "'" in cat:
+        raise ValueError(f"not a loopback hook URL or a usable cat: {url!r}, {cat!r}")
+    port, path = match.groups()
+    head = (
+        "POST %s HTTP/1.0\\r\\nhost: 127.0.0.1\\r\\ncontent-type: application/json\\r\\n"
+        f"content-length: %d\\r\\n{SEQ_HEADER}: %d\\r\\n\\r\\n%s"
+    )
+    return "\n".join(
+        [
+            "# codex-presence: one Claude Code hook, POSTed to this session's hook server",
+            "exec 2>/dev/null",
+            "LC_ALL=C",
+            f"body=$('{cat}')",
+            f"exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7",
+            f"""printf '{head}' '{path}' "${{#body}}" "$$" "$body" >&3 || exit 55""",
+            f"IFS= read -r -t {timeout} -u 3 status || exit 28",
+            "case $status in 'HTTP/1.'?' 200 '*) exit 0 ;; esac",
+            "exit 22",
+            "",
+        ]
+    )
 
 
 def curl_config(url: str, *, timeout: int = HOOK_TIMEOUT) -> str:
