@@ -8,15 +8,15 @@ the fake Messages API, one turn with a tool call (Read, then an answer: UserProm
 PreToolUse, PostToolUse, PostToolBatch, Stop), reads the screen all through the turn, and
 counts the turns whose screen named a hook. Kinds, interleaved turn by turn:
 
-* ``async``: ours as ``codex-presence claude`` writes them (``hook_settings`` with
-  ``poster_command``: ``sh -c 'exec curl -q -K FILE -H "x-hook-seq: $$"'``).
+* ``ours``: as ``codex-presence claude`` writes them (``hook_settings`` with
+  ``script_command``: ``sh -c 'exec bash FILE'``, FILE the ``poster_script`` that POSTs
+  through bash's own ``/dev/tcp``).
+* ``curl``: what ours were before (``poster_command``: ``sh -c 'exec curl -q -K FILE -H
+  "x-hook-seq: $$"'``); ours where there is no bash.
 * ``exec``: the same curl started with no shell (``command`` + ``args``, claude's exec form).
 * ``static``: a tiny statically linked C program (its source is here; built with ``cc``)
   that POSTs stdin to the hook server, with its pid as the sequence header: what a
   poster lighter than curl would give.
-* ``bash``: a bash script that POSTs stdin through bash's own ``/dev/tcp``, its pid as the
-  sequence header (stdin read by ``cat``: claude's stdin to a hook is a socket, which
-  ``/dev/stdin`` cannot open).
 * ``true``: an async hook running ``true``: the least a command hook can start (it
   delivers nothing: the floor of what claude does itself).
 * ``http``: HTTP hooks, answered at once; claude waits for each answer.
@@ -24,7 +24,7 @@ counts the turns whose screen named a hook. Kinds, interleaved turn by turn:
 Also, from claude's ``--debug-file``, how long it held each command hook before it was
 "moved to the background" (its own work: the window in which the spinner may name it).
 
-    .venv/bin/python bench/claude_spinner.py [--turns 8] [--kinds async,exec,static,true,http]
+    .venv/bin/python bench/claude_spinner.py [--turns 8] [--kinds ours,curl,exec,static,true,http]
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from codex_presence.core.claude.protocol import (  # noqa: E402
     curl_config,
     hook_settings,
     poster_command,
+    poster_script,
+    script_command,
 )
 from tests.support.claude_driver import (  # noqa: E402
     Capture,
@@ -65,15 +67,7 @@ from tests.support.claude_driver import (  # noqa: E402
 from tests.support.claude_scenarios import after_result  # noqa: E402
 from tests.support.fake_anthropic import FakeAnthropic, Reply, say, text, tool_use  # noqa: E402
 
-KINDS = ("async", "exec", "static", "bash", "true", "http")
-POSTER_BASH = (
-    "LC_ALL=C\n"
-    "body=$(cat)\n"
-    "exec 3<>/dev/tcp/127.0.0.1/{port} || exit 1\n"
-    "printf 'POST {path} HTTP/1.0\\r\\ncontent-type: application/json\\r\\n"
-    'content-length: %d\\r\\nx-hook-seq: %d\\r\\n\\r\\n%s\' "${{#body}}" "$$" "$body" >&3\n'
-    "read -r -t 2 -u 3 status\n"
-)
+KINDS = ("ours", "curl", "exec", "static", "true", "http")
 POSTER_C = r"""
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -118,18 +112,19 @@ def settings_for(kind: str, url: str, directory: Path) -> dict[str, Any]:
     curl = shutil.which("curl")
     if curl is None:
         raise SystemExit("no curl on the PATH")
-    if kind == "async":
+    if kind == "ours":
+        script = directory / "poster.sh"
+        script.write_text(poster_script(url, cat=shutil.which("cat") or "cat"))
+        return hook_settings(
+            url, command=script_command(shutil.which("bash") or "bash", str(script))
+        )
+    if kind == "curl":
         return hook_settings(url, command=poster_command(curl, str(config)))
     if kind == "static":
         target = urlsplit(url)
         (directory / "poster.cfg").write_text(f"{target.port} {target.path}\n")
         poster = f"{directory.parent / 'poster'} {directory / 'poster.cfg'}"
         return hook_settings(url, command=poster)
-    if kind == "bash":
-        target = urlsplit(url)
-        script = directory / "poster.sh"
-        script.write_text(POSTER_BASH.format(port=target.port, path=target.path))
-        return hook_settings(url, command=f"exec /bin/bash {script}")
     document = hook_settings(url, command="true")
     for event, groups in document["hooks"].items():
         hook = groups[0]["hooks"][0]
