@@ -2,10 +2,10 @@
 
 The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs and
 the settings document that registers them (:func:`hook_settings`: async command hooks
-running curl, which claude does not wait for, or HTTP hooks), the parting hint's flags, the
-notification types and session statuses that mean something, and the transcript's
-interrupt marker. ``docs/claude-code-hooks.md`` holds the measurements behind each of
-them. Pure data and pure functions.
+running our bash poster or curl, which claude does not wait for, or HTTP hooks), the
+parting hint's flags, the notification types and session statuses that mean something,
+and the transcript's interrupt marker. ``docs/claude-code-hooks.md`` holds the
+measurements behind each of them. Pure data and pure functions.
 """
 
 from __future__ import annotations
@@ -298,10 +298,10 @@ def hook_settings(
 ) -> dict[str, Any]:
     """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
     every tool matches): as an async command hook running ``command``
-    (:func:`poster_command`) if given — claude waits for none, and its spinner names one
-    only while claude starts it — else as an HTTP hook to ``url``, which claude waits for
-    and names all the while; those
-    of :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
+    (:func:`script_command` or :func:`poster_command`) if given — claude waits for none,
+    and its spinner names one only while claude starts it — else as an HTTP hook to
+    ``url``, which claude waits for and names all the while; those of
+    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
     http = {"type": "http", "url": url, "timeout": timeout}
     hooks: dict[str, Any] = {}
     for event in events:
