@@ -116,7 +116,7 @@ def _write_private(directory: Path, name: str, data: bytes) -> Path:
 
 def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None:
     """The async command hook that delivers to ``url`` (its script or config file written
-    in ``private``): a bash script (:func:`poster_script`, a third of curl's start), else
+    in ``private``): a bash script (:func:`poster_script`: a third of curl's CPU), else
     curl; None where claude's PATH has neither: then HTTP hooks."""
     path = env.get("PATH", os.defpath)
     bash, cat = shutil.which("bash", path=path), shutil.which("cat", path=path)

@@ -185,9 +185,9 @@ def poster_script(url: str, *, cat: str, timeout: int = HOOK_TIMEOUT) -> str:
     """A bash script that POSTs the payload claude writes to its stdin to ``url`` (ours:
     ``http://127.0.0.1:PORT/SECRET/hook``) through bash's own ``/dev/tcp``, with bash's
     pid as :data:`SEQ_HEADER`, and waits ``timeout`` seconds at most for a 200. It costs
-    a third of curl's start (claude shows a hook in its spinner while it starts the
-    process, and a lighter one leaves it less to show: docs/claude-code-hooks.md). The
-    URL, secret included, is in the script (a private file), never in a process list.
+    a third of curl's start in CPU, and half its delay to the roster
+    (docs/benchmarks.md). The URL, secret included, is in the script (a private file),
+    never in a process list.
     stdin is read by ``cat`` (claude's stdin to a hook is a socket, which ``/dev/stdin``
     cannot open), in the C locale, so ``${#body}`` counts bytes. Raises ValueError for a
     URL that is not a loopback one of that shape (it goes into the script as it is)."""
