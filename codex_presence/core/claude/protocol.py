@@ -185,7 +185,7 @@ def poster_script(url: str, *, cat: str, timeout: int = HOOK_TIMEOUT) -> str:
     """A bash script that POSTs the payload claude writes to its stdin to ``url`` (ours:
     ``http://127.0.0.1:PORT/SECRET/hook``) through bash's own ``/dev/tcp``, with bash's
     pid as :data:`SEQ_HEADER`, and waits ``timeout`` seconds at most for a 200. It costs
-    a third of curl's start in CPU, and half its delay to the roster
+    a third of curl's start in CPU, and about half its added delay to the roster
     (docs/benchmarks.md). The URL, secret included, is in the script (a private file),
     never in a process list.
     stdin is read by ``cat`` (claude's stdin to a hook is a socket, which ``/dev/stdin``
