@@ -30,9 +30,9 @@ on the machine).
     PermissionRequest -> blocked, PreToolUse -> working, Stop -> idle), stamping
     ``time.monotonic()`` just before: an async command hook is started with ``sh -c``, fed
     the payload and not waited for, as claude does; an HTTP hook is POSTed. The latency is
-    the SSE event's arrival minus that stamp: the hook's process (curl), the hook server,
+    the SSE event's arrival minus that stamp: the hook's process (the poster), the hook server,
     the Claude Code mapping, the reporter's POST, the broker, its fan-out and the stream.
-    The same stand-in behind a second ``claude`` (``erin``, no curl on its PATH: HTTP
+    The same stand-in behind a second ``claude`` (``erin``, no bash or curl on its PATH: HTTP
     hooks) is the in-run comparison of the two kinds; both are interleaved with (a)'s
     steps and its baseline, the same direct POST. Also: how long claude waits for each
     hook (the HTTP answer; for an async hook, its start), stamped by the stand-in.
@@ -72,7 +72,7 @@ from httpx_sse import aconnect_sse
 HOST = "127.0.0.1"
 MEMBERS = ("alice", "bob", "carol", "dave", "erin")
 """dave: the claude section here (async command hooks), bench/tui.py's codex; erin: the
-claude section's HTTP hooks (no curl on its PATH)."""
+claude section's HTTP hooks (no bash or curl on its PATH)."""
 CYCLE = ("work", "block", "unblock", "idle")
 EXPECTED = {"work": "working", "block": "blocked", "unblock": "working", "idle": None}
 BASELINE_STATE = {"work": "working", "block": "blocked", "unblock": "working", "idle": "idle"}
@@ -407,7 +407,7 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
 
         print(f"(c) hook POST -> activity shown by the broker (SSE), gap {gap_ms:.0f} ms")
         print(summary("baseline: direct POST (no claude)", base))
-        print(summary("through `claude`, HTTP hooks (no curl)", hooked_http))
+        print(summary("through `claude`, HTTP hooks (no bash)", hooked_http))
         print(summary("  the HTTP hook's answer, as claude waits", answers_http))
         print(summary("through `claude` (async hook -> broker)", hooked))
         print(summary("  the async hook's start, as claude waits", answers))

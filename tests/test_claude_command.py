@@ -134,11 +134,12 @@ def test_claude_gets_private_settings_with_a_hook_per_event(tmp_path: Path) -> N
         commands.add(spec["command"])
     (command,) = commands
     words = shlex.split(command)
-    assert words[:3] == ["exec", shutil.which("curl"), "-q"]  # no ~/.curlrc of the user's
-    config = Path(words[words.index("-K") + 1])
-    assert config.parent == Path(argv[2]).parent  # private, beside the settings
+    assert words[:2] == ["exec", shutil.which("bash")]  # the poster script, not curl's start
+    script = Path(words[2])
+    assert script.parent == Path(argv[2]).parent  # private, beside the settings
     assert given["config_mode"] == 0o600 and "/hook" not in command  # the URL: file only
-    assert re.search(r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$', given["config"], re.M)
+    assert re.search(r"/dev/tcp/127\.0\.0\.1/\d+ ", given["config"])
+    assert re.search(r"'/[^/']+/hook'", given["config"])
     assert not Path(argv[2]).exists() and not Path(argv[2]).parent.exists()  # removed
     assert given["pgrp_is_parents"]  # in the terminal's foreground group, as run directly
 
@@ -160,6 +161,37 @@ def test_without_curl_or_a_screen_claude_gets_http_hooks(
     specs = [spec for event in HOOK_EVENTS for entry in hooks[event] for spec in entry["hooks"]]
     assert {spec["type"] for spec in specs} == {"http"}
     assert all(spec["url"].startswith("http://127.0.0.1:") for spec in specs)
+
+
+def test_without_bash_claude_gets_curl_hooks(tmp_path: Path) -> None:
+    """Where claude's PATH has curl but no bash, the async hooks run curl, its config file
+    (0600, beside the settings) holding the URL: the process list never shows it."""
+    curl = shutil.which("curl")
+    assert curl is not None
+    only_curl = tmp_path / "bin"
+    only_curl.mkdir()
+    (only_curl / "curl").symlink_to(curl)
+    dump = tmp_path / "dump.json"
+    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    env.update(
+        FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), PATH=str(only_curl)
+    )
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    assert subprocess.run(command, env=env, check=False).returncode == 0
+    given = json.loads(dump.read_text())
+    (command_hook,) = {
+        spec["command"]
+        for event in HOOK_EVENTS
+        for entry in given["settings"]["hooks"][event]
+        for spec in entry["hooks"]
+        if spec["type"] == "command"
+    }
+    words = shlex.split(command_hook)
+    assert words[:3] == ["exec", str(only_curl / "curl"), "-q"]  # no ~/.curlrc of the user's
+    assert Path(words[words.index("-K") + 1]).parent == Path(given["argv"][2]).parent
+    assert given["config_mode"] == 0o600 and "/hook" not in command_hook
+    assert re.search(r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$', given["config"], re.M)
 
 
 def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) -> None:

@@ -417,14 +417,20 @@ def test_claudes_parting_hint_is_plain_claudes(
     assert plain_spinner and not [line for line in plain_spinner if "hook" in line]
 
 
-def test_claudes_spinner_never_names_a_hook_of_ours(
+def test_claudes_spinner_names_at_most_two_of_our_hooks(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
-    """A turn with a tool call behind codex-presence: the screen, read all along, does not
-    show our hooks (plain claude's never does: the test above). With hooks claude waits
-    for, it named each of the five of the turn ("running PostToolUse hook · 0s"), in every
-    turn. Ours are async: claude waits for none, and shows one only while it starts its
-    process, which a loaded machine can stretch to a second: at most one, so, never all."""
+    """A turn with a tool call behind codex-presence: the screen, read all along, names at
+    most two of our hooks, never the turn's five (plain claude's names none: the test
+    above). With hooks claude waits for (HTTP), it named four or five ("running
+    PostToolUse hook · 0s") in every one of 31 turns. Ours are async: claude waits for
+    none, but it lists every hook of the settings in its spinner from before it starts the
+    process until it has started it (its own work, 3-300 ms; a hook running ``true`` is
+    named as often), and has no setting to leave one out (docs/claude-code-hooks.md). In
+    ~100 turns of async hooks (bench/claude_spinner.py) a turn named none, one or two,
+    never more. Tightened to "none", this test passed 8 of 10 runs with curl hooks (3 of 4
+    with the machine loaded), 7 of 11 with the bash poster (2 of 5 loaded; one run named
+    two). No hook name at all is not in our hands."""
     api = a_turn_with_a_tool()
     with (
         api.serve(),
@@ -435,7 +441,7 @@ def test_claudes_spinner_never_names_a_hook_of_ours(
     assert replayed(files) == ["working", "idle"]  # the hooks were there all along
     assert spinner  # the screen was read while claude worked
     named = {m.group(1) for line in spinner if (m := re.search(r"running (\w+) hook", line))}
-    assert len(named) <= 1, named
+    assert len(named) <= 2, named
 
 
 def test_a_background_command_is_background_work_not_the_members_state(

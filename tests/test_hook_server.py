@@ -4,8 +4,12 @@ with a reason for anything else, bounded heads and bodies, keep-alive as claude 
 from __future__ import annotations
 
 import logging
+import shutil
+import socket
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,6 +19,7 @@ import orjson
 import pytest
 
 from codex_presence.agent.claude.hook_server import HookServer
+from codex_presence.core.claude.protocol import poster_script, script_command
 
 pytestmark = pytest.mark.anyio
 
@@ -410,3 +415,49 @@ def test_both_sources_of_the_peers_uid_agree() -> None:
         finally:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("size", [0, 300_000])
+async def test_the_poster_script_delivers_the_payload_whole_with_its_pid(
+    tmp_path: Path, size: int
+) -> None:
+    """An async command hook's bash poster (claude starts it with ``sh -c``, the payload on
+    its stdin, a socket): the payload arrives whole (multi-byte text, a large tool output),
+    with bash's pid as its sequence number, and the script exits 0 on our 200 — and 7,
+    delivering nothing, once the server is gone."""
+    bash, cat = shutil.which("bash"), shutil.which("cat")
+    assert bash is not None and cat is not None
+    seen: list[tuple[dict[str, Any], int | None]] = []
+    server = HookServer(lambda message, seq: seen.append((message, seq)))
+    payload = {
+        "hook_event_name": "PostToolUse",
+        "tool_response": "é ✓ 100% \\n 'q' $x " + "x" * size,
+    }
+    script = tmp_path / "poster.sh"
+
+    def run() -> tuple[int, int]:
+        """Start the hook as claude does; its exit status and pid."""
+        here, there = socket.socketpair()  # claude's stdin to a hook is a socket
+        with here, there:
+            proc = subprocess.Popen(["sh", "-c", script_command(bash, str(script))], stdin=there)
+            here.sendall(orjson.dumps(payload) + b"\n")
+            here.shutdown(socket.SHUT_WR)
+            proc.wait(timeout=10)
+        return proc.returncode, proc.pid
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        script.write_text(poster_script(server.url, cat=cat))
+        status, pid = await anyio.to_thread.run_sync(run)
+        tg.cancel_scope.cancel()
+    assert status == 0
+    assert seen == [(payload, pid)]
+    status, _ = await anyio.to_thread.run_sync(run)
+    assert status == 7 and len(seen) == 1  # the server is gone
+
+
+def test_the_poster_script_takes_only_a_loopback_hook_url() -> None:
+    with pytest.raises(ValueError):
+        poster_script("http://example.com:80/s/hook", cat="/bin/cat")
+    with pytest.raises(ValueError):
+        poster_script("http://127.0.0.1:80/s'; rm -rf ~;'/hook", cat="/bin/cat")

@@ -50,14 +50,21 @@ def main() -> int:
             hook
             for group in settings["hooks"]["Stop"]
             for hook in group["hooks"]
-            if hook["type"] == "http" or "curl" in hook.get("command", "")
+            if hook["type"] == "http" or hook.get("command", "").startswith("exec ")
         ]
         if ours["type"] == "command":  # an async command hook: claude runs it with sh
             command = ours["command"]
             words = shlex.split(command)
-            config_path = Path(words[words.index("-K") + 1])
-            config = config_path.read_text()
-            (address,) = re.findall(r'^url = "([^"]+)"$', config, re.MULTILINE)
+            if "-K" in words:  # curl, its config file holding the URL
+                config_path = Path(words[words.index("-K") + 1])
+                config = config_path.read_text()
+                (address,) = re.findall(r'^url = "([^"]+)"$', config, re.MULTILINE)
+            else:  # the bash poster script, the URL in it
+                config_path = Path(words[-1])
+                config = config_path.read_text()
+                (port,) = re.findall(r"/dev/tcp/127\.0\.0\.1/(\d+) ", config)
+                (path,) = re.findall(r"'(/[^']+/hook)'", config)
+                address = f"http://127.0.0.1:{port}{path}"
             url = urlsplit(address)
         else:
             url = urlsplit(ours["url"])

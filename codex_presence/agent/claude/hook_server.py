@@ -1,7 +1,8 @@
 """The loopback hook server: Claude Code's hooks in, ``200 {}`` out, at once.
 
-What comes in is a hook's payload POSTed by claude itself (an HTTP hook) or by the curl an
-async command hook of ours runs (:func:`~codex_presence.core.claude.protocol.poster_command`).
+What comes in is a hook's payload POSTed by claude itself (an HTTP hook) or by the process
+an async command hook of ours runs (:func:`~codex_presence.core.claude.protocol.poster_script`,
+or curl: :func:`~codex_presence.core.claude.protocol.poster_command`).
 
 It owns one TCP listener on 127.0.0.1 (an ephemeral port) and the HTTP/1.1 around each hook
 POST; what a hook means is the mapping's business. HTTP is parsed by h11 (sans-I/O, so this

@@ -6,8 +6,9 @@ files it reads.
   is taken out (:func:`split_settings`) and carried in FILE, our hooks after theirs.
 * **FILE** (0600, in the session's private 0700 directory): one hook per event the mapping
   reads (:func:`~codex_presence.core.claude.protocol.with_hooks`), an async command hook
-  running curl whose config file beside FILE holds the URL with its secret, or an HTTP hook
-  where claude must wait (print mode, no curl: :func:`with_our_hooks`).
+  running a bash script beside FILE that holds the URL with its secret (curl and its config
+  file where there is no bash), or an HTTP hook where claude must wait (print mode, neither
+  bash nor curl: :func:`with_our_hooks`).
 * **Its environment** (:func:`child_environment`): ours without the token, loopback in
   ``NO_PROXY`` (no proxy ever sees the hook URL), and the flags of claude's parting
   ``--resume`` hint taken from the person's arguments, not from ours.
@@ -28,8 +29,10 @@ from codex_presence.core.claude.protocol import (
     RESUME_HINT_FLAGS_ENV,
     curl_config,
     poster_command,
+    poster_script,
     prints,
     resume_hint_flags,
+    script_command,
     with_hooks,
 )
 
@@ -112,11 +115,19 @@ def _write_private(directory: Path, name: str, data: bytes) -> Path:
 
 
 def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None:
-    """The async command hook that delivers to ``url`` (its config file written in
-    ``private``), or None where there is no curl on claude's PATH: then HTTP hooks."""
-    curl = shutil.which("curl", path=env.get("PATH", os.defpath))
+    """The async command hook that delivers to ``url`` (its script or config file written
+    in ``private``): a bash script (:func:`poster_script`: a third of curl's CPU), else
+    curl; None where claude's PATH has neither: then HTTP hooks."""
+    path = env.get("PATH", os.defpath)
+    bash, cat = shutil.which("bash", path=path), shutil.which("cat", path=path)
+    if bash is not None and cat is not None and "'" not in cat:
+        script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
+        return script_command(bash, str(script))
+    curl = shutil.which("curl", path=path)
     if curl is None:
-        logger.info("no curl on the PATH: claude's hooks are HTTP hooks, named in its spinner")
+        logger.info(
+            "no bash or curl on the PATH: claude's hooks are HTTP hooks, named in its spinner"
+        )
         return None
     config = _write_private(private, "curl.cfg", curl_config(url).encode())
     return poster_command(curl, str(config))
@@ -132,7 +143,8 @@ def with_our_hooks(
 ) -> list[str]:
     """``claude ARGS...`` with ``--settings FILE``: FILE (written in ``private``) holds the
     person's ``settings`` and our hooks to ``url``; async command hooks where claude has a
-    screen and curl, HTTP hooks elsewhere (print mode: no screen, and it ends with the turn)."""
+    screen and bash or curl, HTTP hooks elsewhere (print mode: no screen, and it ends with
+    the turn)."""
     command_hook = None if prints(argv[1:]) else _hook_command(private, url, env)
     document = orjson.dumps(with_hooks(settings, url, command=command_hook))
     return _with_settings(argv, _write_private(private, "settings.json", document))

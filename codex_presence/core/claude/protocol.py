@@ -2,10 +2,10 @@
 
 The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs and
 the settings document that registers them (:func:`hook_settings`: async command hooks
-running curl, which claude does not show, or HTTP hooks), the parting hint's flags, the
-notification types and session statuses that mean something, and the transcript's
-interrupt marker. ``docs/claude-code-hooks.md`` holds the measurements behind each of
-them. Pure data and pure functions.
+running our bash poster or curl, which claude does not wait for, or HTTP hooks), the
+parting hint's flags, the notification types and session statuses that mean something,
+and the transcript's interrupt marker. ``docs/claude-code-hooks.md`` holds the
+measurements behind each of them. Pure data and pure functions.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ __all__ = [
     "hook_settings",
     "is_interrupt_marker",
     "poster_command",
+    "poster_script",
     "prints",
     "resume_hint_flags",
     "running_tasks",
+    "script_command",
     "task_notification_id",
     "transcript_line_may_matter",
     "with_hooks",
@@ -169,6 +171,50 @@ def poster_command(curl: str, config: str) -> str:
     return f'exec {quoted} -H "{SEQ_HEADER}: $$"'
 
 
+_LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:(\d{1,5})(/[A-Za-z0-9_~./-]+)")
+
+
+def script_command(bash: str, script: str) -> str:
+    """The shell command of an async command hook that runs :func:`poster_script` with
+    ``bash`` (``exec``: the process claude started is bash, whose pid is
+    :data:`SEQ_HEADER`)."""
+    return f"exec {shlex.quote(bash)} {shlex.quote(script)}"
+
+
+def poster_script(url: str, *, cat: str, timeout: int = HOOK_TIMEOUT) -> str:
+    """A bash script that POSTs the payload claude writes to its stdin to ``url`` (ours:
+    ``http://127.0.0.1:PORT/SECRET/hook``) through bash's own ``/dev/tcp``, with bash's
+    pid as :data:`SEQ_HEADER`, and waits ``timeout`` seconds at most for a 200. It costs
+    a third of curl's start in CPU, and about half its added delay to the roster
+    (docs/benchmarks.md). The URL, secret included, is in the script (a private file),
+    never in a process list.
+    stdin is read by ``cat`` (claude's stdin to a hook is a socket, which ``/dev/stdin``
+    cannot open), in the C locale, so ``${#body}`` counts bytes. Raises ValueError for a
+    URL that is not a loopback one of that shape (it goes into the script as it is)."""
+    match = _LOOPBACK_URL.fullmatch(url)
+    if match is None or "'" in cat:
+        raise ValueError(f"not a loopback hook URL or a usable cat: {url!r}, {cat!r}")
+    port, path = match.groups()
+    head = (
+        "POST %s HTTP/1.0\\r\\nhost: 127.0.0.1\\r\\ncontent-type: application/json\\r\\n"
+        f"content-length: %d\\r\\n{SEQ_HEADER}: %d\\r\\n\\r\\n%s"
+    )
+    return "\n".join(
+        [
+            "# codex-presence: one Claude Code hook, POSTed to this session's hook server",
+            "exec 2>/dev/null",
+            "LC_ALL=C",
+            f"body=$('{cat}')",
+            f"exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7",
+            f"""printf '{head}' '{path}' "${{#body}}" "$$" "$body" >&3 || exit 55""",
+            f"IFS= read -r -t {timeout} -u 3 status || exit 28",
+            "case $status in 'HTTP/1.'?' 200 '*) exit 0 ;; esac",
+            "exit 22",
+            "",
+        ]
+    )
+
+
 def curl_config(url: str, *, timeout: int = HOOK_TIMEOUT) -> str:
     """The curl config file behind :func:`poster_command`: POST stdin to ``url``, no proxy,
     nothing printed, ``timeout`` seconds at most."""
@@ -252,9 +298,10 @@ def hook_settings(
 ) -> dict[str, Any]:
     """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
     every tool matches): as an async command hook running ``command``
-    (:func:`poster_command`) if given — claude waits for none and names none in its
-    spinner — else as an HTTP hook to ``url``, which claude waits for and names; those
-    of :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
+    (:func:`script_command` or :func:`poster_command`) if given — claude waits for none,
+    and its spinner names one only while claude starts it — else as an HTTP hook to
+    ``url``, which claude waits for and names all the while; those of
+    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
     http = {"type": "http", "url": url, "timeout": timeout}
     hooks: dict[str, Any] = {}
     for event in events:
