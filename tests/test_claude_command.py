@@ -163,14 +163,26 @@ def test_without_curl_or_a_screen_claude_gets_http_hooks(
     assert all(spec["url"].startswith("http://127.0.0.1:") for spec in specs)
 
 
-def test_without_bash_claude_gets_curl_hooks(tmp_path: Path) -> None:
-    """Where claude's PATH has curl but no bash, the async hooks run curl, its config file
-    (0600, beside the settings) holding the URL: the process list never shows it."""
+@pytest.mark.parametrize("bash", ["none", "without /dev/tcp"])
+def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, bash: str) -> None:
+    """Where claude's PATH has curl but no bash, or a bash built without network
+    redirections (one that fails to open ``/dev/tcp``, as such a build does), the async
+    hooks run curl, its config file (0600, beside the settings) holding the URL: the
+    process list never shows it."""
     curl = shutil.which("curl")
     assert curl is not None
     only_curl = tmp_path / "bin"
     only_curl.mkdir()
     (only_curl / "curl").symlink_to(curl)
+    if bash != "none":
+        cat = shutil.which("cat")
+        assert cat is not None
+        (only_curl / "cat").symlink_to(cat)
+        no_tcp = only_curl / "bash"
+        no_tcp.write_text(
+            f"#!{shutil.which('bash')}\necho 'No such file or directory' >&2\nexit 1\n"
+        )
+        no_tcp.chmod(0o755)
     dump = tmp_path / "dump.json"
     script = json.dumps([{"do": "dump", "path": str(dump)}])
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None
     curl; None where claude's PATH has neither: then HTTP hooks."""
     path = env.get("PATH", os.defpath)
     bash, cat = shutil.which("bash", path=path), shutil.which("cat", path=path)
-    if bash is not None and cat is not None and "'" not in cat:
+    if bash is not None and cat is not None and "'" not in cat and _opens_tcp(bash, url, env):
         script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
         return script_command(bash, str(script))
     curl = shutil.which("curl", path=path)
@@ -131,6 +132,30 @@ def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None
         return None
     config = _write_private(private, "curl.cfg", curl_config(url).encode())
     return poster_command(curl, str(config))
+
+
+def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
+    """Whether ``bash`` opens ``/dev/tcp`` to our hook server at ``url``: a bash built
+    without network redirections (rare; Debian's and macOS's have them) would deliver no
+    hook at all, so it is tried once, a connection that sends nothing (about 2 ms)."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(url).port
+    try:
+        done = subprocess.run(
+            [bash, "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(env),
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    if done is None or done.returncode != 0:
+        logger.warning("%s cannot open /dev/tcp: claude's hooks run curl instead", bash)
+        return False
+    return True
 
 
 def with_our_hooks(
