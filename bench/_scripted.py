@@ -3,7 +3,7 @@ answer that matches it, every request recorded; and a stdlib ``ThreadingHTTPServ
 free loopback port, in a daemon thread, that streams an answer as server-sent events.
 
 Two servers build on it: :class:`~bench._fake_model.FakeModel` (OpenAI's Responses API, for
-codex) and ``tests/support/fake_anthropic.py``'s ``FakeAnthropic`` (Anthropic's Messages
+codex) and ``bench/_fake_anthropic.py``'s ``FakeAnthropic`` (Anthropic's Messages
 API, for claude). Each keeps only its wire format: the routes, the events of an answer, the
 error bodies. A thread per connection lets a slow answer hold one stream while another
 request is answered; the agents open a few connections at most.

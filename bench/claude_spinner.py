@@ -47,15 +47,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codex_presence.core.claude.protocol import (  # noqa: E402
-    HOOK_EVENTS,
-    curl_config,
-    hook_settings,
-    poster_command,
-    poster_script,
-    script_command,
-)
-from tests.support.claude_driver import (  # noqa: E402
+from bench._claude_driver import (  # noqa: E402
     Capture,
     HookCapture,
     Interactive,
@@ -64,8 +56,22 @@ from tests.support.claude_driver import (  # noqa: E402
     claude_env,
     prepare_home,
 )
-from tests.support.claude_scenarios import after_result  # noqa: E402
-from tests.support.fake_anthropic import FakeAnthropic, Reply, say, text, tool_use  # noqa: E402
+from bench._fake_anthropic import (  # noqa: E402
+    FakeAnthropic,
+    Reply,
+    say,
+    text,
+    tool_results,
+    tool_use,
+)
+from codex_presence.core.claude.protocol import (  # noqa: E402
+    HOOK_EVENTS,
+    curl_config,
+    hook_settings,
+    poster_command,
+    poster_script,
+    script_command,
+)
 
 KINDS = ("ours", "curl", "exec", "static", "true", "http")
 POSTER_C = r"""
@@ -142,7 +148,7 @@ def a_turn() -> FakeAnthropic:
                 blocks=[text("Reading it."), tool_use("Read", {"file_path": "NOTES"}, id="t_r")],
                 wait=0.3,
             ),
-            say("The notes say hello.", match=after_result("t_r"), wait=0.3),
+            say("The notes say hello.", match=lambda body: "t_r" in tool_results(body), wait=0.3),
         ]
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.claude_driver import require_claude
+from bench._claude_driver import require_claude
 from tests.support.codex_driver import codex_versions, fixtures_dir, require_codex
 from tests.support.depth import load_profile
 from tests.support.redis_server import RedisServer, redis_server

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.claude_driver import Capture, HookAnswer, run_print
+from bench._claude_driver import Capture, HookAnswer, run_print
+from bench._fake_anthropic import FakeAnthropic, Reply, bash, say, tool_results
 from tests.support.claude_scenarios import record
-from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, tool_results
 
 pytestmark = pytest.mark.claude
 

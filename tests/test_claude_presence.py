@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from bench._claude_driver import Capture, Interactive, Tmux, claude_env, prepare_home
+from bench._fake_anthropic import FakeAnthropic, Reply, bash, say, text, tool_use
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.support.claude_driver import Capture, Interactive, Tmux, claude_env, prepare_home
 from tests.support.claude_presence import PresenceFiles, interactive_presence, run_print
 from tests.support.claude_scenarios import LONG, PERMISSION_DIALOG, after_result, asks
-from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text, tool_use
 from tests.support.roster_watch import RosterWatch, roster_activity, roster_row
 from tests.support.waiting import eventually
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.fake_anthropic import (
+from bench._fake_anthropic import (
     FakeAnthropic,
     Reply,
     bash,

@@ -19,13 +19,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench._fake_anthropic import FakeAnthropic, Reply, bash, say, text
 from bench._fake_model import FakeModel
 from codex_presence._wire import SESSION_GRACE, TOKEN_ENV
 from codex_presence.agent.watchdog import descendants
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.claude_presence import interactive_presence
 from tests.support.claude_scenarios import LONG
-from tests.support.fake_anthropic import FakeAnthropic, Reply, bash, say, text
 from tests.support.tui_driver import (
     COMPOSER,
     PRESENCE_MARKER,

@@ -1,6 +1,6 @@
 """Runs the real claude behind ``codex-presence claude``, reporting to a real broker.
 
-The counterpart of :mod:`tests.support.claude_driver` for the command under test: the same
+The counterpart of :mod:`bench._claude_driver` for the command under test: the same
 private home, fake Messages API and tmux terminal, but no capture server of the tests' own —
 claude's hooks go to the command's hook server, which reports ``alice``'s state to the
 broker. What the test sees is what a teammate sees (the roster, through
@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.broker_harness import RunningBroker, token_of
-from tests.support.claude_driver import (
+from bench._claude_driver import (
     Capture,
     Interactive,
     Tmux,
@@ -28,6 +27,7 @@ from tests.support.claude_driver import (
     claude_env,
     prepare_home,
 )
+from tests.support.broker_harness import RunningBroker, token_of
 
 __all__ = ["PresenceFiles", "command", "interactive_presence", "presence_env", "run_print"]
 

@@ -5,7 +5,7 @@
 
 Each scenario is an API script (what the fake Messages API answers, in order) plus a drive
 (what the person at the keyboard does: prompts, Esc, answers to a permission dialog,
-``/exit``), run in a private home by ``tests/support/claude_driver.py``. The recordings go to
+``/exit``), run in a private home by ``bench/_claude_driver.py``. The recordings go to
 ``fixtures/claude-code-<version>/<name>.jsonl``, holding the hook POSTs and the transcript
 entries of :data:`RECORDED_TYPES`; ``<name>.keys.json`` beside each says what the driver did
 and when (no live hook server can know that; it is there for whoever writes the expected
@@ -29,7 +29,7 @@ import orjson
 if __package__ in (None, ""):  # run as a script: make `tests.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.claude_driver import (
+from bench._claude_driver import (
     CLAUDE_VERSION,
     Capture,
     HookAnswer,
@@ -37,7 +37,7 @@ from tests.support.claude_driver import (
     interactive,
     run_print,
 )
-from tests.support.fake_anthropic import (
+from bench._fake_anthropic import (
     FakeAnthropic,
     Reply,
     bash,

@@ -5,7 +5,9 @@ anything from ``tests/`` (issue 22).
 redis-server harness, which imports pytest. What the benchmarks and the tests share lives in
 ``bench/`` (``_redis.py``, ``_process_tree.py``, ``_fake_app_server.py``) and the tests use
 it from there; so do ``bench/tui.py``'s codex TUI driver and config (``_codex_tui.py``), fake
-model (``_fake_model.py``) and stand-in codex (``_fake_codex_tui.py``). Each script is read,
+model (``_fake_model.py``) and stand-in codex (``_fake_codex_tui.py``), and
+``bench/claude_spinner.py``'s Claude Code driver (``_claude_driver.py``) and fake Anthropic
+API (``_fake_anthropic.py``). Each script is read,
 not run: an import of ``tests``, or a path into ``tests/support``, is what would tie it to
 the test dependencies.
 """
