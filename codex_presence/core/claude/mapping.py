@@ -96,9 +96,8 @@ from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKi
 from codex_presence.core.claude.protocol import (
     BLOCKING_NOTIFICATIONS,
     IDLE_NOTIFICATION,
-    IDLE_STATUSES,
-    PERSON_WAITS,
     ClaudeSource,
+    SessionView,
     background_command_id,
     is_interrupt_marker,
     running_tasks,
@@ -140,34 +139,6 @@ class ClaudeStats:
     adopted: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class _View:
-    """One status of the session file, and when it was first seen."""
-
-    status: str
-    waiting_for: object
-    stamp: object
-    since: float
-
-    @property
-    def kind(self) -> str | None:
-        """``idle``, ``busy`` or ``waiting`` (for a person); None: no opinion."""
-        if self.status in IDLE_STATUSES:
-            return "idle"
-        if self.status == "busy":
-            return "busy"
-        if self.status == "waiting" and _is_one_of(self.waiting_for, PERSON_WAITS):
-            return "waiting"
-        return None
-
-    def same(self, other: _View | None) -> bool:
-        return other is not None and (self.status, self.waiting_for, self.stamp) == (
-            other.status,
-            other.waiting_for,
-            other.stamp,
-        )
-
-
 def _is_one_of(value: object, names: frozenset[str]) -> bool:
     """``value in names``, for a value of any JSON type (a list is unhashable)."""
     return isinstance(value, str) and value in names
@@ -187,12 +158,12 @@ class ClaudeMapping:
     settle: float = SETTLE
     _prompt: str | None = None
     """The open main turn's ``prompt_id``, if known."""
-    _view: _View | None = None
+    _view: SessionView | None = None
     _adopted: bool = False
     _last_hook: float = float("-inf")
-    _turn_busy: _View | None = None
+    _turn_busy: SessionView | None = None
     """The first busy view seen while the main turn was open: the view it ran under."""
-    _ended_busy: _View | None = None
+    _ended_busy: SessionView | None = None
     """The busy view the last ended main turn ran under: claude -p never writes its file
     again, so after its Stop that view is stale, not a new turn's. A busy view written after
     it (a queued prompt's turn, even one read before the Stop's hook came) is news."""
@@ -436,7 +407,7 @@ class ClaudeMapping:
         if not isinstance(status, str):
             self.stats.ignored += 1  # the file's first content has no status yet
             return None
-        view = _View(status, msg.get("waitingFor"), msg.get("statusUpdatedAt"), t)
+        view = SessionView(status, msg.get("waitingFor"), msg.get("statusUpdatedAt"), t)
         previous = self._view
         if view.same(previous):
             return None

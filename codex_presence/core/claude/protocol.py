@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
+    "SessionView",
     "background_command_id",
     "curl_config",
     "hook_settings",
@@ -88,6 +90,37 @@ PERSON_WAITS: frozenset[str] = frozenset(
 )
 """``waitingFor`` values of a ``waiting`` session status that wait on a person. Others
 (``dialog open``: a settings dialog the person opened, say) carry no opinion."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """One status of claude's session file (``status``, ``waitingFor``, ``statusUpdatedAt``),
+    and when it was first seen."""
+
+    status: str
+    waiting_for: object
+    stamp: object
+    since: float
+
+    @property
+    def kind(self) -> str | None:
+        """``idle``, ``busy`` or ``waiting`` (for a person); None: no opinion."""
+        if self.status in IDLE_STATUSES:
+            return "idle"
+        if self.status == "busy":
+            return "busy"
+        if self.status == "waiting" and isinstance(self.waiting_for, str):
+            return "waiting" if self.waiting_for in PERSON_WAITS else None
+        return None
+
+    def same(self, other: SessionView | None) -> bool:
+        """The same status written once (the file's rewrite of it is another)."""
+        return other is not None and (self.status, self.waiting_for, self.stamp) == (
+            other.status,
+            other.waiting_for,
+            other.stamp,
+        )
+
 
 INTERRUPT_PREFIX = "[Request interrupted by user"
 """The text of the user entry claude writes when an interrupt (Esc, Ctrl+C, "No" at a
