@@ -13,7 +13,10 @@ batch waits for nothing but the end of its tick.
 
 The commands are packed by hiredis (in C) when it is there (the redis extra installs it):
 redis-py's asyncio client packs them in Python, ~8x slower, which was the largest part of
-what a call cost the broker once the round trips were shared.
+what a call cost the broker once the round trips were shared. The replies are read in bulk
+from the connection's hiredis reader (:mod:`~.redis_replies`: one wake-up per read of the
+socket, not redis-py's timeout context and checks per reply), within one timeout for the
+whole batch.
 
 A script Redis does not know (``NOSCRIPT``: Redis restarted, or a new primary after a
 failover) is loaded and the calls that met it are sent again, once. Anything that fails
@@ -29,6 +32,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from codex_presence.broker.redis_replies import Replies
 
 try:  # packs a command in C, ~8x faster than redis-py's own packer (in Python)
     from hiredis import pack_command as _pack
@@ -104,13 +110,20 @@ class ScriptBatch:
             else:
                 packed = [b"".join(map(_pack, commands))]
             await connection.send_packed_command(packed, check_health=False)
-            replies: list[Any] = []
+            replies = Replies.of(connection)
+            if replies is not None:  # every reply one read brought, at once
+                try:
+                    async with asyncio.timeout(connection.socket_timeout):
+                        return await replies.take(len(commands))
+                except TimeoutError:
+                    raise RedisTimeoutError("Timeout reading the replies of a batch") from None
+            read: list[Any] = []
             for _ in commands:
                 try:
-                    replies.append(await connection.read_response())
+                    read.append(await connection.read_response())
                 except ResponseError as exc:
-                    replies.append(exc)
-            return replies
+                    read.append(exc)
+            return read
         except BaseException:
             await connection.disconnect(nowait=True)  # replies may be left unread: never reuse
             raise
