@@ -53,7 +53,7 @@ def _count_connections_taken(link: RedisLink) -> list[int]:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
-async def test_the_calls_of_one_tick_take_one_connection_and_each_gets_its_reply(
+async def test_the_calls_of_one_tick_take_one_round_trip_and_each_gets_its_reply(
     redis_url: str, packer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: each call took a connection of its own (16 at most: the rest waited)."""
@@ -63,12 +63,68 @@ async def test_the_calls_of_one_tick_take_one_connection_and_each_gets_its_reply
     link = RedisLink(redis_url, team="acme")
     echo = link.script(_ECHO)
     taken = _count_connections_taken(link)
+    trips = _count_round_trips(link)
     try:
-        await link.run_script(echo, ["loads it"])  # NOSCRIPT, SCRIPT LOAD, again: 3
-        taken[0] = 0
+        await link.run_script(echo, ["loads it"])  # NOSCRIPT, SCRIPT LOAD, again
+        taken[0] = trips[0] = 0
         replies = await _all_at_once(link, echo, [str(i) for i in range(100)])
-        assert taken[0] == 1
+        assert trips[0] == 1
+        assert taken[0] == 0  # the last batch's connection, kept
         assert replies == [[link.key("").encode(), str(i).encode()] for i in range(100)]
+    finally:
+        await link.client.aclose()
+
+
+def _count_round_trips(link: RedisLink) -> list[int]:
+    batch = link._batch
+    trips = [0]
+    pipeline = batch._pipeline
+
+    async def counting(calls: Any) -> Any:
+        trips[0] += 1
+        return await pipeline(calls)
+
+    batch._pipeline = counting  # type: ignore[method-assign]
+    return trips
+
+
+_SLOW = """
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local stop = now() + tonumber(ARGV[2])
+while now() < stop do end
+return ARGV[2]
+"""
+
+
+@pytest.mark.anyio
+async def test_calls_made_while_a_batch_is_in_flight_make_the_next_batch(
+    redis_url: str,
+) -> None:
+    """One batch at a time: what comes over many ticks while one is on its way goes out
+    together once it is answered. Before: a batch, a connection and a round trip per tick."""
+    link = RedisLink(redis_url, team="acme")
+    slow, echo = link.script(_SLOW), link.script(_ECHO)
+    await link.run_script(slow, ["0"])  # loaded
+    await link.run_script(echo, ["0"])
+    trips = _count_round_trips(link)
+    replies: dict[int, Any] = {}
+
+    async def one(i: int) -> None:
+        replies[i] = await link.run_script(echo, [str(i)])
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(link.run_script, slow, ["600"])  # 0.6 s in Redis
+                await anyio.sleep(0.05)
+                for i in range(20):
+                    tg.start_soon(one, i)
+                    await anyio.sleep(0.005)
+        assert trips[0] == 2
+        assert replies == {i: [link.key("").encode(), str(i).encode()] for i in range(20)}
     finally:
         await link.client.aclose()
 

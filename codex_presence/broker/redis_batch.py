@@ -1,5 +1,5 @@
-"""Scripts batched per event-loop tick: one Redis round trip for every script call that
-came in at the same time.
+"""Scripts batched: one Redis round trip for every script call that came in at the same
+time, or while the batch before was on its way.
 
 A report costs the broker one script call (``EVALSHA``). Called one by one, each takes a
 connection from the pool, writes, waits for its own reply and gives the connection back:
@@ -7,9 +7,22 @@ under load, most of a report's cost in Redis mode was that, not the script (issu
 :class:`ScriptBatch` queues the calls instead; at the end of the event-loop tick in which
 the first was queued, it sends all of them at once as one pipeline (not a transaction:
 each script is atomic on its own, as before, and runs in the order queued) on one
-connection, and gives each caller its own reply or its own error. Calls queued while a
-batch is in flight make the next batch, which goes out at once on another connection: a
-batch waits for nothing but the end of its tick.
+connection, and gives each caller its own reply or its own error.
+
+One batch is in flight at a time: the calls that come while it is make the next batch,
+which goes out as soon as its replies are in (group commit). Under load the batch thus
+grows to what arrives in one round trip, whatever the tick: the requests that make it
+come in over several ticks (a pipelined HTTP request is parsed only once the one before it
+was answered), and sending at the end of each tick made batches of two reports on
+average under ``bench/broker.py``'s load, each paying a connection from the pool, a task,
+a write and a wake-up of its own. A call waits at most one round trip more than it did
+(none when nothing is in flight), and a stalled Redis holds one connection, not one per
+tick. That connection is kept from one batch to the next (taken from the pool and given
+back cost ~30 us a batch, more than a report's script call): given back when it fails, and
+closed when the link reconnects (with every idle one: it may lead to a Redis that went
+away). Behind Sentinel, a ``READONLY`` reply
+fails the batch as a lost connection, as redis-py does (the primary was demoted: a new
+connection asks the sentinels).
 
 The commands are packed by hiredis (in C) when it is there (the redis extra installs it):
 redis-py's asyncio client packs them in Python, ~8x slower, which was the largest part of
@@ -31,7 +44,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from codex_presence.broker.redis_replies import Replies
@@ -47,29 +61,44 @@ _Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
 
 
 class ScriptBatch:
-    """Script calls on ``client``, sent together when they come together."""
+    """Script calls on ``client``, sent together when they come together (or while a
+    batch is in flight)."""
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
         self._queued: list[_Call] = []
+        self._held: Any = None
+        """The connection of the last batch, kept for the next (one batch is in flight
+        at a time): taking one from the pool and giving it back cost more than a report's
+        script call did."""
         self._sending: set[asyncio.Task[None]] = set()
-        """The batches in flight (held here: the event loop keeps only weak references)."""
+        """The batch in flight, if any (held here: the event loop keeps only weak
+        references)."""
 
     async def run(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """``script`` with ``keys`` and ``args``, in the next batch: its reply, or what
         Redis (or the connection) raised for it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if not self._queued:
+        if not self._queued and not self._sending:
             loop.call_soon(self._send)
         self._queued.append((script, keys, args, future))
         return await future
 
     def _send(self) -> None:
-        calls, self._queued = self._queued, []
+        calls = [call for call in self._queued if not call[3].done()]  # not given up
+        self._queued = []
+        if not calls:
+            return
         task = asyncio.get_running_loop().create_task(self._execute(calls))
         self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        """A batch is answered (or failed): what queued meanwhile goes out now."""
+        self._sending.discard(task)
+        if self._queued and not self._sending:
+            self._send()
 
     async def _execute(self, calls: list[_Call]) -> None:
         try:
@@ -103,7 +132,9 @@ class ScriptBatch:
             ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in calls
         ]
         pool = self._client.connection_pool
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        connection, self._held = self._held, None
+        if connection is None:
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             if _pack is None:
                 packed = connection.pack_commands(commands)
@@ -111,27 +142,47 @@ class ScriptBatch:
                 packed = [b"".join(map(_pack, commands))]
             await connection.send_packed_command(packed, check_health=False)
             replies = Replies.of(connection)
-            if replies is not None:  # every reply one read brought, at once
+            if replies is None:
+                read: list[Any] = []
+                for _ in commands:
+                    try:
+                        read.append(await connection.read_response())
+                    except ResponseError as exc:
+                        read.append(exc)
+            else:  # every reply one read brought, at once
                 try:
                     async with asyncio.timeout(connection.socket_timeout):
-                        return await replies.take(len(commands))
+                        read = await replies.take(len(commands))
                 except TimeoutError:
                     raise RedisTimeoutError("Timeout reading the replies of a batch") from None
-            read: list[Any] = []
-            for _ in commands:
-                try:
-                    read.append(await connection.read_response())
-                except ResponseError as exc:
-                    read.append(exc)
-            return read
+                _demoted(connection, read)
         except BaseException:
             await connection.disconnect(nowait=True)  # replies may be left unread: never reuse
-            raise
-        finally:
             await pool.release(connection)
+            raise
+        self._held = connection
+        return read
+
+    async def reset(self) -> None:
+        """The link reconnects: give the kept connection back to the pool, and close every
+        idle one (to a Redis that may have gone away: redis-py's pool does not always see
+        that before it serves one, and the first command after a restart would fail)."""
+        pool = self._client.connection_pool
+        connection, self._held = self._held, None
+        if connection is not None:
+            await pool.release(connection)
+        await pool.disconnect(inuse_connections=False)
+
+
+def _demoted(connection: Any, replies: list[Any]) -> None:
+    """Raise ConnectionError, as redis-py's Sentinel connection does for a reply it reads
+    itself, when a primary found through Sentinel answered ``READONLY``: it was demoted
+    (a failover), and a new connection asks the sentinels again."""
+    if any(isinstance(reply, ReadOnlyError) for reply in replies) and getattr(
+        getattr(connection, "connection_pool", None), "is_master", False
+    ):
+        raise RedisConnectionError("The previous master is now a slave")
 
 
 def _stopped() -> Exception:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
     return RedisConnectionError("the broker is stopping")
