@@ -12,7 +12,7 @@ import anyio
 import orjson
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from codex_presence.broker import redis_batch, redis_replies
 from codex_presence.broker.redis_link import RedisLink
@@ -243,3 +243,21 @@ async def test_every_event_on_the_channel_reaches_the_listeners_in_order(
                 await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
     assert heard.events == sent
+
+
+class _Pool:
+    is_master = True
+
+
+class _Connection:
+    connection_pool = _Pool()
+
+
+def test_a_demoted_primary_behind_sentinel_fails_the_batch_as_a_lost_connection() -> None:
+    """As redis-py's Sentinel connection does for a reply it reads itself: the link then
+    finds the new primary (a plain Redis's READONLY stays that call's refusal)."""
+    replies = [b"ok", ReadOnlyError("You can't write against a read only replica.")]
+    with pytest.raises(RedisConnectionError, match="now a slave"):
+        redis_batch._demoted(_Connection(), replies)
+    redis_batch._demoted(object(), replies)  # not behind Sentinel: each its own reply
+    redis_batch._demoted(_Connection(), [b"ok", ResponseError("other")])
