@@ -88,47 +88,6 @@ def _count_round_trips(link: RedisLink) -> list[int]:
     return trips
 
 
-_SLOW = """
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-local stop = now() + tonumber(ARGV[2])
-while now() < stop do end
-return ARGV[2]
-"""
-
-
-@pytest.mark.anyio
-async def test_calls_made_while_a_batch_is_in_flight_make_the_next_batch(
-    redis_url: str,
-) -> None:
-    """One batch at a time: what comes over many ticks while one is on its way goes out
-    together once it is answered. Before: a batch, a connection and a round trip per tick."""
-    link = RedisLink(redis_url, team="acme")
-    slow, echo = link.script(_SLOW), link.script(_ECHO)
-    await link.run_script(slow, ["0"])  # loaded
-    await link.run_script(echo, ["0"])
-    trips = _count_round_trips(link)
-    replies: dict[int, Any] = {}
-
-    async def one(i: int) -> None:
-        replies[i] = await link.run_script(echo, [str(i)])
-
-    try:
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(link.run_script, slow, ["600"])  # 0.6 s in Redis
-                await anyio.sleep(0.05)
-                for i in range(20):
-                    tg.start_soon(one, i)
-                    await anyio.sleep(0.005)
-        assert trips[0] == 2
-        assert replies == {i: [link.key("").encode(), str(i).encode()] for i in range(20)}
-    finally:
-        await link.client.aclose()
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("reader", ["hiredis", "redis-py"])
 async def test_an_error_goes_to_its_own_caller_only(

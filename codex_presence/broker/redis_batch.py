@@ -1,5 +1,5 @@
-"""Scripts batched: one Redis round trip for every script call that came in at the same
-time, or while the batch before was on its way.
+"""Scripts batched per event-loop tick: one Redis round trip for every script call that
+came in at the same time.
 
 A report costs the broker one script call (``EVALSHA``). Called one by one, each takes a
 connection from the pool, writes, waits for its own reply and gives the connection back:
@@ -9,20 +9,15 @@ the first was queued, it sends all of them at once as one pipeline (not a transa
 each script is atomic on its own, as before, and runs in the order queued) on one
 connection, and gives each caller its own reply or its own error.
 
-One batch is in flight at a time: the calls that come while it is make the next batch,
-which goes out as soon as its replies are in (group commit). Under load the batch thus
-grows to what arrives in one round trip, whatever the tick: the requests that make it
-come in over several ticks (a pipelined HTTP request is parsed only once the one before it
-was answered), and sending at the end of each tick made batches of two reports on
-average under ``bench/broker.py``'s load, each paying a connection from the pool, a task,
-a write and a wake-up of its own. A call waits at most one round trip more than it did
-(none when nothing is in flight), and a stalled Redis holds one connection, not one per
-tick. That connection is kept from one batch to the next (taken from the pool and given
-back cost ~30 us a batch, more than a report's script call): given back when it fails, and
-closed when the link reconnects (with every idle one: it may lead to a Redis that went
-away). Behind Sentinel, a ``READONLY`` reply
-fails the batch as a lost connection, as redis-py does (the primary was demoted: a new
-connection asks the sentinels).
+Calls queued while a batch is in flight make the next batch, which goes out at once: a
+batch waits for nothing but the end of its tick. (Waiting for the batch in flight instead,
+to send bigger ones, made the broker idle for a round trip whenever every request in
+flight waited on Redis: fewer reports per second under ``bench/broker.py``, not more.)
+Each batch's connection is kept for a later one (taken from the pool and given back cost
+~30 us a batch, more than a report's script call): given back when it fails, and closed
+when the link reconnects (with every idle one: it may lead to a Redis that went away).
+Behind Sentinel, a ``READONLY`` reply fails the batch as a lost connection, as redis-py
+does (the primary was demoted: a new connection asks the sentinels).
 
 The commands are packed by hiredis (in C) when it is there (the redis extra installs it):
 redis-py's asyncio client packs them in Python, ~8x slower, which was the largest part of
@@ -61,26 +56,23 @@ _Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
 
 
 class ScriptBatch:
-    """Script calls on ``client``, sent together when they come together (or while a
-    batch is in flight)."""
+    """Script calls on ``client``, sent together when they come together."""
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
         self._queued: list[_Call] = []
-        self._held: Any = None
-        """The connection of the last batch, kept for the next (one batch is in flight
-        at a time): taking one from the pool and giving it back cost more than a report's
-        script call did."""
+        self._idle: list[Any] = []
+        """Connections of batches that were answered, kept for the next ones: taking one
+        from the pool and giving it back cost more than a report's script call did."""
         self._sending: set[asyncio.Task[None]] = set()
-        """The batch in flight, if any (held here: the event loop keeps only weak
-        references)."""
+        """The batches in flight (held here: the event loop keeps only weak references)."""
 
     async def run(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """``script`` with ``keys`` and ``args``, in the next batch: its reply, or what
         Redis (or the connection) raised for it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if not self._queued and not self._sending:
+        if not self._queued:
             loop.call_soon(self._send)
         self._queued.append((script, keys, args, future))
         return await future
@@ -92,13 +84,7 @@ class ScriptBatch:
             return
         task = asyncio.get_running_loop().create_task(self._execute(calls))
         self._sending.add(task)
-        task.add_done_callback(self._sent)
-
-    def _sent(self, task: asyncio.Task[None]) -> None:
-        """A batch is answered (or failed): what queued meanwhile goes out now."""
-        self._sending.discard(task)
-        if self._queued and not self._sending:
-            self._send()
+        task.add_done_callback(self._sending.discard)
 
     async def _execute(self, calls: list[_Call]) -> None:
         try:
@@ -132,8 +118,9 @@ class ScriptBatch:
             ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in calls
         ]
         pool = self._client.connection_pool
-        connection, self._held = self._held, None
-        if connection is None:
+        if self._idle:
+            connection = self._idle.pop()
+        else:
             connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             if _pack is None:
@@ -160,16 +147,16 @@ class ScriptBatch:
             await connection.disconnect(nowait=True)  # replies may be left unread: never reuse
             await pool.release(connection)
             raise
-        self._held = connection
+        self._idle.append(connection)
         return read
 
     async def reset(self) -> None:
-        """The link reconnects: give the kept connection back to the pool, and close every
+        """The link reconnects: give the kept connections back to the pool, and close every
         idle one (to a Redis that may have gone away: redis-py's pool does not always see
         that before it serves one, and the first command after a restart would fail)."""
         pool = self._client.connection_pool
-        connection, self._held = self._held, None
-        if connection is not None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
             await pool.release(connection)
         await pool.disconnect(inuse_connections=False)
 

@@ -40,12 +40,12 @@ for the primary, or that was on its way when the primary went away, waits for it
 :data:`FAILOVER_WAIT`) and runs on the new primary: the scripts may run twice. Plain Redis
 has no second primary to wait for: its reports fail at once (503).
 
-Connections. The script calls that come together go out together, one pipeline on one
-connection, one batch at a time (:mod:`~.redis_batch`: a report's round trip is shared,
-not paid alone). Each batch takes a connection from a bounded pool (:data:`MAX_CONNECTIONS`,
-the subscription's included) and waits at most the command timeout for one: when Redis
-stalls, the calls queue behind the batch in flight and their reports get 503, instead of
-each opening a connection of its own.
+Connections. The script calls of one event-loop tick go out together, one pipeline on one
+connection (:mod:`~.redis_batch`: a report's round trip is shared, not paid alone). Each
+batch takes a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the subscription's
+included; one an earlier batch kept, if any) and waits at most the command timeout for
+one: when Redis stalls, the batches in flight queue for a connection and their reports get
+503, instead of each opening a connection of its own.
 
 What a client is told when Redis fails says which kind of failure (unreachable, or a
 refusal: an error answered by Redis) and what was not done; Redis's own words, which may
@@ -269,7 +269,7 @@ class RedisLink:
     async def run_script(self, script: AsyncScript, args: list[Any]) -> Any:
         """Run ``script``: ``KEYS[1]`` is the team's channel (which also routes the call to
         the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``; sent with the
-        other calls that come with it, in one round trip (:mod:`~.redis_batch`).
+        other calls of the same event-loop tick, in one round trip (:mod:`~.redis_batch`).
         Raises what redis-py raises (:data:`UNREACHABLE` for an outage)."""
         return await self._batch.run(script, [self.channel], [self._namespace, *args])
 
