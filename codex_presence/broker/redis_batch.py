@@ -23,8 +23,8 @@ The commands are packed by hiredis (in C) when it is there (the redis extra inst
 redis-py's asyncio client packs them in Python, ~8x slower, which was the largest part of
 what a call cost the broker once the round trips were shared. The replies are read in bulk
 from the connection's hiredis reader (:mod:`~.redis_replies`: one wake-up per read of the
-socket, not redis-py's timeout context and checks per reply), within one timeout for the
-whole batch.
+socket, not redis-py's timeout context and checks per reply, nor its task per write),
+within one timeout for the whole round trip.
 
 A script Redis does not know (``NOSCRIPT``: Redis restarted, or a new primary after a
 failover) is loaded and the calls that met it are sent again, once. Anything that fails
@@ -127,21 +127,26 @@ class ScriptBatch:
                 packed = connection.pack_commands(commands)
             else:
                 packed = [b"".join(map(_pack, commands))]
-            await connection.send_packed_command(packed, check_health=False)
-            replies = Replies.of(connection)
+            replies = Replies.of(connection) if connection.is_connected else None
             if replies is None:
+                await connection.send_packed_command(packed, check_health=False)
                 read: list[Any] = []
                 for _ in commands:
                     try:
                         read.append(await connection.read_response())
                     except ResponseError as exc:
                         read.append(exc)
-            else:  # every reply one read brought, at once
+            else:  # one timeout for the whole round trip; every reply one read brought
                 try:
                     async with asyncio.timeout(connection.socket_timeout):
+                        await replies.send(packed)
                         read = await replies.take(len(commands))
                 except TimeoutError:
-                    raise RedisTimeoutError("Timeout reading the replies of a batch") from None
+                    raise RedisTimeoutError("Timeout on the round trip of a batch") from None
+                except OSError as exc:
+                    raise RedisConnectionError(
+                        f"Error on the round trip of a batch: {exc}"
+                    ) from exc
                 _demoted(connection, read)
         except BaseException:
             await connection.disconnect(nowait=True)  # replies may be left unread: never reuse

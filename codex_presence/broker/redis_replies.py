@@ -1,6 +1,6 @@
 """Replies read in bulk from a redis-py connection: as many as one read of the socket
 brought, parsed in C by the connection's own hiredis reader, without redis-py's
-per-reply machinery.
+per-reply machinery (and commands written without its per-write task).
 
 redis-py's asyncio connection reads one reply per call, each under a timeout context of
 its own, and its pub/sub client builds a message dict for each; at a few thousand reports
@@ -57,12 +57,15 @@ _PUSH = _push_type()
 class Replies:
     """The replies coming on one connection, read straight from its hiredis reader."""
 
-    __slots__ = ("_feed", "_gets", "_read")
+    __slots__ = ("_feed", "_gets", "_read", "_writer")
 
-    def __init__(self, reader: Any, stream: asyncio.StreamReader) -> None:
+    def __init__(
+        self, reader: Any, stream: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self._gets = reader.gets
         self._feed = reader.feed
         self._read = stream.read
+        self._writer = writer
 
     @classmethod
     def of(cls, connection: Any) -> Replies | None:
@@ -73,9 +76,20 @@ class Replies:
             return None
         reader = getattr(parser, "_reader", None)
         stream = getattr(connection, "_reader", None)
-        if reader is None or not isinstance(stream, asyncio.StreamReader):
+        writer = getattr(connection, "_writer", None)
+        if (
+            reader is None
+            or not isinstance(stream, asyncio.StreamReader)
+            or not isinstance(writer, asyncio.StreamWriter)
+        ):
             return None
-        return cls(reader, stream)
+        return cls(reader, stream, writer)
+
+    async def send(self, packed: list[bytes]) -> None:
+        """Write commands (packed), under the caller's timeout: redis-py's own write wraps
+        each in ``asyncio.wait_for``, a task of its own per write."""
+        self._writer.writelines(packed)
+        await self._writer.drain()
 
     def ready(self) -> Iterator[Any]:
         """Every reply already read in full (none: :meth:`fill` first)."""
