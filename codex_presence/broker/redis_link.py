@@ -43,9 +43,9 @@ has no second primary to wait for: its reports fail at once (503).
 Connections. The script calls of one event-loop tick go out together, one pipeline on one
 connection (:mod:`~.redis_batch`: a report's round trip is shared, not paid alone). Each
 batch takes a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the subscription's
-included) and waits at most the command timeout for one: when Redis stalls, the batches in
-flight queue for a connection and their reports get 503, instead of each opening a
-connection of its own.
+included; one an earlier batch kept, if any) and waits at most the command timeout for
+one: when Redis stalls, the batches in flight queue for a connection and their reports get
+503, instead of each opening a connection of its own.
 
 What a client is told when Redis fails says which kind of failure (unreachable, or a
 refusal: an error answered by Redis) and what was not done; Redis's own words, which may
@@ -95,6 +95,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from codex_presence.broker.redis_batch import ScriptBatch
+from codex_presence.broker.redis_replies import Replies
 from codex_presence.broker.redis_sentinel import (
     SENTINEL_SCHEMES,
     parse_sentinel_url,
@@ -348,6 +349,7 @@ class RedisLink:
 
     async def _connected(self, ready: Callable[[], None]) -> None:
         """One connection, from subscribing to its failure (raised)."""
+        await self._batch.reset()  # after an outage: no connection to what went away
         async with self.client.pubsub() as pubsub:
             with anyio.fail_after(self._timeout):
                 await pubsub.subscribe(self.channel)
@@ -382,23 +384,34 @@ class RedisLink:
             scope.cancel()
 
     async def _listen(self, pubsub: Any) -> None:
-        listeners = self._listeners
-        async for message in pubsub.listen():
-            if message.get("type") != "message":
-                continue
-            try:
-                event = orjson.loads(message["data"])
-            except orjson.JSONDecodeError:
-                logger.warning("redis: an event that is not JSON on %s", self.channel)
-                continue
-            if not isinstance(event, list) or len(event) < 2:
-                continue
-            for listener in listeners:
-                try:
-                    listener.on_event(event)
-                except Exception:  # an event of another version, or a bug: never fatal
-                    logger.warning("redis: could not apply the event %r", event, exc_info=True)
+        replies = Replies.of(pubsub.connection)
+        if replies is None:  # not a connection :mod:`~.redis_replies` reads: redis-py's way
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    self._deliver(message["data"])
+        else:  # every message that one read of the socket brought, at once
+            deliver = self._deliver
+            while True:
+                for reply in replies.ready():
+                    if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
+                        deliver(reply[2])
+                await replies.fill()
         raise RedisConnectionError("the subscription ended")
+
+    def _deliver(self, data: bytes) -> None:
+        """One message of the team's channel, to every listener."""
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            logger.warning("redis: an event that is not JSON on %s", self.channel)
+            return
+        if not isinstance(event, list) or len(event) < 2:
+            return
+        for listener in self._listeners:
+            try:
+                listener.on_event(event)
+            except Exception:  # an event of another version, or a bug: never fatal
+                logger.warning("redis: could not apply the event %r", event, exc_info=True)
 
     def _up(self) -> None:
         self._backoff.reset()

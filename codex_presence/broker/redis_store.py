@@ -219,7 +219,8 @@ class RedisStore:
             [name, state.value, self._ttl_ms, now_ms],
             doing="the report was not recorded; send it again",
         )
-        self._say_lost(lost, replaced=True)
+        if lost:
+            self._say_lost(lost, replaced=True)
         return self._apply_report(orjson.loads(event))
 
     def bind(self, name: str, session: str) -> None:
@@ -407,13 +408,14 @@ class RedisStore:
         """Apply a report's event (ours or another broker's) unless a later one was
         applied already; whether the activity shown changed."""
         seq, _, name, state, ttl_ms, since, created, seen = event
-        if name not in self._known:
-            return False
-        self._merge_meta(name, created, seen)
-        self._refresh(name)
-        if seq <= self._activity_seq.get(name, 0):
+        if name not in self._known or seq <= self._activity_seq.get(name, 0):
+            # the later report applied carried times at least as wide (Redis merges them
+            # with min/max): nothing to merge either. Each report comes here twice, from
+            # its script's reply and its echo on the channel, whichever is first.
             return False
         self._activity_seq[name] = seq
+        self._merge_meta(name, created, seen)
+        self._refresh(name)
         return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
 
     def _touched(self, name: str, created: int, seen: int) -> None:
