@@ -292,7 +292,7 @@ def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
 
     make_and_die = (
         "import os, signal, sys; from codex_presence.agent.tui.sockets import private_directory; "
-        "(private_directory([sys.argv[1]]) / 'app-server.sock').touch(); "
+        "open(os.path.join(private_directory([sys.argv[1]]), 'app-server.sock'), 'w'); "
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
     killed = subprocess.run(
@@ -311,7 +311,7 @@ def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
     elsewhere.mkdir()
     link = tmp_path / f"codex-presence-{gone.pid}-symlinkk"
     link.symlink_to(elsewhere)
-    made = private_directory([str(tmp_path)])
+    made = Path(private_directory([str(tmp_path)]))
     assert made.name.startswith(f"codex-presence-{os.getpid()}-")
     assert left.exists()  # not before the TUI's spawn: the session sweeps once it runs
     sweep_beside(made)

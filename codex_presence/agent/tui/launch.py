@@ -47,7 +47,6 @@ TYPE_CHECKING = False  # typing is not loaded before the children run
 if TYPE_CHECKING:
     import socket
     from collections.abc import Mapping, Sequence
-    from pathlib import Path
 
     from codex_presence.agent.child import Child
     from codex_presence.agent.tui.terminal import SavedTerminal
@@ -83,7 +82,7 @@ class TuiLaunch:
         """When the launch began (CLOCK_MONOTONIC): the session's t = 0."""
         self.signals = signals
         """The TUI's signals, forwarded from the start (:func:`launch_tui`)."""
-        self.directory: Path | None = None
+        self.directory: str | None = None
         """The private directory of the two sockets."""
         self.listener: socket.socket | None = None
         """OUTER, listening."""
@@ -98,14 +97,14 @@ class TuiLaunch:
         """Whether :attr:`error` is the sockets' (else a child's)."""
 
     @property
-    def inner(self) -> Path:
+    def inner(self) -> str:
         assert self.directory is not None
-        return self.directory / APP_SERVER_SOCKET
+        return os.path.join(self.directory, APP_SERVER_SOCKET)
 
     @property
-    def outer(self) -> Path:
+    def outer(self) -> str:
         assert self.directory is not None
-        return self.directory / TUI_SOCKET
+        return os.path.join(self.directory, TUI_SOCKET)
 
 
 def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> TuiLaunch:
@@ -118,7 +117,6 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
     launch = TuiLaunch(command, signals)
     try:
         launch.directory = private_directory()
-        launch.listener = listen(launch.outer)
     except OSError as exc:
         launch.error, launch.sockets_failed = exc, True
         return launch
@@ -135,12 +133,13 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
             death_signal=signal.SIGTERM,
         )
         signals.attach(launch.tui)
+        server, server_env = _app_server(command[0], dict(os.environ if env is None else env))
         launch.app_server = spawn(
-            [command[0], "app-server", "--listen", f"unix://{launch.inner}"],
+            [server, "app-server", "--listen", f"unix://{launch.inner}"],
             stdin=null,
             stdout=output,
             stderr=output,
-            env=env,
+            env=server_env,
             own_session=True,
         )
         launch.output_fd, read_output = read_output, -1
@@ -151,7 +150,21 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
         os.close(output)
         if read_output >= 0:
             os.close(read_output)
+    if launch.error is None:
+        try:  # the TUI connects half a second or more from now
+            launch.listener = listen(launch.outer)
+        except OSError as exc:
+            launch.error, launch.sockets_failed = exc, True
     return launch
+
+
+def _app_server(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """What runs the app-server: npm's launcher ``program``'s native codex directly, with
+    the environment the launcher would give it, when that is certain
+    (:func:`~codex_presence.agent.tui.native.native_codex`); else ``program`` itself."""
+    from codex_presence.agent.tui.native import native_codex
+
+    return native_codex(program, env) or (program, env)
 
 
 _AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"

@@ -113,7 +113,7 @@ class TuiSession:
         self._start = launch.started if clock is time.monotonic else clock()
         """The launch's moment: the recording's t = 0 is the spawn of the children."""
         self._output: deque[str] = deque(maxlen=_LAST_OUTPUT_LINES)
-        self.directory = launch.directory
+        self.directory = None if launch.directory is None else Path(launch.directory)
         """The private directory of the two sockets (for tests and debugging)."""
         self.relay: WsRelay | None = None
         self._listener = launch.listener
@@ -176,12 +176,13 @@ class TuiSession:
 
     async def _not_launched(self) -> int:
         """Say why the launch failed (once the log is set up: the launch logs nothing); a TUI
-        that did start (its app-server could not) is ended; the exit status."""
+        that did start (its app-server, or OUTER, could not) is ended; the exit status."""
         error, tui = self.launch.error, self._tui
-        if error is not None and self.launch.sockets_failed:
+        if error is not None and self.launch.sockets_failed:  # (OUTER: after the spawns)
             logger.error("cannot make the session's sockets: %s", said(error))
-            return 1
-        status = cannot_run(self.launch.command, error) if error is not None else 1
+            status = 1
+        else:
+            status = cannot_run(self.launch.command, error) if error is not None else 1
         if tui is not None and tui.poll() is None:
             await self._end_tui(tui)
             if self._terminal is not None:
