@@ -229,12 +229,12 @@ SPAWN_SPY = """\
 import os, sys
 import codex_presence.agent.tui.launch as launch
 
-def spy(command, env=None):
+def spy(*args, **kwargs):  # the TUI's spawn
     sys.stdout.write(" ".join(sorted(sys.modules)))
     sys.stdout.flush()
     os._exit(0)
 
-launch.launch_tui = spy
+launch.spawn = spy
 from codex_presence.cli.main import main
 main(["codex", "--", "codex"])
 """
@@ -244,7 +244,9 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
     """Issue 27: what ``codex-presence codex`` loads before its spawn delays the TUI's first
     paint one for one. At the launch, none of the session's heavy parts are loaded: not the
     log, nor typing, anyio, the mapping (jsonrpcserver, jsonschema), the relay (wsproto) or
-    the broker's client (httpx)."""
+    the broker's client (httpx); nor the sockets' modules (socket, pathlib with
+    urllib.parse, tempfile, shutil): the directory is made with ``os``, OUTER bound after
+    the spawn."""
     out = subprocess.run(
         [sys.executable, "-c", SPAWN_SPY], capture_output=True, text=True, timeout=30, check=True
     )
@@ -261,6 +263,10 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
         "httpx",
         "codex_presence.core.codex.mapping",
         "codex_presence.agent.tui.session",
+        "socket",
+        "pathlib",
+        "tempfile",
+        "shutil",
     }
     assert loaded & slow == set()
 
