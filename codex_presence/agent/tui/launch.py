@@ -1,36 +1,41 @@
 """The start of ``codex-presence codex``: the TUI and its app-server spawned before anything
 slow is loaded (issue 27).
 
-A person sees the TUI's first paint once the TUI has started, connected and heard from the
-app-server; everything of ours before the TUI's spawn adds to that one for one. So this
-module, and everything :func:`launch_tui` needs, is what runs before the spawn: the
-standard library, the children (:mod:`codex_presence.agent.child`) and the sockets
-(:mod:`.sockets`). No ``logging`` (an error is kept, and said once the log is set up) and
-no ``typing``; the session (anyio, the mapping with jsonrpcserver, the relay) loads after
-it, while the TUI starts (:mod:`.session`), behind the TUI (:func:`load_behind_the_tui`).
+A person sees the TUI's first paint once the TUI has started; everything of ours before the
+TUI's spawn adds to that one for one. So this module, and everything :func:`launch_tui`
+needs before the spawn, is ``os`` and little else: the children
+(:mod:`codex_presence.agent.child`) and the sockets' directory (:mod:`.sockets`). No
+``logging`` (an error is kept, and said once the log is set up), no ``typing``, no
+``socket`` or ``pathlib``; the session (anyio, the mapping with jsonrpcserver, the relay)
+loads after it, while the TUI starts (:mod:`.session`), behind the TUI
+(:func:`load_behind_the_tui`).
 
 The order, each step as soon as the one before it:
 
 1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are the TUI's: a
    handler that passes them on, kept until the TUI is there.
-2. OUTER listening: 0600, in a private 0700 directory (:mod:`.sockets`). The TUI exits at
-   once when its socket is missing or refuses; this one accepts from the start (the kernel
-   queues the connection until the relay serves it).
+2. A private 0700 directory for the two sockets (:mod:`.sockets`).
 3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
    if a signal ends it), in our process group (the terminal's foreground group, which a
    program reading the terminal must be in), sent SIGTERM if we die, and a second later
    killed with its tree. The TUI first: its own start (config, a connection half a second
    later) is the longest way to its first paint; the app-server needs less, and is only
    needed once the TUI connects.
-4. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
-   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
-   session's) and environment, killed with its whole tree if we die, however we die (its
-   watchdog: :func:`~codex_presence.agent.child.spawn`). In a session of its own: a server
-   has no business with the terminal, and where Linux groups CPU time by session
-   (autogroup, on by default) its start takes no CPU from the TUI's, as a plain ``codex``
-   whose app-server is a daemon started earlier (issue 27: in the same session it cost
-   the TUI's first paint hundreds of milliseconds on a busy machine). Its output goes to a
-   pipe (read into our log by the session), never to the terminal the TUI draws on.
+4. ``CODEX app-server --listen unix://INNER``: the TUI command's own program, in our
+   working directory (the TUI starts its threads with ``cwd: null``: the server's
+   directory is the session's) and environment, killed with its whole tree if we die,
+   however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Where CODEX
+   is npm's node launcher and what it would run is certain, that native binary, with the
+   environment the launcher would give it (:mod:`.native`: node's start is 110-120 ms of
+   CPU beside the TUI's). In a session of its own: a server has no business with the
+   terminal, and where Linux groups CPU time by session (autogroup, on by default) its
+   start takes no CPU from the TUI's, as a plain ``codex`` whose app-server is a daemon
+   started earlier. Its output goes to a pipe (read into our log by the session), never
+   to the terminal the TUI draws on.
+5. OUTER listening: 0600. The TUI exits at once when its socket is missing or refuses,
+   but connects half a second or more after its start; from here the socket accepts (the
+   kernel queues the connection until the relay serves it). If it cannot be made, the
+   session ends the TUI and says so.
 """
 
 from __future__ import annotations
