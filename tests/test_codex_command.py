@@ -7,6 +7,7 @@ the terminal, the recording. What the real TUI does through the command is
 
 from __future__ import annotations
 
+import errno
 import os
 import pty
 import select
@@ -283,6 +284,39 @@ def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) 
     server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
     assert tui["sid"] == proc.pid  # the session codex-presence leads here
     assert server["sid"] == server["pid"] != proc.pid
+
+
+def test_when_outer_cannot_listen_after_the_spawns_the_tui_is_ended_and_it_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """OUTER is bound after the TUI's spawn (issue 27: ``socket`` is not loaded before it);
+    a bind that fails then ends the TUI and its app-server, said in one line, status 1."""
+    import anyio
+
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui import launch as tui
+    from codex_presence.agent.tui.session import TuiSession
+
+    def cannot_listen(path: str) -> None:
+        raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE), path)
+
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\nexec sleep 30\n")
+    codex.chmod(0o755)
+    monkeypatch.setattr(tui, "listen", cannot_listen)
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    try:
+        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+        assert launch.tui is not None and launch.app_server is not None
+        assert anyio.run(TuiSession(launch).run) == 1
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert launch.tui.returncode is not None and launch.app_server.returncode is not None
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage().startswith("cannot make the session's sockets: ")
+    assert record.getMessage().endswith("tui.sock: Address already in use")
+    assert not Path(launch.outer).parent.exists()
 
 
 def test_the_socket_directory_of_a_killed_session_is_swept_at_the_next_start() -> None:
