@@ -319,6 +319,60 @@ def test_when_outer_cannot_listen_after_the_spawns_the_tui_is_ended_and_it_says_
     assert not Path(launch.outer).parent.exists()
 
 
+def _autogroup_nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def _autogrouped() -> bool:
+    flag = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    return flag.exists() and flag.read_text().strip() == "1"
+
+
+def test_the_app_server_yields_the_cpu_to_the_tui_from_its_spawn(tmp_path: Path) -> None:
+    """Issue 27: the app-server's start ran beside the TUI's with as large a CPU share (its
+    own session's autogroup); the TUI's threads waited twice as long for a CPU as plain
+    codex's. From its spawn its session has the lowest weight (where the kernel groups by
+    session; elsewhere nothing changes)."""
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui import launch as tui
+
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\nexec sleep 30\n")
+    codex.chmod(0o755)
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    try:
+        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+        assert launch.error is None and launch.app_server is not None
+        assert launch.app_server_yields == _autogrouped()
+        assert _autogroup_nice(launch.app_server.pid) == (19 if _autogrouped() else 0)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        for child in (launch.tui, launch.app_server):
+            if child is not None:
+                child.kill()
+                child.wait(5)
+                child.release()
+        if launch.listener is not None:
+            launch.listener.close()
+        if launch.output_fd >= 0:
+            os.close(launch.output_fd)
+
+
+def test_once_the_tui_connects_the_app_server_has_its_share_again(setup: Setup) -> None:
+    """The TUI has painted when it connects; from then the app-server answers it, with the
+    CPU weight of any other session."""
+    setup.env["FAKE_TUI"] = "wait"
+    proc = setup.run(stderr=subprocess.PIPE)
+    try:
+        server = setup.first("app-server", "pid")
+        setup.first("tui", "received")  # connected, through the relay
+        eventually(lambda: _autogroup_nice(server) == 0, what="the app-server's share back")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+
+
 def test_the_socket_directory_of_a_killed_session_is_swept_at_the_next_start() -> None:
     """After SIGKILL, the session's socket directory stayed in the temporary directory for
     good. The next session's start removes it: ours (same uid), its owner gone; never a

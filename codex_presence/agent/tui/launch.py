@@ -30,8 +30,11 @@ The order, each step as soon as the one before it:
    CPU beside the TUI's). In a session of its own: a server has no business with the
    terminal, and where Linux groups CPU time by session (autogroup, on by default) its
    start takes no CPU from the TUI's, as a plain ``codex`` whose app-server is a daemon
-   started earlier. Its output goes to a pipe (read into our log by the session), never
-   to the terminal the TUI draws on.
+   started earlier. Its session's share (autogroup) gets the lowest weight (nice 19)
+   until the TUI connects, when the session gives it back (:func:`set_autogroup_nice`):
+   the TUI's own start, which the first paint waits for, comes first, and the app-server
+   needs to listen only once the TUI connects. Its output goes to a pipe (read into our
+   log by the session), never to the terminal the TUI draws on.
 5. OUTER listening: 0600. The TUI exits at once when its socket is missing or refuses,
    but connects half a second or more after its start; from here the socket accepts (the
    kernel queues the connection until the relay serves it). If it cannot be made, the
@@ -69,6 +72,7 @@ class TuiLaunch:
 
     __slots__ = (
         "app_server",
+        "app_server_yields",
         "command",
         "directory",
         "error",
@@ -100,6 +104,9 @@ class TuiLaunch:
         """Why the sockets could not be made, or a child could not be run."""
         self.sockets_failed = False
         """Whether :attr:`error` is the sockets' (else a child's)."""
+        self.app_server_yields = False
+        """Whether the app-server's session (autogroup) was given the lowest CPU weight
+        until the TUI connects (see :func:`launch_tui`; the session gives it back)."""
 
     @property
     def inner(self) -> str:
@@ -148,6 +155,9 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
             own_session=True,
         )
         launch.output_fd, read_output = read_output, -1
+        launch.app_server_yields = _autogrouped() and set_autogroup_nice(
+            launch.app_server.pid, _YIELDING_NICE
+        )
     except OSError as exc:
         launch.error = exc
     finally:
@@ -173,6 +183,23 @@ def _app_server(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]
 
 
 _AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
+_YIELDING_NICE = 19
+
+
+def set_autogroup_nice(pid: int, nice: int) -> bool:
+    """Give the autogroup of ``pid`` (its session's share of the CPU, where the kernel
+    groups CPU time by session) the weight of ``nice`` (0 to 19: no privilege needed);
+    whether it was done. The kernel refuses an unprivileged user more than one such
+    change a tenth of a second, system-wide (EAGAIN): raised, for a caller that must
+    retry."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as group:
+            group.write(str(nice))
+    except BlockingIOError:
+        raise
+    except OSError:
+        return False
+    return True
 
 
 def load_behind_the_tui(modules: Sequence[str]) -> None:
