@@ -411,3 +411,38 @@ def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
     sweep_beside(made)
     assert not left.exists()
     assert sorted(tmp_path.iterdir()) == sorted([live, foreign, elsewhere, link, made])
+
+
+def test_when_the_kernel_refuses_to_lower_its_share_the_app_server_runs_as_before(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An unprivileged user may change an autogroup's weight once a tenth of a second,
+    system-wide (EAGAIN): the launch goes on, the app-server keeps its share."""
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui import launch as tui
+
+    def refused(pid: int, nice: int) -> bool:
+        raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(tui, "set_autogroup_nice", refused)
+    monkeypatch.setattr(tui, "_autogrouped", lambda: True)  # as where the kernel has it
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\nexec sleep 30\n")
+    codex.chmod(0o755)
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    try:
+        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+        assert launch.error is None and launch.listener is not None
+        assert launch.app_server is not None and not launch.app_server_yields
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        for child in (launch.tui, launch.app_server):
+            if child is not None:
+                child.kill()
+                child.wait(5)
+                child.release()
+        if launch.listener is not None:
+            launch.listener.close()
+        if launch.output_fd >= 0:
+            os.close(launch.output_fd)

@@ -155,9 +155,7 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
             own_session=True,
         )
         launch.output_fd, read_output = read_output, -1
-        launch.app_server_yields = _autogrouped() and set_autogroup_nice(
-            launch.app_server.pid, _YIELDING_NICE
-        )
+        launch.app_server_yields = _autogrouped() and _yield(launch.app_server.pid)
     except OSError as exc:
         launch.error = exc
     finally:
@@ -184,6 +182,15 @@ def _app_server(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]
 
 _AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
 _YIELDING_NICE = 19
+
+
+def _yield(pid: int) -> bool:
+    """The lowest CPU weight for ``pid``'s session; whether it was given (the kernel's rate
+    limit is not waited out: the TUI's start would wait with it)."""
+    try:
+        return set_autogroup_nice(pid, _YIELDING_NICE)
+    except BlockingIOError:
+        return False
 
 
 def set_autogroup_nice(pid: int, nice: int) -> bool:
