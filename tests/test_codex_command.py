@@ -7,6 +7,7 @@ the terminal, the recording. What the real TUI does through the command is
 
 from __future__ import annotations
 
+import errno
 import os
 import pty
 import select
@@ -229,12 +230,12 @@ SPAWN_SPY = """\
 import os, sys
 import codex_presence.agent.tui.launch as launch
 
-def spy(command, env=None):
+def spy(*args, **kwargs):  # the TUI's spawn
     sys.stdout.write(" ".join(sorted(sys.modules)))
     sys.stdout.flush()
     os._exit(0)
 
-launch.launch_tui = spy
+launch.spawn = spy
 from codex_presence.cli.main import main
 main(["codex", "--", "codex"])
 """
@@ -244,7 +245,9 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
     """Issue 27: what ``codex-presence codex`` loads before its spawn delays the TUI's first
     paint one for one. At the launch, none of the session's heavy parts are loaded: not the
     log, nor typing, anyio, the mapping (jsonrpcserver, jsonschema), the relay (wsproto) or
-    the broker's client (httpx)."""
+    the broker's client (httpx); nor the sockets' modules (socket, pathlib with
+    urllib.parse, tempfile, shutil): the directory is made with ``os``, OUTER bound after
+    the spawn."""
     out = subprocess.run(
         [sys.executable, "-c", SPAWN_SPY], capture_output=True, text=True, timeout=30, check=True
     )
@@ -261,6 +264,10 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
         "httpx",
         "codex_presence.core.codex.mapping",
         "codex_presence.agent.tui.session",
+        "socket",
+        "pathlib",
+        "tempfile",
+        "shutil",
     }
     assert loaded & slow == set()
 
@@ -279,6 +286,93 @@ def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) 
     assert server["sid"] == server["pid"] != proc.pid
 
 
+def test_when_outer_cannot_listen_after_the_spawns_the_tui_is_ended_and_it_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """OUTER is bound after the TUI's spawn (issue 27: ``socket`` is not loaded before it);
+    a bind that fails then ends the TUI and its app-server, said in one line, status 1."""
+    import anyio
+
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui import launch as tui
+    from codex_presence.agent.tui.session import TuiSession
+
+    def cannot_listen(path: str) -> None:
+        raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE), path)
+
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\nexec sleep 30\n")
+    codex.chmod(0o755)
+    monkeypatch.setattr(tui, "listen", cannot_listen)
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    try:
+        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+        assert launch.tui is not None and launch.app_server is not None
+        assert anyio.run(TuiSession(launch).run) == 1
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert launch.tui.returncode is not None and launch.app_server.returncode is not None
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage().startswith("cannot make the session's sockets: ")
+    assert record.getMessage().endswith("tui.sock: Address already in use")
+    assert not Path(launch.outer).parent.exists()
+
+
+def _autogroup_nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def _autogrouped() -> bool:
+    flag = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    return flag.exists() and flag.read_text().strip() == "1"
+
+
+def test_the_app_server_yields_the_cpu_to_the_tui_from_its_spawn(tmp_path: Path) -> None:
+    """Issue 27: the app-server's start ran beside the TUI's with as large a CPU share (its
+    own session's autogroup); the TUI's threads waited twice as long for a CPU as plain
+    codex's. From its spawn its session has the lowest weight (where the kernel groups by
+    session; elsewhere nothing changes)."""
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui import launch as tui
+
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\nexec sleep 30\n")
+    codex.chmod(0o755)
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    try:
+        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+        assert launch.error is None and launch.app_server is not None
+        assert launch.app_server_yields == _autogrouped()
+        assert _autogroup_nice(launch.app_server.pid) == (19 if _autogrouped() else 0)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        for child in (launch.tui, launch.app_server):
+            if child is not None:
+                child.kill()
+                child.wait(5)
+                child.release()
+        if launch.listener is not None:
+            launch.listener.close()
+        if launch.output_fd >= 0:
+            os.close(launch.output_fd)
+
+
+def test_once_the_tui_connects_the_app_server_has_its_share_again(setup: Setup) -> None:
+    """The TUI has painted when it connects; from then the app-server answers it, with the
+    CPU weight of any other session."""
+    setup.env["FAKE_TUI"] = "wait"
+    proc = setup.run(stderr=subprocess.PIPE)
+    try:
+        server = setup.first("app-server", "pid")
+        setup.first("tui", "received")  # connected, through the relay
+        eventually(lambda: _autogroup_nice(server) == 0, what="the app-server's share back")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+
+
 def test_the_socket_directory_of_a_killed_session_is_swept_at_the_next_start() -> None:
     """After SIGKILL, the session's socket directory stayed in the temporary directory for
     good. The next session's start removes it: ours (same uid), its owner gone; never a
@@ -292,7 +386,7 @@ def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
 
     make_and_die = (
         "import os, signal, sys; from codex_presence.agent.tui.sockets import private_directory; "
-        "(private_directory([sys.argv[1]]) / 'app-server.sock').touch(); "
+        "open(os.path.join(private_directory([sys.argv[1]]), 'app-server.sock'), 'w'); "
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
     killed = subprocess.run(
@@ -311,9 +405,44 @@ def _the_socket_directory_of_a_killed_session_is_swept(tmp_path: Path) -> None:
     elsewhere.mkdir()
     link = tmp_path / f"codex-presence-{gone.pid}-symlinkk"
     link.symlink_to(elsewhere)
-    made = private_directory([str(tmp_path)])
+    made = Path(private_directory([str(tmp_path)]))
     assert made.name.startswith(f"codex-presence-{os.getpid()}-")
     assert left.exists()  # not before the TUI's spawn: the session sweeps once it runs
     sweep_beside(made)
     assert not left.exists()
     assert sorted(tmp_path.iterdir()) == sorted([live, foreign, elsewhere, link, made])
+
+
+def test_when_the_kernel_refuses_to_lower_its_share_the_app_server_runs_as_before(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An unprivileged user may change an autogroup's weight once a tenth of a second,
+    system-wide (EAGAIN): the launch goes on, the app-server keeps its share."""
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui import launch as tui
+
+    def refused(pid: int, nice: int) -> bool:
+        raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(tui, "set_autogroup_nice", refused)
+    monkeypatch.setattr(tui, "_autogrouped", lambda: True)  # as where the kernel has it
+    codex = tmp_path / "codex"
+    codex.write_text("#!/bin/sh\nexec sleep 30\n")
+    codex.chmod(0o755)
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    try:
+        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+        assert launch.error is None and launch.listener is not None
+        assert launch.app_server is not None and not launch.app_server_yields
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        for child in (launch.tui, launch.app_server):
+            if child is not None:
+                child.kill()
+                child.wait(5)
+                child.release()
+        if launch.listener is not None:
+            launch.listener.close()
+        if launch.output_fd >= 0:
+            os.close(launch.output_fd)

@@ -315,6 +315,28 @@ def test_a_command_that_does_not_exist() -> None:
     assert b"cannot run /nonexistent/codex" in err
 
 
+def test_the_command_is_looked_up_on_path_as_execvpe_does(tmp_path: Path) -> None:
+    """The watchdog starts the command with posix_spawn (issue 27), looking it up itself:
+    as ``execvpe``, a file of that name it cannot run is passed over for a later one, and
+    with none it can run the status is 126 (found, not runnable), not 127."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    for directory in (first, second):
+        directory.mkdir()
+    (first / "tool").write_text("#!/bin/sh\necho first\n")  # not executable
+    (second / "tool").write_text("#!/bin/sh\necho second\n")
+    (second / "tool").chmod(0o755)
+    env = {**clean_env(), "PATH": f"{tmp_path / 'none'}:{first}:{second}:/usr/bin:/bin"}
+    ran = subprocess.run(
+        [*WRAP, "--quiet", "--", "tool"], env=env, capture_output=True, timeout=30, check=False
+    )
+    assert (ran.returncode, ran.stdout) == (0, b"second\n"), ran.stderr
+    (second / "tool").chmod(0o644)
+    ran = subprocess.run(
+        [*WRAP, "--quiet", "--", "tool"], env=env, capture_output=True, timeout=30, check=False
+    )
+    assert ran.returncode == 126 and b"cannot run tool: Permission denied" in ran.stderr
+
+
 SIGNAL_CHILD = r"""
 import os, signal, sys, time
 def on(signum, frame):

@@ -14,33 +14,60 @@ start sweeps the ones of the same prefix, in the same base, that are ours to swe
 A name without a pid (made by an older version) is left alone: its owner cannot be told.
 
 Standard library only, and no logging until there is something to say: ``codex`` makes its
-sockets' directory before it spawns the TUI, and sweeps once the TUI runs.
+sockets' directory before it spawns the TUI (:func:`new_owned_directory`: ``os`` alone, not
+even :mod:`pathlib` or :mod:`tempfile`), and sweeps once the TUI runs.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
-from pathlib import Path
 
-__all__ = ["make_owned_directory", "owner_alive", "sweep_leftovers"]
+TYPE_CHECKING = False  # typing is not loaded before the TUI's spawn
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["make_owned_directory", "new_owned_directory", "owner_alive", "sweep_leftovers"]
+
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+"""The random part of a directory's name is drawn from these (:mod:`tempfile`'s)."""
+_ATTEMPTS = 100
+
+
+def new_owned_directory(prefix: str, base: str) -> str:
+    """A new 0700 directory ``<base>/<prefix><our pid>-<8 random characters>`` (no sweep),
+    as :func:`tempfile.mkdtemp` makes it, with ``os`` alone. Raises OSError."""
+    for _ in range(_ATTEMPTS):
+        suffix = "".join(_NAME_CHARACTERS[b % len(_NAME_CHARACTERS)] for b in os.urandom(8))
+        path = os.path.join(base, f"{prefix}{os.getpid()}-{suffix}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return os.path.abspath(path)
+    raise FileExistsError(f"{base}: no free name for {prefix}{os.getpid()}-*")
 
 
 def make_owned_directory(prefix: str, base: str | None = None, *, sweep: bool = True) -> Path:
     """A new 0700 directory ``<base>/<prefix><our pid>-<random>``, once the leftovers of
     ``prefix`` in ``base`` (default: the temporary directory) are swept (``sweep=False``:
     the caller sweeps later, off its start). Raises OSError."""
+    import tempfile
+    from pathlib import Path
+
     if sweep:
         sweep_leftovers(prefix, base)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
+    return Path(new_owned_directory(prefix, base if base is not None else tempfile.gettempdir()))
 
 
 def sweep_leftovers(prefix: str, base: str | None = None) -> list[Path]:
     """Remove the directories of ``prefix`` in ``base`` whose owner is gone (see the module
     doc); the ones removed. Never raises: a sweep that cannot be done is not our start's
     business."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     base_dir = Path(base if base is not None else tempfile.gettempdir())
     removed: list[Path] = []
     try:

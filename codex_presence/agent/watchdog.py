@@ -23,6 +23,7 @@ status>`` when it ends.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -124,14 +125,16 @@ def run(plan: Plan) -> NoReturn:
         except OSError as exc:
             _say(plan.reports, b"E %d\n" % (exc.errno or 0))
             os._exit(0)
-        # The command first, its start being the one that counts; then the subreaper (a
-        # descendant orphaned later, however much later, is re-parented to us).
+        # The command first, its start being the one that counts, and said at once (wrap
+        # waits for it to go on: the codex TUI's app-server is spawned next); then the
+        # subreaper (a descendant orphaned later, however much later, is re-parented to
+        # us), whose ctypes takes milliseconds to load.
+        _say(plan.reports, b"P %d\n" % pid)
         prctl = load_prctl()
         if prctl is not None:
             prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for fd in {plan.stdin, plan.stdout, plan.stderr} - {2}:
             os.close(fd)
-        _say(plan.reports, b"P %d\n" % pid)
         if _watch(pid, plan, wake_r) and plan.death_signal != signal.SIGKILL:
             _ask_to_end(pid, plan, wake_r)
         _kill_tree()
@@ -163,42 +166,55 @@ def _keep_only(*keep: int) -> None:
 
 
 def _start(plan: Plan) -> int:
-    """Fork and exec the command (in its own process group, unless ``plan.own_group`` is
-    False; in its own session with ``plan.own_session``), ``plan.stdin``/``stdout`` as its
-    0 and 1; OSError if it cannot be run (its errno comes back over a close-on-exec pipe)."""
-    errors_r, errors_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 127
+    """Start the command (in its own process group, unless ``plan.own_group`` is False; in
+    its own session with ``plan.own_session``), ``plan.stdin``/``stdout``/``stderr`` as its
+    0, 1 and 2, the signals Python ignores back to their defaults; OSError if it cannot be
+    run. With ``posix_spawn`` (a vfork and an exec): a second fork of this Python process,
+    its page tables copied, took milliseconds more before the command's start (issue 27).
+    ``plan.command[0]`` is looked up on ``plan.env``'s ``PATH``, as ``execvpe`` does."""
+    descriptors = [
+        (os.POSIX_SPAWN_DUP2, plan.stdin, 0),
+        (os.POSIX_SPAWN_DUP2, plan.stdout, 1),
+        (os.POSIX_SPAWN_DUP2, plan.stderr, 2),
+    ]
+    group = 0 if plan.own_group and not plan.own_session else None  # (a leader cannot setsid)
+    program = plan.command[0]
+    if os.sep in program:
+        candidates = [program]
+    else:
+        candidates = [os.path.join(d, program) for d in os.get_exec_path(plan.env)]
+    # execvpe's search: each place in turn, the first error other than "not here" if none
+    # runs. A place where nothing is (a stat) is passed over without a spawn: each spawn
+    # that fails is a process made for nothing.
+    last: OSError = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    saved: OSError | None = None
+    for candidate in candidates:
+        if not os.path.lexists(candidate):
+            continue
         try:
-            if plan.own_session:
-                os.setsid()
-            elif plan.own_group:
-                os.setpgid(0, 0)
-            for signum in _RESTORED:
-                signal.signal(signum, signal.SIG_DFL)
-            os.dup2(plan.stdin, 0)
-            os.dup2(plan.stdout, 1)
-            os.dup2(plan.stderr, 2)
-            os.execvpe(plan.command[0], plan.command, plan.env)
+            if group is None:  # posix_spawn takes no None for "not set"
+                return os.posix_spawn(
+                    candidate,
+                    plan.command,
+                    plan.env,
+                    file_actions=descriptors,
+                    setsid=plan.own_session,
+                    setsigdef=_RESTORED,
+                )
+            return os.posix_spawn(
+                candidate,
+                plan.command,
+                plan.env,
+                file_actions=descriptors,
+                setpgroup=group,
+                setsigdef=_RESTORED,
+            )
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
         except OSError as exc:
-            with suppress(OSError):
-                os.write(errors_w, b"%d" % (exc.errno or 0))
-        finally:
-            os._exit(code)
-    os.close(errors_w)
-    if plan.own_group and not plan.own_session:  # (a group leader could not setsid)
-        with suppress(OSError):
-            os.setpgid(pid, pid)  # also here: no window in which wrap's killpg misses it
-    failure = b""
-    while data := os.read(errors_r, 64):
-        failure += data
-    os.close(errors_r)
-    if failure:
-        os.waitpid(pid, 0)
-        code = int(failure)
-        raise OSError(code, os.strerror(code))
-    return pid
+            last = exc
+            saved = saved or exc
+    raise saved or last
 
 
 def _say(fd: int, line: bytes) -> None:

@@ -98,20 +98,20 @@ class UsageError(Exception):
     """A bad option value; reported on one line with exit status 2."""
 
 
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@")
-_SECRET_PARAMETER = re.compile(
-    r"([?&;][^\s=&;#]*(?:pass|secret|token|key)[^\s=&;#]*=)[^\s&;#]*", re.IGNORECASE
-)
-_TOKEN = re.compile(r"\bcp_[A-Za-z0-9_-]{8,}")
+# What masked() hides; compiled on first use (re's cache), not at every start: wrap and codex
+# run this module before their child's spawn.
+_URL_PASSWORD = r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
+_SECRET_PARAMETER = r"(?i)([?&;][^\s=&;#]*(?:pass|secret|token|key)[^\s=&;#]*=)[^\s&;#]*"
+_TOKEN = r"\bcp_[A-Za-z0-9_-]{8,}"
 
 
 def masked(text: str) -> str:
     """``text`` (what the command line did not understand, echoed back) without the
     secrets it may hold: a URL's password (``scheme://user:***@host``), the value of a
     query parameter named like a secret (``?password=***``), a member token."""
-    text = _URL_PASSWORD.sub(r"\1:***@", text)
-    text = _SECRET_PARAMETER.sub(r"\1***", text)
-    return _TOKEN.sub("cp_***", text)
+    text = re.sub(_URL_PASSWORD, r"\1:***@", text)
+    text = re.sub(_SECRET_PARAMETER, r"\1***", text)
+    return re.sub(_TOKEN, "cp_***", text)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,36 +1,44 @@
 """The start of ``codex-presence codex``: the TUI and its app-server spawned before anything
 slow is loaded (issue 27).
 
-A person sees the TUI's first paint once the TUI has started, connected and heard from the
-app-server; everything of ours before the TUI's spawn adds to that one for one. So this
-module, and everything :func:`launch_tui` needs, is what runs before the spawn: the
-standard library, the children (:mod:`codex_presence.agent.child`) and the sockets
-(:mod:`.sockets`). No ``logging`` (an error is kept, and said once the log is set up) and
-no ``typing``; the session (anyio, the mapping with jsonrpcserver, the relay) loads after
-it, while the TUI starts (:mod:`.session`), behind the TUI (:func:`load_behind_the_tui`).
+A person sees the TUI's first paint once the TUI has started; everything of ours before the
+TUI's spawn adds to that one for one. So this module, and everything :func:`launch_tui`
+needs before the spawn, is ``os`` and little else: the children
+(:mod:`codex_presence.agent.child`) and the sockets' directory (:mod:`.sockets`). No
+``logging`` (an error is kept, and said once the log is set up), no ``typing``, no
+``socket`` or ``pathlib``; the session (anyio, the mapping with jsonrpcserver, the relay)
+loads after it, while the TUI starts (:mod:`.session`), behind the TUI
+(:func:`load_behind_the_tui`).
 
 The order, each step as soon as the one before it:
 
 1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are the TUI's: a
    handler that passes them on, kept until the TUI is there.
-2. OUTER listening: 0600, in a private 0700 directory (:mod:`.sockets`). The TUI exits at
-   once when its socket is missing or refuses; this one accepts from the start (the kernel
-   queues the connection until the relay serves it).
+2. A private 0700 directory for the two sockets (:mod:`.sockets`).
 3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
    if a signal ends it), in our process group (the terminal's foreground group, which a
    program reading the terminal must be in), sent SIGTERM if we die, and a second later
    killed with its tree. The TUI first: its own start (config, a connection half a second
    later) is the longest way to its first paint; the app-server needs less, and is only
    needed once the TUI connects.
-4. ``CODEX app-server --listen unix://INNER``: the TUI command's own binary, in our working
-   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
-   session's) and environment, killed with its whole tree if we die, however we die (its
-   watchdog: :func:`~codex_presence.agent.child.spawn`). In a session of its own: a server
-   has no business with the terminal, and where Linux groups CPU time by session
-   (autogroup, on by default) its start takes no CPU from the TUI's, as a plain ``codex``
-   whose app-server is a daemon started earlier (issue 27: in the same session it cost
-   the TUI's first paint hundreds of milliseconds on a busy machine). Its output goes to a
-   pipe (read into our log by the session), never to the terminal the TUI draws on.
+4. ``CODEX app-server --listen unix://INNER``: the TUI command's own program, in our
+   working directory (the TUI starts its threads with ``cwd: null``: the server's
+   directory is the session's) and environment, killed with its whole tree if we die,
+   however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Where CODEX
+   is npm's node launcher and what it would run is certain, that native binary, with the
+   environment the launcher would give it (:mod:`.native`: node's start is 110-120 ms of
+   CPU beside the TUI's). In a session of its own: a server has no business with the
+   terminal, and where Linux groups CPU time by session (autogroup, on by default) its
+   start takes no CPU from the TUI's, as a plain ``codex`` whose app-server is a daemon
+   started earlier. Its session's share (autogroup) gets the lowest weight (nice 19)
+   until the TUI connects, when the session gives it back (:func:`set_autogroup_nice`):
+   the TUI's own start, which the first paint waits for, comes first, and the app-server
+   needs to listen only once the TUI connects. Its output goes to a pipe (read into our
+   log by the session), never to the terminal the TUI draws on.
+5. OUTER listening: 0600. The TUI exits at once when its socket is missing or refuses,
+   but connects half a second or more after its start; from here the socket accepts (the
+   kernel queues the connection until the relay serves it). If it cannot be made, the
+   session ends the TUI and says so.
 """
 
 from __future__ import annotations
@@ -47,7 +55,6 @@ TYPE_CHECKING = False  # typing is not loaded before the children run
 if TYPE_CHECKING:
     import socket
     from collections.abc import Mapping, Sequence
-    from pathlib import Path
 
     from codex_presence.agent.child import Child
     from codex_presence.agent.tui.terminal import SavedTerminal
@@ -65,6 +72,7 @@ class TuiLaunch:
 
     __slots__ = (
         "app_server",
+        "app_server_yields",
         "command",
         "directory",
         "error",
@@ -83,7 +91,7 @@ class TuiLaunch:
         """When the launch began (CLOCK_MONOTONIC): the session's t = 0."""
         self.signals = signals
         """The TUI's signals, forwarded from the start (:func:`launch_tui`)."""
-        self.directory: Path | None = None
+        self.directory: str | None = None
         """The private directory of the two sockets."""
         self.listener: socket.socket | None = None
         """OUTER, listening."""
@@ -96,16 +104,19 @@ class TuiLaunch:
         """Why the sockets could not be made, or a child could not be run."""
         self.sockets_failed = False
         """Whether :attr:`error` is the sockets' (else a child's)."""
+        self.app_server_yields = False
+        """Whether the app-server's session (autogroup) was given the lowest CPU weight
+        until the TUI connects (see :func:`launch_tui`; the session gives it back)."""
 
     @property
-    def inner(self) -> Path:
+    def inner(self) -> str:
         assert self.directory is not None
-        return self.directory / APP_SERVER_SOCKET
+        return os.path.join(self.directory, APP_SERVER_SOCKET)
 
     @property
-    def outer(self) -> Path:
+    def outer(self) -> str:
         assert self.directory is not None
-        return self.directory / TUI_SOCKET
+        return os.path.join(self.directory, TUI_SOCKET)
 
 
 def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> TuiLaunch:
@@ -118,7 +129,6 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
     launch = TuiLaunch(command, signals)
     try:
         launch.directory = private_directory()
-        launch.listener = listen(launch.outer)
     except OSError as exc:
         launch.error, launch.sockets_failed = exc, True
         return launch
@@ -135,15 +145,17 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
             death_signal=signal.SIGTERM,
         )
         signals.attach(launch.tui)
+        server, server_env = _app_server(command[0], dict(os.environ if env is None else env))
         launch.app_server = spawn(
-            [command[0], "app-server", "--listen", f"unix://{launch.inner}"],
+            [server, "app-server", "--listen", f"unix://{launch.inner}"],
             stdin=null,
             stdout=output,
             stderr=output,
-            env=env,
+            env=server_env,
             own_session=True,
         )
         launch.output_fd, read_output = read_output, -1
+        launch.app_server_yields = _autogrouped() and _yield(launch.app_server.pid)
     except OSError as exc:
         launch.error = exc
     finally:
@@ -151,10 +163,50 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
         os.close(output)
         if read_output >= 0:
             os.close(read_output)
+    if launch.error is None:
+        try:  # the TUI connects half a second or more from now
+            launch.listener = listen(launch.outer)
+        except OSError as exc:
+            launch.error, launch.sockets_failed = exc, True
     return launch
 
 
+def _app_server(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """What runs the app-server: npm's launcher ``program``'s native codex directly, with
+    the environment the launcher would give it, when that is certain
+    (:func:`~codex_presence.agent.tui.native.native_codex`); else ``program`` itself."""
+    from codex_presence.agent.tui.native import native_codex
+
+    return native_codex(program, env) or (program, env)
+
+
 _AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
+_YIELDING_NICE = 19
+
+
+def _yield(pid: int) -> bool:
+    """The lowest CPU weight for ``pid``'s session; whether it was given (the kernel's rate
+    limit is not waited out: the TUI's start would wait with it)."""
+    try:
+        return set_autogroup_nice(pid, _YIELDING_NICE)
+    except BlockingIOError:
+        return False
+
+
+def set_autogroup_nice(pid: int, nice: int) -> bool:
+    """Give the autogroup of ``pid`` (its session's share of the CPU, where the kernel
+    groups CPU time by session) the weight of ``nice`` (0 to 19: no privilege needed);
+    whether it was done. The kernel refuses an unprivileged user more than one such
+    change a tenth of a second, system-wide (EAGAIN): raised, for a caller that must
+    retry."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as group:
+            group.write(str(nice))
+    except BlockingIOError:
+        raise
+    except OSError:
+        return False
+    return True
 
 
 def load_behind_the_tui(modules: Sequence[str]) -> None:

@@ -57,7 +57,7 @@ from codex_presence.agent.session import (
     log_unknown,
 )
 from codex_presence.agent.signals import cannot_run, exit_status
-from codex_presence.agent.tui.launch import APP_SERVER_SOCKET, TuiLaunch
+from codex_presence.agent.tui.launch import APP_SERVER_SOCKET, TuiLaunch, set_autogroup_nice
 from codex_presence.agent.tui.sockets import accepts, link_target, remove, said, sweep_beside
 from codex_presence.core.codex.mapping import CodexMapping
 
@@ -71,6 +71,8 @@ logger = logging.getLogger("codex_presence.tui")
 _LAST_OUTPUT_LINES = 20
 _FAST_POLL, _FAST_POLL_FOR, _SLOW_POLL = 0.002, 5.0, 0.01
 """Seconds between the probes of INNER: fast for the first seconds of the session, then slow."""
+_SHARE_RETRIES = 50
+"""Tenths of a second the app-server's CPU share is asked back for (:mod:`.launch`)."""
 _ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 """The colours of the app-server's log lines: not for a log file."""
 
@@ -113,7 +115,7 @@ class TuiSession:
         self._start = launch.started if clock is time.monotonic else clock()
         """The launch's moment: the recording's t = 0 is the spawn of the children."""
         self._output: deque[str] = deque(maxlen=_LAST_OUTPUT_LINES)
-        self.directory = launch.directory
+        self.directory = None if launch.directory is None else Path(launch.directory)
         """The private directory of the two sockets (for tests and debugging)."""
         self.relay: WsRelay | None = None
         self._listener = launch.listener
@@ -176,12 +178,13 @@ class TuiSession:
 
     async def _not_launched(self) -> int:
         """Say why the launch failed (once the log is set up: the launch logs nothing); a TUI
-        that did start (its app-server could not) is ended; the exit status."""
+        that did start (its app-server, or OUTER, could not) is ended; the exit status."""
         error, tui = self.launch.error, self._tui
-        if error is not None and self.launch.sockets_failed:
+        if error is not None and self.launch.sockets_failed:  # (OUTER: after the spawns)
             logger.error("cannot make the session's sockets: %s", said(error))
-            return 1
-        status = cannot_run(self.launch.command, error) if error is not None else 1
+            status = 1
+        else:
+            status = cannot_run(self.launch.command, error) if error is not None else 1
         if tui is not None and tui.poll() is None:
             await self._end_tui(tui)
             if self._terminal is not None:
@@ -239,6 +242,8 @@ class TuiSession:
                     first.append("timeout")
                     race.cancel_scope.cancel()
 
+                if self.launch.app_server_yields:
+                    race.start_soon(self._give_the_app_server_its_share, app_server)
                 race.start_soon(self.relay.serve, self._listener)
                 race.start_soon(watch, "tui", tui)
                 race.start_soon(watch, "app-server", app_server)
@@ -281,6 +286,22 @@ class TuiSession:
                 self._last_output(),
             )
         return 1
+
+    async def _give_the_app_server_its_share(self, app_server: Child) -> None:
+        """Once the TUI connects (it has painted by then), the app-server's session gets
+        the CPU weight of any other again (the launch lowered it: :mod:`.launch`), retried
+        while the kernel's rate limit refuses it, for up to ``_SHARE_RETRIES`` tenths of
+        a second."""
+        assert self.relay is not None
+        await self.relay.client_came.wait()
+        for _ in range(_SHARE_RETRIES):
+            try:
+                if not set_autogroup_nice(app_server.pid, 0):
+                    logger.debug("cannot give the app-server its CPU share back")
+                return
+            except BlockingIOError:
+                await anyio.sleep(0.1)
+        logger.warning("the app-server keeps the lowest CPU priority: the kernel refused")
 
     async def _wait_ready(self, inner: Path) -> bool:
         """Poll INNER until it accepts a connection; False after ``ready_timeout``. Every

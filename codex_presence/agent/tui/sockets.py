@@ -1,23 +1,29 @@
 """The sockets of ``codex-presence codex``'s session, and the private directory they live in.
 
-The TUI connects to OUTER (ours, listening before the TUI starts); the app-server listens
-on INNER (``--listen unix://INNER`` makes INNER a symlink to a socket of its own, with a
-lock file beside it). Both live in a fresh 0700 directory, each socket 0600, so no other
-user can reach either end; all of it is removed at the session's end, and a session that
-was killed leaves it to the next one's sweep (:mod:`codex_presence.agent.leftovers`).
+The TUI connects to OUTER (ours, listening from just after the TUI's spawn: the TUI
+connects half a second or more later); the app-server listens on INNER (``--listen
+unix://INNER`` makes INNER a symlink to a socket of its own, with a lock file beside it).
+Both live in a fresh 0700 directory, each socket 0600, so no other user can reach either
+end; all of it is removed at the session's end, and a session that was killed leaves it to
+the next one's sweep (:mod:`codex_presence.agent.leftovers`).
+
+The directory is made before the TUI's spawn, so :func:`private_directory` needs ``os``
+alone; everything else here (:mod:`socket`, :mod:`pathlib`, :mod:`shutil`) loads when it
+is first used, after the spawn (issue 27: 10-15 ms of CPU before the TUI's start).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import tempfile
-from collections.abc import Sequence
 from contextlib import suppress
-from pathlib import Path
 
-from codex_presence.agent.leftovers import make_owned_directory
+from codex_presence.agent.leftovers import new_owned_directory
+
+TYPE_CHECKING = False  # typing is not loaded before the TUI's spawn
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Sequence
+    from pathlib import Path
 
 __all__ = [
     "PREFIX",
@@ -35,23 +41,32 @@ _SUN_PATH_MAX = 107
 """The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
 
 
-def private_directory(bases: Sequence[str | None] | None = None) -> Path:
+def temporary_bases() -> list[str]:
+    """Where :func:`tempfile.gettempdir` would look, in its order (without loading it):
+    ``$TMPDIR``, ``$TEMP``, ``$TMP``, then /tmp, /var/tmp and /usr/tmp."""
+    named = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
+    return [base for base in named if base] + ["/tmp", "/var/tmp", "/usr/tmp"]
+
+
+def private_directory(bases: Sequence[str | None] | None = None) -> str:
     """A new 0700 directory for the session's sockets: in ``$XDG_RUNTIME_DIR`` (the user's
-    own, in memory) if there is one, else the temporary directory, else /tmp — the first
-    of ``bases`` where one can be made and the socket paths fit in ``sun_path``. Raises
-    OSError saying why each failed."""
+    own, in memory) if there is one, else a temporary directory (:func:`temporary_bases`)
+    — the first of ``bases`` where one can be made and the socket paths fit in
+    ``sun_path``. Raises OSError saying why each failed."""
     if bases is None:
-        bases = [os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"]
+        bases = [os.environ.get("XDG_RUNTIME_DIR"), *temporary_bases()]
     why: list[str] = []
     for base in dict.fromkeys(b for b in bases if b):
         # The owner's pid (at most 7 digits) and 8 random characters follow the prefix; the
         # longest name in it is "app-server.sock".
-        longest = Path(base, f"{PREFIX}4194304-12345678", "app-server.sock")
-        if len(str(longest)) > _SUN_PATH_MAX:
+        longest = os.path.join(
+            os.path.abspath(base), f"{PREFIX}4194304-12345678", "app-server.sock"
+        )
+        if len(longest) > _SUN_PATH_MAX:
             why.append(f"{base}: too long a path for a unix socket")
             continue
         try:
-            return make_owned_directory(PREFIX, base, sweep=False)  # swept once the TUI runs
+            return new_owned_directory(PREFIX, base)  # swept once the TUI runs
         except OSError as exc:
             why.append(f"{base}: {exc.strerror or exc}")
     raise OSError(f"no directory for them ({'; '.join(why) or 'none to try'})")
@@ -64,11 +79,14 @@ def said(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def listen(path: Path) -> socket.socket:
+def listen(path: str) -> socket.socket:
+    """A unix socket listening at ``path``, 0600."""
+    import socket
+
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(str(path))
-        path.chmod(0o600)
+        listener.bind(path)
+        os.chmod(path, 0o600)
         listener.listen(16)
     except BaseException:
         listener.close()
@@ -87,6 +105,8 @@ def link_target(path: Path) -> Path | None:
 def remove(directory: Path | None, inner_target: Path | None) -> None:
     """The private directory, and the socket and lock file behind INNER's symlink (the
     app-server leaves both when a signal ends it)."""
+    import shutil
+
     if inner_target is not None:
         for leftover in (inner_target, inner_target.with_name(inner_target.name + ".lock")):
             with suppress(OSError):
@@ -97,6 +117,8 @@ def remove(directory: Path | None, inner_target: Path | None) -> None:
 
 def accepts(path: Path) -> bool:
     """Whether the socket at ``path`` accepts a connection now."""
+    import socket
+
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
             probe.connect(str(path))

@@ -121,6 +121,8 @@ class WsRelay:
         self.links = ClientLinks()
         self.connections = 0
         """Client connections accepted so far."""
+        self.client_came = anyio.Event()
+        """Set once the first client connection is accepted."""
         self._on_transition = on_transition
         self._clock = clock
         self._recorder = recorder
@@ -143,6 +145,7 @@ class WsRelay:
                     await anyio.sleep(0.1)
                     continue
                 client.setblocking(False)
+                self.client_came.set()
                 self.connections += 1
                 tg.start_soon(self._serve_connection, self.connections, client)
 

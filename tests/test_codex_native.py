@@ -1,0 +1,237 @@
+"""``codex-presence codex`` starts the app-server's native codex without npm's node launcher
+when it can tell for certain what the launcher would run (issue 27;
+:mod:`codex_presence.agent.tui.native`): the same program, arguments and environment, for
+every installed codex version; and the launcher itself whenever anything is uncertain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from codex_presence.agent.tui import native
+from codex_presence.agent.tui.native import native_codex
+from codex_presence.agent.watchdog import descendants
+from tests.support.tui_driver import short_tempdir
+from tests.support.waiting import eventually
+
+
+@dataclass
+class Started:
+    exe: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+def _native_process(proc: subprocess.Popen[bytes], socket: Path) -> Started:
+    """The process of ``proc``'s tree that runs a native codex (node's child, or ``proc``
+    itself once node has exec'd it), once the app-server listens on ``socket``."""
+    eventually(lambda: socket.exists() or proc.poll() is not None, within=60, what="listening")
+    assert proc.poll() is None, f"the app-server exited with {proc.returncode}"
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        exe = str(Path(f"/proc/{pid}/exe").readlink())
+        if Path(exe).name == "codex":
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+            raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")[:-1]
+            return Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
+    raise AssertionError(f"no native codex under pid {proc.pid}")
+
+
+def _start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@pytest.mark.codex
+def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: Path) -> None:
+    """The app-server that npm's launcher starts and the one started directly are the same
+    process image: executable, arguments, environment (a stale package-manager flag of
+    ours removed by both)."""
+    with short_tempdir("cpn-") as root:
+        (root / "home").mkdir()
+        env = {
+            **os.environ,
+            "PATH": f"{codex.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+            "CODEX_HOME": str(root / "home"),
+            "CODEX_MANAGED_BY_PNPM": "1",
+        }
+        env.pop("NODE_OPTIONS", None)
+        found = native_codex("codex", env)
+        assert found is not None, "the launcher of an installed codex was not recognised"
+        binary, native_env = found
+        seen: list[Started] = []
+        for name, (program, program_env) in {
+            "launcher": ("codex", env),
+            "native": (binary, native_env),
+        }.items():
+            socket = root / f"{name}.sock"
+            proc = _start(
+                [program, "app-server", "--listen", f"unix://{socket}"], program_env, root
+            )
+            try:
+                started = _native_process(proc, socket)
+            finally:
+                _stop(proc)
+            started.argv[-1] = started.argv[-1].replace(f"{name}.sock", "SOCKET")
+            seen.append(started)
+        through_launcher, direct = seen
+        assert direct.exe == through_launcher.exe == os.path.realpath(binary)
+        assert (
+            direct.argv
+            == through_launcher.argv
+            == [binary, "app-server", "--listen", "unix://" + str(root / "SOCKET")]
+        )
+        assert direct.env == through_launcher.env
+        assert (
+            direct.env["CODEX_MANAGED_BY_NPM"] == "1" and "CODEX_MANAGED_BY_PNPM" not in direct.env
+        )
+
+
+LAUNCHER_TEXT = b'#!/bin/sh\necho "launcher $0 $*" >> "$SEEN"\nexec sleep 30\n'
+
+
+@dataclass
+class Tree:
+    """An npm prefix laid out as npm installs codex, its launcher a stand-in."""
+
+    prefix: Path
+    bin: Path
+    binary: Path
+    env: dict[str, str]
+
+
+@pytest.fixture
+def tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Tree]:
+    prefix = tmp_path / "lib"
+    modules = prefix / "node_modules"
+    launcher = modules / "@openai" / "codex" / "bin" / "codex.js"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_bytes(LAUNCHER_TEXT)
+    launcher.chmod(0o755)
+    bin_dir = modules / ".bin"
+    bin_dir.mkdir()
+    (bin_dir / "codex").symlink_to("../@openai/codex/bin/codex.js")
+    target = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-linux-musl"}
+    triple = target.get(os.uname().machine)
+    if triple is None:
+        pytest.skip(f"npm's codex has no Linux build for {os.uname().machine}")
+    platform = modules / "@openai" / f"codex-linux-{'x64' if 'x86' in triple else 'arm64'}"
+    binary = platform / "vendor" / triple / "bin" / "codex"
+    binary.parent.mkdir(parents=True)
+    binary.write_text('#!/bin/sh\necho "native $0 $*" >> "$SEEN"\nexec sleep 30\n')
+    binary.chmod(0o755)
+    (platform / "package.json").write_text('{"name": "@openai/codex"}')
+    digest = hashlib.sha256(LAUNCHER_TEXT).hexdigest()
+    monkeypatch.setattr(native, "KNOWN_LAUNCHERS", frozenset({digest}))
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SEEN": str(tmp_path / "seen"),
+        "CODEX_MANAGED_BY_BUN": "1",
+    }
+    yield Tree(prefix, bin_dir, binary, env)
+
+
+def test_a_known_launcher_is_resolved_as_node_would(tree: Tree) -> None:
+    found = native_codex("codex", tree.env)
+    assert found == (
+        str(tree.binary),
+        {
+            "PATH": tree.env["PATH"],
+            "SEEN": tree.env["SEEN"],
+            "CODEX_MANAGED_PACKAGE_ROOT": str(tree.prefix / "node_modules/@openai/codex"),
+            "CODEX_MANAGED_BY_NPM": "1",
+        },
+    )
+    # Named by its path, the launcher is the same; PATH plays no part then.
+    assert native_codex(str(tree.bin / "codex"), tree.env | {"PATH": "/bin"}) == (
+        found[0],
+        found[1] | {"PATH": "/bin"},
+    )
+
+
+def _unknown_launcher(tree: Tree) -> None:
+    (tree.prefix / "node_modules/@openai/codex/bin/codex.js").write_bytes(LAUNCHER_TEXT + b"#\n")
+
+
+def _vite_plus(tree: Tree) -> None:
+    """Its installs live under a ``packages`` directory."""
+    tree.prefix.rename(tree.prefix.with_name("packages"))
+    tree.env["PATH"] = tree.env["PATH"].replace("/lib/", "/packages/")
+
+
+UNCERTAIN: dict[str, Callable[[Tree], object]] = {
+    "an unknown launcher": _unknown_launcher,
+    "pnpm's install": lambda t: (t.prefix / "node_modules/.modules.yaml").write_text(""),
+    "a Vite+ install": _vite_plus,
+    "an exports map": lambda t: (t.binary.parents[3] / "package.json").write_text(
+        '{"exports": {}}'
+    ),
+    "no native binary": lambda t: t.binary.unlink(),
+    "NODE_OPTIONS": lambda t: t.env.update(NODE_OPTIONS="--preserve-symlinks-main"),
+    "bun's user agent": lambda t: t.env.update(npm_config_user_agent="bun/1.2.0 npm/?"),
+    "not on PATH": lambda t: t.env.update(PATH="/usr/bin:/bin"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNCERTAIN))
+def test_anything_uncertain_leaves_the_launcher_to_run(tree: Tree, case: str) -> None:
+    assert native_codex("codex", tree.env) is not None
+    UNCERTAIN[case](tree)
+    assert native_codex("codex", tree.env) is None
+
+
+def test_the_command_starts_the_native_app_server_and_the_tui_through_its_launcher(
+    tree: Tree,
+) -> None:
+    """What ``codex-presence codex`` spawns: the TUI as the user named it (npm's launcher),
+    its app-server as the launcher would have run it."""
+    from codex_presence.agent.signals import FORWARDED_SIGNALS
+    from codex_presence.agent.tui.launch import launch_tui
+
+    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
+    launch = launch_tui(["codex"], tree.env | {"TMPDIR": str(tree.prefix)})
+    try:
+        assert launch.error is None and launch.tui and launch.app_server
+        assert launch.listener is not None
+        seen = Path(tree.env["SEEN"])
+        eventually(lambda: seen.exists() and len(seen.read_text().splitlines()) == 2)
+        assert sorted(seen.read_text().splitlines()) == [
+            f"launcher {tree.bin / 'codex'} --remote unix://{launch.outer}",
+            f"native {tree.binary} app-server --listen unix://{launch.inner}",
+        ]
+    finally:
+        for child in (launch.tui, launch.app_server):
+            if child is not None:
+                child.kill()
+                child.wait(5)
+                child.release()
+        if launch.listener is not None:
+            launch.listener.close()
+        if launch.output_fd >= 0:
+            os.close(launch.output_fd)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        if launch.directory is not None:
+            shutil.rmtree(launch.directory)
