@@ -71,7 +71,11 @@ def test_background_lapses_a_grace_after_the_subscription_ends(
     client: httpx.Client, broker: RunningBroker, clock: FakeClock
 ) -> None:
     """The runner was killed: its subscription drops and its count goes after the grace,
-    not the TTL, and a watcher is told without asking."""
+    not the TTL, and a watcher is told without asking. The watcher has been told of the
+    drop before the grace runs out, so the lapse is news of its own: the fan-out must see
+    a lapse of the background alone (the member idle all along), not only of a state (it
+    did not, and the watcher was told only when something else about the member changed
+    after the lapse)."""
     watcher = Stream(broker.url, "alice")
     with subscription(broker.url, A):
         eventually(lambda: builder(client)["connected"] == 1)
@@ -82,6 +86,12 @@ def test_background_lapses_a_grace_after_the_subscription_ends(
         )
     eventually(lambda: builder(client)["connected"] == 0)
     lapse_within(broker, SESSION_GRACE)
+    eventually(
+        lambda: (
+            (last := watcher.of("builder")[-1])["connected"] == 0 and last.get("background") == 2
+        ),
+        what="the watcher told of the drop",
+    )
     assert shown(client) == ("idle", 2)  # within the grace
     clock.advance(SESSION_GRACE)
     assert shown(client) == ("idle", None)

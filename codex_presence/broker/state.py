@@ -182,7 +182,11 @@ class Broker:
         self.version = 0
         self._log: deque[tuple[int, bytes]] = deque(maxlen=_LOG_SIZE)
         self._dirty: dict[str, None] = {}
-        self._shown: dict[str, ActivityState] = {}
+        self._shown: dict[str, Activity] = {}
+        """The activity entry last published of each member whose entry can lapse (working,
+        blocked, or background work): the store hands out the same object until something
+        in it changes, so a lapse of any part (the state, a session's count, the
+        background) is a new object here."""
         self._pending = anyio.Event()
         self._wake = anyio.Event()
         self.closing = False
@@ -336,7 +340,7 @@ class Broker:
         self.stale = None
         self._log.clear()
         self._dirty.clear()
-        self._shown = {n: a for n in self._names if (a := self.store.activity(n)) is not _IDLE}
+        self._shown = {n: a for n in self._names if _can_lapse(a := self.store.activity_entry(n))}
         self.version += 1  # no log entry at this version: since() sends the roster
         self._wake_all()
         self._watch_all()
@@ -372,9 +376,9 @@ class Broker:
     def _find_lapses(self) -> None:
         if self._deaths is not None:
             self._deaths.find()
-        activity = self.store.activity
+        entry = self.store.activity_entry
         for name, shown in list(self._shown.items()):
-            if activity(name) is not shown:
+            if entry(name) is not shown:
                 self._dirty[name] = None
 
     def publish(self) -> bool:
@@ -386,10 +390,10 @@ class Broker:
         for name in self._dirty:
             p = self.presence(name)
             activity = p.get("activity")
-            if activity is None:
-                self._shown.pop(name, None)
+            if _can_lapse(shown := self.store.activity_entry(name)):
+                self._shown[name] = shown
             else:
-                self._shown[name] = ACTIVITY_STATES[activity]
+                self._shown.pop(name, None)
             if self.watcher is not None:
                 state = _IDLE if activity is None else ACTIVITY_STATES[activity]
                 self.watcher.observe(name, state, p.get("activitySince"))
@@ -467,3 +471,9 @@ class Broker:
         self.closing = True
         self._pending.set()
         self._wake_all()
+
+
+def _can_lapse(entry: Activity) -> bool:
+    """Whether anything in ``entry`` lapses with a TTL or a grace: a working or blocked
+    state, or background work (an idle member with none has nothing to lapse)."""
+    return entry[0] is not _IDLE or entry[3][0] > 0
