@@ -8,6 +8,7 @@ synchronous) what a newer broker, an operator or a bug could have left there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -22,7 +23,7 @@ import httpx
 import pytest
 import redis
 
-from codex_presence.broker.redis_link import RedisLink
+from codex_presence.broker.redis_link import MAX_CONNECTIONS, RedisLink
 from codex_presence.broker.redis_sessions import RedisSessions
 from codex_presence.broker.sessions import WebSession
 from codex_presence.core.backoff import Backoff
@@ -263,14 +264,26 @@ def _builder_after_stale(stream: Stream) -> list[str | None]:
 
 
 def _connections_to(port: int) -> int:
-    """Open TCP connections on this machine to ``port`` (from the client's side)."""
+    """Open TCP connections of this process (the broker runs in it) to ``port``. Only
+    sockets this process holds count: on a machine running other tests, another process's
+    socket whose peer happens to use the same port number must not."""
+    ours = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = str(fd.readlink())
+            if target.startswith("socket:["):
+                ours.add(target[len("socket:[") : -1])
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as lines:
             next(lines)
             for line in lines:
                 fields = line.split()
-                if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                if (
+                    fields[3] == "01"
+                    and int(fields[2].rsplit(":", 1)[1], 16) == port
+                    and fields[9] in ours
+                ):
                     count += 1
     return count
 
@@ -299,7 +312,11 @@ def test_a_stalled_redis_costs_a_bounded_number_of_connections() -> None:
             server.resume()
         for sender in senders:
             sender.join(15)
-        assert most <= 16  # the pool's bound: the subscription, the heartbeat, the reports
+        # The pool's bound (16: the subscription, the heartbeat, the reports), and one more
+        # at the moment a failed batch's connection is replaced: asyncio closes its socket
+        # at the loop's next turn, and on loopback the new one may be connected by then
+        # (CI saw 17 once in many runs). Before the bound, every report in flight had one.
+        assert most <= MAX_CONNECTIONS + 1, most
         assert sorted(set(answers)) in ([503], [204, 503], [204])
         assert len(answers) == 48  # every one answered
         eventually(lambda: report(broker.url, "builder", "blocked").status_code == 204, 15)
