@@ -500,10 +500,11 @@ def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
 
 
 def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path) -> None:
-    """The idle is wrap's report: the broker's TTL and grace are FAR, so no lapse shows it."""
+    """The idle is wrap's report: the broker's TTL and grace are FAR, so no lapse shows it
+    (and wrap's exit grace is long, so a loaded machine's slow answer still lands it)."""
     with (
         running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker,
-        teed_wrap(tmp_path, broker.url) as wrap,
+        teed_wrap(tmp_path, broker.url, "--exit-grace", "30") as wrap,
     ):
         wrap.wait_online()
         wrap.start_turn(1, deltas=500, delay_ms=20)
@@ -520,10 +521,11 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
 def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
     """The client hangs up during an approval: the child sees EOF and exits 0 with its turn
     in flight; wrap keeps that status and reports idle (the broker's TTL and grace are FAR:
-    no lapse can show it)."""
+    no lapse can show it; wrap's exit grace is long, so a loaded machine's slow answer
+    still lands the report)."""
     with (
         running_broker(team=make_team("alice", "bob"), **LAPSE_FAR) as broker,
-        teed_wrap(tmp_path, broker.url) as wrap,
+        teed_wrap(tmp_path, broker.url, "--exit-grace", "30") as wrap,
     ):
         wrap.wait_online()
         blocked_turn(wrap, 1)

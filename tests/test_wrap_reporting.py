@@ -161,7 +161,7 @@ def test_child_exit_mid_turn_reports_idle_and_keeps_the_exit_status() -> None:
         running_broker(
             team=make_team("alice", "bob"), activity_ttl=600, session_grace=600
         ) as broker,
-        WrapProcess(options(broker), env=TOKEN) as wrap,
+        WrapProcess(options(broker, "--exit-grace", "30"), env=TOKEN) as wrap,
     ):
         wrap.start_turn(1, deltas=3, crash="when_told")
         wrap.wait_for(is_note("turn/started"))

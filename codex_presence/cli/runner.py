@@ -47,18 +47,35 @@ def configure(parser: argparse.ArgumentParser, *, epilog: str) -> None:
         " cancelled approval and its turn's end) this long before reporting it"
         " (default: 0.3)",
     )
+    parser.add_argument(
+        "--exit-grace",
+        metavar="SECONDS",
+        type=exit_grace,
+        default=None,
+        help="at the end, wait this long at most for the last report (idle) to reach the"
+        " broker (default: 1; past it, the session's grace on the broker ends it)",
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
 
-def passing_hold(text: str) -> float:
-    """``--passing-hold``: seconds, from 0 (report every state at once) to an hour."""
+def _seconds(text: str, most: float) -> float:
     try:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= seconds <= 3600:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 3600 seconds")
+    if not 0 <= seconds <= most:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and {most:g} seconds")
     return seconds
+
+
+def passing_hold(text: str) -> float:
+    """``--passing-hold``: seconds, from 0 (report every state at once) to an hour."""
+    return _seconds(text, 3600)
+
+
+def exit_grace(text: str) -> float:
+    """``--exit-grace``: seconds, from 0 (exit at once) to a minute."""
+    return _seconds(text, 60)
 
 
 def given_command(args: argparse.Namespace) -> list[str]:
@@ -74,6 +91,7 @@ def broker_link(
     """The broker side of the session, or None (said once on stderr) when there is none,
     or no token (from ``--token-file``, or ``environ``'s, by default ours). A missing token
     is not fatal: the relay must work whatever the reporting does."""
+    import dataclasses
     import logging
 
     logger = logging.getLogger(f"codex_presence.{getattr(args, 'command', 'wrap')}")
@@ -89,6 +107,8 @@ def broker_link(
         logger.error("not reporting to %s: %s", args.broker, exc)
         return None
     settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
+    if args.exit_grace is not None:
+        settings = dataclasses.replace(settings, exit_grace=args.exit_grace)
     if args.passing_hold is None:
         return BrokerLink(settings)
     from codex_presence.core.report_policy import ReportPolicy

@@ -129,3 +129,19 @@ def test_the_passing_hold_reaches_the_report_policy() -> None:
     args = build_parser({}).parse_args(["wrap", "--broker", "http://127.0.0.1:9", "--", "true"])
     link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
     assert link is not None and link._policy is None  # the reporter's default: PASSING_HOLD
+
+
+def test_the_exit_grace_reaches_the_link_and_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+
+    args = build_parser({}).parse_args(
+        ["wrap", "--broker", "http://127.0.0.1:9", "--exit-grace", "7.5", "--", "true"]
+    )
+    link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
+    assert link is not None and link.settings.exit_grace == 7.5
+    code, _, err = run(capsys, "wrap", "--exit-grace", "61", "--", "true")
+    assert code == 2
+    assert err.splitlines()[-1] == (
+        "codex-presence wrap: error: argument --exit-grace: '61' is not between 0 and 60 seconds"
+    )
