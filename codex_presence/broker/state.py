@@ -70,7 +70,7 @@ from codex_presence._wire import (
     presence,
     privilege,
 )
-from codex_presence.broker.deaths import Deaths
+from codex_presence.broker.deaths import Deaths, Mourner
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
@@ -84,24 +84,14 @@ Authenticator = Callable[[Request], Awaitable["Member | None"]]
 :class:`~codex_presence.broker.store.StoreUnavailable` (503) when it cannot tell."""
 
 
-class ActivityWatcher(Protocol):
+class ActivityWatcher(Mourner, Protocol):
     """Told each member's activity as the broker publishes it, and every member's once the
     state was (re)read in full; runs beside the fan-out. The notifier
-    (:mod:`codex_presence.broker.notify`) is one. :meth:`observe` must not wait."""
+    (:mod:`codex_presence.broker.notify`) is one. :meth:`observe` must not wait; a death
+    (:meth:`~codex_presence.broker.deaths.Mourner.lost`) is told before its lapse is
+    observed."""
 
     def observe(self, name: str, state: ActivityState, since_ms: int | None) -> None: ...
-
-    def lost(
-        self,
-        name: str,
-        state: ActivityState,
-        at_ms: int,
-        *,
-        since_ms: int | None = None,
-        session: str | None = None,
-    ) -> None:
-        """``name``'s ``session`` died (its death grace lapsed) at ``at_ms`` while in
-        ``state``, held since ``since_ms``; called before the lapse is observed."""
 
     async def run(self) -> None: ...
 

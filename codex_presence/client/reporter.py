@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 import httpx
@@ -126,29 +126,9 @@ class ActivityReporter:
                 body["background"] = action.background
         try:
             response = await self._client.post(ACTIVITY_PATH, json=body, timeout=self._timeout)
-            if (
-                response.status_code == 400
-                and "background" in body
-                and b"'background'" in (await response.aread())
+            if response.status_code == 400 and self._leave_out_refused(
+                body, await response.aread(), response.text
             ):
-                logger.warning(
-                    "the broker does not know background counts (it refused one: %s); "
-                    "reporting the state alone",
-                    printable(response.text[:200]),
-                )
-                self._counts_known = False
-                return await self._post(action)
-            if (
-                response.status_code == 400
-                and self.session is not None
-                and b"session" in (await response.aread())
-            ):
-                logger.warning(
-                    "the broker does not know sessions (it refused one: %s); reporting as "
-                    "the member's one session",
-                    printable(response.text[:200]),
-                )
-                self.session = None
                 return await self._post(action)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             self._note_failure(type(exc).__name__)
@@ -179,6 +159,25 @@ class ActivityReporter:
         else:
             self._note_failure(f"HTTP {response.status_code}")
         return outcome
+
+    def _leave_out_refused(self, body: Mapping[str, object], said: bytes, text: str) -> bool:
+        """An older broker refused a field it does not know (its 400 names it): leave that
+        field out of every report from now on, said once; whether one was."""
+        if "background" in body and b"'background'" in said:
+            self._counts_known = False
+            known, instead = "background counts", "reporting the state alone"
+        elif self.session is not None and b"session" in said:
+            self.session = None
+            known, instead = "sessions", "reporting as the member's one session"
+        else:
+            return False
+        logger.warning(
+            "the broker does not know %s (it refused one: %s); %s",
+            known,
+            printable(text[:200]),
+            instead,
+        )
+        return True
 
     def _note_failure(self, why: str) -> None:
         if not self._failing:
