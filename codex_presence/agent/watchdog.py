@@ -34,7 +34,7 @@ from contextlib import suppress
 
 TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
 __all__ = ["Plan", "descendants", "load_prctl", "run"]
 
@@ -177,7 +177,11 @@ def _start(plan: Plan) -> int:
         (os.POSIX_SPAWN_DUP2, plan.stdout, 1),
         (os.POSIX_SPAWN_DUP2, plan.stderr, 2),
     ]
-    group = 0 if plan.own_group and not plan.own_session else None  # (a leader cannot setsid)
+    # Its own session, or its own group (a group leader cannot setsid), or neither.
+    if plan.own_group and not plan.own_session:
+        placement: dict[str, Any] = {"setpgroup": 0}
+    else:
+        placement = {"setsid": plan.own_session}
     program = plan.command[0]
     if os.sep in program:
         candidates = [program]
@@ -192,22 +196,13 @@ def _start(plan: Plan) -> int:
         if not os.path.lexists(candidate):
             continue
         try:
-            if group is None:  # posix_spawn takes no None for "not set"
-                return os.posix_spawn(
-                    candidate,
-                    plan.command,
-                    plan.env,
-                    file_actions=descriptors,
-                    setsid=plan.own_session,
-                    setsigdef=_RESTORED,
-                )
             return os.posix_spawn(
                 candidate,
                 plan.command,
                 plan.env,
                 file_actions=descriptors,
-                setpgroup=group,
                 setsigdef=_RESTORED,
+                **placement,
             )
         except (FileNotFoundError, NotADirectoryError) as exc:
             last = exc
