@@ -185,7 +185,7 @@ def test_a_permission_dialog_answered_yes(
         watch.wait_connected(1)
         assert watch.current is None
         s.prompt("make a file")
-        watch.wait("working")
+        watch.wait_seen("working")  # the dialog may already have made it blocked
         s.tmux.wait_screen(PERMISSION_DIALOG)
         watch.wait("blocked")
         held(watch, "blocked")

@@ -87,6 +87,21 @@ class RosterWatch:
                 self._cond.wait(left)
             return self.seen[-1][0]
 
+    def wait_seen(self, activity: str | None, *, within: float = 20.0) -> float:
+        """Block until the stream has shown ``activity`` at some point, latest or not (a
+        state the agent soon left: working just before an approval request); return when
+        it first did."""
+        deadline = time.monotonic() + within
+        with self._cond:
+            while not any(a == activity for _, a in self.seen):
+                left = deadline - time.monotonic()
+                assert left > 0 and self.error is None, (
+                    f"the roster never showed {activity!r}; saw {self.sequence()}, "
+                    f"error {self.error!r}"
+                )
+                self._cond.wait(left)
+            return next(t for t, a in self.seen if a == activity)
+
     def wait_connected(self, count: int, *, within: float = 20.0) -> None:
         deadline = time.monotonic() + within
         with self._cond:
