@@ -241,15 +241,23 @@ main(["codex", "--", "codex"])
 """
 
 
-def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
+@pytest.mark.codex
+def test_the_tui_is_spawned_before_anything_slow_is_loaded(codex: Path) -> None:
     """Issue 27: what ``codex-presence codex`` loads before its spawn delays the TUI's first
     paint one for one. At the launch, none of the session's heavy parts are loaded: not the
     log, nor typing, anyio, the mapping (jsonrpcserver, jsonschema), the relay (wsproto) or
     the broker's client (httpx); nor the sockets' modules (socket, pathlib with
     urllib.parse, tempfile, shutil): the directory is made with ``os``, OUTER bound after
-    the spawn."""
+    the spawn; nor json or hashlib's OpenSSL for finding npm's native codex (the real
+    one, on PATH here)."""
+    path = f"{codex.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     out = subprocess.run(
-        [sys.executable, "-c", SPAWN_SPY], capture_output=True, text=True, timeout=30, check=True
+        [sys.executable, "-c", SPAWN_SPY],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        env={**os.environ, "PATH": path},
     )
     loaded = set(out.stdout.split())
     assert "codex_presence.cli.codex" in loaded  # the spy ran where the launch is
@@ -268,8 +276,11 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded() -> None:
         "pathlib",
         "tempfile",
         "shutil",
+        "json",
+        "_hashlib",
     }
     assert loaded & slow == set()
+    assert "_sha256" in loaded or "_sha2" in loaded  # the launcher was read: it is known
 
 
 def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) -> None:

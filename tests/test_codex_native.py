@@ -21,7 +21,7 @@ import pytest
 from codex_presence.agent.tui import native
 from codex_presence.agent.tui.native import native_codex
 from codex_presence.agent.watchdog import descendants
-from tests.support.tui_driver import short_tempdir
+from tests.support.tui_driver import FIRST_PAINT, Tui, presence_command, short_tempdir, tui_home
 from tests.support.waiting import eventually
 
 
@@ -107,6 +107,51 @@ def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: 
         assert (
             direct.env["CODEX_MANAGED_BY_NPM"] == "1" and "CODEX_MANAGED_BY_PNPM" not in direct.env
         )
+
+
+def _tui_process(tui: Tui) -> Started:
+    """The pane's native codex TUI (not an app-server), once it has painted."""
+    tui.wait_for(FIRST_PAINT, timeout=60)
+    for pid in descendants(tui.pane_pid()):
+        with suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+            exe = str(Path(f"/proc/{pid}/exe").readlink())
+            if Path(exe).name == "codex" and "app-server" not in argv:
+                raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")[:-1]
+                return Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
+    raise AssertionError("no native codex TUI in the pane")
+
+
+@pytest.mark.codex
+def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
+    """The TUI that ``codex-presence codex`` starts without node is the process npm's
+    launcher starts for plain ``codex``: the same executable and environment (beside the
+    launcher's two variables, only tmux's own), with ``--remote`` to the relay added to
+    the arguments as given."""
+    seen: dict[str, Started] = {}
+    with short_tempdir("cpt-") as root:
+        home = tui_home(root, "http://127.0.0.1:9")
+        env = home.env | {"PATH": f"{codex.parent}{os.pathsep}{home.env.get('PATH', '')}"}
+        for way, argv in {
+            "plain": ["codex", "-c", "model=plain-and-native"],
+            "command": [*presence_command(Path("codex")), "-c", "model=plain-and-native"],
+        }.items():
+            tui = Tui(argv, env=env, cwd=home.work, sock_dir=root)
+            try:
+                seen[way] = _tui_process(tui)
+            finally:
+                tui.close()
+    plain, command = seen["plain"], seen["command"]
+    assert command.exe == plain.exe and Path(plain.exe).name == "codex"
+    assert plain.argv[1:] == ["-c", "model=plain-and-native"]
+    assert command.argv[0] == plain.argv[0]
+    assert command.argv[1] == "--remote" and command.argv[2].startswith("unix://")
+    assert command.argv[3:] == plain.argv[1:]
+    differ = {
+        k for k in plain.env.keys() | command.env.keys() if plain.env.get(k) != command.env.get(k)
+    }
+    assert differ <= {"TMUX"}, differ  # each pane has a tmux server of its own
+    assert command.env["CODEX_MANAGED_BY_NPM"] == "1"
 
 
 LAUNCHER_TEXT = b'#!/bin/sh\necho "launcher $0 $*" >> "$SEEN"\nexec sleep 30\n'
@@ -202,24 +247,29 @@ def test_anything_uncertain_leaves_the_launcher_to_run(tree: Tree, case: str) ->
     assert native_codex("codex", tree.env) is None
 
 
-def test_the_command_starts_the_native_app_server_and_the_tui_through_its_launcher(
-    tree: Tree,
+@pytest.mark.parametrize("known", [True, False], ids=["known launcher", "unknown launcher"])
+def test_the_command_starts_the_tui_and_its_app_server_as_the_launcher_would(
+    tree: Tree, known: bool
 ) -> None:
-    """What ``codex-presence codex`` spawns: the TUI as the user named it (npm's launcher),
-    its app-server as the launcher would have run it."""
+    """What ``codex-presence codex`` spawns: the TUI and its app-server both as a known
+    launcher would have run them (node's start is off the way to the first paint), or both
+    through the launcher when it is not one we have read."""
     from codex_presence.agent.signals import FORWARDED_SIGNALS
     from codex_presence.agent.tui.launch import launch_tui
 
+    if not known:
+        _unknown_launcher(tree)
+    program, way = (tree.binary, "native") if known else (tree.bin / "codex", "launcher")
     saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
-    launch = launch_tui(["codex"], tree.env | {"TMPDIR": str(tree.prefix)})
+    launch = launch_tui(["codex", "--flag"], tree.env | {"TMPDIR": str(tree.prefix)})
     try:
         assert launch.error is None and launch.tui and launch.app_server
         assert launch.listener is not None
         seen = Path(tree.env["SEEN"])
         eventually(lambda: seen.exists() and len(seen.read_text().splitlines()) == 2)
         assert sorted(seen.read_text().splitlines()) == [
-            f"launcher {tree.bin / 'codex'} --remote unix://{launch.outer}",
-            f"native {tree.binary} app-server --listen unix://{launch.inner}",
+            f"{way} {program} --remote unix://{launch.outer} --flag",
+            f"{way} {program} app-server --listen unix://{launch.inner}",
         ]
     finally:
         for child in (launch.tui, launch.app_server):

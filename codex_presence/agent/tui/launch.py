@@ -15,27 +15,29 @@ The order, each step as soon as the one before it:
 1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are the TUI's: a
    handler that passes them on, kept until the TUI is there.
 2. A private 0700 directory for the two sockets (:mod:`.sockets`).
-3. ``CODEX --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
+3. What CODEX names: where it is npm's node launcher and what that would run is certain, the
+   native binary, with the environment the launcher would give it (:mod:`.native`: node's
+   start is 110-120 ms of CPU, on the way to the TUI's first paint and again beside it for
+   the app-server; on node >= 22.15 the launcher ``execve``s that binary, so the TUI's
+   process is the one plain ``codex`` runs), else CODEX itself.
+4. ``PROGRAM --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
    if a signal ends it), in our process group (the terminal's foreground group, which a
    program reading the terminal must be in), sent SIGTERM if we die, and a second later
    killed with its tree. The TUI first: its own start (config, a connection half a second
    later) is the longest way to its first paint; the app-server needs less, and is only
    needed once the TUI connects.
-4. ``CODEX app-server --listen unix://INNER``: the TUI command's own program, in our
-   working directory (the TUI starts its threads with ``cwd: null``: the server's
-   directory is the session's) and environment, killed with its whole tree if we die,
-   however we die (its watchdog: :func:`~codex_presence.agent.child.spawn`). Where CODEX
-   is npm's node launcher and what it would run is certain, that native binary, with the
-   environment the launcher would give it (:mod:`.native`: node's start is 110-120 ms of
-   CPU beside the TUI's). In a session of its own: a server has no business with the
-   terminal, and where Linux groups CPU time by session (autogroup, on by default) its
-   start takes no CPU from the TUI's, as a plain ``codex`` whose app-server is a daemon
-   started earlier. Its session's share (autogroup) gets the lowest weight (nice 19)
-   until the TUI connects, when the session gives it back (:func:`set_autogroup_nice`):
-   the TUI's own start, which the first paint waits for, comes first, and the app-server
-   needs to listen only once the TUI connects. Its output goes to a pipe (read into our
-   log by the session), never to the terminal the TUI draws on.
-5. OUTER listening: 0600. The TUI exits at once when its socket is missing or refuses,
+5. ``PROGRAM app-server --listen unix://INNER``: the TUI's own program, in our working
+   directory (the TUI starts its threads with ``cwd: null``: the server's directory is the
+   session's) and environment, killed with its whole tree if we die, however we die (its
+   watchdog: :func:`~codex_presence.agent.child.spawn`). In a session of its own: a server
+   has no business with the terminal, and where Linux groups CPU time by session (autogroup,
+   on by default) its start takes no CPU from the TUI's, as a plain ``codex`` whose
+   app-server is a daemon started earlier. Its session's share (autogroup) gets the lowest
+   weight (nice 19) until the TUI connects, when the session gives it back
+   (:func:`set_autogroup_nice`): the TUI's own start, which the first paint waits for, comes
+   first, and the app-server needs to listen only once the TUI connects. Its output goes to
+   a pipe (read into our log by the session), never to the terminal the TUI draws on.
+6. OUTER listening: 0600. The TUI exits at once when its socket is missing or refuses,
    but connects half a second or more after its start; from here the socket accepts (the
    kernel queues the connection until the relay serves it). If it cannot be made, the
    session ends the TUI and says so.
@@ -138,20 +140,20 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         launch.terminal = SavedTerminal.save()
+        program, program_env = _program(command[0], dict(os.environ if env is None else env))
         launch.tui = spawn(
-            [command[0], "--remote", f"unix://{launch.outer}", *command[1:]],
-            env=env,
+            [program, "--remote", f"unix://{launch.outer}", *command[1:]],
+            env=program_env,
             own_group=False,
             death_signal=signal.SIGTERM,
         )
         signals.attach(launch.tui)
-        server, server_env = _app_server(command[0], dict(os.environ if env is None else env))
         launch.app_server = spawn(
-            [server, "app-server", "--listen", f"unix://{launch.inner}"],
+            [program, "app-server", "--listen", f"unix://{launch.inner}"],
             stdin=null,
             stdout=output,
             stderr=output,
-            env=server_env,
+            env=program_env,
             own_session=True,
         )
         launch.output_fd, read_output = read_output, -1
@@ -171,9 +173,9 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
     return launch
 
 
-def _app_server(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """What runs the app-server: npm's launcher ``program``'s native codex directly, with
-    the environment the launcher would give it, when that is certain
+def _program(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """What runs the TUI and the app-server: npm's launcher ``program``'s native codex
+    directly, with the environment the launcher would give it, when that is certain
     (:func:`~codex_presence.agent.tui.native.native_codex`); else ``program`` itself."""
     from codex_presence.agent.tui.native import native_codex
 

@@ -1,12 +1,13 @@
-"""The native codex behind npm's launcher, for the app-server's start (issue 27).
+"""The native codex behind npm's launcher, for the TUI's and the app-server's start (issue 27).
 
 ``codex`` installed by npm is ``@openai/codex/bin/codex.js``: a node script that finds the
 platform's native binary and runs it (``execve`` on node >= 22.15, a child it waits for on
 older ones) with two things added to the environment. Node's start is 110-120 ms of CPU,
-paid by ``codex-presence codex`` a second time for the app-server, beside the TUI's own
-start, where plain ``codex`` pays it once. :func:`native_codex` returns what the launcher
-would run, so that the app-server can be started without node, or None whenever that is
-not certain, and the launcher is run as it is.
+on the way to the TUI's first paint, and ``codex-presence codex`` would pay it a second
+time for the app-server, beside the TUI's own start. :func:`native_codex` returns what the
+launcher would run, so that both can be started without node, or None whenever that is
+not certain, and the launcher is run as it is. Only ``os`` and the interpreter's built-in
+SHA-256 are loaded: this runs before the TUI's spawn.
 
 Certain means: the program found on ``PATH`` is, after its symlinks, a launcher whose
 text we have read (:data:`KNOWN_LAUNCHERS`, by SHA-256: a launcher of another codex
@@ -111,11 +112,23 @@ def _on_path(program: str, env: Mapping[str, str]) -> str | None:
 
 
 def _known_launcher(script: str) -> bool:
-    import hashlib
-
     with open(script, "rb") as f:
         text = f.read(_LAUNCHER_MAX + 1)
-    return len(text) <= _LAUNCHER_MAX and hashlib.sha256(text).hexdigest() in KNOWN_LAUNCHERS
+    return len(text) <= _LAUNCHER_MAX and _sha256(text) in KNOWN_LAUNCHERS
+
+
+def _sha256(data: bytes) -> str:
+    """SHA-256 of ``data``, in hex, by the interpreter's own built-in module where it has
+    one: ``hashlib`` loads OpenSSL first (3.5 ms here), which this runs before the TUI's
+    spawn would pay in full."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:  # an interpreter built without them
+            from hashlib import sha256
+    return str(sha256(data).hexdigest())
 
 
 def _node_module_dirs(start: str) -> list[str]:
@@ -135,16 +148,17 @@ def _node_module_dirs(start: str) -> list[str]:
 def _platform_binary(script_dir: str, package: str, target: str) -> str | None:
     """The launcher's ``findCodexExecutable()``, where ``require.resolve`` finds the
     platform package on node's walk up from the script; None elsewhere."""
-    import json
-
     for modules in _node_module_dirs(script_dir):
         manifest = os.path.join(modules, package, "package.json")
         if not os.path.isfile(manifest):
             continue
         with open(manifest, "rb") as f:
-            fields = json.load(f)
-        if not isinstance(fields, dict) or "exports" in fields:
-            return None  # an exports map may send package.json elsewhere: node's to read
+            text = f.read(_LAUNCHER_MAX + 1).strip()
+        if not (text.startswith(b"{") and text.endswith(b"}")) or b'"exports"' in text:
+            # An exports map may send package.json elsewhere: node's to read. Read as
+            # bytes, not parsed (json's 1.7 ms would come before the TUI's spawn): the
+            # word anywhere, or a text that is no object, is uncertain.
+            return None
         vendor = os.path.join(os.path.dirname(os.path.realpath(manifest)), "vendor")
         binary = os.path.join(vendor, target, "bin", "codex")
         if os.path.isfile(binary) and os.access(binary, os.X_OK):
