@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from codex_presence.agent.tui import native
-from codex_presence.agent.tui.native import native_codex
+from codex_presence.agent import native
+from codex_presence.agent.native import native_codex
 from codex_presence.agent.watchdog import descendants
 from tests.support.tui_driver import FIRST_PAINT, Tui, presence_command, short_tempdir, tui_home
 from tests.support.waiting import eventually
@@ -30,6 +31,8 @@ class Started:
     exe: str
     argv: list[str]
     env: dict[str, str]
+    nodes: int = 0
+    """How many node processes the tree held (npm's launcher, on node < 22.15)."""
 
 
 def _native_process(proc: subprocess.Popen[bytes], socket: Path) -> Started:
@@ -37,12 +40,17 @@ def _native_process(proc: subprocess.Popen[bytes], socket: Path) -> Started:
     itself once node has exec'd it), once the app-server listens on ``socket``."""
     eventually(lambda: socket.exists() or proc.poll() is not None, within=60, what="listening")
     assert proc.poll() is None, f"the app-server exited with {proc.returncode}"
-    for pid in [proc.pid, *descendants(proc.pid)]:
-        exe = str(Path(f"/proc/{pid}/exe").readlink())
-        if Path(exe).name == "codex":
+    tree = [proc.pid, *descendants(proc.pid)]
+    exes: dict[int, Path] = {}
+    for pid in tree:
+        with suppress(OSError):  # a watchdog's short-lived helper, gone already
+            exes[pid] = Path(f"/proc/{pid}/exe").readlink()
+    nodes = sum(exe.name.startswith("node") for exe in exes.values())
+    for pid, exe in exes.items():
+        if exe.name == "codex":
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
             raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")[:-1]
-            return Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
+            return Started(str(exe), argv, dict(entry.split("=", 1) for entry in raw), nodes)
     raise AssertionError(f"no native codex under pid {proc.pid}")
 
 
@@ -66,9 +74,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.mark.codex
 def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: Path) -> None:
-    """The app-server that npm's launcher starts and the one started directly are the same
+    """The app-server that npm's launcher starts, the one started directly, and the one
+    ``wrap -- codex app-server`` starts (its process, found under the command) are the same
     process image: executable, arguments, environment (a stale package-manager flag of
-    ours removed by both)."""
+    ours removed by all)."""
     with short_tempdir("cpn-") as root:
         (root / "home").mkdir()
         env = {
@@ -83,12 +92,13 @@ def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: 
         binary, native_env = found
         seen: list[Started] = []
         for name, (program, program_env) in {
-            "launcher": ("codex", env),
-            "native": (binary, native_env),
+            "launcher": (["codex"], env),
+            "native": ([binary], native_env),
+            "wrap": ([sys.executable, "-m", "codex_presence", "wrap", "--", "codex"], env),
         }.items():
             socket = root / f"{name}.sock"
             proc = _start(
-                [program, "app-server", "--listen", f"unix://{socket}"], program_env, root
+                [*program, "app-server", "--listen", f"unix://{socket}"], program_env, root
             )
             try:
                 started = _native_process(proc, socket)
@@ -96,14 +106,16 @@ def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: 
                 _stop(proc)
             started.argv[-1] = started.argv[-1].replace(f"{name}.sock", "SOCKET")
             seen.append(started)
-        through_launcher, direct = seen
-        assert direct.exe == through_launcher.exe == os.path.realpath(binary)
+        through_launcher, direct, wrapped = seen
+        assert direct.exe == through_launcher.exe == wrapped.exe == os.path.realpath(binary)
         assert (
             direct.argv
             == through_launcher.argv
+            == wrapped.argv
             == [binary, "app-server", "--listen", "unix://" + str(root / "SOCKET")]
         )
-        assert direct.env == through_launcher.env
+        assert direct.env == through_launcher.env == wrapped.env
+        assert direct.nodes == wrapped.nodes == 0  # wrap's start pays no node
         assert (
             direct.env["CODEX_MANAGED_BY_NPM"] == "1" and "CODEX_MANAGED_BY_PNPM" not in direct.env
         )
@@ -112,14 +124,19 @@ def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: 
 def _tui_process(tui: Tui) -> Started:
     """The pane's native codex TUI (not an app-server), once it has painted."""
     tui.wait_for(FIRST_PAINT, timeout=60)
+    found: Started | None = None
+    nodes = 0
     for pid in descendants(tui.pane_pid()):
         with suppress(OSError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
             exe = str(Path(f"/proc/{pid}/exe").readlink())
-            if Path(exe).name == "codex" and "app-server" not in argv:
+            nodes += Path(exe).name.startswith("node")
+            if found is None and Path(exe).name == "codex" and "app-server" not in argv:
                 raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")[:-1]
-                return Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
-    raise AssertionError("no native codex TUI in the pane")
+                found = Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
+    assert found is not None, "no native codex TUI in the pane"
+    found.nodes = nodes
+    return found
 
 
 @pytest.mark.codex
@@ -136,7 +153,8 @@ def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
             "plain": ["codex", "-c", "model=plain-and-native"],
             "command": [*presence_command(Path("codex")), "-c", "model=plain-and-native"],
         }.items():
-            tui = Tui(argv, env=env, cwd=home.work, sock_dir=root)
+            (root / way).mkdir()  # a tmux server of its own each
+            tui = Tui(argv, env=env, cwd=home.work, sock_dir=root / way)
             try:
                 seen[way] = _tui_process(tui)
             finally:
@@ -152,6 +170,7 @@ def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
     }
     assert differ <= {"TMUX"}, differ  # each pane has a tmux server of its own
     assert command.env["CODEX_MANAGED_BY_NPM"] == "1"
+    assert command.nodes == 0  # node's start is off the way to the first paint
 
 
 LAUNCHER_TEXT = b'#!/bin/sh\necho "launcher $0 $*" >> "$SEEN"\nexec sleep 30\n'

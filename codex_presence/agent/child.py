@@ -309,8 +309,9 @@ def launch(
 ) -> Launched:
     """Everything before the first byte is copied: our stdin and stdout made non-blocking
     (see :func:`nonblocking`; before the child exists, so that not even a probe reaches its
-    stderr), pipes to the child (grown), and the child spawned (:func:`spawn`). Raises
-    :class:`OSError` if it cannot be run, with everything undone."""
+    stderr), pipes to the child (grown), and the child spawned (:func:`spawn`; npm's codex
+    launcher as what it would run, where that is certain). Raises :class:`OSError` if it
+    cannot be run, with everything undone."""
     saved_flags: dict[int, bool] = {}
     for fd in (stdin, stdout):
         with suppress(OSError):  # a closed descriptor reads as EOF, fails as a write
@@ -329,7 +330,8 @@ def launch(
             if is_fifo(private):
                 grow_pipe(private)
             ours.append(private)
-        child = spawn(command, stdin=child_in_r, stdout=child_out_w, env=env)
+        program, program_env = _as_launched(command, env)
+        child = spawn(program, stdin=child_in_r, stdout=child_out_w, env=program_env)
     except BaseException:
         for fd in (child_in, child_out, *originals):
             os.close(fd)
@@ -351,6 +353,20 @@ def launch(
         originals=originals,
         saved_flags=saved_flags,
     )
+
+
+def _as_launched(
+    command: Sequence[str], env: Mapping[str, str] | None
+) -> tuple[list[str], Mapping[str, str] | None]:
+    """``command`` and ``env`` as npm's codex launcher would run them, where ``command[0]``
+    is one whose run is certain (:func:`~codex_presence.agent.native.native_codex`: node's
+    start off the way to codex's first answer); else as they are."""
+    from codex_presence.agent.native import native_codex
+
+    found = native_codex(command[0], os.environ if env is None else env) if command else None
+    if found is None:
+        return list(command), env
+    return [found[0], *command[1:]], found[1]
 
 
 async def wait_child(child: Child) -> int:

@@ -16,7 +16,7 @@ The order, each step as soon as the one before it:
    handler that passes them on, kept until the TUI is there.
 2. A private 0700 directory for the two sockets (:mod:`.sockets`).
 3. What CODEX names: where it is npm's node launcher and what that would run is certain, the
-   native binary, with the environment the launcher would give it (:mod:`.native`: node's
+   native binary, with the environment the launcher would give it (:mod:`~codex_presence.agent.native`: node's
    start is 110-120 ms of CPU, on the way to the TUI's first paint and again beside it for
    the app-server; on node >= 22.15 the launcher ``execve``s that binary, so the TUI's
    process is the one plain ``codex`` runs), else CODEX itself.
@@ -176,8 +176,8 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
 def _program(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     """What runs the TUI and the app-server: npm's launcher ``program``'s native codex
     directly, with the environment the launcher would give it, when that is certain
-    (:func:`~codex_presence.agent.tui.native.native_codex`); else ``program`` itself."""
-    from codex_presence.agent.tui.native import native_codex
+    (:func:`~codex_presence.agent.native.native_codex`); else ``program`` itself."""
+    from codex_presence.agent.native import native_codex
 
     return native_codex(program, env) or (program, env)
 

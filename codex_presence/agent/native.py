@@ -1,13 +1,14 @@
-"""The native codex behind npm's launcher, for the TUI's and the app-server's start (issue 27).
+"""The native codex behind npm's launcher, for the start of what the shells run (issue 27).
 
 ``codex`` installed by npm is ``@openai/codex/bin/codex.js``: a node script that finds the
 platform's native binary and runs it (``execve`` on node >= 22.15, a child it waits for on
 older ones) with two things added to the environment. Node's start is 110-120 ms of CPU,
 on the way to the TUI's first paint, and ``codex-presence codex`` would pay it a second
 time for the app-server, beside the TUI's own start. :func:`native_codex` returns what the
-launcher would run, so that both can be started without node, or None whenever that is
-not certain, and the launcher is run as it is. Only ``os`` and the interpreter's built-in
-SHA-256 are loaded: this runs before the TUI's spawn.
+launcher would run, so that ``codex-presence codex`` can start both, and ``wrap`` its
+``codex app-server``, without node; or None whenever that is not certain, and the launcher
+is run as it is. Only ``os`` and the interpreter's built-in SHA-256 are loaded: this runs
+before the spawns, and a command that is not a launcher costs a ``stat`` or two.
 
 Certain means: the program found on ``PATH`` is, after its symlinks, a launcher whose
 text we have read (:data:`KNOWN_LAUNCHERS`, by SHA-256: a launcher of another codex
@@ -113,6 +114,8 @@ def _on_path(program: str, env: Mapping[str, str]) -> str | None:
 
 def _known_launcher(script: str) -> bool:
     with open(script, "rb") as f:
+        if os.fstat(f.fileno()).st_size > _LAUNCHER_MAX:  # a binary: not read (wrap's python)
+            return False
         text = f.read(_LAUNCHER_MAX + 1)
     return len(text) <= _LAUNCHER_MAX and _sha256(text) in KNOWN_LAUNCHERS
 
