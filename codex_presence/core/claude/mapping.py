@@ -99,9 +99,11 @@ from codex_presence.core.claude.protocol import (
     ClaudeSource,
     SessionView,
     background_command_id,
+    background_launch_id,
     is_interrupt_marker,
     running_tasks,
     task_notification_id,
+    transcript_task_end,
 )
 
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
@@ -156,6 +158,10 @@ class ClaudeMapping:
     signal: ActivitySignal = field(default_factory=ActivitySignal)
     stats: ClaudeStats = field(default_factory=ClaudeStats)
     settle: float = SETTLE
+    file_led: bool = False
+    """claude's session file leads: no turn hook is registered (only SessionStart, whose
+    arrival sets this, and SessionEnd), each view is adopted at once, and background tasks
+    come from the transcript (see the module doc)."""
     _prompt: str | None = None
     """The open main turn's ``prompt_id``, if known."""
     _view: SessionView | None = None
@@ -187,7 +193,7 @@ class ClaudeMapping:
         view = self._view
         if view is None or self._adopted or view.kind is None:
             return None
-        return max(view.since, self._last_hook) + self.settle
+        return max(view.since, self._last_hook) + (0.0 if self.file_led else self.settle)
 
     @property
     def wants_follow(self) -> bool:
@@ -230,9 +236,17 @@ class ClaudeMapping:
             return None
         view = self._view
         assert view is not None
+        if not self._adopt(view):
+            return None
+        transition = self.signal.commit(f"session {view.status}")
+        self._date_background(transition, t)
+        return transition
+
+    def _adopt(self, view: SessionView) -> bool:
+        """Make ``view`` (one with an opinion) the state; False for a stale one."""
         self._adopted = True
         if view.kind == "busy" and view.same(self._ended_busy):
-            return None  # the ended turn's view, stale: adopting it would start a turn
+            return False  # the ended turn's view, stale: adopting it would start a turn
         self.stats.adopted += 1
         if view.kind == "idle":
             self.signal.close_all()
@@ -245,9 +259,7 @@ class ClaudeMapping:
                 self._ensure(HandleKind.BLOCK, _SESSION_BLOCK)
             else:
                 self._close_blocks(None)
-        transition = self.signal.commit(f"session {view.status}")
-        self._date_background(transition, t)
-        return transition
+        return True
 
     def close(self, cause: str = "eof") -> Transition | None:
         """The process ended: everything closes."""
@@ -267,7 +279,8 @@ class ClaudeMapping:
             return None
         self.stats.hooks += 1
         self._last_hook = t
-        self._adopted = False  # hook news first: the file must agree again, for SETTLE
+        if not self.file_led:
+            self._adopted = False  # hook news first: the file must agree again, for SETTLE
         if not handler(self, msg):
             self.stats.wrong_shape += 1
             return None
@@ -380,6 +393,10 @@ class ClaudeMapping:
         self.signal.close_background(("task", scope[1]))
         return True
 
+    def _on_session_start(self, msg: dict[str, Any]) -> bool:
+        self.file_led = True  # registered only when the file leads
+        return True
+
     def _on_session_end(self, msg: dict[str, Any]) -> bool:
         self.signal.close_all()
         self.signal.close_all_background()
@@ -389,6 +406,8 @@ class ClaudeMapping:
     # -- the transcript and the session file ------------------------------------------------
 
     def _transcript(self, entry: dict[str, Any]) -> str | None:
+        if self.file_led:
+            return self._transcript_task(entry)
         if not is_interrupt_marker(entry):
             return None
         prompt = entry.get("promptId")
@@ -401,6 +420,18 @@ class ClaudeMapping:
         self._end_scope(MAIN)
         self._close_session()
         return "transcript interrupt"
+
+    def _transcript_task(self, entry: dict[str, Any]) -> str | None:
+        """File-led: a background task's start or end, as the transcript tells it."""
+        task = background_launch_id(entry)
+        if task is not None and not self.signal.is_background(("task", task)):
+            self.signal.open_background(("task", task))
+            return "transcript background start"
+        task = transcript_task_end(entry)
+        if task is not None and self.signal.is_background(("task", task)):
+            self.signal.close_background(("task", task))
+            return "transcript task-notification"
+        return None
 
     def _session(self, msg: dict[str, Any], t: float) -> str | None:
         status = msg.get("status")
@@ -428,6 +459,8 @@ class ClaudeMapping:
             self._close_if_open(HandleKind.TURN, _SESSION_TURN)
         if view.kind != "waiting":
             self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+        if self.file_led and view.kind is not None:
+            self._adopt(view)
         return f"session {status}"
 
     # -- helpers ----------------------------------------------------------------------------
@@ -475,5 +508,6 @@ _HOOKS = {
     "StopFailure": ClaudeMapping._on_stop_failure,
     "SubagentStart": ClaudeMapping._on_subagent_start,
     "SubagentStop": ClaudeMapping._on_subagent_stop,
+    "SessionStart": ClaudeMapping._on_session_start,
     "SessionEnd": ClaudeMapping._on_session_end,
 }

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 __all__ = [
     "BLOCKING_NOTIFICATIONS",
+    "FILE_LED_EVENTS",
+    "FILE_LED_VERSIONS",
     "HOOK_EVENTS",
     "HOOK_TIMEOUT",
     "HTTP_ONLY_EVENTS",
@@ -32,6 +34,7 @@ __all__ = [
     "ClaudeSource",
     "SessionView",
     "background_command_id",
+    "background_launch_id",
     "curl_config",
     "hook_settings",
     "is_interrupt_marker",
@@ -43,6 +46,7 @@ __all__ = [
     "script_command",
     "task_notification_id",
     "transcript_line_may_matter",
+    "transcript_task_end",
     "with_hooks",
 ]
 
@@ -66,8 +70,20 @@ HOOK_EVENTS: tuple[str, ...] = (
     "SubagentStop",
     "SessionEnd",
 )
-"""The hook events the mapping reads, each registered as a hook of ours. (SessionStart is
-not one: Claude Code skips HTTP hooks for it, and the state does not need it.)"""
+"""The hook events the mapping reads when the hooks lead, each registered as a hook of
+ours. (SessionStart is not one: Claude Code skips HTTP hooks for it, and the state does not
+need it.)"""
+
+FILE_LED_EVENTS: tuple[str, ...] = ("SessionStart", "SessionEnd")
+"""The hooks registered when claude's session file leads: only those that fire outside a
+turn, where claude draws no spinner to name them in. SessionStart (an async command hook:
+claude runs no HTTP hook for it) names the transcript and says the file leads; SessionEnd
+closes everything as claude leaves."""
+
+FILE_LED_VERSIONS: frozenset[str] = frozenset({"2.1.332"})
+"""Claude Code versions whose session status file was checked to say, alone, what the hooks
+say of a session's state (every interactive recording in ``fixtures/``): for these, an
+interactive claude gets only :data:`FILE_LED_EVENTS`. Any other version gets every hook."""
 
 HOOK_TIMEOUT = 2
 """Seconds claude waits for a hook's answer. The server answers at once; this bounds what
@@ -310,6 +326,33 @@ def task_notification_id(prompt: object) -> str | None:
     return found.group(1) if found else None
 
 
+def _user_content(entry: Mapping[str, Any]) -> object:
+    message = entry.get("message")
+    return message.get("content") if isinstance(message, dict) else None
+
+
+def background_launch_id(entry: Mapping[str, Any]) -> str | None:
+    """The task a transcript ``user`` entry (a tool result) says was started in the
+    background: a Bash ``run_in_background`` (``toolUseResult.backgroundTaskId``) or a
+    subagent launched asynchronously (``isAsync`` with its ``agentId``)."""
+    result = entry.get("toolUseResult") if entry.get("type") == "user" else None
+    if not isinstance(result, dict):
+        return None
+    task = result.get("backgroundTaskId")
+    if task is None and result.get("isAsync") is True:
+        task = result.get("agentId")
+    return task if isinstance(task, str) and task else None
+
+
+def transcript_task_end(entry: Mapping[str, Any]) -> str | None:
+    """The task whose end a transcript entry announces: the ``<task-notification>`` prompt
+    claude queues (``queue-operation`` ``enqueue``) and then sends (a ``user`` entry)."""
+    kind = entry.get("type")
+    if kind == "queue-operation":
+        return task_notification_id(entry.get("content"))
+    return task_notification_id(_user_content(entry)) if kind == "user" else None
+
+
 def background_command_id(post: Mapping[str, Any]) -> str | None:
     """The task id of a Bash command a PostToolUse says was started in the background
     (``run_in_background``; claude answers at once with a ``backgroundTaskId``)."""
@@ -334,7 +377,10 @@ def hook_settings(
     (:func:`script_command` or :func:`poster_command`) if given — claude waits for none,
     and its spinner names one only while claude starts it — else as an HTTP hook to
     ``url``, which claude waits for and names all the while; those of
-    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
+    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks. SessionStart needs ``command`` (claude
+    runs no HTTP hook for it): ValueError without one."""
+    if command is None and "SessionStart" in events:
+        raise ValueError("SessionStart can only be a command hook")
     http = {"type": "http", "url": url, "timeout": timeout}
     hooks: dict[str, Any] = {}
     for event in events:
@@ -347,15 +393,19 @@ def hook_settings(
 
 
 def with_hooks(
-    settings: Mapping[str, Any], url: str, *, command: str | None = None
+    settings: Mapping[str, Any],
+    url: str,
+    *,
+    command: str | None = None,
+    events: tuple[str, ...] = HOOK_EVENTS,
 ) -> dict[str, Any]:
     """The user's own settings document (from a ``--settings`` they gave claude) with our
-    hooks (:func:`hook_settings`) added after theirs: claude takes one ``--settings``, the
-    last one given."""
+    hooks for ``events`` (:func:`hook_settings`) added after theirs: claude takes one
+    ``--settings``, the last one given."""
     merged = dict(settings)
     theirs = merged.get("hooks")
     hooks = dict(theirs) if isinstance(theirs, dict) else {}
-    for event, groups in hook_settings(url, command=command)["hooks"].items():
+    for event, groups in hook_settings(url, command=command, events=events)["hooks"].items():
         existing = hooks.get(event)
         hooks[event] = [*(existing if isinstance(existing, list) else []), *groups]
     merged["hooks"] = hooks
