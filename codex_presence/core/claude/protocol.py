@@ -1,11 +1,13 @@
 """The Claude Code vocabulary that the activity mapping reads (Claude Code 2.1.332).
 
-The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs and
-the settings document that registers them (:func:`hook_settings`: async command hooks
-running our bash poster or curl, which claude does not wait for, or HTTP hooks), the
-parting hint's flags, the notification types and session statuses that mean something,
-and the transcript's interrupt marker. ``docs/claude-code-hooks.md`` holds the
-measurements behind each of them. Pure data and pure functions.
+The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs (all,
+or, where claude's session file leads, :data:`FILE_LED_EVENTS` for the versions of
+:data:`FILE_LED_VERSIONS`) and the settings document that registers them
+(:func:`hook_settings`: async command hooks running our bash poster or curl, which claude
+does not wait for, or HTTP hooks), the parting hint's flags, the notification types and
+session statuses that mean something, the transcript's interrupt marker and background
+tasks, and the mapping's counters. ``docs/claude-code-hooks.md`` holds the measurements
+behind each of them. Pure data and pure functions.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ __all__ = [
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
+    "ClaudeStats",
     "SessionView",
     "background_command_id",
     "background_launch_id",
     "curl_config",
     "hook_settings",
     "is_interrupt_marker",
+    "is_one_of",
     "poster_command",
     "poster_script",
     "prints",
@@ -106,6 +110,25 @@ PERSON_WAITS: frozenset[str] = frozenset(
 )
 """``waitingFor`` values of a ``waiting`` session status that wait on a person. Others
 (``dialog open``: a settings dialog the person opened, say) carry no opinion."""
+
+
+@dataclass(slots=True)
+class ClaudeStats:
+    """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
+
+    lines: int = 0
+    not_json: int = 0
+    hooks: int = 0
+    ignored: int = 0
+    wrong_shape: int = 0
+    late: int = 0
+    interrupts: int = 0
+    adopted: int = 0
+
+
+def is_one_of(value: object, names: frozenset[str]) -> bool:
+    """``value in names``, for a value of any JSON type (a list is unhashable)."""
+    return isinstance(value, str) and value in names
 
 
 @dataclass(frozen=True, slots=True)
