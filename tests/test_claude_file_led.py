@@ -259,3 +259,37 @@ async def test_the_session_file_leads_at_once_and_idle_reads_nothing(
     last_idle = at[-1]
     at_the_prompt = [t for t in reads if last_idle + 0.2 < t < last_idle + 1.8]
     assert (at_the_prompt == []) if inotify else (len(at_the_prompt) > 5), reads
+
+
+@pytest.mark.anyio
+async def test_the_directory_watch_wakes_on_a_write_and_outlives_its_directory(
+    tmp_path: Path,
+) -> None:
+    """A directory not there yet is not watched (the shell polls meanwhile); a write in a
+    watched one ends the wait at once; one removed and made again is watched again."""
+    watch = DirectoryWatch.open()
+    assert watch is not None  # Linux: inotify
+    try:
+        sessions = tmp_path / "sessions"
+        assert not watch.watching(sessions)
+        sessions.mkdir()
+        assert watch.watching(sessions)
+        (sessions / "1.json").write_text("{}")
+        started = time.monotonic()
+        await watch.wait(30)
+        assert time.monotonic() - started < 5  # woken by the write, not the bound
+        for path in sessions.iterdir():
+            path.unlink()
+        sessions.rmdir()
+        await watch.wait(30)  # the removal, read
+        sessions.mkdir()
+        assert watch.watching(sessions)  # watched anew
+        (sessions / "2.json").write_text("{}")
+        started = time.monotonic()
+        await watch.wait(30)
+        assert time.monotonic() - started < 5
+        started = time.monotonic()
+        await watch.wait(0.2)  # nothing written: the bound ends it
+        assert 0.15 < time.monotonic() - started < 5
+    finally:
+        watch.close()

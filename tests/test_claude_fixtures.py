@@ -121,6 +121,22 @@ def test_the_session_file_alone_gives_the_same_states(path: Path) -> None:
     assert all(row.cause.startswith("session ") for row in rows)  # the file said each
 
 
+def test_a_recording_with_a_session_start_replays_file_led() -> None:
+    """SessionStart is registered only where the file leads: ``replay`` of such a session's
+    recording (here one of the fixtures as it would have been recorded then: SessionStart
+    first, no turn hook) adopts the file's views at once, as the live session did."""
+    path = FIXTURES / "permission_yes.jsonl"
+    entries = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    start = {"hook_event_name": "SessionStart", "session_id": "s", "source": "startup"}
+    kept = [e for e in entries if e.get("from") != "hook"]
+    lines = [{"t": 0.3, "from": "hook", "msg": start}, *kept]
+    rows = timeline(read_relevant_entries(b"\n".join(map(orjson.dumps, lines)) + b"\n"))
+    assert [row.state for row in rows] == ["working", "blocked", "working", "idle"]
+    assert {row.cause for row in rows} == {"session busy", "session waiting", "session idle"}
+    busy = next(e for e in kept if e.get("msg", {}).get("status") == "busy")
+    assert rows[0].t == busy["t"]  # at once: no settling time
+
+
 def test_the_replay_command_gives_a_claude_code_recordings_timeline() -> None:
     path = FIXTURES / "esc_during_stream.jsonl"
     result = subprocess.run(

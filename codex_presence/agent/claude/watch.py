@@ -36,7 +36,8 @@ class DirectoryWatch:
     def __init__(self, inotify: Any, mask: int) -> None:
         self._inotify = inotify
         self._mask = mask
-        self._watched: set[Path] = set()
+        self._watched: dict[Path, int] = {}
+        """Each watched directory's watch descriptor."""
 
     @classmethod
     def open(cls) -> DirectoryWatch | None:
@@ -57,29 +58,30 @@ class DirectoryWatch:
         """Watch ``directory`` if it exists (and is not watched yet); whether it is now."""
         if directory not in self._watched:
             try:
-                self._inotify.add_watch(directory, self._mask)
+                self._watched[directory] = self._inotify.add_watch(directory, self._mask)
             except OSError:
                 return False  # not there yet (or not a directory): polled meanwhile
-            self._watched.add(directory)
         return True
 
     async def wait(self, at_most: float | None) -> None:
         """Until something changed in a watched directory, or ``at_most`` seconds passed
-        (None: no limit); the events are read and dropped (the caller reads the files)."""
+        (None: no limit). The events are read and dropped (the caller reads the files),
+        but for a watched directory's removal: it is watched anew once it exists again."""
         fd: int = self._inotify.fileno()
         with anyio.move_on_after(at_most):
             await anyio.wait_readable(fd)
-        self._drain(fd)
+        from inotify_simple import flags, parse_events
 
-    @staticmethod
-    def _drain(fd: int) -> None:
         while True:
             try:
-                if not os.read(fd, 65536):
-                    return
-            except (BlockingIOError, InterruptedError):
+                data = os.read(fd, 65536)
+            except OSError:  # nothing more (EAGAIN), or a broken descriptor
                 return
-            except OSError:
+            gone = {event.wd for event in parse_events(data) if event.mask & flags.IGNORED}
+            for directory, wd in list(self._watched.items()):
+                if wd in gone:
+                    del self._watched[directory]
+            if not data:
                 return
 
     def close(self) -> None:
