@@ -125,6 +125,9 @@ def test_a_known_interactive_claude_gets_only_the_hooks_outside_a_turn(tmp_path:
     assert start["type"] == "command" and start["async"] is True  # claude runs no HTTP one
     ((end,),) = [group["hooks"] for group in hooks["SessionEnd"]]
     assert end["type"] == "http"  # claude waits for it at exit (no spinner there)
+    # Not after a compaction (it may come mid-turn), not at /clear (claude would name it).
+    assert [group["matcher"] for group in hooks["SessionStart"]] == ["startup|resume|clear"]
+    assert [group["matcher"] for group in hooks["SessionEnd"]] == ["prompt_input_exit|logout|other"]
     assert f"claude {KNOWN}, interactive: its session file leads" in said
     assert said.count("claude's hooks:") == 1  # said once
 

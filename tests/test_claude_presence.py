@@ -542,6 +542,42 @@ def test_claudes_screen_names_none_of_our_hooks(
     assert watch.sequence() == [None, *["working", None] * 3]
 
 
+def test_clear_names_no_hook_either_and_the_next_turn_is_followed(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """``/clear`` between two turns: claude ends its session and starts a new one (a new
+    session id, a new transcript) without exiting. SessionEnd, which claude waits for, is
+    registered for its exits only and SessionStart for a new transcript's start, not a
+    compaction's (their matchers): the screen names no hook at ``/clear`` either, and the
+    turn after it is followed as the one before."""
+    api = turns_with_tools(2)
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (s, files),
+        Screens(s.tmux) as screens,
+    ):
+        (files.work / "NOTES").write_text("hello\n")
+        s.ready()
+        s.prompt("question 0")
+        s.tmux.wait_screen(r"Notes 0 say hello\.")
+        watch.wait(None)
+        s.prompt("/clear")
+        eventually(lambda: hooks_recorded(files).count("SessionStart") == 2, 20, "the new one")
+        watch.wait(None)
+        s.prompt("question 1")
+        s.tmux.wait_screen(r"Notes 1 say hello\.")
+        watch.wait_seen("working")
+        watch.wait(None)
+        assert leave(s) == 0
+    assert screens.hooks_named() == set()
+    assert hooks_recorded(files) == ["SessionStart", "SessionStart", "SessionEnd"]
+    assert replayed(files)[:2] == ["working", "idle"] and replayed(files)[-2:] == [
+        "working",
+        "idle",
+    ]
+    assert file_led(files)
+
+
 def test_with_every_hook_claudes_spinner_names_at_most_two_of_ours(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 __all__ = [
     "BLOCKING_NOTIFICATIONS",
     "FILE_LED_EVENTS",
+    "FILE_LED_MATCHERS",
     "FILE_LED_VERSIONS",
     "HOOK_EVENTS",
     "HOOK_TIMEOUT",
@@ -83,6 +84,16 @@ FILE_LED_EVENTS: tuple[str, ...] = ("SessionStart", "SessionEnd")
 turn, where claude draws no spinner to name them in. SessionStart (an async command hook:
 claude runs no HTTP hook for it) names the transcript and says the file leads; SessionEnd
 closes everything as claude leaves."""
+
+FILE_LED_MATCHERS: dict[str, str] = {
+    "SessionStart": "startup|resume|clear",
+    "SessionEnd": "prompt_input_exit|logout|other",
+}
+"""Which of their sources (claude matches a SessionStart hook on its ``source``, a
+SessionEnd one on its ``reason``) the file-led hooks fire for: SessionStart at claude's
+start and when a new transcript begins (``/clear``, ``/resume``), not after a compaction
+(which may come mid-turn, under the spinner); SessionEnd when claude exits, not at
+``/clear`` or ``/resume`` (claude waits for it there, and names it on screen)."""
 
 FILE_LED_VERSIONS: frozenset[str] = frozenset({"2.1.332"})
 """Claude Code versions whose session status file was checked to say, alone, what the hooks
@@ -396,10 +407,11 @@ def hook_settings(
     timeout: int = HOOK_TIMEOUT,
 ) -> dict[str, Any]:
     """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
-    every tool matches): as an async command hook running ``command``
-    (:func:`script_command` or :func:`poster_command`) if given — claude waits for none,
-    and its spinner names one only while claude starts it — else as an HTTP hook to
-    ``url``, which claude waits for and names all the while; those of
+    every tool matches; :data:`FILE_LED_MATCHERS` for :data:`FILE_LED_EVENTS`): as an
+    async command hook running ``command`` (:func:`script_command` or
+    :func:`poster_command`) if given — claude waits for none, and its spinner names one
+    only while claude starts it — else as an HTTP hook to ``url``, which claude waits for
+    and names all the while; those of
     :data:`HTTP_ONLY_EVENTS` always as HTTP hooks. SessionStart needs ``command`` (claude
     runs no HTTP hook for it): ValueError without one."""
     if command is None and "SessionStart" in events:
@@ -411,7 +423,10 @@ def hook_settings(
             hook: dict[str, Any] = http
         else:
             hook = {"type": "command", "command": command, "async": True, "timeout": timeout}
-        hooks[event] = [{"hooks": [hook]}]
+        group: dict[str, Any] = {"hooks": [hook]}
+        if events == FILE_LED_EVENTS:
+            group["matcher"] = FILE_LED_MATCHERS[event]
+        hooks[event] = [group]
     return {"hooks": hooks}
 
 
