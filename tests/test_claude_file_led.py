@@ -296,3 +296,24 @@ async def test_the_directory_watch_wakes_on_a_write_and_outlives_its_directory(
         assert 0.15 < time.monotonic() - started < 5
     finally:
         watch.close()
+
+
+@pytest.mark.anyio
+async def test_a_session_file_never_written_is_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the file leads, the hooks are chosen before claude runs: a claude that never
+    writes its file leaves the member idle, and the log says so, once, with the way out."""
+    from codex_presence.agent.claude import session as claude_session
+
+    monkeypatch.setattr(claude_session, "FILE_EXPECTED_WITHIN", 0.5)
+    script = [hook("SessionStart", source="startup"), {"do": "sleep", "seconds": 1.5}]
+    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    session = ClaudeSession(config=tmp_path / "config", observers=[])
+    claude = npm_claude(tmp_path / "npm", KNOWN)
+    status = await session.run([str(claude)], env=claude_settings.child_environment(os.environ))
+    assert status == 0 and session.mapping.file_led
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and "session file is not in" in said[0], said
+    assert "--claude-hooks all" in said[0]

@@ -83,6 +83,9 @@ logger = logging.getLogger("codex_presence.claude")
 PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
 POLL_INTERVAL = 0.1
+FILE_EXPECTED_WITHIN = 10.0
+"""Seconds after its start by which claude has written its session file (0.3-0.6 s in
+every recording); where the file leads, its absence then is said once."""
 
 
 def _pid_max() -> int:
@@ -241,9 +244,12 @@ class ClaudeSession:
         files = self._files
         assert files is not None
         watch = DirectoryWatch.open()
+        missing = True  # claude's session file, not found yet: said once after a while
         try:
             while not self.analysis.failed:
                 self._deliver(self.analysis.run(self._poll, self._now()))
+                if missing and (files.status_found or self._now() > FILE_EXPECTED_WITHIN):
+                    missing = self._say_if_missing(files)
                 if watch is None:
                     await anyio.sleep(self._poll_interval)
                     continue
@@ -256,6 +262,17 @@ class ClaudeSession:
         finally:
             if watch is not None:
                 watch.close()
+
+    @staticmethod
+    def _say_if_missing(files: ClaudeFiles) -> bool:
+        if not files.status_found:
+            logger.warning(
+                "claude's session file is not in %s after %g s: the roster cannot follow "
+                "this session (--claude-hooks all gives it every hook instead)",
+                files.sessions,
+                FILE_EXPECTED_WITHIN,
+            )
+        return False
 
     def _poll(self, now: float) -> list[Transition]:
         """What claude's files say now, recorded and fed, then the mapping's timer."""
