@@ -197,6 +197,8 @@ def claude_version(program: str, env: Mapping[str, str]) -> tuple[str | None, st
         return real.name, str(real)
     package = real.parent.parent / "package.json"
     try:
+        if not package.is_file():  # not there, or a FIFO, whose open would block
+            return None, str(real)
         with package.open("rb") as stream:
             document = orjson.loads(stream.read(256 * 1024))
     except (OSError, orjson.JSONDecodeError):
