@@ -238,7 +238,11 @@ def test_a_permission_dialog_answered_no(
 ) -> None:
     api = FakeAnthropic(
         [
-            Reply(blocks=[text("Making the file."), bash("touch made.txt", id="toolu_no")]),
+            # A moment of work first: where claude's file leads, a dialog asked for at once
+            # can follow its busy so closely that the next read sees only the waiting.
+            Reply(
+                blocks=[text("Making the file."), bash("touch made.txt", id="toolu_no")], wait=0.5
+            ),
             say("Understood.", match=after_result("toolu_no")),
         ]
     )
@@ -357,7 +361,9 @@ def test_two_prompts_in_a_row(
 def test_exit_ends_the_session_and_the_subscription(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
-    api = FakeAnthropic([say("Hello.")])
+    # Half a second of work: claude writes its busy 0.2-0.3 s after the Enter, and a turn
+    # over before then may never be written at all (where the file leads, not seen).
+    api = FakeAnthropic([say("Hello.", wait=0.5)])
     with (
         api.serve(),
         interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (
@@ -500,7 +506,7 @@ def turns_with_tools(count: int) -> FakeAnthropic:
                     tool_use("Read", {"file_path": "NOTES"}, id=f"r{n}"),
                 ],
                 match=asks(f"question {n}"),
-                wait=0.3,
+                wait=0.5,  # claude writes its busy 0.2-0.3 s after the Enter
             ),
             say(f"Notes {n} say hello.", match=after_result(f"r{n}"), wait=0.3),
         ]
@@ -666,6 +672,7 @@ def test_a_background_command_is_background_work_not_the_members_state(
                     )
                 ],
                 match=asks("in the background"),
+                wait=0.5,  # claude writes its busy 0.2-0.3 s after the Enter
             ),
             say("Started it.", match=after_result("toolu_bgl")),
             say("It ended."),
