@@ -492,12 +492,10 @@ def test_where_the_file_leads_the_transcript_counts_the_background_tasks() -> No
     assert s.mapping.background == 1
     s.session("busy").session("idle")  # idle, not shell: nothing runs
     assert s.mapping.background == 0
-
-
-def test_where_the_hooks_lead_the_transcript_opens_no_background_task() -> None:
+    # Where the hooks lead, the Bash's PostToolUse says it, not the transcript.
     s = Session().hook("UserPromptSubmit")
     s.transcript({"type": "user", "toolUseResult": {"backgroundTaskId": "bg1"}})
-    assert s.mapping.background == 0  # its PostToolUse does, there
+    assert s.mapping.background == 0
 
 
 # -- any soup --------------------------------------------------------------------------------------
