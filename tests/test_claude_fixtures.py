@@ -18,8 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from codex_presence.core.claude.mapping import ClaudeMapping
 from codex_presence.core.recording import read_entries, read_relevant_entries
-from codex_presence.core.timeline import timeline
+from codex_presence.core.timeline import TimelineBuilder, timeline
 from tests.support.claude_scenarios import FIXTURES, RECORDED_TYPES, SCENARIOS
 
 RECORDINGS = sorted(p for p in FIXTURES.glob("*.jsonl"))
@@ -87,6 +88,50 @@ def test_recording_replays_to_expected_timeline(path: Path) -> None:
     assert [(row.line, row.state, row.cause) for row in rows] == expected(path)
     fast = timeline(read_relevant_entries(path.read_bytes()))
     assert fast == rows, "replay's reader gives another timeline"
+
+
+PRINTS = {
+    "print_tool": "claude -p writes busy once and may leave without idle: its hooks lead",
+    "print_tool_fails": "the same",
+    "print_api_error": "the same",
+}
+"""Recordings of print mode: it keeps every hook (it draws no spinner to name them in)."""
+INTERACTIVE = [p for p in RECORDINGS if p.stem not in PRINTS]
+
+
+@pytest.mark.parametrize("path", INTERACTIVE, ids=lambda p: p.stem)
+def test_the_session_file_alone_gives_the_same_states(path: Path) -> None:
+    """Where the file leads (issue 27), claude sends no turn hook: the same recording with
+    every hook taken out, through the mapping with ``file_led``, gives the hand-written
+    timeline's states in the same order (when, differs: the file lags the hooks by up to
+    ~0.13 s, and leads them on interrupts). Only print mode's are left out."""
+    assert {p.stem for p in RECORDINGS if SCENARIOS[p.stem].drive is None} == set(PRINTS)
+    builder = TimelineBuilder(ClaudeMapping(file_led=True))
+    rows = []
+    with path.open("rb") as lines:
+        for entry in read_entries(lines):
+            if entry.direction != "hook":
+                rows += builder.feed(entry)
+    if (last := builder.finish()) is not None:
+        rows.append(last)
+    assert [row.state for row in rows] == [state for _, state, _ in expected(path)]
+    assert all(row.cause.startswith("session ") for row in rows)  # the file said each
+
+
+def test_a_recording_with_a_session_start_replays_file_led() -> None:
+    """SessionStart is registered only where the file leads: ``replay`` of such a session's
+    recording (here one of the fixtures as it would have been recorded then: SessionStart
+    first, no turn hook) adopts the file's views at once, as the live session did."""
+    path = FIXTURES / "permission_yes.jsonl"
+    entries = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    start = {"hook_event_name": "SessionStart", "session_id": "s", "source": "startup"}
+    kept = [e for e in entries if e.get("from") != "hook"]
+    lines = [{"t": 0.3, "from": "hook", "msg": start}, *kept]
+    rows = timeline(read_relevant_entries(b"\n".join(map(orjson.dumps, lines)) + b"\n"))
+    assert [row.state for row in rows] == ["working", "blocked", "working", "idle"]
+    assert {row.cause for row in rows} == {"session busy", "session waiting", "session idle"}
+    busy = next(e for e in kept if e.get("msg", {}).get("status") == "busy")
+    assert rows[0].t == busy["t"]  # at once: no settling time
 
 
 def test_the_replay_command_gives_a_claude_code_recordings_timeline() -> None:

@@ -20,13 +20,17 @@ Put `codex-presence claude --` in front of `claude`: claude runs as usual, on yo
 (nothing is proxied), with `--settings FILE` added after the command's first word (a
 --settings of your own in ARGS is carried in FILE). Without `-- CMD`, CMD is `claude` from
 your PATH; a CMD of your own (a wrapper script) must pass its arguments on to claude. FILE
-(private, removed at the end) sends claude's hooks to a server of ours on 127.0.0.1, which
-derives your state: working while a turn, a tool or a subagent runs, blocked while a
-permission dialog or a question waits for you, idle otherwise. Interrupts (Esc, Ctrl-C,
-"No"), which fire no hook, are read from claude's transcript and its session status file:
-the roster shows idle within 2 s, mostly well under one. The exit status is claude's
-(128+N if signal N killed it); SIGTERM and SIGHUP are forwarded, and so is SIGINT unless it
-came from the terminal (claude has it then). claude never outlives this command.
+(private, removed at the end) sends claude's hooks to a server of ours on 127.0.0.1. Your
+state: working while a turn, a tool or a subagent runs, blocked while a permission dialog
+or a question waits for you, idle otherwise. An interactive claude of a version whose
+session status file we checked (2.1.332) gets only SessionStart and SessionEnd hooks (its
+spinner names none of ours): the state is read from that file as soon as claude writes it.
+Any other (print mode, another version, --claude-hooks all) gets a hook for every event,
+and interrupts (Esc, Ctrl-C, "No"), which fire no hook, are read from claude's transcript
+and session file: the roster shows idle within 2 s, mostly well under one. The exit status
+is claude's (128+N if signal N killed it); SIGTERM and SIGHUP are forwarded, and so is
+SIGINT unless it came from the terminal (claude has it then). claude never outlives this
+command.
 
 Reporting, --record, --no-trace and the environment variables are wrap's: with --broker
 (or $CODEX_PRESENCE_BROKER) and a token (--token-file FILE or $CODEX_PRESENCE_TOKEN), the
@@ -39,8 +43,33 @@ example: codex-presence claude --record session.jsonl -- claude --permission-mod
 """
 
 
+HOOK_CHOICES = ("auto", "all")
+"""As :data:`codex_presence.agent.claude.settings.HOOK_CHOICES` (not imported: this module
+loads nothing until :func:`run`)."""
+
+
+class _NotAChoice(argparse.ArgumentTypeError, ValueError):
+    """Told with its own words on the command line and from the environment alike."""
+
+
+def claude_hooks(text: str) -> str:
+    """``--claude-hooks``: ``auto`` or ``all``."""
+    if text not in HOOK_CHOICES:
+        raise _NotAChoice(f"{text!r} is not one of {', '.join(HOOK_CHOICES)}")
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     runner.configure(parser, epilog=_EPILOG)
+    parser.add_argument(
+        "--claude-hooks",
+        metavar="{auto,all}",
+        type=claude_hooks,
+        default="auto",
+        help="auto: where claude's session file is known to say its state (an interactive"
+        " claude of a checked version), hooks only at its start and end, so its spinner names"
+        " none of ours; else, and with all: a hook for every event (default: auto)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,5 +119,6 @@ def run(args: argparse.Namespace) -> int:
         observers=observers,
         companions=companions,
         observe=observe,
+        hooks=args.claude_hooks,
     )
     return anyio.run(lambda: session.run(command, env=env, settings=settings))

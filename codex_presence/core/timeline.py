@@ -4,8 +4,10 @@ pacing the entries in real time is ``replay``'s (:mod:`codex_presence.cli.replay
 
 Both feeders replay: a codex session (``wrap``'s client and server lines) through the
 codex mapping, a Claude Code session (``claude``'s hooks, transcript and session file)
-through the Claude Code mapping, told apart by the first entry. The Claude Code mapping's
-timer fires between entries, at its deadline, as the live shell's would have.
+through the Claude Code mapping, told apart by the first entry (a Claude Code recording
+whose session file led says so by its SessionStart hook, which the mapping reads). The
+Claude Code mapping's timer fires between entries, at its deadline, as the live shell's
+would have.
 Rows are changes of the state; a change of the background count alone (work left
 running, :mod:`codex_presence.core.activity`) makes no row, and is kept in
 :attr:`TimelineBuilder.background`. Connection lines (``codex-presence codex``) go through

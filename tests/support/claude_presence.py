@@ -52,13 +52,21 @@ def _files(root: Path, config: dict[str, Any] | None) -> PresenceFiles:
     return PresenceFiles(root, home, work, root / "session.jsonl", root / "presence.log", token)
 
 
-def command(files: PresenceFiles, broker: RunningBroker, claude_args: Sequence[str]) -> list[str]:
-    """``codex-presence claude`` as alice, recording, logging in full to a file."""
+def command(
+    files: PresenceFiles,
+    broker: RunningBroker,
+    claude_args: Sequence[str],
+    options: Sequence[str] = (),
+    claude: Path | None = None,
+) -> list[str]:
+    """``codex-presence claude OPTIONS`` as alice, recording, logging in full to a file,
+    running ``claude`` (the real one by default)."""
     return [
         sys.executable,
         "-m",
         "codex_presence",
         "claude",
+        *options,
         "-v",
         "--log-file",
         str(files.log),
@@ -71,7 +79,7 @@ def command(files: PresenceFiles, broker: RunningBroker, claude_args: Sequence[s
         "--token-file",
         str(files.token),
         "--",
-        str(claude_binary()),
+        str(claude or claude_binary()),
         *claude_args,
     ]
 
@@ -114,8 +122,12 @@ def interactive_presence(
     claude_args: Sequence[str] = ("--permission-mode", "default"),
     config: dict[str, Any] | None = None,
     width: int = 160,
+    options: Sequence[str] = (),
+    claude: Path | None = None,
 ) -> Iterator[tuple[Interactive, PresenceFiles]]:
-    """``codex-presence claude ... -- claude ARGS...`` in tmux, its terminal.
+    """``codex-presence claude OPTIONS ... -- claude ARGS...`` in tmux, its terminal
+    (``options``: ``("--claude-hooks", "all")`` for every hook; ``claude``: another
+    command than the real claude).
 
     The :class:`Interactive` types and reads the screen (its capture holds only the keys
     sent, with their times); on leaving the block everything in the pane is ended."""
@@ -124,7 +136,9 @@ def interactive_presence(
     capture = Capture(None)
     capture.act("start codex-presence claude")
     tmux.start(
-        command(files, broker, claude_args), cwd=files.work, env=presence_env(files, base_url)
+        command(files, broker, claude_args, options, claude),
+        cwd=files.work,
+        env=presence_env(files, base_url),
     )
     session = Interactive(capture, tmux, files.work, server=None)  # type: ignore[arg-type]
     try:

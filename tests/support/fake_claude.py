@@ -46,12 +46,14 @@ def main() -> int:
     if args[:1] == ["--settings"]:
         settings_path = Path(args[1])
         settings = json.loads(settings_path.read_text())
-        (ours,) = [
+        ours_all = [  # one way for every hook: a command hook if there is one (async)
             hook
-            for group in settings["hooks"]["Stop"]
+            for groups in settings["hooks"].values()
+            for group in groups
             for hook in group["hooks"]
             if hook["type"] == "http" or hook.get("command", "").startswith("exec ")
         ]
+        ours = next((h for h in ours_all if h["type"] == "command"), ours_all[0])
         if ours["type"] == "command":  # an async command hook: claude runs it with sh
             command = ours["command"]
             words = shlex.split(command)

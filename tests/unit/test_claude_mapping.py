@@ -440,9 +440,68 @@ def test_malformed_hooks_are_ignored_and_counted(message: Any) -> None:
     assert stats.wrong_shape + stats.ignored == 1
 
 
+# -- the file leading (issue 27) -------------------------------------------------------------------
+
+
+def file_led() -> Session:
+    s = Session()
+    s.mapping.file_led = True
+    return s
+
+
+def test_where_the_file_leads_each_view_is_the_state_at_once() -> None:
+    s = file_led().session("idle").session("busy").session("waiting", "permission prompt")
+    s.session("busy").session("waiting", "input needed").session("idle")
+    assert s.transitions == [
+        ("working", "session busy"),
+        ("blocked", "session waiting"),
+        ("working", "session busy"),
+        ("blocked", "session waiting"),
+        ("idle", "session idle"),
+    ]
+    assert s.mapping.deadline is None and s.mapping.stats.adopted == 6
+
+
+def test_a_session_start_says_the_file_leads_and_adopts_a_view_waiting() -> None:
+    """A replay learns it from the recording: SessionStart is registered only then."""
+    s = Session().session("busy")
+    assert s.state == "idle" and s.mapping.deadline == pytest.approx(s.t + SETTLE)
+    s.hook("SessionStart", source="startup").wait(0.0)
+    assert s.mapping.file_led and s.state == "working"
+    s.session("idle")
+    assert s.transitions == [("working", "session busy"), ("idle", "session idle")]
+
+
+def test_where_the_file_leads_a_hook_does_not_unsettle_it() -> None:
+    s = file_led().session("busy").hook("SessionStart", source="clear")
+    assert s.state == "working" and s.mapping.deadline is None
+
+
+def test_where_the_file_leads_the_transcript_counts_the_background_tasks() -> None:
+    s = file_led().session("busy")
+    s.transcript({"type": "user", "toolUseResult": {"backgroundTaskId": "bg1"}})
+    s.transcript({"type": "user", "toolUseResult": {"isAsync": True, "agentId": "ag1"}})
+    s.transcript({"type": "user", "toolUseResult": {"agentId": "sync"}})  # not async
+    assert s.mapping.background == 2
+    s.session("shell")
+    assert s.state == "idle" and s.mapping.background == 2  # still running
+    notice = "<task-notification>\n<task-id>bg1</task-id>\n<status>completed</status>"
+    s.transcript({"type": "queue-operation", "operation": "enqueue", "content": notice})
+    assert s.mapping.background == 1
+    s.transcript({"type": "user", "message": {"role": "user", "content": notice}})  # again
+    assert s.mapping.background == 1
+    s.session("busy").session("idle")  # idle, not shell: nothing runs
+    assert s.mapping.background == 0
+    # Where the hooks lead, the Bash's PostToolUse says it, not the transcript.
+    s = Session().hook("UserPromptSubmit")
+    s.transcript({"type": "user", "toolUseResult": {"backgroundTaskId": "bg1"}})
+    assert s.mapping.background == 0
+
+
 # -- any soup --------------------------------------------------------------------------------------
 
-EVENTS = [*HOOK_EVENTS, "Unknown"]
+EVENTS = [*HOOK_EVENTS, "SessionStart", "Unknown"]
+"""SessionStart too: from it on, the file leads (the soup goes on under the other rules)."""
 BLOCKERS = {"PermissionRequest", "Notification", "session waiting"}
 OPENERS = {"UserPromptSubmit", "PreToolUse", "SubagentStart", "session busy", "session waiting"}
 

@@ -80,6 +80,20 @@ class ClaudeFiles:
         self._passed_over: set[str] = set()
         """Transcript paths that cannot be followed (each said once)."""
 
+    @property
+    def sessions(self) -> Path:
+        """The directory of claude's session status files."""
+        return self._sessions
+
+    @property
+    def transcript_directory(self) -> Path | None:
+        return None if self._transcript is None else self._transcript.parent
+
+    @property
+    def status_found(self) -> bool:
+        """The session status file is known (it can be read at the next change)."""
+        return self._status is not None
+
     def note_hook(self, msg: dict[str, Any]) -> None:
         """A hook names the session and its transcript: follow those."""
         session = msg.get("session_id")

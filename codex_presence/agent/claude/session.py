@@ -23,10 +23,15 @@ skeleton's (:mod:`codex_presence.agent.session`).
   Each delivery says its process id, so that one that arrives after a later hook of
   claude's is dropped (:mod:`~codex_presence.core.claude.hook_order`). The hook URL holds
   the session's secret: it is never logged.
-* **Reading files only while it can matter**: the transcript and the session file are
-  polled every ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the
-  member is not idle, or claude's view awaits adoption); when idle, the follower sleeps until
-  the next hook. The mapping's timer is honoured at the same polls.
+* **Which hooks, and who leads** (:func:`~.settings.with_our_hooks`): where claude's
+  session status file can lead (an interactive claude of a known version), only SessionStart
+  and SessionEnd are hooks, and the files are read **whenever they change**, idle or not:
+  inotify on their directories wakes the follower (:mod:`.watch`; it polls every
+  ``poll_interval`` where there is no inotify, or until the session file is found).
+* **Where the hooks lead**, the files are read only while it can matter: polled every
+  ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the member is not
+  idle, or claude's view awaits adoption); when idle, the follower sleeps until the next
+  hook. The mapping's timer is honoured at the same polls.
 * A bug in the analysis (the mapping, or the reading of claude's files) never touches
   claude: it is logged once, the member is reported idle
   (:class:`~codex_presence.agent.analysis.AnalysisGuard`), and the session goes on
@@ -53,6 +58,7 @@ from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.hook_server import HookServer
 from codex_presence.agent.claude.settings import with_our_hooks
+from codex_presence.agent.claude.watch import DirectoryWatch
 from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
@@ -77,6 +83,9 @@ logger = logging.getLogger("codex_presence.claude")
 PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
 POLL_INTERVAL = 0.1
+FILE_EXPECTED_WITHIN = 10.0
+"""Seconds after its start by which claude has written its session file (0.3-0.6 s in
+every recording); where the file leads, its absence then is said once."""
 
 
 def _pid_max() -> int:
@@ -99,6 +108,7 @@ class ClaudeSession:
         record: str | os.PathLike[str] | None = None,
         mapping: ClaudeMapping | None = None,
         observe: bool = True,
+        hooks: str = "auto",
         poll_interval: float = POLL_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -106,6 +116,7 @@ class ClaudeSession:
         self.server = HookServer(self._on_hook)
         self._config = config
         self._observe = observe
+        self._hooks = hooks
         self._record_path = record
         self._recorder: Recorder | None = None
         self._poll_interval = poll_interval
@@ -162,8 +173,10 @@ class ClaudeSession:
             argv = list(command)
             if self._observe:
                 url = await tg.start(self.server.serve)
-                # Print mode has no screen to keep clean, and ends with the turn: HTTP hooks.
-                argv = with_our_hooks(argv, settings, url, private=private, env=env)
+                argv, file_led = with_our_hooks(
+                    argv, settings, url, private=private, env=env, hooks=self._hooks
+                )
+                self.mapping.file_led = file_led
             await tg.start(Session.forward_signals, self.signals)
             self._start = self._clock()
             try:
@@ -174,7 +187,7 @@ class ClaudeSession:
             self.signals.attach(process)
             if self._observe:
                 self._files = ClaudeFiles(config=self._config, pid=process.pid)
-                tg.start_soon(self._follow)
+                tg.start_soon(self._watch if self.mapping.file_led else self._follow)
             try:
                 returncode = await wait_child(process)
             finally:
@@ -225,6 +238,41 @@ class ClaudeSession:
                 continue
             self._deliver(self.analysis.run(self._poll, self._now()))
             await anyio.sleep(self._poll_interval)
+
+    async def _watch(self) -> None:
+        """The file leads: read claude's files whenever they change, from the start."""
+        files = self._files
+        assert files is not None
+        watch = DirectoryWatch.open()
+        missing = True  # claude's session file, not found yet: said once after a while
+        try:
+            while not self.analysis.failed:
+                self._deliver(self.analysis.run(self._poll, self._now()))
+                if missing and (files.status_found or self._now() > FILE_EXPECTED_WITHIN):
+                    missing = self._say_if_missing(files)
+                if watch is None:
+                    await anyio.sleep(self._poll_interval)
+                    continue
+                transcript = files.transcript_directory
+                if transcript is not None:
+                    watch.watching(transcript)  # read at the file's changes anyway
+                ready = watch.watching(files.sessions) and files.status_found
+                await watch.wait(None if ready else self._poll_interval)
+            await anyio.sleep_forever()
+        finally:
+            if watch is not None:
+                watch.close()
+
+    @staticmethod
+    def _say_if_missing(files: ClaudeFiles) -> bool:
+        if not files.status_found:
+            logger.warning(
+                "claude's session file is not in %s after %g s: the roster cannot follow "
+                "this session (--claude-hooks all gives it every hook instead)",
+                files.sessions,
+                FILE_EXPECTED_WITHIN,
+            )
+        return False
 
     def _poll(self, now: float) -> list[Transition]:
         """What claude's files say now, recorded and fed, then the mapping's timer."""

@@ -9,6 +9,13 @@ files it reads.
   running a bash script beside FILE that holds the URL with its secret (curl and its config
   file where there is no bash), or an HTTP hook where claude must wait (print mode, neither
   bash nor curl: :func:`with_our_hooks`).
+* **Which hooks** (:func:`with_our_hooks`): an interactive claude of a version whose
+  session status file is known to say its state alone
+  (:data:`~codex_presence.core.claude.protocol.FILE_LED_VERSIONS`) gets only the hooks
+  that fire outside a turn (SessionStart, SessionEnd), so its spinner names none of ours;
+  the file leads. Any other (print mode, an unknown version, ``--claude-hooks all``) gets
+  a hook for every event the mapping reads. The version is read beside the binary, never
+  by running it (:func:`claude_version`).
 * **Its environment** (:func:`child_environment`): ours without the token, loopback in
   ``NO_PROXY`` (no proxy ever sees the hook URL), and the flags of claude's parting
   ``--resume`` hint taken from the person's arguments, not from ours.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -27,6 +35,9 @@ from typing import Any
 import orjson
 
 from codex_presence.core.claude.protocol import (
+    FILE_LED_EVENTS,
+    FILE_LED_VERSIONS,
+    HOOK_EVENTS,
     RESUME_HINT_FLAGS_ENV,
     curl_config,
     poster_command,
@@ -37,7 +48,20 @@ from codex_presence.core.claude.protocol import (
     with_hooks,
 )
 
-__all__ = ["SettingsError", "child_environment", "split_settings", "with_our_hooks"]
+__all__ = [
+    "HOOK_CHOICES",
+    "SettingsError",
+    "child_environment",
+    "claude_version",
+    "split_settings",
+    "with_our_hooks",
+]
+
+HOOK_CHOICES = ("auto", "all")
+"""``--claude-hooks``: ``auto``, the session file leads where it can (see the module doc);
+``all``, a hook for every event the mapping reads, whatever the version."""
+_PACKAGE = "@anthropic-ai/claude-code"
+_VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,6}")
 
 logger = logging.getLogger("codex_presence.claude")
 
@@ -158,6 +182,55 @@ def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
     return True
 
 
+def claude_version(program: str, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The version of the claude that ``program`` (found on claude's ``PATH``) runs, read
+    beside its binary without running it, and the path it was read from: npm's
+    ``node_modules/.bin/claude`` is a link to ``@anthropic-ai/claude-code/bin/claude.exe``,
+    whose ``package.json`` says it; the native installer's binary is named after its
+    version (``versions/2.1.332``). (None, the path) for anything else: a wrapper script,
+    another package."""
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        return None, program
+    real = Path(os.path.realpath(found))
+    if real.parent.name == "versions" and _VERSION.fullmatch(real.name):
+        return real.name, str(real)
+    package = real.parent.parent / "package.json"
+    try:
+        if not package.is_file():  # not there, or a FIFO, whose open would block
+            return None, str(real)
+        with package.open("rb") as stream:
+            document = orjson.loads(stream.read(256 * 1024))
+    except (OSError, orjson.JSONDecodeError):
+        return None, str(real)
+    if not isinstance(document, dict) or document.get("name") != _PACKAGE:
+        return None, str(real)
+    version = document.get("version")
+    return (version, str(package)) if isinstance(version, str) else (None, str(real))
+
+
+def _file_leads(
+    program: str, env: Mapping[str, str], *, hooks: str, printing: bool, command: str | None
+) -> tuple[bool, str]:
+    """Whether claude's session file can lead (see the module doc), and why (or why not)."""
+    every = "a hook for every event (claude's spinner may name some)"
+    if hooks == "all":
+        return False, f"--claude-hooks all: {every}"
+    if printing:
+        return False, "print mode (-p): a hook for every event (claude -p writes its file once)"
+    if command is None:
+        return False, f"no command hook possible (SessionStart needs one): {every}"
+    version, where = claude_version(program, env)
+    if version is None:
+        return False, f"claude's version is not known beside {where}: {every}"
+    if version not in FILE_LED_VERSIONS:
+        return False, f"claude {version}'s session file is not one checked: {every}"
+    return True, (
+        f"claude {version}, interactive: its session file leads; hooks only at its start and "
+        "end, none in its spinner"
+    )
+
+
 def with_our_hooks(
     argv: Sequence[str],
     settings: Mapping[str, Any],
@@ -165,11 +238,18 @@ def with_our_hooks(
     *,
     private: Path,
     env: Mapping[str, str],
-) -> list[str]:
-    """``claude ARGS...`` with ``--settings FILE``: FILE (written in ``private``) holds the
-    person's ``settings`` and our hooks to ``url``; async command hooks where claude has a
-    screen and bash or curl, HTTP hooks elsewhere (print mode: no screen, and it ends with
-    the turn)."""
-    command_hook = None if prints(argv[1:]) else _hook_command(private, url, env)
-    document = orjson.dumps(with_hooks(settings, url, command=command_hook))
-    return _with_settings(argv, _write_private(private, "settings.json", document))
+    hooks: str = "auto",
+) -> tuple[list[str], bool]:
+    """``claude ARGS...`` with ``--settings FILE``, and whether claude's session file leads:
+    FILE (written in ``private``) holds the person's ``settings`` and our hooks to ``url``
+    (only :data:`~codex_presence.core.claude.protocol.FILE_LED_EVENTS` when the file leads,
+    else every event: :func:`_file_leads`, said once in the log); async command hooks where
+    claude has a screen and bash or curl, HTTP hooks elsewhere (print mode: no screen, and it
+    ends with the turn)."""
+    printing = prints(argv[1:])
+    command = None if printing else _hook_command(private, url, env)
+    file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
+    logger.info("claude's hooks: %s", why)
+    events = FILE_LED_EVENTS if file_led else HOOK_EVENTS
+    document = orjson.dumps(with_hooks(settings, url, command=command, events=events))
+    return _with_settings(argv, _write_private(private, "settings.json", document)), file_led

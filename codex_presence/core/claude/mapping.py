@@ -22,6 +22,14 @@ Three sources, three trust levels:
   before it). So the file's *view* is adopted only once it has held for :data:`SETTLE`
   seconds with no hook in between; only the end of a dialog it reported acts at once.
 
+**Who leads.** With a hook per event (print mode, a claude of an unknown version,
+``--claude-hooks all``) the hooks do, as above. Where claude's file is known to say the
+state alone (interactive, a version of :data:`~.protocol.FILE_LED_VERSIONS`), only
+SessionStart and SessionEnd are hooks (claude's spinner names every hook it runs) and the
+**file leads** (:attr:`ClaudeMapping.file_led`: set by the shell, or, in a replay, by
+SessionStart, registered only then): a view is adopted as soon as it is read, no SETTLE;
+the transcript only tells the background tasks (below); no rule keyed on another hook fires.
+
 The handles (keys start with their scope: the main agent, each subagent, the file), and
 what closes each — every rule names its closers, so no state can stick:
 
@@ -53,7 +61,8 @@ what closes each — every rule names its closers, so no state can stick:
   end of the scope, by a file view leaving ``waiting`` (the dialog was answered: at once,
   so a long command after "Yes" shows working), by the file settling on busy or idle,
   SessionEnd and the end.
-* **The file's view**, adopted after :data:`SETTLE` s of agreement: ``busy`` opens a session
+* **The file's view**, adopted after :data:`SETTLE` s of agreement (at once where it
+  leads): ``busy`` opens a session
   turn (the queued prompt no hook announced) unless it is the view the last ended turn ran
   under (claude -p writes ``busy`` once: after its Stop, that view starts nothing),
   ``waiting`` for a person opens a session turn and block, ``idle``/``shell`` closes
@@ -73,11 +82,13 @@ prompt) is not the member's work, but it is work left running; so is a backgroun
 * **background task** ``("task", id)`` — opened by the PostToolUse of a Bash whose
   ``tool_input.run_in_background`` is true, under the ``backgroundTaskId`` of its
   ``tool_response``, and by each task that a Stop's ``background_tasks`` lists as
-  ``running`` (a shell or a subagent). Closed by a Stop whose ``background_tasks`` no
-  longer lists it running, by the ``<task-notification>`` prompt that names its
-  ``<task-id>`` (the turn claude starts when it ends), by the SubagentStop of that
-  ``agent_id``, by the file's view settling on ``idle`` (not ``shell``: claude says
-  nothing runs), SessionEnd and the end of the process.
+  ``running`` (a shell or a subagent); where the file leads, by the transcript's tool
+  result naming it (``toolUseResult``: a background Bash's ``backgroundTaskId``, an async
+  subagent's ``agentId``). Closed by a Stop whose ``background_tasks`` no longer lists it
+  running, by the ``<task-notification>`` prompt that names its ``<task-id>`` (the turn
+  claude starts when it ends: its hook, or where the file leads, the transcript's queued
+  or sent prompt), by the SubagentStop of that ``agent_id``, by the file's view settling
+  on ``idle`` (not ``shell``: claude says nothing runs), SessionEnd and the end.
 
 Anything else — unknown events and statuses, wrong shapes — is counted in
 :class:`ClaudeStats` and ignored, never fatal: every field is checked for its type before it
@@ -97,11 +108,15 @@ from codex_presence.core.claude.protocol import (
     BLOCKING_NOTIFICATIONS,
     IDLE_NOTIFICATION,
     ClaudeSource,
+    ClaudeStats,
     SessionView,
     background_command_id,
+    background_launch_id,
     is_interrupt_marker,
+    is_one_of,
     running_tasks,
     task_notification_id,
+    transcript_task_end,
 )
 
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
@@ -125,25 +140,6 @@ _SUBAGENT_BLOCK = ("subagent", "block")
 ``agent_id`` and no PermissionRequest (anthropics/claude-code #79177)."""
 
 
-@dataclass(slots=True)
-class ClaudeStats:
-    """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
-
-    lines: int = 0
-    not_json: int = 0
-    hooks: int = 0
-    ignored: int = 0
-    wrong_shape: int = 0
-    late: int = 0
-    interrupts: int = 0
-    adopted: int = 0
-
-
-def _is_one_of(value: object, names: frozenset[str]) -> bool:
-    """``value in names``, for a value of any JSON type (a list is unhashable)."""
-    return isinstance(value, str) and value in names
-
-
 def _scope(msg: Mapping[str, Any]) -> Scope:
     agent = msg.get("agent_id")
     return ("agent", agent) if isinstance(agent, str) and agent else MAIN
@@ -156,6 +152,8 @@ class ClaudeMapping:
     signal: ActivitySignal = field(default_factory=ActivitySignal)
     stats: ClaudeStats = field(default_factory=ClaudeStats)
     settle: float = SETTLE
+    file_led: bool = False
+    """claude's session file leads (the module doc's "Who leads")."""
     _prompt: str | None = None
     """The open main turn's ``prompt_id``, if known."""
     _view: SessionView | None = None
@@ -187,7 +185,7 @@ class ClaudeMapping:
         view = self._view
         if view is None or self._adopted or view.kind is None:
             return None
-        return max(view.since, self._last_hook) + self.settle
+        return max(view.since, self._last_hook) + (0.0 if self.file_led else self.settle)
 
     @property
     def wants_follow(self) -> bool:
@@ -230,9 +228,17 @@ class ClaudeMapping:
             return None
         view = self._view
         assert view is not None
+        if not self._adopt(view):
+            return None
+        transition = self.signal.commit(f"session {view.status}")
+        self._date_background(transition, t)
+        return transition
+
+    def _adopt(self, view: SessionView) -> bool:
+        """Make ``view`` (one with an opinion) the state; False for a stale one."""
         self._adopted = True
         if view.kind == "busy" and view.same(self._ended_busy):
-            return None  # the ended turn's view, stale: adopting it would start a turn
+            return False  # the ended turn's view, stale: adopting it would start a turn
         self.stats.adopted += 1
         if view.kind == "idle":
             self.signal.close_all()
@@ -245,9 +251,7 @@ class ClaudeMapping:
                 self._ensure(HandleKind.BLOCK, _SESSION_BLOCK)
             else:
                 self._close_blocks(None)
-        transition = self.signal.commit(f"session {view.status}")
-        self._date_background(transition, t)
-        return transition
+        return True
 
     def close(self, cause: str = "eof") -> Transition | None:
         """The process ended: everything closes."""
@@ -267,7 +271,8 @@ class ClaudeMapping:
             return None
         self.stats.hooks += 1
         self._last_hook = t
-        self._adopted = False  # hook news first: the file must agree again, for SETTLE
+        if not self.file_led:
+            self._adopted = False  # hook news first: the file must agree again, for SETTLE
         if not handler(self, msg):
             self.stats.wrong_shape += 1
             return None
@@ -329,7 +334,7 @@ class ClaudeMapping:
 
     def _on_notification(self, msg: dict[str, Any]) -> bool:
         kind = msg.get("notification_type")
-        if _is_one_of(kind, BLOCKING_NOTIFICATIONS):
+        if is_one_of(kind, BLOCKING_NOTIFICATIONS):
             if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
                 self.stats.late += 1  # no work open: a notification that outlived it
             elif _scope(msg) == MAIN and not self.signal.is_open(HandleKind.TURN, _TURN):
@@ -380,6 +385,10 @@ class ClaudeMapping:
         self.signal.close_background(("task", scope[1]))
         return True
 
+    def _on_session_start(self, msg: dict[str, Any]) -> bool:
+        self.file_led = True  # registered only when the file leads
+        return True
+
     def _on_session_end(self, msg: dict[str, Any]) -> bool:
         self.signal.close_all()
         self.signal.close_all_background()
@@ -389,6 +398,8 @@ class ClaudeMapping:
     # -- the transcript and the session file ------------------------------------------------
 
     def _transcript(self, entry: dict[str, Any]) -> str | None:
+        if self.file_led:
+            return self._transcript_task(entry)
         if not is_interrupt_marker(entry):
             return None
         prompt = entry.get("promptId")
@@ -401,6 +412,17 @@ class ClaudeMapping:
         self._end_scope(MAIN)
         self._close_session()
         return "transcript interrupt"
+
+    def _transcript_task(self, entry: dict[str, Any]) -> str | None:
+        """File-led: a background task's start or end, as the transcript tells it."""
+        task = background_launch_id(entry)
+        if task is not None and not self.signal.is_background(("task", task)):
+            self.signal.open_background(("task", task))
+            return "transcript background start"
+        if (task := transcript_task_end(entry)) is not None:
+            self.signal.close_background(("task", task))  # a no-op if not open
+            return "transcript task-notification"
+        return None
 
     def _session(self, msg: dict[str, Any], t: float) -> str | None:
         status = msg.get("status")
@@ -428,6 +450,8 @@ class ClaudeMapping:
             self._close_if_open(HandleKind.TURN, _SESSION_TURN)
         if view.kind != "waiting":
             self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
+        if self.file_led and view.kind is not None:
+            self._adopt(view)
         return f"session {status}"
 
     # -- helpers ----------------------------------------------------------------------------
@@ -475,5 +499,6 @@ _HOOKS = {
     "StopFailure": ClaudeMapping._on_stop_failure,
     "SubagentStart": ClaudeMapping._on_subagent_start,
     "SubagentStop": ClaudeMapping._on_subagent_stop,
+    "SessionStart": ClaudeMapping._on_session_start,
     "SessionEnd": ClaudeMapping._on_session_end,
 }

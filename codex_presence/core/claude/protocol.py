@@ -1,11 +1,13 @@
 """The Claude Code vocabulary that the activity mapping reads (Claude Code 2.1.332).
 
-The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs and
-the settings document that registers them (:func:`hook_settings`: async command hooks
-running our bash poster or curl, which claude does not wait for, or HTTP hooks), the
-parting hint's flags, the notification types and session statuses that mean something,
-and the transcript's interrupt marker. ``docs/claude-code-hooks.md`` holds the
-measurements behind each of them. Pure data and pure functions.
+The three sources the mapping is fed (:data:`ClaudeSource`), the hook events it needs (all,
+or, where claude's session file leads, :data:`FILE_LED_EVENTS` for the versions of
+:data:`FILE_LED_VERSIONS`) and the settings document that registers them
+(:func:`hook_settings`: async command hooks running our bash poster or curl, which claude
+does not wait for, or HTTP hooks), the parting hint's flags, the notification types and
+session statuses that mean something, the transcript's interrupt marker and background
+tasks, and the mapping's counters. ``docs/claude-code-hooks.md`` holds the measurements
+behind each of them. Pure data and pure functions.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any, Literal
 
 __all__ = [
     "BLOCKING_NOTIFICATIONS",
+    "FILE_LED_EVENTS",
+    "FILE_LED_MATCHERS",
+    "FILE_LED_VERSIONS",
     "HOOK_EVENTS",
     "HOOK_TIMEOUT",
     "HTTP_ONLY_EVENTS",
@@ -30,11 +35,14 @@ __all__ = [
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
+    "ClaudeStats",
     "SessionView",
     "background_command_id",
+    "background_launch_id",
     "curl_config",
     "hook_settings",
     "is_interrupt_marker",
+    "is_one_of",
     "poster_command",
     "poster_script",
     "prints",
@@ -43,6 +51,7 @@ __all__ = [
     "script_command",
     "task_notification_id",
     "transcript_line_may_matter",
+    "transcript_task_end",
     "with_hooks",
 ]
 
@@ -66,8 +75,30 @@ HOOK_EVENTS: tuple[str, ...] = (
     "SubagentStop",
     "SessionEnd",
 )
-"""The hook events the mapping reads, each registered as a hook of ours. (SessionStart is
-not one: Claude Code skips HTTP hooks for it, and the state does not need it.)"""
+"""The hook events the mapping reads when the hooks lead, each registered as a hook of
+ours. (SessionStart is not one: Claude Code skips HTTP hooks for it, and the state does not
+need it.)"""
+
+FILE_LED_EVENTS: tuple[str, ...] = ("SessionStart", "SessionEnd")
+"""The hooks registered when claude's session file leads: only those that fire outside a
+turn, where claude draws no spinner to name them in. SessionStart (an async command hook:
+claude runs no HTTP hook for it) names the transcript and says the file leads; SessionEnd
+closes everything as claude leaves."""
+
+FILE_LED_MATCHERS: dict[str, str] = {
+    "SessionStart": "startup|resume|clear",
+    "SessionEnd": "prompt_input_exit|logout|other",
+}
+"""Which of their sources (claude matches a SessionStart hook on its ``source``, a
+SessionEnd one on its ``reason``) the file-led hooks fire for: SessionStart at claude's
+start and when a new transcript begins (``/clear``, ``/resume``), not after a compaction
+(which may come mid-turn, under the spinner); SessionEnd when claude exits, not at
+``/clear`` or ``/resume`` (claude waits for it there, and names it on screen)."""
+
+FILE_LED_VERSIONS: frozenset[str] = frozenset({"2.1.332"})
+"""Claude Code versions whose session status file was checked to say, alone, what the hooks
+say of a session's state (every interactive recording in ``fixtures/``): for these, an
+interactive claude gets only :data:`FILE_LED_EVENTS`. Any other version gets every hook."""
 
 HOOK_TIMEOUT = 2
 """Seconds claude waits for a hook's answer. The server answers at once; this bounds what
@@ -90,6 +121,25 @@ PERSON_WAITS: frozenset[str] = frozenset(
 )
 """``waitingFor`` values of a ``waiting`` session status that wait on a person. Others
 (``dialog open``: a settings dialog the person opened, say) carry no opinion."""
+
+
+@dataclass(slots=True)
+class ClaudeStats:
+    """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
+
+    lines: int = 0
+    not_json: int = 0
+    hooks: int = 0
+    ignored: int = 0
+    wrong_shape: int = 0
+    late: int = 0
+    interrupts: int = 0
+    adopted: int = 0
+
+
+def is_one_of(value: object, names: frozenset[str]) -> bool:
+    """``value in names``, for a value of any JSON type (a list is unhashable)."""
+    return isinstance(value, str) and value in names
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +360,33 @@ def task_notification_id(prompt: object) -> str | None:
     return found.group(1) if found else None
 
 
+def _user_content(entry: Mapping[str, Any]) -> object:
+    message = entry.get("message")
+    return message.get("content") if isinstance(message, dict) else None
+
+
+def background_launch_id(entry: Mapping[str, Any]) -> str | None:
+    """The task a transcript ``user`` entry (a tool result) says was started in the
+    background: a Bash ``run_in_background`` (``toolUseResult.backgroundTaskId``) or a
+    subagent launched asynchronously (``isAsync`` with its ``agentId``)."""
+    result = entry.get("toolUseResult") if entry.get("type") == "user" else None
+    if not isinstance(result, dict):
+        return None
+    task = result.get("backgroundTaskId")
+    if task is None and result.get("isAsync") is True:
+        task = result.get("agentId")
+    return task if isinstance(task, str) and task else None
+
+
+def transcript_task_end(entry: Mapping[str, Any]) -> str | None:
+    """The task whose end a transcript entry announces: the ``<task-notification>`` prompt
+    claude queues (``queue-operation`` ``enqueue``) and then sends (a ``user`` entry)."""
+    kind = entry.get("type")
+    if kind == "queue-operation":
+        return task_notification_id(entry.get("content"))
+    return task_notification_id(_user_content(entry)) if kind == "user" else None
+
+
 def background_command_id(post: Mapping[str, Any]) -> str | None:
     """The task id of a Bash command a PostToolUse says was started in the background
     (``run_in_background``; claude answers at once with a ``backgroundTaskId``)."""
@@ -330,11 +407,15 @@ def hook_settings(
     timeout: int = HOOK_TIMEOUT,
 ) -> dict[str, Any]:
     """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
-    every tool matches): as an async command hook running ``command``
-    (:func:`script_command` or :func:`poster_command`) if given — claude waits for none,
-    and its spinner names one only while claude starts it — else as an HTTP hook to
-    ``url``, which claude waits for and names all the while; those of
-    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks."""
+    every tool matches; :data:`FILE_LED_MATCHERS` for :data:`FILE_LED_EVENTS`): as an
+    async command hook running ``command`` (:func:`script_command` or
+    :func:`poster_command`) if given — claude waits for none, and its spinner names one
+    only while claude starts it — else as an HTTP hook to ``url``, which claude waits for
+    and names all the while; those of
+    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks. SessionStart needs ``command`` (claude
+    runs no HTTP hook for it): ValueError without one."""
+    if command is None and "SessionStart" in events:
+        raise ValueError("SessionStart can only be a command hook")
     http = {"type": "http", "url": url, "timeout": timeout}
     hooks: dict[str, Any] = {}
     for event in events:
@@ -342,20 +423,27 @@ def hook_settings(
             hook: dict[str, Any] = http
         else:
             hook = {"type": "command", "command": command, "async": True, "timeout": timeout}
-        hooks[event] = [{"hooks": [hook]}]
+        group: dict[str, Any] = {"hooks": [hook]}
+        if events == FILE_LED_EVENTS:
+            group["matcher"] = FILE_LED_MATCHERS[event]
+        hooks[event] = [group]
     return {"hooks": hooks}
 
 
 def with_hooks(
-    settings: Mapping[str, Any], url: str, *, command: str | None = None
+    settings: Mapping[str, Any],
+    url: str,
+    *,
+    command: str | None = None,
+    events: tuple[str, ...] = HOOK_EVENTS,
 ) -> dict[str, Any]:
     """The user's own settings document (from a ``--settings`` they gave claude) with our
-    hooks (:func:`hook_settings`) added after theirs: claude takes one ``--settings``, the
-    last one given."""
+    hooks for ``events`` (:func:`hook_settings`) added after theirs: claude takes one
+    ``--settings``, the last one given."""
     merged = dict(settings)
     theirs = merged.get("hooks")
     hooks = dict(theirs) if isinstance(theirs, dict) else {}
-    for event, groups in hook_settings(url, command=command)["hooks"].items():
+    for event, groups in hook_settings(url, command=command, events=events)["hooks"].items():
         existing = hooks.get(event)
         hooks[event] = [*(existing if isinstance(existing, list) else []), *groups]
     merged["hooks"] = hooks
