@@ -18,8 +18,9 @@ The order, each step as soon as the one before it:
 3. What CODEX names: where it is npm's node launcher and what that would run is certain, the
    native binary, with the environment the launcher would give it
    (:mod:`~codex_presence.agent.native`: node's start is 110-120 ms of CPU, on the way to
-   the TUI's first paint and again beside it for the app-server; on node >= 22.15 the launcher ``execve``s that binary, so the TUI's
-   process is the one plain ``codex`` runs), else CODEX itself.
+   the TUI's first paint and again beside it for the app-server; on node >= 22.15 the
+   launcher ``execve``s that binary, so the TUI's process is the one plain ``codex``
+   runs), else CODEX itself.
 4. ``PROGRAM --remote unix://OUTER ARGS...`` with our terminal (saved first, to be put back
    if a signal ends it), in our process group (the terminal's foreground group, which a
    program reading the terminal must be in), sent SIGTERM if we die, and a second later
