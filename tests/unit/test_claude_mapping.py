@@ -498,6 +498,23 @@ def test_where_the_file_leads_the_transcript_counts_the_background_tasks() -> No
     assert s.mapping.background == 0
 
 
+@pytest.mark.parametrize("no_opinion", [("waiting", "dialog open"), ("compacting", None)])
+def test_where_the_file_leads_a_view_with_no_opinion_keeps_the_work_going(
+    no_opinion: tuple[str, str | None],
+) -> None:
+    """claude 2.1.332 writes ``waiting``/``dialog open`` while a turn runs (a local command's
+    dialog opened during a tool, its "Session paused" choice): its status function puts
+    any dialog before ``isLoading``. No opinion, so no change: not an idle in the middle
+    of the work (the file is all that says it where it leads)."""
+    s = file_led().session("busy").session(*no_opinion)
+    assert s.state == "working"
+    s.session("busy").session("idle")
+    assert s.transitions == [("working", "session busy"), ("idle", "session idle")]
+    # From idle, the same view starts nothing either.
+    s.session(*no_opinion)
+    assert s.state == "idle"
+
+
 # -- any soup --------------------------------------------------------------------------------------
 
 EVENTS = [*HOOK_EVENTS, "SessionStart", "Unknown"]
