@@ -110,6 +110,23 @@ def test_the_session_file_is_claudes_pid_and_new_content_only(tmp_path: Path) ->
     assert follower.poll(0) == []
 
 
+def test_a_rewrite_the_files_times_cannot_tell_apart_is_still_read(tmp_path: Path) -> None:
+    """claude rewrites its file in place; ``busy`` and ``idle`` are the same length, and
+    on a kernel whose file times are coarse (a jiffy, 4 ms at HZ=250: before Linux 6.13's
+    multigrain times, or a file system without them) a turn over within a tick leaves
+    size and mtime as they were. Where the file leads nothing else says idle: the
+    member would stay working until claude next writes. (Times put back by hand here.)"""
+    follower, _ = files(tmp_path, pid=100)
+    path = status_file(tmp_path, 100, status="busy", statusUpdatedAt=1)
+    before = path.stat()
+    assert [m["status"] for _, m in follower.poll(0)] == ["busy"]
+    status_file(tmp_path, 100, status="idle", statusUpdatedAt=2)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert [m["status"] for _, m in follower.poll(0)] == ["idle"]
+    assert follower.poll(0) == []  # read again, perhaps, but handed on once
+
+
 def test_behind_a_wrapper_the_session_file_is_found_by_session_id(tmp_path: Path) -> None:
     follower, transcript = files(tmp_path, pid=100)  # the wrapper's pid, not claude's
     status_file(tmp_path, 555, status="busy", sessionId="someone-else")
