@@ -502,10 +502,11 @@ def test_where_the_file_leads_the_transcript_counts_the_background_tasks() -> No
 def test_where_the_file_leads_a_view_with_no_opinion_keeps_the_work_going(
     no_opinion: tuple[str, str | None],
 ) -> None:
-    """claude 2.1.332 writes ``waiting``/``dialog open`` while a turn runs (a local command's
-    dialog opened during a tool, its "Session paused" choice): its status function puts
-    any dialog before ``isLoading``. No opinion, so no change: not an idle in the middle
-    of the work (the file is all that says it where it leads)."""
+    """claude 2.1.332's status function puts any top dialog's ``waitingFor`` before
+    ``busy``, and some of its dialogs that say ``dialog open`` come in the middle of a turn
+    ("Session paused": retry on a fallback model, continue on usage credits). No opinion,
+    as the module doc says, so no change: not idle in the middle of a turn (where the file
+    leads, nothing else would say it is still on). A status we do not know, the same."""
     s = file_led().session("busy").session(*no_opinion)
     assert s.state == "working"
     s.session("busy").session("idle")
