@@ -121,6 +121,65 @@ def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: 
         )
 
 
+IGNORED_BY_THE_CALLER = "trap '' HUP INT QUIT USR1; exec \"$@\""
+"""A shell that starts its command with signals ignored, as ``nohup`` does (HUP), a
+non-interactive shell does for a job it starts in the background (INT, QUIT), or any
+program may (USR1): dispositions an ``exec`` passes on."""
+
+
+def _signal_masks(pid: int) -> dict[str, int]:
+    """``pid``'s ignored and blocked signals among the standard ones (1-31: glibc's
+    ``posix_spawn`` ignores its own two real-time signals in every program it starts)."""
+    masks: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigIgn", "SigBlk"):
+            masks[key] = int(value, 16) & 0x7FFFFFFF
+    return masks
+
+
+@pytest.mark.codex
+def test_the_app_server_gets_the_signals_the_launcher_would_give_it(codex: Path) -> None:
+    """node sets every signal back to its default before it runs codex (its start does so,
+    and so does libuv's spawn on node < 22.15): a codex started by npm's launcher from a
+    caller that ignores some signals ends on them all the same. Started without node, the
+    native codex must get them the same way. (wrap's own handlers already reset those it
+    forwards; SIGQUIT and SIGUSR1 came through ignored.)"""
+    with short_tempdir("cps-") as root:
+        (root / "home").mkdir()
+        env = {
+            **os.environ,
+            "PATH": f"{codex.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+            "CODEX_HOME": str(root / "home"),
+        }
+        env.pop("NODE_OPTIONS", None)
+        assert native_codex("codex", env) is not None
+        masks: dict[str, dict[str, int]] = {}
+        for name, program in {
+            "launcher": ["codex"],
+            "wrap": [sys.executable, "-m", "codex_presence", "wrap", "--", "codex"],
+        }.items():
+            socket = root / f"{name}.sock"
+            argv = ["sh", "-c", IGNORED_BY_THE_CALLER, "sh", *program]
+            proc = _start([*argv, "app-server", "--listen", f"unix://{socket}"], env, root)
+            try:
+                started = _native_process(proc, socket)
+                pid = next(
+                    p
+                    for p in [proc.pid, *descendants(proc.pid)]
+                    if Path(f"/proc/{p}/exe").readlink() == Path(started.exe)
+                )
+                masks[name] = _signal_masks(pid)
+            finally:
+                _stop(proc)
+    caller_ignores = sum(
+        1 << (signum - 1)
+        for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1)
+    )
+    assert masks["launcher"]["SigIgn"] & caller_ignores == 0  # node put them back
+    assert masks["wrap"] == masks["launcher"], masks
+
+
 def _tui_process(tui: Tui) -> Started:
     """The pane's native codex TUI (not an app-server), once it has painted."""
     tui.wait_for(FIRST_PAINT, timeout=60)
