@@ -33,6 +33,8 @@ class Started:
     env: dict[str, str]
     nodes: int = 0
     """How many node processes the tree held (npm's launcher, on node < 22.15)."""
+    signals: dict[str, int] | None = None
+    """Its ignored and blocked signals (:func:`_signal_masks`), where a test reads them."""
 
 
 def _native_process(proc: subprocess.Popen[bytes], socket: Path) -> Started:
@@ -193,6 +195,7 @@ def _tui_process(tui: Tui) -> Started:
             if found is None and Path(exe).name == "codex" and "app-server" not in argv:
                 raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")[:-1]
                 found = Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
+                found.signals = _signal_masks(pid)
     assert found is not None, "no native codex TUI in the pane"
     found.nodes = nodes
     return found
@@ -201,8 +204,9 @@ def _tui_process(tui: Tui) -> Started:
 @pytest.mark.codex
 def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
     """The TUI that ``codex-presence codex`` starts without node is the process npm's
-    launcher starts for plain ``codex``: the same executable and environment (beside the
-    launcher's two variables, only tmux's own), with ``--remote`` to the relay added to
+    launcher starts for plain ``codex``: the same executable, environment (beside the
+    launcher's two variables, only tmux's own) and signals (both started by a shell that
+    ignores some: :data:`IGNORED_BY_THE_CALLER`), with ``--remote`` to the relay added to
     the arguments as given."""
     seen: dict[str, Started] = {}
     with short_tempdir("cpt-") as root:
@@ -213,6 +217,7 @@ def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
             "command": [*presence_command(Path("codex")), "-c", "model=plain-and-native"],
         }.items():
             (root / way).mkdir()  # a tmux server of its own each
+            argv = ["sh", "-c", IGNORED_BY_THE_CALLER, "sh", *argv]
             tui = Tui(argv, env=env, cwd=home.work, sock_dir=root / way)
             try:
                 seen[way] = _tui_process(tui)
@@ -228,6 +233,7 @@ def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
         k for k in plain.env.keys() | command.env.keys() if plain.env.get(k) != command.env.get(k)
     }
     assert differ <= {"TMUX"}, differ  # each pane has a tmux server of its own
+    assert command.signals == plain.signals, (command.signals, plain.signals)
     assert command.env["CODEX_MANAGED_BY_NPM"] == "1"
     assert command.nodes == 0  # node's start is off the way to the first paint
 
