@@ -12,7 +12,9 @@ session status file.
   child's when ``claude`` is the native binary; when it is a wrapper script, the file is
   found by the hooks' ``session_id`` (at most one directory scan a second; of several
   files with that id, one whose process is alive, else the newest: a claude that died
-  leaves its file behind). It is read only when its size or mtime changed, or it was
+  leaves its file behind; a ``<pid>.json`` whose ``procStart`` is not the child's start
+  time is a dead process's of the same pid: ignored until claude writes its own, as claude
+  itself tells them apart). It is read only when its size or mtime changed, or it was
   modified within :data:`RACY_NS` of its last read (a rewrite in the same clock tick
   keeps both), and handed on only when its content did. Like the transcript, every
   session file is opened non-blocking and read only if it is a regular file (a FIFO
@@ -85,6 +87,8 @@ class ClaudeFiles:
         """The line in progress is over MAX_LINE: drop up to its end."""
         self._passed_over: set[str] = set()
         """Transcript paths that cannot be followed (each said once)."""
+        self._proc_start = _proc_start(pid)
+        """The child's start time, as claude writes it (``procStart``), if /proc says it."""
 
     @property
     def sessions(self) -> Path:
@@ -204,8 +208,17 @@ class ClaudeFiles:
         self._status_stat = None if recent else (st.st_mtime_ns, st.st_size)
         if data == self._status_seen or not isinstance(content, dict):
             return None
+        if path.name == f"{self._pid}.json" and self._left_behind(content):
+            return None  # an earlier process's of the same pid, until claude writes its own
         self._status_seen = data
         return content
+
+    def _left_behind(self, content: dict[str, Any]) -> bool:
+        """Whether ``content`` is another process's: its ``procStart`` is not our child's."""
+        theirs = content.get("procStart")
+        if self._proc_start is None or not isinstance(theirs, (str, int)):
+            return False  # nothing to tell them apart by: taken
+        return str(theirs) != self._proc_start
 
     # -- the transcript ------------------------------------------------------------------
 
@@ -269,6 +282,18 @@ class ClaudeFiles:
         if not isinstance(kind, str) or kind.encode() not in TRANSCRIPT_TYPES:
             return None
         return entry
+
+
+def _proc_start(pid: int) -> str | None:
+    """``pid``'s start time in clock ticks since boot (``/proc/PID/stat``'s 22nd field, after
+    a name that may hold spaces and parentheses); None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            stat_line = stream.read(4096)
+        fields = stat_line[stat_line.rindex(b")") + 2 :].split()
+        return fields[19].decode() if fields[19].isdigit() else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _read_regular(
