@@ -298,6 +298,45 @@ async def test_the_directory_watch_wakes_on_a_write_and_outlives_its_directory(
         watch.close()
 
 
+def _overflow_and_remove(directory: Path) -> None:
+    """More events in ``directory`` than the kernel queues, then its removal."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    a, b = directory / "a", directory / "b"
+    for _ in range(limit // 2 + 100):  # two files in turn: the kernel merges no event
+        a.write_bytes(b"1")
+        b.write_bytes(b"1")
+    for path in (a, b):
+        path.unlink()
+    directory.rmdir()  # its IN_IGNORED finds the queue full
+
+
+@pytest.mark.anyio
+async def test_a_directory_removed_while_the_queue_overflowed_is_watched_again(
+    tmp_path: Path,
+) -> None:
+    """The kernel's queue of inotify events is bounded (``max_queued_events``, 16384 by
+    default); past it, events are dropped and one ``IN_Q_OVERFLOW`` says so. A watched
+    directory's removal dropped so is never heard of: the watch must not be taken for
+    alive after an overflow, or the directory made again is never watched and the
+    follower sleeps through every write to it."""
+    watch = DirectoryWatch.open()
+    assert watch is not None  # Linux: inotify
+    try:
+        sessions = tmp_path / "sessions"
+        sessions.mkdir()
+        assert watch.watching(sessions)
+        _overflow_and_remove(sessions)
+        await watch.wait(30)
+        sessions.mkdir()
+        assert watch.watching(sessions)
+        (sessions / "1.json").write_text("{}")
+        started = time.monotonic()
+        await watch.wait(30)
+        assert time.monotonic() - started < 5  # woken by the write, not the bound
+    finally:
+        watch.close()
+
+
 @pytest.mark.anyio
 async def test_a_session_file_never_written_is_said_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

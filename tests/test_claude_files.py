@@ -110,6 +110,48 @@ def test_the_session_file_is_claudes_pid_and_new_content_only(tmp_path: Path) ->
     assert follower.poll(0) == []
 
 
+def test_a_rewrite_the_files_times_cannot_tell_apart_is_still_read(tmp_path: Path) -> None:
+    """claude rewrites its file in place; ``busy`` and ``idle`` are the same length, and
+    on a kernel whose file times are coarse (a jiffy, 4 ms at HZ=250: before Linux 6.13's
+    multigrain times, or a file system without them) a turn over within a tick leaves
+    size and mtime as they were. Where the file leads nothing else says idle: the
+    member would stay working until claude next writes. (Times put back by hand here.)"""
+    follower, _ = files(tmp_path, pid=100)
+    path = status_file(tmp_path, 100, status="busy", statusUpdatedAt=1)
+    before = path.stat()
+    assert [m["status"] for _, m in follower.poll(0)] == ["busy"]
+    status_file(tmp_path, 100, status="idle", statusUpdatedAt=2)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert [m["status"] for _, m in follower.poll(0)] == ["idle"]
+    assert follower.poll(0) == []  # read again, perhaps, but handed on once
+
+
+def _start_ticks(pid: int) -> str:
+    """``pid``'s start time as /proc says it (clock ticks since boot): claude's ``procStart``."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()[19]
+
+
+def test_a_file_left_by_an_earlier_claude_of_the_same_pid_is_not_its(tmp_path: Path) -> None:
+    """A claude killed (SIGKILL, a container stopped) leaves its ``<pid>.json`` behind, and
+    a later claude can get the same pid (a container's pids start over at each run). Until
+    the new one writes its own, the file says the dead one's state: ``busy``, even
+    ``waiting``; where the file leads that would be adopted at once, and kept as long as
+    the new claude does not write its own. claude tells its files apart by ``procStart``
+    (the process's start time): so do we."""
+    pid = os.getpid()  # a live process, the child's stand-in
+    follower, _ = files(tmp_path, pid=pid)
+    status_file(tmp_path, pid, status="busy", statusUpdatedAt=1, procStart="1")
+    assert follower.poll(0) == []
+    mine = _start_ticks(pid)
+    status_file(tmp_path, pid, status="idle", statusUpdatedAt=2, procStart=mine)
+    assert [m["status"] for _, m in follower.poll(0)] == ["idle"]
+    # A file that does not say (an older claude's) is taken, as before.
+    status_file(tmp_path, pid, status="busy", statusUpdatedAt=3)
+    assert [m["status"] for _, m in follower.poll(0)] == ["busy"]
+
+
 def test_behind_a_wrapper_the_session_file_is_found_by_session_id(tmp_path: Path) -> None:
     follower, transcript = files(tmp_path, pid=100)  # the wrapper's pid, not claude's
     status_file(tmp_path, 555, status="busy", sessionId="someone-else")

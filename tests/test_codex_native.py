@@ -33,6 +33,8 @@ class Started:
     env: dict[str, str]
     nodes: int = 0
     """How many node processes the tree held (npm's launcher, on node < 22.15)."""
+    signals: dict[str, int] | None = None
+    """Its ignored and blocked signals (:func:`_signal_masks`), where a test reads them."""
 
 
 def _native_process(proc: subprocess.Popen[bytes], socket: Path) -> Started:
@@ -121,6 +123,65 @@ def test_the_app_server_is_the_same_program_with_or_without_the_launcher(codex: 
         )
 
 
+IGNORED_BY_THE_CALLER = "trap '' HUP INT QUIT USR1; exec \"$@\""
+"""A shell that starts its command with signals ignored, as ``nohup`` does (HUP), a
+non-interactive shell does for a job it starts in the background (INT, QUIT), or any
+program may (USR1): dispositions an ``exec`` passes on."""
+
+
+def _signal_masks(pid: int) -> dict[str, int]:
+    """``pid``'s ignored and blocked signals among the standard ones (1-31: glibc's
+    ``posix_spawn`` ignores its own two real-time signals in every program it starts)."""
+    masks: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigIgn", "SigBlk"):
+            masks[key] = int(value, 16) & 0x7FFFFFFF
+    return masks
+
+
+@pytest.mark.codex
+def test_the_app_server_gets_the_signals_the_launcher_would_give_it(codex: Path) -> None:
+    """node sets every signal back to its default before it runs codex (its start does so,
+    and so does libuv's spawn on node < 22.15): a codex started by npm's launcher from a
+    caller that ignores some signals ends on them all the same. Started without node, the
+    native codex must get them the same way. (wrap's own handlers already reset those it
+    forwards; SIGQUIT and SIGUSR1 came through ignored.)"""
+    with short_tempdir("cps-") as root:
+        (root / "home").mkdir()
+        env = {
+            **os.environ,
+            "PATH": f"{codex.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+            "CODEX_HOME": str(root / "home"),
+        }
+        env.pop("NODE_OPTIONS", None)
+        assert native_codex("codex", env) is not None
+        masks: dict[str, dict[str, int]] = {}
+        for name, program in {
+            "launcher": ["codex"],
+            "wrap": [sys.executable, "-m", "codex_presence", "wrap", "--", "codex"],
+        }.items():
+            socket = root / f"{name}.sock"
+            argv = ["sh", "-c", IGNORED_BY_THE_CALLER, "sh", *program]
+            proc = _start([*argv, "app-server", "--listen", f"unix://{socket}"], env, root)
+            try:
+                started = _native_process(proc, socket)
+                pid = next(
+                    p
+                    for p in [proc.pid, *descendants(proc.pid)]
+                    if Path(f"/proc/{p}/exe").readlink() == Path(started.exe)
+                )
+                masks[name] = _signal_masks(pid)
+            finally:
+                _stop(proc)
+    caller_ignores = sum(
+        1 << (signum - 1)
+        for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1)
+    )
+    assert masks["launcher"]["SigIgn"] & caller_ignores == 0  # node put them back
+    assert masks["wrap"] == masks["launcher"], masks
+
+
 def _tui_process(tui: Tui) -> Started:
     """The pane's native codex TUI (not an app-server), once it has painted."""
     tui.wait_for(FIRST_PAINT, timeout=60)
@@ -134,6 +195,7 @@ def _tui_process(tui: Tui) -> Started:
             if found is None and Path(exe).name == "codex" and "app-server" not in argv:
                 raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")[:-1]
                 found = Started(exe, argv, dict(entry.split("=", 1) for entry in raw))
+                found.signals = _signal_masks(pid)
     assert found is not None, "no native codex TUI in the pane"
     found.nodes = nodes
     return found
@@ -142,8 +204,9 @@ def _tui_process(tui: Tui) -> Started:
 @pytest.mark.codex
 def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
     """The TUI that ``codex-presence codex`` starts without node is the process npm's
-    launcher starts for plain ``codex``: the same executable and environment (beside the
-    launcher's two variables, only tmux's own), with ``--remote`` to the relay added to
+    launcher starts for plain ``codex``: the same executable, environment (beside the
+    launcher's two variables, only tmux's own) and signals (both started by a shell that
+    ignores some: :data:`IGNORED_BY_THE_CALLER`), with ``--remote`` to the relay added to
     the arguments as given."""
     seen: dict[str, Started] = {}
     with short_tempdir("cpt-") as root:
@@ -154,6 +217,7 @@ def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
             "command": [*presence_command(Path("codex")), "-c", "model=plain-and-native"],
         }.items():
             (root / way).mkdir()  # a tmux server of its own each
+            argv = ["sh", "-c", IGNORED_BY_THE_CALLER, "sh", *argv]
             tui = Tui(argv, env=env, cwd=home.work, sock_dir=root / way)
             try:
                 seen[way] = _tui_process(tui)
@@ -169,6 +233,7 @@ def test_the_tui_is_the_program_plain_codex_runs(codex: Path) -> None:
         k for k in plain.env.keys() | command.env.keys() if plain.env.get(k) != command.env.get(k)
     }
     assert differ <= {"TMUX"}, differ  # each pane has a tmux server of its own
+    assert command.signals == plain.signals, (command.signals, plain.signals)
     assert command.env["CODEX_MANAGED_BY_NPM"] == "1"
     assert command.nodes == 0  # node's start is off the way to the first paint
 

@@ -198,6 +198,7 @@ def spawn(
     own_group: bool = True,
     own_session: bool = False,
     death_signal: int = signal.SIGKILL,
+    as_node: bool = False,
 ) -> Child:
     """Start ``command`` under a watchdog (see the module's doc), with ``stdin``, ``stdout``
     and ``stderr`` as its own (ours if None). It gets a process group of its own unless
@@ -209,7 +210,8 @@ def spawn(
     forwards signals to the program it runs, as codex's npm script does, and a terminal
     program that must restore the terminal want SIGTERM); then its whole tree is killed.
     Raises :class:`OSError` (e.g. :class:`FileNotFoundError`) if it cannot be run. Every
-    other descriptor of ours stays out of both processes.
+    other descriptor of ours stays out of both processes. With ``as_node`` (a program run
+    in place of npm's codex launcher) its signals are as node would leave them.
 
     Call it from a process that has no other threads if you can (``wrap`` does): the
     watchdog is a fork of this process that goes on running Python."""
@@ -228,6 +230,7 @@ def spawn(
         own_group=own_group,
         own_session=own_session,
         death_signal=death_signal,
+        as_node=as_node,
     )
     with warnings.catch_warnings():
         # Python 3.12+ warns of fork() in a process with threads (a test's event loop has
@@ -330,8 +333,10 @@ def launch(
             if is_fifo(private):
                 grow_pipe(private)
             ours.append(private)
-        program, program_env = _as_launched(command, env)
-        child = spawn(program, stdin=child_in_r, stdout=child_out_w, env=program_env)
+        program, program_env, as_node = _as_launched(command, env)
+        child = spawn(
+            program, stdin=child_in_r, stdout=child_out_w, env=program_env, as_node=as_node
+        )
     except BaseException:
         for fd in (child_in, child_out, *originals):
             os.close(fd)
@@ -357,16 +362,17 @@ def launch(
 
 def _as_launched(
     command: Sequence[str], env: Mapping[str, str] | None
-) -> tuple[list[str], Mapping[str, str] | None]:
+) -> tuple[list[str], Mapping[str, str] | None, bool]:
     """``command`` and ``env`` as npm's codex launcher would run them, where ``command[0]``
     is one whose run is certain (:func:`~codex_presence.agent.native.native_codex`: node's
-    start off the way to codex's first answer); else as they are."""
+    start off the way to codex's first answer), and True (its signals as node leaves them:
+    :attr:`~codex_presence.agent.watchdog.Plan.as_node`); else as they are, and False."""
     from codex_presence.agent.native import native_codex
 
     found = native_codex(command[0], os.environ if env is None else env) if command else None
     if found is None:
-        return list(command), env
-    return [found[0], *command[1:]], found[1]
+        return list(command), env, False
+    return [found[0], *command[1:]], found[1], True
 
 
 async def wait_child(child: Child) -> int:

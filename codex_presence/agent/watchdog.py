@@ -42,6 +42,11 @@ _PR_SET_CHILD_SUBREAPER = 36
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
 """Python ignores these; the command gets the default back, as :mod:`subprocess` does."""
+_EVERY_SIGNAL = tuple(
+    sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}, key=int)
+)
+"""Every signal whose disposition can be set: all back to their defaults, and none
+blocked, for a command started in place of npm's codex launcher (:attr:`Plan.as_node`)."""
 
 Prctl = Callable[[int, int, int, int, int], int]
 
@@ -50,6 +55,7 @@ class Plan:
     """What the watchdog is to run, and its descriptors (all inherited through the fork)."""
 
     __slots__ = (
+        "as_node",
         "command",
         "death_signal",
         "env",
@@ -75,8 +81,13 @@ class Plan:
         own_group: bool = True,
         own_session: bool = False,
         death_signal: int = signal.SIGKILL,
+        as_node: bool = False,
     ) -> None:
         self.command = command
+        self.as_node = as_node
+        """The command runs in place of a node script that would have run it (npm's codex
+        launcher): with every signal at its default and none blocked, as node leaves them
+        (its start sets them so, and so does libuv's spawn), not as we inherited them."""
         self.stderr = stderr
         self.death_signal = death_signal
         """Sent to the command first when wrap ends (with a second's grace), unless it is
@@ -182,6 +193,8 @@ def _start(plan: Plan) -> int:
         placement: dict[str, Any] = {"setpgroup": 0}
     else:
         placement = {"setsid": plan.own_session}
+    if plan.as_node:
+        placement["setsigmask"] = ()  # none blocked: node's child has none blocked
     program = plan.command[0]
     if os.sep in program:
         candidates = [program]
@@ -201,7 +214,7 @@ def _start(plan: Plan) -> int:
                 plan.command,
                 plan.env,
                 file_actions=descriptors,
-                setsigdef=_RESTORED,
+                setsigdef=_EVERY_SIGNAL if plan.as_node else _RESTORED,
                 **placement,
             )
         except (FileNotFoundError, NotADirectoryError) as exc:

@@ -498,6 +498,24 @@ def test_where_the_file_leads_the_transcript_counts_the_background_tasks() -> No
     assert s.mapping.background == 0
 
 
+@pytest.mark.parametrize("no_opinion", [("waiting", "dialog open"), ("compacting", None)])
+def test_where_the_file_leads_a_view_with_no_opinion_keeps_the_work_going(
+    no_opinion: tuple[str, str | None],
+) -> None:
+    """claude 2.1.332's status function puts any top dialog's ``waitingFor`` before
+    ``busy``, and some of its dialogs that say ``dialog open`` come in the middle of a turn
+    ("Session paused": retry on a fallback model, continue on usage credits). No opinion,
+    as the module doc says, so no change: not idle in the middle of a turn (where the file
+    leads, nothing else would say it is still on). A status we do not know, the same."""
+    s = file_led().session("busy").session(*no_opinion)
+    assert s.state == "working"
+    s.session("busy").session("idle")
+    assert s.transitions == [("working", "session busy"), ("idle", "session idle")]
+    # From idle, the same view starts nothing either.
+    s.session(*no_opinion)
+    assert s.state == "idle"
+
+
 # -- any soup --------------------------------------------------------------------------------------
 
 EVENTS = [*HOOK_EVENTS, "SessionStart", "Unknown"]
@@ -608,6 +626,69 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
     assert mapping.background == 0  # idle, not shell: nothing runs in the background either
     # ... and the process's end closes everything whatever came before.
     assert mapping.close() is None
+
+
+VIEWS: dict[tuple[str, str | None], str | None] = {
+    ("busy", None): "working",
+    ("waiting", "permission prompt"): "blocked",
+    ("waiting", "input needed"): "blocked",
+    ("idle", None): "idle",
+    ("shell", None): "idle",
+    ("waiting", "dialog open"): None,  # no opinion
+    ("compacting", None): None,  # a status we do not know
+}
+"""Where the file leads: each view and the state it says (None: no opinion)."""
+
+
+@st.composite
+def file_led_message(draw: st.DrawFn) -> tuple[ClaudeSource, Any]:
+    """What a file-led session is fed: the file's views, the transcript's background
+    starts and ends, claude's two hooks."""
+    kind = draw(st.sampled_from(["session"] * 4 + ["start", "end", "hook"]))
+    task = draw(st.sampled_from(["bg1", "bg2", "ag1"]))
+    if kind == "session":
+        return "session", status(*draw(st.sampled_from(list(VIEWS))))
+    if kind == "start":
+        result = {"backgroundTaskId": task} if task != "ag1" else {"isAsync": True, "agentId": task}
+        return "transcript", {"type": "user", "toolUseResult": result}
+    if kind == "end":
+        notice = f"<task-notification>\n<task-id>{task}</task-id>"
+        return "transcript", {"type": "queue-operation", "operation": "enqueue", "content": notice}
+    event = draw(st.sampled_from(["SessionStart", "SessionEnd"]))
+    return "hook", hook(event, source="clear", reason="prompt_input_exit")
+
+
+@settings(max_examples=examples(3))
+@given(st.lists(file_led_message(), min_size=1, max_size=30))
+def test_where_the_file_leads_the_state_is_its_last_view_with_an_opinion(
+    sequence: list[tuple[ClaudeSource, Any]],
+) -> None:
+    """Whatever the order: the state is what the file's last view with an opinion said
+    (idle after SessionEnd, until a view; working once a dialog claude reported gives way
+    to one with none), and background tasks are those the transcript started and nothing
+    has ended (claude's ``idle``, not ``shell``, ends them all)."""
+    mapping = ClaudeMapping(file_led=True)
+    expected, running = "idle", set()
+    for n, (source, message) in enumerate(sequence):
+        mapping.feed(source, message, n * 0.01)
+        if source == "session":
+            said = VIEWS[(message["status"], message.get("waitingFor"))]
+            if said is None and expected == "blocked":
+                said = "working"  # the dialog claude reported is gone (the module doc)
+            expected = said or expected
+            if message["status"] == "idle":
+                running.clear()
+        elif source == "transcript" and message["type"] == "user":
+            result = message["toolUseResult"]
+            running.add(result.get("backgroundTaskId") or result["agentId"])
+        elif source == "transcript":
+            running.discard(message["content"].split("<task-id>")[1].split("<")[0])
+        elif message["hook_event_name"] == "SessionEnd":
+            expected = "idle"
+            running.clear()
+        assert mapping.state == expected, (n, message)
+        assert mapping.background == len(running), (n, message)
+    assert mapping.deadline is None  # nothing waits to settle where the file leads
 
 
 # -- the settings ----------------------------------------------------------------------------------

@@ -12,10 +12,13 @@ session status file.
   child's when ``claude`` is the native binary; when it is a wrapper script, the file is
   found by the hooks' ``session_id`` (at most one directory scan a second; of several
   files with that id, one whose process is alive, else the newest: a claude that died
-  leaves its file behind). It is read only when its size or mtime changed, and handed on
-  only when its content did. Like the transcript, every session file is opened
-  non-blocking and read only if it is a regular file (a FIFO among them, planted or
-  not, would block the open, and the event loop with it).
+  leaves its file behind; a ``<pid>.json`` whose ``procStart`` is not the child's start
+  time is a dead process's of the same pid: ignored until claude writes its own, as claude
+  itself tells them apart). It is read only when its size or mtime changed, or it was
+  modified within :data:`RACY_NS` of its last read (a rewrite in the same clock tick
+  keeps both), and handed on only when its content did. Like the transcript, every
+  session file is opened non-blocking and read only if it is a regular file (a FIFO
+  among them, planted or not, would block the open, and the event loop with it).
 
 Sans timers: the shell calls :meth:`ClaudeFiles.poll` as often as it likes. Every error
 (a file not there yet, gone, unreadable, caught mid-write) is a poll with nothing new.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,10 @@ MAX_LINE = 16 * 1024 * 1024
 MAX_STATUS = 1024 * 1024
 """A session status file is a few hundred bytes; more than this is not one."""
 _SCAN_EVERY = 1.0
+RACY_NS = 1_000_000_000
+"""A session file modified less than this before it was read is read again at the next
+poll, whatever its stat says (file times are as coarse as a jiffy, or 2 s on some file
+systems)."""
 
 
 def config_dir(env: Mapping[str, str]) -> Path:
@@ -79,6 +87,8 @@ class ClaudeFiles:
         """The line in progress is over MAX_LINE: drop up to its end."""
         self._passed_over: set[str] = set()
         """Transcript paths that cannot be followed (each said once)."""
+        self._proc_start = _proc_start(pid)
+        """The child's start time, as claude writes it (``procStart``), if /proc says it."""
 
     @property
     def sessions(self) -> Path:
@@ -191,11 +201,24 @@ class ClaudeFiles:
             content = orjson.loads(data)
         except orjson.JSONDecodeError:
             return None  # caught mid-write: the next poll reads it again
-        self._status_stat = (st.st_mtime_ns, st.st_size)
+        # Racy, as git calls it: a file written within a clock tick of its last write can
+        # keep its mtime (and, busy or idle, its size), so a stat that recent is no proof
+        # that nothing changed; such a file is read again at the next poll.
+        recent = time.time_ns() - st.st_mtime_ns < RACY_NS
+        self._status_stat = None if recent else (st.st_mtime_ns, st.st_size)
         if data == self._status_seen or not isinstance(content, dict):
             return None
+        if path.name == f"{self._pid}.json" and self._left_behind(content):
+            return None  # an earlier process's of the same pid, until claude writes its own
         self._status_seen = data
         return content
+
+    def _left_behind(self, content: dict[str, Any]) -> bool:
+        """Whether ``content`` is another process's: its ``procStart`` is not our child's."""
+        theirs = content.get("procStart")
+        if self._proc_start is None or not isinstance(theirs, (str, int)):
+            return False  # nothing to tell them apart by: taken
+        return str(theirs) != self._proc_start
 
     # -- the transcript ------------------------------------------------------------------
 
@@ -259,6 +282,18 @@ class ClaudeFiles:
         if not isinstance(kind, str) or kind.encode() not in TRANSCRIPT_TYPES:
             return None
         return entry
+
+
+def _proc_start(pid: int) -> str | None:
+    """``pid``'s start time in clock ticks since boot (``/proc/PID/stat``'s 22nd field, after
+    a name that may hold spaces and parentheses); None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            stat_line = stream.read(4096)
+        fields = stat_line[stat_line.rindex(b")") + 2 :].split()
+        return fields[19].decode() if fields[19].isdigit() else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _read_regular(

@@ -66,7 +66,8 @@ class DirectoryWatch:
     async def wait(self, at_most: float | None) -> None:
         """Until something changed in a watched directory, or ``at_most`` seconds passed
         (None: no limit). The events are read and dropped (the caller reads the files),
-        but for a watched directory's removal: it is watched anew once it exists again."""
+        but for a watched directory's removal: it is watched anew once it exists again
+        (every directory is, after the kernel's queue overflowed)."""
         fd: int = self._inotify.fileno()
         with anyio.move_on_after(at_most):
             await anyio.wait_readable(fd)
@@ -77,7 +78,12 @@ class DirectoryWatch:
                 data = os.read(fd, 65536)
             except OSError:  # nothing more (EAGAIN), or a broken descriptor
                 return
-            gone = {event.wd for event in parse_events(data) if event.mask & flags.IGNORED}
+            events = parse_events(data)
+            if any(event.mask & flags.Q_OVERFLOW for event in events):
+                # Events were dropped, a removal's IN_IGNORED perhaps: each directory is
+                # watched anew (the same watch, where it still is one).
+                self._watched.clear()
+            gone = {event.wd for event in events if event.mask & flags.IGNORED}
             for directory, wd in list(self._watched.items()):
                 if wd in gone:
                     del self._watched[directory]

@@ -16,7 +16,7 @@ The order, each step as soon as the one before it:
    handler that passes them on, kept until the TUI is there.
 2. A private 0700 directory for the two sockets (:mod:`.sockets`).
 3. What CODEX names: where it is npm's node launcher and what that would run is certain, the
-   native binary, with the environment the launcher would give it
+   native binary, with the environment (and signals) the launcher would give it
    (:mod:`~codex_presence.agent.native`: node's start is 110-120 ms of CPU, on the way to
    the TUI's first paint and again beside it for the app-server; on node >= 22.15 the
    launcher ``execve``s that binary, so the TUI's process is the one plain ``codex``
@@ -142,11 +142,13 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
     try:
         launch.terminal = SavedTerminal.save()
         program, program_env = _program(command[0], dict(os.environ if env is None else env))
+        as_node = program != command[0]  # node's signals, as the launcher would leave them
         launch.tui = spawn(
             [program, "--remote", f"unix://{launch.outer}", *command[1:]],
             env=program_env,
             own_group=False,
             death_signal=signal.SIGTERM,
+            as_node=as_node,
         )
         signals.attach(launch.tui)
         launch.app_server = spawn(
@@ -156,6 +158,7 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
             stderr=output,
             env=program_env,
             own_session=True,
+            as_node=as_node,
         )
         launch.output_fd, read_output = read_output, -1
         launch.app_server_yields = _autogrouped() and _yield(launch.app_server.pid)

@@ -66,9 +66,11 @@ what closes each — every rule names its closers, so no state can stick:
   turn (the queued prompt no hook announced) unless it is the view the last ended turn ran
   under (claude -p writes ``busy`` once: after its Stop, that view starts nothing),
   ``waiting`` for a person opens a session turn and block, ``idle``/``shell`` closes
-  *everything* (the Esc before the first token, the interrupt whose marker is lost). Each
-  closes at once when a view says otherwise, and at Stop, StopFailure, SubagentStop, an
-  interrupt (the transcript's marker, ``idle_prompt``), SessionEnd or the end; the session
+  *everything* (the Esc before the first token, the interrupt whose marker is lost), a
+  view with no opinion (``dialog open``, written over a running turn too; a status we do
+  not know) nothing. Each closes at once when a view says otherwise, and at Stop,
+  StopFailure, SubagentStop, an interrupt (the transcript's marker, ``idle_prompt``),
+  SessionEnd or the end; the session
   block also with any hook block. Two changes act at once, unsettled, since only a dialog
   claude reported can end with them: waiting to anything closes the blocks (above), waiting to
   idle (a dialog refused or interrupted) closes everything.
@@ -446,7 +448,7 @@ class ClaudeMapping:
             if view.kind == "idle":
                 self.signal.close_all()
                 self._prompt = None
-        if view.kind not in ("busy", "waiting"):
+        if view.kind == "idle":  # not a view with no opinion (a dialog over a running turn)
             self._close_if_open(HandleKind.TURN, _SESSION_TURN)
         if view.kind != "waiting":
             self._close_if_open(HandleKind.BLOCK, _SESSION_BLOCK)
