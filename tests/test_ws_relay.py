@@ -430,11 +430,16 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
 ) -> None:
     """A second connection's flood of tiny whole messages (no fragment to count) was read
     a chunk at a time, each chunk tens of thousands of frames, while the user's own bytes
-    waited. Now a connection's reading gives way every few milliseconds: the user's
-    message goes through while the flood's first chunk is still being read."""
-    flood_messages = 150_000
+    waited. Now a connection's reading gives way every half millisecond: the user's message
+    goes through while the flood's first chunk is still being read.
+
+    Decided by the relay's own order, not by a clock: the flood's frames come with its
+    upgrade (so its first chunk is large), its reading is held at its first slice until the
+    user's message is in the user's socket, and the flood frames read by the time the relay
+    reads the user's message are counted on the relay's thread."""
+    flood_messages = 20_000  # 120 kB with the upgrade: one chunk, or two, of the relay's reads
     heads = threading.Event()
-    echoed = threading.Event()
+    flood_started, user_sent = threading.Event(), threading.Event()
 
     def app_server(listener: socket.socket) -> None:
         def one(conn: socket.socket) -> None:
@@ -456,7 +461,6 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
                     return
                 if conn.recv(65536):  # the user's message: answered at once
                     conn.sendall(encode(0x1, b'{"id":1,"result":{}}', mask=False))
-                    echoed.set()
                 read_until_eof(conn)
 
         with suppress(OSError):
@@ -469,32 +473,50 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
     inner.listen()
     threading.Thread(target=app_server, args=(inner,), daemon=True).start()
     with relaying(tmp / "outer", tmp / "inner") as relayed:
-        read_so_far = {"client": 0}
+        flood_read = 0
+        at_user: list[int] = []
+        readers: list[object] = []
         analyse = relayed.relay._analyse
 
         def counting(reader: Any, data: bytes) -> list[Transition]:
+            nonlocal flood_read
             out = analyse(reader, data)
-            if reader.sender == "client":
-                read_so_far["client"] += data.count(b"\x81\x80")
+            if reader.sender != "client":
+                return out
+            if not readers:
+                readers.append(reader)  # the flood's: the user sends nothing before it
+            if reader is readers[0]:
+                flood_read += data.count(b"\x81\x80")
+                if not flood_started.is_set():
+                    flood_started.set()
+                    assert user_sent.wait(10), "the user's message was not sent"
+            elif not at_user:
+                at_user.append(flood_read)
             return out
 
-        relayed.relay._analyse = counting  # type: ignore[method-assign]
-        flood, _, _ = connect(
-            tmp / "outer", upgrade_request().replace(b"GET /rpc ", b"GET /flood ", 1)
-        )
         user, _, _ = connect(tmp / "outer", upgrade_request())
-        assert heads.wait(10)
-        sender = threading.Thread(
-            target=flood.sendall, args=(encode(0x1, b"", mask=True) * flood_messages,)
+        relayed.relay._analyse = counting  # type: ignore[method-assign]
+        flood = socket.socket(socket.AF_UNIX)  # its 101 comes once its first chunk is read
+        flood.settimeout(10)
+        flood.connect(str(tmp / "outer"))
+        sender = threading.Thread(  # what the socket's buffer does not hold waits for reads
+            target=flood.sendall,
+            args=(
+                upgrade_request().replace(b"GET /rpc ", b"GET /flood ", 1)
+                + encode(0x1, b"", mask=True) * flood_messages,
+            ),
         )
         sender.start()
-        eventually(lambda: read_so_far["client"] > 0, within=20)
+        assert heads.wait(10) and flood_started.wait(10)
         user.sendall(encode(0x1, b'{"id":1,"method":"thread/loaded/list"}', mask=True))
+        user_sent.set()
         answer = user.recv(65536)
-        seen_then = read_so_far["client"]
-        assert echoed.is_set() and answer.startswith(b"\x81")
-        assert seen_then < 20_000, f"the user's bytes waited for {seen_then} flood frames"
-        sender.join(60)
+        assert answer.startswith(b"\x81")
+        eventually(lambda: bool(at_user), what="the user's message read")
+        assert at_user[0] < flood_messages // 4, (
+            f"the user's bytes waited for {at_user[0]} of the flood's {flood_messages} frames"
+        )
+        sender.join(10)
         flood.close()
         user.close()
     inner.close()
