@@ -265,6 +265,44 @@ async def test_the_session_file_leads_at_once_and_idle_reads_nothing(
 
 
 @pytest.mark.anyio
+async def test_a_new_projects_transcript_is_read_as_soon_as_claude_makes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a directory claude has never run in, its transcript's directory does not exist
+    when SessionStart names it; claude makes it with the first entry. A background command
+    started then is told at once, not at claude's next status write (here: none before its
+    end)."""
+    projects = tmp_path / "config" / "projects"
+    projects.mkdir(parents=True)
+    transcript = projects / "-tmp-new-project" / "session.jsonl"
+    started = {"type": "user", "toolUseResult": {"backgroundTaskId": "bg1"}}
+    script = [
+        hook("SessionStart", source="startup"),
+        {"do": "status", "status": "idle"},
+        {"do": "sleep", "seconds": 0.3},
+        {"do": "status", "status": "busy"},
+        {"do": "sleep", "seconds": 0.3},
+        {"do": "transcript", "entry": started},
+        {"do": "sleep", "seconds": 3.0},
+    ]
+    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
+    monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(transcript))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    seen: list[tuple[str, int]] = []
+
+    def observe(t: Any) -> None:
+        seen.append((t.cause, t.background))
+
+    session = ClaudeSession(config=tmp_path / "config", observers=[observe])
+    claude = npm_claude(tmp_path / "npm", KNOWN)
+    status = await session.run([str(claude)], env=claude_settings.child_environment(os.environ))
+    assert status == 0 and session.mapping.file_led
+    # Told while claude still ran (before the end of the process, which closes it).
+    assert ("transcript background start", 1) in seen, seen
+    assert seen.index(("transcript background start", 1)) < len(seen) - 1, seen
+
+
+@pytest.mark.anyio
 async def test_the_directory_watch_wakes_on_a_write_and_outlives_its_directory(
     tmp_path: Path,
 ) -> None:

@@ -9,7 +9,8 @@ claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of st
   ``sh -c`` and the payload on its stdin, to its end (the script's order is the hooks');
 - ``{"do": "status", "status": S}``: write claude's session file
   (``$CLAUDE_CONFIG_DIR/sessions/<pid>.json``);
-- ``{"do": "transcript", "entry": {...}}``: append an entry to the transcript;
+- ``{"do": "transcript", "entry": {...}}``: append an entry to the transcript (its
+  directory made if it is not there, as claude makes a new project's);
 - ``{"do": "summary"}``: append a ``stop_hook_summary`` naming the hook URL, as claude does;
 - ``{"do": "dump", "path": P}``: write what it was given (argv, environment, the settings
   file's content and modes) to P as JSON;
@@ -102,7 +103,8 @@ def main() -> int:
             content = {"pid": os.getpid(), "sessionId": "fake-session", **step}
             content["statusUpdatedAt"] = stamp
             (sessions / f"{os.getpid()}.json").write_text(json.dumps(content))
-        elif do == "transcript":
+        elif do == "transcript":  # its directory made first, as claude makes a project's
+            transcript.parent.mkdir(parents=True, exist_ok=True)
             with transcript.open("a") as out:
                 out.write(json.dumps(step["entry"]) + "\n")
         elif do == "summary":  # as claude's transcript names its hooks, URL and all

@@ -253,10 +253,22 @@ class ClaudeSession:
                 if watch is None:
                     await anyio.sleep(self._poll_interval)
                     continue
+                # Both directories watched, or polled until they can be: the transcript's
+                # is named by SessionStart, and a new project's is made by claude with its
+                # first entry (its parent, watched meanwhile, wakes us when it is).
+                # A directory watched only now may have been written since the poll above:
+                # read once more before sleeping.
                 transcript = files.transcript_directory
-                if transcript is not None:
-                    watch.watching(transcript)  # read at the file's changes anyway
-                ready = watch.watching(files.sessions) and files.status_found
+                if (
+                    transcript is not None
+                    and not watch.watches(transcript)
+                    and watch.watching(transcript)
+                ):
+                    continue
+                transcript_watched = transcript is not None and (
+                    watch.watches(transcript) or watch.watching(transcript.parent)
+                )
+                ready = watch.watching(files.sessions) and files.status_found and transcript_watched
                 await watch.wait(None if ready else self._poll_interval)
             await anyio.sleep_forever()
         finally:

@@ -10,8 +10,10 @@ directories of claude's files (``sessions/`` and the transcript's), and
 in or deleted, or when its timeout passes. The descriptor is waited on by the event loop
 (:func:`anyio.wait_readable`): no thread, nothing runs while nothing changes.
 
-A directory that does not exist yet (claude creates ``sessions/`` at its first start) is
-not watched: :meth:`DirectoryWatch.watching` says so, and the shell polls until it is.
+A directory that does not exist yet (claude creates ``sessions/`` at its first start, and
+a new project's transcript directory with its first entry) is not watched:
+:meth:`DirectoryWatch.watching` says so, and the shell watches its parent instead, or
+polls until it can.
 Where inotify cannot be had (not Linux, or its limits reached), :meth:`DirectoryWatch.open`
 gives None and the shell polls.
 """
@@ -53,6 +55,11 @@ class DirectoryWatch:
             return None
         mask = flags.CLOSE_WRITE | flags.MODIFY | flags.MOVED_TO | flags.CREATE | flags.DELETE
         return cls(inotify, int(mask))
+
+    def watches(self, directory: Path) -> bool:
+        """Whether ``directory`` is watched now (a removed one, or one an overflow may have
+        lost, is not: :meth:`watching` watches it anew)."""
+        return directory in self._watched
 
     def watching(self, directory: Path) -> bool:
         """Watch ``directory`` if it exists (and is not watched yet); whether it is now."""
