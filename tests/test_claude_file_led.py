@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,27 @@ def wrapper_claude(root: Path, real: Path) -> Path:
     script.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
     script.chmod(0o755)
     return script
+
+
+async def play_known_claude(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: list[dict[str, Any]],
+    *,
+    transcript: Path | None = None,
+    observers: list[Callable[[Any], None]] | None = None,
+) -> ClaudeSession:
+    """A session of the stand-in, installed as npm installs a claude of a known version
+    (so its file leads), playing ``script``; returned once it ended with status 0."""
+    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
+    if transcript is not None:
+        monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(transcript))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    session = ClaudeSession(config=tmp_path / "config", observers=observers or [])
+    claude = npm_claude(tmp_path / "npm", KNOWN)
+    status = await session.run([str(claude)], env=claude_settings.child_environment(os.environ))
+    assert status == 0
+    return session
 
 
 # -- the version, read beside the binary ---------------------------------------------------------
@@ -222,9 +244,6 @@ async def test_the_session_file_leads_at_once_and_idle_reads_nothing(
         {"do": "status", "status": "idle"},
         {"do": "sleep", "seconds": 2.0},
     ]
-    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
-    monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(transcript))
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
     seen: list[tuple[str, str, int]] = []
     at: list[float] = []
 
@@ -232,10 +251,9 @@ async def test_the_session_file_leads_at_once_and_idle_reads_nothing(
         seen.append((t.state.value, t.cause, t.background))
         at.append(time.monotonic())
 
-    session = ClaudeSession(config=tmp_path / "config", observers=[observe])
-    claude = npm_claude(tmp_path / "npm", KNOWN)
-    status = await session.run([str(claude)], env=claude_settings.child_environment(os.environ))
-    assert status == 0
+    session = await play_known_claude(
+        tmp_path, monkeypatch, script, transcript=transcript, observers=[observe]
+    )
     assert session.mapping.file_led
     head = [
         ("working", "session busy", 0),
@@ -285,18 +303,15 @@ async def test_a_new_projects_transcript_is_read_as_soon_as_claude_makes_it(
         {"do": "transcript", "entry": started},
         {"do": "sleep", "seconds": 3.0},
     ]
-    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
-    monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(transcript))
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
     seen: list[tuple[str, int]] = []
 
     def observe(t: Any) -> None:
         seen.append((t.cause, t.background))
 
-    session = ClaudeSession(config=tmp_path / "config", observers=[observe])
-    claude = npm_claude(tmp_path / "npm", KNOWN)
-    status = await session.run([str(claude)], env=claude_settings.child_environment(os.environ))
-    assert status == 0 and session.mapping.file_led
+    session = await play_known_claude(
+        tmp_path, monkeypatch, script, transcript=transcript, observers=[observe]
+    )
+    assert session.mapping.file_led
     # Told while claude still ran (before the end of the process, which closes it).
     assert ("transcript background start", 1) in seen, seen
     assert seen.index(("transcript background start", 1)) < len(seen) - 1, seen
@@ -385,12 +400,8 @@ async def test_a_session_file_never_written_is_said_once(
 
     monkeypatch.setattr(claude_session, "FILE_EXPECTED_WITHIN", 0.5)
     script = [hook("SessionStart", source="startup"), {"do": "sleep", "seconds": 1.5}]
-    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
-    session = ClaudeSession(config=tmp_path / "config", observers=[])
-    claude = npm_claude(tmp_path / "npm", KNOWN)
-    status = await session.run([str(claude)], env=claude_settings.child_environment(os.environ))
-    assert status == 0 and session.mapping.file_led
+    session = await play_known_claude(tmp_path, monkeypatch, script)
+    assert session.mapping.file_led
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(said) == 1 and "session file is not in" in said[0], said
     assert "--claude-hooks all" in said[0]

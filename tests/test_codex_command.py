@@ -27,6 +27,7 @@ from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
 from tests.support.processes import alive
 from tests.support.tui_driver import short_tempdir
+from tests.support.tui_launch import launched, signals_kept
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import wrap_env
 
@@ -201,7 +202,6 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
 ) -> None:
     import anyio
 
-    from codex_presence.agent.signals import FORWARDED_SIGNALS
     from codex_presence.agent.tui import launch as tui
     from codex_presence.agent.tui.session import TuiSession
 
@@ -209,14 +209,10 @@ def test_with_nowhere_for_the_sockets_it_says_so_in_one_line_and_exits_1(
     with pytest.raises(OSError, match=r"^no directory for them \(/proc: .+; /sys: .+\)$"):
         make(["/proc", "/sys", "/proc"])
     monkeypatch.setattr(tui, "private_directory", lambda: make(["/proc"]))
-    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
-    try:
+    with signals_kept():
         launch = tui.launch_tui(["codex"])
         assert launch.tui is None and launch.app_server is None
         assert anyio.run(TuiSession(launch).run) == 1
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     said = record.getMessage()
     assert said == (
@@ -304,7 +300,6 @@ def test_when_outer_cannot_listen_after_the_spawns_the_tui_is_ended_and_it_says_
     a bind that fails then ends the TUI and its app-server, said in one line, status 1."""
     import anyio
 
-    from codex_presence.agent.signals import FORWARDED_SIGNALS
     from codex_presence.agent.tui import launch as tui
     from codex_presence.agent.tui.session import TuiSession
 
@@ -315,14 +310,10 @@ def test_when_outer_cannot_listen_after_the_spawns_the_tui_is_ended_and_it_says_
     codex.write_text("#!/bin/sh\nexec sleep 30\n")
     codex.chmod(0o755)
     monkeypatch.setattr(tui, "listen", cannot_listen)
-    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
-    try:
+    with signals_kept():
         launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
         assert launch.tui is not None and launch.app_server is not None
         assert anyio.run(TuiSession(launch).run) == 1
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
     assert launch.tui.returncode is not None and launch.app_server.returncode is not None
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.getMessage().startswith("cannot make the session's sockets: ")
@@ -344,30 +335,14 @@ def test_the_app_server_yields_the_cpu_to_the_tui_from_its_spawn(tmp_path: Path)
     own session's autogroup); the TUI's threads waited twice as long for a CPU as plain
     codex's. From its spawn its session has the lowest weight (where the kernel groups by
     session; elsewhere nothing changes)."""
-    from codex_presence.agent.signals import FORWARDED_SIGNALS
-    from codex_presence.agent.tui import launch as tui
 
     codex = tmp_path / "codex"
     codex.write_text("#!/bin/sh\nexec sleep 30\n")
     codex.chmod(0o755)
-    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
-    try:
-        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+    with launched([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)}) as launch:
         assert launch.error is None and launch.app_server is not None
         assert launch.app_server_yields == _autogrouped()
         assert _autogroup_nice(launch.app_server.pid) == (19 if _autogrouped() else 0)
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-        for child in (launch.tui, launch.app_server):
-            if child is not None:
-                child.kill()
-                child.wait(5)
-                child.release()
-        if launch.listener is not None:
-            launch.listener.close()
-        if launch.output_fd >= 0:
-            os.close(launch.output_fd)
 
 
 def test_once_the_tui_connects_the_app_server_has_its_share_again(setup: Setup) -> None:
@@ -429,7 +404,6 @@ def test_when_the_kernel_refuses_to_lower_its_share_the_app_server_runs_as_befor
 ) -> None:
     """An unprivileged user may change an autogroup's weight once a tenth of a second,
     system-wide (EAGAIN): the launch goes on, the app-server keeps its share."""
-    from codex_presence.agent.signals import FORWARDED_SIGNALS
     from codex_presence.agent.tui import launch as tui
 
     def refused(pid: int, nice: int) -> bool:
@@ -440,20 +414,6 @@ def test_when_the_kernel_refuses_to_lower_its_share_the_app_server_runs_as_befor
     codex = tmp_path / "codex"
     codex.write_text("#!/bin/sh\nexec sleep 30\n")
     codex.chmod(0o755)
-    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
-    try:
-        launch = tui.launch_tui([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)})
+    with launched([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)}) as launch:
         assert launch.error is None and launch.listener is not None
         assert launch.app_server is not None and not launch.app_server_yields
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-        for child in (launch.tui, launch.app_server):
-            if child is not None:
-                child.kill()
-                child.wait(5)
-                child.release()
-        if launch.listener is not None:
-            launch.listener.close()
-        if launch.output_fd >= 0:
-            os.close(launch.output_fd)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from codex_presence.agent import native
 from codex_presence.agent.native import native_codex
 from codex_presence.agent.watchdog import descendants
 from tests.support.tui_driver import FIRST_PAINT, Tui, presence_command, short_tempdir, tui_home
+from tests.support.tui_launch import launched
 from tests.support.waiting import eventually
 
 
@@ -338,15 +338,10 @@ def test_the_command_starts_the_tui_and_its_app_server_as_the_launcher_would(
     """What ``codex-presence codex`` spawns: the TUI and its app-server both as a known
     launcher would have run them (node's start is off the way to the first paint), or both
     through the launcher when it is not one we have read."""
-    from codex_presence.agent.signals import FORWARDED_SIGNALS
-    from codex_presence.agent.tui.launch import launch_tui
-
     if not known:
         _unknown_launcher(tree)
     program, way = (tree.binary, "native") if known else (tree.bin / "codex", "launcher")
-    saved = {signum: signal.getsignal(signum) for signum in FORWARDED_SIGNALS}
-    launch = launch_tui(["codex", "--flag"], tree.env | {"TMPDIR": str(tree.prefix)})
-    try:
+    with launched(["codex", "--flag"], tree.env | {"TMPDIR": str(tree.prefix)}) as launch:
         assert launch.error is None and launch.tui and launch.app_server
         assert launch.listener is not None
         seen = Path(tree.env["SEEN"])
@@ -355,17 +350,3 @@ def test_the_command_starts_the_tui_and_its_app_server_as_the_launcher_would(
             f"{way} {program} --remote unix://{launch.outer} --flag",
             f"{way} {program} app-server --listen unix://{launch.inner}",
         ]
-    finally:
-        for child in (launch.tui, launch.app_server):
-            if child is not None:
-                child.kill()
-                child.wait(5)
-                child.release()
-        if launch.listener is not None:
-            launch.listener.close()
-        if launch.output_fd >= 0:
-            os.close(launch.output_fd)
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-        if launch.directory is not None:
-            shutil.rmtree(launch.directory)

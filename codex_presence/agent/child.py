@@ -69,8 +69,9 @@ def forget_env(name: str) -> str | None:
 def _blank_original_environ(key: bytes) -> None:
     import ctypes
 
-    with open("/proc/self/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
+    from codex_presence.agent.watchdog import proc_stat
+
+    fields = proc_stat("self")
     start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
     if not 0 < start < end:
         raise ValueError("no environment block")

@@ -36,7 +36,7 @@ TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["Plan", "descendants", "load_prctl", "run"]
+__all__ = ["Plan", "descendants", "load_prctl", "proc_stat", "run"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -298,6 +298,14 @@ def _kill_tree() -> None:
         time.sleep(0.002)  # the killed are still dying
 
 
+def proc_stat(pid: int | str) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command's name (which may hold spaces and
+    parentheses): ``[0]`` is the state (the file's field 3), ``[1]`` the parent's pid.
+    Raises OSError (the process is gone) or IndexError (no such line)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat_file:
+        return stat_file.read().rsplit(b")", 1)[1].split()
+
+
 def descendants(pid: int) -> list[int]:
     """Every process under ``pid`` (from /proc; Linux), children before grandchildren."""
     children: dict[int, list[int]] = {}
@@ -306,8 +314,7 @@ def descendants(pid: int) -> list[int]:
             if not entry.name.isdigit():
                 continue
             try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                    parent = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
+                parent = int(proc_stat(entry.name)[1])
             except (OSError, ValueError, IndexError):
                 continue  # gone meanwhile
             children.setdefault(parent, []).append(int(entry.name))

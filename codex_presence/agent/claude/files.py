@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from codex_presence.agent.leftovers import owner_alive
+from codex_presence.agent.watchdog import proc_stat
 from codex_presence.core.claude.protocol import (
     TRANSCRIPT_TYPES,
     ClaudeSource,
@@ -288,12 +289,10 @@ def _proc_start(pid: int) -> str | None:
     """``pid``'s start time in clock ticks since boot (``/proc/PID/stat``'s 22nd field, after
     a name that may hold spaces and parentheses); None where /proc does not say."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stream:
-            stat_line = stream.read(4096)
-        fields = stat_line[stat_line.rindex(b")") + 2 :].split()
-        return fields[19].decode() if fields[19].isdigit() else None
-    except (OSError, ValueError, IndexError):
+        start = proc_stat(pid)[19]
+    except (OSError, IndexError):
         return None
+    return start.decode() if start.isdigit() else None
 
 
 def _read_regular(
