@@ -44,8 +44,9 @@ example: codex-presence claude --record session.jsonl -- claude --permission-mod
 
 
 HOOK_CHOICES = ("auto", "all")
-"""As :data:`codex_presence.agent.claude.settings.HOOK_CHOICES` (not imported: this module
-loads nothing until :func:`run`)."""
+"""``--claude-hooks``: ``auto``, claude's session file leads where it can; ``all``, a hook
+for every event the mapping reads, whatever the version
+(:func:`~codex_presence.agent.claude.settings.with_our_hooks`)."""
 
 
 class _NotAChoice(argparse.ArgumentTypeError, ValueError):

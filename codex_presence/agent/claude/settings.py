@@ -49,7 +49,6 @@ from codex_presence.core.claude.protocol import (
 )
 
 __all__ = [
-    "HOOK_CHOICES",
     "SettingsError",
     "child_environment",
     "claude_version",
@@ -57,9 +56,6 @@ __all__ = [
     "with_our_hooks",
 ]
 
-HOOK_CHOICES = ("auto", "all")
-"""``--claude-hooks``: ``auto``, the session file leads where it can (see the module doc);
-``all``, a hook for every event the mapping reads, whatever the version."""
 _PACKAGE = "@anthropic-ai/claude-code"
 _VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,6}")
 
