@@ -194,22 +194,26 @@ def test_a_permission_dialog_answered_yes(claude: Path, tmp_path: Path) -> None:
     assert request["tool_name"] == "Bash" and "tool_use_id" not in request
     t_request, _ = _first(cap, lambda s, m: m.get("hook_event_name") == "PermissionRequest")
     t_waiting, waiting = _first(cap, _status("waiting"))
-    assert waiting["waitingFor"] == "permission prompt" and t_waiting - t_request < 1.0
+    t_answered = next(t for t, a in cap.actions if a == "key Enter" and t > t_request)
+    # The session file says so while the dialog waits: before it is answered.
+    assert waiting["waitingFor"] == "permission prompt" and t_waiting < t_answered
     assert any(m.get("subtype") == "turn_duration" for m in cap.transcript())
     assert cap.hooks("SessionEnd")[0]["reason"] == "prompt_input_exit"
 
 
 @pytest.mark.parametrize("name", ["permission_no", "esc_at_permission", "esc_during_tool"])
-def test_an_interrupt_fires_no_hook_but_shows_within_a_second(
+def test_an_interrupt_fires_no_hook_but_shows_in_the_transcript_and_the_session_file(
     claude: Path, tmp_path: Path, name: str
 ) -> None:
     cap = record(name, None, root=tmp_path / "r")
     key = next(t for t, a in cap.actions if a in ("key 4", "key Escape"))
+    exit_typed = _key_time(cap, "type '/exit'")
     after = [m["hook_event_name"] for t, s, m in cap.entries if s == "hook" and t > key]
     assert after == ["SessionEnd"]  # that of /exit: nothing for the interrupt itself
+    # Both files say it on their own, before anything else is done at the prompt.
     t_marker, _ = _first(cap, _text("[Request interrupted by user for tool use]"), key)
     t_idle, _ = _first(cap, _status("idle"), key)
-    assert t_marker - key < 1.0 and t_idle - key < 1.0
+    assert t_marker < exit_typed and t_idle < exit_typed
 
 
 def test_esc_before_the_first_token_shows_only_in_the_session_file(
@@ -221,8 +225,6 @@ def test_esc_before_the_first_token_shows_only_in_the_session_file(
     between = [(s, m) for t, s, m in cap.entries if key < t < exit_typed]
     assert [s for s, _ in between] == ["session"]
     assert between[0][1]["status"] == "idle"
-    t_idle, _ = _first(cap, _status("idle"), key)
-    assert t_idle - key < 1.0
 
 
 def test_a_prompt_sent_during_a_turn_fires_user_prompt_submit_with_the_open_prompt_id(

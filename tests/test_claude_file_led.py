@@ -331,22 +331,16 @@ async def test_the_directory_watch_wakes_on_a_write_and_outlives_its_directory(
         sessions.mkdir()
         assert watch.watching(sessions)
         (sessions / "1.json").write_text("{}")
-        started = time.monotonic()
-        await watch.wait(30)
-        assert time.monotonic() - started < 5  # woken by the write, not the bound
+        assert await watch.wait(30)  # woken by the write, not the bound
         for path in sessions.iterdir():
             path.unlink()
         sessions.rmdir()
-        await watch.wait(30)  # the removal, read
+        assert await watch.wait(30)  # the removal, read
         sessions.mkdir()
         assert watch.watching(sessions)  # watched anew
         (sessions / "2.json").write_text("{}")
-        started = time.monotonic()
-        await watch.wait(30)
-        assert time.monotonic() - started < 5
-        started = time.monotonic()
-        await watch.wait(0.2)  # nothing written: the bound ends it
-        assert 0.15 < time.monotonic() - started < 5
+        assert await watch.wait(30)
+        assert not await watch.wait(0.01)  # nothing written: the bound ends it
     finally:
         watch.close()
 
@@ -383,9 +377,7 @@ async def test_a_directory_removed_while_the_queue_overflowed_is_watched_again(
         sessions.mkdir()
         assert watch.watching(sessions)
         (sessions / "1.json").write_text("{}")
-        started = time.monotonic()
-        await watch.wait(30)
-        assert time.monotonic() - started < 5  # woken by the write, not the bound
+        assert await watch.wait(30)  # woken by the write, not the bound
     finally:
         watch.close()
 

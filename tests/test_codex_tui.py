@@ -2,9 +2,10 @@
 real broker on loopback; once per codex version with fixtures (the ``codex`` fixture).
 
 Each scenario of :mod:`tests.support.tui_scenarios` checks the member's activity on the
-broker's roster at each of its checkpoints (and idle within a second of Esc or /exit);
-here, on top of that, the command's exit status, and that its recording replays to the
-very transitions it reported live. The recordings kept as fixtures
+broker's roster at each of its checkpoints (and, after Esc or /exit, idle for the right
+cause: the app-server's word, or the end of its stream); here, on top of that, the
+command's exit status, and that its recording replays to the very transitions it
+reported live. The recordings kept as fixtures
 (``fixtures/codex-tui-<version>/``) replay to their hand-written timelines.
 """
 

@@ -70,21 +70,22 @@ class DirectoryWatch:
                 return False  # not there yet (or not a directory): polled meanwhile
         return True
 
-    async def wait(self, at_most: float | None) -> None:
+    async def wait(self, at_most: float | None) -> bool:
         """Until something changed in a watched directory, or ``at_most`` seconds passed
-        (None: no limit). The events are read and dropped (the caller reads the files),
-        but for a watched directory's removal: it is watched anew once it exists again
-        (every directory is, after the kernel's queue overflowed)."""
+        (None: no limit); True if a change ended it. The events are read and dropped (the
+        caller reads the files), but for a watched directory's removal: it is watched anew
+        once it exists again (every directory is, after the kernel's queue overflowed)."""
         fd: int = self._inotify.fileno()
         with anyio.move_on_after(at_most):
             await anyio.wait_readable(fd)
         from inotify_simple import flags, parse_events
 
+        changed = False
         while True:
             try:
                 data = os.read(fd, 65536)
             except OSError:  # nothing more (EAGAIN), or a broken descriptor
-                return
+                return changed
             events = parse_events(data)
             if any(event.mask & flags.Q_OVERFLOW for event in events):
                 # Events were dropped, a removal's IN_IGNORED perhaps: each directory is
@@ -95,7 +96,8 @@ class DirectoryWatch:
                 if wd in gone:
                     del self._watched[directory]
             if not data:
-                return
+                return changed
+            changed = True
 
     def close(self) -> None:
         self._inotify.close()
