@@ -1,7 +1,7 @@
 """What a report costs the broker in Redis mode: CPU microseconds per report through the
-real :class:`~codex_presence.broker.redis_store.RedisStore` and a real ``redis-server``,
+real :class:`~codex_presence.broker.redis.store.RedisStore` and a real ``redis-server``,
 its script calls sent one by one (each its own ``EVALSHA`` round trip, as before issue 26)
-vs batched per event-loop tick (``broker/redis_batch.py``), side by side in one run.
+vs batched per event-loop tick (``broker/redis/batch.py``), side by side in one run.
 
 No HTTP: this isolates the Redis part of a report (the script call, its reply, and the
 echo of its event on the broker's own subscription), which ``bench/broker.py --redis``
@@ -28,8 +28,8 @@ from typing import Any
 import anyio
 
 from codex_presence._wire import ActivityState
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_store import RedisStore
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.store import RedisStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

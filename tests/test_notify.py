@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from codex_presence.broker.notify import Notifier, notify_routes
-from codex_presence.broker.notify_apprise import AppriseSender
-from codex_presence.broker.notify_config import Target, command_line_targets
-from codex_presence.broker.notify_redis import RedisClaims
+from codex_presence.broker.notify.apprise_sender import AppriseSender
+from codex_presence.broker.notify.claims import RedisClaims
+from codex_presence.broker.notify.config import Target, command_line_targets
+from codex_presence.broker.notify.notifier import Notifier, notify_routes
 from codex_presence.broker.team_file import render_team
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import NotifyEvent, Rule
@@ -534,7 +534,7 @@ def test_a_claim_key_the_brokers_cannot_read_holds_no_notice_back(redis_url: str
 def _parse(entries: str) -> list[Target]:
     import tomllib
 
-    from codex_presence.broker.notify_config import parse_notify
+    from codex_presence.broker.notify.config import parse_notify
 
     return parse_notify(tomllib.loads(entries), TEAM, source="team.toml")
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from codex_presence._wire import SESSION_GRACE
-from codex_presence.broker.notify import Notifier
-from codex_presence.broker.notify_apprise import AppriseSender
-from codex_presence.broker.notify_config import Target
+from codex_presence.broker.notify.apprise_sender import AppriseSender
+from codex_presence.broker.notify.config import Target
+from codex_presence.broker.notify.notifier import Notifier
 from codex_presence.core.notify_policy import NotifyEvent, Rule
 from tests.support.broker_harness import make_team, running_broker, token_of
 from tests.support.receivers import receiver

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import redis
 
-from codex_presence.broker.redis_store import BOUND
+from codex_presence.broker.redis.store import BOUND
 from codex_presence.broker.team_file import render_team
 from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, WebRoster
 from tests.support.broker_harness import (

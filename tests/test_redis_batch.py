@@ -1,7 +1,7 @@
-"""Script calls batched per event-loop tick (issue 26, ``broker/redis_batch.py``), against a
+"""Script calls batched per event-loop tick (issue 26, ``broker/redis/batch.py``), against a
 real redis-server: the calls of one tick share one connection and one round trip, and each
 caller still gets its own reply or its own error, as a call of its own would have. Replies
-and the channel's events are read in bulk from hiredis (``broker/redis_replies.py``), or
+and the channel's events are read in bulk from hiredis (``broker/redis/replies.py``), or
 through redis-py where that cannot be: both ways give the same."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from codex_presence.broker import redis_batch, redis_replies
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_replies import Replies
+from codex_presence.broker.redis import batch as redis_batch
+from codex_presence.broker.redis import replies as redis_replies
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.replies import Replies
 
 _ECHO = "return {ARGV[1], ARGV[2]}"
 _FAILS_ON_BAD = "if ARGV[2] == 'bad' then return redis.error_reply('bad input') end return ARGV[2]"
@@ -134,9 +135,9 @@ async def test_a_lost_connection_fails_every_call_of_the_batch() -> None:
 async def test_replies_and_events_are_read_in_bulk_with_hiredis(
     redis_url: str, protocol: int
 ) -> None:
-    """The connections the link makes are ones :mod:`~.redis_replies` reads (a redis-py
-    whose internals moved would quietly cost every report redis-py's way again), in either
-    protocol (redis-py speaks RESP3 unless told)."""
+    """The connections the link makes are ones :mod:`~codex_presence.broker.redis.replies`
+    reads (a redis-py whose internals moved would quietly cost every report redis-py's way
+    again), in either protocol (redis-py speaks RESP3 unless told)."""
     link = RedisLink(f"{redis_url}?protocol={protocol}", team="acme")
     try:
         await link.run_script(link.script(_ECHO), ["x"])

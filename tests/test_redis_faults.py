@@ -23,8 +23,8 @@ import httpx
 import pytest
 import redis
 
-from codex_presence.broker.redis_link import MAX_CONNECTIONS, RedisLink
-from codex_presence.broker.redis_sessions import RedisSessions
+from codex_presence.broker.redis.link import MAX_CONNECTIONS, RedisLink
+from codex_presence.broker.redis.sessions import RedisSessions
 from codex_presence.broker.sessions import WebSession
 from codex_presence.core.backoff import Backoff
 from tests.support.broker_harness import FakeClock, broker_process, running_broker, shared_state

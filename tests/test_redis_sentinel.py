@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from codex_presence.broker.redis_link import redacted
-from codex_presence.broker.redis_sentinel import parse_sentinel_url
+from codex_presence.broker.redis.link import redacted
+from codex_presence.broker.redis.sentinel import parse_sentinel_url
 from tests.support.broker_harness import BrokerProcess, broker_process, token_of
 from tests.support.redis_server import sentinel_setup
 from tests.support.shared_brokers import Stream, report, roster, team_file

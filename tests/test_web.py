@@ -31,9 +31,9 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from codex_presence.broker.limits import BrokerLimits
-from codex_presence.broker.notify import Notifier, notify_routes
-from codex_presence.broker.notify_apprise import AppriseSender
-from codex_presence.broker.notify_config import Target
+from codex_presence.broker.notify.apprise_sender import AppriseSender
+from codex_presence.broker.notify.config import Target
+from codex_presence.broker.notify.notifier import Notifier, notify_routes
 from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, SignedIn, WebRoster
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import Rule

@@ -4,7 +4,7 @@ A session is a random id (the cookie's value) that maps to a :class:`WebSession`
 ``ttl`` seconds; each member has at most ``max_sessions`` of them (a new sign-in past the cap
 ends that member's oldest, never anyone else's). :class:`MemorySessions` keeps them in this
 process (a broker restart signs everyone out);
-:class:`~codex_presence.broker.redis_sessions.RedisSessions` keeps them in the Redis that
+:class:`~codex_presence.broker.redis.sessions.RedisSessions` keeps them in the Redis that
 brokers share (``--redis``), so that a restart signs nobody out and a sign-out on one broker
 ends the session on all. :class:`~codex_presence.broker.web.WebRoster` uses either through
 :class:`SessionStore`, whose methods are async because the shared one may ask Redis.

@@ -5,7 +5,7 @@ what, and the fan-out of changes to every open stream.
 default the in-memory one (the connection counts of
 :mod:`codex_presence.broker.connections`, the activity with its TTL of
 :mod:`codex_presence.broker.tracker`, in one process, as the design says), or the Redis one
-that several brokers share (:mod:`codex_presence.broker.redis_store`), which also tells the
+that several brokers share (:mod:`codex_presence.broker.redis.store`), which also tells the
 broker what changed on the others. :mod:`codex_presence.broker.app` puts HTTP in front of it.
 
 TTL lapses are resolved on read (there is no sweeper), so nothing *has* to happen when a
@@ -87,7 +87,7 @@ Authenticator = Callable[[Request], Awaitable["Member | None"]]
 class ActivityWatcher(Mourner, Protocol):
     """Told each member's activity as the broker publishes it, and every member's once the
     state was (re)read in full; runs beside the fan-out. The notifier
-    (:mod:`codex_presence.broker.notify`) is one. :meth:`observe` must not wait; a death
+    (:mod:`codex_presence.broker.notify.notifier`) is one. :meth:`observe` must not wait; a death
     (:meth:`~codex_presence.broker.deaths.Mourner.lost`) is told before its lapse is
     observed."""
 

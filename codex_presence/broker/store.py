@@ -6,7 +6,7 @@ through a :class:`Store`, of which there are two:
 * :class:`MemoryStore` — the design's reference: the connection registry
   (:mod:`~codex_presence.broker.connections`) and the activity tracker with its TTL
   (:mod:`~codex_presence.broker.tracker`), in this process. The default.
-* :class:`~codex_presence.broker.redis_store.RedisStore` — the same state shared by every
+* :class:`~codex_presence.broker.redis.store.RedisStore` — the same state shared by every
   broker of the team through Redis (``codex-presence broker --redis URL``).
 
 The split follows what must wait and what must not. A report is the one write a client

@@ -27,7 +27,7 @@ the sum over their sessions, since the earliest of them had one; it never makes 
 working or blocked.
 
 A report may carry its own TTL: the Redis store's mirror
-(:mod:`codex_presence.broker.redis_store`) holds what another broker recorded, for as long
+(:mod:`codex_presence.broker.redis.store`) holds what another broker recorded, for as long
 as that broker said it holds.
 """
 

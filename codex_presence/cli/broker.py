@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from codex_presence.broker.notify import Notifier
+    from codex_presence.broker.notify.notifier import Notifier
     from codex_presence.broker.sessions import SessionStore
     from codex_presence.broker.store import Store
     from codex_presence.broker.team import Team
@@ -181,11 +181,11 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     from codex_presence.cli.main import UsageError
 
     try:
-        from codex_presence.broker.redis_link import RedisLink, holds_secret
-        from codex_presence.broker.redis_sentinel import SENTINEL_SCHEMES
-        from codex_presence.broker.redis_sessions import RedisSessions
-        from codex_presence.broker.redis_store import RedisStore
-        from codex_presence.broker.redis_team import team_marks
+        from codex_presence.broker.redis.link import RedisLink, holds_secret
+        from codex_presence.broker.redis.sentinel import SENTINEL_SCHEMES
+        from codex_presence.broker.redis.sessions import RedisSessions
+        from codex_presence.broker.redis.store import RedisStore
+        from codex_presence.broker.redis.team import team_marks
     except ImportError:
         raise UsageError(
             "--redis needs the redis extra: pip install 'codex-presence[redis]'"
@@ -222,7 +222,7 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     import math
     from urllib.parse import urlsplit
 
-    from codex_presence.broker.notify_config import command_line_targets, parse_notify
+    from codex_presence.broker.notify.config import command_line_targets, parse_notify
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import read_team_file
     from codex_presence.cli.main import UsageError
@@ -243,16 +243,16 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     if not targets:
         return None
     try:
-        from codex_presence.broker.notify import Notifier
-        from codex_presence.broker.notify_apprise import AppriseSender
+        from codex_presence.broker.notify.apprise_sender import AppriseSender
+        from codex_presence.broker.notify.notifier import Notifier
     except ImportError:
         raise UsageError(
             "notification targets need the notify extra: pip install 'codex-presence[notify]'"
         ) from None
     claims = None
     if store is not None:
-        from codex_presence.broker.notify_redis import RedisClaims
-        from codex_presence.broker.redis_store import RedisStore
+        from codex_presence.broker.notify.claims import RedisClaims
+        from codex_presence.broker.redis.store import RedisStore
 
         if isinstance(store, RedisStore):
             claims = RedisClaims(store.link)
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
-    from codex_presence.broker.notify import notify_routes
+    from codex_presence.broker.notify.notifier import notify_routes
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence.cli.main import UsageError
 
     try:
-        from codex_presence.broker.notify_apprise import AppriseSender
+        from codex_presence.broker.notify.apprise_sender import AppriseSender
     except ImportError:
         raise UsageError(
             "notifications need the notify extra: pip install 'codex-presence[notify]'"

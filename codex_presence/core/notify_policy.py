@@ -31,7 +31,7 @@ member, and does not need to.
 
 :class:`NotifyPolicy` knows no sockets or clocks: ``now`` (unix seconds) is passed in, as in
 :mod:`codex_presence.core.report_policy`. The I/O shell is
-:mod:`codex_presence.broker.notify`.
+:mod:`codex_presence.broker.notify.notifier`.
 """
 
 from __future__ import annotations

@@ -40,10 +40,10 @@ from starlette.testclient import TestClient
 from codex_presence._wire import ADMIN_PERMISSION, DEFAULT_TTL, OPERATOR_PERMISSION
 from codex_presence.broker.app import create_app
 from codex_presence.broker.limits import BrokerLimits
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_sessions import RedisSessions
-from codex_presence.broker.redis_store import RedisStore
-from codex_presence.broker.redis_team import team_marks
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.sessions import RedisSessions
+from codex_presence.broker.redis.store import RedisStore
+from codex_presence.broker.redis.team import team_marks
 from codex_presence.broker.server import BrokerServer, bound_socket, listen_socket
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Role, Team, hash_token

@@ -1,8 +1,8 @@
 """The broker's link to Redis: one client, one pub/sub subscription, and the loop that
 keeps them.
 
-:class:`RedisLink` is what the shared stores (:mod:`~codex_presence.broker.redis_store` for
-presence, :mod:`~codex_presence.broker.redis_sessions` for browser sessions) have in common:
+:class:`RedisLink` is what the shared stores (:mod:`~codex_presence.broker.redis.store` for
+presence, :mod:`~codex_presence.broker.redis.sessions` for browser sessions) have in common:
 the client (redis-py's asyncio client), the team's key names, the team's event channel, and
 :meth:`RedisLink.run`, the loop that
 
@@ -29,7 +29,7 @@ comes back by itself once the cause is gone. A listener that finds the state cha
 under it without an event (the team's keys flushed) asks for the same:
 :meth:`RedisLink.reconnect`.
 
-Sentinel. Behind Sentinel (``redis+sentinel://``, :mod:`~.redis_sentinel`), a failover is
+Sentinel. Behind Sentinel (``redis+sentinel://``, :mod:`~.sentinel`), a failover is
 such an outage, and the loop is what follows it: every new connection asks the sentinels
 where the primary is, so the subscription is made again on the new primary (redis-py does
 not re-subscribe by itself), the state is read there again in full, once, and the streams
@@ -41,7 +41,7 @@ for the primary, or that was on its way when the primary went away, waits for it
 has no second primary to wait for: its reports fail at once (503).
 
 Connections. The script calls of one event-loop tick go out together, one pipeline on one
-connection (:mod:`~.redis_batch`: a report's round trip is shared, not paid alone). Each
+connection (:mod:`~.batch`: a report's round trip is shared, not paid alone). Each
 batch takes a connection from a bounded pool (:data:`MAX_CONNECTIONS`, the subscription's
 included; one an earlier batch kept, if any) and waits at most the command timeout for
 one: when Redis stalls, the batches in flight queue for a connection and their reports get
@@ -62,7 +62,7 @@ Redis.
 
 Events are JSON arrays ``[seq, kind, ...]`` published by the stores' Lua scripts (so an
 event goes out exactly when its change is made, in the same atomic step); ``seq`` orders
-the changes of presence (see :mod:`~codex_presence.broker.redis_store`).
+the changes of presence (see :mod:`~codex_presence.broker.redis.store`).
 
 Trust. Redis is the trust boundary: anyone who can write the team's keys or publish on its
 channel can show any member in any state. Events are not signed, on purpose: such a writer
@@ -94,9 +94,9 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-from codex_presence.broker.redis_batch import ScriptBatch
-from codex_presence.broker.redis_replies import Replies
-from codex_presence.broker.redis_sentinel import (
+from codex_presence.broker.redis.batch import ScriptBatch
+from codex_presence.broker.redis.replies import Replies
+from codex_presence.broker.redis.sentinel import (
     SENTINEL_SCHEMES,
     parse_sentinel_url,
     sentinel_client,
@@ -198,7 +198,7 @@ def redacted(url: str) -> str:
 
 class RedisLink:
     """One team's link to Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``, or
-    the sentinels of ``redis+sentinel://``: see :mod:`~.redis_sentinel`), with at most
+    the sentinels of ``redis+sentinel://``: see :mod:`~.sentinel`), with at most
     ``max_connections`` connections."""
 
     def __init__(
@@ -269,7 +269,7 @@ class RedisLink:
     async def run_script(self, script: AsyncScript, args: list[Any]) -> Any:
         """Run ``script``: ``KEYS[1]`` is the team's channel (which also routes the call to
         the team's slot), ``ARGV[1]`` the team's key prefix, then ``args``; sent with the
-        other calls of the same event-loop tick, in one round trip (:mod:`~.redis_batch`).
+        other calls of the same event-loop tick, in one round trip (:mod:`~.batch`).
         Raises what redis-py raises (:data:`UNREACHABLE` for an outage)."""
         return await self._batch.run(script, [self.channel], [self._namespace, *args])
 
@@ -385,7 +385,7 @@ class RedisLink:
 
     async def _listen(self, pubsub: Any) -> None:
         replies = Replies.of(pubsub.connection)
-        if replies is None:  # not a connection :mod:`~.redis_replies` reads: redis-py's way
+        if replies is None:  # not a connection :mod:`~.replies` reads: redis-py's way
             async for message in pubsub.listen():
                 if message.get("type") == "message":
                     self._deliver(message["data"])

@@ -12,14 +12,15 @@ its own lease runs renews it (before each retry). Once sent, or given up, the ke
 included.
 
 One Lua script per claim (atomic: the check and the set cannot interleave with another
-broker's), read as the brokers' own scripts read (:data:`~.redis_scripts.TOLERANT`): a
-claim key of another type is replaced, not a failure that would hold its notice back.
+broker's), read as the brokers' own scripts read
+(:data:`~codex_presence.broker.redis.scripts.TOLERANT`): a claim key of another type is
+replaced, not a failure that would hold its notice back.
 """
 
 from __future__ import annotations
 
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_scripts import TOLERANT
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.scripts import TOLERANT
 
 __all__ = ["RedisClaims"]
 

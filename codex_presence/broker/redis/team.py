@@ -5,10 +5,10 @@ Two deployments may name their teams alike and share a Redis and a prefix by mis
 presence would merge. Each broker registers a mark per member in the ``team`` key (a digest
 of the team's name, the member's name and their token's digest: it tells nothing more about
 the token) and compares, at each (re)connection, its team file with the marks there
-(:class:`TeamCheck`, the ``TEAM`` script of :mod:`~codex_presence.broker.redis_scripts`):
+(:class:`TeamCheck`, the ``TEAM`` script of :mod:`~codex_presence.broker.redis.scripts`):
 not one member in common is another deployment (:class:`AnotherTeam`, an outage saying
 so); some in common is a team file changing broker by broker (a warning, once). Used by
-:class:`~codex_presence.broker.redis_store.RedisStore`.
+:class:`~codex_presence.broker.redis.store.RedisStore`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from codex_presence.broker.redis_link import RedisLink, StateLost
-from codex_presence.broker.redis_scripts import TEAM
+from codex_presence.broker.redis.link import RedisLink, StateLost
+from codex_presence.broker.redis.scripts import TEAM
 from codex_presence.broker.team import Team
 
 __all__ = ["AnotherTeam", "TeamCheck", "team_marks"]

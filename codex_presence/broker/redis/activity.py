@@ -1,8 +1,8 @@
 """Named sessions' activity in Redis, and the subscriptions bound to them: the
-:class:`SessionActivity` that :class:`~codex_presence.broker.redis_store.RedisStore` uses.
+:class:`SessionActivity` that :class:`~codex_presence.broker.redis.store.RedisStore` uses.
 
 The anonymous session (a report without a session id) stays where it always was
-(``a:<name>``, :mod:`~codex_presence.broker.redis_store`); each named one has its own keys,
+(``a:<name>``, :mod:`~codex_presence.broker.redis.store`); each named one has its own keys,
 next to it under the team's prefix:
 
 ``s:<session>:<name>``
@@ -18,7 +18,7 @@ next to it under the team's prefix:
     blocked is refused (:class:`~codex_presence.broker.store.TooManySessions`).
 ``h:<broker>``
     A hash: the sessions (``<session>:<name>``) whose subscription is on that broker. When
-    another broker prunes that one as dead (the ``g`` event, see ``redis_store``), every
+    another broker prunes that one as dead (the ``g`` event, see :mod:`~.store`), every
     broker that hears it shortens those sessions to the grace (the first one does it and
     deletes the hash), so a dead broker's sessions go when its connection counts go.
 
@@ -31,7 +31,7 @@ as idle (its four words are not two).
 
 A key of these found holding another type (written by hand, or by another program) is
 garbage: the scripts that write it delete it and start anew, the snapshot skips it, so
-nothing found there stops a broker (the rule of :mod:`~.redis_scripts`, whose
+nothing found there stops a broker (the rule of :mod:`~.scripts`, whose
 ``TOLERANT`` helpers and ``meta`` these scripts share).
 
 Binding and releasing never wait (they happen in a stream's ``finally``): they are queued,
@@ -54,8 +54,8 @@ from codex_presence._wire import (
     ActivityState,
     background_problem,
 )
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_scripts import _META, TOLERANT
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.scripts import _META, TOLERANT
 from codex_presence.broker.store import TooManySessions
 from codex_presence.broker.tracker import ActivityTracker
 

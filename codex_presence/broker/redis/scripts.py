@@ -1,8 +1,8 @@
 """The Lua scripts that change the team's state in Redis, and how they read what they find.
 
 Every change of the shared state is one script (atomic: nothing is ever half-written);
-:mod:`~codex_presence.broker.redis_store` (presence) and
-:mod:`~codex_presence.broker.redis_sessions` (browser sessions) say what each key holds
+:mod:`~codex_presence.broker.redis.store` (presence) and
+:mod:`~codex_presence.broker.redis.sessions` (browser sessions) say what each key holds
 and run them. They live here, apart from the Python that runs them, because one rule holds
 for all of them: **a value the brokers cannot read costs the key it is in, never the
 team.** Redis is shared, and anyone with write access (an operator by hand, another
@@ -30,7 +30,7 @@ So every script starts with :data:`TOLERANT`, whose helpers read defensively:
 
 Each script returns what it found unreadable (``lost``: the keys' names) beside its
 answer, and the broker says so in its log, once, naming the key (see
-:meth:`~codex_presence.broker.redis_store.RedisStore.resync`). Only a wrong type and a
+:meth:`~codex_presence.broker.redis.store.RedisStore.resync`). Only a wrong type and a
 counter that is not a number are handled so: any other error (out of memory, an ACL) is
 Redis refusing, and fails the script as before.
 """

@@ -22,7 +22,7 @@ does (the primary was demoted: a new connection asks the sentinels).
 The commands are packed by hiredis (in C) when it is there (the redis extra installs it):
 redis-py's asyncio client packs them in Python, ~8x slower, which was the largest part of
 what a call cost the broker once the round trips were shared. The replies are read in bulk
-from the connection's hiredis reader (:mod:`~.redis_replies`: one wake-up per read of the
+from the connection's hiredis reader (:mod:`~.replies`: one wake-up per read of the
 socket, not redis-py's timeout context and checks per reply, nor its task per write),
 within one timeout for the whole round trip.
 
@@ -43,7 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from codex_presence.broker.redis_replies import Replies
+from codex_presence.broker.redis.replies import Replies
 
 try:  # packs a command in C, ~8x faster than redis-py's own packer (in Python)
     from hiredis import pack_command as _pack

@@ -1,6 +1,6 @@
 """Presence shared by several brokers through Redis: the :class:`RedisStore`.
 
-What lives in Redis (keys under the team's prefix, see :mod:`~.redis_link`):
+What lives in Redis (keys under the team's prefix, see :mod:`~.link`):
 
 ``a:<name>``
     A working or blocked member's activity, ``"<state> <since-ms>"``, set with ``PX`` = the
@@ -44,14 +44,14 @@ numbered at or below the one before it says the numbering started again: the bro
 the link's connection, as an outage, and reads the state in full again.
 
 Named sessions (a report with a session id, the subscriptions bound to them) have keys of
-their own, kept by :mod:`~codex_presence.broker.redis_activity` into the same mirror. Before
+their own, kept by :mod:`~codex_presence.broker.redis.activity` into the same mirror. Before
 writing anything, at each (re)connection, the broker checks that the keys hold its own team
-(:mod:`~codex_presence.broker.redis_team`).
+(:mod:`~codex_presence.broker.redis.team`).
 
 Values are read defensively: an activity this version does not know (written by another
 version during a rolling upgrade) counts as idle, logged once, and never stops a resync; a
 value of the wrong type, or a time or counter that is not a number, costs its key alone (the
-scripts of :mod:`~codex_presence.broker.redis_scripts` replace it, or read it as absent) and
+scripts of :mod:`~codex_presence.broker.redis.scripts` replace it, or read it as absent) and
 is logged once with the key's name: never an outage of the team.
 
 TTL lapses need no event and no keyspace notification (managed Redis often forbids the
@@ -86,10 +86,10 @@ from anyio.abc import TaskStatus
 
 from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
-from codex_presence.broker.redis_activity import SessionActivity
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_scripts import COUNTS, LEAVE, REPORT, SNAPSHOT
-from codex_presence.broker.redis_team import TeamCheck
+from codex_presence.broker.redis.activity import SessionActivity
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.scripts import COUNTS, LEAVE, REPORT, SNAPSHOT
+from codex_presence.broker.redis.team import TeamCheck
 from codex_presence.broker.store import StoreListener
 from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
@@ -162,7 +162,7 @@ class RedisStore:
         self._snapshot_script = link.script(SNAPSHOT)
         self._leave_script = link.script(LEAVE)
         self._team = None if marks is None else TeamCheck(link, marks)
-        """Each member's :func:`~.redis_team.team_marks`, checked (None: not checked)."""
+        """Each member's :func:`~.team.team_marks`, checked (None: not checked)."""
         self._lost_said: set[str] = set()
         """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
@@ -299,7 +299,7 @@ class RedisStore:
 
     def _say_lost(self, lost: list[bytes], *, replaced: bool) -> None:
         """Say, once for each, the keys whose value a script could not read (see
-        :mod:`~codex_presence.broker.redis_scripts`): ``replaced`` by a write, or read as
+        :mod:`~codex_presence.broker.redis.scripts`): ``replaced`` by a write, or read as
         absent by the snapshot (said again only once a snapshot found the key readable)."""
         for key in dict.fromkeys(raw.decode(errors="replace") for raw in lost):
             if key in self._lost_said:

@@ -3,8 +3,8 @@
 :class:`Notifier` is told each member's activity as the broker publishes it (and every
 member's after a start or a resync of the shared store), asks
 :class:`~codex_presence.core.notify_policy.NotifyPolicy` what is due, and delivers it to the
-configured targets (:mod:`~codex_presence.broker.notify_config`) through a
-:class:`Sender` (apprise's, :mod:`~codex_presence.broker.notify_apprise`).
+configured targets (:mod:`~codex_presence.broker.notify.config`) through a
+:class:`Sender` (apprise's, :mod:`~codex_presence.broker.notify.apprise_sender`).
 
 Delivery never hurts the broker:
 
@@ -19,7 +19,7 @@ Delivery never hurts the broker:
   and then delivers again says so once;
 * with several brokers on one Redis, each notice is sent once: the broker that takes its
   claim (:class:`Claims`, a ``SET NX`` with an expiry in
-  :mod:`~codex_presence.broker.notify_redis`) sends it; the others keep it and look again
+  :mod:`~codex_presence.broker.notify.claims`) sends it; the others keep it and look again
   when the claim lapses, so a broker that died mid-send loses nothing for good. A claim
   kept after a send (or a give-up) stops every broker from sending that notice again,
   including one that restarts and finds the member still blocked.
@@ -48,7 +48,7 @@ from starlette.routing import BaseRoute, Route
 
 from codex_presence._wire import ADMIN_PERMISSION, NOTIFY_PATH, ActivityState
 from codex_presence.broker.http import error, json_response
-from codex_presence.broker.notify_config import Target
+from codex_presence.broker.notify.config import Target
 from codex_presence.broker.state import Broker
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import (

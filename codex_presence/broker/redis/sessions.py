@@ -15,7 +15,7 @@ which checks its session before every send, costs no round trip, and stays open 
 is away. A cookie this broker has not seen cannot be checked while Redis is away: 503. A
 record or a set of the wrong type, or a record this version cannot read, costs that session
 (read as signed out) or that member's cap, never a sign-in of anyone else (see
-:mod:`~codex_presence.broker.redis_scripts`).
+:mod:`~codex_presence.broker.redis.scripts`).
 
 The cache is bounded: sessions that expire unseen (Redis drops them without an event) leave
 it as new ones come in, and past :data:`MAX_CACHED` entries the oldest go (a session that
@@ -34,8 +34,8 @@ from typing import Any
 import anyio
 import orjson
 
-from codex_presence.broker.redis_link import RedisLink
-from codex_presence.broker.redis_scripts import TOLERANT
+from codex_presence.broker.redis.link import RedisLink
+from codex_presence.broker.redis.scripts import TOLERANT
 from codex_presence.broker.sessions import (
     MAX_SESSIONS,
     SESSION_TTL,

@@ -5,7 +5,7 @@ them and promote a replica when the primary dies. The broker is given the sentin
 the primary; redis-py's :class:`~redis.asyncio.sentinel.Sentinel` asks them where the
 primary is each time a connection opens, so a connection opened after a failover goes to
 the new primary. Everything else a failover needs (commands retried there, the
-subscription made again, the state read again in full) is :class:`~.redis_link.RedisLink`'s
+subscription made again, the state read again in full) is :class:`~.link.RedisLink`'s
 loop, which handles a failover as the outage it is: this module only parses the address
 and builds the client.
 
@@ -20,7 +20,7 @@ primary's and the replicas' ``requirepass``/ACL user), as in a ``redis://`` URL.
 that want a password of their own get it from the options ``sentinel_password`` (and
 ``sentinel_username``); every other option (``ssl_ca_certs``, ``ssl_cert_reqs``, ...) is
 redis-py's, as in a ``redis://`` URL, and applies to both. The logs show the address
-through :func:`~.redis_link.redacted`, which hides the password and every option whose
+through :func:`~.link.redacted`, which hides the password and every option whose
 name says ``pass``, ``secret`` or ``token``.
 """
 

@@ -1,0 +1,3 @@
+"""The broker's notifications: the targets as configured, the notifier that asks the policy
+(:mod:`codex_presence.core.notify_policy`) what is due and delivers it, and the claims that
+let brokers sharing Redis send each notice once. Loaded only when a target is configured."""
