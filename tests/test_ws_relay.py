@@ -71,7 +71,13 @@ class Inner:
     it (as codex does). What it got is kept, raw."""
 
     def __init__(
-        self, path: Path, frames: list[bytes], *, on_frame: bytes = b"", on_close: bytes = b""
+        self,
+        path: Path,
+        frames: list[bytes],
+        *,
+        on_frame: bytes = b"",
+        on_close: bytes = b"",
+        lingers: bool = False,
     ) -> None:
         self.path = path
         self.frames = frames
@@ -79,6 +85,11 @@ class Inner:
         """Sent once the client's first data frame came (an answer that must wait)."""
         self.on_close = on_close
         """Sent once the client's close frame came (a turn's events already on their way)."""
+        self.lingers = lingers
+        """Each connection served at once, in a thread of its own; one whose client ended
+        without a close frame is kept open until :meth:`close` (an app-server slow to let go
+        of a dropped connection)."""
+        self._closing = threading.Event()
         self.heads: list[bytes] = []
         self.received: list[bytes] = []
         self.listener = socket.socket(socket.AF_UNIX)
@@ -91,8 +102,15 @@ class Inner:
         with suppress(OSError):
             while True:
                 conn, _ = self.listener.accept()
+                if self.lingers:
+                    threading.Thread(target=self._own, args=(conn,), daemon=True).start()
+                    continue
                 with conn:
                     self._connection(conn)
+
+    def _own(self, conn: socket.socket) -> None:
+        with conn, suppress(OSError):
+            self._connection(conn)
 
     def _connection(self, conn: socket.socket) -> None:
         head, got = read_head(conn)
@@ -110,6 +128,8 @@ class Inner:
                 answered = True
             chunk = conn.recv(65536)
             if not chunk:
+                if self.lingers:
+                    self._closing.wait()
                 break
             got += chunk
         if self.on_close:
@@ -118,6 +138,7 @@ class Inner:
         self.received.append(read_until_eof(conn, got))
 
     def close(self) -> None:
+        self._closing.set()
         # shutdown() wakes the accept() of the serving thread; close() alone does not.
         with suppress(OSError):
             self.listener.shutdown(socket.SHUT_RDWR)
@@ -326,6 +347,31 @@ def test_a_dropped_connection_keeps_the_state_and_a_reconnect_is_a_new_pair(tmp:
     ]
     assert events.index((1, "open")) < events.index((1, "lost"))
     assert relayed.relay.connections == 2 and len(inner.heads) == 2
+
+
+def test_a_hang_up_after_a_reconnect_ends_the_work_while_the_dropped_one_lingers(
+    tmp: Path,
+) -> None:
+    """The first connection drops; the app-server keeps its side of it open. The client,
+    reconnected, hangs up: nothing is left that could act on the work, so it ends. (Counting
+    the dropped connection as live until the app-server let it go kept working for good.)"""
+    inner = Inner(
+        tmp / "inner.sock", [encode(0x1, note("turn/started", **TURN), mask=False)], lingers=True
+    )
+    try:
+        with relaying(tmp / "outer.sock", inner.path) as relayed:
+            first, _, _ = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working"], what="working")
+            first.shutdown(socket.SHUT_RDWR)  # broken: no close frame
+            first.close()
+            second, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            second.sendall(encode(0x8, b"\x03\xe8", mask=True))  # a close with 1000
+            read_until_eof(second, rest)
+            second.close()
+            eventually(lambda: relayed.states == ["working", "idle"], what="the hang-up")
+            assert len(inner.heads) == 2
+    finally:
+        inner.close()
 
 
 def test_a_client_the_app_server_cannot_take_is_closed_as_it_would_be(tmp: Path) -> None:

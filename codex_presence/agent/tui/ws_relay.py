@@ -42,7 +42,11 @@ Design, and why:
   whose connection to INNER cannot be made is closed, as a dead app-server would be.
 * **Connections are events.** ``open``, ``hangup`` (the client's close frame) and ``lost``
   (an end without one) go to :class:`~codex_presence.core.codex.websocket.ClientLinks`, whose rule
-  the replay shares, and to the recording as connection lines.
+  the replay shares, and to the recording as connection lines. A connection is lost as soon
+  as either side of it ends, before that end is passed on: not once both sides are done,
+  which waits on the app-server. Otherwise a dropped connection whose app-server side lingers
+  still counted as live when the client, reconnected, hung up; and that hang-up, not the
+  last one, closed nothing: working for good.
 """
 
 from __future__ import annotations
@@ -153,7 +157,15 @@ class WsRelay:
 
     async def _serve_connection(self, number: int, client: socket.socket) -> None:
         server: socket.socket | None = None
-        opened = hung_up = False
+        opened = hung_up = lost = False
+
+        def end() -> None:
+            """A side of the connection ended, or it failed: lost, unless hung up."""
+            nonlocal lost
+            if opened and not (hung_up or lost):
+                lost = True
+                self._connection_event(number, "lost")
+
         try:
             head = RequestHead()
             forward = None
@@ -193,7 +205,7 @@ class WsRelay:
             async def read_client(data: bytes) -> None:
                 nonlocal hung_up
                 await self._read_in_turn(turn, client_reader, client_pace, data)
-                if client_reader.closed and not hung_up:
+                if client_reader.closed and not (hung_up or lost):
                     hung_up = True
                     self._connection_event(number, "hangup")
 
@@ -204,14 +216,13 @@ class WsRelay:
             if not await _send(server, first, None) or not await _send(server, rest, read_client):
                 return
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_pump, client, server, read_client)
-                tg.start_soon(_pump, server, client, read_server)
+                tg.start_soon(_pump, client, server, read_client, end)
+                tg.start_soon(_pump, server, client, read_server, end)
         finally:
             for sock in (client, server):
                 if sock is not None:
                     sock.close()
-            if opened and not hung_up:
-                self._connection_event(number, "lost")
+            end()
             logger.debug("connection %d: ended", number)
 
     # -- reading, after writing ----------------------------------------------------------------
@@ -289,15 +300,21 @@ Reader = Callable[[bytes], Awaitable[None]]
 """Reads the bytes just written on (see :meth:`WsRelay._read`)."""
 
 
-async def _pump(src: socket.socket, dst: socket.socket, read: Reader) -> None:
-    """``src`` → ``dst`` until ``src`` ends or ``dst`` is gone; then ``dst`` gets the end."""
+async def _pump(
+    src: socket.socket, dst: socket.socket, read: Reader, ended: Callable[[], None]
+) -> None:
+    """``src`` → ``dst`` until ``src`` ends or ``dst`` is gone; then ``ended()`` is told, and
+    ``dst`` gets the end."""
     try:
         while data := await _receive(src):
             if not await _send(dst, data, read):
                 return
     finally:
-        with suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
+        try:
+            ended()
+        finally:
+            with suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
 
 
 async def _receive(sock: socket.socket) -> bytes:
