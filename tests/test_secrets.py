@@ -73,13 +73,18 @@ def test_a_session_at_full_verbosity_leaks_the_token_nowhere(tmp_path: Path) -> 
         ):
             argv = {"wrap": cmdline(logged.proc.pid), "wrap2": cmdline(verbose.proc.pid)}
             for wrap in (logged, verbose):
+
+                def said(w: WrapProcess = wrap) -> bytes:
+                    return read_if_there(log) if w is logged else bytes(w.stderr)
+
                 # The broker link attaches once loaded (the child starts first): a turn
                 # over before that would be reported as its outcome (idle), not at all.
-                eventually(
-                    lambda w=wrap: b"online" in (read_if_there(log) if w is logged else w.stderr)
-                )
+                eventually(lambda: b"online" in said())
                 wrap.start_turn(1, approval=True, deltas=3)
                 request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+                # A report made, and logged, while the turn waits: on a loaded machine the
+                # turn could otherwise end before any report came back, and none be logged.
+                eventually(lambda: b"reported blocked" in said())
                 for child in (*children(wrap.proc.pid), the_wrapped_child(wrap.proc.pid)):
                     argv[f"child {child}"] = cmdline(child)
                 wrap.send({"id": request["id"], "result": {"decision": "accept"}})
