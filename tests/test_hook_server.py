@@ -321,6 +321,23 @@ async def test_another_users_connection_is_reset_unread() -> None:
         assert server.refused == 0 and got == []
 
 
+async def test_a_connection_closed_before_it_is_read_is_not_called_another_users(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer gone before its connection is accepted (a port probe) has no uid to tell:
+    the log says it closed, not that another user came."""
+    caplog.set_level(logging.DEBUG, "codex_presence.hooks")
+    async with serving() as (server, got):
+        assert server.port is not None
+        probe = socket.create_connection(("127.0.0.1", server.port))
+        probe.close()  # before the server's loop runs again: still in the backlog
+        async with client() as http:
+            assert (await http.post(server.url, content=b"{}")).status_code == 200
+    said = [r.getMessage() for r in caplog.records if "refused connections" in r.getMessage()]
+    assert said == ["hook server: refused connections (closed before it was read: 1)"]
+    assert len(got) == 1
+
+
 async def test_the_users_hooks_are_answered_while_other_users_flood() -> None:
     """Four processes of another uid connecting and holding connections as fast as they
     can: each of the user's hooks on a new connection is answered, and none of the

@@ -113,6 +113,16 @@ def run_print(
     return result, files
 
 
+def _show(session: Interactive, files: PresenceFiles) -> None:
+    """What a failed test needs to be understood, where pytest shows it."""
+    with suppress(Exception):
+        print("--- the screen:\n" + session.tmux.screen(), file=sys.stderr)
+    print(f"--- the keys sent: {session.capture.actions}", file=sys.stderr)
+    with suppress(OSError):
+        tail = files.log.read_text(errors="replace").splitlines()[-80:]
+        print("--- the log's end:\n" + "\n".join(tail), file=sys.stderr)
+
+
 @contextmanager
 def interactive_presence(
     root: Path,
@@ -130,7 +140,8 @@ def interactive_presence(
     command than the real claude).
 
     The :class:`Interactive` types and reads the screen (its capture holds only the keys
-    sent, with their times); on leaving the block everything in the pane is ended."""
+    sent, with their times); on leaving the block everything in the pane is ended. A test
+    that fails in the block shows (on stderr) the screen, the keys sent and the log's end."""
     files = _files(root, config)
     tmux = Tmux(root / "tmux.sock", width=width)
     capture = Capture(None)
@@ -143,6 +154,9 @@ def interactive_presence(
     session = Interactive(capture, tmux, files.work, server=None)  # type: ignore[arg-type]
     try:
         yield session, files
+    except BaseException:
+        _show(session, files)
+        raise
     finally:
         pid = tmux.pane_pid()
         tmux.kill()

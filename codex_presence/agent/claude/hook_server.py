@@ -165,25 +165,29 @@ class HookServer:
                     logger.debug("hook server: cannot accept a connection: %s", exc)
                     break
                 continue
-            if self._ours(sock, peer):
+            refused = self._refusal(sock, peer)
+            if refused is None:
                 welcome.append(sock)
             else:
                 with suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
                 sock.close()
-                self._tally("another user's")
+                self._tally(refused)
         return welcome
 
-    def _ours(self, sock: socket.socket, peer: tuple[str, int]) -> bool:
-        """Whether the peer runs as our uid (when that cannot be told: yes, as before)."""
+    def _refusal(self, sock: socket.socket, peer: tuple[str, int]) -> str | None:
+        """Why the connection is not served, or None when the peer runs as our uid (or
+        that cannot be told: it is served, as before)."""
         try:
             uid = peer_uid(sock.getsockname(), peer)
         except (OSError, ValueError, struct.error) as exc:
             if not self._uid_unknown:  # said once
                 logger.debug("hook server: cannot tell a peer's uid (%s); serving it", exc)
             self._uid_unknown = True
-            return True
-        return uid == self._uid
+            return None
+        if uid is None:
+            return "closed before it was read"  # a port probe, say: nothing to serve
+        return None if uid == self._uid else "another user's"
 
     async def _adopt(self, sock: socket.socket) -> None:
         try:
