@@ -32,7 +32,7 @@ Routes
     ``roster`` event's bucket) it also lists the broker's notification targets from
     ``GET /notify`` (labels, never URLs), refreshed every 30 s; an operator's page never
     asks.
-``GET /static/roster.js``, ``roster-notify.js``, ``roster.css``, ``favicon.svg``
+``GET /static/roster.js``, ``roster-words.js``, ``roster-notify.js``, ``roster.css``, ``favicon.svg``
     The page's own assets. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
 ``POST /session``
@@ -109,6 +109,7 @@ _SECURITY_HEADERS = {
 _ASSETS = {
     "roster.js": "text/javascript; charset=utf-8",
     "roster-notify.js": "text/javascript; charset=utf-8",
+    "roster-words.js": "text/javascript; charset=utf-8",
     "roster.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }

@@ -90,59 +90,11 @@
     else if (state.members.size) markStale();
   }
 
-  // -- time ------------------------------------------------------------------------------
+  // -- words: time and counts (roster-words.js) -------------------------------------------
 
-  const rtf = new Intl.RelativeTimeFormat('en', { numeric: 'always' });
-  const clockTime = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
-  const UNITS = [
-    ['day', 86400], ['hour', 3600], ['minute', 60], ['second', 1],
-  ];
-
-  function lastActive(ms) {
-    if (!ms) return 'never seen';
-    const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
-    if (seconds < 10) return 'last active just now';
-    for (const [unit, size] of UNITS) {
-      if (seconds >= size) return 'last active ' + rtf.format(-Math.floor(seconds / size), unit);
-    }
-    return 'last active just now';
-  }
-
-  // How long, to the unit that matters: "45 s", "14 min", "2 h 5 min", "3 d 4 h" (the same
-  // words as `roster --watch`).
-  function elapsed(seconds) {
-    const s = Math.max(0, Math.floor(seconds));
-    let parts;
-    if (s < 60) parts = [[s, 's']];
-    else if (s < 3600) parts = [[Math.floor(s / 60), 'min']];
-    else if (s < 86400) parts = [[Math.floor(s / 3600), 'h'], [Math.floor((s % 3600) / 60), 'min']];
-    else parts = [[Math.floor(s / 86400), 'd'], [Math.floor((s % 86400) / 3600), 'h']];
-    return parts.filter(([n], i) => i === 0 || n).map(([n, unit]) => `${n} ${unit}`).join(' ');
-  }
-
-  // Since when the member's activity holds, or null (idle, or a broker that does not say).
-  function sinceOf(p) {
-    return (p.activity === 'working' || p.activity === 'blocked') && Number.isFinite(p.activitySince)
-      ? p.activitySince : null;
-  }
-
-  // "2 working, 1 needs input" when two or more of the member's sessions are busy, else "".
-  function sessionsText(p) {
-    const s = p.sessions;
-    if (!s || typeof s !== 'object') return '';
-    const working = Number.isInteger(s.working) && s.working > 0 ? s.working : 0;
-    const blocked = Number.isInteger(s.blocked) && s.blocked > 0 ? s.blocked : 0;
-    if (working + blocked < 2) return '';
-    const parts = [];
-    if (working) parts.push(`${working} working`);
-    if (blocked) parts.push(`${blocked} needs input`);
-    return parts.join(', ');
-  }
-
-  // How many commands the member's sessions left running (0: none, or not said).
-  function backgroundOf(p) {
-    return Number.isInteger(p.background) && p.background > 0 ? p.background : 0;
-  }
+  const {
+    clock, lastActive, elapsed, sinceOf, sessionsText, backgroundOf,
+  } = window.codexPresenceWords;
 
   // -- the rows --------------------------------------------------------------------------
 
@@ -215,7 +167,7 @@
     el.title = ms ? new Date(ms).toLocaleString() : '';
     const asOf = row.querySelector('.as-of');
     asOf.hidden = state.asOf === null;
-    asOf.textContent = state.asOf === null ? '' : 'as of ' + clockTime.format(state.asOf);
+    asOf.textContent = state.asOf === null ? '' : 'as of ' + clock(state.asOf);
     if (state.asOf === null) delete row.dataset.stale; else row.dataset.stale = 'true';
   }
 
@@ -280,7 +232,7 @@
     state.asOf = Date.now();
     body.dataset.stale = 'true';
     const note = $('stale-note');
-    note.textContent = `Not live: these rows show the roster as of ${clockTime.format(state.asOf)}.`;
+    note.textContent = `Not live: these rows show the roster as of ${clock(state.asOf)}.`;
     note.hidden = false;
     drawAllTimes();
   }
