@@ -14,7 +14,7 @@ from codex_presence import ActivityState
 from codex_presence.client.reporter import ActivityReporter
 from codex_presence.client.subscription import ConnectionPresence, ConnectionState
 from codex_presence.core.backoff import Backoff
-from codex_presence.core.report_policy import ReportPolicy
+from codex_presence.core.report_policy import ReportPolicy, Wait
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -176,6 +176,36 @@ async def test_finish_gives_up_when_the_broker_is_gone() -> None:
             with anyio.fail_after(3):
                 await reporter.finish(grace=0.3)
             assert not reporter.policy.settled
+
+
+async def test_finish_says_idle_at_once_though_a_failed_report_waits_its_backoff() -> None:
+    """The broker holds working; the next report failed (the broker was away a moment) and
+    its retry waits a backoff longer than the exit's grace. The session ends, the broker
+    back: its last word goes at once. (finish() waited for the backoff, past its grace: the
+    broker held working until its TTL, and a death for a session that ended cleanly.)"""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]))
+        try:
+            async with client_for(proxy.url) as client:
+                policy = ReportPolicy(backoff=Backoff(base=60.0, cap=60.0))
+                reporter = ActivityReporter(client=client, policy=policy)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(reporter.run)
+                    reporter.observe(WORKING)
+                    await eventually_async(lambda: policy.settled, 5)
+                    proxy.set_mode("500")
+                    reporter.observe(BLOCKED)
+                    await eventually_async(
+                        lambda: reporter.posts == 2 and policy.in_flight is None, 5
+                    )
+                    assert isinstance(policy.next_action(anyio.current_time()), Wait)
+                    tg.cancel_scope.cancel()  # the session ends during the backoff
+                proxy.set_mode("pass")
+                await reporter.finish(grace=5.0)
+                assert policy.settled
+            assert activity(broker) is None  # idle is absence
+        finally:
+            proxy.close()
 
 
 async def test_connection_presence_counts_and_reconnects() -> None:
