@@ -5,14 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
 from codex_presence import ActivityState
+from codex_presence.client.link import BrokerLink, BrokerSettings
 from codex_presence.client.reporter import ActivityReporter
 from codex_presence.client.subscription import ConnectionPresence, ConnectionState
+from codex_presence.core.activity import Transition
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.report_policy import ReportPolicy, Wait
 from tests.support.broker_harness import (
@@ -206,6 +209,47 @@ async def test_finish_says_idle_at_once_though_a_failed_report_waits_its_backoff
             assert activity(broker) is None  # idle is absence
         finally:
             proxy.close()
+
+
+async def test_the_last_word_comes_while_the_session_is_still_subscribed() -> None:
+    """A session ends mid-turn: its idle reaches the broker while its subscription still
+    holds the session, and only then does the subscription end. (The link ended the
+    subscription first: the broker gave the session its grace and took it for dying before
+    the idle came; where several brokers share a store, the one holding the subscription
+    never sees a report made through another, so that clean end read as a lapse there and
+    was told as a death.) Decided by the link's own order: whether its subscription's task
+    is over when the broker gets the idle."""
+    with running_broker(team=make_team("alice", "bob")) as running:
+        link = BrokerLink(
+            BrokerSettings(url=running.url, token=token_of("alice"), name="alice", exit_grace=10.0)
+        )
+        subscribed = link._hold_presence
+        subscription_over = False
+
+        async def holding(client: httpx.AsyncClient) -> None:
+            nonlocal subscription_over
+            try:
+                await subscribed(client)
+            finally:
+                subscription_over = True
+
+        link._hold_presence = holding  # type: ignore[method-assign]
+        broker, report = running.broker, running.broker.report
+        at_idle: list[tuple[bool, int]] = []
+
+        async def reporting(member: Any, state: ActivityState, *args: Any) -> None:
+            if state is IDLE:
+                at_idle.append((subscription_over, broker.presence("alice")["connected"]))
+            await report(member, state, *args)
+
+        broker.report = reporting  # type: ignore[method-assign]
+        async with link.session():
+            await eventually_async(lambda: connected(running) == 1, 10)
+            link.observe(Transition(previous=IDLE, state=WORKING, cause="turn/started"))
+            await eventually_async(lambda: activity(running) == "working", 10)
+        assert at_idle == [(False, 1)]
+        await eventually_async(lambda: connected(running) == 0, 10)
+        assert activity(running) is None
 
 
 async def test_connection_presence_counts_and_reconnects() -> None:
