@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
 from codex_presence import ActivityState
+from codex_presence.client.link import BrokerLink, BrokerSettings
 from codex_presence.client.reporter import ActivityReporter
 from codex_presence.client.subscription import ConnectionPresence, ConnectionState
+from codex_presence.core.activity import Transition
 from codex_presence.core.backoff import Backoff
-from codex_presence.core.report_policy import ReportPolicy
+from codex_presence.core.report_policy import ReportPolicy, Wait
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -176,6 +179,77 @@ async def test_finish_gives_up_when_the_broker_is_gone() -> None:
             with anyio.fail_after(3):
                 await reporter.finish(grace=0.3)
             assert not reporter.policy.settled
+
+
+async def test_finish_says_idle_at_once_though_a_failed_report_waits_its_backoff() -> None:
+    """The broker holds working; the next report failed (the broker was away a moment) and
+    its retry waits a backoff longer than the exit's grace. The session ends, the broker
+    back: its last word goes at once. (finish() waited for the backoff, past its grace: the
+    broker held working until its TTL, and a death for a session that ended cleanly.)"""
+    with running_broker(team=make_team("alice", "bob")) as broker:
+        proxy = FaultProxy(int(broker.url.rsplit(":", 1)[1]))
+        try:
+            async with client_for(proxy.url) as client:
+                policy = ReportPolicy(backoff=Backoff(base=60.0, cap=60.0))
+                reporter = ActivityReporter(client=client, policy=policy)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(reporter.run)
+                    reporter.observe(WORKING)
+                    await eventually_async(lambda: policy.settled, 5)
+                    proxy.set_mode("500")
+                    reporter.observe(BLOCKED)
+                    await eventually_async(
+                        lambda: reporter.posts == 2 and policy.in_flight is None, 5
+                    )
+                    assert isinstance(policy.next_action(anyio.current_time()), Wait)
+                    tg.cancel_scope.cancel()  # the session ends during the backoff
+                proxy.set_mode("pass")
+                await reporter.finish(grace=5.0)
+                assert policy.settled
+            assert activity(broker) is None  # idle is absence
+        finally:
+            proxy.close()
+
+
+async def test_the_last_word_comes_while_the_session_is_still_subscribed() -> None:
+    """A session ends mid-turn: its idle reaches the broker while its subscription still
+    holds the session, and only then does the subscription end. (The link ended the
+    subscription first: the broker gave the session its grace and took it for dying before
+    the idle came; where several brokers share a store, the one holding the subscription
+    never sees a report made through another, so that clean end read as a lapse there and
+    was told as a death.) Decided by the link's own order: whether its subscription's task
+    is over when the broker gets the idle."""
+    with running_broker(team=make_team("alice", "bob")) as running:
+        link = BrokerLink(
+            BrokerSettings(url=running.url, token=token_of("alice"), name="alice", exit_grace=10.0)
+        )
+        subscribed = link._hold_presence
+        subscription_over = False
+
+        async def holding(client: httpx.AsyncClient) -> None:
+            nonlocal subscription_over
+            try:
+                await subscribed(client)
+            finally:
+                subscription_over = True
+
+        link._hold_presence = holding  # type: ignore[method-assign]
+        broker, report = running.broker, running.broker.report
+        at_idle: list[tuple[bool, int]] = []
+
+        async def reporting(member: Any, state: ActivityState, *args: Any) -> None:
+            if state is IDLE:
+                at_idle.append((subscription_over, broker.presence("alice")["connected"]))
+            await report(member, state, *args)
+
+        broker.report = reporting  # type: ignore[method-assign]
+        async with link.session():
+            await eventually_async(lambda: connected(running) == 1, 10)
+            link.observe(Transition(previous=IDLE, state=WORKING, cause="turn/started"))
+            await eventually_async(lambda: activity(running) == "working", 10)
+        assert at_idle == [(False, 1)]
+        await eventually_async(lambda: connected(running) == 0, 10)
+        assert activity(running) is None
 
 
 async def test_connection_presence_counts_and_reconnects() -> None:

@@ -90,6 +90,8 @@ class Inner:
         without a close frame is kept open until :meth:`close` (an app-server slow to let go
         of a dropped connection)."""
         self._closing = threading.Event()
+        self.ended = threading.Event()
+        """Set once a connection's end was sent (after the client's close frame)."""
         self.heads: list[bytes] = []
         self.received: list[bytes] = []
         self.listener = socket.socket(socket.AF_UNIX)
@@ -135,6 +137,7 @@ class Inner:
         if self.on_close:
             conn.sendall(self.on_close)
         conn.shutdown(socket.SHUT_WR)
+        self.ended.set()
         self.received.append(read_until_eof(conn, got))
 
     def close(self) -> None:
@@ -372,6 +375,51 @@ def test_a_hang_up_after_a_reconnect_ends_the_work_while_the_dropped_one_lingers
             assert len(inner.heads) == 2
     finally:
         inner.close()
+
+
+def test_a_hang_up_read_after_the_app_server_ended_the_connection_is_a_hang_up(
+    tmp: Path,
+) -> None:
+    """/exit mid-turn: the close frame is written to the app-server before it is read, and
+    its reading waits for the connection's turn, taken by a long read of the server's
+    events. The app-server, told, ends the connection at once. Its end must not count
+    before the close frame is read: that made the hang-up a drop, and the member stayed
+    working until the TUI exited. The order is held, not hoped for: the server's reading
+    keeps the turn (as it does between slices) until the app-server has ended."""
+    inner = Inner(tmp / "inner.sock", [encode(0x1, note("turn/started", **TURN), mask=False)])
+    holding = threading.Event()
+    recording = tmp / "rec.jsonl"
+    try:
+        with relaying(tmp / "outer.sock", inner.path, recording=recording) as relayed:
+            relay = relayed.relay
+            read_in_turn = relay._read_in_turn
+
+            async def long_server_read(
+                turn: anyio.Lock, reader: Any, pace: Any, data: bytes
+            ) -> None:
+                if reader.sender != "server" or b"turn/started" not in data:
+                    await read_in_turn(turn, reader, pace, data)
+                    return
+                async with turn:
+                    relay._read(reader, data)
+                    holding.set()
+                    assert await anyio.to_thread.run_sync(inner.ended.wait, 10)
+
+            relay._read_in_turn = long_server_read  # type: ignore[method-assign]
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            assert holding.wait(10), "the server's events were not read"
+            assert relayed.states == ["working"]
+            sock.sendall(encode(0x8, b"\x03\xe8", mask=True))  # /exit: a close with 1000
+            read_until_eof(sock, rest)  # the app-server's end, passed on once counted
+            sock.close()
+            assert [(t.state.value, t.cause) for t in relayed.transitions] == [
+                ("working", "turn/started"),
+                ("idle", "hangup"),
+            ]
+    finally:
+        inner.close()
+    events = [e.connection for e in read_entries(recording.read_bytes().splitlines())]
+    assert [c for c in events if c is not None] == [(1, "open"), (1, "hangup")]
 
 
 def test_a_client_the_app_server_cannot_take_is_closed_as_it_would_be(tmp: Path) -> None:

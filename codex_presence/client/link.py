@@ -4,7 +4,12 @@
 never blocking) and one companion (a context that lives exactly as long as the wrapped
 session): inside it, one task holds the member's SSE subscription and another reports
 activity. On the way out — the child exited, or we were told to stop — a member the broker
-holds as working or blocked is reported idle, bounded to about a second.
+holds as working or blocked is reported idle, bounded to about a second, and only then does
+the subscription end: the broker hears the session's last word while the session is bound
+to it. (Idle after the subscription's end reached a broker that had already given the
+session its grace, taken it for dying; and where several brokers share a store, the one
+that held the subscription does not see a report made through another, so the session's
+clean end read there as a lapse: told as a death.)
 
 The two talk through the link: the broker's ``GET /whoami`` (asked first, and again after
 each reconnect) says its activity TTL, which sets the reporter's heartbeat; and each time
@@ -102,15 +107,18 @@ class BrokerLink:
                 # The relayed session runs inside this task group: a task that raised
                 # would cancel it, so neither task may (see _never_fatal).
                 tg.start_soon(_never_fatal, "connection presence", self._hold_presence, client)
+                reporting, reported = anyio.CancelScope(), anyio.Event()
                 if self.reporter is not None:
-                    tg.start_soon(_never_fatal, "activity reporting", self.reporter.run)
+                    tg.start_soon(_report, self.reporter, reporting, reported)
                 try:
                     yield
                 finally:
+                    if self.reporter is not None:  # the last word, then the subscription's end
+                        reporting.cancel()
+                        with anyio.CancelScope(shield=True):
+                            await reported.wait()
+                            await self.reporter.finish(grace=settings.exit_grace)
                     tg.cancel_scope.cancel()
-            if self.reporter is not None:
-                with anyio.CancelScope(shield=True):
-                    await self.reporter.finish(grace=settings.exit_grace)
 
     async def _hold_presence(self, client: httpx.AsyncClient) -> None:
         me = await self._whoami(client)
@@ -182,6 +190,15 @@ class BrokerLink:
                 logger.info("the token is %s's%s", printable(me.name), outage.over())
                 return me
             await anyio.sleep(backoff.next_delay())
+
+
+async def _report(reporter: ActivityReporter, scope: anyio.CancelScope, done: anyio.Event) -> None:
+    """The reporter's run, until ``scope`` is cancelled; ``done`` is set once it has ended."""
+    try:
+        with scope:
+            await _never_fatal("activity reporting", reporter.run)
+    finally:
+        done.set()
 
 
 async def _never_fatal(what: str, task: Callable[..., Awaitable[object]], *args: object) -> None:

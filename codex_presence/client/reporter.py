@@ -187,11 +187,12 @@ class ActivityReporter:
         self._failing = True
 
     async def finish(self, *, grace: float = 1.0) -> None:
-        """Report idle if the broker may hold anything else; give up after ``grace`` s.
+        """Report idle if the broker may hold anything else, at once (a retry's backoff
+        waits no more: it could outlast the grace, and the session's last word was never
+        said); give up after ``grace`` s.
 
         Call it once :meth:`run` has been cancelled."""
-        self.policy.observe(ActivityState.IDLE)
-        self.policy.observe_background(0)  # the session ends: what it ran goes with it
+        self.policy.end()  # idle, and what the session ran goes with it
         with anyio.move_on_after(grace):
             while True:
                 action = self.policy.next_action(self._clock())

@@ -16,7 +16,9 @@ fed the derived state, the outcome of each POST and the time, and answers what t
 * one request in flight at a time; the latest state wins (states that were superseded while
   a request was in flight are never sent);
 * a failed POST is retried with capped exponential backoff and jitter for as long as what
-  the broker holds differs from the truth; a success resets the backoff;
+  the broker holds differs from the truth; a success resets the backoff; at the session's
+  end (:meth:`ReportPolicy.end`) idle is tried at once, whatever the backoff said: the
+  end's tries are bounded by the caller, and a wait could outlast them;
 * a POST whose outcome is unknown (it timed out or was cancelled after it went out) may
   have been applied: until a success says otherwise the broker may hold that state too, so
   a different truth (idle, typically, at the end of a session) is still reported;
@@ -155,6 +157,14 @@ class ReportPolicy:
         self.held_background = 0
         self._retry_at = None
         self.backoff.reset()
+
+    def end(self) -> None:
+        """The session ends: the truth is idle with nothing left running, and it is said
+        now, not when the backoff of a failed POST says (the broker may well be back; the
+        caller bounds the tries, and a failure within them backs off again)."""
+        self.observe(ActivityState.IDLE)
+        self.observe_background(0)
+        self._retry_at = None
 
     def next_action(self, now: float) -> Post | Wait:
         """What to do at ``now``. Never a second Post while one is in flight."""

@@ -46,7 +46,13 @@ Design, and why:
   as either side of it ends, before that end is passed on: not once both sides are done,
   which waits on the app-server. Otherwise a dropped connection whose app-server side lingers
   still counted as live when the client, reconnected, hung up; and that hang-up, not the
-  last one, closed nothing: working for good.
+  last one, closed nothing: working for good. The app-server's end, though, counts only
+  once the client's bytes already written to it are read (it waits for the connection's
+  reading turn): the client's close frame is written before it is read, and may wait for
+  its turn behind a long read of the server's bytes; the app-server, told, ends the
+  connection at once, and an end counted then made the hang-up a drop (the member
+  working until the TUI exits). The client's own end counts at once: its chunks are read
+  one after the other, so none is left unread by then.
 """
 
 from __future__ import annotations
@@ -213,11 +219,20 @@ class WsRelay:
                 if not hung_up:  # after it, for a client that left
                     await self._read_in_turn(turn, server_reader, server_pace, data)
 
+            async def client_ended() -> None:
+                end()  # each of its chunks was read before the next was taken
+
+            async def server_ended() -> None:
+                """The client's bytes already written to the app-server are read first (a
+                close frame among them may be waiting for its turn), then the end counts."""
+                async with turn:
+                    end()
+
             if not await _send(server, first, None) or not await _send(server, rest, read_client):
                 return
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_pump, client, server, read_client, end)
-                tg.start_soon(_pump, server, client, read_server, end)
+                tg.start_soon(_pump, client, server, read_client, client_ended)
+                tg.start_soon(_pump, server, client, read_server, server_ended)
         finally:
             for sock in (client, server):
                 if sock is not None:
@@ -301,7 +316,7 @@ Reader = Callable[[bytes], Awaitable[None]]
 
 
 async def _pump(
-    src: socket.socket, dst: socket.socket, read: Reader, ended: Callable[[], None]
+    src: socket.socket, dst: socket.socket, read: Reader, ended: Callable[[], Awaitable[None]]
 ) -> None:
     """``src`` → ``dst`` until ``src`` ends or ``dst`` is gone; then ``ended()`` is told, and
     ``dst`` gets the end."""
@@ -311,7 +326,7 @@ async def _pump(
                 return
     finally:
         try:
-            ended()
+            await ended()
         finally:
             with suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
