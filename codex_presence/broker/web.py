@@ -32,8 +32,9 @@ Routes
     ``roster`` event's bucket) it also lists the broker's notification targets from
     ``GET /notify`` (labels, never URLs), refreshed every 30 s; an operator's page never
     asks.
-``GET /static/roster.js``, ``roster-words.js``, ``roster-notify.js``, ``roster.css``, ``favicon.svg``
-    The page's own assets. No CDN, no external asset of any kind: the page works on an
+``GET /static/NAME``
+    The page's own assets: ``roster.js``, ``roster-words.js``, ``roster-notify.js``,
+    ``roster.css``, ``favicon.svg``. No CDN, no external asset of any kind: the page works on an
     air-gapped loopback broker, and the CSP (``default-src 'self'``) forbids anything else.
 ``POST /session``
     Sign in. Body ``token=<member token>`` (``application/x-www-form-urlencoded``). 200
