@@ -485,6 +485,41 @@ def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str)
     assert sum(n.stats[0].sent for n in notifiers) == 1
 
 
+def test_a_session_that_came_back_through_another_broker_and_ended_idle_is_not_lost(
+    redis_url: str,
+) -> None:
+    """The runner's subscription drops from one broker and comes back on another, which
+    gets its reports from then on; past the first broker's grace the session still works,
+    then ends cleanly there. The first broker never heard those reports: it must not take
+    the clean end for a lapse."""
+    with receiver() as hook:
+        clock = FakeClock(START)
+        on_lost = frozenset({NotifyEvent.LOST})
+        notifiers, brokers = [], []
+        for _ in range(2):
+            state = shared_state(redis_url, TEAM)
+            claims = RedisClaims(state.store.link)
+            n = notifier([target(f"json://{hook.host}/h", on=on_lost)], clock, claims=claims)
+            notifiers.append(n)
+            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
+        with brokers[0] as a, brokers[1] as b:
+            with subscribed(a, "builder", RUNNER):
+                report_in(a, "builder", "working", RUNNER)
+            in_grace(a)  # the first broker took it for dying
+            with subscribed(b, "builder", RUNNER):
+                report_in(b, "builder", "working", RUNNER)  # the link re-sends its state
+                time.sleep(1)  # past the grace: alive, and held
+                assert a.broker.store.activity("builder").value == "working"
+                report_in(b, "builder", "idle", RUNNER)  # its last word, then its end
+                eventually(lambda: a.broker.store.activity("builder").value == "idle")
+            report_in(a, "scout", "working", "other")  # the first broker's fan-out runs
+            eventually(lambda: b.broker.store.activity("scout").value == "working")
+            time.sleep(0.3)
+            for n in notifiers:
+                settled(n, clock)
+    assert hook.requests == []
+
+
 def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(
     redis_url: str,
 ) -> None:

@@ -17,7 +17,10 @@ with the session id (:meth:`~codex_presence.core.notify_policy.NotifyPolicy.lost
 
 Not a death: a session that reported idle (a runner that exits cleanly), one reported or
 subscribed again within the grace (a network blip), and a report that lapses by its TTL
-without a subscription ever bound to its session (nothing says its runner is gone).
+without a subscription ever bound to its session (nothing says its runner is gone). A
+dying session is told lost only when it *lapsed*: one that came back through another broker
+(its reports go there, and this one never hears them) and ended there with a report of
+idle went cleanly, whenever that was (:meth:`~.tracker.ActivityTracker.ended_idle`).
 """
 
 from __future__ import annotations
@@ -56,13 +59,27 @@ class Mourner(Protocol):
 class _SessionHolder(Protocol):
     def holds(self, name: str, session: str) -> bool: ...
 
+    def ended_idle(self, name: str, session: str) -> bool: ...
+
+
+def _holder(store: Store) -> _SessionHolder | None:
+    """What tells ``store``'s sessions: the memory store's tracker, the Redis store's
+    mirror (None: a store that cannot say; then no death is ever told)."""
+    holder = getattr(store, "tracker", store)
+    return holder if isinstance(holder, _SessionHolder) else None
+
 
 def holds(store: Store, name: str, session: str) -> bool:
     """Whether ``store`` holds ``name``'s ``session`` working or blocked (the TTL
-    resolved); True when it cannot say (then no death is ever told). The memory store's
-    tracker says, and the Redis store's mirror."""
-    holder = getattr(store, "tracker", store)
-    return holder.holds(name, session) if isinstance(holder, _SessionHolder) else True
+    resolved); True when it cannot say."""
+    holder = _holder(store)
+    return True if holder is None else holder.holds(name, session)
+
+
+def _lapsed(store: Store, name: str, session: str) -> bool:
+    """Whether ``name``'s ``session``, no longer held, lapsed (not reported idle)."""
+    holder = _holder(store)
+    return holder is not None and not holder.ended_idle(name, session)
 
 
 class Deaths:
@@ -114,7 +131,11 @@ class Deaths:
     def find(self) -> None:
         """Tell of each dying session whose grace lapsed."""
         for (name, session), (state, since) in list(self._dying.items()):
-            if not holds(self._store, name, session):
-                del self._dying[(name, session)]
-                logger.info("%s's session %s lapsed after its subscription ended", name, session)
-                self._mourner.lost(name, state, self._now_ms(), since_ms=since, session=session)
+            if holds(self._store, name, session):
+                continue
+            del self._dying[(name, session)]
+            if not _lapsed(self._store, name, session):
+                logger.debug("%s's session %s ended idle through another broker", name, session)
+                continue
+            logger.info("%s's session %s lapsed after its subscription ended", name, session)
+            self._mourner.lost(name, state, self._now_ms(), since_ms=since, session=session)

@@ -29,6 +29,12 @@ working or blocked.
 A report may carry its own TTL: the Redis store's mirror
 (:mod:`codex_presence.broker.redis.store`) holds what another broker recorded, for as long
 as that broker said it holds.
+
+A session that stops being held either lapsed (its TTL or grace ran out: nothing said it
+ended) or was reported idle, on this broker or, through the mirror, on another. Which one
+is kept for the last :data:`ENDED_KEPT` sessions reported idle
+(:meth:`ActivityTracker.ended_idle`): a session whose subscription ended here, and which
+then came back through another broker and ended there cleanly, is not a death.
 """
 
 from __future__ import annotations
@@ -38,12 +44,21 @@ from collections.abc import Callable
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
 
-__all__ = ["ANONYMOUS", "Activity", "ActivityTracker", "Background", "SessionCounts"]
+__all__ = [
+    "ANONYMOUS",
+    "ENDED_KEPT",
+    "Activity",
+    "ActivityTracker",
+    "Background",
+    "SessionCounts",
+]
 
 _IDLE = ActivityState.IDLE
 _BLOCKED = ActivityState.BLOCKED
 ANONYMOUS = ""
 """The session a report without a session id is about."""
+ENDED_KEPT = 1024
+"""Sessions remembered as reported idle (the oldest forgotten first)."""
 
 SessionCounts = tuple[int, int]
 """How many of a member's sessions are (working, blocked)."""
@@ -66,7 +81,7 @@ class ActivityTracker:
     member's :data:`Activity` is replaced only when it changes, so that a reader can tell
     "the same" by identity (the broker's roster cache does)."""
 
-    __slots__ = ("_clock", "_next", "_sessions", "_shown", "ttl")
+    __slots__ = ("_clock", "_ended_idle", "_next", "_sessions", "_shown", "ttl")
 
     def __init__(self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
         if not ttl > 0:
@@ -77,6 +92,8 @@ class ActivityTracker:
         self._shown: dict[str, Activity] = {}
         self._next: dict[str, float] = {}
         """Each member's earliest lapse: until then, their shown activity holds."""
+        self._ended_idle: dict[tuple[str, str], None] = {}
+        """Sessions held until a report of idle ended them, the latest last."""
 
     def report(
         self,
@@ -100,7 +117,11 @@ class ActivityTracker:
         if state is _IDLE and background <= 0:
             if held is None or held.pop(session, None) is None:
                 return False
+            self._ended_idle[(name, session)] = None
+            if len(self._ended_idle) > ENDED_KEPT:
+                del self._ended_idle[next(iter(self._ended_idle))]
         else:
+            self._ended_idle.pop((name, session), None)
             if held is None:
                 held = self._sessions[name] = {}
             old = held.get(session)
@@ -143,6 +164,11 @@ class ActivityTracker:
         TTL resolved)."""
         self.entry(name)
         return session in self._sessions.get(name, {})
+
+    def ended_idle(self, name: str, session: str) -> bool:
+        """Whether ``name``'s ``session``, held until lately, ended by a report of idle (not
+        by a lapse), and nothing was reported of it since."""
+        return (name, session) in self._ended_idle
 
     def held(self, name: str) -> int:
         """How many of ``name``'s sessions are working or blocked, or have a background

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codex_presence.broker.connections import Connection, ConnectionRegistry
-from codex_presence.broker.tracker import ActivityTracker
+from codex_presence.broker.tracker import ENDED_KEPT, ActivityTracker
 from codex_presence.core.activity import ActivityState
 from tests.support.broker_harness import FakeClock
 
@@ -203,3 +203,30 @@ def test_background_lapses_with_its_session() -> None:
     clock.advance(27)
     assert tracker.background("a") == (0, None)
     assert tracker.next_expiry() is None
+
+
+def test_a_session_ended_by_a_report_of_idle_is_told_from_one_that_lapsed() -> None:
+    """What tells a clean end from a death where the reports went to another broker."""
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    tracker.report("a", WORKING, session="clean")
+    tracker.report("a", WORKING, session="dead")
+    assert not tracker.ended_idle("a", "clean")  # held: not ended at all
+    tracker.report("a", IDLE, session="clean")
+    tracker.shorten("a", "dead", 3)
+    clock.advance(3)
+    assert not tracker.holds("a", "clean") and not tracker.holds("a", "dead")
+    assert tracker.ended_idle("a", "clean") and not tracker.ended_idle("a", "dead")
+    tracker.report("a", IDLE, session="dead")  # not held: it had lapsed, and stays so
+    assert not tracker.ended_idle("a", "dead")
+    tracker.report("a", WORKING, session="clean")  # the same id again: news since
+    assert not tracker.ended_idle("a", "clean")
+
+
+def test_the_sessions_remembered_as_ended_idle_are_bounded() -> None:
+    tracker = ActivityTracker(clock=FakeClock())
+    for n in range(ENDED_KEPT + 1):
+        tracker.report("a", WORKING, session=f"s{n}")
+        tracker.report("a", IDLE, session=f"s{n}")
+    assert not tracker.ended_idle("a", "s0")  # the oldest, forgotten
+    assert tracker.ended_idle("a", "s1") and tracker.ended_idle("a", f"s{ENDED_KEPT}")

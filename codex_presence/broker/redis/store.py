@@ -196,6 +196,10 @@ class RedisStore:
         """Whether ``name``'s ``session`` is working or blocked (the mirror's TTL resolved)."""
         return self._activity.holds(name, session)
 
+    def ended_idle(self, name: str, session: str) -> bool:
+        """Whether ``name``'s ``session`` ended by a report of idle, through any broker."""
+        return self._activity.ended_idle(name, session)
+
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
