@@ -98,6 +98,28 @@ def test_a_variable_that_cannot_be_used_says_which_and_what_it_takes(
 
 
 @pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("CODEX_PRESENCE_PASSING_HOLD", "abc", "'abc' is not a number of seconds"),
+        ("CODEX_PRESENCE_EXIT_GRACE", "-5", "'-5' is not between 0 and 60 seconds"),
+    ],
+)
+def test_a_variable_an_option_checks_itself_is_refused_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    reason: str,
+) -> None:
+    """Before: ``CODEX_PRESENCE_PASSING_HOLD=abc codex-presence wrap -- codex app-server``
+    ended in a traceback (argparse.ArgumentTypeError): only ValueError and TypeError were
+    caught, and the options that check their own value raise argparse's error."""
+    monkeypatch.setenv(variable, value)
+    assert main(["wrap", "--", "true"]) == 2
+    assert capsys.readouterr().err == f"codex-presence wrap: {variable}: {reason}\n"
+
+
+@pytest.mark.parametrize(
     ("value", "reason"),
     [
         ("soon", "'soon' is not a number of seconds"),
