@@ -71,7 +71,7 @@ def add_client_options(
     """``--broker``, ``--name`` and ``--token-file`` (each also from ``CODEX_PRESENCE_*``).
     With ``check_url``, a ``--broker`` that is not an http(s) URL is a usage error
     (:func:`broker_url`); the runners take any, because a broker they cannot use must
-    never keep their child from running."""
+    never keep their child from running (they say once that they do not report)."""
     parser.add_argument(
         "--broker",
         metavar="URL",

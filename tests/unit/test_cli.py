@@ -138,6 +138,32 @@ def test_a_passing_hold_out_of_range_is_a_usage_error_naming_it(
     ), err
 
 
+@pytest.mark.parametrize(
+    ("broker", "reason"),
+    [
+        ("htp://127.0.0.1:8765", "'htp://127.0.0.1:8765': a broker's URL starts with http://"),
+        ("127.0.0.1:8765", "'127.0.0.1:8765' is not a URL: a broker's URL starts with http://"),
+    ],
+)
+def test_a_runner_given_no_broker_url_says_so_once_and_does_not_report(
+    caplog: pytest.LogCaptureFixture, broker: str, reason: str
+) -> None:
+    """Before: ``wrap --broker htp://127.0.0.1:8765`` logged "cannot reach the presence
+    broker … unsupported protocol; retrying" and "cannot report activity to the broker
+    (UnsupportedProtocol); retrying with backoff", and retried for the whole session
+    something no retry could reach. ``roster`` refuses such a URL; a runner keeps its child
+    running, and says once why it does not report."""
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+
+    args = build_parser({}).parse_args(["wrap", "--broker", broker, "--", "true"])
+    with caplog.at_level("ERROR", logger="codex_presence"):
+        link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
+    assert link is None
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"not reporting to a broker: --broker {reason}"), said
+
+
 def test_the_passing_hold_reaches_the_report_policy() -> None:
     from codex_presence.cli import runner
     from codex_presence.cli.main import build_parser
