@@ -584,7 +584,18 @@ def test_the_broker_refuses_a_url_apprise_does_not_know_without_quoting_it(
     args = ["broker", "--team", str(team_file), "--notify", "nosuchservice://s3cret@h/x"]
     assert main([*args, "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert "notification target 1: not a notification URL apprise knows" in err
+    assert "--notify URL 1: not a notification URL apprise knows" in err
+    assert "s3cret" not in err
+    # In the team file, the entry is named as the file's other mistakes are (before: it was
+    # "notification target 2", counted over --notify and the file together, from 1, where
+    # the file's every other error says notify[0]).
+    with team_file.open("a") as out:
+        out.write('\n[[notify]]\nurl = "json://127.0.0.1:9/ok"\n')
+        out.write('\n[[notify]]\nurl = "jsn://s3cret@127.0.0.1:9/x"\n')
+    args = ["broker", "--team", str(team_file), "--notify", "json://127.0.0.1:9/h"]
+    assert main([*args, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"{team_file}: notify[1]: not a notification URL apprise knows" in err, err
     assert "s3cret" not in err
 
 

@@ -232,6 +232,7 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     urls = [args.notify] if isinstance(args.notify, str) else (args.notify or [])
     urls = [url for given in urls for url in given.split()]  # the variable: several
     targets = command_line_targets(urls, after=args.notify_after)
+    given = len(targets)  # then the team file's, numbered from 0 as its errors say
     if args.team:
         try:
             targets += parse_notify(read_team_file(args.team), team, source=args.team)
@@ -257,11 +258,15 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         if isinstance(store, RedisStore):
             claims = RedisClaims(store.link)
     sender = AppriseSender()
-    for number, target in enumerate(targets, 1):
+    for number, target in enumerate(targets):
         try:
             sender.masked(target.url)
         except ValueError as exc:  # never quotes the URL: it holds secrets
-            where = target.name or f"notification target {number}"
+            where = target.name or (
+                f"--notify URL {number + 1}"
+                if number < given
+                else f"{args.team}: notify[{number - given}]"
+            )
             raise UsageError(f"{where}: {exc}") from None
     notifier = Notifier(targets, team=team.name, sender=sender, claims=claims, link=link)
     logging.getLogger("codex_presence.notify").info(
