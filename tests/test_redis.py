@@ -11,6 +11,7 @@ bad input included, are tested against both stores in ``tests/test_broker.py`` a
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -409,3 +410,40 @@ def test_a_redis_password_in_the_query_opens_redis_and_stays_out_of_the_log(
         text = log.read_text()
         assert f"sharing state through {redis_url}?password=*** " in text
         assert "hunter2secret" not in text + broker.stderr.rest()
+
+
+def test_roster_watch_marks_the_roster_stale_while_the_broker_lost_redis() -> None:
+    """Before: ``roster --watch`` ignored the stream's ``stale`` event, so with Redis gone
+    the terminal went on showing the roster as live (durations advancing, no word), where
+    the page marks it stale."""
+    from tests.support.waiting import Lines
+
+    env = {
+        **os.environ,
+        "CODEX_PRESENCE_TOKEN": token_of("alice"),
+    }
+    with redis_server() as server, brokers(server.url, count=1) as (a,):
+        assert report(a.url, "builder", "working").status_code == 204
+        with subprocess.Popen(
+            [sys.executable, "-m", "codex_presence", "roster", "--watch", "--broker", a.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as proc:
+            try:
+                out = Lines(proc.stdout)
+                out.until(r"^- builder \[engineer\] offline  . working · \d+ s$")
+                server.stop(kill=True)
+                out.until(r"^\(stale as of \d\d:\d\d:\d\d: the broker lost its shared store: .+\)$")
+                server.start()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:  # a frame that ends with no stale line
+                    out.until(r"^- scout \[scout\] \[operator\] offline$")
+                    if out.queue.get(timeout=10) == "\n":
+                        break
+                else:
+                    raise AssertionError(f"still stale: {''.join(out.seen)!r}")
+            finally:
+                proc.kill()
+                proc.wait(10)
