@@ -599,6 +599,28 @@ def test_the_broker_refuses_a_url_apprise_does_not_know_without_quoting_it(
     assert "s3cret" not in err
 
 
+def test_a_team_file_with_notify_urls_that_others_can_read_draws_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a 0644 team file holding ``[[notify]]`` URLs (a Slack webhook's token, an
+    ntfy password) was read without a word, where a readable token file draws one."""
+    from codex_presence.cli.main import main
+
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(
+        render_team("acme", [(m.name, m.role, token_of(m.name)) for m in TEAM.members])
+        + '\n[[notify]]\nurl = "json://127.0.0.1:9/ok"\n'
+        + '\n[[notify]]\nurl = "jsn://127.0.0.1:9/x"\n'  # ends the broker before it listens
+    )
+    warning = "holds [[notify]] URLs (their secrets) and is readable by group or others"
+    for mode, warned in ((0o644, True), (0o600, False)):
+        team_file.chmod(mode)
+        assert main(["broker", "--team", str(team_file), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "notify[1]: not a notification URL apprise knows" in err
+        assert (warning in err) is warned, err
+
+
 def test_notify_test_sends_one_test_notification_and_says_so() -> None:
     with receiver() as hook, receiver(status=500) as broken:
         ok = _run_notify_test(f"json://user:pw-s3cret@{hook.host}/h")

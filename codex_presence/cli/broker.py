@@ -238,6 +238,8 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
             targets += parse_notify(read_team_file(args.team), team, source=args.team)
         except TeamError as exc:
             raise UsageError(str(exc)) from None
+        if len(targets) > given:
+            _warn_if_others_can_read(args.team)
     link = args.public_url
     if link is not None and urlsplit(link).scheme not in ("http", "https"):
         raise UsageError("--public-url must be an http:// or https:// URL")
@@ -273,6 +275,24 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         "notifying %s", ", ".join(t.label for t in notifier.targets)
     )
     return notifier
+
+
+def _warn_if_others_can_read(team_file: str) -> None:
+    """The team file holds notification URLs (their secrets): say so if group or others
+    can read it, as a token file's runner does."""
+    import stat
+    from pathlib import Path
+
+    try:
+        mode = Path(team_file).stat().st_mode
+    except OSError:
+        return  # it was just read: a file gone meanwhile is not this warning's business
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        logging.getLogger("codex_presence.notify").warning(
+            "%s holds [[notify]] URLs (their secrets) and is readable by group or others;"
+            " chmod 600 it",
+            team_file,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
