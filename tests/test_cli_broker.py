@@ -581,6 +581,8 @@ def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str,
     )
     assert result.returncode == 2
     assert "--session-grace must be 0 or more, and at most --activity-ttl" in result.stderr
+    # the values said (before: neither, so "at most --activity-ttl" left the TTL to guess)
+    assert f"(got {grace}; --activity-ttl is {ttl})" in result.stderr
 
 
 def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:

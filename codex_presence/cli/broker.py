@@ -326,7 +326,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
     if not 0 <= args.session_grace <= args.activity_ttl:
-        raise UsageError("--session-grace must be 0 or more, and at most --activity-ttl")
+        raise UsageError(
+            "--session-grace must be 0 or more, and at most --activity-ttl "
+            f"(got {args.session_grace:g}; --activity-ttl is {args.activity_ttl:g})"
+        )
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
     if args.max_connections < 1:
