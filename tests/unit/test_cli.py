@@ -4,6 +4,7 @@ with its own usage, one list of the commands in the help."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,19 @@ def test_a_variable_that_cannot_be_used_says_which_and_what_it_takes(
     assert capsys.readouterr().err == (
         "codex-presence broker: CODEX_PRESENCE_ACTIVITY_TTL='soon' is not a number "
         "(it sets --activity-ttl)\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["broker", "--port", "0"], ["mcp"]])
+def test_a_log_file_that_cannot_be_opened_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    """Before: ``broker --log-file /nonexistent/x.log`` ended in a FileNotFoundError
+    traceback (the runners checked their --log-file first; broker and mcp did not)."""
+    log = f"{tmp_path}/no/such/dir/x.log"
+    assert main([*command, "--log-file", log]) == 2
+    assert capsys.readouterr().err == (
+        f"codex-presence {command[0]}: --log-file {log}: No such file or directory\n"
     )
 
 
