@@ -470,6 +470,14 @@ def test_a_broker_url_without_http_says_so(
         "codex-presence roster: CODEX_PRESENCE_BROKER: 'ftp://localhost:8765': a broker's "
         "URL starts with http:// or https://, not ftp://\n"
     )
+    # Before: an ExceptionGroup traceback ending in "OverflowError: connect(): port must
+    # be 0-65535" (urlsplit raises for such a port only when it is read).
+    monkeypatch.setenv("CODEX_PRESENCE_BROKER", "http://127.0.0.1:99999")
+    assert main(["roster"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence roster: CODEX_PRESENCE_BROKER: 'http://127.0.0.1:99999' is not a "
+        "URL: Port out of range 0-65535\n"
+    )
 
 
 def test_a_url_that_answers_an_html_error_is_said_in_one_sentence(

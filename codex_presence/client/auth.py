@@ -50,7 +50,8 @@ def broker_url(value: str) -> str:
             f"{value!r}: a broker's URL starts with http:// or https://, not {scheme}://"
         )
     try:
-        host = urlsplit(value).hostname
+        parts = urlsplit(value)
+        host, _ = parts.hostname, parts.port  # a port past 65535 raises only when read
     except ValueError as exc:
         raise BadBrokerUrl(f"{value!r} is not a URL: {exc}") from None
     if not host:
