@@ -447,3 +447,33 @@ def test_roster_watch_marks_the_roster_stale_while_the_broker_lost_redis() -> No
             finally:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_a_one_shot_roster_says_when_the_broker_lost_redis() -> None:
+    """Before: with Redis gone, ``roster`` printed the broker's last-known roster as if it
+    were current, and exited 0 without a word. The roster stays on stdout; stderr says it
+    may be out of date."""
+    env = {**os.environ, "CODEX_PRESENCE_TOKEN": token_of("alice")}
+
+    def run_roster(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "codex_presence", "roster", "--broker", url],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+
+    with redis_server() as server, brokers(server.url, count=1) as (a,):
+        current = run_roster(a.url)
+        assert (current.returncode, current.stderr) == (0, "")
+        server.stop(kill=True)
+        eventually(lambda: httpx.get(a.url + "/healthz").status_code == 503, 10)
+        stale = run_roster(a.url)
+        assert stale.returncode == 0
+        assert stale.stdout == current.stdout
+        assert stale.stderr.startswith(
+            "codex-presence roster: the broker lost its shared store (Redis: "
+        ), stale.stderr
+        assert stale.stderr.endswith("): this roster may be out of date\n")

@@ -74,7 +74,7 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
 
     from codex_presence._wire import printable
     from codex_presence.cli.main import UsageError
-    from codex_presence.client.api import fetch_roster, fetch_whoami
+    from codex_presence.client.api import fetch_roster, fetch_store_trouble, fetch_whoami
     from codex_presence.client.auth import make_async_client
     from codex_presence.client.roster_text import roster_text
 
@@ -88,6 +88,12 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
         if args.watch:
             await watch(client, me, sys.stdout)
         roster = await fetch_roster(client)
+        trouble = await fetch_store_trouble(client)
+    if trouble is not None:  # stdout stays the roster: the words go to stderr
+        sys.stderr.write(
+            "codex-presence roster: the broker lost its shared store (Redis: "
+            f"{trouble}): this roster may be out of date\n"
+        )
     if args.json:
         sys.stdout.write(orjson.dumps(roster).decode() + "\n")
     else:
