@@ -352,6 +352,10 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
     [
         (["--redis", "http://127.0.0.1:1"], "redis://"),
         (["--redis", "redis://127.0.0.1:1", "--redis-prefix", "a{b}"], "--redis-prefix"),
+        (  # before: redis-py dropped it, and the broker used database 0 without a word
+            ["--redis", "redis://127.0.0.1:1/abc"],
+            "--redis: the database (the URL's path) must be a number, not 'abc'",
+        ),
         (  # before: it started, and stayed in outage ("unexpected keyword argument")
             ["--redis", "redis://127.0.0.1:1/0?Password=s3cret-pass"],
             "--redis: the URL has an option Redis connections do not take: Password "
