@@ -480,6 +480,19 @@ def test_a_broker_url_without_http_says_so(
     )
 
 
+def test_https_to_a_plain_http_broker_says_what_to_try(
+    broker: RunningBroker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: only OpenSSL's "[SSL: WRONG_VERSION_NUMBER] wrong version number"."""
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    tls = broker.url.replace("http://", "https://")
+    code, out, err = run_roster(monkeypatch, capsys, "--broker", tls)
+    assert (code, out) == (1, "")
+    assert err.endswith(
+        "(the broker speaks plain HTTP unless a TLS proxy is in front of it: http://?)\n"
+    ), err
+
+
 def test_a_url_that_answers_an_html_error_is_said_in_one_sentence(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -77,8 +77,12 @@ async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response:
     try:
         response = await client.get(path)
     except httpx.HTTPError as exc:
+        hint = ""
+        if client.base_url.scheme == "https" and "WRONG_VERSION_NUMBER" in str(exc):
+            hint = " (the broker speaks plain HTTP unless a TLS proxy is in front of it: http://?)"
         raise BrokerUnreachable(
-            f"cannot reach the presence broker at {_where(client)}: {exc or type(exc).__name__}"
+            f"cannot reach the presence broker at {_where(client)}: "
+            f"{exc or type(exc).__name__}{hint}"
         ) from None
     status = response.status_code
     if status in (401, 403):
