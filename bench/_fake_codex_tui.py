@@ -14,8 +14,9 @@ says why on stderr and exits 3 before listening.
 
 ``_fake_codex_tui.py --remote unix://OUTER [ARGS...]`` behaves like the TUI: prints
 ``TUI START`` on the terminal, connects with the TUI's upgrade request, reads the messages,
-and then, by ``$FAKE_TUI``: ``exit:N`` sends a close frame and exits with N; ``wait`` waits
-for a signal (and dies of it).
+and then, by ``$FAKE_TUI``: ``exit:N`` sends the messages of ``$FAKE_TUI_SENDS`` (a JSON
+list; none by default), a close frame, and exits with N; ``wait`` waits for a signal (and
+dies of it).
 
 Both roles append what they saw (argv, cwd, whether the member token reached them, in their
 environment or in their elders' original environment blocks, pids) to ``$FAKE_CODEX_LOG``
@@ -202,6 +203,8 @@ def tui(path: str, args: list[str]) -> None:
     if behaviour == "wait":
         while True:
             time.sleep(60)
+    for message in orjson.loads(os.environ.get("FAKE_TUI_SENDS") or "[]"):
+        sock.sendall(ws.send(TextMessage(orjson.dumps(message).decode())))
     sock.sendall(ws.send(CloseConnection(code=1005)))
     sock.close()
     sys.stdout.write("TUI END\n")

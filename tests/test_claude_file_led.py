@@ -186,6 +186,27 @@ def test_a_wrapper_script_gets_every_hook(tmp_path: Path) -> None:
     assert "claude's version is not known beside" in said
 
 
+def test_a_claude_not_on_path_is_said_in_one_line(tmp_path: Path) -> None:
+    """Before: "claude's hooks: claude's version is not known beside no-such-claude: a hook
+    for every event (claude's spinner may name some)" came first, as if the hooks were
+    the trouble, then "cannot run no-such-claude"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "claude", "--", "no-such-claude"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 127
+    assert done.stderr.splitlines() == [
+        "codex-presence: not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)",
+        "codex-presence: cannot run no-such-claude: No such file or directory",
+    ]
+
+
 @pytest.mark.parametrize("where", ["argv", "env"])
 def test_a_claude_hooks_value_that_is_not_a_choice_is_a_usage_error(
     tmp_path: Path, where: str

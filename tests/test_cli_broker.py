@@ -470,6 +470,27 @@ def test_a_broker_url_without_http_says_so(
         "codex-presence roster: CODEX_PRESENCE_BROKER: 'ftp://localhost:8765': a broker's "
         "URL starts with http:// or https://, not ftp://\n"
     )
+    # Before: an ExceptionGroup traceback ending in "OverflowError: connect(): port must
+    # be 0-65535" (urlsplit raises for such a port only when it is read).
+    monkeypatch.setenv("CODEX_PRESENCE_BROKER", "http://127.0.0.1:99999")
+    assert main(["roster"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence roster: CODEX_PRESENCE_BROKER: 'http://127.0.0.1:99999' is not a "
+        "URL: Port out of range 0-65535\n"
+    )
+
+
+def test_https_to_a_plain_http_broker_says_what_to_try(
+    broker: RunningBroker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: only OpenSSL's "[SSL: WRONG_VERSION_NUMBER] wrong version number"."""
+    monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+    tls = broker.url.replace("http://", "https://")
+    code, out, err = run_roster(monkeypatch, capsys, "--broker", tls)
+    assert (code, out) == (1, "")
+    assert err.endswith(
+        "(the broker speaks plain HTTP unless a TLS proxy is in front of it: http://?)\n"
+    ), err
 
 
 def test_a_url_that_answers_an_html_error_is_said_in_one_sentence(
@@ -581,6 +602,8 @@ def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str,
     )
     assert result.returncode == 2
     assert "--session-grace must be 0 or more, and at most --activity-ttl" in result.stderr
+    # the values said (before: neither, so "at most --activity-ttl" left the TTL to guess)
+    assert f"(got {grace}; --activity-ttl is {ttl})" in result.stderr
 
 
 def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:

@@ -109,6 +109,34 @@ def test_the_tui_status_is_ours_and_the_session_leaves_nothing_behind(setup: Set
     ]
 
 
+def test_after_exit_it_says_the_command_that_resumes_the_session(setup: Setup) -> None:
+    """Before: only the TUI's own parting hint, ``codex --remote unix://…/tui.sock resume
+    ID``, naming a socket gone with the session. The TUI unsubscribes from its thread on
+    /exit; that thread is the one to resume, through the command."""
+    unsubscribe = {"id": 7, "method": "thread/unsubscribe", "params": {"threadId": "th-1"}}
+    setup.env["FAKE_TUI_SENDS"] = orjson.dumps([unsubscribe]).decode()
+    proc = setup.run(stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert err.decode().endswith(
+        "codex-presence: the session ended, its running work with it, and the socket in"
+        f" codex's hint is gone; resume with:\n  codex-presence codex -- {setup.codex} resume"
+        " th-1\n"
+    ), err
+    # A resumed session says the same, not "resume th-1 resume th-1" (its arguments are
+    # codex's to say, as its own hint does: only the executable is kept).
+    proc = subprocess.Popen(
+        [*setup.argv(), "resume", "th-1"], env=setup.env, cwd=setup.root, stderr=subprocess.PIPE
+    )
+    _, again = proc.communicate(timeout=30)
+    assert again.decode().endswith(f"codex-presence codex -- {setup.codex} resume th-1\n"), again
+    # No unsubscribe seen (the TUI ended otherwise): nothing to say.
+    del setup.env["FAKE_TUI_SENDS"]
+    proc = setup.run(stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and b"resume" not in err, err
+
+
 def test_an_app_server_that_ignores_sigterm_is_killed_with_its_commands(setup: Setup) -> None:
     setup.env.update(FAKE_APP_SERVER="stubborn", FAKE_TUI="exit:0")
     proc = setup.run(stderr=subprocess.PIPE)

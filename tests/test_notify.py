@@ -619,8 +619,41 @@ def test_the_broker_refuses_a_url_apprise_does_not_know_without_quoting_it(
     args = ["broker", "--team", str(team_file), "--notify", "nosuchservice://s3cret@h/x"]
     assert main([*args, "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert "notification target 1: not a notification URL apprise knows" in err
+    assert "--notify URL 1: not a notification URL apprise knows" in err
     assert "s3cret" not in err
+    # In the team file, the entry is named as the file's other mistakes are (before: it was
+    # "notification target 2", counted over --notify and the file together, from 1, where
+    # the file's every other error says notify[0]).
+    with team_file.open("a") as out:
+        out.write('\n[[notify]]\nurl = "json://127.0.0.1:9/ok"\n')
+        out.write('\n[[notify]]\nurl = "jsn://s3cret@127.0.0.1:9/x"\n')
+    args = ["broker", "--team", str(team_file), "--notify", "json://127.0.0.1:9/h"]
+    assert main([*args, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"{team_file}: notify[1]: not a notification URL apprise knows" in err, err
+    assert "s3cret" not in err
+
+
+def test_a_team_file_with_notify_urls_that_others_can_read_draws_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a 0644 team file holding ``[[notify]]`` URLs (a Slack webhook's token, an
+    ntfy password) was read without a word, where a readable token file draws one."""
+    from codex_presence.cli.main import main
+
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(
+        render_team("acme", [(m.name, m.role, token_of(m.name)) for m in TEAM.members])
+        + '\n[[notify]]\nurl = "json://127.0.0.1:9/ok"\n'
+        + '\n[[notify]]\nurl = "jsn://127.0.0.1:9/x"\n'  # ends the broker before it listens
+    )
+    warning = "holds [[notify]] URLs (their secrets) and is readable by group or others"
+    for mode, warned in ((0o644, True), (0o600, False)):
+        team_file.chmod(mode)
+        assert main(["broker", "--team", str(team_file), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "notify[1]: not a notification URL apprise knows" in err
+        assert (warning in err) is warned, err
 
 
 def test_notify_test_sends_one_test_notification_and_says_so() -> None:

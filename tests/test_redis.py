@@ -11,6 +11,7 @@ bad input included, are tested against both stores in ``tests/test_broker.py`` a
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -351,6 +352,10 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
     [
         (["--redis", "http://127.0.0.1:1"], "redis://"),
         (["--redis", "redis://127.0.0.1:1", "--redis-prefix", "a{b}"], "--redis-prefix"),
+        (  # before: redis-py dropped it, and the broker used database 0 without a word
+            ["--redis", "redis://127.0.0.1:1/abc"],
+            "--redis: the database (the URL's path) must be a number, not 'abc'",
+        ),
         (  # before: it started, and stayed in outage ("unexpected keyword argument")
             ["--redis", "redis://127.0.0.1:1/0?Password=s3cret-pass"],
             "--redis: the URL has an option Redis connections do not take: Password "
@@ -409,3 +414,70 @@ def test_a_redis_password_in_the_query_opens_redis_and_stays_out_of_the_log(
         text = log.read_text()
         assert f"sharing state through {redis_url}?password=*** " in text
         assert "hunter2secret" not in text + broker.stderr.rest()
+
+
+def test_roster_watch_marks_the_roster_stale_while_the_broker_lost_redis() -> None:
+    """Before: ``roster --watch`` ignored the stream's ``stale`` event, so with Redis gone
+    the terminal went on showing the roster as live (durations advancing, no word), where
+    the page marks it stale."""
+    from tests.support.waiting import Lines
+
+    env = {
+        **os.environ,
+        "CODEX_PRESENCE_TOKEN": token_of("alice"),
+    }
+    with redis_server() as server, brokers(server.url, count=1) as (a,):
+        assert report(a.url, "builder", "working").status_code == 204
+        with subprocess.Popen(
+            [sys.executable, "-m", "codex_presence", "roster", "--watch", "--broker", a.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as proc:
+            try:
+                out = Lines(proc.stdout)
+                out.until(r"^- builder \[engineer\] offline  . working · \d+ s$")
+                server.stop(kill=True)
+                out.until(r"^\(stale as of \d\d:\d\d:\d\d: the broker lost its shared store: .+\)$")
+                server.start()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:  # a frame that ends with no stale line
+                    out.until(r"^- scout \[scout\] \[operator\] offline$")
+                    if out.queue.get(timeout=10) == "\n":
+                        break
+                else:
+                    raise AssertionError(f"still stale: {''.join(out.seen)!r}")
+            finally:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_a_one_shot_roster_says_when_the_broker_lost_redis() -> None:
+    """Before: with Redis gone, ``roster`` printed the broker's last-known roster as if it
+    were current, and exited 0 without a word. The roster stays on stdout; stderr says it
+    may be out of date."""
+    env = {**os.environ, "CODEX_PRESENCE_TOKEN": token_of("alice")}
+
+    def run_roster(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "codex_presence", "roster", "--broker", url],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=False,
+        )
+
+    with redis_server() as server, brokers(server.url, count=1) as (a,):
+        current = run_roster(a.url)
+        assert (current.returncode, current.stderr) == (0, "")
+        server.stop(kill=True)
+        eventually(lambda: httpx.get(a.url + "/healthz").status_code == 503, 10)
+        stale = run_roster(a.url)
+        assert stale.returncode == 0
+        assert stale.stdout == current.stdout
+        assert stale.stderr.startswith(
+            "codex-presence roster: the broker lost its shared store (Redis: "
+        ), stale.stderr
+        assert stale.stderr.endswith("): this roster may be out of date\n")

@@ -129,13 +129,22 @@ async def test_coalescing_sends_only_the_latest_state() -> None:
             assert reporter.posts == 1
 
 
-async def test_broker_down_at_start_then_up_is_recovered_with_backoff() -> None:
+async def test_broker_down_at_start_then_up_is_recovered_with_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="codex_presence")
     with reserved_port() as sock:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         async with reporting(url, policy=fast_policy()) as reporter:
             reporter.observe(WORKING)
             await eventually_async(lambda: reporter.posts >= 3, 5)  # refused, retried
             assert not reporter.policy.settled
+            # Said once, in httpx's words (before: its class name, "(ConnectError)").
+            [said] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert said == (
+                "cannot report activity to the broker (All connection attempts failed); "
+                "retrying with backoff"
+            )
             with running_broker(team=make_team("alice", "bob"), sock=sock) as broker:
                 await eventually_async(lambda: activity(broker) == "working", 5)
                 await eventually_async(lambda: reporter.policy.settled, 5)  # the 204 is read after

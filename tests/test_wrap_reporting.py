@@ -130,7 +130,7 @@ def test_a_refused_token_is_logged_once_and_the_session_goes_on() -> None:
     ):
         # The broker link attaches once its imports are done (the child starts first):
         # turns run before that would only be reported as their outcome (idle), not at all.
-        eventually(lambda: b"refused the subscription" in wrap.stderr)
+        eventually(lambda: b"refused the token (401)" in wrap.stderr)
         for n in (1, 2):
             wrap.start_turn(n, deltas=2)
             wrap.wait_for(is_note("turn/completed"))
@@ -139,7 +139,15 @@ def test_a_refused_token_is_logged_once_and_the_session_goes_on() -> None:
         assert "activity" not in member(broker)
     log = wrap.stderr.decode()
     assert log.count("refused our token") == 1  # the reporter, once
-    assert log.count("refused the subscription") == 1  # connection presence, once
+    # Connection presence, once, naming the broker and where the token came from (before:
+    # "the broker refused the subscription (HTTP 401 from /whoami)", which named neither).
+    assert (
+        log.count(
+            f"offline: the broker at {broker.url} refused the token (401): no member of its team"
+            " has it (check --token-file or $CODEX_PRESENCE_TOKEN, and --broker)"
+        )
+        == 1
+    )
     assert "cp_not-a-member" not in log
 
 

@@ -232,11 +232,14 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     urls = [args.notify] if isinstance(args.notify, str) else (args.notify or [])
     urls = [url for given in urls for url in given.split()]  # the variable: several
     targets = command_line_targets(urls, after=args.notify_after)
+    given = len(targets)  # then the team file's, numbered from 0 as its errors say
     if args.team:
         try:
             targets += parse_notify(read_team_file(args.team), team, source=args.team)
         except TeamError as exc:
             raise UsageError(str(exc)) from None
+        if len(targets) > given:
+            _warn_if_others_can_read(args.team)
     link = args.public_url
     if link is not None and urlsplit(link).scheme not in ("http", "https"):
         raise UsageError("--public-url must be an http:// or https:// URL")
@@ -257,17 +260,39 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         if isinstance(store, RedisStore):
             claims = RedisClaims(store.link)
     sender = AppriseSender()
-    for number, target in enumerate(targets, 1):
+    for number, target in enumerate(targets):
         try:
             sender.masked(target.url)
         except ValueError as exc:  # never quotes the URL: it holds secrets
-            where = target.name or f"notification target {number}"
+            where = target.name or (
+                f"--notify URL {number + 1}"
+                if number < given
+                else f"{args.team}: notify[{number - given}]"
+            )
             raise UsageError(f"{where}: {exc}") from None
     notifier = Notifier(targets, team=team.name, sender=sender, claims=claims, link=link)
     logging.getLogger("codex_presence.notify").info(
         "notifying %s", ", ".join(t.label for t in notifier.targets)
     )
     return notifier
+
+
+def _warn_if_others_can_read(team_file: str) -> None:
+    """The team file holds notification URLs (their secrets): say so if group or others
+    can read it, as a token file's runner does."""
+    import stat
+    from pathlib import Path
+
+    try:
+        mode = Path(team_file).stat().st_mode
+    except OSError:
+        return  # it was just read: a file gone meanwhile is not this warning's business
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        logging.getLogger("codex_presence.notify").warning(
+            "%s holds [[notify]] URLs (their secrets) and is readable by group or others;"
+            " chmod 600 it",
+            team_file,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -301,7 +326,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
     if not 0 <= args.session_grace <= args.activity_ttl:
-        raise UsageError("--session-grace must be 0 or more, and at most --activity-ttl")
+        raise UsageError(
+            "--session-grace must be 0 or more, and at most --activity-ttl "
+            f"(got {args.session_grace:g}; --activity-ttl is {args.activity_ttl:g})"
+        )
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
     if args.max_connections < 1:

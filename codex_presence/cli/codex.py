@@ -10,6 +10,10 @@ import argparse
 from codex_presence.cli import runner
 from codex_presence.cli.main import UsageError, setup_logging
 
+TYPE_CHECKING = False  # import-light: typing loads ~ms before the TUI's spawn otherwise
+if TYPE_CHECKING:
+    from codex_presence.agent.tui.session import TuiSession
+
 HELP = "run the codex TUI in your terminal, its app-server traffic read for your presence"
 
 _EPILOG = """\
@@ -97,7 +101,27 @@ def run(args: argparse.Namespace) -> int:
 
         import anyio
 
-        return anyio.run(session.run)
+        status: int = anyio.run(session.run)
     finally:
         if held is not None:
             held.let_go()
+    _say_how_to_resume(session, command)
+    return status
+
+
+def _say_how_to_resume(session: TuiSession, command: list[str]) -> None:
+    """The TUI's parting hint (``codex --remote unix://…/tui.sock resume ID``) names the
+    session's socket, gone with it: say the command that resumes, with the thread the TUI
+    left (its unsubscribe on /exit); codex's own words, its other arguments left out (a
+    resumed session's were ``resume ID`` already)."""
+    import shlex
+    import sys
+
+    thread = session.relay.unsubscribed if session.relay is not None else None
+    if thread is None or not thread.isprintable():
+        return
+    again = shlex.join(["codex-presence", "codex", "--", command[0], "resume", thread])
+    sys.stderr.write(
+        "codex-presence: the session ended, its running work with it, and the socket in"
+        f" codex's hint is gone; resume with:\n  {again}\n"
+    )

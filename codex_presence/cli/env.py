@@ -52,7 +52,7 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str])
         converter: Callable[[str], object] = action.type or str  # type: ignore[assignment]
         try:
             action.default = converter(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
             wanted = _WANTED.get(converter)
             if wanted is not None:  # Python's words ("invalid literal for int()") say less
                 option = action.option_strings[-1]

@@ -160,7 +160,8 @@ def build_parser(
 
 
 def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None = None) -> None:
-    """The daemon's own words go to stderr (or a file, created 0600), never to stdout."""
+    """The daemon's own words go to stderr (or a file, created 0600), never to stdout. A
+    log file that cannot be opened is a :class:`UsageError` naming it."""
     import logging
 
     from codex_presence.agent.descriptors import open_private
@@ -171,11 +172,15 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
             return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 0 else logging.INFO)
-    handler: logging.Handler = (
-        PrivateFileHandler(log_file, encoding="utf-8")
-        if log_file
-        else logging.StreamHandler(sys.stderr)
-    )
+    handler: logging.Handler
+    try:
+        handler = (
+            PrivateFileHandler(log_file, encoding="utf-8")
+            if log_file
+            else logging.StreamHandler(sys.stderr)
+        )
+    except OSError as exc:
+        raise UsageError(f"--log-file {log_file}: {exc.strerror or exc}") from None
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         if log_file

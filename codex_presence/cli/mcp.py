@@ -12,7 +12,7 @@ Configure it in codex's config.toml, for example:
   [mcp_servers.presence]
   command = "codex-presence"
   args = ["mcp", "--broker", "http://127.0.0.1:8765", "--name", "alice",
-          "--token-file", "/home/alice/.config/codex-presence/token"]
+          "--token-file", "/home/alice/.config/codex-presence/alice.token"]
 
 stdout carries the MCP protocol; logs go to stderr (or --log-file). The token comes from
 --token-file FILE or $CODEX_PRESENCE_TOKEN (codex passes a server only the environment its

@@ -23,7 +23,8 @@ each member who is working or blocked, the state and how long it has held:
 spinner for a member who is working, "needs input" for one who is blocked, each with how
 long it has held. When the stream is lost (the broker restarted, the network dropped) it
 says so under the last roster and reconnects with backoff; only a refused token, or
-Ctrl-C, ends it.
+Ctrl-C, ends it. While the broker says it lost its shared store (--redis), the roster is
+marked stale, its durations stopped, until the broker is current again.
 """
 
 
@@ -73,7 +74,7 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
 
     from codex_presence._wire import printable
     from codex_presence.cli.main import UsageError
-    from codex_presence.client.api import fetch_roster, fetch_whoami
+    from codex_presence.client.api import fetch_roster, fetch_store_trouble, fetch_whoami
     from codex_presence.client.auth import make_async_client
     from codex_presence.client.roster_text import roster_text
 
@@ -87,6 +88,12 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
         if args.watch:
             await watch(client, me, sys.stdout)
         roster = await fetch_roster(client)
+        trouble = await fetch_store_trouble(client)
+    if trouble is not None:  # stdout stays the roster: the words go to stderr
+        sys.stderr.write(
+            "codex-presence roster: the broker lost its shared store (Redis: "
+            f"{trouble}): this roster may be out of date\n"
+        )
     if args.json:
         sys.stdout.write(orjson.dumps(roster).decode() + "\n")
     else:
@@ -132,7 +139,9 @@ async def watch(
     ``on_draw`` is told each frame drawn.
 
     A lost stream (the broker restarted, the network dropped) is retried with backoff, the
-    last roster staying on screen under a line that says so; only a refused token ends it,
+    last roster staying on screen under a line that says so; a broker that lost its shared
+    store (its ``stale`` event) is said the same way, with the durations stopped, until
+    its next roster. Only a refused token ends it,
     with :class:`~codex_presence.client.api.TokenRefused`.
     """
     import time
@@ -149,16 +158,21 @@ async def watch(
     frame = 0
     last = ""
     view = RosterView(team=me.team)
+    stale_since: float | None = None
+    """When the broker said the roster may be out of date (durations stop there)."""
 
     def draw() -> None:
         nonlocal last
-        now_ms = int(time.time() * 1000)
+        now_ms = int((stale_since or time.time()) * 1000)
         members = view.members.values()
         text = watch_text(view.team, members, you=me.name, frame=frame, now_ms=now_ms)
         if heading is not None:
             text = heading() + text
         if status:
             text += f"\n({status})"
+        elif stale_since is not None:
+            as_of = time.strftime("%H:%M:%S", time.localtime(stale_since))
+            text += f"\n(stale as of {as_of}: the broker lost its shared store: {view.stale})"
         if text == last:
             return
         last = text
@@ -168,8 +182,12 @@ async def watch(
             on_draw(text)
 
     def on_roster(new: RosterView) -> None:
-        nonlocal view
+        nonlocal view, stale_since
         view = new
+        if view.stale is None:
+            stale_since = None
+        elif stale_since is None:
+            stale_since = time.time()
         draw()
 
     def on_change(state: ConnectionState) -> None:

@@ -89,8 +89,8 @@ def broker_link(
     args: argparse.Namespace, *, environ: Mapping[str, str] | None = None
 ) -> BrokerLink | None:
     """The broker side of the session, or None (said once on stderr) when there is none,
-    or no token (from ``--token-file``, or ``environ``'s, by default ours). A missing token
-    is not fatal: the relay must work whatever the reporting does."""
+    its URL is no http(s) URL, or no token (from ``--token-file``, or ``environ``'s, by
+    default ours). Neither is fatal: the relay must work whatever the reporting does."""
     import dataclasses
     import logging
 
@@ -98,9 +98,14 @@ def broker_link(
     if not args.broker:
         logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
         return None
-    from codex_presence.client.auth import TokenError, read_token
+    from codex_presence.client.auth import BadBrokerUrl, TokenError, broker_url, read_token
     from codex_presence.client.link import BrokerLink, BrokerSettings
 
+    try:
+        broker_url(args.broker)
+    except BadBrokerUrl as exc:  # said once, not retried: no retry can reach it
+        logger.error("not reporting to a broker: --broker %s", exc)
+        return None
     try:
         token = read_token(token_file=args.token_file, environ=environ)
     except TokenError as exc:

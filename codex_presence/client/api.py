@@ -1,5 +1,5 @@
-"""The broker's JSON endpoints as a member calls them: ``GET /whoami``, ``GET /roster`` and
-(for an admin) ``GET /notify``.
+"""The broker's JSON endpoints as a member calls them: ``GET /whoami``, ``GET /roster``,
+(for an admin) ``GET /notify``, and ``GET /healthz`` for whether the roster is current.
 
 One fetch for each, used by everything that asks: ``wrap`` (whose token is this?),
 ``roster``, the MCP tool and the demo. Each either returns the answer or raises one
@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from codex_presence._wire import (
+    HEALTHZ_PATH,
     NOTIFY_PATH,
     ROSTER_PATH,
     WHOAMI_PATH,
@@ -35,6 +36,7 @@ __all__ = [
     "TokenRefused",
     "fetch_notify_targets",
     "fetch_roster",
+    "fetch_store_trouble",
     "fetch_whoami",
     "token_refused",
 ]
@@ -75,8 +77,12 @@ async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response:
     try:
         response = await client.get(path)
     except httpx.HTTPError as exc:
+        hint = ""
+        if client.base_url.scheme == "https" and "WRONG_VERSION_NUMBER" in str(exc):
+            hint = " (the broker speaks plain HTTP unless a TLS proxy is in front of it: http://?)"
         raise BrokerUnreachable(
-            f"cannot reach the presence broker at {_where(client)}: {exc or type(exc).__name__}"
+            f"cannot reach the presence broker at {_where(client)}: "
+            f"{exc or type(exc).__name__}{hint}"
         ) from None
     status = response.status_code
     if status in (401, 403):
@@ -161,3 +167,23 @@ async def fetch_notify_targets(client: httpx.AsyncClient) -> list[dict[str, Any]
     if not isinstance(targets, list):
         raise _not_a_broker(client, response, NOTIFY_PATH)
     return [t for t in targets if isinstance(t, dict)]
+
+
+async def fetch_store_trouble(client: httpx.AsyncClient) -> str | None:
+    """Why the broker's roster may be out of date: it shares its state through Redis and
+    cannot reach it (``/healthz`` answers 503; the reason is said to a member's token).
+    None when it is current, or when ``/healthz`` says nothing usable (a broker that
+    just answered the roster is not made an error by this question)."""
+    import httpx
+
+    try:
+        response = await client.get(HEALTHZ_PATH)
+        health = response.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    if response.status_code != 503 or not isinstance(health, dict):
+        return None
+    if health.get("status") != "unavailable":
+        return None
+    reason = health.get("reason")
+    return printable(reason[:200]) if isinstance(reason, str) and reason else "unreachable"

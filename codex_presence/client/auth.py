@@ -50,7 +50,8 @@ def broker_url(value: str) -> str:
             f"{value!r}: a broker's URL starts with http:// or https://, not {scheme}://"
         )
     try:
-        host = urlsplit(value).hostname
+        parts = urlsplit(value)
+        host, _ = parts.hostname, parts.port  # a port past 65535 raises only when read
     except ValueError as exc:
         raise BadBrokerUrl(f"{value!r} is not a URL: {exc}") from None
     if not host:
@@ -71,7 +72,7 @@ def add_client_options(
     """``--broker``, ``--name`` and ``--token-file`` (each also from ``CODEX_PRESENCE_*``).
     With ``check_url``, a ``--broker`` that is not an http(s) URL is a usage error
     (:func:`broker_url`); the runners take any, because a broker they cannot use must
-    never keep their child from running."""
+    never keep their child from running (they say once that they do not report)."""
     parser.add_argument(
         "--broker",
         metavar="URL",

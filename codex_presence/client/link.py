@@ -171,9 +171,9 @@ class BrokerLink:
                 me = await fetch_whoami(client)
             except TokenRefused as exc:
                 logger.error(
-                    "offline: the broker refused the subscription (HTTP %d from /whoami); "
-                    "not retrying",
-                    exc.status,
+                    "offline: %s: no member of its team has it (check --token-file or "
+                    "$CODEX_PRESENCE_TOKEN, and --broker); not retrying",
+                    exc,
                 )
                 return None
             except NotABroker as exc:

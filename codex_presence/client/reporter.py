@@ -131,10 +131,10 @@ class ActivityReporter:
             ):
                 return await self._post(action)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            self._note_failure(type(exc).__name__)
+            self._note_failure(str(exc) or type(exc).__name__)
             return Outcome.FAILED  # it never left
         except httpx.HTTPError as exc:
-            self._note_failure(type(exc).__name__)
+            self._note_failure(str(exc) or type(exc).__name__)
             return Outcome.UNKNOWN  # it may have reached the broker
         outcome = classify(response.status_code)
         if outcome is Outcome.OK:

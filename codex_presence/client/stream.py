@@ -11,7 +11,7 @@ after the stream ends, instead of at the TTL.
 Its state — ``connecting``, ``online``, ``offline`` — goes to ``on_change`` on every change,
 with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.retry_in`
 (when it tries again) to read. Whoever wants the roster itself passes ``on_roster``: the
-stream then parses the ``roster`` and ``presence`` events into one :class:`RosterView`
+stream then parses the ``roster``, ``presence`` and ``stale`` events into one :class:`RosterView`
 and calls back after each; without it the events are not even parsed. Users: wrap's
 connection presence (:mod:`codex_presence.client.subscription`), ``roster --watch`` and the
 demo's watcher.
@@ -33,6 +33,7 @@ from codex_presence._wire import (
     PRESENCE_EVENT,
     ROSTER_EVENT,
     SILENT_STREAM_TIMEOUT,
+    STALE_EVENT,
     SUBSCRIBE_PATH,
     printable,
 )
@@ -56,6 +57,9 @@ class RosterView:
     """Presence objects by name, in roster order."""
     privileges: dict[str, str | None] = field(default_factory=dict)
     """Each member's privilege bucket, as the broker computed it."""
+    stale: str | None = None
+    """Why the broker says what it shows may be out of date (its ``stale`` event: it lost
+    its shared store), until its next ``roster`` event; None while current."""
 
 
 class RosterStream:
@@ -156,6 +160,11 @@ class RosterStream:
             view.members = {p["name"]: p for p in data["members"] if isinstance(p, dict)}
             privileges = data.get("privileges")
             view.privileges = privileges if isinstance(privileges, dict) else {}
+            view.stale = None
+            return True
+        if event.event == STALE_EVENT:
+            reason = data.get("reason")
+            view.stale = printable(reason[:200]) if isinstance(reason, str) and reason else "?"
             return True
         if event.event == PRESENCE_EVENT and isinstance(data.get("name"), str):
             view.members[data["name"]] = data

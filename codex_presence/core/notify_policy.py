@@ -168,7 +168,8 @@ def message(notice: Notice, *, team: str, now: float, link: str | None = None) -
     elif notice.event is NotifyEvent.ANSWERED:
         began = notice.blocked_since_ms if notice.blocked_since_ms is not None else 0
         waited = _duration((notice.since_ms - began) / 1000)
-        body = f"{who} is {what} since {_clock_time(notice.since_ms)} (waited {waited})"
+        verb = f"is {what}" if notice.state is ActivityState.WORKING else what
+        body = f"{who} {verb} since {_clock_time(notice.since_ms)} (waited {waited})"
     else:
         body = (
             f"{who}'s session was lost at {_clock_time(notice.since_ms)} while {notice.state.value}"

@@ -4,6 +4,7 @@ with its own usage, one list of the commands in the help."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -97,6 +98,41 @@ def test_a_variable_that_cannot_be_used_says_which_and_what_it_takes(
     )
 
 
+@pytest.mark.parametrize("command", [["broker", "--port", "0"], ["mcp"]])
+def test_a_log_file_that_cannot_be_opened_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    """Before: ``broker --log-file /nonexistent/x.log`` ended in a FileNotFoundError
+    traceback (the runners checked their --log-file first; broker and mcp did not)."""
+    log = f"{tmp_path}/no/such/dir/x.log"
+    assert main([*command, "--log-file", log]) == 2
+    assert capsys.readouterr().err == (
+        f"codex-presence {command[0]}: --log-file {log}: No such file or directory\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("CODEX_PRESENCE_PASSING_HOLD", "abc", "'abc' is not a number of seconds"),
+        ("CODEX_PRESENCE_EXIT_GRACE", "-5", "'-5' is not between 0 and 60 seconds"),
+    ],
+)
+def test_a_variable_an_option_checks_itself_is_refused_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    reason: str,
+) -> None:
+    """Before: ``CODEX_PRESENCE_PASSING_HOLD=abc codex-presence wrap -- codex app-server``
+    ended in a traceback (argparse.ArgumentTypeError): only ValueError and TypeError were
+    caught, and the options that check their own value raise argparse's error."""
+    monkeypatch.setenv(variable, value)
+    assert main(["wrap", "--", "true"]) == 2
+    assert capsys.readouterr().err == f"codex-presence wrap: {variable}: {reason}\n"
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
@@ -114,6 +150,32 @@ def test_a_passing_hold_out_of_range_is_a_usage_error_naming_it(
     assert err.splitlines()[-1] == (
         f"codex-presence wrap: error: argument --passing-hold: {reason}"
     ), err
+
+
+@pytest.mark.parametrize(
+    ("broker", "reason"),
+    [
+        ("htp://127.0.0.1:8765", "'htp://127.0.0.1:8765': a broker's URL starts with http://"),
+        ("127.0.0.1:8765", "'127.0.0.1:8765' is not a URL: a broker's URL starts with http://"),
+    ],
+)
+def test_a_runner_given_no_broker_url_says_so_once_and_does_not_report(
+    caplog: pytest.LogCaptureFixture, broker: str, reason: str
+) -> None:
+    """Before: ``wrap --broker htp://127.0.0.1:8765`` logged "cannot reach the presence
+    broker … unsupported protocol; retrying" and "cannot report activity to the broker
+    (UnsupportedProtocol); retrying with backoff", and retried for the whole session
+    something no retry could reach. ``roster`` refuses such a URL; a runner keeps its child
+    running, and says once why it does not report."""
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+
+    args = build_parser({}).parse_args(["wrap", "--broker", broker, "--", "true"])
+    with caplog.at_level("ERROR", logger="codex_presence"):
+        link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
+    assert link is None
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"not reporting to a broker: --broker {reason}"), said
 
 
 def test_the_passing_hold_reaches_the_report_policy() -> None:

@@ -68,6 +68,8 @@ def test_answered_follows_an_announced_spell_for_targets_that_ask() -> None:
     assert (notice.target, notice.event, notice.since_ms) == (0, NotifyEvent.ANSWERED, ms(T0 + 30))
     assert notice.blocked_since_ms == ms(T0)
     assert event_words(notice) == "back to work"
+    _, body = message(notice, team="acme", now=T0 + 30)
+    assert body == "alice is back to work since 08:00:30 UTC (waited 30 s) - team acme"
 
 
 def test_a_spell_that_lapses_to_idle_reads_no_longer_needs_input() -> None:
@@ -78,6 +80,9 @@ def test_a_spell_that_lapses_to_idle_reads_no_longer_needs_input() -> None:
     [notice] = due(policy, T0 + 40)
     assert notice.since_ms == ms(T0 + 40)
     assert event_words(notice) == "no longer needs input"
+    _, body = message(notice, team="acme", now=T0 + 40)
+    # Before: "alice is no longer needs input since …".
+    assert body == "alice no longer needs input since 08:00:40 UTC (waited 40 s) - team acme"
 
 
 def test_reminders_come_every_repeat_and_a_late_look_sends_only_the_latest() -> None:

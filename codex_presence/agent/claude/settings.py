@@ -208,7 +208,8 @@ def claude_version(program: str, env: Mapping[str, str]) -> tuple[str | None, st
 def _file_leads(
     program: str, env: Mapping[str, str], *, hooks: str, printing: bool, command: str | None
 ) -> tuple[bool, str]:
-    """Whether claude's session file can lead (see the module doc), and why (or why not)."""
+    """Whether claude's session file can lead (see the module doc), and why (or why not;
+    nothing when there is no ``program`` to run at all)."""
     every = "a hook for every event (claude's spinner may name some)"
     if hooks == "all":
         return False, f"--claude-hooks all: {every}"
@@ -217,6 +218,8 @@ def _file_leads(
     if command is None:
         return False, f"no command hook possible (SessionStart needs one): {every}"
     version, where = claude_version(program, env)
+    if version is None and shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        return False, ""  # no claude to run: its start says so, and nothing else need be
     if version is None:
         return False, f"claude's version is not known beside {where}: {every}"
     if version not in FILE_LED_VERSIONS:
@@ -245,7 +248,8 @@ def with_our_hooks(
     printing = prints(argv[1:])
     command = None if printing else _hook_command(private, url, env)
     file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
-    logger.info("claude's hooks: %s", why)
+    if why:
+        logger.info("claude's hooks: %s", why)
     events = FILE_LED_EVENTS if file_led else HOOK_EVENTS
     document = orjson.dumps(with_hooks(settings, url, command=command, events=events))
     return _with_settings(argv, _write_private(private, "settings.json", document)), file_led

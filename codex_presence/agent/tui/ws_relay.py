@@ -66,6 +66,7 @@ from contextlib import suppress
 
 import anyio
 import anyio.lowlevel
+import orjson
 
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.recorder import Recorder
@@ -139,6 +140,9 @@ class WsRelay:
         self._max_size = max_size
         self.analysis = analysis if analysis is not None else AnalysisGuard(mapping.close)
         self._said_unreadable = False
+        self.unsubscribed: str | None = None
+        """The thread the client last unsubscribed from (the TUI does so from its main
+        thread on /exit): the one its parting hint says to resume."""
 
     async def serve(self, listener: socket.socket) -> None:
         """Accept client connections on ``listener`` until cancelled."""
@@ -299,7 +303,19 @@ class WsRelay:
             transition = self.mapping.feed_line(direction, payload)
             if transition is not None:
                 out.append(transition)
+            if direction == "client" and b'"thread/unsubscribe"' in payload:
+                self._note_unsubscribe(payload)
         return out
+
+    def _note_unsubscribe(self, payload: bytes) -> None:
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        params = message.get("params") if isinstance(message, dict) else None
+        thread = params.get("threadId") if isinstance(params, dict) else None
+        if message.get("method") == "thread/unsubscribe" and isinstance(thread, str):
+            self.unsubscribed = thread
 
     def _connection_event(self, number: int, event: ConnectionEvent) -> None:
         t = self._clock()

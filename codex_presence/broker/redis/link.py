@@ -222,6 +222,7 @@ class RedisLink:
                 **options,
             )
         else:
+            _check_database(url)
             pool = aioredis.BlockingConnectionPool.from_url(
                 url,
                 max_connections=max_connections,
@@ -446,6 +447,16 @@ class RedisLink:
         logger.warning("redis down: %s: %s (retrying with backoff)", self.url, reason)
         for listener in self._listeners:
             listener.on_down(reason)
+
+
+def _check_database(url: str) -> None:
+    """Raise ValueError for a ``redis://`` or ``rediss://`` URL whose path (the database) is
+    not a number: redis-py drops it without a word, so ``redis://host/l`` (for ``/1``)
+    would share database 0 with whatever uses it."""
+    parts = urlsplit(url)
+    database = parts.path.replace("/", "")  # as redis-py reads it
+    if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+        raise ValueError(f"the database (the URL's path) must be a number, not {database!r}")
 
 
 def _check_options(pool: aioredis.BlockingConnectionPool) -> None:
