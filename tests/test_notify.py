@@ -485,6 +485,45 @@ def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str)
     assert sum(n.stats[0].sent for n in notifiers) == 1
 
 
+def test_a_runner_that_dies_blocked_is_told_lost_and_never_answered_by_any_broker(
+    redis_url: str,
+) -> None:
+    """Two brokers on one Redis, a target that asks for every event: the member is
+    announced blocked, then its runner dies. The broker that held the subscription tells
+    the death; the other sees the member's lapse to idle, and must not call it an answer
+    ("no longer needs input") of a runner that died."""
+    with receiver() as hook:
+        clock = FakeClock(START)
+        notifiers, brokers = [], []
+        for _ in range(2):
+            state = shared_state(redis_url, TEAM)
+            claims = RedisClaims(state.store.link)
+            rule = {"on": frozenset(NotifyEvent), "after": 5}
+            n = notifier([target(f"json://{hook.host}/h", **rule)], clock, claims=claims)
+            notifiers.append(n)
+            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
+        with brokers[0] as a, brokers[1] as b:
+            with subscribed(a, "builder", RUNNER):
+                report_in(a, "builder", "blocked", RUNNER)
+                for n in notifiers:
+                    eventually(lambda n=n: n.policy.blocked_since("builder"), what="blocked")
+                clock.advance(5)
+                eventually(lambda: len(hook.requests) == 1, what="needs input")
+            # The runner died: its subscription ended without an idle report.
+            eventually(
+                lambda: any("lost" in r.json()["title"] for r in hook.requests),
+                what="the session lost",
+            )
+            eventually(lambda: b.broker.store.activity("builder").value == "idle")
+            report_in(b, "scout", "working", "other")  # the other broker's fan-out runs
+            eventually(lambda: a.broker.store.activity("scout").value == "working")
+            time.sleep(0.3)
+            for n in notifiers:
+                settled(n, clock)
+    titles = [r.json()["title"] for r in hook.requests]
+    assert titles == ["builder: needs input", "builder: session lost"], titles
+
+
 def test_a_session_that_came_back_through_another_broker_and_ended_idle_is_not_lost(
     redis_url: str,
 ) -> None:

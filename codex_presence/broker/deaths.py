@@ -21,6 +21,11 @@ without a subscription ever bound to its session (nothing says its runner is gon
 dying session is told lost only when it *lapsed*: one that came back through another broker
 (its reports go there, and this one never hears them) and ended there with a report of
 idle went cleanly, whenever that was (:meth:`~.tracker.ActivityTracker.ended_idle`).
+
+Every broker hears of a lapse on a grace, whichever gave it
+(:meth:`~.tracker.ActivityTracker.take_grace_lapses`): one that is not its to tell ends the
+member's blocked spell without a word (:meth:`Mourner.lapsed`), so that no broker sharing
+the store says "no longer needs input" of a runner that died.
 """
 
 from __future__ import annotations
@@ -54,12 +59,18 @@ class Mourner(Protocol):
         session: str | None = None,
     ) -> None: ...
 
+    def lapsed(self, name: str) -> None:
+        """A session of ``name`` lapsed on its grace, another broker's to tell (or none's):
+        whatever it held ended without an answer."""
+
 
 @runtime_checkable
 class _SessionHolder(Protocol):
     def holds(self, name: str, session: str) -> bool: ...
 
     def ended_idle(self, name: str, session: str) -> bool: ...
+
+    def take_grace_lapses(self) -> list[tuple[str, str]]: ...
 
 
 def _holder(store: Store) -> _SessionHolder | None:
@@ -129,7 +140,12 @@ class Deaths:
         self._dying[(name, session)] = busy
 
     def find(self) -> None:
-        """Tell of each dying session whose grace lapsed."""
+        """Tell of each dying session whose grace lapsed; of another broker's, that it
+        lapsed."""
+        holder = _holder(self._store)
+        for key in holder.take_grace_lapses() if holder is not None else ():
+            if key not in self._dying:
+                self._mourner.lapsed(key[0])
         for (name, session), (state, since) in list(self._dying.items()):
             if holds(self._store, name, session):
                 continue

@@ -34,12 +34,17 @@ A session that stops being held either lapsed (its TTL or grace ran out: nothing
 ended) or was reported idle, on this broker or, through the mirror, on another. Which one
 is kept for the last :data:`ENDED_KEPT` sessions reported idle
 (:meth:`ActivityTracker.ended_idle`): a session whose subscription ended here, and which
-then came back through another broker and ended there cleanly, is not a death.
+then came back through another broker and ended there cleanly, is not a death. And a
+session that lapses while in its grace (:meth:`ActivityTracker.shorten`, or a shortened
+report from the Redis mirror) is kept for :meth:`ActivityTracker.take_grace_lapses`: its
+runner's subscription ended somewhere, and it was not reported again. That end is no
+answer to anything: every broker sharing the store reads it so, whichever gave the grace.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
@@ -81,7 +86,16 @@ class ActivityTracker:
     member's :data:`Activity` is replaced only when it changes, so that a reader can tell
     "the same" by identity (the broker's roster cache does)."""
 
-    __slots__ = ("_clock", "_ended_idle", "_next", "_sessions", "_shown", "ttl")
+    __slots__ = (
+        "_clock",
+        "_ended_idle",
+        "_grace_lapses",
+        "_in_grace",
+        "_next",
+        "_sessions",
+        "_shown",
+        "ttl",
+    )
 
     def __init__(self, *, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.monotonic):
         if not ttl > 0:
@@ -94,6 +108,10 @@ class ActivityTracker:
         """Each member's earliest lapse: until then, their shown activity holds."""
         self._ended_idle: dict[tuple[str, str], None] = {}
         """Sessions held until a report of idle ended them, the latest last."""
+        self._in_grace: set[tuple[str, str]] = set()
+        """Sessions held on their grace (shortened), not reported again since."""
+        self._grace_lapses: deque[tuple[str, str]] = deque(maxlen=ENDED_KEPT)
+        """Sessions that lapsed on their grace, not yet taken."""
 
     def report(
         self,
@@ -106,22 +124,30 @@ class ActivityTracker:
         session: str = ANONYMOUS,
         background: int = 0,
         background_since: int | None = None,
+        grace: bool = False,
     ) -> bool:
         """``name``'s ``session`` reported ``state`` with ``background`` commands left
         running, which holds ``ttl`` seconds (the tracker's by default); whether the
         member's activity shown changed. The state holds since ``since`` (unix ms) when
         given (a shared store's record says), else since ``now_ms`` if it is new to the
-        session, else since it began; the background likewise (``background_since``)."""
+        session, else since it began; the background likewise (``background_since``).
+        ``grace``: not a report but a shortening (a shared store's record of a grace)."""
         previous = self.entry(name)
         held = self._sessions.get(name)
+        key = (name, session)
         if state is _IDLE and background <= 0:
+            self._in_grace.discard(key)
             if held is None or held.pop(session, None) is None:
                 return False
-            self._ended_idle[(name, session)] = None
+            self._ended_idle[key] = None
             if len(self._ended_idle) > ENDED_KEPT:
                 del self._ended_idle[next(iter(self._ended_idle))]
         else:
-            self._ended_idle.pop((name, session), None)
+            self._ended_idle.pop(key, None)
+            if grace:
+                self._in_grace.add(key)
+            else:
+                self._in_grace.discard(key)
             if held is None:
                 held = self._sessions[name] = {}
             old = held.get(session)
@@ -146,6 +172,7 @@ class ActivityTracker:
         if deadline < held[2]:
             self._sessions[name][session] = (held[0], held[1], deadline, held[3], held[4])
             self._next[name] = min(self._next[name], deadline)
+        self._in_grace.add((name, session))
         return True
 
     def forget_sessions(self, name: str) -> bool:
@@ -157,6 +184,7 @@ class ActivityTracker:
             return False
         for session in [s for s in held if s != ANONYMOUS]:
             del held[session]
+            self._in_grace.discard((name, session))
         return self._recount(name, previous)
 
     def holds(self, name: str, session: str) -> bool:
@@ -169,6 +197,14 @@ class ActivityTracker:
         """Whether ``name``'s ``session``, held until lately, ended by a report of idle (not
         by a lapse), and nothing was reported of it since."""
         return (name, session) in self._ended_idle
+
+    def take_grace_lapses(self) -> list[tuple[str, str]]:
+        """The sessions (member, session) that lapsed on their grace since the last call,
+        every lapse due by now resolved first."""
+        self.next_expiry()
+        taken = list(self._grace_lapses)
+        self._grace_lapses.clear()
+        return taken
 
     def held(self, name: str) -> int:
         """How many of ``name``'s sessions are working or blocked, or have a background
@@ -221,6 +257,9 @@ class ActivityTracker:
         held = self._sessions[name]
         for session in [s for s, (_, _, expires, *_) in held.items() if now >= expires]:
             del held[session]
+            if (name, session) in self._in_grace:
+                self._in_grace.discard((name, session))
+                self._grace_lapses.append((name, session))
         self._recount(name, shown)
         return self._shown.get(name, _IDLE_ACTIVITY)
 

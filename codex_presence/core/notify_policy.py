@@ -262,6 +262,13 @@ class NotifyPolicy:
                     )
                 )
 
+    def lapsed(self, member: str) -> None:
+        """A session of ``member`` lapsed on its death grace, and another broker (the one
+        that gave it) tells of the death: the blocked spell ends, unanswered, as at
+        :meth:`lost`, and nothing is said here. Another session still blocked starts it
+        again at the next :meth:`observe`, under the same keys."""
+        self._spells.pop(member, None)
+
     def forget(self, names: Iterable[str]) -> None:
         """Drop what is known of ``names`` without a word (not members any more)."""
         for name in names:

@@ -118,6 +118,16 @@ def test_session_lost_while_working_or_blocked_is_told_at_once_and_ends_the_spel
     assert policy.next_action(T0 + 1000) == Wait(until=None)
 
 
+def test_a_lapse_another_broker_tells_of_ends_the_spell_without_a_word() -> None:
+    policy = NotifyPolicy([Rule(after=60, on=ALL)])
+    policy.observe("alice", BLOCKED, ms(T0), T0)
+    [announced] = due(policy, T0 + 60)
+    assert announced.event is NotifyEvent.BLOCKED
+    policy.lapsed("alice")
+    policy.observe("alice", IDLE, None, T0 + 70)  # the lapse, as the roster shows it
+    assert policy.next_action(T0 + 1000) == Wait(until=None)  # no "no longer needs input"
+
+
 def test_a_session_lost_is_named_by_its_session_and_start_not_by_when_it_was_seen() -> None:
     """Two brokers that see one death at different times claim it under one name; the
     body says since when the state held."""

@@ -230,3 +230,24 @@ def test_the_sessions_remembered_as_ended_idle_are_bounded() -> None:
         tracker.report("a", IDLE, session=f"s{n}")
     assert not tracker.ended_idle("a", "s0")  # the oldest, forgotten
     assert tracker.ended_idle("a", "s1") and tracker.ended_idle("a", f"s{ENDED_KEPT}")
+
+
+def test_a_lapse_on_a_grace_is_kept_for_the_taking_and_a_report_since_clears_it() -> None:
+    """A session shortened to its grace (here, or by another broker through the mirror's
+    shortened report) that lapses is handed over once; one reported again, or reported
+    idle, or lapsing by its plain TTL, is not a grace's lapse."""
+    clock = FakeClock()
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    for session in ("died", "back", "clean", "ttl"):
+        tracker.report("a", BLOCKED, session=session)
+    tracker.report("b", WORKING, 3, session="there", grace=True)  # another broker's release
+    for session in ("died", "back", "clean"):
+        assert tracker.shorten("a", session, 3)
+    tracker.report("a", BLOCKED, session="back")  # reported again: the full TTL
+    tracker.report("a", IDLE, session="clean")
+    clock.advance(3)
+    assert sorted(tracker.take_grace_lapses()) == [("a", "died"), ("b", "there")]
+    assert tracker.take_grace_lapses() == []  # taken once
+    clock.advance(27)
+    assert tracker.get("a") is IDLE  # "back" and "ttl" lapsed by the TTL: no grace's
+    assert tracker.take_grace_lapses() == []

@@ -214,6 +214,11 @@ class Notifier:
         self.policy.lost(name, state, at_ms, since_ms=since_ms, session=session)
         self._wake.set()
 
+    def lapsed(self, name: str) -> None:
+        """A session of ``name`` lapsed on a grace another broker gave (that broker tells of
+        it): its blocked spell ends unanswered."""
+        self.policy.lapsed(name)
+
     # -- the work --------------------------------------------------------------------
 
     async def run(self) -> None:

@@ -376,6 +376,7 @@ class SessionActivity:
             session=session,
             background=background,
             background_since=background_since,
+            grace=ttl_ms < self._ttl_ms,  # a report holds the TTL; a release, its grace
         )
         if changed or ttl_ms < self._ttl_ms:
             self._changed(name)

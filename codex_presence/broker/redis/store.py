@@ -200,6 +200,10 @@ class RedisStore:
         """Whether ``name``'s ``session`` ended by a report of idle, through any broker."""
         return self._activity.ended_idle(name, session)
 
+    def take_grace_lapses(self) -> list[tuple[str, str]]:
+        """The sessions that lapsed on a grace any broker gave (the mirror's)."""
+        return self._activity.take_grace_lapses()
+
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
