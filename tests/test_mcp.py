@@ -22,6 +22,7 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from bench._fake_model import Event, FakeModel, function_call, message, running, tool_names
+from codex_presence import __version__
 from codex_presence.broker.team import Member, Role, Team, hash_token
 from tests.support.broker_harness import (
     RunningBroker,
@@ -100,6 +101,11 @@ async def test_roster_tool_answers_the_exact_roster_text(
         broker.url, "--name", "alice", "--token-file", str(token_file(tmp_path, "alice"))
     )
     async with subscribers(broker, "alice", "alice", "builder"), mcp_client(command) as client:
+        assert client.server_info is not None
+        assert (client.server_info.name, client.server_info.version) == (
+            "codex-presence",
+            __version__,
+        )
         tools = await client.list_tools()
         (tool,) = tools.tools
         assert tool.name == "roster"

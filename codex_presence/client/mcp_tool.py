@@ -94,8 +94,11 @@ class RosterSource:
 
 def build_server(source: RosterSource) -> MCPServer[Any]:
     """An MCP server with the one ``roster`` tool, answering from ``source``."""
+    from codex_presence import __version__
+
     server: MCPServer[Any] = MCPServer(
         "codex-presence",
+        version=__version__,
         instructions="Call roster to see which teammates are reachable right now.",
         log_level="WARNING",
     )
