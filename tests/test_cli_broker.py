@@ -589,6 +589,30 @@ def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: 
     assert "CODEX_PRESENCE_PORT='not-a-port'" in refused.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://x:99999/", "Port out of range"),
+        ("roster.example.com", "starts with http://"),
+        ("ftp://x/", "not ftp://"),
+        ("http:///roster", "names no host"),
+    ],
+)
+def test_broker_refuses_a_public_url_that_is_none(tmp_path: Path, url: str, said: str) -> None:
+    """The link a notification carries: one a reader cannot open is said at the start."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    options = ["--notify", "json://127.0.0.1:9/", "--public-url", url]
+    result = subprocess.run(
+        [*CLI, "broker", "--port", "0", "--team", str(team), *options],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--public-url: " in result.stderr and said in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize(("grace", "ttl"), [("-1", "30"), ("nan", "30"), ("31", "30")])
 def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str, ttl: str) -> None:
     team = tmp_path / "team.toml"

@@ -220,7 +220,6 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
 def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Notifier | None:
     """The notifier of ``--notify`` and the team file's ``[[notify]]`` (None: no target)."""
     import math
-    from urllib.parse import urlsplit
 
     from codex_presence.broker.notify.config import command_line_targets, parse_notify
     from codex_presence.broker.team import TeamError
@@ -241,8 +240,13 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         if len(targets) > given:
             _warn_if_others_can_read(args.team)
     link = args.public_url
-    if link is not None and urlsplit(link).scheme not in ("http", "https"):
-        raise UsageError("--public-url must be an http:// or https:// URL")
+    if link is not None:
+        from codex_presence.client.auth import BadBrokerUrl, broker_url
+
+        try:
+            broker_url(link)  # http(s), a host, a port that is one
+        except BadBrokerUrl as exc:
+            raise UsageError(f"--public-url: {exc}") from None
     if not targets:
         return None
     try:
