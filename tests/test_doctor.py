@@ -119,10 +119,19 @@ def test_doctor_reports_a_failing_codex_with_its_last_words(tmp_path: Path) -> N
 
 
 def test_doctor_on_a_schema_without_its_files_is_an_error_not_a_pass(tmp_path: Path) -> None:
-    empty = script(tmp_path / "codex", "#!/bin/sh\nexit 0\n")  # writes no schema at all
-    done = doctor("--codex", str(empty))
+    partial = script(  # one file of the schema, not the others
+        tmp_path / "codex",
+        '#!/bin/sh\n[ "$1" = app-server ] && echo {} > "$5/ServerNotification.json"\nexit 0\n',
+    )
+    done = doctor("--codex", str(partial))
     assert done.returncode == 2
     assert "ServerRequest.json: no such file" in done.stderr
+
+
+def test_doctor_asks_whether_a_program_that_writes_no_schema_is_codex(tmp_path: Path) -> None:
+    done = doctor("--codex", "true")  # exits 0 to everything, and writes nothing
+    assert done.returncode == 2
+    assert "wrote no schema at all: is it codex?" in done.stderr, done.stderr
 
 
 def test_doctor_help_explains_the_sets_and_the_exit_status() -> None:

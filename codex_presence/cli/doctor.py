@@ -151,6 +151,11 @@ def _read_sets(codex: str, timeout: float) -> ProtocolSets:
             ["app-server", "generate-json-schema", "--experimental", "--out", str(out)],
             timeout,
         )
+        if not any(out.iterdir()):
+            raise _DoctorError(
+                f"`{codex} app-server generate-json-schema` wrote no schema at all: "
+                "is it codex? (give its path with --codex)"
+            )
         documents: dict[str, object] = {}
         for name in SCHEMA_FILES:
             try:
