@@ -49,8 +49,13 @@ class Setup:
         return [orjson.loads(line) for line in self.log.read_bytes().splitlines()]
 
     def first(self, role: str, key: str) -> Any:
+        """The first ``key`` the stand-in of ``role`` logged. The bound is generous: the
+        app-server starts with a low CPU weight (the TUI first), and on a loaded machine a
+        Python stand-in so weighted took over 10 s to start."""
         eventually(
-            lambda: any(e["role"] == role and key in e for e in self.seen()), what=f"{role} {key}"
+            lambda: any(e["role"] == role and key in e for e in self.seen()),
+            within=30,
+            what=f"{role} {key}",
         )
         return next(e[key] for e in self.seen() if e["role"] == role and key in e)
 
