@@ -104,7 +104,11 @@ def broker_link(
     try:
         broker_url(args.broker)
     except BadBrokerUrl as exc:  # said once, not retried: no retry can reach it
-        logger.error("not reporting to a broker: --broker %s", exc)
+        from codex_presence.cli.env import ENV_PREFIX
+
+        variable = ENV_PREFIX + "BROKER"
+        given = variable if environ.get(variable) == args.broker else "--broker"
+        logger.error("not reporting to a broker: %s %s", given, exc)
         return None
     try:
         token = read_token(token_file=args.token_file, environ=environ)

@@ -178,6 +178,20 @@ def test_a_runner_given_no_broker_url_says_so_once_and_does_not_report(
     assert said.startswith(f"not reporting to a broker: --broker {reason}"), said
 
 
+def test_a_broker_url_from_the_environment_is_named_by_its_variable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+
+    environ = {"CODEX_PRESENCE_BROKER": "127.0.0.1:8765", "CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40}
+    args = build_parser(environ).parse_args(["wrap", "--", "true"])
+    with caplog.at_level("ERROR", logger="codex_presence"):
+        assert runner.broker_link(args, environ=environ) is None
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("not reporting to a broker: CODEX_PRESENCE_BROKER '127.0.0.1:8765'")
+
+
 def test_the_passing_hold_reaches_the_report_policy() -> None:
     from codex_presence.cli import runner
     from codex_presence.cli.main import build_parser
