@@ -104,10 +104,13 @@ def broker_link(
     try:
         broker_url(args.broker)
     except BadBrokerUrl as exc:  # said once, not retried: no retry can reach it
+        import os
+
         from codex_presence.cli.env import ENV_PREFIX
 
         variable = ENV_PREFIX + "BROKER"
-        given = variable if environ.get(variable) == args.broker else "--broker"
+        named = (os.environ if environ is None else environ).get(variable) == args.broker
+        given = variable if named else "--broker"
         logger.error("not reporting to a broker: %s %s", given, exc)
         return None
     try:
