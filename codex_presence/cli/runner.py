@@ -108,8 +108,10 @@ def broker_link(
 
         from codex_presence.cli.env import ENV_PREFIX
 
+        # Named by the variable when it came from there: ``environ`` holds only the token
+        # for the runners that forgot theirs, so the broker's variable is looked up in ours.
         variable = ENV_PREFIX + "BROKER"
-        named = (os.environ if environ is None else environ).get(variable) == args.broker
+        named = any(env.get(variable) == args.broker for env in (environ or {}, os.environ))
         given = variable if named else "--broker"
         logger.error("not reporting to a broker: %s %s", given, exc)
         return None

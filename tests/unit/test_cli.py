@@ -192,6 +192,26 @@ def test_a_broker_url_from_the_environment_is_named_by_its_variable(
     assert said.startswith("not reporting to a broker: CODEX_PRESENCE_BROKER '127.0.0.1:8765'")
 
 
+def test_a_broker_url_from_our_environment_is_named_by_its_variable_for_every_runner(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the runners call it: ``environ`` holds only the token they took out of ours, and
+    the broker's variable stays in ours. (Before: the variable was looked up in ``environ``
+    alone, so ``wrap``, ``codex`` and ``claude`` all said ``--broker``, never typed.)"""
+    import os
+
+    from codex_presence._env import TOKEN_ENV
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+
+    monkeypatch.setenv("CODEX_PRESENCE_BROKER", "127.0.0.1:8765")
+    args = build_parser(dict(os.environ)).parse_args(["codex", "--", "codex"])
+    with caplog.at_level("ERROR", logger="codex_presence"):
+        assert runner.broker_link(args, environ={TOKEN_ENV: "cp_" + "a" * 40}) is None
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("not reporting to a broker: CODEX_PRESENCE_BROKER '127.0.0.1:8765'")
+
+
 def test_the_passing_hold_reaches_the_report_policy() -> None:
     from codex_presence.cli import runner
     from codex_presence.cli.main import build_parser
