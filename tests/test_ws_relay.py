@@ -422,6 +422,30 @@ def test_a_hang_up_read_after_the_app_server_ended_the_connection_is_a_hang_up(
     assert [c for c in events if c is not None] == [(1, "open"), (1, "hangup")]
 
 
+def test_unsubscribe_named_in_no_request_object_leaves_the_analysis_running(tmp: Path) -> None:
+    """A client message that holds ``"thread/unsubscribe"`` but is no JSON object (a batch)
+    is read as the mapping reads it. (Before: looking in it for the thread the TUI left
+    raised AttributeError, a bug the analysis guard caught: the member was reported idle
+    and presence given up for the rest of the session.)"""
+    inner = Inner(tmp / "inner.sock", [encode(0x1, note("turn/started", **TURN), mask=False)])
+    unsubscribe = {"id": 7, "method": "thread/unsubscribe", "params": {"threadId": "th"}}
+    try:
+        with relaying(tmp / "outer.sock", inner.path) as relayed:
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working"], what="working")
+            sock.sendall(encode(0x1, orjson.dumps([unsubscribe]), mask=True))
+            sock.sendall(encode(0x1, orjson.dumps(unsubscribe), mask=True))
+            eventually(lambda: relayed.relay.unsubscribed == "th", what="the request read")
+            assert not relayed.relay.analysis.failed
+            assert relayed.states == ["working"]
+            sock.sendall(encode(0x8, b"\x03\xe8", mask=True))
+            read_until_eof(sock, rest)
+            sock.close()
+            eventually(lambda: relayed.states == ["working", "idle"], what="the hang-up")
+    finally:
+        inner.close()
+
+
 def test_a_client_the_app_server_cannot_take_is_closed_as_it_would_be(tmp: Path) -> None:
     with relaying(tmp / "outer.sock", tmp / "nobody.sock") as relayed:
         sock = socket.socket(socket.AF_UNIX)

@@ -312,9 +312,11 @@ class WsRelay:
             message = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
-        params = message.get("params") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or message.get("method") != "thread/unsubscribe":
+            return  # the method's name in another message, or in no object at all
+        params = message.get("params")
         thread = params.get("threadId") if isinstance(params, dict) else None
-        if message.get("method") == "thread/unsubscribe" and isinstance(thread, str):
+        if isinstance(thread, str):
             self.unsubscribed = thread
 
     def _connection_event(self, number: int, event: ConnectionEvent) -> None:
