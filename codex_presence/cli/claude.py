@@ -77,10 +77,7 @@ def run(args: argparse.Namespace) -> int:
     command = runner.given_command(args) or ["claude"]
     # claude's screen is our stderr: transitions there would be scribbled over its UI.
     quiet = args.quiet or (not args.log_file and not args.verbose and sys.stderr.isatty())
-    try:
-        setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
-    except OSError as exc:
-        raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+    setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)  # or UsageError
 
     import os
 

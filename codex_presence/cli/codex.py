@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from codex_presence.cli import runner
-from codex_presence.cli.main import UsageError, setup_logging
+from codex_presence.cli.main import check_log_file, setup_logging
 
 TYPE_CHECKING = False  # import-light: typing loads ~ms before the TUI's spawn otherwise
 if TYPE_CHECKING:
@@ -56,14 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
-    from codex_presence.agent.descriptors import open_private
     from codex_presence.agent.tui.launch import launch_tui, load_behind_the_tui
 
-    if args.log_file:  # a bad --log-file is a usage error: before anything runs
-        try:
-            os.close(open_private(args.log_file, append=True))
-        except OSError as exc:
-            raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+    check_log_file(args.log_file)  # a bad --log-file is a usage error: before anything runs
     # Spawn first (issue 27): the TUI and its app-server start before anything beyond the
     # standard library loads (logging, anyio, the mapping, the broker link's HTTP client,
     # the websocket parsers), so all of that overlaps with the TUI's own start. The token

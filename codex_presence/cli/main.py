@@ -159,6 +159,25 @@ def build_parser(
     return parser
 
 
+def check_log_file(log_file: str | None) -> None:
+    """A ``--log-file`` that cannot be opened (it is created 0600) is a :class:`UsageError`
+    naming it: for a runner to say so before its child starts, logging set up later."""
+    if not log_file:
+        return
+    import os
+
+    from codex_presence.agent.descriptors import open_private
+
+    try:
+        os.close(open_private(log_file, append=True))
+    except OSError as exc:
+        raise _unusable_log_file(log_file, exc) from None
+
+
+def _unusable_log_file(log_file: str, exc: OSError) -> UsageError:
+    return UsageError(f"--log-file {log_file}: {exc.strerror or exc}")
+
+
 def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None = None) -> None:
     """The daemon's own words go to stderr (or a file, created 0600), never to stdout. A
     log file that cannot be opened is a :class:`UsageError` naming it."""
@@ -180,7 +199,7 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
             else logging.StreamHandler(sys.stderr)
         )
     except OSError as exc:
-        raise UsageError(f"--log-file {log_file}: {exc.strerror or exc}") from None
+        raise _unusable_log_file(str(log_file), exc) from None
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         if log_file

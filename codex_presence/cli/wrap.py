@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from codex_presence.cli import runner
-from codex_presence.cli.main import UsageError, setup_logging
+from codex_presence.cli.main import UsageError, check_log_file, setup_logging
 
 TYPE_CHECKING = False  # typing is not loaded before the child runs
 if TYPE_CHECKING:
@@ -60,14 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env, launch
-    from codex_presence.agent.descriptors import open_private
     from codex_presence.agent.signals import cannot_run
 
-    if args.log_file:  # a bad --log-file is a usage error: before anything runs
-        try:
-            os.close(open_private(args.log_file, append=True))
-        except OSError as exc:
-            raise UsageError(f"--log-file {args.log_file}: {exc.strerror or exc}") from exc
+    check_log_file(args.log_file)  # a bad --log-file is a usage error: before anything runs
     for fd in (0, 1, 2):  # a closed standard descriptor must not be reused by our pipes
         try:
             os.fstat(fd)

@@ -98,14 +98,18 @@ def test_a_variable_that_cannot_be_used_says_which_and_what_it_takes(
     )
 
 
-@pytest.mark.parametrize("command", [["broker", "--port", "0"], ["mcp"]])
+@pytest.mark.parametrize(
+    "command",
+    [["broker", "--port", "0"], ["mcp"], ["wrap", "--", "true"], ["codex"], ["claude"]],
+)
 def test_a_log_file_that_cannot_be_opened_is_a_usage_error_naming_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
 ) -> None:
     """Before: ``broker --log-file /nonexistent/x.log`` ended in a FileNotFoundError
-    traceback (the runners checked their --log-file first; broker and mcp did not)."""
+    traceback (the runners checked their --log-file first; broker and mcp did not). The
+    runners say it before their child starts, in the same words."""
     log = f"{tmp_path}/no/such/dir/x.log"
-    assert main([*command, "--log-file", log]) == 2
+    assert main([command[0], "--log-file", log, *command[1:]]) == 2
     assert capsys.readouterr().err == (
         f"codex-presence {command[0]}: --log-file {log}: No such file or directory\n"
     )
