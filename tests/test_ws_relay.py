@@ -446,6 +446,39 @@ def test_unsubscribe_named_in_no_request_object_leaves_the_analysis_running(tmp:
         inner.close()
 
 
+def test_the_thread_to_resume_is_never_a_title_thread(tmp: Path) -> None:
+    """The TUI leaves its title thread after every prompt (``thread/unsubscribe``, id
+    ``temporary-structured-unsubscribe-…``), and its main thread only on /exit. A TUI that
+    ended otherwise (Ctrl-C, a crash) left the title thread last: it is no session, and
+    resuming it fails. (Before: the parting hint named it.)"""
+    title = {"id": "title-th", "threadSource": "thread_title"}
+    inner = Inner(
+        tmp / "inner.sock",
+        [
+            encode(0x1, note("thread/started", thread=title), mask=False),
+            encode(0x1, note("turn/started", **TURN), mask=False),
+        ],
+    )
+
+    def unsubscribe(request: object, thread: str) -> bytes:
+        message = {"id": request, "method": "thread/unsubscribe", "params": {"threadId": thread}}
+        return encode(0x1, orjson.dumps(message), mask=True)
+
+    try:
+        with relaying(tmp / "outer.sock", inner.path) as relayed:
+            sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
+            eventually(lambda: relayed.states == ["working"], what="working")
+            sock.sendall(unsubscribe(7, "th"))
+            sock.sendall(unsubscribe("temporary-structured-unsubscribe-1", "title-th"))
+            sock.sendall(encode(0x8, b"\x03\xe8", mask=True))  # read after both
+            read_until_eof(sock, rest)
+            sock.close()
+            eventually(lambda: relayed.states == ["working", "idle"], what="the hang-up")
+            assert relayed.relay.unsubscribed == "th"
+    finally:
+        inner.close()
+
+
 def test_a_client_the_app_server_cannot_take_is_closed_as_it_would_be(tmp: Path) -> None:
     with relaying(tmp / "outer.sock", tmp / "nobody.sock") as relayed:
         sock = socket.socket(socket.AF_UNIX)

@@ -142,7 +142,8 @@ class WsRelay:
         self._said_unreadable = False
         self.unsubscribed: str | None = None
         """The thread the client last unsubscribed from (the TUI does so from its main
-        thread on /exit): the one its parting hint says to resume."""
+        thread on /exit), its title threads aside (it leaves one after every prompt): the
+        one its parting hint says to resume."""
 
     async def serve(self, listener: socket.socket) -> None:
         """Accept client connections on ``listener`` until cancelled."""
@@ -316,7 +317,7 @@ class WsRelay:
             return  # the method's name in another message, or in no object at all
         params = message.get("params")
         thread = params.get("threadId") if isinstance(params, dict) else None
-        if isinstance(thread, str):
+        if isinstance(thread, str) and not self.mapping.is_title_thread(thread):
             self.unsubscribed = thread
 
     def _connection_event(self, number: int, event: ConnectionEvent) -> None:

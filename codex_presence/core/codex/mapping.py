@@ -227,6 +227,11 @@ class CodexMapping:
         line change the state (pre-filters may skip client lines otherwise)."""
         return bool(self._pending)
 
+    def is_title_thread(self, thread: object) -> bool:
+        """Whether ``thread`` is one of the TUI's side threads that title a session (as its
+        ``thread/started`` said): never a session of its own, nor one to resume."""
+        return self._turns.is_ignored(thread)
+
     def feed_line(self, direction: Direction, line: bytes) -> Transition | None:
         """Feed one raw line (with or without its newline) as it crossed the wire."""
         self.stats.lines += 1
