@@ -76,6 +76,23 @@ def target(url: str, *, after: float = 60, **rule: Any) -> Target:
     return Target(url=url, rule=Rule(after=after, **rule))
 
 
+@contextmanager
+def two_brokers_on_redis(
+    redis_url: str, hook: Receiver, clock: FakeClock, **rule: Any
+) -> Iterator[tuple[list[Notifier], RunningBroker, RunningBroker]]:
+    """Two brokers sharing ``redis_url`` (and its claims), each notifying ``hook`` by
+    ``rule``, their session grace 0.5 s: their notifiers, and the two brokers running."""
+    notifiers, brokers = [], []
+    for _ in range(2):
+        state = shared_state(redis_url, TEAM)
+        claims = RedisClaims(state.store.link)
+        n = notifier([target(f"json://{hook.host}/h", **rule)], clock, claims=claims)
+        notifiers.append(n)
+        brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
+    with brokers[0] as a, brokers[1] as b:
+        yield notifiers, a, b
+
+
 # -- one notification per target, with who, what, since and the link ---------------------
 
 
@@ -464,14 +481,7 @@ def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str)
     with receiver() as hook:
         clock = FakeClock(START)
         on_lost = frozenset({NotifyEvent.LOST})
-        notifiers, brokers = [], []
-        for _ in range(2):
-            state = shared_state(redis_url, TEAM)
-            claims = RedisClaims(state.store.link)
-            n = notifier([target(f"json://{hook.host}/h", on=on_lost)], clock, claims=claims)
-            notifiers.append(n)
-            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
-        with brokers[0] as a, brokers[1] as b:
+        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(b, "builder", "blocked", RUNNER)
                 eventually(lambda: a.broker.store.activity("builder").value == "blocked")
@@ -494,15 +504,8 @@ def test_a_runner_that_dies_blocked_is_told_lost_and_never_answered_by_any_broke
     ("no longer needs input") of a runner that died."""
     with receiver() as hook:
         clock = FakeClock(START)
-        notifiers, brokers = [], []
-        for _ in range(2):
-            state = shared_state(redis_url, TEAM)
-            claims = RedisClaims(state.store.link)
-            rule = {"on": frozenset(NotifyEvent), "after": 5}
-            n = notifier([target(f"json://{hook.host}/h", **rule)], clock, claims=claims)
-            notifiers.append(n)
-            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
-        with brokers[0] as a, brokers[1] as b:
+        every = frozenset(NotifyEvent)
+        with two_brokers_on_redis(redis_url, hook, clock, on=every, after=5) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(a, "builder", "blocked", RUNNER)
                 for n in notifiers:
@@ -534,14 +537,7 @@ def test_a_session_that_came_back_through_another_broker_and_ended_idle_is_not_l
     with receiver() as hook:
         clock = FakeClock(START)
         on_lost = frozenset({NotifyEvent.LOST})
-        notifiers, brokers = [], []
-        for _ in range(2):
-            state = shared_state(redis_url, TEAM)
-            claims = RedisClaims(state.store.link)
-            n = notifier([target(f"json://{hook.host}/h", on=on_lost)], clock, claims=claims)
-            notifiers.append(n)
-            brokers.append(broker_with(n, clock, store=state.store, session_grace=0.5))
-        with brokers[0] as a, brokers[1] as b:
+        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(a, "builder", "working", RUNNER)
             in_grace(a)  # the first broker took it for dying
