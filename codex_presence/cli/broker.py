@@ -228,8 +228,7 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
 
     if not (math.isfinite(args.notify_after) and args.notify_after >= 0):
         raise UsageError("--notify-after must be a number of seconds >= 0")
-    urls = [args.notify] if isinstance(args.notify, str) else (args.notify or [])
-    urls = [url for given in urls for url in given.split()]  # the variable: several
+    urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
     targets = command_line_targets(urls, after=args.notify_after)
     given = len(targets)  # then the team file's, numbered from 0 as its errors say
     if args.team:

@@ -20,6 +20,16 @@ _WANTED: dict[object, str] = {int: "a whole number", float: "a number"}
 """What a variable for an option of this type must hold, in words."""
 
 
+class _FromEnvironment(list[object]):
+    """A repeatable option's value from the environment. argparse appends the command
+    line's uses to a copy of the default; this one copies as empty, so the command line's
+    values replace the environment's (a flag wins, as for every other option) instead of
+    argparse failing to append to the variable's string."""
+
+    def __copy__(self) -> list[object]:
+        return []
+
+
 def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str]) -> list[str]:
     """Let ``CODEX_PRESENCE_<DEST>`` supply the default of every option of ``parser`` (and
     of its own subcommands). Returns what could not be used, for :func:`main` to report
@@ -52,6 +62,8 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str])
         converter: Callable[[str], object] = action.type or str  # type: ignore[assignment]
         try:
             action.default = converter(value)
+            if isinstance(action, argparse._AppendAction):
+                action.default = _FromEnvironment([action.default])
         except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
             wanted = _WANTED.get(converter)
             if wanted is not None:  # Python's words ("invalid literal for int()") say less

@@ -216,6 +216,21 @@ def test_a_broker_url_from_our_environment_is_named_by_its_variable_for_every_ru
     assert said.startswith("not reporting to a broker: CODEX_PRESENCE_BROKER '127.0.0.1:8765'")
 
 
+def test_a_repeatable_option_from_the_environment_gives_way_to_the_command_line() -> None:
+    """``CODEX_PRESENCE_NOTIFY`` beside ``--notify`` (or ``CODEX_PRESENCE_MEMBERS`` beside
+    ``team init --member``): the command line's values win. (Before: argparse appended to
+    the variable's string, an AttributeError traceback.)"""
+    from codex_presence.cli.main import build_parser
+
+    environ = {"CODEX_PRESENCE_NOTIFY": "json://a json://b", "CODEX_PRESENCE_MEMBERS": "zed"}
+    parser = build_parser(environ)
+    assert parser.parse_args(["broker"]).notify == ["json://a json://b"]
+    assert parser.parse_args(["broker", "--notify", "json://c"]).notify == ["json://c"]
+    assert parser.parse_args(["broker"]).notify == ["json://a json://b"]  # not appended to
+    init = parser.parse_args(["team", "init", "t.toml", "-m", "alice", "-m", "bob"])
+    assert init.members == ["alice", "bob"]
+
+
 def test_the_passing_hold_reaches_the_report_policy() -> None:
     from codex_presence.cli import runner
     from codex_presence.cli.main import build_parser
