@@ -655,6 +655,12 @@ def test_the_broker_refuses_a_url_apprise_does_not_know_without_quoting_it(
     assert main([*args, "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "--notify URL 1: not a notification URL apprise knows" in err
+    # From the variable, named by it: the person typed no --notify.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CODEX_PRESENCE_NOTIFY", "json://127.0.0.1:9/h nosuchservice://s3cret@h/x")
+        assert main(["broker", "--team", str(team_file), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "CODEX_PRESENCE_NOTIFY URL 2: not a notification URL apprise knows" in err, err
     assert "s3cret" not in err
     # In the team file, the entry is named as the file's other mistakes are (before: it was
     # "notification target 2", counted over --notify and the file together, from 1, where

@@ -224,11 +224,13 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     from codex_presence.broker.notify.config import command_line_targets, parse_notify
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import read_team_file
+    from codex_presence.cli.env import from_environment
     from codex_presence.cli.main import UsageError
 
     if not (math.isfinite(args.notify_after) and args.notify_after >= 0):
         raise UsageError("--notify-after must be a number of seconds >= 0")
     urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
+    notify_option = "CODEX_PRESENCE_NOTIFY" if from_environment(args.notify) else "--notify"
     targets = command_line_targets(urls, after=args.notify_after)
     given = len(targets)  # then the team file's, numbered from 0 as its errors say
     if args.team:
@@ -268,7 +270,7 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
             sender.masked(target.url)
         except ValueError as exc:  # never quotes the URL: it holds secrets
             where = target.name or (
-                f"--notify URL {number + 1}"
+                f"{notify_option} URL {number + 1}"
                 if number < given
                 else f"{args.team}: notify[{number - given}]"
             )

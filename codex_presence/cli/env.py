@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-__all__ = ["ENV_PREFIX", "apply_env_defaults"]
+__all__ = ["ENV_PREFIX", "apply_env_defaults", "from_environment"]
 
 ENV_PREFIX = "CODEX_PRESENCE_"
 
@@ -28,6 +28,11 @@ class _FromEnvironment(list[object]):
 
     def __copy__(self) -> list[object]:
         return []
+
+
+def from_environment(value: object) -> bool:
+    """Whether a repeatable option's ``value`` came from its variable, not the command line."""
+    return isinstance(value, _FromEnvironment)
 
 
 def apply_env_defaults(parser: argparse.ArgumentParser, environ: dict[str, str]) -> list[str]:
