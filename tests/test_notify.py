@@ -555,6 +555,34 @@ def test_a_session_that_came_back_through_another_broker_and_ended_idle_is_not_l
     assert hook.requests == []
 
 
+def test_a_session_that_came_back_through_another_broker_and_died_there_is_told_once(
+    redis_url: str,
+) -> None:
+    """The runner's subscription drops from one broker and comes back on another, where it
+    turns blocked; then it dies there. That broker tells the death, blocked; the first one,
+    which took the session for dying when it left, working, must not tell it again in that
+    old state. (Before: two "session lost" notices, one of them "while working".)"""
+    with receiver() as hook:
+        clock = FakeClock(START)
+        on_lost = frozenset({NotifyEvent.LOST})
+        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
+            with subscribed(a, "builder", RUNNER):
+                report_in(a, "builder", "working", RUNNER)
+            in_grace(a)  # the first broker took it for dying
+            with subscribed(b, "builder", RUNNER):
+                clock.advance(5)
+                report_in(b, "builder", "blocked", RUNNER)
+                eventually(lambda: a.broker.store.activity("builder").value == "blocked")
+            eventually(lambda: hook.requests, what="the session lost")
+            report_in(a, "scout", "working", "other")  # the first broker's fan-out runs
+            eventually(lambda: b.broker.store.activity("scout").value == "working")
+            time.sleep(0.3)
+            for n in notifiers:
+                settled(n, clock)
+    said = [r.json()["message"] for r in hook.requests]
+    assert len(said) == 1 and "while blocked" in said[0], said
+
+
 def test_a_notice_claimed_by_a_broker_that_died_is_sent_once_its_claim_lapses(
     redis_url: str,
 ) -> None:

@@ -20,7 +20,10 @@ subscribed again within the grace (a network blip), and a report that lapses by 
 without a subscription ever bound to its session (nothing says its runner is gone). A
 dying session is told lost only when it *lapsed*: one that came back through another broker
 (its reports go there, and this one never hears them) and ended there with a report of
-idle went cleanly, whenever that was (:meth:`~.tracker.ActivityTracker.ended_idle`).
+idle went cleanly, whenever that was (:meth:`~.tracker.ActivityTracker.ended_idle`). One
+that came back there and changed its state or since is that broker's to tell, should it
+die: its record here is not what it was at its release, and this broker lets it go (it
+would tell the death a second time, in the state it had when it left).
 
 Every broker hears of a lapse on a grace, whichever gave it
 (:meth:`~.tracker.ActivityTracker.take_grace_lapses`): one that is not its to tell ends the
@@ -44,6 +47,8 @@ logger = logging.getLogger("codex_presence.broker")
 BUSY_KEPT = 1024
 """Sessions whose state is remembered before the lapsed ones are pruned."""
 _IDLE = ActivityState.IDLE
+_Record = tuple[ActivityState, int] | None
+"""A session's state and since, as its store holds it (None: the store cannot say)."""
 
 
 class Mourner(Protocol):
@@ -67,6 +72,8 @@ class Mourner(Protocol):
 @runtime_checkable
 class _SessionHolder(Protocol):
     def holds(self, name: str, session: str) -> bool: ...
+
+    def session_state(self, name: str, session: str) -> tuple[ActivityState, int] | None: ...
 
     def ended_idle(self, name: str, session: str) -> bool: ...
 
@@ -103,8 +110,9 @@ class Deaths:
         self._busy: dict[tuple[str, str], tuple[ActivityState, int]] = {}
         """Each named session working or blocked, as reported here: its state and since."""
         self._busy_cap = BUSY_KEPT
-        self._dying: dict[tuple[str, str], tuple[ActivityState, int]] = {}
-        """Sessions in their grace: what they were doing, since when."""
+        self._dying: dict[tuple[str, str], tuple[ActivityState, int, _Record]] = {}
+        """Sessions in their grace: what they were doing, since when, and the store's
+        record of them then (None: the store cannot say)."""
 
     def reported(self, name: str, session: str, state: ActivityState, now_ms: int) -> None:
         """``name``'s ``session`` reported ``state`` at ``now_ms``, and the store recorded it."""
@@ -137,7 +145,9 @@ class Deaths:
             if state is _IDLE or since is None or sum(counts) > 1:
                 return
             busy = (state, since)
-        self._dying[(name, session)] = busy
+        holder = _holder(self._store)
+        record = None if holder is None else holder.session_state(name, session)
+        self._dying[(name, session)] = (*busy, record)
 
     def find(self) -> None:
         """Tell of each dying session whose grace lapsed; of another broker's, that it
@@ -146,8 +156,12 @@ class Deaths:
         for key in holder.take_grace_lapses() if holder is not None else ():
             if key not in self._dying:
                 self._mourner.lapsed(key[0])
-        for (name, session), (state, since) in list(self._dying.items()):
+        for (name, session), (state, since, record) in list(self._dying.items()):
             if holds(self._store, name, session):
+                if holder is not None and record not in (None, holder.session_state(name, session)):
+                    # Reported anew through another broker: alive there, and that broker
+                    # tells its death, in the state it then has.
+                    del self._dying[(name, session)]
                 continue
             del self._dying[(name, session)]
             if not _lapsed(self._store, name, session):

@@ -193,6 +193,13 @@ class ActivityTracker:
         self.entry(name)
         return session in self._sessions.get(name, {})
 
+    def session_state(self, name: str, session: str) -> tuple[ActivityState, int] | None:
+        """``name``'s ``session``'s state and since when it holds (unix ms), the TTL
+        resolved; None when it is not held."""
+        self.entry(name)
+        held = self._sessions.get(name, {}).get(session)
+        return None if held is None else (held[0], held[1])
+
     def ended_idle(self, name: str, session: str) -> bool:
         """Whether ``name``'s ``session``, held until lately, ended by a report of idle (not
         by a lapse), and nothing was reported of it since."""

@@ -196,6 +196,10 @@ class RedisStore:
         """Whether ``name``'s ``session`` is working or blocked (the mirror's TTL resolved)."""
         return self._activity.holds(name, session)
 
+    def session_state(self, name: str, session: str) -> tuple[ActivityState, int] | None:
+        """``name``'s ``session``'s state and since, as any broker last recorded it."""
+        return self._activity.session_state(name, session)
+
     def ended_idle(self, name: str, session: str) -> bool:
         """Whether ``name``'s ``session`` ended by a report of idle, through any broker."""
         return self._activity.ended_idle(name, session)
