@@ -66,6 +66,22 @@ def settled(n: Notifier, clock: FakeClock) -> None:
     eventually(lambda: n.looked_at >= clock.now and n.pending == 0, what="the notifier idle")
 
 
+def fan_outs_ran(notifiers: list[Notifier], clock: FakeClock, *brokers: RunningBroker) -> None:
+    """Every broker's fan-out has published since now (a publish first looks for lapses and
+    deaths), prompted by another member's report through the first; then each notifier has
+    looked again (the clock moved a tick) and delivered what it found. A wait for a cause:
+    a notice not sent is then one that was never due."""
+    before = [b.broker.version for b in brokers]
+    report_in(brokers[0], "scout", "working", "other")
+    eventually(
+        lambda: all(b.broker.version > v for b, v in zip(brokers, before, strict=True)),
+        what="every broker's fan-out",
+    )
+    clock.advance(0.001)
+    for n in notifiers:
+        settled(n, clock)
+
+
 @contextmanager
 def broker_with(n: Notifier, wall: FakeClock, **kwargs: Any) -> Iterator[RunningBroker]:
     with running_broker(team=TEAM, wall_clock=wall, watcher=n, **kwargs) as broker:
@@ -438,10 +454,7 @@ def test_a_session_that_did_not_die_is_not_told_lost(ending: str) -> None:
                 again.enter_context(subscribed(broker, "builder", RUNNER))
                 eventually(lambda: broker.broker._bound)
             clock.advance(2)
-        report_in(broker, "scout", "working", "other")  # the fan-out runs
-        eventually(lambda: broker.broker.store.activity("scout").value == "working")
-        time.sleep(0.3)
-        settled(n, clock)
+        fan_outs_ran([n], clock, broker)
         assert hook.requests == []
         # "rebound" lapsed too (nothing re-sent its state), but its runner is alive.
         expected = "working" if ending == "again" else "idle"
@@ -486,9 +499,7 @@ def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str)
                 report_in(b, "builder", "blocked", RUNNER)
                 eventually(lambda: a.broker.store.activity("builder").value == "blocked")
             eventually(lambda: hook.requests, what="the session lost")
-            time.sleep(1)
-            for n in notifiers:
-                settled(n, clock)
+            fan_outs_ran(notifiers, clock, a, b)  # the other broker, had it told too
     [told] = hook.requests
     assert told.json()["title"] == "builder: session lost"
     assert "while blocked (since 08:00:00 UTC, 0 s)" in told.json()["message"]
@@ -518,11 +529,7 @@ def test_a_runner_that_dies_blocked_is_told_lost_and_never_answered_by_any_broke
                 what="the session lost",
             )
             eventually(lambda: b.broker.store.activity("builder").value == "idle")
-            report_in(b, "scout", "working", "other")  # the other broker's fan-out runs
-            eventually(lambda: a.broker.store.activity("scout").value == "working")
-            time.sleep(0.3)
-            for n in notifiers:
-                settled(n, clock)
+            fan_outs_ran(notifiers, clock, b, a)
     titles = [r.json()["title"] for r in hook.requests]
     assert titles == ["builder: needs input", "builder: session lost"], titles
 
@@ -547,11 +554,7 @@ def test_a_session_that_came_back_through_another_broker_and_ended_idle_is_not_l
                 assert a.broker.store.activity("builder").value == "working"
                 report_in(b, "builder", "idle", RUNNER)  # its last word, then its end
                 eventually(lambda: a.broker.store.activity("builder").value == "idle")
-            report_in(a, "scout", "working", "other")  # the first broker's fan-out runs
-            eventually(lambda: b.broker.store.activity("scout").value == "working")
-            time.sleep(0.3)
-            for n in notifiers:
-                settled(n, clock)
+            fan_outs_ran(notifiers, clock, a, b)
     assert hook.requests == []
 
 
@@ -574,11 +577,7 @@ def test_a_session_that_came_back_through_another_broker_and_died_there_is_told_
                 report_in(b, "builder", "blocked", RUNNER)
                 eventually(lambda: a.broker.store.activity("builder").value == "blocked")
             eventually(lambda: hook.requests, what="the session lost")
-            report_in(a, "scout", "working", "other")  # the first broker's fan-out runs
-            eventually(lambda: b.broker.store.activity("scout").value == "working")
-            time.sleep(0.3)
-            for n in notifiers:
-                settled(n, clock)
+            fan_outs_ran(notifiers, clock, a, b)
     said = [r.json()["message"] for r in hook.requests]
     assert len(said) == 1 and "while blocked" in said[0], said
 
