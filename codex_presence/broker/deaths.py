@@ -94,12 +94,6 @@ def holds(store: Store, name: str, session: str) -> bool:
     return True if holder is None else holder.holds(name, session)
 
 
-def _lapsed(store: Store, name: str, session: str) -> bool:
-    """Whether ``name``'s ``session``, no longer held, lapsed (not reported idle)."""
-    holder = _holder(store)
-    return holder is not None and not holder.ended_idle(name, session)
-
-
 class Deaths:
     """The sessions of ``store`` that die, told to ``mourner`` with ``now_ms`` (unix ms)."""
 
@@ -153,18 +147,20 @@ class Deaths:
         """Tell of each dying session whose grace lapsed; of another broker's, that it
         lapsed."""
         holder = _holder(self._store)
-        for key in holder.take_grace_lapses() if holder is not None else ():
+        if holder is None:
+            return  # a store that cannot say: no death is ever told
+        for key in holder.take_grace_lapses():
             if key not in self._dying:
                 self._mourner.lapsed(key[0])
         for (name, session), (state, since, record) in list(self._dying.items()):
-            if holds(self._store, name, session):
-                if holder is not None and record not in (None, holder.session_state(name, session)):
+            if holder.holds(name, session):
+                if holder.session_state(name, session) != record:
                     # Reported anew through another broker: alive there, and that broker
                     # tells its death, in the state it then has.
                     del self._dying[(name, session)]
                 continue
             del self._dying[(name, session)]
-            if not _lapsed(self._store, name, session):
+            if holder.ended_idle(name, session):
                 logger.debug("%s's session %s ended idle through another broker", name, session)
                 continue
             logger.info("%s's session %s lapsed after its subscription ended", name, session)
