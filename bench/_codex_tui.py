@@ -281,6 +281,15 @@ class Tui:
         text = self._tmux("capture-pane", "-p", "-t", "tui")
         return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
 
+    def scrollback(self) -> str:
+        """The screen with everything scrolled off above it, trailing blanks removed."""
+        text = self._tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "tui")
+        return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
+
+    def on_alternate_screen(self) -> bool:
+        """Whether the pane shows its alternate screen (a full-screen TUI's)."""
+        return self._tmux("display", "-p", "-t", "tui", "#{alternate_on}").strip() == "1"
+
     def snap(self, label: str) -> str:
         text = self.screen()
         self.screens.append((time.monotonic() - self.started, label, text))

@@ -11,16 +11,27 @@ reported live. The recordings kept as fixtures
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+from bench._fake_model import FakeModel, message
 from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
-from tests.support.tui_driver import short_tempdir
+from tests.support.tui_driver import (
+    COMPOSER,
+    READY,
+    Tui,
+    pane_process,
+    presence_command,
+    short_tempdir,
+    tui_home,
+)
 from tests.support.tui_scenarios import SCENARIOS, record
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -69,3 +80,34 @@ def test_a_tui_recording_replays_to_its_hand_written_timeline(path: Path) -> Non
     entries = list(read_entries(recording.read_bytes().splitlines()))
     assert entries[-1].end
     assert [(row.line, row.state, row.cause) for row in timeline(entries)] == expected(path)
+
+
+@pytest.mark.codex
+def test_when_the_app_server_dies_our_words_start_on_a_clean_line_of_the_main_screen(
+    codex: Path, out: Path
+) -> None:
+    """No ``--log-file``: what the command says when the app-server dies goes to the
+    terminal once the TUI is ended. The TUI draws on the alternate screen and leaves it
+    only on a normal exit, so the command leaves it for it: its words start on a line of
+    their own on the main screen, as plain codex's parting words do, and the shell goes on
+    there (issue 34: they were written over the TUI's last frame, from the composer's line
+    down, and the alternate screen stayed)."""
+    model = FakeModel([message("Hello there.")])
+    with model.serve():
+        home = tui_home(out, model.base_url)
+        tui = Tui(presence_command(codex), env=home.env, cwd=home.work, sock_dir=out)
+        try:
+            tui.wait_for(READY, timeout=60)
+            tui.wait_for(COMPOSER, timeout=60)
+            assert tui.on_alternate_screen()  # the premise: codex draws there
+            os.kill(pane_process(tui, b"app-server", deepest=True), signal.SIGKILL)
+            assert tui.wait_exit(60) == 1
+            alternate = tui.on_alternate_screen()
+            after = tui.scrollback()
+        finally:
+            tui.close()
+    assert not alternate, after
+    lines = after.splitlines()
+    said = [line for line in lines if "codex app-server exited" in line]
+    assert said and said[0].startswith("codex-presence: "), after
+    assert COMPOSER not in after, after  # nothing of the frame under or beside our words

@@ -26,9 +26,15 @@ _MODES_OFF = (
     b"\x1b[?2004l"  # bracketed paste off
     b"\x1b[?1004l"  # focus reports off
     b"\x1b[?25h"  # show the cursor
+    # The main screen again, the cursor where it was when the TUI took the alternate one
+    # (measured: codex 0.169.0 and 0.171.0 draw on it, and leave it on a normal exit only).
+    # Without this, our parting words were written over the TUI's last frame, from the
+    # composer's line down, and the person's shell went on in the alternate screen.
+    b"\x1b[?1049l"
     b"\r\n"
 )
-"""What the codex TUI writes on a normal exit to undo its modes (each harmless when off)."""
+"""What the codex TUI writes on a normal exit to undo its modes (each harmless when off):
+what we write next starts on a clean line of the main screen, as its own parting words do."""
 
 
 class SavedTerminal:
