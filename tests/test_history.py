@@ -1,0 +1,187 @@
+"""GET /history and GET /metrics on real brokers: two sharing a real redis-server read one
+history; the history outlives a broker; both endpoints need a member's token.
+
+Time is the brokers' own wall clock, a FakeClock the test moves between reports (the
+reports date the transitions), so nothing here waits for seconds to pass: each step waits
+for what must happen (the other broker's history showing it), generously.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from codex_presence.broker.history import MemoryRecorder
+from codex_presence.broker.history_http import history_routes
+from codex_presence.broker.metrics import BrokerMetrics, metrics_routes
+from codex_presence.broker.redis.history import RedisHistory
+from tests.support.broker_harness import FakeClock, RunningBroker, running_broker, shared_state
+from tests.support.redis_server import redis_server
+from tests.support.shared_brokers import TEAM, Stream, auth, report, roster
+from tests.support.waiting import eventually
+
+T0 = 1_767_225_600_000  # 2026-01-01, unix ms
+WAIT = 60.0
+
+
+@contextmanager
+def history_broker(
+    clock: FakeClock, redis: str | None = None
+) -> Iterator[tuple[RunningBroker, BrokerMetrics]]:
+    """A broker keeping the history (in ``redis``'s stream, or in memory) and metrics,
+    dated by ``clock``."""
+    metrics = BrokerMetrics()
+    kwargs: dict[str, Any] = {}
+    if redis is not None:
+        state = shared_state(redis, TEAM)
+        metrics.watch(state.link)
+        recorder: Any = RedisHistory(
+            state.link, names=[m.name for m in TEAM.members], answered=metrics.block_answered
+        )
+        kwargs["store"] = state.store
+    else:
+        recorder = MemoryRecorder(answered=metrics.block_answered)
+
+    def routes(broker: Any) -> list[Any]:
+        return [*history_routes(broker, recorder, clock), *metrics_routes(broker, metrics)]
+
+    with running_broker(
+        team=TEAM, wall_clock=clock, history=recorder, extra_routes=routes, **kwargs
+    ) as running:
+        yield running, metrics
+
+
+def history(url: str, member: str, **params: Any) -> dict[str, Any]:
+    response = httpx.get(
+        url + "/history", params={"member": member, **params}, headers=auth("scout"), timeout=10
+    )
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def states(url: str, member: str) -> list[str]:
+    return [i["state"] for i in history(url, member, since=T0)["intervals"]]
+
+
+def scrape(url: str) -> str:
+    response = httpx.get(url + "/metrics", headers=auth("scout"), timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    return response.text
+
+
+def sample(text: str, line_start: str) -> float:
+    """The value of the metric line starting with ``line_start`` (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rpartition(" ")[2])
+    return 0.0
+
+
+def test_two_brokers_on_one_redis_read_one_history_and_a_restart_loses_nothing() -> None:
+    clock = FakeClock(T0 / 1000)
+    with redis_server() as server, ExitStack() as stack:
+        a, _ = stack.enter_context(history_broker(clock, server.url))
+        b, _ = stack.enter_context(history_broker(clock, server.url))
+        builder = Stream(a.url, "builder")  # builder is on the wire: idle, not offline
+        eventually(lambda: roster(b.url)["builder"]["connected"] == 1, WAIT, "B sees builder")
+
+        assert report(a.url, "builder", "blocked").status_code == 204
+        eventually(lambda: states(b.url, "builder")[-1:] == ["blocked"], WAIT, "B: blocked")
+        text = scrape(b.url)
+        assert sample(text, 'codex_presence_members{state="blocked"}') == 1
+        assert sample(text, 'codex_presence_member_state{member="builder",state="blocked"}') == 1
+
+        clock.advance(3)
+        assert report(a.url, "builder", "working").status_code == 204
+        eventually(lambda: states(b.url, "builder")[-1:] == ["working"], WAIT, "B: working")
+        clock.advance(2)
+        assert report(a.url, "builder", "idle").status_code == 204
+        eventually(lambda: states(b.url, "builder")[-1:] == ["idle"], WAIT, "B: idle")
+
+        expected = [
+            {"state": "blocked", "since": T0, "until": T0 + 3000},
+            {"state": "working", "since": T0 + 3000, "until": T0 + 5000},
+            {"state": "idle", "since": T0 + 5000, "until": None},
+        ]
+        clock.advance(4)
+        answer = history(b.url, "builder", since=T0)
+        assert answer["intervals"] == expected
+        assert answer["totals"] == {"working": 2.0, "blocked": 3.0, "idle": 4.0, "offline": 0.0}
+        assert answer["waits"] == {"count": 1, "longest": 3.0, "each": [3.0]}
+        assert history(a.url, "builder", since=T0) == answer
+
+        # the wait was counted once, by the broker that wrote its answer
+        counts = [sample(scrape(x.url), "codex_presence_block_seconds_count") for x in (a, b)]
+        assert sorted(counts) == [0, 1], counts
+        assert (
+            sample(scrape(a.url if counts[0] else b.url), "codex_presence_block_seconds_sum") == 3
+        )
+
+        builder_ended = builder.ended
+        stack.close()  # both brokers gone: the history is Redis's
+        assert builder_ended.wait(WAIT)
+        with history_broker(clock, server.url) as (c, _):
+            assert history(c.url, "builder", since=T0)["intervals"][:2] == expected[:2]
+
+
+def test_history_and_metrics_need_a_members_token_and_say_what_is_wrong() -> None:
+    clock = FakeClock(T0 / 1000)
+    with history_broker(clock) as (broker, _):
+        url = broker.url
+        for path in ("/history?member=builder", "/metrics"):
+            assert httpx.get(url + path, timeout=10).status_code == 401
+            wrong = {"authorization": "Bearer cp_not-a-token"}
+            assert httpx.get(url + path, headers=wrong, timeout=10).status_code == 401
+        get = lambda query: httpx.get(url + "/history" + query, headers=auth("scout"), timeout=10)  # noqa: E731
+        unknown = get("?member=mallory")
+        assert unknown.status_code == 404
+        assert "mallory" in unknown.json()["error"]
+        bad = get("?member=builder&since=yesterday")
+        assert bad.status_code == 400
+        assert "unix milliseconds" in bad.json()["error"]
+        assert get("").status_code == 400
+        assert get("?member=builder").json()["intervals"] == []
+
+
+def test_memory_history_times_a_wait_and_the_histogram_buckets_it() -> None:
+    clock = FakeClock(T0 / 1000)
+    metrics = BrokerMetrics()
+    recorder = MemoryRecorder(answered=metrics.block_answered)
+    with running_broker(
+        team=TEAM,
+        wall_clock=clock,
+        history=recorder,
+        extra_routes=lambda b: [*history_routes(b, recorder, clock), *metrics_routes(b, metrics)],
+    ) as broker:
+        assert report(broker.url, "builder", "blocked").status_code == 204
+        eventually(lambda: states(broker.url, "builder") == ["blocked"], WAIT, "blocked")
+        clock.advance(11)
+        assert report(broker.url, "builder", "working").status_code == 204
+        eventually(lambda: states(broker.url, "builder")[-1:] == ["working"], WAIT, "working")
+        answer = history(broker.url, "builder", since=T0)
+        assert answer["waits"] == {"count": 1, "longest": 11.0, "each": [11.0]}
+        text = scrape(broker.url)
+        assert sample(text, "codex_presence_block_seconds_count") == 1
+        assert sample(text, 'codex_presence_block_seconds_bucket{le="15.0"}') == 1
+        assert sample(text, 'codex_presence_block_seconds_bucket{le="5.0"}') == 0
+        assert sample(text, 'codex_presence_members{state="working"}') == 1
+
+
+@pytest.mark.parametrize("hours", ["-1", "nan", "9999"])
+def test_history_hours_out_of_range_is_a_usage_error(hours: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "codex_presence", "broker", "--port", "0", "--history-hours", hours],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--history-hours" in done.stderr
