@@ -13,13 +13,21 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from codex_presence.broker.history import MemoryRecorder
 from codex_presence.broker.history_http import history_routes
 from codex_presence.broker.metrics import BrokerMetrics, metrics_routes
 from codex_presence.broker.redis.history import RedisHistory
-from tests.support.broker_harness import FakeClock, RunningBroker, running_broker, shared_state
+from codex_presence.cli.main import main
+from tests.support.broker_harness import (
+    FakeClock,
+    RunningBroker,
+    running_broker,
+    shared_state,
+    token_of,
+)
 from tests.support.redis_server import redis_server
 from tests.support.shared_brokers import TEAM, Stream, auth, report, roster
 from tests.support.waiting import eventually
@@ -170,6 +178,34 @@ def test_memory_history_times_a_wait_and_the_histogram_buckets_it() -> None:
         assert sample(text, 'codex_presence_block_seconds_bucket{le="15.0"}') == 1
         assert sample(text, 'codex_presence_block_seconds_bucket{le="5.0"}') == 0
         assert sample(text, 'codex_presence_members{state="working"}') == 1
+
+
+def test_roster_history_says_where_a_member_waited_in_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = FakeClock(T0 / 1000)
+    with history_broker(clock) as (broker, _):
+        monkeypatch.setenv("CODEX_PRESENCE_TOKEN", token_of("alice"))
+        monkeypatch.setenv("CODEX_PRESENCE_BROKER", broker.url)
+        for minutes, state in ((0, "blocked"), (11, "working"), (20, "blocked"), (42, "idle")):
+            clock.now = T0 / 1000 + minutes * 60
+            assert report(broker.url, "builder", state).status_code == 204
+            shown = "offline" if state == "idle" else state  # builder holds no stream
+            eventually(lambda: states(broker.url, "builder")[-1:] == [shown], WAIT, shown)  # noqa: B023
+        clock.advance(3600)
+        assert main(["roster", "--history"]) == 0
+        out = capsys.readouterr().out
+        assert "team acme history" in out
+        assert (
+            "- builder: needs input 33 min over 2 waits, longest 22 min; working 9 min; offline 1 h"
+            in out
+        )
+        assert "- alice: never needed input" in out
+        assert main(["roster", "--history", "builder", "--json"]) == 0
+        (answer,) = orjson.loads(capsys.readouterr().out)
+        assert answer["waits"]["each"] == [660.0, 1320.0]
+        assert main(["roster", "--history", "mallory"]) == 1
+        assert "mallory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("hours", ["-1", "nan", "9999"])
