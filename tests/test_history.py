@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,12 +25,13 @@ from codex_presence.cli.main import main
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
+    broker_process,
     running_broker,
     shared_state,
     token_of,
 )
 from tests.support.redis_server import redis_server
-from tests.support.shared_brokers import TEAM, Stream, auth, report, roster
+from tests.support.shared_brokers import TEAM, Stream, auth, report, roster, team_file
 from tests.support.waiting import eventually
 
 T0 = 1_767_225_600_000  # 2026-01-01, unix ms
@@ -206,6 +208,31 @@ def test_roster_history_says_where_a_member_waited_in_a_terminal(
         assert answer["waits"]["each"] == [660.0, 1320.0]
         assert main(["roster", "--history", "mallory"]) == 1
         assert "mallory" in capsys.readouterr().err
+
+
+def test_the_real_command_counts_reports_by_outcome_and_keeps_history_off_when_told(
+    tmp_path: Path,
+) -> None:
+    team = team_file(tmp_path)
+    with broker_process("--team", team) as broker:
+        url = broker.url
+        assert report(url, "builder", "blocked").status_code == 204
+        assert report(url, "builder", "asleep").status_code == 400
+        wrong = {"authorization": "Bearer cp_wrong"}
+        posted = httpx.post(url + "/presence/activity", json={"state": "idle"}, headers=wrong)
+        assert posted.status_code == 401
+        text = scrape(url)
+        assert sample(text, 'codex_presence_reports_total{outcome="recorded"}') == 1
+        assert sample(text, 'codex_presence_reports_total{outcome="refused"}') == 1
+        assert sample(text, 'codex_presence_reports_total{outcome="unauthorized"}') == 1
+        assert sample(text, 'codex_presence_members{state="blocked"}') == 1
+        assert sample(text, 'codex_presence_notifications_total{outcome="sent"}') == 0
+        assert token_of("builder") not in text and "cp_" not in text
+        eventually(lambda: states(url, "builder") == ["blocked"], WAIT, "blocked")
+    with broker_process("--team", team, "--history-hours", "0") as broker:
+        off = httpx.get(broker.url + "/history?member=builder", headers=auth("scout"), timeout=10)
+        assert off.status_code == 404
+        assert "--history-hours 0" in off.json()["error"]
 
 
 @pytest.mark.parametrize("hours", ["-1", "nan", "9999"])
