@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis
 
 from codex_presence.broker.history import MemoryRecorder
 from codex_presence.broker.history_http import history_routes
@@ -137,6 +138,39 @@ def test_two_brokers_on_one_redis_read_one_history_and_a_restart_loses_nothing()
         assert builder_ended.wait(WAIT)
         with history_broker(clock, server.url) as (c, _):
             assert history(c.url, "builder", since=T0)["intervals"][:2] == expected[:2]
+
+
+def test_what_no_broker_writes_in_redis_costs_its_entry_alone() -> None:
+    """Entries written by hand (another version, an operator, a bug): each one out of
+    bounds is dropped alone, the others read; an unreadable last-state key is replaced by
+    the next write."""
+    clock = FakeClock(T0 / 1000)
+    with redis_server() as server:
+        client = redis.Redis.from_url(server.url)
+        stream, last = "codex-presence:{acme}:history", "codex-presence:{acme}:history:last"
+        for fields in (
+            {"m": "builder", "s": "blocked", "t": str(T0)},
+            {"m": "builder", "s": "asleep", "t": str(T0 + 500)},
+            {"m": "builder", "s": "idle", "t": "1e9"},
+            {"m": "builder", "s": "idle", "t": "9" * 16},
+            {"m": "mallory", "s": "idle", "t": str(T0 + 1000)},
+            {"m": "builder", "s": "idle", "t": str(T0 + 1000), "x": "no spaces allowed"},
+            {"s": "idle", "t": str(T0 + 1000)},
+            {"m": "builder", "s": "working", "t": str(T0 + 2000)},
+        ):
+            client.xadd(stream, fields)  # type: ignore[arg-type]
+        client.set(last, "not a hash")
+        with history_broker(clock, server.url) as (broker, _):
+            clock.advance(3)
+            answer = history(broker.url, "builder", since=T0)
+            assert answer["intervals"] == [
+                {"state": "blocked", "since": T0, "until": T0 + 2000},
+                {"state": "working", "since": T0 + 2000, "until": None},
+            ]
+            assert report(broker.url, "builder", "blocked").status_code == 204
+            eventually(lambda: states(broker.url, "builder")[-1:] == ["blocked"], WAIT, "written")
+            assert client.type(last) == b"hash"
+        client.close()
 
 
 def test_history_and_metrics_need_a_members_token_and_say_what_is_wrong() -> None:

@@ -249,13 +249,20 @@ class RedisHistory:
 
 
 async def _gather(calls: list[Any]) -> list[Any]:
-    """Await every call concurrently (one tick: one round trip); the first error raised."""
+    """Await every call concurrently (one tick: one round trip); the first error raised,
+    as itself, after every call ended."""
     results: list[Any] = [None] * len(calls)
+    errors: list[Exception] = []
 
     async def run(index: int, call: Any) -> None:
-        results[index] = await call
+        try:
+            results[index] = await call
+        except Exception as exc:
+            errors.append(exc)
 
     async with anyio.create_task_group() as tg:
         for index, call in enumerate(calls):
             tg.start_soon(run, index, call)
+    if errors:
+        raise errors[0]
     return results
