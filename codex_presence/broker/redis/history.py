@@ -26,8 +26,10 @@ Writes never wait on a request: :meth:`RedisHistory.observe` queues (at most
 :data:`QUEUED`; past it, the oldest is dropped and said once) and the link's background
 work (:meth:`RedisHistory.keep`) writes the queue, all of one tick in one round trip
 (:mod:`~.batch`). While Redis is away the queue waits; what it could not hold is lost, and
-said. Reads (``GET /history``) ask Redis (``XRANGE``, the team's whole window, at most the
-cap), and every entry goes through bounds: an entry no broker writes (a state this version
+said. Reads (``GET /history``) ask Redis for what the stream gained since the last read
+(``XRANGE`` after the last id read; the first read takes the whole window) into a mirror
+here, bounded as in memory, so a read costs the new entries, not the window; every entry
+goes through bounds: an entry no broker writes (a state this version
 does not know, a time that is not 1 to 15 digits, a member not in the team file, a session
 id that is not one) is dropped alone and said once. A restart loses nothing: the stream is
 Redis's.
@@ -49,6 +51,7 @@ from codex_presence.broker.history import (
     HISTORY_STATES,
     MAX_AT,
     HistoryLimits,
+    MemoryHistory,
     Transition,
     answered_wait,
     observed,
@@ -61,6 +64,8 @@ __all__ = ["QUEUED", "RedisHistory", "entry_transition"]
 
 logger = logging.getLogger("codex_presence.broker")
 
+_PAGE = 10_000
+"""Stream entries asked for in one ``XRANGE``."""
 QUEUED = 10_000
 """Transitions waiting to be written, at most (Redis away): past it, the oldest go."""
 
@@ -154,6 +159,11 @@ class RedisHistory:
         self._wake = anyio.Event()
         self._said_full = False
         self._said_unreadable = False
+        self._mirror = MemoryHistory(limits)
+        """The stream as read so far (bounded as in memory): a read asks Redis only for
+        what came after."""
+        self._read_to = b"0-0"
+        self._reading = anyio.Lock()
         link.add_listener(self)
 
     # -- writing -----------------------------------------------------------------------
@@ -210,30 +220,43 @@ class RedisHistory:
     # -- reading -----------------------------------------------------------------------
 
     async def read(self, name: str, now_ms: int) -> list[Transition]:
-        try:
-            entries: Any = await self._link.client.xrange(self._stream, count=self.limits.total)
-        except Exception as exc:
-            raise StoreUnavailable(
-                "the shared store (Redis) did not answer: the history was not read"
-            ) from exc
-        kept: list[Transition] = []
-        cutoff = now_ms - self.limits.keep_ms
-        for _, fields in entries:
+        async with self._reading:  # one refresh at a time: each entry is added once
+            await self._refresh()
+        self._mirror.trim(now_ms)
+        return self._mirror.transitions(name)
+
+    async def _refresh(self) -> None:
+        """Add to the mirror what the stream gained since the last read."""
+        while True:
             try:
-                member, transition = entry_transition(fields, self._names)
-            except ValueError as exc:
-                if not self._said_unreadable:
-                    self._said_unreadable = True
-                    logger.warning("history: an entry of %s dropped: %s", self._stream, exc)
-                continue
-            if member == name and transition.at >= cutoff:
-                kept.append(transition)
-        return kept[-self.limits.per_member :]
+                entries: Any = await self._link.client.xrange(
+                    self._stream, min=b"(" + self._read_to, count=_PAGE
+                )
+            except Exception as exc:
+                raise StoreUnavailable(
+                    "the shared store (Redis) did not answer: the history was not read"
+                ) from exc
+            for entry_id, fields in entries:
+                self._read_to = entry_id
+                try:
+                    member, transition = entry_transition(fields, self._names)
+                except ValueError as exc:
+                    if not self._said_unreadable:
+                        self._said_unreadable = True
+                        logger.warning("history: an entry of %s dropped: %s", self._stream, exc)
+                    continue
+                self._mirror.add(member, transition)
+            if len(entries) < _PAGE:
+                return
 
     # -- the link ----------------------------------------------------------------------
 
     async def resync(self) -> None:
-        pass
+        """The link (re)connected: Redis may have restarted empty, or the keys been
+        flushed; the next read takes the stream from its start again."""
+        async with self._reading:
+            self._mirror = MemoryHistory(self.limits)
+            self._read_to = b"0-0"
 
     def on_event(self, event: list[Any]) -> None:
         pass
