@@ -381,6 +381,7 @@ def main() -> None:
     parser.add_argument(
         "--only-history", action="store_true", help="skip the rest: --history alone"
     )
+    parser.add_argument("--rounds", type=int, default=3, help="--history: rounds of off, on")
     args = parser.parse_args()
     _raise_fd_limit(2 * args.members + 256)
 
@@ -564,7 +565,7 @@ def _bench_history(
         for store, extra in stores:
             rates: dict[str, list[float]] = {"off": [], "on": []}
             per_cpu: dict[str, list[float]] = {"off": [], "on": []}
-            for _ in range(3):
+            for _ in range(args.rounds):
                 for label, hours in (("off", ("--history-hours", "0")), ("on", ())):
                     proc = _start_broker(team_path, broker_cpu, *extra, *hours)
                     BROKER_PID[0] = proc.pid
