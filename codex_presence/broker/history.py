@@ -15,7 +15,10 @@ tested with plain data.
 When. A transition into working or blocked is dated by the store's ``activitySince`` (the
 report that started it, the same on every broker sharing the store); one into idle or
 offline by the publishing broker's clock (a lapse has no report to date it). A member's
-transitions never go back in time: one dated before the last is moved up to it.
+transitions never go back in time: one dated before the last is moved up to it. A
+transition into working or blocked carries the session that made it when the presence
+says which (its ``agents``, each session's roster entry: the named session in that state
+since then); the others carry none.
 
 Bounds. A transition older than the window (:attr:`HistoryLimits.keep_ms`, 24 h by
 default, ``broker --history-hours``) is dropped, and so are a member's oldest past
@@ -31,8 +34,8 @@ unknown, and counted nowhere.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, cast
 
 from codex_presence._wire import Presence
 
@@ -106,11 +109,28 @@ def shown_state(presence: Presence) -> str:
 
 
 def observed(presence: Presence, now_ms: int) -> Transition:
-    """The transition ``presence`` shows, dated as the module says."""
+    """The transition ``presence`` shows, dated as the module says, with the session that
+    made it when the presence says it (its ``agents`` entries: the session in that state
+    since then)."""
     state = shown_state(presence)
     since = presence.get("activitySince")
-    at = since if state in (WORKING, BLOCKED) and since is not None else now_ms
-    return Transition(at, state)
+    if state not in (WORKING, BLOCKED) or since is None:
+        return Transition(now_ms, state)
+    return Transition(since, state, _session_of(presence, state, since))
+
+
+def _session_of(presence: Presence, state: str, since: int) -> str | None:
+    """The named session whose entry in ``agents`` (each session's roster entry, when the
+    broker gives them) is in ``state`` since ``since``; None when none is (or unnamed)."""
+    agents = cast(Mapping[str, Any], presence).get("agents")
+    if not isinstance(agents, list):
+        return None
+    for agent in agents:
+        if isinstance(agent, Mapping) and agent.get("state") == state:
+            session = agent.get("session")
+            if agent.get("since") == since and isinstance(session, str) and session:
+                return session
+    return None
 
 
 class HistoryRecorder(Protocol):

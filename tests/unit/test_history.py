@@ -3,6 +3,8 @@ transitions are kept, within which bounds, and what GET /history says of them.""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 
 from codex_presence._wire import ActivityState, Presence, presence
@@ -43,6 +45,20 @@ def test_shown_state_puts_a_report_before_the_connection() -> None:
 def test_a_report_is_dated_by_its_since_a_lapse_by_the_clock() -> None:
     assert observed(_presence("blocked", since=T0), T0 + 50) == Transition(T0, "blocked")
     assert observed(_presence(None), T0 + 50) == Transition(T0 + 50, "idle")
+
+
+def test_the_session_is_the_one_the_presence_says_is_in_that_state_since_then() -> None:
+    p = cast(Any, _presence("blocked", since=T0))
+    p["agents"] = [
+        {"session": "s-2", "state": "blocked", "since": T0 - 5},
+        {"session": "s-1", "state": "blocked", "since": T0},
+        {"session": "s-3", "state": "working", "since": T0},
+    ]
+    assert observed(p, T0 + 9) == Transition(T0, "blocked", "s-1")
+    p["agents"] = [{"session": "", "state": "blocked", "since": T0}, "junk"]
+    assert observed(p, T0 + 9) == Transition(T0, "blocked")  # the anonymous session
+    p["agents"] = "junk"
+    assert observed(p, T0 + 9) == Transition(T0, "blocked")
 
 
 def test_blocked_three_s_working_two_s_then_idle() -> None:
