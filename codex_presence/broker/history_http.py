@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,22 +33,23 @@ from codex_presence.broker.history import (
 )
 from codex_presence.broker.http import error, json_response
 from codex_presence.broker.state import Broker
-from codex_presence.broker.store import Store
+
+if TYPE_CHECKING:
+    from codex_presence.broker.redis.link import RedisLink
 
 __all__ = ["history_recorder", "history_routes"]
 
 
 def history_recorder(
-    store: Store, names: Sequence[str], hours: float, answered: Callable[[float], None]
+    link: RedisLink | None, names: Sequence[str], hours: float, answered: Callable[[float], None]
 ) -> HistoryRecorder | None:
-    """The recorder for ``store`` (in memory, or the team's Redis stream), keeping
-    ``hours`` (0: none, None returned); ``answered`` is told each answered wait's seconds.
-    Raises :class:`ValueError` for hours out of range."""
+    """The recorder: the team's Redis stream through ``link`` (the shared store's), or in
+    memory (``link`` None); keeping ``hours`` (0: none, None returned); ``answered`` is told
+    each answered wait's seconds. Raises :class:`ValueError` for hours out of range."""
     if hours == 0:
         return None
     limits = HistoryLimits.for_hours(hours)
-    link = getattr(store, "link", None)
-    if store.shared and link is not None:
+    if link is not None:
         from codex_presence.broker.redis.history import RedisHistory
 
         return RedisHistory(link, names=names, limits=limits, answered=answered)

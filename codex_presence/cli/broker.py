@@ -296,17 +296,15 @@ def _history_and_metrics(
     """The broker's metrics, and the history of ``--history-hours`` (None: kept off)."""
     from codex_presence.broker.history_http import history_recorder
     from codex_presence.broker.metrics import BrokerMetrics
-    from codex_presence.broker.store import MemoryStore
     from codex_presence.cli.main import UsageError
 
     metrics = BrokerMetrics(notifier)
-    if store is not None and getattr(store, "link", None) is not None:
-        metrics.watch(store.link)  # type: ignore[attr-defined]
+    link = getattr(store, "link", None)  # the shared store's
+    if link is not None:
+        metrics.watch(link)
     names = [m.name for m in team.members]
     try:
-        history = history_recorder(
-            store or MemoryStore(), names, args.history_hours, metrics.block_answered
-        )
+        history = history_recorder(link, names, args.history_hours, metrics.block_answered)
     except ValueError as exc:
         raise UsageError(f"--history-hours: {exc}") from None
     return metrics, history
