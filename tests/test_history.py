@@ -13,15 +13,17 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
 import redis
 
-from codex_presence.broker.history import MemoryRecorder
+from codex_presence.broker.history import MemoryRecorder, Transition
 from codex_presence.broker.history_http import history_routes
 from codex_presence.broker.metrics import BrokerMetrics, metrics_routes
 from codex_presence.broker.redis.history import RedisHistory
+from codex_presence.broker.redis.link import RedisLink
 from codex_presence.cli.main import main
 from tests.support.broker_harness import (
     FakeClock,
@@ -138,6 +140,75 @@ def test_two_brokers_on_one_redis_read_one_history_and_a_restart_loses_nothing()
         assert builder_ended.wait(WAIT)
         with history_broker(clock, server.url) as (c, _):
             assert history(c.url, "builder", since=T0)["intervals"][:2] == expected[:2]
+
+
+def test_a_change_made_while_redis_hangs_is_written_once_it_answers() -> None:
+    """builder subscribes while Redis hangs (SIGSTOP): the change (offline to idle) is
+    published on this broker at once, its write fails (an outage), and it is written when
+    Redis answers again, dated when it happened (not when it was written)."""
+    clock = FakeClock(T0 / 1000)
+    with redis_server() as server, history_broker(clock, server.url) as (broker, _):
+        url = broker.url
+        assert report(url, "builder", "blocked").status_code == 204
+        eventually(lambda: states(url, "builder") == ["blocked"], WAIT, "blocked")
+        clock.advance(3)
+        assert report(url, "builder", "idle").status_code == 204  # no stream: offline
+        eventually(lambda: states(url, "builder")[-1:] == ["offline"], WAIT, "offline")
+        clock.advance(2)
+        server.pause()
+        try:
+            Stream(url, "builder")  # attaching never waits on Redis
+            eventually(lambda: broker.broker.stale is not None, WAIT, "the outage seen")
+            clock.advance(4)  # what is written after the outage is dated by what was queued
+        finally:
+            server.resume()
+
+        def written() -> bool:
+            response = httpx.get(
+                url + "/history",
+                params={"member": "builder", "since": T0},
+                headers=auth("scout"),
+                timeout=10,
+            )
+            return response.status_code == 200 and len(response.json()["intervals"]) == 3
+
+        eventually(written, WAIT, "the idle written once Redis answered")
+        assert history(url, "builder", since=T0)["intervals"] == [
+            {"state": "blocked", "since": T0, "until": T0 + 3000},
+            {"state": "offline", "since": T0 + 3000, "until": T0 + 5000},
+            {"state": "idle", "since": T0 + 5000, "until": None},
+        ]
+
+
+@pytest.mark.anyio
+async def test_a_write_cut_short_by_an_outage_is_kept_for_the_next_connection() -> None:
+    """The link ends its background work when any of its tasks sees Redis gone: a write in
+    flight then is cancelled, not failed, and must stay queued. Before, only a write's own
+    error put it back: one cancelled was lost (the test above passes either way, depending
+    on which task saw the outage first)."""
+    with redis_server() as server:
+        link = RedisLink(server.url, team=TEAM.name)
+        recorder = RedisHistory(link, names=[m.name for m in TEAM.members])
+        presence = {"name": "builder", "connected": 1, "createdAt": 0, "lastSeen": 0}
+        server.pause()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(recorder.keep)
+                recorder.observe("builder", presence, T0)  # type: ignore[arg-type]
+                while not recorder.writing:  # the writer took it: its script waits on Redis
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()  # as the link does on an outage
+        finally:
+            server.resume()
+        assert recorder.pending == 1
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(recorder.keep)
+                while recorder.pending:
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        assert (await recorder.read("builder", T0)) == [Transition(T0, "idle")]
+        await link.client.aclose()
 
 
 def test_what_no_broker_writes_in_redis_costs_its_entry_alone() -> None:

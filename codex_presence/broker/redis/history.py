@@ -157,6 +157,8 @@ class RedisHistory:
         self._answered = answered
         self._queue: deque[tuple[str, Transition]] = deque(maxlen=queued)
         self._wake = anyio.Event()
+        self.writing = 0
+        """Transitions being written now (taken from the queue, their scripts sent)."""
         self._said_full = False
         self._said_unreadable = False
         self._mirror = MemoryHistory(limits)
@@ -167,6 +169,11 @@ class RedisHistory:
         link.add_listener(self)
 
     # -- writing -----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Transitions waiting to be written (or being written)."""
+        return len(self._queue) + self.writing
 
     def observe(self, name: str, presence: Presence, now_ms: int) -> None:
         queue = self._queue
@@ -184,11 +191,14 @@ class RedisHistory:
                 await self._wake.wait()
             batch = list(self._queue)
             self._queue.clear()
+            self.writing = len(batch)
             try:
                 results = await _gather([self._write(name, t) for name, t in batch])
-            except Exception:
+            except BaseException:  # an error, or the outage another task saw first
                 self._queue.extendleft(reversed(batch))  # written again once Redis is back
                 raise
+            finally:
+                self.writing = 0
             for (_, transition), ended in zip(batch, results, strict=True):
                 if ended is not None and self._answered is not None:
                     seconds = answered_wait(ended, transition)
