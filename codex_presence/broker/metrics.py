@@ -202,7 +202,7 @@ class _OutageCounter:
     async def keep(self) -> None:
         await anyio.sleep_forever()
 
-    def on_event(self, event: list[Any]) -> None:
+    def on_event(self, event: Any) -> None:  # a list or an object, by version: unused
         pass
 
     def on_down(self, reason: str) -> None:

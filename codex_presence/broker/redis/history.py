@@ -268,7 +268,7 @@ class RedisHistory:
             self._mirror = MemoryHistory(self.limits)
             self._read_to = b"0-0"
 
-    def on_event(self, event: list[Any]) -> None:
+    def on_event(self, event: Any) -> None:  # a list or an object, by version: unused
         pass
 
     def on_down(self, reason: str) -> None:
