@@ -22,9 +22,14 @@ import redis
 from codex_presence.broker.history import MemoryRecorder, Transition
 from codex_presence.broker.history_http import history_routes
 from codex_presence.broker.metrics import BrokerMetrics, metrics_routes
+from codex_presence.broker.notify.apprise_sender import AppriseSender
+from codex_presence.broker.notify.config import Target
+from codex_presence.broker.notify.notifier import Notifier
 from codex_presence.broker.redis.history import RedisHistory
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.cli.main import main
+from codex_presence.core.backoff import Backoff
+from codex_presence.core.notify_policy import Rule
 from tests.support.broker_harness import (
     FakeClock,
     RunningBroker,
@@ -33,6 +38,7 @@ from tests.support.broker_harness import (
     shared_state,
     token_of,
 )
+from tests.support.receivers import receiver
 from tests.support.redis_server import redis_server
 from tests.support.shared_brokers import TEAM, Stream, auth, report, roster, team_file
 from tests.support.waiting import eventually
@@ -338,6 +344,40 @@ def test_the_real_command_counts_reports_by_outcome_and_keeps_history_off_when_t
         off = httpx.get(broker.url + "/history?member=builder", headers=auth("scout"), timeout=10)
         assert off.status_code == 404
         assert "--history-hours 0" in off.json()["error"]
+
+
+def test_metrics_count_the_notifications_sent_and_given_up() -> None:
+    """One target that takes builder's notices, one that answers 500 to all: a wait is
+    told to both; /metrics counts one sent and one failed (given up after its attempts),
+    and no target's URL."""
+    with receiver() as good, receiver(status=500) as bad:
+        targets = [
+            Target(url=f"json://{good.host}/ok", rule=Rule(after=0)),
+            Target(url=f"json://{bad.host}/down", rule=Rule(after=0)),
+        ]
+        notifier = Notifier(
+            targets,
+            team="acme",
+            sender=AppriseSender(),
+            attempts=2,
+            backoff=lambda: Backoff(base=0.01, cap=0.05),
+            max_sleep=0.05,
+            recheck=0.05,
+        )
+        metrics = BrokerMetrics(notifier)
+        with running_broker(
+            team=TEAM, watcher=notifier, extra_routes=lambda b: metrics_routes(b, metrics)
+        ) as broker:
+            assert report(broker.url, "builder", "blocked").status_code == 204
+            eventually(
+                lambda: [s.sent + s.given_up for s in notifier.stats] == [1, 1],
+                WAIT,
+                "both targets done",
+            )
+            text = scrape(broker.url)
+            assert sample(text, 'codex_presence_notifications_total{outcome="sent"}') == 1
+            assert sample(text, 'codex_presence_notifications_total{outcome="failed"}') == 1
+            assert good.host not in text and bad.host not in text
 
 
 @pytest.mark.parametrize("hours", ["-1", "nan", "9999"])
