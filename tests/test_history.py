@@ -151,10 +151,15 @@ def test_two_brokers_on_one_redis_read_one_history_and_a_restart_loses_nothing()
 def test_a_change_made_while_redis_hangs_is_written_once_it_answers() -> None:
     """builder subscribes while Redis hangs (SIGSTOP): the change (offline to idle) is
     published on this broker at once, its write fails (an outage), and it is written when
-    Redis answers again, dated when it happened (not when it was written)."""
+    Redis answers again, dated when it happened (not when it was written). /metrics
+    counts the outage, once."""
     clock = FakeClock(T0 / 1000)
     with redis_server() as server, history_broker(clock, server.url) as (broker, _):
         url = broker.url
+        text = scrape(url)
+        assert sample(text, "codex_presence_store_up") == 1
+        assert sample(text, "codex_presence_store_outages_total") == 0
+        assert sample(text, "codex_presence_store_round_trip_seconds") > 0
         assert report(url, "builder", "blocked").status_code == 204
         eventually(lambda: states(url, "builder") == ["blocked"], WAIT, "blocked")
         clock.advance(3)
@@ -184,6 +189,9 @@ def test_a_change_made_while_redis_hangs_is_written_once_it_answers() -> None:
             {"state": "offline", "since": T0 + 3000, "until": T0 + 5000},
             {"state": "idle", "since": T0 + 5000, "until": None},
         ]
+        text = scrape(url)
+        assert sample(text, "codex_presence_store_outages_total") == 1
+        assert sample(text, "codex_presence_store_up") == 1
 
 
 @pytest.mark.anyio
