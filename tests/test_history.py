@@ -327,6 +327,13 @@ def test_roster_history_says_where_a_member_waited_in_a_terminal(
         assert answer["waits"]["each"] == [660.0, 1320.0]
         assert main(["roster", "--history", "mallory"]) == 1
         assert "mallory" in capsys.readouterr().err
+        for wrong in (
+            ["--history", "--watch"],
+            ["--since-hours", "2"],
+            ["--history", "--since-hours", "-1"],
+        ):
+            assert main(["roster", *wrong]) == 2, wrong
+            assert "--" in capsys.readouterr().err
 
 
 def test_the_real_command_counts_reports_by_outcome_and_keeps_history_off_when_told(

@@ -72,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not args.broker:
         raise UsageError("no broker: pass --broker URL or set CODEX_PRESENCE_BROKER")
+    if args.history is not None and (args.watch or args.activity):
+        raise UsageError("--history says the hours kept: not with --watch or --activity")
+    if args.since_hours is not None and args.history is None:
+        raise UsageError("--since-hours goes with --history")
     try:
         anyio.run(_roster, args, token)
     except BrokerError as exc:
