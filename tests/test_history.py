@@ -395,6 +395,24 @@ def test_metrics_count_the_notifications_sent_and_given_up() -> None:
             assert good.host not in text and bad.host not in text
 
 
+def test_two_real_brokers_with_redis_share_the_history_and_say_the_store_in_metrics(
+    tmp_path: Path,
+) -> None:
+    """The command's own wiring: ``broker --redis`` keeps the history in the team's stream
+    (what one broker was told, the other reads) and its /metrics says the store."""
+    team = team_file(tmp_path)
+    with (
+        redis_server() as server,
+        broker_process("--team", team, redis=server.url) as a,
+        broker_process("--team", team, redis=server.url) as b,
+    ):
+        assert report(a.url, "builder", "blocked").status_code == 204
+        eventually(lambda: states(b.url, "builder")[-1:] == ["blocked"], WAIT, "B: blocked")
+        text = scrape(b.url)
+        assert sample(text, "codex_presence_store_up") == 1
+        assert sample(text, 'codex_presence_members{state="blocked"}') == 1
+
+
 @pytest.mark.parametrize("hours", ["-1", "nan", "9999"])
 def test_history_hours_out_of_range_is_a_usage_error(hours: str) -> None:
     import subprocess
