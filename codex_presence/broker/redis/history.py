@@ -157,6 +157,8 @@ class RedisHistory:
         self._answered = answered
         self._queue: deque[tuple[str, Transition]] = deque(maxlen=queued)
         self._wake = anyio.Event()
+        self._told: dict[str, str] = {}
+        """Each member's state this broker last queued: the same again is not sent."""
         self.writing = 0
         """Transitions being written now (taken from the queue, their scripts sent)."""
         self._said_full = False
@@ -176,11 +178,15 @@ class RedisHistory:
         return len(self._queue) + self.writing
 
     def observe(self, name: str, presence: Presence, now_ms: int) -> None:
+        transition = observed(presence, now_ms)
+        if self._told.get(name) == transition.state:
+            return  # the same state again (a connection counted, lastSeen): nothing to write
+        self._told[name] = transition.state
         queue = self._queue
         if len(queue) == queue.maxlen and not self._said_full:
             self._said_full = True
             logger.warning("history: Redis is behind; the oldest transitions not yet written go")
-        queue.append((name, observed(presence, now_ms)))
+        queue.append((name, transition))
         self._wake.set()
 
     async def keep(self) -> None:
@@ -264,6 +270,7 @@ class RedisHistory:
     async def resync(self) -> None:
         """The link (re)connected: Redis may have restarted empty, or the keys been
         flushed; the next read takes the stream from its start again."""
+        self._told.clear()  # Redis may have lost what was written: tell each state again
         async with self._reading:
             self._mirror = MemoryHistory(self.limits)
             self._read_to = b"0-0"
