@@ -29,7 +29,12 @@ heartbeats >= 0.6x, transitions >= 0.7x. Each rate is also printed per second of
 broker's CPU (rate / its CPU share): on a machine busy with other work, where the broker
 gets a fraction of its core, that is the figure that still compares the two stores.
 
+With ``--history`` (or ``--only-history``), it measures the cost of the members' history
+(issue 36): transitions/s with it kept and with ``--history-hours 0``, interleaved in the
+same run (in Redis too with ``--redis``), and the bytes one transition costs.
+
     .venv/bin/python bench/broker.py [--members 1000] [--seconds 5] [--redis] [--notify-failing]
+    .venv/bin/python bench/broker.py --only-history --redis --seconds 3
 """
 
 from __future__ import annotations
@@ -367,6 +372,16 @@ def main() -> None:
     parser.add_argument(
         "--only-notify", action="store_true", help="skip the rest: --notify-failing alone"
     )
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="also: transitions/s with the history kept vs --history-hours 0, interleaved "
+        "(with --redis, in Redis too), and the bytes a transition costs",
+    )
+    parser.add_argument(
+        "--only-history", action="store_true", help="skip the rest: --history alone"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--history: rounds of off, on")
     args = parser.parse_args()
     _raise_fd_limit(2 * args.members + 256)
 
@@ -384,6 +399,10 @@ def main() -> None:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"machine: {len(cpus)} CPUs, load average {load} (other work skews the figures)")
 
+        if args.history or args.only_history:
+            _bench_history(args, tokens, team_path, broker_cpu)
+            if args.only_history:
+                return
         if args.notify_failing or args.only_notify:
             _bench_notify(args, tokens, team_path, broker_cpu)
             if args.only_notify:
@@ -519,6 +538,102 @@ def _bench_notify(
     silent.close()
     ratio = figures["a target that never answers"] / figures["no target"]
     print(f"roster p99 with the failing target / without: {ratio:.2f}")
+
+
+def _bench_history(
+    args: argparse.Namespace, tokens: dict[str, str], team_path: Path, broker_cpu: int | None
+) -> None:
+    """Transitions/s (every POST a change of state, so every one a transition the history
+    keeps) with the history on (the default, 24 h) and off (``--history-hours 0``), in
+    rounds that alternate the two in the same run; in memory, and with ``--redis`` in a
+    real redis-server too. No SSE subscribers: the fan-out's writes would hide what the
+    history costs. Then the bytes one transition costs, in memory and in Redis."""
+    names = list(tokens)
+    flips = [_post(tokens[n], s) for s in ("blocked", "working") for n in names]
+    stores: list[tuple[str, tuple[str, ...]]] = [("in memory", ())]
+    server = None
+    workdir = tempfile.TemporaryDirectory()
+    if args.redis:
+        binary = find_redis_server()
+        if binary is None:
+            sys.exit("--redis needs redis-server (apt-get install redis-server)")
+        server = RedisServer(binary, Path(workdir.name))
+        server.start()
+        stores.append(("Redis", ("--redis", server.url)))
+    print("\n== transitions/s with the history kept (24 h) vs off, interleaved")
+    try:
+        for store, extra in stores:
+            rates: dict[str, list[float]] = {"off": [], "on": []}
+            per_cpu: dict[str, list[float]] = {"off": [], "on": []}
+            for _ in range(args.rounds):
+                for label, hours in (("off", ("--history-hours", "0")), ("on", ())):
+                    proc = _start_broker(team_path, broker_cpu, *extra, *hours)
+                    BROKER_PID[0] = proc.pid
+                    try:
+                        port = _port_of(proc)
+                        asyncio.run(_load(port, flips, 1.0, args.concurrency))  # warm up
+                        rate, bad, cpu = asyncio.run(
+                            _load(port, flips, args.seconds, args.concurrency)
+                        )
+                    finally:
+                        _stop(proc)
+                    assert bad == 0, f"{bad} errors"
+                    rates[label].append(rate)
+                    per_cpu[label].append(rate / cpu if cpu else 0.0)
+            on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+            on_cpu, off_cpu = statistics.median(per_cpu["on"]), statistics.median(per_cpu["off"])
+            print(
+                f"{store:9s}: off {off:.0f}/s, on {on:.0f}/s ({on / off:.2f} x off); "
+                f"per broker CPU-second off {off_cpu:.0f}, on {on_cpu:.0f} "
+                f"({on_cpu / off_cpu if off_cpu else 0:.2f} x); rounds "
+                + " ".join(
+                    f"{a:.0f}/{b:.0f}" for a, b in zip(rates["off"], rates["on"], strict=True)
+                )
+            )
+        if server is not None:
+            _redis_bytes_per_transition(server.url)
+    finally:
+        if server is not None:
+            server.stop()
+        workdir.cleanup()
+    _memory_bytes_per_transition(len(names))
+
+
+def _redis_bytes_per_transition(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    key = "codex-presence:{bench}:history"
+    length = client.xlen(key)
+    size = client.memory_usage(key, samples=0) or 0
+    last = client.memory_usage(key + ":last", samples=0) or 0
+    print(
+        f"Redis: the stream holds {length} transitions in {size / 1e6:.1f} MB: "
+        f"{size / max(1, length):.0f} bytes each; the members' last states {last / 1e3:.0f} kB"
+    )
+    client.close()
+
+
+def _memory_bytes_per_transition(members: int) -> None:
+    import tracemalloc
+
+    from codex_presence.broker.history import MemoryHistory, Transition
+
+    history = MemoryHistory()
+    count = 100_000
+    names = [f"m{i:04d}" for i in range(members)]
+    start = 1_767_225_600_000
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(count):
+        state = ("working", "blocked", "idle", "offline")[(i // members) % 4]
+        history.add(names[i % members], Transition(start + i * 37, state))
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(
+        f"in memory: {count} transitions of {members} members take "
+        f"{(after - before) / 1e6:.1f} MB: {(after - before) / count:.0f} bytes each"
+    )
 
 
 if __name__ == "__main__":

@@ -51,10 +51,12 @@ __all__ = [
     "DEFAULT_TTL",
     "HEALTHZ_PATH",
     "HEARTBEAT",
+    "HISTORY_PATH",
     "KEEPALIVE",
     "KNOWN_PERMISSIONS",
     "MAX_BACKGROUND",
     "MAX_SESSIONS",
+    "METRICS_PATH",
     "MIN_TTL",
     "NOTIFY_PATH",
     "OPERATOR_PERMISSION",
@@ -108,6 +110,10 @@ SUBSCRIBE_PATH = "/subscribe"
 ROSTER_PATH = "/roster"
 WHOAMI_PATH = "/whoami"
 HEALTHZ_PATH = "/healthz"
+HISTORY_PATH = "/history"
+"""A member's timeline: intervals, totals, waits (``?member=NAME[&since=MS]``)."""
+METRICS_PATH = "/metrics"
+"""Prometheus's text format, for a scraper with a member's token."""
 
 ROSTER_EVENT = "roster"
 """SSE event: the whole roster, ``{"team", "you", "members": [Presence...], "privileges"}``."""

@@ -71,6 +71,7 @@ from codex_presence._wire import (
     privilege,
 )
 from codex_presence.broker.deaths import Deaths, Mourner
+from codex_presence.broker.history import HistoryRecorder
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
@@ -142,6 +143,7 @@ class Broker:
         keepalive: float = KEEPALIVE,
         session_grace: float = SESSION_GRACE,
         watcher: ActivityWatcher | None = None,
+        history: HistoryRecorder | None = None,
     ) -> None:
         if not session_grace >= 0:
             raise ValueError(f"the session grace must be 0 or more, not {session_grace!r}")
@@ -150,6 +152,8 @@ class Broker:
         self._bound: dict[tuple[str, str], int] = {}
         """Open subscriptions here per (member, session) they are bound to."""
         self.watcher = watcher
+        self.history = history
+        """Told each member's presence as it is published (``GET /history``)."""
         if store is None:
             store = MemoryStore(ttl=activity_ttl, clock=clock)
         self.store = store
@@ -387,6 +391,8 @@ class Broker:
             if self.watcher is not None:
                 state = _IDLE if activity is None else ACTIVITY_STATES[activity]
                 self.watcher.observe(name, state, p.get("activitySince"))
+            if self.history is not None:
+                self.history.observe(name, p, self._now_ms())
             parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))
         self._dirty.clear()
         self._append(b"".join(parts))

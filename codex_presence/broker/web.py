@@ -112,6 +112,8 @@ _ASSETS = {
     "roster-notify.js": "text/javascript; charset=utf-8",
     "roster-words.js": "text/javascript; charset=utf-8",
     "roster.css": "text/css; charset=utf-8",
+    "history-strip.js": "text/javascript; charset=utf-8",
+    "history-strip.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
 

@@ -8,6 +8,8 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from codex_presence.broker.history import HistoryRecorder
+    from codex_presence.broker.metrics import BrokerMetrics
     from codex_presence.broker.notify.notifier import Notifier
     from codex_presence.broker.sessions import SessionStore
     from codex_presence.broker.store import Store
@@ -55,6 +57,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the loopback names only (a rebinding page gets 421); elsewhere, any",
     )
     parser.add_argument("--team", metavar="FILE", help="the team file (TOML)")
+    parser.add_argument(
+        "--history-hours",
+        type=float,
+        default=24.0,
+        help="hours of each member's timeline kept for GET /history (default: 24; 0: none)",
+    )
     parser.add_argument(
         "--activity-ttl",
         type=float,
@@ -282,6 +290,26 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     return notifier
 
 
+def _history_and_metrics(
+    args: argparse.Namespace, team: Team, store: Store | None, notifier: Notifier | None
+) -> tuple[BrokerMetrics, HistoryRecorder | None]:
+    """The broker's metrics, and the history of ``--history-hours`` (None: kept off)."""
+    from codex_presence.broker.history_http import history_recorder
+    from codex_presence.broker.metrics import BrokerMetrics
+    from codex_presence.cli.main import UsageError
+
+    metrics = BrokerMetrics(notifier)
+    link = getattr(store, "link", None)  # the shared store's
+    if link is not None:
+        metrics.watch(link)
+    names = [m.name for m in team.members]
+    try:
+        history = history_recorder(link, names, args.history_hours, metrics.block_answered)
+    except ValueError as exc:
+        raise UsageError(f"--history-hours: {exc}") from None
+    return metrics, history
+
+
 def _warn_if_others_can_read(team_file: str) -> None:
     """The team file holds notification URLs (their secrets): say so if group or others
     can read it, as a token file's runner does."""
@@ -308,9 +336,11 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence._wire import MIN_TTL, counted, printable
     from codex_presence.broker.app import create_app
+    from codex_presence.broker.history_http import history_routes
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
+    from codex_presence.broker.metrics import count_reports, metrics_routes
     from codex_presence.broker.notify.notifier import notify_routes
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
@@ -361,6 +391,7 @@ def run(args: argparse.Namespace) -> int:
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
     notifier = _notifier(args, team, store)
     web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
+    metrics, history = _history_and_metrics(args, team, store, notifier)
     broker = Broker(
         team=team,
         store=store,
@@ -369,10 +400,14 @@ def run(args: argparse.Namespace) -> int:
         session_grace=args.session_grace,
         authenticators=[web.authenticate],
         watcher=notifier,
+        history=history,
     )
     routes = [*web.routes(broker), *notify_routes(broker, notifier)]
+    routes += [*history_routes(broker, history), *metrics_routes(broker, metrics)]
     hosts = allowed_hosts(args.host, args.allowed_host.split(","))
-    app = create_app(broker, limits=limits, routes=routes, allowed_hosts=hosts)
+    app = count_reports(
+        create_app(broker, limits=limits, routes=routes, allowed_hosts=hosts), metrics
+    )
 
     try:
         sock = listen_socket(args.host, args.port)

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     import httpx
 
@@ -40,6 +40,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="add each working or blocked member's state and how long it has held",
     )
     parser.add_argument("--watch", action="store_true", help="redraw live from the SSE stream")
+    parser.add_argument(
+        "--history",
+        nargs="?",
+        const="",
+        metavar="MEMBER",
+        help="where each member (or MEMBER) waited, and for how long, over the hours the "
+        "broker keeps (--since-hours: fewer)",
+    )
+    parser.add_argument(
+        "--since-hours",
+        type=float,
+        metavar="H",
+        help="with --history: the last H hours only",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not args.broker:
         raise UsageError("no broker: pass --broker URL or set CODEX_PRESENCE_BROKER")
+    if args.history is not None and (args.watch or args.activity):
+        raise UsageError("--history says the hours kept: not with --watch or --activity")
+    if args.since_hours is not None and args.history is None:
+        raise UsageError("--since-hours goes with --history")
     try:
         anyio.run(_roster, args, token)
     except BrokerError as exc:
@@ -88,6 +106,9 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
         if args.watch:
             await watch(client, me, sys.stdout)
         roster = await fetch_roster(client)
+        if args.history is not None:
+            await _history(client, args, me.team, [p.get("name") for p in roster])
+            return
         trouble = await fetch_store_trouble(client)
     if trouble is not None:  # stdout stays the roster: the words go to stderr
         sys.stderr.write(
@@ -100,6 +121,33 @@ async def _roster(args: argparse.Namespace, token: str) -> None:
         now_ms = int(time.time() * 1000)
         text = roster_text(me.team, roster, you=me.name, activity=args.activity, now_ms=now_ms)
         sys.stdout.write(text + "\n")
+
+
+async def _history(
+    client: httpx.AsyncClient, args: argparse.Namespace, team: str, names: Sequence[object]
+) -> None:
+    """``--history [MEMBER]``: each member's waits and totals (``GET /history``)."""
+    import math
+    import sys
+    import time
+
+    import orjson
+
+    from codex_presence.cli.main import UsageError
+    from codex_presence.client.api import fetch_history
+    from codex_presence.client.history_text import history_text
+
+    since_ms = None
+    if args.since_hours is not None:
+        if not (math.isfinite(args.since_hours) and args.since_hours > 0):
+            raise UsageError("--since-hours must be a positive number of hours")
+        since_ms = int((time.time() - args.since_hours * 3600) * 1000)
+    wanted = [args.history] if args.history else [n for n in names if isinstance(n, str)]
+    answers = [await fetch_history(client, name, since_ms) for name in wanted]
+    if args.json:
+        sys.stdout.write(orjson.dumps(answers).decode() + "\n")
+    else:
+        sys.stdout.write(history_text(team, answers, hours=args.since_hours) + "\n")
 
 
 async def _whoami_until_answered(client: httpx.AsyncClient, out: TextIO) -> Whoami:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from codex_presence._wire import (
     HEALTHZ_PATH,
+    HISTORY_PATH,
     NOTIFY_PATH,
     ROSTER_PATH,
     WHOAMI_PATH,
@@ -34,6 +35,7 @@ __all__ = [
     "BrokerUnreachable",
     "NotABroker",
     "TokenRefused",
+    "fetch_history",
     "fetch_notify_targets",
     "fetch_roster",
     "fetch_store_trouble",
@@ -146,6 +148,24 @@ async def fetch_roster(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     if not isinstance(roster, list):
         raise _not_a_broker(client, response, ROSTER_PATH)
     return roster
+
+
+async def fetch_history(
+    client: httpx.AsyncClient, member: str, since_ms: int | None = None
+) -> dict[str, Any]:
+    """``member``'s timeline (``GET /history``): intervals, totals, waits."""
+    from urllib.parse import urlencode
+
+    query = {"member": member} if since_ms is None else {"member": member, "since": since_ms}
+    path = f"{HISTORY_PATH}?{urlencode(query)}"
+    response = await _get(client, path)
+    try:
+        answer = response.json()
+    except ValueError:
+        raise _not_a_broker(client, response, HISTORY_PATH) from None
+    if not isinstance(answer, dict):
+        raise _not_a_broker(client, response, HISTORY_PATH)
+    return answer
 
 
 async def fetch_notify_targets(client: httpx.AsyncClient) -> list[dict[str, Any]]:
