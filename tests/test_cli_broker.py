@@ -661,3 +661,34 @@ def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:
 
         eventually(idle, 60)
         assert time.monotonic() - ended >= grace * 0.9 > SESSION_GRACE
+
+
+def test_the_default_grace_gives_way_to_a_shorter_ttl(tmp_path: Path) -> None:
+    """``--activity-ttl 2`` alone is a valid broker (before: refused, by a grace of 3 s the
+    person never set); a session's state then lapses by the TTL's length at most."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    auth = {"authorization": f"Bearer {token_of('alice')}"}
+    with broker_process("--team", str(team), "--activity-ttl", "2") as broker:
+        who = httpx.get(broker.url + "/whoami", headers=auth, timeout=60)
+        assert who.status_code == 200 and who.json()["activityTtlMs"] == 2000, who.text
+    # An explicit contradiction stays an error naming both.
+    result = subprocess.run(
+        [
+            *CLI,
+            "broker",
+            "--port",
+            "0",
+            "--team",
+            str(team),
+            "--activity-ttl",
+            "2",
+            "--session-grace",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "(got 3; --activity-ttl is 2)" in result.stderr, result.stderr

@@ -67,11 +67,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--session-grace",
         type=float,
-        default=SESSION_GRACE,
+        default=None,
         metavar="SECONDS",
         help="how long a session's working/blocked state outlives the end of its runner's "
         "subscription (a runner that reconnects within it changes nothing; one that died "
-        f"reads as idle after it) (default: {SESSION_GRACE:g})",
+        f"reads as idle after it) (default: {SESSION_GRACE:g}, or --activity-ttl if shorter)",
     )
     parser.add_argument(
         "--keepalive",
@@ -306,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from codex_presence._wire import MIN_TTL, counted, printable
+    from codex_presence._wire import MIN_TTL, SESSION_GRACE, counted, printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
@@ -330,6 +330,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
+    if args.session_grace is None:  # the default gives way to a shorter TTL
+        args.session_grace = min(SESSION_GRACE, args.activity_ttl)
     if not 0 <= args.session_grace <= args.activity_ttl:
         raise UsageError(
             "--session-grace must be 0 or more, and at most --activity-ttl "
