@@ -445,3 +445,63 @@ async def test_a_session_value_the_brokers_cannot_read_costs_that_session_only(
         assert not direct.exists(KEYS + "s:forged")
         tg.cancel_scope.cancel()
     assert any("holds a browser session this broker cannot read" in m for m in logged(caplog))
+
+
+# -- credentials ------------------------------------------------------------------------------
+
+
+def run_broker(team: str, url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    return subprocess.run(
+        [*BROKER, "--team", team, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "CODEX_PRESENCE_REDIS": url},
+    )
+
+
+BROKER = (sys.executable, "-m", "codex_presence", "broker")
+
+
+def test_wrong_or_missing_redis_credentials_stop_the_broker_on_one_line(tmp_path: Path) -> None:
+    """Before: Redis's own words ("HELLO must be called with the client already
+    authenticated", WRONGPASS), logged as an outage, and the broker listened and retried for
+    ever. Now a configuration error, exit 2, one line, no password in it."""
+    team = team_file(tmp_path)
+    with redis_server() as server:
+        redis.Redis.from_url(server.url).config_set("requirepass", "s3cret-right")
+        port = server.port
+        for url, said in [
+            (f"redis://127.0.0.1:{port}/0", "refused the credentials"),
+            (f"redis://:s3cret-wrong@127.0.0.1:{port}/0", "refused the credentials"),
+            (f"redis://nobody:s3cret-wrong@127.0.0.1:{port}/0", "refused the credentials"),
+        ]:
+            result = run_broker(team, url)
+            assert result.returncode == 2, (url, result.stderr)
+            lines = result.stderr.splitlines()
+            assert len(lines) == 1 and said in lines[0], (url, result.stderr)
+            assert "CODEX_PRESENCE_REDIS" in lines[0] and "s3cret" not in result.stderr
+            assert "listening on" not in result.stderr
+
+
+def test_a_password_changed_under_a_running_broker_is_an_outage_it_rides_out(
+    tmp_path: Path,
+) -> None:
+    """After the start, a refusal of the credentials is retried like any outage (the
+    password may be changing on both sides): the broker stays up and comes back."""
+    with redis_server() as server:
+        direct = redis.Redis.from_url(server.url)
+        direct.config_set("requirepass", "first")
+        url = f"redis://:first@127.0.0.1:{server.port}/0"
+        with broker_process("--team", team_file(tmp_path), redis=url) as broker:
+            admin = redis.Redis.from_url(url)
+            admin.config_set("requirepass", "second")
+            admin.client_kill_filter(_type="pubsub")
+            admin.client_kill_filter(_type="normal", skipme=True)
+            broker.stderr.until("redis down: ", 60)
+            assert broker.proc.poll() is None, broker.said()
+            again = redis.Redis.from_url(f"redis://:second@127.0.0.1:{server.port}/0")
+            again.config_set("requirepass", "first")
+            broker.stderr.until("redis back", 60)
+            assert httpx.get(broker.url + "/healthz", timeout=60).status_code == 200

@@ -71,7 +71,7 @@ from codex_presence._wire import (
     privilege,
 )
 from codex_presence.broker.deaths import Deaths, Mourner
-from codex_presence.broker.store import MemoryStore, Store
+from codex_presence.broker.store import MemoryStore, Store, StoreMisconfigured
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
 
@@ -185,6 +185,9 @@ class Broker:
         self.failed = False
         """The background work (:meth:`run`) failed: the server must stop (see
         :class:`~codex_presence.broker.server.BrokerServer`)."""
+        self.misconfigured: str | None = None
+        """Why the store refused this broker's configuration at the start (then
+        :attr:`failed` too): the command says it as a configuration error."""
 
     # -- authentication ----------------------------------------------------------------
 
@@ -423,7 +426,14 @@ class Broker:
                     tg.start_soon(self.watcher.run)
                 task_status.started()
                 started = True
-        except Exception:
+        except Exception as exc:
+            misconfigured = None if started else _misconfiguration(exc)
+            if misconfigured is not None:  # said by the command, on one line, not a trace
+                self.misconfigured = str(misconfigured)
+                self.failed = True
+                self.close()
+                task_status.started()
+                return
             if not started:
                 raise
             logger.critical("the broker's background work failed: stopping", exc_info=True)
@@ -461,6 +471,17 @@ class Broker:
         self.closing = True
         self._pending.set()
         self._wake_all()
+
+
+def _misconfiguration(exc: BaseException) -> StoreMisconfigured | None:
+    """The :class:`StoreMisconfigured` that ``exc`` is, or holds (a task group's)."""
+    if isinstance(exc, StoreMisconfigured):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _misconfiguration(inner)) is not None:
+                return found
+    return None
 
 
 def _can_lapse(entry: Activity) -> bool:

@@ -386,6 +386,8 @@ def run(args: argparse.Namespace) -> int:
 
     def announce() -> None:
         """Once listening (never before a bind that may fail): where, and what it exposes."""
+        if broker.misconfigured is not None:
+            return  # it stops at once, and says why
         warning = exposure_warning(args.host)
         if warning:
             logger.warning("%s", warning)
@@ -409,4 +411,6 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
+    if broker.misconfigured is not None:
+        raise UsageError(broker.misconfigured)
     return 1 if broker.failed else 0  # a supervisor restarts it
