@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from codex_presence.broker.notify.notifier import Notifier
     from codex_presence.broker.sessions import SessionStore
+    from codex_presence.broker.state import Broker
     from codex_presence.broker.store import Store
     from codex_presence.broker.team import Team
+    from codex_presence.broker.team_reload import TeamReloader
+    from codex_presence.broker.web import WebRoster
 
 HELP = "run the reference presence broker"
 
@@ -300,6 +303,17 @@ def _warn_if_others_can_read(team_file: str) -> None:
         )
 
 
+def _team_reloader(path: str, broker: Broker, web: WebRoster) -> TeamReloader:
+    """Reads the team file again when it changes, or on SIGHUP, into the broker and page."""
+    from codex_presence.broker.team_reload import TeamReloader
+
+    def apply(team: Team) -> None:
+        broker.replace_team(team)  # ValueError: a change it cannot follow, nothing applied
+        web.team = team
+
+    return TeamReloader(path, apply)
+
+
 def run(args: argparse.Namespace) -> int:
     import socket
     import sys
@@ -372,6 +386,8 @@ def run(args: argparse.Namespace) -> int:
         authenticators=[web.authenticate],
         watcher=notifier,
     )
+    if args.team:  # team add, remove and rotate, without a restart
+        broker.companions.append(_team_reloader(args.team, broker, web).run)
     routes = [*web.routes(broker), *notify_routes(broker, notifier)]
     hosts = allowed_hosts(args.host, args.allowed_host.split(","))
     app = create_app(broker, limits=limits, routes=routes, allowed_hosts=hosts)
