@@ -462,8 +462,13 @@ def test_a_broker_url_without_http_says_so(
     assert done.value.code == 2
     assert capsys.readouterr().err.endswith(
         "argument --broker: 'localhost:8765' is not a URL: a broker's URL starts with "
-        "http:// (http://localhost:8765?)\n"
+        "http:// or https:// (http://localhost:8765?)\n"
     )
+    # A TLS address (port 443 or 8443, or a host name alone) gets https:// (before: http://).
+    for address in ("presence.example.com:8443", "presence.example.com"):
+        with pytest.raises(SystemExit):
+            main(["roster", "--broker", address])
+        assert f"(https://{address}?)" in capsys.readouterr().err
     monkeypatch.setenv("CODEX_PRESENCE_BROKER", "ftp://localhost:8765")
     assert main(["roster"]) == 2
     assert capsys.readouterr().err == (

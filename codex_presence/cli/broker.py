@@ -124,8 +124,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--public-url",
         metavar="URL",
-        help="the roster page's address as operators reach it (behind a proxy): notifications "
-        "link to it",
+        help="the roster page's address as operators reach it (behind a proxy, e.g. "
+        "https://presence.example.com:8443): notifications link to it, and the page's sign-in "
+        "accepts its origin",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -376,7 +377,9 @@ def run(args: argparse.Namespace) -> int:
 
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
     notifier = _notifier(args, team, store)
-    web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
+    web = WebRoster(  # the page at /, its sign-in
+        team=team, limits=limits, sessions=sessions, public_url=args.public_url
+    )
     broker = Broker(
         team=team,
         store=store,
