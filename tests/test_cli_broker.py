@@ -697,3 +697,17 @@ def test_the_default_grace_gives_way_to_a_shorter_ttl(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "(got 3; --activity-ttl is 2)" in result.stderr, result.stderr
+
+
+def test_notify_after_without_a_notify_target_is_a_usage_error(tmp_path: Path) -> None:
+    """Before: accepted without a word, though it changed nothing."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    result = subprocess.run(
+        [*CLI, "broker", "--port", "0", "--team", str(team), "--notify-after", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--notify-after applies to --notify targets, and none is given" in result.stderr

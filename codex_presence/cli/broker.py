@@ -26,12 +26,12 @@ proxy in front of it.
 
 With --redis, the broker keeps the team's presence and browser sessions in Redis, so that
 several brokers with the same team file show one roster and a restart loses nothing
-(needs the redis extra: pip install 'codex-presence[redis]'). Put a Redis password in
+(needs the redis extra: .venv/bin/pip install '.[redis]' in the clone). Put a Redis password in
 CODEX_PRESENCE_REDIS rather than on the command line, which others can read.
 
 With --notify URL (repeatable; apprise's URLs: json://, ntfys://, slack://, ...) or
 [[notify]] entries in the team file, the broker tells operators of a member blocked for
---notify-after seconds (needs the notify extra: pip install 'codex-presence[notify]'; see
+--notify-after seconds (needs the notify extra: .venv/bin/pip install '.[notify]' in the clone; see
 docs/notifications.md). A URL holds secrets: prefer the team file (mode 0600) or
 CODEX_PRESENCE_NOTIFY (URLs separated by spaces) to the command line.
 """
@@ -116,10 +116,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--notify-after",
         type=float,
-        default=DEFAULT_AFTER,
+        default=None,
         metavar="SECONDS",
         help=f"how long a member is blocked before --notify targets hear of it (default: "
-        f"{DEFAULT_AFTER:g})",
+        f"{DEFAULT_AFTER:g}; a [[notify]] entry has its own 'after')",
     )
     parser.add_argument(
         "--public-url",
@@ -182,7 +182,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     import sys
     from urllib.parse import urlsplit
 
-    from codex_presence.cli.main import UsageError
+    from codex_presence.cli.main import UsageError, install_hint
 
     try:
         from codex_presence.broker.redis.link import RedisLink, holds_secret
@@ -191,9 +191,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         from codex_presence.broker.redis.store import RedisStore
         from codex_presence.broker.redis.team import team_marks
     except ImportError:
-        raise UsageError(
-            "--redis needs the redis extra: pip install 'codex-presence[redis]'"
-        ) from None
+        raise UsageError(f"--redis needs the redis extra: {install_hint('redis')}") from None
     url = args.redis
     try:
         parts = urlsplit(url)
@@ -229,11 +227,19 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import read_team_file
     from codex_presence.cli.env import from_environment
-    from codex_presence.cli.main import UsageError
+    from codex_presence.cli.main import UsageError, install_hint
+    from codex_presence.core.notify_policy import DEFAULT_AFTER
 
+    urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
+    if args.notify_after is None:
+        args.notify_after = DEFAULT_AFTER
+    elif not urls:  # before: accepted, and nothing said that it changed nothing
+        raise UsageError(
+            "--notify-after applies to --notify targets, and none is given (a [[notify]] "
+            "entry of the team file has its own: after = SECONDS)"
+        )
     if not (math.isfinite(args.notify_after) and args.notify_after >= 0):
         raise UsageError("--notify-after must be a number of seconds >= 0")
-    urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
     notify_option = "CODEX_PRESENCE_NOTIFY" if from_environment(args.notify) else "--notify"
     targets = command_line_targets(urls, after=args.notify_after)
     given = len(targets)  # then the team file's, numbered from 0 as its errors say
@@ -259,7 +265,7 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         from codex_presence.broker.notify.notifier import Notifier
     except ImportError:
         raise UsageError(
-            "notification targets need the notify extra: pip install 'codex-presence[notify]'"
+            f"notification targets need the notify extra: {install_hint('notify')}"
         ) from None
     claims = None
     if store is not None:

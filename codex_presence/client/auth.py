@@ -135,9 +135,18 @@ def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = No
             raise TokenError(f"no token: set ${TOKEN_ENV} or pass --token-file FILE")
     if not token:
         raise TokenError(f"{where} is empty")
+    if token in _PLACEHOLDERS:
+        raise TokenError(
+            f"{where} is {token!r}, the docs' placeholder: put a member's token there (team "
+            "init printed it, NAME<TAB>TOKEN; it starts with cp_)"
+        )
     if not is_token_text(token):
         raise TokenError(f"{where} holds whitespace or non-ASCII characters inside the token")
     return token
+
+
+_PLACEHOLDERS = frozenset({"…", "...", "TOKEN", "<token>", "<TOKEN>"})
+"""What the docs write where a token goes (``CODEX_PRESENCE_TOKEN=…``), pasted as is."""
 
 
 def make_async_client(broker: str, token: str, *, timeout: float = 5.0) -> httpx.AsyncClient:
