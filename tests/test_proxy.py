@@ -53,7 +53,7 @@ def nginx(workdir: Path, upstream: int, port: int = 0) -> Iterator[int]:
     binary = required(shutil.which("nginx") or "/usr/sbin/nginx", "nginx-light")
     files = make_tls_files(workdir / "tls", required(find_openssl(), "openssl"))
     location = DOCS_CONF.read_text().split("    location / {", 1)[1].split("\n    }", 1)[0]
-    location = location.replace("127.0.0.1:8765", f"127.0.0.1:{upstream}")
+    location = location.replace("127.0.0.1:8780", f"127.0.0.1:{upstream}")
     port = port or free_port()
     temp = workdir / "nginx-temp"
     temp.mkdir()
