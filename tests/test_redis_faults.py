@@ -127,7 +127,7 @@ async def test_anything_that_fails_in_the_link_is_an_outage_that_ends(
     link.add_listener(faulty)
     async with anyio.create_task_group() as tg:
         await tg.start(link.run)
-        await eventually_async(lambda: link.up and faulty.kept == 2, 10, "the link up again")
+        await eventually_async(lambda: link.up and faulty.kept == 2, 60, "the link up again")
         tg.cancel_scope.cancel()
     said = logged(caplog)
     assert sum(m.startswith("redis down") for m in said) == 2  # two outages: each said once
@@ -202,12 +202,12 @@ def test_the_log_and_healthz_say_the_real_cause_of_an_outage(
         try:
             direct.client_kill_filter(_type="pubsub")
             broker.stderr.until("redis down: .*Connection closed")
-            assert "maxmemory" in broker.stderr.until("redis still down", 10)
+            assert "maxmemory" in broker.stderr.until("redis still down", 60)
             member = httpx.get(broker.url + "/healthz", headers=auth("scout"), timeout=5)
             assert member.status_code == 503 and "maxmemory" in member.json()["reason"]
         finally:
             direct.config_set("maxmemory", "0")
-        broker.stderr.until("redis back", 10)
+        broker.stderr.until("redis back", 60)
         assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
 
 
@@ -223,7 +223,7 @@ def test_reports_show_again_after_the_keys_are_flushed(redis_url: str, lost: str
         on_a, on_b = Stream(a.url, "alice"), Stream(b.url, "scout")
         for sent, state in enumerate(("working", "blocked", "working"), 1):
             assert report(a.url, "builder", state).status_code == 204
-            eventually(lambda n=sent: len(on_b.of("builder")) == n, 5, "B seeing it")  # type: ignore[misc]
+            eventually(lambda n=sent: len(on_b.of("builder")) == n, 60, "B seeing it")  # type: ignore[misc]
         direct = redis.Redis.from_url(redis_url)
         if lost == "FLUSHDB":
             direct.flushdb()
@@ -239,7 +239,7 @@ def test_reports_show_again_after_the_keys_are_flushed(redis_url: str, lost: str
                 for x in (a, b)
             )
 
-        eventually(shown_on_both, 10, "the report on both brokers")
+        eventually(shown_on_both, 60, "the report on both brokers")
         assert report(b.url, "builder", "idle").status_code == 204  # and the next ones too
         eventually(lambda: all("activity" not in roster(x.url)["builder"] for x in (a, b)), 5)
         for stream in (on_a, on_b):  # stale, the whole roster again, then as usual
@@ -319,7 +319,7 @@ def test_a_stalled_redis_costs_a_bounded_number_of_connections() -> None:
         assert most <= MAX_CONNECTIONS + 1, most
         assert sorted(set(answers)) in ([503], [204, 503], [204])
         assert len(answers) == 48  # every one answered
-        eventually(lambda: report(broker.url, "builder", "blocked").status_code == 204, 15)
+        eventually(lambda: report(broker.url, "builder", "blocked").status_code == 204, 60)
 
 
 # -- what a stranger is told ---------------------------------------------------------------------
@@ -386,9 +386,9 @@ def test_a_value_the_brokers_cannot_read_never_fails_a_report(
         _POISONS[poisoned](direct)
         time.sleep(2.5)  # a heartbeat meets it first, for the keys it touches
         for name in ("builder", "alice"):  # seq starting again: a resync first, of a moment
-            eventually(lambda n=name: report(broker.url, n, "working").status_code == 204, 5)  # type: ignore[misc]
+            eventually(lambda n=name: report(broker.url, n, "working").status_code == 204, 60)  # type: ignore[misc]
         assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
-        eventually(lambda: roster(broker.url)["builder"].get("activity") == "working", 10)
+        eventually(lambda: roster(broker.url)["builder"].get("activity") == "working", 60)
     said = [m for m in logged(caplog) if "holds a value this broker cannot read" in m]
     assert len(said) == 1 and f"{KEYS}{poisoned} " in said[0], said
     assert not any("team file differs" in m for m in logged(caplog))
@@ -409,14 +409,14 @@ def test_a_value_the_brokers_cannot_read_never_takes_the_team_down(
         _POISONS[poisoned](direct)
         direct.client_kill_filter(_type="pubsub")
         broker.stderr.until("redis down")
-        broker.stderr.until("redis back", 10)
+        broker.stderr.until("redis back", 60)
         assert httpx.get(broker.url + "/healthz", timeout=5).status_code == 200
         for name in ("alice", "builder", "scout"):
             assert report(broker.url, name, "working").status_code == 204, name
         shown = roster(broker.url)
         assert [shown[n].get("activity") for n in ("alice", "builder", "scout")] == ["working"] * 3
         direct.client_kill_filter(_type="pubsub")  # and again: the value was replaced
-        broker.stderr.until("redis back", 10)
+        broker.stderr.until("redis back", 60)
         assert report(broker.url, "builder", "idle").status_code == 204
         said = broker.said()
         assert said.count(f"{KEYS}{poisoned} holds a value this broker cannot read") == 1, said

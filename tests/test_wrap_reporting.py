@@ -130,11 +130,14 @@ def test_a_refused_token_is_logged_once_and_the_session_goes_on() -> None:
     ):
         # The broker link attaches once its imports are done (the child starts first):
         # turns run before that would only be reported as their outcome (idle), not at all.
-        eventually(lambda: b"refused the token (401)" in wrap.stderr)
+        # Before: 10 s deadlines, which a load of ~12 broke (16 of 16 runs, 8 at once),
+        # and a failure that did not show what wrap had said.
+        log = wrap.stderr.decode
+        eventually(lambda: b"refused the token (401)" in wrap.stderr, what="the 401", seen=log)
         for n in (1, 2):
             wrap.start_turn(n, deltas=2)
             wrap.wait_for(is_note("turn/completed"))
-        eventually(lambda: b"refused our token" in wrap.stderr)
+        eventually(lambda: b"refused our token" in wrap.stderr, what="the refusal", seen=log)
         assert wrap.close() == 0
         assert "activity" not in member(broker)
     log = wrap.stderr.decode()
