@@ -21,6 +21,7 @@
 #                                 persistence off, emptied before each test)
 #   /usr/bin/redis-sentinel       Debian's redis-sentinel, for the failover tests
 #   /usr/bin/openssl              Debian's openssl: throwaway certificates for Redis over TLS
+#   /usr/sbin/nginx               Debian's nginx-light: the broker behind a TLS reverse proxy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,12 +77,13 @@ apt_install() {  # apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND 
     fi
 }
 
-step "chromium, tmux, redis-server"
+step "chromium, tmux, redis-server, nginx"
 apt_install chromium chromium
 apt_install tmux tmux
 apt_install redis-server redis-server
 apt_install redis-sentinel redis-sentinel
 apt_install openssl openssl
+PATH="$PATH:/usr/sbin" apt_install nginx-light nginx
 command -v chromium && chromium --version || true
 command -v tmux && tmux -V || true
 command -v redis-server && redis-server --version || true

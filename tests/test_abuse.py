@@ -292,7 +292,7 @@ def test_past_max_connections_a_new_connection_gets_503(tmp_path: Path) -> None:
         assert b"the broker has 20 connections open" in answer
         idle.close()
         eventually(lambda: _served_now(capped), 10, "served after the idle connections left")
-        capped.stderr.until("refusing connections: 20 are open", 5)
+        capped.stderr.until("refusing connections: 20 are open", 60)
 
 
 def _served_now(broker: Target) -> bool:

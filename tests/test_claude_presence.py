@@ -221,7 +221,7 @@ def test_a_permission_dialog_answered_yes(
         s.answer_dialog("Enter")
         try:
             watch.wait("working")  # the command is still running: it waits for "go"
-            eventually(lambda: (files.work / "made.txt").exists(), 10, "the command ran")
+            eventually(lambda: (files.work / "made.txt").exists(), 60, "the command ran")
         finally:
             go.touch()
         watch.wait(None, within=15)
@@ -568,7 +568,7 @@ def test_clear_names_no_hook_either_and_the_next_turn_is_followed(
         s.tmux.wait_screen(r"Notes 0 say hello\.")
         watch.wait(None)
         s.prompt("/clear")
-        eventually(lambda: hooks_recorded(files).count("SessionStart") == 2, 20, "the new one")
+        eventually(lambda: hooks_recorded(files).count("SessionStart") == 2, 60, "the new one")
         watch.wait(None)
         s.prompt("question 1")
         s.tmux.wait_screen(r"Notes 1 say hello\.")

@@ -462,8 +462,13 @@ def test_a_broker_url_without_http_says_so(
     assert done.value.code == 2
     assert capsys.readouterr().err.endswith(
         "argument --broker: 'localhost:8765' is not a URL: a broker's URL starts with "
-        "http:// (http://localhost:8765?)\n"
+        "http:// or https:// (http://localhost:8765?)\n"
     )
+    # A TLS address (port 443 or 8443, or a host name alone) gets https:// (before: http://).
+    for address in ("presence.example.com:8443", "presence.example.com"):
+        with pytest.raises(SystemExit):
+            main(["roster", "--broker", address])
+        assert f"(https://{address}?)" in capsys.readouterr().err
     monkeypatch.setenv("CODEX_PRESENCE_BROKER", "ftp://localhost:8765")
     assert main(["roster"]) == 2
     assert capsys.readouterr().err == (
@@ -661,3 +666,48 @@ def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:
 
         eventually(idle, 60)
         assert time.monotonic() - ended >= grace * 0.9 > SESSION_GRACE
+
+
+def test_the_default_grace_gives_way_to_a_shorter_ttl(tmp_path: Path) -> None:
+    """``--activity-ttl 2`` alone is a valid broker (before: refused, by a grace of 3 s the
+    person never set); a session's state then lapses by the TTL's length at most."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    auth = {"authorization": f"Bearer {token_of('alice')}"}
+    with broker_process("--team", str(team), "--activity-ttl", "2") as broker:
+        who = httpx.get(broker.url + "/whoami", headers=auth, timeout=60)
+        assert who.status_code == 200 and who.json()["activityTtlMs"] == 2000, who.text
+    # An explicit contradiction stays an error naming both.
+    result = subprocess.run(
+        [
+            *CLI,
+            "broker",
+            "--port",
+            "0",
+            "--team",
+            str(team),
+            "--activity-ttl",
+            "2",
+            "--session-grace",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "(got 3; --activity-ttl is 2)" in result.stderr, result.stderr
+
+
+def test_notify_after_without_a_notify_target_is_a_usage_error(tmp_path: Path) -> None:
+    """Before: accepted without a word, though it changed nothing."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    result = subprocess.run(
+        [*CLI, "broker", "--port", "0", "--team", str(team), "--notify-after", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--notify-after applies to --notify targets, and none is given" in result.stderr

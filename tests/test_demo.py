@@ -12,6 +12,9 @@ import subprocess
 import sys
 import time
 
+import httpx
+
+from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER
 from codex_presence.cli.demo import DEFAULT_FIXTURE, bundled_fixtures
 
 
@@ -123,3 +126,43 @@ def test_ctrl_c_ends_the_demo_at_once_without_a_word_of_reconnecting() -> None:
 def test_unknown_session_is_a_usage_error() -> None:
     result = demo("--session", "nope")
     assert result.returncode == 2 and "--list" in result.stderr
+
+
+def test_the_demos_address_serves_the_page_and_its_token_signs_in() -> None:
+    """What the demo's first line tells a person to do: open the address (the roster
+    page, not a 404) and sign in with the token it shows, over real HTTP."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "codex_presence", "demo", "--loop"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        first = child.stdout.readline()
+        match = re.search(r"broker (http://127\.0\.0\.1:\d+) .* with the token (cp_\S+)$", first)
+        assert match is not None, (first, child.poll())
+        url, token = match.groups()
+        page = httpx.get(url + "/", timeout=60)
+        assert page.status_code == 200, page.text
+        assert "text/html" in page.headers["content-type"]
+        signed_in = httpx.post(url + "/session", data={"token": token}, timeout=60)
+        assert signed_in.status_code == 200, signed_in.text
+        assert signed_in.json()["name"] == "alice"
+        session = {
+            "cookie": f"{COOKIE_NAME}={signed_in.cookies[COOKIE_NAME]}",
+            KEY_HEADER: signed_in.json()["key"],
+        }
+        who = httpx.get(url + "/whoami", headers=session, timeout=60)
+        assert who.status_code == 200 and who.json()["name"] == "alice", who.text
+    finally:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+        if child.stderr is not None:
+            child.stderr.close()

@@ -93,7 +93,7 @@ class RosterWatch:
         self.shown: list[str] = ["idle"]
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-        eventually(lambda: self.ready, 10, "the watcher's first roster")
+        eventually(lambda: self.ready, 60, "the watcher's first roster")
 
     ready = False
 
@@ -166,7 +166,7 @@ def child_wrote(tmp_path: Path) -> bytes:
 
 def child_pid(wrap: WrapProcess) -> int:
     """The fake app-server's pid, as tee_child announced it on (wrap's) stderr."""
-    eventually(lambda: b"tee_child child=" in wrap.stderr, 10, "tee_child's announcement")
+    eventually(lambda: b"tee_child child=" in wrap.stderr, 60, "tee_child's announcement")
     match = re.search(rb"tee_child child=(\d+)", bytes(wrap.stderr))
     assert match is not None
     return int(match.group(1))
@@ -297,15 +297,15 @@ def test_a_broker_fault_mid_turn_never_touches_the_session(tmp_path: Path, fault
         watch = RosterWatch(broker.url)
         try:
             with teed_wrap(tmp_path, proxy.url) as wrap:
-                eventually(lambda: connected(broker.url) == 1, 10, "subscribed")
+                eventually(lambda: connected(broker.url) == 1, 60, "subscribed")
                 request = blocked_turn(wrap, 1)
-                eventually(lambda: activity(broker.url) == "blocked", 5)
+                eventually(lambda: activity(broker.url) == "blocked", 60)
                 proxy.set_mode(fault)
                 approve(wrap, request)  # working, then idle: the broker hears none of it
                 wrap.wait_for(is_note("turn/completed"))
                 request = blocked_turn(wrap, 2)
                 if fault != "refuse":
-                    eventually(lambda: proxy.counts[fault] > 0, 10, "a request met the fault")
+                    eventually(lambda: proxy.counts[fault] > 0, 60, "a request met the fault")
                 if fault == "stall":
                     # Both turns ran while no broker request had been answered.
                     assert proxy.counts["answered_after_stall"] == 0
@@ -390,9 +390,9 @@ def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
         teed_wrap(tmp_path, first.url) as wrap,
     ):
         url = first.url
-        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        eventually(lambda: connected(url) == 1, 60, "subscribed")
         request = blocked_turn(wrap, 1)
-        eventually(lambda: activity(url) == "blocked", 5)
+        eventually(lambda: activity(url) == "blocked", 60)
         first.proc.kill()
         first.proc.wait(10)
         approve(wrap, request)  # the turn goes on with no broker at all
@@ -420,9 +420,9 @@ def test_a_broker_sharing_redis_sigkilled_mid_turn_comes_back_knowing(tmp_path: 
         teed_wrap(tmp_path, first.url) as wrap,
     ):
         url = first.url
-        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        eventually(lambda: connected(url) == 1, 60, "subscribed")
         request = blocked_turn(wrap, 1)
-        eventually(lambda: activity(url) == "blocked", 5)
+        eventually(lambda: activity(url) == "blocked", 60)
         first.proc.kill()
         first.proc.wait(10)
         with broker_process("--team", str(team), *LAPSE_FAR_ARGS, redis=redis.url, port=first.port):
@@ -454,9 +454,9 @@ def test_a_restarted_broker_is_told_the_state_at_once_not_at_the_next_heartbeat(
         teed_wrap(tmp_path, first.url) as wrap,
     ):
         url = first.url
-        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        eventually(lambda: connected(url) == 1, 60, "subscribed")
         request = blocked_turn(wrap, 1)
-        eventually(lambda: activity(url) == "blocked", 5)
+        eventually(lambda: activity(url) == "blocked", 60)
         first.proc.kill()
         first.proc.wait(10)
         with broker_process("--team", str(team), *LAPSE_FAR_ARGS, port=first.port):  # knows nothing
@@ -482,10 +482,10 @@ def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
         teed_wrap(tmp_path, broker.url) as wrap,
     ):
         url = broker.url
-        eventually(lambda: connected(url) == 1, 10, "subscribed")
+        eventually(lambda: connected(url) == 1, 60, "subscribed")
         watch = RosterWatch(url)
         request = blocked_turn(wrap, 1)
-        eventually(lambda: activity(url) == "blocked", 5)
+        eventually(lambda: activity(url) == "blocked", 60)
         time.sleep(2 * ttl)
         assert activity(url) == "blocked"
         assert watch.shown == ["idle", "blocked"]  # never lapsed, not even for a moment
@@ -509,7 +509,7 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
         wrap.wait_online()
         wrap.start_turn(1, deltas=500, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
-        eventually(lambda: activity(broker.url) == "working", 5)
+        eventually(lambda: activity(broker.url) == "working", 60)
         os.kill(child_pid(wrap), signal.SIGKILL)
         assert wrap.proc.wait(20) == 128 + signal.SIGKILL  # tee_child passes it on
         eventually(lambda: activity(broker.url) == "idle", MUST, "idle reported")
@@ -529,7 +529,7 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
     ):
         wrap.wait_online()
         blocked_turn(wrap, 1)
-        eventually(lambda: activity(broker.url) == "blocked", 5)
+        eventually(lambda: activity(broker.url) == "blocked", 60)
         assert wrap.proc.stdin is not None
         wrap.proc.stdin.close()
         assert wrap.proc.wait(20) == 0
@@ -553,12 +553,12 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         wrap.wait_online()
         wrap.start_turn(1, deltas=1000, delay_ms=20)
         wrap.wait_for(is_note("turn/started"))
-        eventually(lambda: activity(broker.url) == "working", 5)
-        eventually(lambda: connected(broker.url) == 1, 5)
+        eventually(lambda: activity(broker.url) == "working", 60)
+        eventually(lambda: connected(broker.url) == 1, 60)
         child = child_pid(wrap)
         wrap.proc.kill()  # no chance to report idle
         wrap.proc.wait(10)
-        eventually(lambda: not alive(child), 10, "the child died with wrap")
+        eventually(lambda: not alive(child), 60, "the child died with wrap")
         eventually(lambda: activity(broker.url) == "idle", MUST, "the TTL lapse")
         eventually(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
 

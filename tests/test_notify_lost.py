@@ -47,7 +47,7 @@ def test_a_wrap_killed_mid_turn_is_told_lost_once_after_the_grace(store_url: str
             WrapProcess(["--broker", broker.url, "--name", "builder"], env=TOKEN) as wrap,
         ):
             url = broker.url
-            eventually(lambda: roster(url)["builder"]["connected"] == 1, 20, "subscribed")
+            eventually(lambda: roster(url)["builder"]["connected"] == 1, 60, "subscribed")
             wrap.start_turn(1, **LONG_TURN)
             wrap.wait_for(is_note("turn/started"))
             eventually(lambda: roster(url)["builder"].get("activity") == "working")

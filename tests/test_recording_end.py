@@ -142,7 +142,7 @@ def test_the_recorder_starts_with_the_version_and_ends_only_when_told(tmp_path: 
     assert recorder.open()
     recorder.start()
     recorder.add(0.1, "server", STARTED + b"\n")
-    eventually(lambda: path.read_bytes().count(b"\n") == 2, 5, "the message on disk")
+    eventually(lambda: path.read_bytes().count(b"\n") == 2, 60, "the message on disk")
     killed_here = path.read_bytes()  # what a SIGKILL now would leave
     recorder.finish(0.2)
     assert recorder.join(10)
@@ -160,7 +160,7 @@ def test_a_recorder_that_fails_writes_no_end(tmp_path: Path) -> None:
     assert recorder.open()
     recorder.start()
     recorder.add(0.1, "server", STARTED + b"\n")
-    eventually(lambda: path.read_bytes().count(b"\n") == 2, 5, "the message on disk")
+    eventually(lambda: path.read_bytes().count(b"\n") == 2, 60, "the message on disk")
     file = recorder._file
     assert file is not None
 

@@ -56,7 +56,7 @@ def test_two_brokers_show_one_roster(redis_url: str) -> None:
             first, second = roster(a.url), roster(b.url)
             return first == second and second["builder"]["connected"] == 2
 
-        eventually(same_roster, 5, f"one roster: {roster(a.url)} {roster(b.url)}")
+        eventually(same_roster, 60, f"one roster: {roster(a.url)} {roster(b.url)}")
         shown = roster(b.url)
         assert shown["alice"]["connected"] == 1
         assert (shown["builder"]["activity"], shown["alice"]["activity"]) == ("working", "blocked")
@@ -73,7 +73,7 @@ def test_a_report_reaches_the_streams_of_every_broker_once(redis_url: str) -> No
         for sent, state in enumerate(("working", "blocked", "idle"), 1):
             assert report(a.url, "builder", state).status_code == 204
             for stream in (on_a, on_b):  # each transition is seen before the next is sent
-                eventually(lambda s=stream, n=sent: len(s.of("builder")) == n, 5)  # type: ignore[misc]
+                eventually(lambda s=stream, n=sent: len(s.of("builder")) == n, 60)  # type: ignore[misc]
         assert report(a.url, "builder", "idle").status_code == 204  # no change: no event
         time.sleep(0.5)  # anything duplicated or late would be here by now
         for stream in (on_a, on_b):
@@ -166,7 +166,7 @@ def test_a_team_file_changed_broker_by_broker_is_said_and_served(
         assert "this team file differs from the one the team's brokers registered" in new.said()
         assert "(1 members or tokens only here, 0 only there)" in new.said()
         assert report(new.url, "builder", "working").status_code == 204
-        eventually(lambda: roster(old.url)["builder"].get("activity") == "working", 5)
+        eventually(lambda: roster(old.url)["builder"].get("activity") == "working", 60)
 
 
 # -- a broker dies, a broker restarts --------------------------------------------------------
@@ -198,7 +198,7 @@ def test_a_sigkilled_brokers_connections_leave_within_the_bound(
         broker_process("--team", team, redis=redis_url) as survivor,
     ):
         Stream(doomed.url, "builder")
-        eventually(lambda: roster(survivor.url)["builder"]["connected"] == 1, 5)
+        eventually(lambda: roster(survivor.url)["builder"]["connected"] == 1, 60)
         beats = {m.decode(): score for m, score in store.zrange(BROKERS, 0, -1, withscores=True)}
         assert len(beats) == 2, beats
         doomed.proc.kill()
@@ -216,7 +216,7 @@ def test_a_sigkilled_brokers_connections_leave_within_the_bound(
                     gone.append(event[2])
             return bool(gone)
 
-        eventually(told, 10, "the g event")
+        eventually(told, 60, "the g event")
         assert gone == [dead]  # the survivor's prune took it, once
     events.close()
     assert now_ms - beats[dead] >= BOUND * 1000  # not before the bound
@@ -227,7 +227,7 @@ def test_a_broker_that_stops_cleanly_takes_its_counts_along(redis_url: str) -> N
     with running_broker(team=TEAM, redis=redis_url) as stays:
         with running_broker(team=TEAM, redis=redis_url) as stops:
             Stream(stops.url, "builder")
-            eventually(lambda: roster(stays.url)["builder"]["connected"] == 1, 5)
+            eventually(lambda: roster(stays.url)["builder"]["connected"] == 1, 60)
             beats = store.zrange(BROKERS, 0, -1, withscores=True)
             assert len(beats) == 2
         eventually(lambda: roster(stays.url)["builder"]["connected"] == 0, 30)
@@ -285,7 +285,7 @@ def test_signing_out_on_one_broker_ends_the_stream_on_another(redis_url: str) ->
         }
         on_b = Stream(b.url, "alice", headers=cookie)
         assert on_b.status == 200
-        eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 5)
+        eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 60)
         assert httpx.post(a.url + "/session/logout", headers=cookie, timeout=5).status_code == 204
         assert on_b.ended.wait(5), "the stream on the other broker did not end"
         eventually(lambda: roster(a.url)["alice"]["connected"] == 0, 5)
@@ -299,11 +299,11 @@ def test_redis_restarted_mid_session(caplog: pytest.LogCaptureFixture) -> None:
     with redis_server() as server, brokers(server.url) as (a, b):
         on_b = Stream(b.url, "alice")
         assert report(a.url, "builder", "working").status_code == 204
-        eventually(lambda: roster(b.url)["builder"].get("activity") == "working", 5)
+        eventually(lambda: roster(b.url)["builder"].get("activity") == "working", 60)
         seen_before = roster(b.url)["builder"]["lastSeen"]
 
         server.stop(kill=True)
-        eventually(lambda: "stale" in on_b.kinds(), 5, "the stream saying it is stale")
+        eventually(lambda: "stale" in on_b.kinds(), 60, "the stream saying it is stale")
         answer = report(a.url, "builder", "blocked")
         assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
         assert "Redis" in answer.json()["error"] and "not recorded" in answer.json()["error"]
@@ -318,14 +318,14 @@ def test_redis_restarted_mid_session(caplog: pytest.LogCaptureFixture) -> None:
 
         server.start()  # same port, empty: persistence is off
         for broker in (a, b):
-            eventually(lambda u=broker.url: httpx.get(u + "/healthz").status_code == 200, 15)  # type: ignore[misc]
-        eventually(lambda: "roster" in on_b.kinds()[on_b.kinds().index("stale") :], 5)
+            eventually(lambda u=broker.url: httpx.get(u + "/healthz").status_code == 200, 60)  # type: ignore[misc]
+        eventually(lambda: "roster" in on_b.kinds()[on_b.kinds().index("stale") :], 60)
         # converged: alice's stream on B counted again everywhere; lastSeen merged back
-        eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 5)
+        eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 60)
         assert roster(a.url)["builder"]["lastSeen"] == seen_before
         # the empty Redis lost builder's activity: the next report (a heartbeat) restores it
         assert report(a.url, "builder", "blocked").status_code == 204
-        eventually(lambda: roster(b.url)["builder"].get("activity") == "blocked", 5)
+        eventually(lambda: roster(b.url)["builder"].get("activity") == "blocked", 60)
         assert not on_b.ended.is_set()
         assert on_b.of("builder")[-1]["activity"] == "blocked"
 

@@ -33,8 +33,8 @@ def test_brokers_share_one_roster_over_tls() -> None:
         assert redis.url.startswith("rediss://")
         on_b = Stream(b.url, "scout")
         assert report(a.url, "builder", "working").status_code == 204
-        eventually(lambda: activities(b.url)["builder"] == "working", 5, "A's report on B")
-        eventually(lambda: [p.get("activity") for p in on_b.of("builder")] == ["working"], 5)
+        eventually(lambda: activities(b.url)["builder"] == "working", 60, "A's report on B")
+        eventually(lambda: [p.get("activity") for p in on_b.of("builder")] == ["working"], 60)
         assert httpx.get(a.url + "/healthz").json()["store"] == "redis"
 
 
@@ -60,7 +60,7 @@ def test_brokers_follow_a_failover_over_tls_with_a_password(tmp_path: Path) -> N
         a = stack.enter_context(broker_process(*args, redis=setup.url))
         b = stack.enter_context(broker_process(*args, redis=setup.url))
         assert report(a.url, "builder", "working").status_code == 204
-        eventually(lambda: activities(b.url)["builder"] == "working", 10, "A's report on B")
+        eventually(lambda: activities(b.url)["builder"] == "working", 60, "A's report on B")
 
         replica = setup.replica
         assert replica is not None
@@ -73,8 +73,8 @@ def test_brokers_follow_a_failover_over_tls_with_a_password(tmp_path: Path) -> N
         assert setup.primary_port() == replica.port  # the replica was promoted, over TLS
         assert activities(a.url)["builder"] == "working"  # nothing lost
         assert report(b.url, "alice", "blocked").status_code == 204
-        eventually(lambda: activities(a.url)["alice"] == "blocked", 10, "B's report on A")
+        eventually(lambda: activities(a.url)["alice"] == "blocked", 60, "B's report on A")
         for broker in (a, b):
-            broker.stderr.until("redis back", 5)
+            broker.stderr.until("redis back", 60)
             said = broker.said()
             assert "redis down" in said and password not in said

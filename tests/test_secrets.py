@@ -122,7 +122,7 @@ def test_error_paths_never_print_the_token(tmp_path: Path, case: str) -> None:
             # which a loaded machine put after a timed turn's end (nothing left to report).
             wrap.start_turn(1, approval=True, deltas=3)
             request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
-            eventually(lambda: said.search(wrap.stderr), 20, "the failure said")
+            eventually(lambda: said.search(wrap.stderr), 60, "the failure said")
             wrap.send({"id": request["id"], "result": {"decision": "accept"}})
             wrap.wait_for(is_note("turn/completed"))
             assert wrap.close() == 0

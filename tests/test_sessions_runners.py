@@ -55,7 +55,7 @@ def test_two_wraps_of_one_member_show_the_strongest(store_url: str | None) -> No
         WrapProcess(options(broker.url), env=TOKEN) as second,
     ):
         url = broker.url
-        eventually(lambda: builder(url)["connected"] == 2, 20, "both wraps subscribed")
+        eventually(lambda: builder(url)["connected"] == 2, 60, "both wraps subscribed")
         first.start_turn(1, **LONG_TURN)
         first.wait_for(is_note("turn/started"))
         eventually(lambda: builder(url).get("activity") == "working", what="first working")
@@ -95,7 +95,7 @@ def test_a_wrap_killed_mid_turn_is_offline_and_idle_within_the_grace(
         WrapProcess(options(broker.url), env=TOKEN) as wrap,
     ):
         url = broker.url
-        eventually(lambda: builder(url)["connected"] == 1, 20, "the wrap subscribed")
+        eventually(lambda: builder(url)["connected"] == 1, 60, "the wrap subscribed")
         wrap.start_turn(1, **LONG_TURN)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: builder(url).get("activity") == "working", what="working")
@@ -122,7 +122,7 @@ def test_a_dead_brokers_sessions_go_with_its_counts(redis_url: str, tmp_path: Pa
         broker_process("--team", team, *far, redis=redis_url) as survivor,
         WrapProcess(options(doomed.url), env=TOKEN) as wrap,
     ):
-        eventually(lambda: builder(survivor.url)["connected"] == 1, 20, "subscribed")
+        eventually(lambda: builder(survivor.url)["connected"] == 1, 60, "subscribed")
         wrap.start_turn(1, deltas=2000, delay_ms=50)
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: builder(survivor.url).get("activity") == "working", what="working")
@@ -140,7 +140,7 @@ def test_a_dead_brokers_sessions_go_with_its_counts(redis_url: str, tmp_path: Pa
 def _left_running(url: str, wrap: WrapProcess) -> None:
     """Start a turn that ends (as an Esc does) with its command still running, and wait
     until the roster counts that command."""
-    eventually(lambda: builder(url)["connected"] == 1, 20, "the wrap subscribed")
+    eventually(lambda: builder(url)["connected"] == 1, 60, "the wrap subscribed")
     wrap.start_turn(1, deltas=2, leave_running=True)
     wrap.wait_for(is_note("turn/completed"))
     eventually(lambda: builder(url).get("background") == 1, what="the command counted")
@@ -193,7 +193,7 @@ def test_a_no_trace_wrap_shows_no_background(store_url: str | None) -> None:
         WrapProcess([*options(broker.url), "--no-trace"], env=TOKEN) as wrap,
     ):
         url = broker.url
-        eventually(lambda: builder(url)["connected"] == 1, 20, "the wrap subscribed")
+        eventually(lambda: builder(url)["connected"] == 1, 60, "the wrap subscribed")
         wrap.start_turn(1, deltas=2, leave_running=True)
         wrap.wait_for(is_note("turn/completed"))
         time.sleep(1)  # time for a report that must not come

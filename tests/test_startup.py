@@ -185,7 +185,7 @@ def test_a_turn_started_in_the_first_bytes_reaches_the_broker() -> None:
             child=[PY, "-c", child],
             env={"CODEX_PRESENCE_TOKEN": token_of("alice")},
         ) as wrap:
-            eventually(lambda: activity() == "working", 20, "working at the broker")
+            eventually(lambda: activity() == "working", 60, "working at the broker")
             wrap.send({"id": 1, "result": {}})
             eventually(lambda: activity() is None, 20, "idle at the broker")
             assert wrap.close() == 0

@@ -3,7 +3,17 @@ redirected to a file or a terminal (a pseudo-terminal)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import stat
+import subprocess
+import sys
 from pathlib import Path
+
+import httpx
+
+from tests.support.broker_harness import broker_process
+from tests.support.waiting import eventually
 
 
 def test_team_init_says_where_the_tokens_went(tmp_path: Path) -> None:
@@ -41,3 +51,122 @@ def test_team_init_says_where_the_tokens_went(tmp_path: Path) -> None:
         os.close(leader)
     assert result.returncode == 0
     assert "The tokens above are shown only now; the file keeps their sha256." in result.stderr
+
+
+# -- add, remove, rotate, and a running broker that follows ----------------------------------
+
+
+def team(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "codex_presence", "team", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def token_printed(result: subprocess.CompletedProcess[str], name: str) -> str:
+    assert result.returncode == 0, result.stderr
+    printed, token = result.stdout.rstrip("\n").split("\t")
+    assert printed == name and token.startswith("cp_"), result.stdout
+    assert token not in result.stderr
+    return token
+
+
+def whoami(url: str, token: str) -> int:
+    return httpx.get(url + "/whoami", headers=bearer(token), timeout=60).status_code
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def test_a_running_broker_follows_team_add_rotate_and_remove(tmp_path: Path) -> None:
+    """Before: ``team`` had only ``init`` (``--force`` replaced every token) and the broker
+    read its team file once. Now a member added, a token rotated and a member removed take
+    effect in the running broker: the new token signs in, the old one gets 401, and the
+    removed member's open stream ends."""
+    path = str(tmp_path / "team.toml")
+    made = team("init", path, "--team", "acme", "-m", "alice:director", "-m", "builder")
+    assert made.returncode == 0, made.stderr
+    tokens = dict(line.split("\t") for line in made.stdout.splitlines())
+    with broker_process("--team", path) as broker:
+        carol = token_printed(team("add", path, "carol:engineer:objectives.create"), "carol")
+        eventually(lambda: whoami(broker.url, carol) == 200, 60, "carol's new token counted")
+        assert stat.S_IMODE(Path(path).stat().st_mode) == 0o600
+        roster = httpx.get(broker.url + "/roster", headers=bearer(carol), timeout=60).json()
+        assert [m["name"] for m in roster] == ["alice", "builder", "carol"]
+        assert roster[2]["role"] == {"title": "engineer", "permissions": ["objectives.create"]}
+
+        alice = token_printed(team("rotate", path, "alice"), "alice")
+        eventually(lambda: whoami(broker.url, tokens["alice"]) == 401, 60, "the old token refused")
+        assert whoami(broker.url, alice) == 200
+
+        with httpx.Client(base_url=broker.url, timeout=httpx.Timeout(60)) as client:
+            params = {"name": "builder"}
+            with client.stream(
+                "GET", "/subscribe", params=params, headers=bearer(tokens["builder"])
+            ) as stream:
+                assert stream.status_code == 200
+                lines = stream.iter_lines()
+                assert next(lines).startswith("retry:")
+                removed = team("remove", path, "builder")
+                assert removed.returncode == 0 and removed.stdout == "", removed.stderr
+                rest = list(lines)  # the stream ends: read to its end, or time out (60 s)
+        assert not any("keepalive" in line for line in rest[-1:]), rest
+        assert whoami(broker.url, tokens["builder"]) == 401
+        roster = httpx.get(broker.url + "/roster", headers=bearer(carol), timeout=60).json()
+        assert [m["name"] for m in roster] == ["alice", "carol"]
+        broker.stderr.until("team file .* read again", 60)
+
+
+def test_sighup_reads_the_team_file_again(tmp_path: Path) -> None:
+    """A change the poll cannot see (the same inode, size and modification time) is read
+    at SIGHUP, what ``systemctl reload`` sends. Before, SIGHUP ended the broker."""
+    path = tmp_path / "team.toml"
+    made = team("init", str(path), "--team", "acme", "-m", "alice")
+    old = made.stdout.split("\t")[1].strip()
+    spare = tmp_path / "spare.toml"
+    spare.write_bytes(path.read_bytes())
+    spare.chmod(0o600)
+    new = token_printed(team("rotate", str(spare), "alice"), "alice")
+    with broker_process("--team", str(path)) as broker:
+        before = path.stat()
+        assert len(spare.read_bytes()) == before.st_size
+        with path.open("r+b") as f:  # in place: the inode, the size, the time kept
+            f.write(spare.read_bytes())
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        broker.proc.send_signal(signal.SIGHUP)
+        eventually(lambda: whoami(broker.url, new) == 200, 60, "the token rotated by hand")
+        assert whoami(broker.url, old) == 401
+        assert broker.proc.poll() is None
+
+
+def test_a_broken_team_file_is_not_applied(tmp_path: Path) -> None:
+    """A half-edited file never signs everyone out: the broker says why and keeps its team."""
+    path = tmp_path / "team.toml"
+    made = team("init", str(path), "--team", "acme", "-m", "alice")
+    token = made.stdout.split("\t")[1].strip()
+    with broker_process("--team", str(path)) as broker:
+        path.write_text("team = \n")
+        broker.stderr.until("team file not applied, the broker keeps its team", 60)
+        assert whoami(broker.url, token) == 200
+
+
+def test_team_edits_refuse_what_would_break_the_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "team.toml")
+    assert team("init", path, "--team", "acme", "-m", "alice", "-m", "bob").returncode == 0
+    with open(path, "a") as f:
+        f.write('\n[[notify]]\nurl = "json://127.0.0.1:9/"\nmembers = ["bob"]\n')
+    for args, said in [
+        (("add", path, "alice"), "'alice' is a member already"),
+        (("rotate", path, "carol"), "no member 'carol' (the members: alice, bob)"),
+        (("remove", path, "bob"), "names 'bob', not a team member"),
+        (("add", str(tmp_path / "none.toml"), "x"), "no such team file"),
+    ]:
+        result = team(*args)
+        assert result.returncode == 2 and said in result.stderr, (args, result.stderr)
+        assert result.stdout == ""
+    assert team("remove", path, "alice").returncode == 0
+    assert "[[notify]]" in Path(path).read_text()  # kept
+    assert team("remove", path, "bob").returncode == 2  # the last member, and named

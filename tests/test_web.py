@@ -992,7 +992,7 @@ def test_notify_me_asks_permission_only_when_turned_on_and_notifies_on_blocked(
     expect(toggle).to_be_checked()
     web.report("builder", "blocked")
     expect(row(allowed, "builder")).to_have_attribute("data-activity", "blocked")
-    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 1, 10)
+    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 1, 60)
     assert allowed.evaluate("window.codexPresence.notices[0]") == {
         "title": "builder needs input",
         "body": "acme: builder is waiting on a person.",

@@ -130,11 +130,19 @@ def test_a_refused_token_is_logged_once_and_the_session_goes_on() -> None:
     ):
         # The broker link attaches once its imports are done (the child starts first):
         # turns run before that would only be reported as their outcome (idle), not at all.
-        eventually(lambda: b"refused the token (401)" in wrap.stderr)
-        for n in (1, 2):
-            wrap.start_turn(n, deltas=2)
-            wrap.wait_for(is_note("turn/completed"))
-        eventually(lambda: b"refused our token" in wrap.stderr)
+        # Before: 10 s deadlines, which a load of ~12 broke (16 of 16 runs, 8 at once), a
+        # failure that did not show what wrap had said, and short turns: a reporter starved
+        # until a turn was over had nothing left to send (working then idle is no news), so
+        # the refusal was never met (seen at a load of 12 with the 60 s deadline, 2 of 8).
+        # The first turn now runs until told, after the reporter met the refusal.
+        log = wrap.stderr.decode
+        eventually(lambda: b"refused the token (401)" in wrap.stderr, what="the 401", seen=log)
+        wrap.start_turn(1, deltas=2, finish="when_told")
+        eventually(lambda: b"refused our token" in wrap.stderr, what="the refusal", seen=log)
+        wrap.send({"method": "fake/finish"})
+        wrap.wait_for(is_note("turn/completed"))
+        wrap.start_turn(2, deltas=2)  # the reporter stopped: nothing more is sent, or said
+        wrap.wait_for(is_note("turn/completed"))
         assert wrap.close() == 0
         assert "activity" not in member(broker)
     log = wrap.stderr.decode()

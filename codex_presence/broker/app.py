@@ -217,14 +217,20 @@ class _Subscription:
         name: str,
         authorized: Callable[[], Awaitable[bool]] | None = None,
         session: str | None = None,
+        *,
+        still_member: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.broker = broker
         self.name = name
         self.session = session
         """The session this stream is bound to, if it named one."""
         self.authorized = authorized
-        """None for a bearer token (valid for the broker's life); else asked before
+        """None for a bearer token (valid while the team stays); else asked before
         every send, so that a browser session that ended ends its stream too."""
+        self.still_member = still_member or authorized
+        """Asked when the broker's team changed (its file was read again): a member
+        removed, or whose token was rotated, loses the stream."""
+        self._team = broker.team
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
@@ -255,6 +261,12 @@ class _Subscription:
         while not broker.closing:
             if self.authorized is not None and not await self._still_authorized():
                 break
+            if self._team is not broker.team:
+                self._team = broker.team
+                if self.still_member is not None and not await self._still_authorized(
+                    self.still_member
+                ):
+                    break
             wake = broker.wake
             if broker.version != version:
                 chunk, version = broker.since(version, you=self.name)
@@ -263,10 +275,11 @@ class _Subscription:
             await wake.wait()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _still_authorized(self) -> bool:
-        assert self.authorized is not None
+    async def _still_authorized(self, check: Callable[[], Awaitable[bool]] | None = None) -> bool:
+        check = check or self.authorized
+        assert check is not None
         try:
-            return await self.authorized()
+            return await check()
         except StoreUnavailable:
             return True  # cannot tell while the store is away: the stream stays open
 
@@ -347,7 +360,8 @@ class _Endpoints:
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
-        return _Subscription(broker, name, authorized, session)
+        still_member = _still_authenticated(broker, request, name)
+        return _Subscription(broker, name, authorized, session, still_member=still_member)
 
     async def roster(self, request: Request) -> Response:
         if await self.broker.authenticate(request) is None:

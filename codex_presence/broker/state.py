@@ -49,8 +49,8 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 import anyio
 import orjson
@@ -72,7 +72,7 @@ from codex_presence._wire import (
 )
 from codex_presence.broker.deaths import Deaths, Mourner
 from codex_presence.broker.history import HistoryRecorder
-from codex_presence.broker.store import MemoryStore, Store
+from codex_presence.broker.store import MemoryStore, Store, StoreMisconfigured
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import ANONYMOUS, Activity
 
@@ -189,6 +189,44 @@ class Broker:
         self.failed = False
         """The background work (:meth:`run`) failed: the server must stop (see
         :class:`~codex_presence.broker.server.BrokerServer`)."""
+        self.companions: list[Callable[..., Coroutine[Any, Any, None]]] = []
+        """More background work, run beside the fan-out from the start (each is
+        started with a ``task_status``): the team file's reloader."""
+        self.misconfigured: str | None = None
+        """Why the store refused this broker's configuration at the start (then
+        :attr:`failed` too): the command says it as a configuration error."""
+
+    # -- the team ----------------------------------------------------------------------
+
+    def replace_team(self, team: Team) -> None:
+        """The team file changed (``team add``, ``remove``, ``rotate``): from now on,
+        ``team`` says who may do what. Every stream gets the whole roster again; a stream
+        whose member was removed, or whose token no longer counts, ends (each stream looks
+        at its next wake, which this is). A shared store keeps the members it was made
+        with: there, only their tokens and roles may change (:class:`ValueError`)."""
+        names = tuple(m.name for m in team.members)
+        if team.name != self.team.name:
+            raise ValueError(
+                f"the team's name changed ({self.team.name!r} to {team.name!r}): restart "
+                "the broker to serve another team"
+            )
+        if self.store.shared and names != self._names:
+            raise ValueError(
+                "members were added or removed: brokers sharing Redis take a new member list "
+                "at a restart (tokens and roles change without one)"
+            )
+        self.team = team
+        self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
+        self._names = names
+        self._privileges = orjson.dumps(
+            {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
+        )
+        self._encoded.clear()
+        self._shown = {n: a for n, a in self._shown.items() if n in self._roles}
+        self._dirty = {n: None for n in self._dirty if n in self._roles}
+        self._log.clear()
+        self.version += 1  # no log entry at this version: since() sends the whole roster
+        self._wake_all()
 
     # -- authentication ----------------------------------------------------------------
 
@@ -348,6 +386,8 @@ class Broker:
     # -- fan-out -----------------------------------------------------------------------
 
     def _changed(self, name: str) -> None:
+        if name not in self._roles:
+            return  # removed from the team (its last stream ending): nothing to show
         self._dirty[name] = None
         self._pending.set()
 
@@ -423,13 +463,22 @@ class Broker:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.store.run, self)
+                for companion in self.companions:
+                    await tg.start(companion)
                 tg.start_soon(self.run_fanout)
                 if self.watcher is not None:
                     self._watch_all()
                     tg.start_soon(self.watcher.run)
                 task_status.started()
                 started = True
-        except Exception:
+        except Exception as exc:
+            misconfigured = None if started else _misconfiguration(exc)
+            if misconfigured is not None:  # said by the command, on one line, not a trace
+                self.misconfigured = str(misconfigured)
+                self.failed = True
+                self.close()
+                task_status.started()
+                return
             if not started:
                 raise
             logger.critical("the broker's background work failed: stopping", exc_info=True)
@@ -467,6 +516,17 @@ class Broker:
         self.closing = True
         self._pending.set()
         self._wake_all()
+
+
+def _misconfiguration(exc: BaseException) -> StoreMisconfigured | None:
+    """The :class:`StoreMisconfigured` that ``exc`` is, or holds (a task group's)."""
+    if isinstance(exc, StoreMisconfigured):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _misconfiguration(inner)) is not None:
+                return found
+    return None
 
 
 def _can_lapse(entry: Activity) -> bool:

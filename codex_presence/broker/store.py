@@ -45,12 +45,25 @@ from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection, ConnectionRegistry
 from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
 
-__all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable", "TooManySessions"]
+__all__ = [
+    "MemoryStore",
+    "Store",
+    "StoreListener",
+    "StoreMisconfigured",
+    "StoreUnavailable",
+    "TooManySessions",
+]
 
 
 class StoreUnavailable(Exception):
     """The shared state cannot be reached, so a write was not made (or a browser session
     could not be checked): the request gets 503 with this reason."""
+
+
+class StoreMisconfigured(Exception):
+    """The shared store refused the broker's configuration at its first connection (a
+    wrong or missing password): no retry can mend that, so the broker does not start, and
+    says this reason on one line."""
 
 
 class TooManySessions(Exception):

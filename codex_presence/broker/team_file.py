@@ -50,9 +50,11 @@ __all__ = [
     "parse_member_spec",
     "parse_team",
     "private_directory",
+    "read_own_team_file",
     "read_team_file",
     "refuse_control_characters",
     "render_team",
+    "render_team_data",
     "state_dir",
     "write_team",
 ]
@@ -261,25 +263,68 @@ def render_team(
 ) -> str:
     """The TOML text of a team file. ``members`` holds (name, role, token) triples; the
     file gets the token's sha256, or the token itself when ``plain`` (development)."""
-    lines = [
-        "# codex-presence team file. Tokens are stored as sha256; the tokens themselves were",
-        "# printed once when this file was written.",
-        f"team = {_toml_string(team_name)}",
-    ]
+    tables: list[dict[str, Any]] = []
     for name, role, token in members:
-        lines.append("")
-        lines.append("[[members]]")
-        lines.append(f"name = {_toml_string(name)}")
+        table: dict[str, Any] = {"name": name}
         if role is not None:
-            perms = ", ".join(_toml_string(p) for p in role.permissions)
-            lines.append(
-                f"role = {{ title = {_toml_string(role.title)}, permissions = [{perms}] }}"
-            )
-        if plain:
-            lines.append(f"token = {_toml_string(token)}")
-        else:
-            lines.append(f"token_sha256 = {_toml_string(hash_token(token).hex())}")
+            table["role"] = {"title": role.title, "permissions": list(role.permissions)}
+        table["token" if plain else "token_sha256"] = token if plain else hash_token(token).hex()
+        tables.append(table)
+    return render_team_data({"team": team_name, "members": tables})
+
+
+def render_team_data(data: Mapping[str, Any]) -> str:
+    """The TOML text of a team file's parsed data (what :func:`read_team_file` returns,
+    checked by :func:`parse_team`): ``team``, its ``[[members]]`` and its ``[[notify]]``
+    tables, so that ``team add``, ``remove`` and ``rotate`` keep what they do not change.
+    The file's comments are not kept."""
+    lines = [
+        "# codex-presence team file (docs/broker.md#the-team-file). Tokens are stored as",
+        "# sha256; each token was printed once, when it was made (team init, add, rotate).",
+        f"team = {_toml_string(data['team'])}",
+    ]
+    for section in ("members", "notify"):
+        for table in data.get(section, []):
+            lines.append("")
+            lines.append(f"[[{section}]]")
+            lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    """A TOML value of the kinds a team file holds: strings, numbers, booleans, arrays of
+    them, and inline tables (a member's role)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }"
+    raise TeamError(f"a value the team file cannot hold: {type(value).__name__}")
+
+
+def read_own_team_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """:func:`read_team_file` for a file we are about to rewrite: a regular file of ours
+    (not a link, not another user's), whose content is a valid team."""
+    path = Path(path)
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        raise TeamError(f"{path}: no such team file (team init makes one)") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise TeamError(f"{path} is not a regular file: refusing to rewrite it")
+    if info.st_uid != os.getuid():
+        raise TeamError(
+            f"{path} belongs to another user (uid {info.st_uid}): refusing to rewrite it"
+        )
+    data = read_team_file(path)
+    parse_team(data, source=str(path))
+    return data
 
 
 def write_team(path: str | os.PathLike[str], text: str, *, force: bool = False) -> None:

@@ -55,7 +55,9 @@ Routes
 
 Both POSTs refuse (403) a request whose ``Origin`` is another site: SameSite already keeps
 the cookie off cross-site requests, and the Origin check stops a login-CSRF that would sign
-a victim in as the attacker.
+a victim in as the attacker. The Origin must name the ``Host`` the request carries, or the
+broker's ``--public-url`` (behind a proxy that rewrites ``Host``); a refusal is logged
+with both and with what would have been accepted.
 """
 
 from __future__ import annotations
@@ -131,6 +133,23 @@ def _key_of(request: Request) -> str | None:
     return key
 
 
+def _origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, lowercased, the port left out where it is the
+    scheme's default (as a browser's ``Origin`` leaves it out)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or (scheme, port) in (("http", 80), ("https", 443)):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
 def _peer(request: Request) -> str:
     """Where a request came from, as ``host:port`` (``[host]:port`` for IPv6)."""
     client = request.client
@@ -177,8 +196,13 @@ class WebRoster:
         limits: BrokerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         sessions: SessionStore | None = None,
+        public_url: str | None = None,
     ) -> None:
         self.team = team
+        self.public_origin = _origin_of(public_url) if public_url else None
+        """The page's origin as operators reach it (``--public-url``): behind a proxy
+        that sends its own ``Host`` (nginx's ``$host`` drops the port), the Origin a
+        browser sends is this one."""
         self.hide_delay = hide_delay
         self.secure_cookie = secure_cookie
         self.limits = limits if limits is not None else BrokerLimits()
@@ -256,7 +280,34 @@ class WebRoster:
         if origin is None:
             return False  # not a browser, or a same-origin GET-ish request: SameSite rules
         host = request.headers.get("host", "")
-        return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
+        if origin == "null":
+            return True
+        if urlsplit(origin).netloc.lower() == host.lower():
+            return False
+        return self.public_origin is None or _origin_of(origin) != self.public_origin
+
+    def _refuse_cross_site(self, request: Request, what: str) -> Response:
+        """403 for a sign-in (or out) from another origin, logged with what was seen and
+        what would have been accepted: behind a proxy, the usual cause is a ``Host`` it
+        rewrote (nginx's ``$host`` drops the port) without ``--public-url``."""
+        origin = request.headers.get("origin", "")
+        host = request.headers.get("host", "")
+        accepted = f"an Origin whose host and port are the Host header's ({host!r})"
+        if self.public_origin is not None:
+            accepted += f", or --public-url's origin ({self.public_origin!r})"
+        else:
+            accepted += (
+                "; behind a proxy, start the broker with --public-url set to the page's address"
+            )
+        logger.warning(
+            "web %s refused (403) from %s: Origin %r, Host %r; accepted: %s",
+            what,
+            _peer(request),
+            origin,
+            host,
+            accepted,
+        )
+        return _json(403, {"error": f"cross-site {what} refused"})
 
     def _same_origin(self, request: Request) -> bool:
         """Whether a request carrying the cookie comes from the page itself. A browser
@@ -275,7 +326,7 @@ class WebRoster:
 
     async def _sign_in_route(self, request: Request) -> Response:
         if self._cross_site(request):
-            return _json(403, {"error": "cross-site sign-in refused"})
+            return self._refuse_cross_site(request, "sign-in")
         ctype = request.headers.get("content-type", "").partition(";")[0].strip().lower()
         if ctype != "application/x-www-form-urlencoded":
             return _json(415, {"error": "the body must be a form: token=<member token>"})
@@ -312,7 +363,7 @@ class WebRoster:
 
     async def _sign_out_route(self, request: Request) -> Response:
         if self._cross_site(request):
-            return _json(403, {"error": "cross-site sign-out refused"})
+            return self._refuse_cross_site(request, "sign-out")
         session_id = request.cookies.get(COOKIE_NAME)
         key = _key_of(request)
         if session_id and key:

@@ -12,8 +12,11 @@ if TYPE_CHECKING:
     from codex_presence.broker.metrics import BrokerMetrics
     from codex_presence.broker.notify.notifier import Notifier
     from codex_presence.broker.sessions import SessionStore
+    from codex_presence.broker.state import Broker
     from codex_presence.broker.store import Store
     from codex_presence.broker.team import Team
+    from codex_presence.broker.team_reload import TeamReloader
+    from codex_presence.broker.web import WebRoster
 
 HELP = "run the reference presence broker"
 
@@ -25,12 +28,12 @@ proxy in front of it.
 
 With --redis, the broker keeps the team's presence and browser sessions in Redis, so that
 several brokers with the same team file show one roster and a restart loses nothing
-(needs the redis extra: pip install 'codex-presence[redis]'). Put a Redis password in
+(needs the redis extra: .venv/bin/pip install '.[redis]' in the clone). Put a Redis password in
 CODEX_PRESENCE_REDIS rather than on the command line, which others can read.
 
 With --notify URL (repeatable; apprise's URLs: json://, ntfys://, slack://, ...) or
 [[notify]] entries in the team file, the broker tells operators of a member blocked for
---notify-after seconds (needs the notify extra: pip install 'codex-presence[notify]'; see
+--notify-after seconds (needs the notify extra: .venv/bin/pip install '.[notify]' in the clone; see
 docs/notifications.md). A URL holds secrets: prefer the team file (mode 0600) or
 CODEX_PRESENCE_NOTIFY (URLs separated by spaces) to the command line.
 """
@@ -75,11 +78,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--session-grace",
         type=float,
-        default=SESSION_GRACE,
+        default=None,
         metavar="SECONDS",
         help="how long a session's working/blocked state outlives the end of its runner's "
         "subscription (a runner that reconnects within it changes nothing; one that died "
-        f"reads as idle after it) (default: {SESSION_GRACE:g})",
+        f"reads as idle after it) (default: {SESSION_GRACE:g}, or --activity-ttl if shorter)",
     )
     parser.add_argument(
         "--keepalive",
@@ -121,16 +124,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--notify-after",
         type=float,
-        default=DEFAULT_AFTER,
+        default=None,
         metavar="SECONDS",
         help=f"how long a member is blocked before --notify targets hear of it (default: "
-        f"{DEFAULT_AFTER:g})",
+        f"{DEFAULT_AFTER:g}; a [[notify]] entry has its own 'after')",
     )
     parser.add_argument(
         "--public-url",
         metavar="URL",
-        help="the roster page's address as operators reach it (behind a proxy): notifications "
-        "link to it",
+        help="the roster page's address as operators reach it (behind a proxy, e.g. "
+        "https://presence.example.com:8443): notifications link to it, and the page's sign-in "
+        "accepts its origin",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -186,7 +190,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     import sys
     from urllib.parse import urlsplit
 
-    from codex_presence.cli.main import UsageError
+    from codex_presence.cli.main import UsageError, install_hint
 
     try:
         from codex_presence.broker.redis.link import RedisLink, holds_secret
@@ -195,9 +199,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         from codex_presence.broker.redis.store import RedisStore
         from codex_presence.broker.redis.team import team_marks
     except ImportError:
-        raise UsageError(
-            "--redis needs the redis extra: pip install 'codex-presence[redis]'"
-        ) from None
+        raise UsageError(f"--redis needs the redis extra: {install_hint('redis')}") from None
     url = args.redis
     try:
         parts = urlsplit(url)
@@ -233,11 +235,19 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import read_team_file
     from codex_presence.cli.env import from_environment
-    from codex_presence.cli.main import UsageError
+    from codex_presence.cli.main import UsageError, install_hint
+    from codex_presence.core.notify_policy import DEFAULT_AFTER
 
+    urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
+    if args.notify_after is None:
+        args.notify_after = DEFAULT_AFTER
+    elif not urls:  # before: accepted, and nothing said that it changed nothing
+        raise UsageError(
+            "--notify-after applies to --notify targets, and none is given (a [[notify]] "
+            "entry of the team file has its own: after = SECONDS)"
+        )
     if not (math.isfinite(args.notify_after) and args.notify_after >= 0):
         raise UsageError("--notify-after must be a number of seconds >= 0")
-    urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
     notify_option = "CODEX_PRESENCE_NOTIFY" if from_environment(args.notify) else "--notify"
     targets = command_line_targets(urls, after=args.notify_after)
     given = len(targets)  # then the team file's, numbered from 0 as its errors say
@@ -263,7 +273,7 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         from codex_presence.broker.notify.notifier import Notifier
     except ImportError:
         raise UsageError(
-            "notification targets need the notify extra: pip install 'codex-presence[notify]'"
+            f"notification targets need the notify extra: {install_hint('notify')}"
         ) from None
     claims = None
     if store is not None:
@@ -328,13 +338,24 @@ def _warn_if_others_can_read(team_file: str) -> None:
         )
 
 
+def _team_reloader(path: str, broker: Broker, web: WebRoster) -> TeamReloader:
+    """Reads the team file again when it changes, or on SIGHUP, into the broker and page."""
+    from codex_presence.broker.team_reload import TeamReloader
+
+    def apply(team: Team) -> None:
+        broker.replace_team(team)  # ValueError: a change it cannot follow, nothing applied
+        web.team = team
+
+    return TeamReloader(path, apply)
+
+
 def run(args: argparse.Namespace) -> int:
     import socket
     import sys
 
     import uvicorn
 
-    from codex_presence._wire import MIN_TTL, counted, printable
+    from codex_presence._wire import MIN_TTL, SESSION_GRACE, counted, printable
     from codex_presence.broker.app import create_app
     from codex_presence.broker.history_http import history_routes
     from codex_presence.broker.hosts import allowed_hosts
@@ -360,6 +381,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if not args.keepalive > 0:
         raise UsageError("--keepalive must be positive")
+    if args.session_grace is None:  # the default gives way to a shorter TTL
+        args.session_grace = min(SESSION_GRACE, args.activity_ttl)
     if not 0 <= args.session_grace <= args.activity_ttl:
         raise UsageError(
             "--session-grace must be 0 or more, and at most --activity-ttl "
@@ -390,7 +413,9 @@ def run(args: argparse.Namespace) -> int:
 
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
     notifier = _notifier(args, team, store)
-    web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
+    web = WebRoster(  # the page at /, its sign-in
+        team=team, limits=limits, sessions=sessions, public_url=args.public_url
+    )
     metrics, history = _history_and_metrics(args, team, store, notifier)
     broker = Broker(
         team=team,
@@ -402,6 +427,8 @@ def run(args: argparse.Namespace) -> int:
         watcher=notifier,
         history=history,
     )
+    if args.team:  # team add, remove and rotate, without a restart
+        broker.companions.append(_team_reloader(args.team, broker, web).run)
     routes = [*web.routes(broker), *notify_routes(broker, notifier)]
     routes += [*history_routes(broker, history), *metrics_routes(broker, metrics)]
     hosts = allowed_hosts(args.host, args.allowed_host.split(","))
@@ -419,6 +446,8 @@ def run(args: argparse.Namespace) -> int:
 
     def announce() -> None:
         """Once listening (never before a bind that may fail): where, and what it exposes."""
+        if broker.misconfigured is not None:
+            return  # it stops at once, and says why
         warning = exposure_warning(args.host)
         if warning:
             logger.warning("%s", warning)
@@ -442,4 +471,6 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
+    if broker.misconfigured is not None:
+        raise UsageError(broker.misconfigured)
     return 1 if broker.failed else 0  # a supervisor restarts it

@@ -161,6 +161,7 @@ async def run_demo(
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.server import BrokerServer, listen_socket
     from codex_presence.broker.state import Broker
+    from codex_presence.broker.web import WebRoster
     from codex_presence.cli.roster import watch
     from codex_presence.client.api import fetch_roster
     from codex_presence.client.auth import make_async_client
@@ -168,10 +169,12 @@ async def run_demo(
     from codex_presence.core.recording import read_entries
 
     team, tokens = _team()
-    broker = Broker(team=team, fanout_interval=0.02)
+    web = WebRoster(team=team)  # the page the address leads to, and its sign-in
+    broker = Broker(team=team, fanout_interval=0.02, authenticators=[web.authenticate])
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    app = create_app(broker, allowed_hosts=allowed_hosts("127.0.0.1"))  # no DNS rebinding
+    hosts = allowed_hosts("127.0.0.1")  # no DNS rebinding
+    app = create_app(broker, routes=web.routes(broker), allowed_hosts=hosts)
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     server = BrokerServer(config, broker=broker, signals=False)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))

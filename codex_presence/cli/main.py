@@ -98,6 +98,14 @@ class UsageError(Exception):
     """A bad option value; reported on one line with exit status 2."""
 
 
+def install_hint(extra: str) -> str:
+    """How to install an optional extra into the environment running us, as a person
+    with a clone does (the package is on no index: installing it by its name
+    fails): this interpreter's own pip, in the clone."""
+    pip = f"{sys.prefix}/bin/pip"
+    return f"in the codex-presence clone, run {pip} install '.[{extra}]'"
+
+
 # What masked() hides; compiled on first use (re's cache), not at every start: wrap and codex
 # run this module before their child's spawn.
 _URL_PASSWORD = r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
@@ -141,7 +149,7 @@ def build_parser(
     )
     from codex_presence import __version__
 
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, help="one of the commands above"
     )

@@ -32,14 +32,12 @@ def run(args: argparse.Namespace) -> int:
         return _list(args)
     import sys
 
-    from codex_presence.cli.main import UsageError
+    from codex_presence.cli.main import UsageError, install_hint
 
     try:
         from codex_presence.broker.notify.apprise_sender import AppriseSender
     except ImportError:
-        raise UsageError(
-            "notifications need the notify extra: pip install 'codex-presence[notify]'"
-        ) from None
+        raise UsageError(f"notifications need the notify extra: {install_hint('notify')}") from None
     if not args.timeout > 0:
         raise UsageError("--timeout must be positive")
     sender = AppriseSender()

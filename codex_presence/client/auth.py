@@ -42,8 +42,9 @@ def broker_url(value: str) -> str:
 
     scheme, _, rest = value.partition("://")
     if not rest:
+        guess = f"{_likely_scheme(value)}://{value}"
         raise BadBrokerUrl(
-            f"{value!r} is not a URL: a broker's URL starts with http:// (http://{value}?)"
+            f"{value!r} is not a URL: a broker's URL starts with http:// or https:// ({guess}?)"
         )
     if scheme.lower() not in ("http", "https"):
         raise BadBrokerUrl(
@@ -57,6 +58,24 @@ def broker_url(value: str) -> str:
     if not host:
         raise BadBrokerUrl(f"{value!r} names no host")
     return value
+
+
+_TLS_PORTS = frozenset({443, 8443})
+
+
+def _likely_scheme(address: str) -> str:
+    """``https`` for an address that looks served over TLS (port 443 or 8443, or a host
+    name without a port, which is 443 to a browser), ``http`` for the rest (the broker
+    itself, on loopback)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(f"//{address}")
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "http"
+    loopback = host == "localhost" or host.startswith("127.") or host == "::1"
+    return "https" if port in _TLS_PORTS or (port is None and not loopback) else "http"
 
 
 class TokenError(Exception):
@@ -116,9 +135,18 @@ def read_token(*, token_file: str | None, environ: Mapping[str, str] | None = No
             raise TokenError(f"no token: set ${TOKEN_ENV} or pass --token-file FILE")
     if not token:
         raise TokenError(f"{where} is empty")
+    if token in _PLACEHOLDERS:
+        raise TokenError(
+            f"{where} is {token!r}, the docs' placeholder: put a member's token there (team "
+            "init printed it, NAME<TAB>TOKEN; it starts with cp_)"
+        )
     if not is_token_text(token):
         raise TokenError(f"{where} holds whitespace or non-ASCII characters inside the token")
     return token
+
+
+_PLACEHOLDERS = frozenset({"…", "...", "TOKEN", "<token>", "<TOKEN>"})
+"""What the docs write where a token goes (``CODEX_PRESENCE_TOKEN=…``), pasted as is."""
 
 
 def make_async_client(broker: str, token: str, *, timeout: float = 5.0) -> httpx.AsyncClient:

@@ -275,9 +275,7 @@ def broker_process(
         try:
             assert proc.stderr is not None
             err = Lines(proc.stderr)
-            match = re.search(
-                r"listening on (http://\S+:(\d+))", err.until("listening on http", 20)
-            )
+            match = re.search(r"listening on (http://\S+:(\d+))", err.until("listening on http"))
             assert match is not None
             yield BrokerProcess(proc, match.group(1), int(match.group(2)), err)
         finally:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 HERE = Path(__file__).resolve().parent
 FAKE_APP_SERVER = [sys.executable, str(HERE.parents[1] / "bench" / "_fake_app_server.py")]
@@ -78,7 +78,7 @@ class WrapProcess:
         self.proc.stdin.write(orjson.dumps(message) + b"\n")
         self.proc.stdin.flush()
 
-    def wait_for(self, predicate: Callable[[Any], bool], timeout: float = 20.0) -> Any:
+    def wait_for(self, predicate: Callable[[Any], bool], timeout: float = WAIT) -> Any:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -91,12 +91,17 @@ class WrapProcess:
             if predicate(message):
                 return message
 
-    def wait_online(self, timeout: float = 20.0) -> None:
+    def wait_online(self, timeout: float = WAIT) -> None:
         """Until wrap's broker link has subscribed. The link attaches once wrap has loaded,
         after the child started: a turn sent before then is reported only by its outcome
         (idle), and a loaded machine can put that after a turn of a second. (The
         subscription and the reporter start together.)"""
-        eventually(lambda: b"online: subscribed" in self.stderr, timeout, "wrap's broker link")
+        eventually(
+            lambda: b"online: subscribed" in self.stderr,
+            timeout,
+            "wrap's broker link",
+            seen=self.stderr.decode,
+        )
 
     def start_turn(self, request_id: int, **script: Any) -> None:
         self.send(
@@ -107,7 +112,7 @@ class WrapProcess:
             }
         )
 
-    def close(self, timeout: float = 20.0) -> int:
+    def close(self, timeout: float = WAIT) -> int:
         assert self.proc.stdin is not None
         if not self.proc.stdin.closed:
             self.proc.stdin.close()

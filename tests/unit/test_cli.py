@@ -260,3 +260,40 @@ def test_the_exit_grace_reaches_the_link_and_is_bounded(capsys: pytest.CaptureFi
     assert err.splitlines()[-1] == (
         "codex-presence wrap: error: argument --exit-grace: '61' is not between 0 and 60 seconds"
     )
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_the_version_is_told(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """Before: ``-V`` said "the following arguments are required: COMMAND"."""
+    from codex_presence import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main([flag])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"codex-presence {__version__}\n"
+
+
+@pytest.mark.parametrize("pasted", ["…", "...", "<token>"])
+def test_the_docs_placeholder_pasted_as_a_token_is_said_to_be_one(pasted: str) -> None:
+    """Before: ``CODEX_PRESENCE_TOKEN=…`` pasted from the docs gave "holds whitespace or
+    non-ASCII characters", with no word that it is a placeholder."""
+    from codex_presence.client.auth import TokenError, read_token
+
+    with pytest.raises(TokenError, match="the docs' placeholder: put a member's token there"):
+        read_token(token_file=None, environ={"CODEX_PRESENCE_TOKEN": pasted})
+
+
+def test_a_client_not_on_path_is_told_where_to_get(caplog: pytest.LogCaptureFixture) -> None:
+    """Before: ``codex-presence claude -- claude`` without claude on PATH (the tests install
+    it under a cache) said only "cannot run claude: No such file or directory"."""
+    from codex_presence.agent.signals import cannot_run
+
+    missing = FileNotFoundError(2, "No such file or directory")
+    assert cannot_run(["claude"], missing) == 127
+    assert cannot_run(["/opt/x/codex", "app-server"], missing) == 127
+    assert cannot_run(["vim"], missing) == 127
+    said = [r.getMessage() for r in caplog.records]
+    assert "npm install -g @anthropic-ai/claude-code" in said[0]
+    assert "claude-code-VERSION/node_modules/.bin/claude" in said[0]
+    assert "npm install -g @openai/codex" in said[1]
+    assert said[2] == "cannot run vim: No such file or directory"

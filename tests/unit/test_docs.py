@@ -157,3 +157,32 @@ def test_the_readme_links_every_page_of_the_docs() -> None:
     readme = set(link_targets((ROOT / "README.md").read_text(encoding="utf-8")))
     pages = {f"docs/{page.name}" for page in ROOT.glob("docs/*.md")}
     assert pages - readme == set()
+
+
+def test_every_install_hint_works_in_a_clone() -> None:
+    """Before: the docs and the error messages said ``pip install 'codex-presence[notify]'``,
+    which fails: the package is on no index. In a clone it is ``.venv/bin/pip install
+    '.[notify]'``."""
+    sources = [*PAGES, *ROOT.glob("docs/deploy/*"), *ROOT.glob("codex_presence/**/*.py")]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"pip install [\"']?codex-presence", line)
+    ]
+    assert wrong == []
+
+
+def test_the_docs_examples_keep_their_own_ports() -> None:
+    """An example that starts a broker names its own port, and no two pages share one:
+    docs/broker.md's Redis example reused the README broker's 8765."""
+    owners: dict[int, set[str]] = {}
+    for path in PAGES:
+        text = path.read_text(encoding="utf-8")
+        for fence in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
+            for line in re.findall(r"codex-presence broker [^\n]*", fence):
+                port = re.search(r"--port (\d+)", line)
+                default = 8765  # the broker's own, which the README's example takes
+                owners.setdefault(int(port.group(1)) if port else default, set()).add(path.name)
+    shared = {port: pages for port, pages in owners.items() if len(pages) > 1}
+    assert shared == {}

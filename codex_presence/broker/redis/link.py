@@ -91,8 +91,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 
 from codex_presence.broker.redis.batch import ScriptBatch
 from codex_presence.broker.redis.replies import Replies
@@ -101,7 +101,7 @@ from codex_presence.broker.redis.sentinel import (
     parse_sentinel_url,
     sentinel_client,
 )
-from codex_presence.broker.store import StoreUnavailable
+from codex_presence.broker.store import StoreMisconfigured, StoreUnavailable
 from codex_presence.core.backoff import Backoff
 
 __all__ = [
@@ -335,6 +335,13 @@ class RedisLink:
                 try:
                     await self._connected(ready)
                 except Exception as exc:  # any failure is an outage: retried, never fatal
+                    if not started and _refused_credentials(exc):  # except a wrong password
+                        raise StoreMisconfigured(
+                            f"Redis at {self.url} refused the credentials ({_why(exc)}): "
+                            "give the right password in the --redis URL "
+                            "(redis://:PASSWORD@HOST:PORT, or redis://USER:PASSWORD@HOST:PORT "
+                            "for an ACL user), best through CODEX_PRESENCE_REDIS"
+                        ) from None
                     self._down(exc)
                 ready()
                 await anyio.sleep(self._backoff.next_delay())
@@ -483,6 +490,27 @@ def _check_options(pool: aioredis.BlockingConnectionPool) -> None:
         raise ValueError(
             f"the URL has an option Redis connections do not take: {name}{hint}"
         ) from None
+
+
+_CREDENTIALS_REFUSED = (
+    "NOAUTH",
+    "WRONGPASS",
+    "HELLO must be called with the client already authenticated",
+    "invalid password",
+    "invalid username-password pair",
+    "called without any password configured",
+)
+"""How Redis (and redis-py) words a refusal of the credentials given, or of none."""
+
+
+def _refused_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` says the credentials are wrong (or missing): a configuration to
+    mend, not an outage to wait out (at the start; after it, a password changed under a
+    running broker is retried like any outage, so it comes back once the two agree)."""
+    if isinstance(exc, AuthenticationError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RedisError) and any(words in text for words in _CREDENTIALS_REFUSED)
 
 
 async def _quietly(work: Awaitable[None]) -> None:

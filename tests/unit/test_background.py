@@ -34,7 +34,7 @@ from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import TimelineBuilder
 from tests.support.junk import junk
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 # -- the signal ------------------------------------------------------------------------------
 
