@@ -361,6 +361,36 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
             "--redis: the URL has an option Redis connections do not take: Password "
             "(did you mean password?)",
         ),
+        # before: each of these started a broker that stayed in outage for good
+        (
+            ["--redis", "redis://127.0.0.1:1/0?socket_timeout=0"],
+            "--redis: socket_timeout=0: must be seconds > 0",
+        ),
+        (
+            ["--redis", "redis://127.0.0.1:1/0?decode_responses=true"],
+            "--redis: decode_responses=true: the broker reads Redis's replies as bytes",
+        ),
+        (
+            ["--redis", "redis://127.0.0.1:1/0?client_name=my%20broker"],
+            "--redis: client_name=my broker: Redis takes a name of printable characters",
+        ),
+        (["--redis", "redis://127.0.0.1:1/0?db=99"], "--redis: db=99: Redis has databases 0 to 15"),
+        (
+            ["--redis", "redis://127.0.0.1:1/99"],
+            "--redis: database 99: Redis has databases 0 to 15",
+        ),
+        (
+            ["--redis", "redis://127.0.0.1:1/0?health_check_interval=-5"],
+            "--redis: health_check_interval=-5: must be a whole number of seconds >= 0",
+        ),
+        (  # before: a traceback
+            ["--redis", "rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus"],
+            "--redis: ssl_cert_reqs=bogus: must be one of none, optional, required",
+        ),
+        (
+            ["--redis", "redis+sentinel://127.0.0.1:1/mymaster/16?socket_timeout=5"],
+            "--redis: database 16: Redis has databases 0 to 15",
+        ),
     ],
 )
 def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
@@ -373,6 +403,9 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
     assert result.returncode == 2, result.stderr
     assert said in result.stderr
     assert "s3cret-pass" not in result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "broker: " in line]
+    assert said in line  # one line says it
 
 
 @pytest.mark.parametrize(

@@ -181,11 +181,14 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     from codex_presence.cli.main import UsageError
 
     try:
+        from redis import RedisError
+
         from codex_presence.broker.redis.link import RedisLink, holds_secret
         from codex_presence.broker.redis.sentinel import SENTINEL_SCHEMES
         from codex_presence.broker.redis.sessions import RedisSessions
         from codex_presence.broker.redis.store import RedisStore
         from codex_presence.broker.redis.team import team_marks
+        from codex_presence.broker.redis.url_options import check_redis_url
     except ImportError:
         raise UsageError(
             "--redis needs the redis extra: pip install 'codex-presence[redis]'"
@@ -201,6 +204,10 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
             "--redis must be a redis://, rediss://, unix://, redis+sentinel:// or "
             "rediss+sentinel:// URL"
         )
+    try:
+        check_redis_url(url)  # an option that would keep the broker in outage for good
+    except ValueError as exc:
+        raise UsageError(f"--redis: {exc}") from None
     if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
         raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
     if secret and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
@@ -210,7 +217,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         )
     try:
         link = RedisLink(url, team=team.name, prefix=args.redis_prefix)
-    except ValueError as exc:
+    except (ValueError, RedisError) as exc:
         raise UsageError(f"--redis: {exc}") from None
     names = [m.name for m in team.members]
     store = RedisStore(link, names=names, ttl=args.activity_ttl, marks=team_marks(team))
