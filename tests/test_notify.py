@@ -245,7 +245,7 @@ def test_a_failing_target_is_retried_then_given_up_with_a_warning_and_the_others
     gave_up = [r for r in caplog.records if "gave up" in r.getMessage()]
     assert len(gave_up) == 1 and gave_up[0].levelno == logging.WARNING
     line = gave_up[0].getMessage()
-    assert f"json://{broken.host}/x" in line and "after 3 attempts" in line
+    assert f"json://{broken.host}/***" in line and "after 3 attempts" in line
     assert n.stats[0].given_up == 1 and n.stats[0].failing == 1
     assert n.stats[1].sent == 1 and n.stats[1].failing == 0
 
@@ -335,7 +335,8 @@ def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> Non
     from codex_presence.broker.state import Broker
 
     clock = FakeClock(START)
-    n = notifier(command_line_targets(["json://bot:s3cr3tpass@127.0.0.1:9/h"], after=30), clock)
+    webhook = "json://bot:s3cr3tpass@127.0.0.1:9/hooks/s3cr3tpath"  # the path: a secret too
+    n = notifier(command_line_targets([webhook], after=30), clock)
     broker = Broker(team=TEAM, watcher=n)
     client = TestClient(Starlette(routes=notify_routes(broker, n)))
 
@@ -348,8 +349,8 @@ def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> Non
     answer = get("alice")
     assert answer.status_code == 200
     [shown] = answer.json()["targets"]
-    assert "s3cr3tpass" not in answer.text
-    assert shown["label"].startswith("json://bot:") and shown["after"] == 30
+    assert "s3cr3tpass" not in answer.text and "s3cr3tpath" not in answer.text
+    assert shown["label"] == "json://bot:****@127.0.0.1:9/***" and shown["after"] == 30
     assert shown["on"] == ["blocked"] and shown["members"] is None
 
 

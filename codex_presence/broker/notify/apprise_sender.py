@@ -82,6 +82,20 @@ def _silence_library_logs() -> None:
             library.addHandler(_capture)
 
 
+_GENERIC_WEBHOOKS = frozenset({"json", "jsons", "form", "forms", "xml", "xmls"})
+"""apprise's webhooks to any URL, whose path it shows as it is in a label."""
+
+
+def _label(plugin: Any) -> str:
+    """How a target is shown (see :meth:`AppriseSender.masked`)."""
+    shown = str(plugin.url(privacy=True)).partition("?")[0]
+    scheme, sep, rest = shown.partition("://")
+    where, _, path = rest.partition("/")
+    if scheme.lower() in _GENERIC_WEBHOOKS and path.strip("/"):
+        return f"{scheme}{sep}{where}/***"
+    return shown
+
+
 class AppriseSender:
     """Checks, masks and sends to apprise URLs."""
 
@@ -98,9 +112,11 @@ class AppriseSender:
 
     def masked(self, url: str) -> str:
         """``url`` as apprise shows it with its secrets masked, without its query (apprise
-        spells out every default there); :class:`ValueError` (which never quotes the URL)
-        when apprise does not know it."""
-        return str(self._plugin(url).url(privacy=True)).partition("?")[0]
+        spells out every default there), and without the path of a generic webhook
+        (``json://``, ``form://``, ``xml://``: apprise shows it as it is, and a webhook's
+        path is often its secret, ``/hooks/<token>``); :class:`ValueError` (which never
+        quotes the URL) when apprise does not know it."""
+        return _label(self._plugin(url))
 
     def send(self, url: str, title: str, body: str, kind: str, timeout: float) -> str | None:
         """Send one notification (blocking); None when it was delivered, else why not
@@ -109,7 +125,7 @@ class AppriseSender:
             plugin = self._plugin(url)
         except ValueError as exc:
             return str(exc)
-        secrets = secret_parts(url, str(plugin.url(privacy=True)))
+        secrets = secret_parts(url, _label(plugin))
         plugin.socket_connect_timeout = timeout
         plugin.socket_read_timeout = timeout
         local = _capture.local
