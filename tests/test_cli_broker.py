@@ -661,3 +661,24 @@ def test_the_session_grace_is_the_brokers_option(tmp_path: Path) -> None:
 
         eventually(idle, 60)
         assert time.monotonic() - ended >= grace * 0.9 > SESSION_GRACE
+
+
+@pytest.mark.parametrize("given", ["--notify", "CODEX_PRESENCE_NOTIFY"])
+def test_a_notify_url_on_the_command_line_draws_a_warning(tmp_path: Path, given: str) -> None:
+    """An apprise URL carries its service's secret (a token, a webhook's path), and the
+    process list shows every argument to anyone on the machine: one line says so, and
+    where the URL can go instead; from the variable, nothing is said."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    url = "json://127.0.0.1:9/hooks/s3cret-path"
+    options = ["--notify", url] if given == "--notify" else []
+    env = {"CODEX_PRESENCE_NOTIFY": url} if given != "--notify" else {}
+    with broker_process("--team", str(team), *options, env=env) as broker:
+        said = broker.said()
+    warned = [line for line in said.splitlines() if "show in the process list" in line]
+    if given == "--notify":
+        assert len(warned) == 1, said
+        assert "CODEX_PRESENCE_NOTIFY" in warned[0] and "[[notify]]" in warned[0]
+    else:
+        assert warned == [], said
+    assert "s3cret-path" not in said

@@ -239,6 +239,11 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
     urls = [url for given in args.notify or [] for url in given.split()]  # the variable: several
     notify_option = "CODEX_PRESENCE_NOTIFY" if from_environment(args.notify) else "--notify"
     targets = command_line_targets(urls, after=args.notify_after)
+    if urls and notify_option == "--notify":
+        logging.getLogger("codex_presence.broker").warning(
+            "--notify URLs (and the secrets in them) show in the process list, to anyone on "
+            "this machine; set CODEX_PRESENCE_NOTIFY or use the team file's [[notify]] instead"
+        )
     given = len(targets)  # then the team file's, numbered from 0 as its errors say
     if args.team:
         try:
