@@ -109,6 +109,33 @@ def test_the_ttl_holds_across_brokers(redis_url: str) -> None:
         assert store.keys("*:a:builder") == []  # idle is the key's absence
 
 
+@pytest.mark.parametrize("kind", ["a", "s"])
+def test_a_forged_events_activity_lapses_within_the_brokers_ttl(redis_url: str, kind: str) -> None:
+    """Anyone who may PUBLISH on the team's channel sent an event whose TTL was 600 s:
+    its activity held past the broker's TTL (>= 42 s against 30 s). What a broker reads,
+    from an event or a key, is held at most its own TTL: the forged state lapses, on the
+    broker's own timer, as a report that was never renewed."""
+    store = redis.Redis.from_url(redis_url)
+    with brokers(redis_url, count=1, activity_ttl=2.0) as (a,):
+        seq = int(store.get("codex-presence:{acme}:seq") or 0) + 1
+        now = redis_ms(store)
+        if kind == "a":
+            event: list[object] = [seq, "a", "builder", "blocked", 600_000, now, now, now]
+        else:
+            event = [seq, "s", "builder", "forgedSession0001", "blocked", 600_000, now, now, now]
+        store.publish("codex-presence:{acme}:events", orjson.dumps(event))
+        eventually(
+            lambda: roster(a.url)["builder"].get("activity") == "blocked",
+            30,
+            "the forged event applied",
+        )
+        eventually(
+            lambda: "activity" not in roster(a.url)["builder"],
+            60,
+            f"the lapse, which the broker's TTL (2 s) bounds: {roster(a.url)['builder']}",
+        )
+
+
 def test_teams_sharing_one_redis_stay_apart(redis_url: str) -> None:
     other = make_team("alice", "builder", "scout", team="globex")
     with (
