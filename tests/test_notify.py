@@ -787,3 +787,61 @@ def test_notify_list_shows_an_admin_the_targets_and_never_a_secret(tmp_path: Pat
     assert "pw-s3cret" not in admin.stdout + admin.stderr
     assert operator.returncode == 1
     assert "admins (members.manage) only" in operator.stderr
+
+
+class HandSetClaims:
+    """The broker's claims, with the notice's claim key set by hand in Redis (without an
+    expiry) before the broker first asks for it; every ask counted."""
+
+    def __init__(self, claims: RedisClaims, redis_url: str, value: str) -> None:
+        import redis
+
+        self._claims = claims
+        self._store = redis.Redis.from_url(redis_url)
+        self._value = value
+        self.asked: list[str] = []
+        self.key = ""
+
+    async def claim(self, key: str, lease: float) -> float | bool:
+        if not self.asked:
+            self.key = f"codex-presence:{{acme}}:n:{key}"
+            self._store.set(self.key, self._value)
+        self.asked.append(key)
+        return await self._claims.claim(key, lease)
+
+    async def settle(self, key: str, keep: float) -> None:
+        await self._claims.settle(key, keep)
+
+    def pttl(self) -> int:
+        return int(self._store.pttl(self.key))
+
+
+@pytest.mark.parametrize("held", ["another-host/0badc0de", "done"])
+def test_a_claim_set_by_hand_without_expiry_silences_no_target_for_good(
+    redis_url: str, held: str
+) -> None:
+    """A claim key set by hand without an expiry, as if another broker held the notice,
+    silenced its target for good, and the broker asked Redis again ~20 times a second. A
+    claim no broker could have made is taken as free (the notice goes out, after one ask),
+    and a hand-set ``done`` is cut to the keep, after which the notice is news again."""
+    from codex_presence.broker.notify.notifier import KEEP
+
+    with receiver() as hook:
+        clock = FakeClock(START)
+        state = shared_state(redis_url, TEAM)
+        claims = HandSetClaims(RedisClaims(state.store.link), redis_url, held)
+        n = notifier([target(f"json://{hook.host}/h")], clock, claims=claims)
+        with broker_with(n, clock, store=state.store) as broker:
+            report(broker, "builder", "blocked")
+            eventually(lambda: n.policy.blocked_since("builder"), what="blocked")
+            clock.advance(60)
+            eventually(lambda: claims.asked, what="the notice claimed")
+            settled(n, clock)
+            pttl = claims.pttl()
+    assert len(claims.asked) == 1, f"{len(claims.asked)} asks for one notice"
+    if held == "done":
+        assert hook.requests == []
+        assert 0 < pttl <= KEEP * 1000
+    else:
+        assert len(hook.requests) == 1
+        assert 0 < pttl <= KEEP * 1000  # settled: done, with its keep
