@@ -35,7 +35,7 @@ from tests.support.broker_harness import (
     shared_state,
     token_of,
 )
-from tests.support.receivers import Receiver, receiver
+from tests.support.receivers import Receiver, receiver, trickler
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import wrap_env
 
@@ -845,3 +845,58 @@ def test_a_claim_set_by_hand_without_expiry_silences_no_target_for_good(
     else:
         assert len(hook.requests) == 1
         assert 0 < pttl <= KEEP * 1000  # settled: done, with its keep
+
+
+class CountingSender:
+    """apprise's sender, with its sends in flight counted: each holds a worker thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._sender = AppriseSender()
+        self._lock = threading.Lock()
+        self.in_flight = 0
+
+    def masked(self, url: str) -> str:
+        return self._sender.masked(url)
+
+    def send(self, url: str, title: str, body: str, kind: str, timeout: float) -> str | None:
+        with self._lock:
+            self.in_flight += 1
+        try:
+            return self._sender.send(url, title, body, kind, timeout)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def test_a_target_that_trickles_holds_no_thread_past_its_timeout() -> None:
+    """A target that answers a byte at a time, each read within the read timeout: every
+    attempt's worker thread stayed in the send for good (1 to 15 threads in 180 s). Each
+    send now ends at its deadline: once the notice is given up, no send holds a thread,
+    while the target still trickles."""
+    with trickler(every=0.2) as slow:
+        clock = FakeClock(START)
+        sender = CountingSender()
+        n = Notifier(
+            [target(f"json://{slow.host}/h")],
+            team="acme",
+            sender=sender,
+            clock=clock,
+            max_sleep=0.01,
+            timeout=1.0,
+            attempts=3,
+            backoff=lambda: Backoff(base=0.01, cap=0.05),
+        )
+        with broker_with(n, clock) as broker:
+            report(broker, "builder", "blocked")
+            eventually(lambda: n.policy.blocked_since("builder"), what="blocked")
+            clock.advance(60)
+            eventually(lambda: n.stats[0].given_up == 1, what="the notice given up")
+            eventually(
+                lambda: sender.in_flight == 0,
+                60,
+                f"every send's thread free (still held: {sender.in_flight})",
+            )
+            assert len(slow.requests) == 3
+    assert n.stats[0].last_error == "no whole answer within 1 s"
