@@ -416,6 +416,10 @@ def test_a_session_whose_grace_lapses_while_blocked_is_told_lost_once_to_who_ask
             settled(n, clock)
             assert len(asks.requests) == 1  # within the grace: nothing yet
             clock.advance(0.5)
+            eventually(lambda: n.policy.blocked_since("builder") is None, what="the death")
+            settled(n, clock)
+            assert len(asks.requests) == 1  # the death waits for the delay, as blocked does
+            clock.advance(60)
             eventually(lambda: len(asks.requests) == 2, what="the session lost")
             clock.advance(3600)
             settled(n, clock)
@@ -495,7 +499,8 @@ def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str)
     with receiver() as hook:
         clock = FakeClock(START)
         on_lost = frozenset({NotifyEvent.LOST})
-        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
+        rule = {"on": on_lost, "after": 0}
+        with two_brokers_on_redis(redis_url, hook, clock, **rule) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(b, "builder", "blocked", RUNNER)
                 eventually(lambda: a.broker.store.activity("builder").value == "blocked")
@@ -525,6 +530,9 @@ def test_a_runner_that_dies_blocked_is_told_lost_and_never_answered_by_any_broke
                 clock.advance(5)
                 eventually(lambda: len(hook.requests) == 1, what="needs input")
             # The runner died: its subscription ended without an idle report.
+            for n in notifiers:  # told by one, lapsed on the other: the spell ends
+                eventually(lambda n=n: n.policy.blocked_since("builder") is None, what="death")
+            clock.advance(5)  # the delay, for the death as for blocked
             eventually(
                 lambda: any("lost" in r.json()["title"] for r in hook.requests),
                 what="the session lost",
@@ -569,7 +577,8 @@ def test_a_session_that_came_back_through_another_broker_and_died_there_is_told_
     with receiver() as hook:
         clock = FakeClock(START)
         on_lost = frozenset({NotifyEvent.LOST})
-        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
+        rule = {"on": on_lost, "after": 0}
+        with two_brokers_on_redis(redis_url, hook, clock, **rule) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(a, "builder", "working", RUNNER)
             in_grace(a)  # the first broker took it for dying
