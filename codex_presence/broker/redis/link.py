@@ -495,7 +495,7 @@ async def _quietly(work: Awaitable[None]) -> None:
         logger.debug("redis: %s", outage_reason(exc))
 
 
-REASON_MAX = 200
+REASON_MAX = 400
 """The most an outage's reason holds (``/healthz`` shows it, the log says it): one line,
 as an exception's first, not the object dump some of redis-py's carry (~1.5 KB)."""
 
