@@ -80,6 +80,7 @@ __all__ = [
     "counted",
     "heartbeat_for",
     "is_token_text",
+    "masked",
     "parse_whoami",
     "presence",
     "printable",
@@ -350,6 +351,22 @@ _CONTROL = re.compile(
 """C0 and C1 controls and DEL (escape sequences: screen clearing, OSC 52 clipboard writes;
 line breaks that forge lines), Unicode's line and paragraph separators, and the
 bidirectional marks and overrides that make text read other than it is."""
+
+
+_URL_PASSWORD = r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
+_SECRET_PARAMETER = r"(?i)([?&;][^\s=&;#]*(?:pass|secret|token|key)[^\s=&;#]*=)[^\s&;#]*"
+_TOKEN = r"\bcp_[A-Za-z0-9_-]{8,}"
+
+
+def masked(text: str) -> str:
+    """``text`` (a URL, or a message naming one) without the secrets it may hold: a URL's
+    password (``scheme://user:***@host``), the value of a query parameter named like a
+    secret (``?password=***``), a member token. Whatever a client prints or returns that
+    names a broker goes through it: a password in ``--broker`` reached the logs, the
+    roster's errors and the MCP tool's result (the model)."""
+    text = re.sub(_URL_PASSWORD, r"\1:***@", text)
+    text = re.sub(_SECRET_PARAMETER, r"\1***", text)
+    return re.sub(_TOKEN, "cp_***", text)
 
 
 def counted(n: int, noun: str) -> str:

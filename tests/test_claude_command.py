@@ -34,6 +34,7 @@ from codex_presence.core.claude.protocol import (
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
+from tests.support.other_user import OTHER_UID
 from tests.support.processes import alive
 from tests.support.roster_watch import RosterWatch
 from tests.support.waiting import eventually
@@ -596,3 +597,27 @@ def dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+@pytest.mark.parametrize("whose", ["theirs", "writable by others"])
+def test_a_temporary_directory_another_user_owns_or_can_write_holds_nothing_of_ours(
+    tmp_path: Path, whose: str
+) -> None:
+    """In a ``$TMPDIR`` another user owns (or may write, not sticky), they could swap our
+    private directory between its creation and claude's next hook and have claude run
+    their ``poster.sh``: code run as us. Such a base is passed over (the next of
+    :func:`tempfile.gettempdir`'s bases serves) and nothing of ours goes into it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    if whose == "theirs":
+        os.chown(tmp, OTHER_UID, OTHER_UID)
+    else:
+        tmp.chmod(0o777)
+    dump = tmp_path / "dump.json"
+    proc = run_claude(tmp_path, [{"do": "dump", "path": str(dump)}], env={"TMPDIR": str(tmp)})
+    assert proc.wait() == 0, said(tmp_path)
+    argv = json.loads(dump.read_text())["argv"]
+    settings = Path(argv[argv.index("--settings") + 1])
+    assert tmp not in settings.parents, settings
+    assert settings.parent.name.startswith("codex-presence-claude-"), settings
+    assert list(tmp.iterdir()) == []

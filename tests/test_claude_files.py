@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,8 @@ import pytest
 
 from codex_presence.agent.claude import files as claude_files
 from codex_presence.agent.claude.files import ClaudeFiles, config_dir
+from tests.support.other_user import OTHER_UID
+from tests.support.waiting import eventually
 
 
 def entry(kind: str, **fields: Any) -> bytes:
@@ -152,15 +157,38 @@ def test_a_file_left_by_an_earlier_claude_of_the_same_pid_is_not_its(tmp_path: P
     assert [m["status"] for _, m in follower.poll(0)] == ["busy"]
 
 
+@contextmanager
+def wrapper_tree() -> Iterator[tuple[int, list[int]]]:
+    """A wrapper script's process (``sh``) and the two it started under it, as ``claude``
+    behind a wrapper is: the wrapper's pid, and its children's once /proc lists them."""
+    wrapper = subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600 & wait"])
+    try:
+        children: list[int] = []
+
+        def listed() -> bool:
+            children[:] = claude_files.process_tree(wrapper.pid)
+            return len(children) == 2
+
+        eventually(listed, 60, "the wrapper's two children")
+        yield wrapper.pid, list(children)
+    finally:
+        for pid in claude_files.process_tree(wrapper.pid):
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        wrapper.kill()
+        wrapper.wait()
+
+
 def test_behind_a_wrapper_the_session_file_is_found_by_session_id(tmp_path: Path) -> None:
-    follower, transcript = files(tmp_path, pid=100)  # the wrapper's pid, not claude's
-    status_file(tmp_path, 555, status="busy", sessionId="someone-else")
-    status_file(tmp_path, 777, status="busy")
-    assert follower.poll(0) == []  # no session id known yet
-    name(follower, transcript)
-    assert [m["pid"] for _, m in follower.poll(0)] == [777]
-    status_file(tmp_path, 777, status="idle", statusUpdatedAt=3)
-    assert [m["status"] for _, m in follower.poll(0.1)] == ["idle"]
+    with wrapper_tree() as (wrapper, (claude, _)):
+        follower, transcript = files(tmp_path, pid=wrapper)  # the wrapper's pid, not claude's
+        status_file(tmp_path, 555, status="busy", sessionId="someone-else")
+        status_file(tmp_path, claude, status="busy")
+        assert follower.poll(0) == []  # no session id known yet
+        name(follower, transcript)
+        assert [m["pid"] for _, m in follower.poll(0)] == [claude]
+        status_file(tmp_path, claude, status="idle", statusUpdatedAt=3)
+        assert [m["status"] for _, m in follower.poll(0.1)] == ["idle"]
 
 
 def dead_pid() -> int:
@@ -170,23 +198,35 @@ def dead_pid() -> int:
     return child.pid
 
 
-def test_of_two_files_with_the_session_id_the_live_claudes_is_followed(tmp_path: Path) -> None:
+def test_only_a_file_of_a_process_under_the_child_is_found_by_session_id(tmp_path: Path) -> None:
     """A claude that died leaves ``<pid>.json`` behind, with the same session id after a
-    ``--resume``: the live process's file wins, however old; with none alive, the newest."""
-    follower, transcript = files(tmp_path, pid=100)  # a wrapper's pid
-    live = status_file(tmp_path, os.getpid(), status="busy")
-    stale = status_file(tmp_path, dead_pid(), status="idle")
-    os.utime(live, ns=(1, 1_000_000_000))  # the live one is the older file
-    name(follower, transcript)
-    assert [m["pid"] for _, m in follower.poll(0)] == [os.getpid()]
+    ``--resume``; another process may write one too. Every file of ``sessions/`` was read
+    on the event loop to find the session's (4.0 s at 100,000 files): the candidates are
+    now the processes under the child, looked up by name, so a file of any other pid,
+    however new, is never followed, and nothing else is read."""
+    with wrapper_tree() as (wrapper, (claude, _)):
+        follower, transcript = files(tmp_path, pid=wrapper)
+        live = status_file(tmp_path, claude, status="busy")
+        status_file(tmp_path, dead_pid(), status="idle")  # newer, of a claude that died
+        status_file(tmp_path, os.getpid(), status="idle")  # newer, alive, not under it
+        os.utime(live, ns=(1, 1_000_000_000))  # the one under the child is the older file
+        name(follower, transcript)
+        assert [m["pid"] for _, m in follower.poll(0)] == [claude]
 
-    follower, _ = files(tmp_path / "again", pid=100)
-    older = status_file(tmp_path / "again", dead_pid(), status="busy")
-    newer = status_file(tmp_path / "again", dead_pid(), status="idle")
-    os.utime(older, ns=(1, 1_000_000_000))
-    name(follower, transcript)
-    assert [m["pid"] for _, m in follower.poll(0)] == [int(newer.stem)]
-    assert stale.exists()
+
+def test_a_session_file_another_user_wrote_is_never_read(tmp_path: Path) -> None:
+    """The file found by session id (and the one bearing claude's pid) was not checked for
+    its owner: another user's, with the right name and id, was taken for claude's."""
+    with wrapper_tree() as (wrapper, (claude, other)):
+        follower, transcript = files(tmp_path, pid=wrapper)
+        theirs = status_file(tmp_path, claude, status="busy")
+        os.chown(theirs, OTHER_UID, OTHER_UID)
+        at_pid = status_file(tmp_path, wrapper, status="busy", sessionId="other")
+        os.chown(at_pid, OTHER_UID, OTHER_UID)
+        name(follower, transcript)
+        assert follower.poll(0) == []
+        status_file(tmp_path, other, status="idle")  # ours, under the child: followed
+        assert [m["pid"] for _, m in follower.poll(5)] == [other]
 
 
 @pytest.mark.parametrize("kind", ["nul", "fifo"])
@@ -222,20 +262,20 @@ def test_a_fifo_among_the_session_files_never_blocks_a_poll(tmp_path: Path, wher
     out. Session files are opened non-blocking, regular files only."""
     import threading
 
-    pid = 999999 if where == "claudes-pid" else 100
-    follower, transcript = files(tmp_path, pid=pid)
-    (tmp_path / "sessions").mkdir(exist_ok=True)
-    fifo = tmp_path / "sessions" / "999999.json"
-    os.mkfifo(fifo)
-    status_file(tmp_path, 777, status="busy")
-    name(follower, transcript)
-    polled: list[Any] = []
-    poller = threading.Thread(target=lambda: polled.append(follower.poll(5)), daemon=True)
-    poller.start()
-    poller.join(3)
-    blocked = poller.is_alive()
-    if blocked:  # release the blocked open, so that the test run goes on
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    with wrapper_tree() as (wrapper, (first, claude)):
+        follower, transcript = files(tmp_path, pid=wrapper)
+        (tmp_path / "sessions").mkdir(exist_ok=True)
+        fifo = tmp_path / "sessions" / f"{wrapper if where == 'claudes-pid' else first}.json"
+        os.mkfifo(fifo)
+        status_file(tmp_path, claude, status="busy")
+        name(follower, transcript)
+        polled: list[Any] = []
+        poller = threading.Thread(target=lambda: polled.append(follower.poll(5)), daemon=True)
+        poller.start()
         poller.join(3)
-    assert not blocked, "a poll blocked on a FIFO in the sessions directory"
-    assert [m["pid"] for _, m in polled[0]] == [777]  # the real one is found by its id
+        blocked = poller.is_alive()
+        if blocked:  # release the blocked open, so that the test run goes on
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            poller.join(3)
+        assert not blocked, "a poll blocked on a FIFO in the sessions directory"
+        assert [m["pid"] for _, m in polled[0]] == [claude]  # the real one, by its id

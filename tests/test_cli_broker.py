@@ -711,3 +711,24 @@ def test_notify_after_without_a_notify_target_is_a_usage_error(tmp_path: Path) -
     )
     assert result.returncode == 2
     assert "--notify-after applies to --notify targets, and none is given" in result.stderr
+
+
+@pytest.mark.parametrize("given", ["--notify", "CODEX_PRESENCE_NOTIFY"])
+def test_a_notify_url_on_the_command_line_draws_a_warning(tmp_path: Path, given: str) -> None:
+    """An apprise URL carries its service's secret (a token, a webhook's path), and the
+    process list shows every argument to anyone on the machine: one line says so, and
+    where the URL can go instead; from the variable, nothing is said."""
+    team = tmp_path / "team.toml"
+    team.write_text(render_team("acme", [("alice", None, token_of("alice"))]))
+    url = "json://127.0.0.1:9/hooks/s3cret-path"
+    options = ["--notify", url] if given == "--notify" else []
+    env = {"CODEX_PRESENCE_NOTIFY": url} if given != "--notify" else {}
+    with broker_process("--team", str(team), *options, env=env) as broker:
+        said = broker.said()
+    warned = [line for line in said.splitlines() if "show in the process list" in line]
+    if given == "--notify":
+        assert len(warned) == 1, said
+        assert "CODEX_PRESENCE_NOTIFY" in warned[0] and "[[notify]]" in warned[0]
+    else:
+        assert warned == [], said
+    assert "s3cret-path" not in said

@@ -25,6 +25,7 @@ import pytest
 
 from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
+from tests.support.other_user import OTHER_UID
 from tests.support.processes import alive
 from tests.support.tui_driver import short_tempdir
 from tests.support.tui_launch import launched, signals_kept
@@ -450,3 +451,25 @@ def test_when_the_kernel_refuses_to_lower_its_share_the_app_server_runs_as_befor
     with launched([str(codex)], {**os.environ, "TMPDIR": str(tmp_path)}) as launch:
         assert launch.error is None and launch.listener is not None
         assert launch.app_server is not None and not launch.app_server_yields
+
+
+@pytest.mark.parametrize("whose", ["theirs", "writable by others"])
+def test_a_temporary_directory_another_user_owns_or_can_write_holds_no_socket_of_ours(
+    setup: Setup, whose: str
+) -> None:
+    """The sockets' private directory, in a ``$TMPDIR`` another user owns (or may write,
+    not sticky), could be swapped for theirs between its creation and the TUI's connect:
+    the TUI would talk to their socket. Such a base is passed over, the next one serves."""
+    theirs = setup.root / "theirs"
+    theirs.mkdir()
+    if whose == "theirs":
+        os.chown(theirs, OTHER_UID, OTHER_UID)
+    else:
+        theirs.chmod(0o777)
+    setup.env.update(TMPDIR=str(theirs), FAKE_TUI="exit:3")
+    proc = setup.run(stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    tui = next(e for e in setup.seen() if e["role"] == "tui" and "remote" in e)
+    assert theirs not in Path(tui["remote"]).parents, tui
+    assert list(theirs.iterdir()) == []

@@ -338,6 +338,35 @@ async def test_a_connection_closed_before_it_is_read_is_not_called_another_users
     assert len(got) == 1
 
 
+async def test_a_hook_whose_poster_gave_up_before_it_was_accepted_is_still_handed_on() -> None:
+    """Behind another user's flood, a poster's connection can wait in the backlog past
+    claude's hook timeout: the poster, killed or giving up, closes a connection that holds
+    its whole hook. Its peer is gone (no uid to tell), and it was reset unread: the hook was
+    lost. Its first bytes are the secret's request line: it is read and handed on; a gone
+    peer's connection without it is still reset unread."""
+    async with serving() as (server, got):
+        assert server.port is not None
+        body = b'{"hook_event_name":"Stop"}'
+        path = server.url.split(str(server.port), 1)[1]
+        request = (
+            f"POST {path} HTTP/1.0\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        poster = socket.create_connection(("127.0.0.1", server.port))
+        poster.sendall(request)
+        poster.close()  # before the server's loop runs again: still in the backlog
+        stranger = socket.create_connection(("127.0.0.1", server.port))
+        stranger.sendall(b"POST /guess/hook HTTP/1.0\r\ncontent-length: 2\r\n\r\n{}")
+        stranger.close()
+        async with client() as http:  # one more hook: the two before were looked at
+            assert (await http.post(server.url, content=b"{}")).status_code == 200
+        with anyio.fail_after(60):
+            while len(got) < 2:
+                await anyio.sleep(0.01)
+    assert sorted(map(len, got)) == [0, 1] and {"hook_event_name": "Stop"} in got
+    assert server.refused == 0  # the stranger's request was never read
+
+
 async def test_the_users_hooks_are_answered_while_other_users_flood() -> None:
     """Four processes of another uid connecting and holding connections as fast as they
     can: each of the user's hooks on a new connection is answered, and none of the

@@ -374,3 +374,21 @@ async def test_include_activity_counts_a_members_busy_sessions(tmp_path: Path) -
         "- builder [engineer] offline blocked 1m (sessions: 1 working, 1 blocked)",
         "- scout [scout] [operator] offline working 1m",
     ]
+
+
+@pytest.mark.anyio
+async def test_a_password_in_the_broker_url_never_reaches_the_model(tmp_path: Path) -> None:
+    """The tool's result goes to the model: a password in ``--broker``'s URL was in it."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://me:s3cret-pass@127.0.0.1:{port}"
+    command = mcp_command(url, "--token-file", str(token_file(tmp_path, "alice")))
+    async with mcp_client(command) as client:
+        result = await client.call_tool("roster", {})
+        assert result.is_error
+        said = text_of(result)
+        assert f"cannot reach the presence broker at http://me:***@127.0.0.1:{port}" in said
+        assert "s3cret-pass" not in said

@@ -35,7 +35,7 @@ from tests.support.broker_harness import (
     shared_state,
     token_of,
 )
-from tests.support.receivers import Receiver, receiver
+from tests.support.receivers import Receiver, receiver, trickler
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import wrap_env
 
@@ -245,7 +245,7 @@ def test_a_failing_target_is_retried_then_given_up_with_a_warning_and_the_others
     gave_up = [r for r in caplog.records if "gave up" in r.getMessage()]
     assert len(gave_up) == 1 and gave_up[0].levelno == logging.WARNING
     line = gave_up[0].getMessage()
-    assert f"json://{broken.host}/x" in line and "after 3 attempts" in line
+    assert f"json://{broken.host}/***" in line and "after 3 attempts" in line
     assert n.stats[0].given_up == 1 and n.stats[0].failing == 1
     assert n.stats[1].sent == 1 and n.stats[1].failing == 0
 
@@ -335,7 +335,8 @@ def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> Non
     from codex_presence.broker.state import Broker
 
     clock = FakeClock(START)
-    n = notifier(command_line_targets(["json://bot:s3cr3tpass@127.0.0.1:9/h"], after=30), clock)
+    webhook = "json://bot:s3cr3tpass@127.0.0.1:9/hooks/s3cr3tpath"  # the path: a secret too
+    n = notifier(command_line_targets([webhook], after=30), clock)
     broker = Broker(team=TEAM, watcher=n)
     client = TestClient(Starlette(routes=notify_routes(broker, n)))
 
@@ -348,8 +349,8 @@ def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> Non
     answer = get("alice")
     assert answer.status_code == 200
     [shown] = answer.json()["targets"]
-    assert "s3cr3tpass" not in answer.text
-    assert shown["label"].startswith("json://bot:") and shown["after"] == 30
+    assert "s3cr3tpass" not in answer.text and "s3cr3tpath" not in answer.text
+    assert shown["label"] == "json://bot:****@127.0.0.1:9/***" and shown["after"] == 30
     assert shown["on"] == ["blocked"] and shown["members"] is None
 
 
@@ -415,6 +416,10 @@ def test_a_session_whose_grace_lapses_while_blocked_is_told_lost_once_to_who_ask
             settled(n, clock)
             assert len(asks.requests) == 1  # within the grace: nothing yet
             clock.advance(0.5)
+            eventually(lambda: n.policy.blocked_since("builder") is None, what="the death")
+            settled(n, clock)
+            assert len(asks.requests) == 1  # the death waits for the delay, as blocked does
+            clock.advance(60)
             eventually(lambda: len(asks.requests) == 2, what="the session lost")
             clock.advance(3600)
             settled(n, clock)
@@ -494,7 +499,8 @@ def test_a_session_lost_on_two_brokers_on_one_redis_is_told_once(redis_url: str)
     with receiver() as hook:
         clock = FakeClock(START)
         on_lost = frozenset({NotifyEvent.LOST})
-        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
+        rule = {"on": on_lost, "after": 0}
+        with two_brokers_on_redis(redis_url, hook, clock, **rule) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(b, "builder", "blocked", RUNNER)
                 eventually(lambda: a.broker.store.activity("builder").value == "blocked")
@@ -524,6 +530,9 @@ def test_a_runner_that_dies_blocked_is_told_lost_and_never_answered_by_any_broke
                 clock.advance(5)
                 eventually(lambda: len(hook.requests) == 1, what="needs input")
             # The runner died: its subscription ended without an idle report.
+            for n in notifiers:  # told by one, lapsed on the other: the spell ends
+                eventually(lambda n=n: n.policy.blocked_since("builder") is None, what="death")
+            clock.advance(5)  # the delay, for the death as for blocked
             eventually(
                 lambda: any("lost" in r.json()["title"] for r in hook.requests),
                 what="the session lost",
@@ -568,7 +577,8 @@ def test_a_session_that_came_back_through_another_broker_and_died_there_is_told_
     with receiver() as hook:
         clock = FakeClock(START)
         on_lost = frozenset({NotifyEvent.LOST})
-        with two_brokers_on_redis(redis_url, hook, clock, on=on_lost) as (notifiers, a, b):
+        rule = {"on": on_lost, "after": 0}
+        with two_brokers_on_redis(redis_url, hook, clock, **rule) as (notifiers, a, b):
             with subscribed(a, "builder", RUNNER):
                 report_in(a, "builder", "working", RUNNER)
             in_grace(a)  # the first broker took it for dying
@@ -786,3 +796,116 @@ def test_notify_list_shows_an_admin_the_targets_and_never_a_secret(tmp_path: Pat
     assert "pw-s3cret" not in admin.stdout + admin.stderr
     assert operator.returncode == 1
     assert "admins (members.manage) only" in operator.stderr
+
+
+class HandSetClaims:
+    """The broker's claims, with the notice's claim key set by hand in Redis (without an
+    expiry) before the broker first asks for it; every ask counted."""
+
+    def __init__(self, claims: RedisClaims, redis_url: str, value: str) -> None:
+        import redis
+
+        self._claims = claims
+        self._store = redis.Redis.from_url(redis_url)
+        self._value = value
+        self.asked: list[str] = []
+        self.key = ""
+
+    async def claim(self, key: str, lease: float) -> float | bool:
+        if not self.asked:
+            self.key = f"codex-presence:{{acme}}:n:{key}"
+            self._store.set(self.key, self._value)
+        self.asked.append(key)
+        return await self._claims.claim(key, lease)
+
+    async def settle(self, key: str, keep: float) -> None:
+        await self._claims.settle(key, keep)
+
+    def pttl(self) -> int:
+        return int(self._store.pttl(self.key))
+
+
+@pytest.mark.parametrize("held", ["another-host/0badc0de", "done"])
+def test_a_claim_set_by_hand_without_expiry_silences_no_target_for_good(
+    redis_url: str, held: str
+) -> None:
+    """A claim key set by hand without an expiry, as if another broker held the notice,
+    silenced its target for good, and the broker asked Redis again ~20 times a second. A
+    claim no broker could have made is taken as free (the notice goes out, after one ask),
+    and a hand-set ``done`` is cut to the keep, after which the notice is news again."""
+    from codex_presence.broker.notify.notifier import KEEP
+
+    with receiver() as hook:
+        clock = FakeClock(START)
+        state = shared_state(redis_url, TEAM)
+        claims = HandSetClaims(RedisClaims(state.store.link), redis_url, held)
+        n = notifier([target(f"json://{hook.host}/h")], clock, claims=claims)
+        with broker_with(n, clock, store=state.store) as broker:
+            report(broker, "builder", "blocked")
+            eventually(lambda: n.policy.blocked_since("builder"), what="blocked")
+            clock.advance(60)
+            eventually(lambda: claims.asked, what="the notice claimed")
+            settled(n, clock)
+            pttl = claims.pttl()
+    assert len(claims.asked) == 1, f"{len(claims.asked)} asks for one notice"
+    if held == "done":
+        assert hook.requests == []
+        assert 0 < pttl <= KEEP * 1000
+    else:
+        assert len(hook.requests) == 1
+        assert 0 < pttl <= KEEP * 1000  # settled: done, with its keep
+
+
+class CountingSender:
+    """apprise's sender, with its sends in flight counted: each holds a worker thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._sender = AppriseSender()
+        self._lock = threading.Lock()
+        self.in_flight = 0
+
+    def masked(self, url: str) -> str:
+        return self._sender.masked(url)
+
+    def send(self, url: str, title: str, body: str, kind: str, timeout: float) -> str | None:
+        with self._lock:
+            self.in_flight += 1
+        try:
+            return self._sender.send(url, title, body, kind, timeout)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def test_a_target_that_trickles_holds_no_thread_past_its_timeout() -> None:
+    """A target that answers a byte at a time, each read within the read timeout: every
+    attempt's worker thread stayed in the send for good (1 to 15 threads in 180 s). Each
+    send now ends at its deadline: once the notice is given up, no send holds a thread,
+    while the target still trickles."""
+    with trickler(every=0.2) as slow:
+        clock = FakeClock(START)
+        sender = CountingSender()
+        n = Notifier(
+            [target(f"json://{slow.host}/h")],
+            team="acme",
+            sender=sender,
+            clock=clock,
+            max_sleep=0.01,
+            timeout=1.0,
+            attempts=3,
+            backoff=lambda: Backoff(base=0.01, cap=0.05),
+        )
+        with broker_with(n, clock) as broker:
+            report(broker, "builder", "blocked")
+            eventually(lambda: n.policy.blocked_since("builder"), what="blocked")
+            clock.advance(60)
+            eventually(lambda: n.stats[0].given_up == 1, what="the notice given up")
+            eventually(
+                lambda: sender.in_flight == 0,
+                60,
+                f"every send's thread free (still held: {sender.in_flight})",
+            )
+            assert len(slow.requests) == 3
+    assert n.stats[0].last_error == "no whole answer within 1 s"

@@ -109,6 +109,33 @@ def test_the_ttl_holds_across_brokers(redis_url: str) -> None:
         assert store.keys("*:a:builder") == []  # idle is the key's absence
 
 
+@pytest.mark.parametrize("kind", ["a", "s"])
+def test_a_forged_events_activity_lapses_within_the_brokers_ttl(redis_url: str, kind: str) -> None:
+    """Anyone who may PUBLISH on the team's channel sent an event whose TTL was 600 s:
+    its activity held past the broker's TTL (>= 42 s against 30 s). What a broker reads,
+    from an event or a key, is held at most its own TTL: the forged state lapses, on the
+    broker's own timer, as a report that was never renewed."""
+    store = redis.Redis.from_url(redis_url)
+    with brokers(redis_url, count=1, activity_ttl=2.0) as (a,):
+        seq = int(store.get("codex-presence:{acme}:seq") or 0) + 1
+        now = redis_ms(store)
+        if kind == "a":
+            event: list[object] = [seq, "a", "builder", "blocked", 600_000, now, now, now]
+        else:
+            event = [seq, "s", "builder", "forgedSession0001", "blocked", 600_000, now, now, now]
+        store.publish("codex-presence:{acme}:events", orjson.dumps(event))
+        eventually(
+            lambda: roster(a.url)["builder"].get("activity") == "blocked",
+            30,
+            "the forged event applied",
+        )
+        eventually(
+            lambda: "activity" not in roster(a.url)["builder"],
+            60,
+            f"the lapse, which the broker's TTL (2 s) bounds: {roster(a.url)['builder']}",
+        )
+
+
 def test_teams_sharing_one_redis_stay_apart(redis_url: str) -> None:
     other = make_team("alice", "builder", "scout", team="globex")
     with (
@@ -361,6 +388,36 @@ def test_a_broker_started_while_redis_is_away_catches_up(tmp_path: Path) -> None
             "--redis: the URL has an option Redis connections do not take: Password "
             "(did you mean password?)",
         ),
+        # before: each of these started a broker that stayed in outage for good
+        (
+            ["--redis", "redis://127.0.0.1:1/0?socket_timeout=0"],
+            "--redis: socket_timeout=0: must be seconds > 0",
+        ),
+        (
+            ["--redis", "redis://127.0.0.1:1/0?decode_responses=true"],
+            "--redis: decode_responses=true: the broker reads Redis's replies as bytes",
+        ),
+        (
+            ["--redis", "redis://127.0.0.1:1/0?client_name=my%20broker"],
+            "--redis: client_name=my broker: Redis takes a name of printable characters",
+        ),
+        (["--redis", "redis://127.0.0.1:1/0?db=99"], "--redis: db=99: Redis has databases 0 to 15"),
+        (
+            ["--redis", "redis://127.0.0.1:1/99"],
+            "--redis: database 99: Redis has databases 0 to 15",
+        ),
+        (
+            ["--redis", "redis://127.0.0.1:1/0?health_check_interval=-5"],
+            "--redis: health_check_interval=-5: must be a whole number of seconds >= 0",
+        ),
+        (  # before: a traceback
+            ["--redis", "rediss://127.0.0.1:1/0?ssl_cert_reqs=bogus"],
+            "--redis: ssl_cert_reqs=bogus: must be one of none, optional, required",
+        ),
+        (
+            ["--redis", "redis+sentinel://127.0.0.1:1/mymaster/16?socket_timeout=5"],
+            "--redis: database 16: Redis has databases 0 to 15",
+        ),
     ],
 )
 def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], said: str) -> None:
@@ -373,6 +430,9 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
     assert result.returncode == 2, result.stderr
     assert said in result.stderr
     assert "s3cret-pass" not in result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "broker: " in line]
+    assert said in line  # one line says it
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ from codex_presence.agent.signals import exit_status
 from codex_presence.agent.wrap.session import WrapSession
 from codex_presence.core.recording import VERSION
 from tests.support.depth import examples
+from tests.support.other_user import OTHER_UID
 from tests.support.processes import alive
 from tests.support.waiting import eventually
 
@@ -1143,6 +1144,41 @@ def test_a_symlink_at_the_record_or_log_path_is_refused_not_followed(
     assert victim.stat().st_mode & 0o777 == 0o644
     assert planted.is_symlink()
     assert b"is a symbolic link" in proc.stderr, proc.stderr
+    if option == "--record":
+        assert (proc.returncode, proc.stdout) == (0, b"hi\n")
+    else:
+        assert proc.returncode == 2 and proc.stdout == b""
+
+
+@pytest.mark.parametrize("option", ["--record", "--log-file"])
+def test_a_file_another_user_created_at_the_record_or_log_path_is_refused(
+    tmp_path: Path, option: str
+) -> None:
+    """Another user who created ``--record``'s or ``--log-file``'s file first, 0666 in a
+    shared sticky directory, got the session in a file they can read. A regular file that
+    is not ours is refused, its owner named, and left as it was (not truncated, not
+    chmodded); the recording is skipped with that line (the session goes on), the log file
+    is a usage error."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = shared / "session.out"
+    theirs.write_bytes(b"theirs\n")
+    theirs.chmod(0o666)
+    os.chown(theirs, OTHER_UID, OTHER_UID)  # we are root in CI: as if they created it
+    proc = subprocess.run(
+        [*WRAP, option, str(theirs), "--", PY, "-c", "print('hi')"],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert theirs.read_bytes() == b"theirs\n"
+    assert theirs.stat().st_mode & 0o777 == 0o666
+    said = proc.stderr.decode()
+    assert f"{theirs}" in said and f"uid {OTHER_UID}), not us" in said, said
+    assert len([line for line in said.splitlines() if "not us" in line]) == 1, said
     if option == "--record":
         assert (proc.returncode, proc.stdout) == (0, b"hi\n")
     else:

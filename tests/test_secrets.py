@@ -289,3 +289,30 @@ def test_the_recording_and_the_log_file_are_created_private(tmp_path: Path) -> N
         assert target.read_bytes().startswith(b'{"t":')  # written to, not just created
     for path in (record, old_record, log):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+@pytest.mark.parametrize("command", ["roster", "notify list", "wrap"])
+def test_a_password_in_the_broker_url_is_never_printed(tmp_path: Path, command: str) -> None:
+    """``--broker http://user:PASSWORD@host`` came back in the roster's and ``notify list``'s
+    errors and the runners' logs: every client shows the URL with the password masked."""
+    with running_broker(team=make_team("alice")) as broker:
+        url = broker.url.replace("http://", "http://me:s3cret-pass@")
+        env = {"CODEX_PRESENCE_TOKEN": "cp_a-token-of-nobody-on-the-team"}
+        if command == "wrap":
+            with WrapProcess(["--broker", url], env=env) as wrap:
+                eventually(lambda: b"offline" in wrap.stderr, 20, "the refusal said")
+                assert wrap.close() == 0
+            said = bytes(wrap.stderr).decode()
+        else:
+            proc = subprocess.run(
+                [PY, "-m", "codex_presence", *command.split(), "--broker", url],
+                env=wrap_env(env),
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            assert proc.returncode != 0, proc
+            said = proc.stdout + proc.stderr
+    assert "me:***@127.0.0.1" in said, said  # named, as the failure's place
+    assert "s3cret-pass" not in said, said

@@ -20,7 +20,7 @@ import os
 import stat
 from contextlib import suppress
 
-__all__ = ["PIPE_SIZE", "grow_pipe", "is_fifo", "nonblocking", "open_private"]
+__all__ = ["PIPE_SIZE", "grow_pipe", "is_fifo", "nonblocking", "open_private", "owner_name"]
 
 
 PIPE_SIZE = 1024 * 1024
@@ -93,22 +93,48 @@ def open_private(path: str | os.PathLike[str], *, append: bool = False) -> int:
     """A descriptor of ``path`` for writing, created 0600 (a recording holds the whole
     session; a log says what it did); an existing regular file loses its group and other
     bits. A symlink at ``path`` is never followed (one planted there would have us
-    overwrite, and chmod, whatever it points to): OSError ELOOP, "is a symbolic link". The
-    open does not wait for a FIFO's reader (ENXIO)."""
+    overwrite, and chmod, whatever it points to): OSError ELOOP, "is a symbolic link". An
+    existing regular file must be ours, checked on the descriptor once open (one another
+    user created first in a shared sticky directory would get the session, and could read
+    it): OSError EPERM naming its owner, and the file is left as it was (it is truncated
+    only once it is known to be ours). The open does not wait for a FIFO's reader
+    (ENXIO)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-    flags |= os.O_APPEND if append else os.O_TRUNC
+    if append:
+        flags |= os.O_APPEND
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP and _is_symlink(path):
             raise OSError(errno.ELOOP, "is a symbolic link (not followed)", str(path)) from None
         raise
-    os.set_blocking(fd, True)
-    with suppress(OSError):
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode) and mode & 0o077:
-            os.fchmod(fd, stat.S_IMODE(mode) & ~0o077)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            if info.st_uid != os.geteuid():
+                whose = f"belongs to {owner_name(info.st_uid)}, not us"
+                raise OSError(errno.EPERM, whose, str(path))
+            if not append:
+                os.ftruncate(fd, 0)
+            if info.st_mode & 0o077:
+                with suppress(OSError):
+                    os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o077)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
+
+
+def owner_name(uid: int) -> str:
+    """``name (uid N)``, or ``uid N`` for a uid without a name: how an error names the
+    user a file or directory belongs to."""
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _is_symlink(path: str | os.PathLike[str]) -> bool:

@@ -13,6 +13,13 @@ start sweeps the ones of the same prefix, in the same base, that are ours to swe
 
 A name without a pid (made by an older version) is left alone: its owner cannot be told.
 
+A directory is made only in a base whose whole chain, from the base (its real path) up to
+``/``, is ours or root's, and which nobody else can write to unless it is sticky (as
+``/tmp``): in a ``$TMPDIR`` that another user owns or can write, they could swap our
+directory between its creation and its use (claude runs the hook poster we write there:
+code run as us). Such a base is refused (:func:`unsafe_base`) and the next one tried
+(:func:`temporary_bases`, in :func:`tempfile.gettempdir`'s order).
+
 Standard library only, and no logging until there is something to say: ``codex`` makes its
 sockets' directory before it spawns the TUI (:func:`new_owned_directory`: ``os`` alone, not
 even :mod:`pathlib` or :mod:`tempfile`), and sweeps once the TUI runs.
@@ -27,37 +34,89 @@ TYPE_CHECKING = False  # typing is not loaded before the TUI's spawn
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["make_owned_directory", "new_owned_directory", "owner_alive", "sweep_leftovers"]
+__all__ = [
+    "make_owned_directory",
+    "new_owned_directory",
+    "owner_alive",
+    "sweep_leftovers",
+    "temporary_bases",
+    "unsafe_base",
+]
 
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 """The random part of a directory's name is drawn from these (:mod:`tempfile`'s)."""
 _ATTEMPTS = 100
 
 
+def temporary_bases() -> list[str]:
+    """Where :func:`tempfile.gettempdir` would look, in its order (without loading it):
+    ``$TMPDIR``, ``$TEMP``, ``$TMP``, then /tmp, /var/tmp and /usr/tmp."""
+    named = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
+    return list(dict.fromkeys([base for base in named if base] + ["/tmp", "/var/tmp", "/usr/tmp"]))
+
+
+def unsafe_base(base: str) -> str | None:
+    """Why ``base`` cannot hold a private directory of ours, or None: each directory from
+    its real path up to ``/`` must be ours or root's, and writable by nobody else unless
+    sticky (see the module doc)."""
+    from codex_presence.agent.descriptors import owner_name
+
+    uid = os.geteuid()
+    path = os.path.realpath(base)
+    while True:
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+        if info.st_uid not in (uid, 0):
+            return f"{path} belongs to {owner_name(info.st_uid)}"
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
 def new_owned_directory(prefix: str, base: str) -> str:
     """A new 0700 directory ``<base>/<prefix><our pid>-<8 random characters>`` (no sweep),
-    as :func:`tempfile.mkdtemp` makes it, with ``os`` alone. Raises OSError."""
+    as :func:`tempfile.mkdtemp` makes it, with ``os`` alone, in a base that is safe for it
+    (:func:`unsafe_base`: PermissionError saying why not). Raises OSError."""
+    import errno
+
+    why = unsafe_base(base)
+    if why is not None:
+        raise PermissionError(errno.EPERM, f"not a place for a private directory: {why}", base)
+    real = os.path.realpath(base)
     for _ in range(_ATTEMPTS):
         suffix = "".join(_NAME_CHARACTERS[b % len(_NAME_CHARACTERS)] for b in os.urandom(8))
-        path = os.path.join(base, f"{prefix}{os.getpid()}-{suffix}")
+        path = os.path.join(real, f"{prefix}{os.getpid()}-{suffix}")
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
             continue
-        return os.path.abspath(path)
+        return path
     raise FileExistsError(f"{base}: no free name for {prefix}{os.getpid()}-*")
 
 
 def make_owned_directory(prefix: str, base: str | None = None, *, sweep: bool = True) -> Path:
-    """A new 0700 directory ``<base>/<prefix><our pid>-<random>``, once the leftovers of
-    ``prefix`` in ``base`` (default: the temporary directory) are swept (``sweep=False``:
-    the caller sweeps later, off its start). Raises OSError."""
-    import tempfile
+    """A new 0700 directory ``<base>/<prefix><our pid>-<random>``, in ``base`` or else the
+    first of :func:`temporary_bases` that is safe for it, then the leftovers of ``prefix``
+    beside it swept (``sweep=False``: the caller sweeps later, off its start). Raises
+    OSError saying why each base failed."""
     from pathlib import Path
 
-    if sweep:
-        sweep_leftovers(prefix, base)
-    return Path(new_owned_directory(prefix, base if base is not None else tempfile.gettempdir()))
+    why: list[str] = []
+    for candidate in [base] if base is not None else temporary_bases():
+        try:
+            made = Path(new_owned_directory(prefix, candidate))
+        except OSError as exc:
+            why.append(f"{candidate}: {exc.strerror or exc}")
+            continue
+        if sweep:
+            sweep_leftovers(prefix, str(made.parent))
+        return made
+    raise OSError(f"no private directory ({'; '.join(why)})")
 
 
 def sweep_leftovers(prefix: str, base: str | None = None) -> list[Path]:

@@ -193,11 +193,14 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
     from codex_presence.cli.main import UsageError, install_hint
 
     try:
+        from redis import RedisError
+
         from codex_presence.broker.redis.link import RedisLink, holds_secret
         from codex_presence.broker.redis.sentinel import SENTINEL_SCHEMES
         from codex_presence.broker.redis.sessions import RedisSessions
         from codex_presence.broker.redis.store import RedisStore
         from codex_presence.broker.redis.team import team_marks
+        from codex_presence.broker.redis.url_options import check_redis_url
     except ImportError:
         raise UsageError(f"--redis needs the redis extra: {install_hint('redis')}") from None
     url = args.redis
@@ -211,6 +214,10 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
             "--redis must be a redis://, rediss://, unix://, redis+sentinel:// or "
             "rediss+sentinel:// URL"
         )
+    try:
+        check_redis_url(url)  # an option that would keep the broker in outage for good
+    except ValueError as exc:
+        raise UsageError(f"--redis: {exc}") from None
     if not args.redis_prefix or set(args.redis_prefix) & set("{} \t\r\n"):
         raise UsageError("--redis-prefix must be non-empty, without braces or whitespace")
     if secret and any(a == "--redis" or a.startswith("--redis=") for a in sys.argv):
@@ -220,7 +227,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         )
     try:
         link = RedisLink(url, team=team.name, prefix=args.redis_prefix)
-    except ValueError as exc:
+    except (ValueError, RedisError) as exc:
         raise UsageError(f"--redis: {exc}") from None
     names = [m.name for m in team.members]
     store = RedisStore(link, names=names, ttl=args.activity_ttl, marks=team_marks(team))
@@ -250,6 +257,11 @@ def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Noti
         raise UsageError("--notify-after must be a number of seconds >= 0")
     notify_option = "CODEX_PRESENCE_NOTIFY" if from_environment(args.notify) else "--notify"
     targets = command_line_targets(urls, after=args.notify_after)
+    if urls and notify_option == "--notify":
+        logging.getLogger("codex_presence.broker").warning(
+            "--notify URLs (and the secrets in them) show in the process list, to anyone on "
+            "this machine; set CODEX_PRESENCE_NOTIFY or use the team file's [[notify]] instead"
+        )
     given = len(targets)  # then the team file's, numbered from 0 as its errors say
     if args.team:
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 from collections.abc import Sequence
 
@@ -106,20 +105,12 @@ def install_hint(extra: str) -> str:
     return f"in the codex-presence clone, run {pip} install '.[{extra}]'"
 
 
-# What masked() hides; compiled on first use (re's cache), not at every start: wrap and codex
-# run this module before their child's spawn.
-_URL_PASSWORD = r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*):[^\s/@]*@"
-_SECRET_PARAMETER = r"(?i)([?&;][^\s=&;#]*(?:pass|secret|token|key)[^\s=&;#]*=)[^\s&;#]*"
-_TOKEN = r"\bcp_[A-Za-z0-9_-]{8,}"
-
-
 def masked(text: str) -> str:
-    """``text`` (what the command line did not understand, echoed back) without the
-    secrets it may hold: a URL's password (``scheme://user:***@host``), the value of a
-    query parameter named like a secret (``?password=***``), a member token."""
-    text = re.sub(_URL_PASSWORD, r"\1:***@", text)
-    text = re.sub(_SECRET_PARAMETER, r"\1***", text)
-    return re.sub(_TOKEN, "cp_***", text)
+    """:func:`codex_presence._wire.masked`, loaded when there is something to say (wrap and
+    codex run this module before their child's spawn)."""
+    from codex_presence._wire import masked as masked_text
+
+    return masked_text(text)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -98,6 +98,7 @@ def broker_link(
     if not args.broker:
         logger.info("not reporting to a broker (set --broker or CODEX_PRESENCE_BROKER)")
         return None
+    from codex_presence._wire import masked
     from codex_presence.client.auth import BadBrokerUrl, TokenError, broker_url, read_token
     from codex_presence.client.link import BrokerLink, BrokerSettings
 
@@ -118,7 +119,7 @@ def broker_link(
     try:
         token = read_token(token_file=args.token_file, environ=environ)
     except TokenError as exc:
-        logger.error("not reporting to %s: %s", args.broker, exc)
+        logger.error("not reporting to %s: %s", masked(args.broker), exc)
         return None
     settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
     if args.exit_grace is not None:

@@ -23,6 +23,7 @@ from codex_presence._wire import (
     ROSTER_PATH,
     WHOAMI_PATH,
     Whoami,
+    masked,
     parse_whoami,
     printable,
 )
@@ -69,7 +70,8 @@ class NotABroker(BrokerError):
 
 
 def _where(client: httpx.AsyncClient) -> str:
-    return str(client.base_url).rstrip("/")
+    """The broker's URL as every message shows it: without its password."""
+    return masked(str(client.base_url).rstrip("/"))
 
 
 async def _get(client: httpx.AsyncClient, path: str) -> httpx.Response:

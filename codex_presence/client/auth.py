@@ -40,23 +40,26 @@ def broker_url(value: str) -> str:
     "unsupported protocol 'localhost://'"."""
     from urllib.parse import urlsplit
 
+    from codex_presence._wire import masked
+
+    given = masked(value)  # as every message shows it: without its password
     scheme, _, rest = value.partition("://")
     if not rest:
-        guess = f"{_likely_scheme(value)}://{value}"
+        guess = f"{_likely_scheme(value)}://{given}"
         raise BadBrokerUrl(
-            f"{value!r} is not a URL: a broker's URL starts with http:// or https:// ({guess}?)"
+            f"{given!r} is not a URL: a broker's URL starts with http:// or https:// ({guess}?)"
         )
     if scheme.lower() not in ("http", "https"):
         raise BadBrokerUrl(
-            f"{value!r}: a broker's URL starts with http:// or https://, not {scheme}://"
+            f"{given!r}: a broker's URL starts with http:// or https://, not {scheme}://"
         )
     try:
         parts = urlsplit(value)
         host, _ = parts.hostname, parts.port  # a port past 65535 raises only when read
     except ValueError as exc:
-        raise BadBrokerUrl(f"{value!r} is not a URL: {exc}") from None
+        raise BadBrokerUrl(f"{given!r} is not a URL: {exc}") from None
     if not host:
-        raise BadBrokerUrl(f"{value!r} names no host")
+        raise BadBrokerUrl(f"{given!r} names no host")
     return value
 
 

@@ -39,7 +39,7 @@ import anyio
 import httpx
 from anyio.abc import ObjectReceiveStream
 
-from codex_presence._wire import Whoami, printable
+from codex_presence._wire import Whoami, masked, printable
 from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fetch_whoami
 from codex_presence.client.auth import make_async_client
 from codex_presence.client.reporter import ActivityReporter
@@ -181,7 +181,7 @@ class BrokerLink:
                 logger.log(
                     logging.WARNING if backoff.attempts == 0 else logging.DEBUG,
                     "GET %s/whoami answered 200 without a member name (%s); retrying",
-                    self.settings.url,
+                    masked(self.settings.url),
                     exc.content_type,
                 )
             except BrokerError as exc:

@@ -15,10 +15,14 @@ one, and answers, for a given ``now``, which notices are due and until when noth
 * **answered** ("back to work", or "no longer needs input" when the member went idle): the
   end of a spell that was announced to that target, for the targets that ask for it; a
   spell answered within the delay was never announced, so its end is not either.
-* **lost** ("session lost"): a member whose session died while working or blocked, at once.
-  The broker calls :meth:`NotifyPolicy.lost` (through the notifier) when a session bound to
-  a subscription lapses by the death grace (:mod:`codex_presence.broker.state`); its key is
-  the session's id and the start of the state it died in, which every broker sees alike.
+* **lost** ("session lost"): a member whose session died while working or blocked, after
+  the target's ``after`` seconds, as "needs input": a member back at work or blocked again
+  by then (a runner restarted) pings nobody. The broker calls :meth:`NotifyPolicy.lost`
+  (through the notifier) when a session bound to a subscription lapses by the death grace
+  (:mod:`codex_presence.broker.state`); its key is the session's id and the start of the
+  state it died in, which every broker sees alike. A member whose runners die over and
+  over (or who fakes their deaths) gets at most :data:`LOST_PER_MINUTE` such notices per
+  target in any minute; the rest are dropped, and counted (:attr:`NotifyPolicy.dropped`).
 
 Each target picks its members (all, or named) and its events. Every notice carries a
 :attr:`Notice.key` made of what every broker of a team sees alike (the target's id, the
@@ -46,6 +50,7 @@ from codex_presence._wire import ActivityState
 
 __all__ = [
     "DEFAULT_AFTER",
+    "LOST_PER_MINUTE",
     "Due",
     "Notice",
     "NotifyEvent",
@@ -56,6 +61,9 @@ __all__ = [
     "message",
 ]
 
+LOST_PER_MINUTE = 3
+""""Session lost" notices per member and target in any 60 s, at most: one member faking
+runner deaths made a broker send 316 a minute (872 with no delay)."""
 DEFAULT_AFTER = 60.0
 """Seconds a member is blocked before a target hears of it: long enough for an approval
 answered at once (or a prompt answered over a coffee) to ping nobody."""
@@ -203,6 +211,13 @@ class NotifyPolicy:
             raise ValueError("one id per target")
         self._spells: dict[str, _Spell] = {}
         self._pending: list[Notice] = []
+        self._deaths: list[tuple[float, Notice]] = []
+        """"Session lost" notices waiting for their target's delay: (when due, notice)."""
+        self._told_lost: dict[tuple[str, int], list[float]] = {}
+        """(member, target) -> when its latest "session lost" notices were due (the last
+        minute's, for :data:`LOST_PER_MINUTE`)."""
+        self.dropped: dict[str, int] = {}
+        """Member -> "session lost" notices dropped past the limit (the notifier says so)."""
         self._said: dict[str, tuple[int, set[str]]] = {}
         """Member -> the episode of its latest notices and their keys: a spell that ends and
         starts again within its millisecond (one ``activitySince``) is the same episode,
@@ -213,6 +228,11 @@ class NotifyPolicy:
     def observe(self, member: str, state: ActivityState, since_ms: int | None, now: float) -> None:
         """``member``'s activity is ``state``, holding since ``since_ms`` (None when idle),
         as of ``now``. The same state and start again changes nothing."""
+        if state is not ActivityState.IDLE and since_ms is not None and self._deaths:
+            # back at work (or blocked again) since a death: that death pings nobody
+            self._deaths = [
+                (at, n) for at, n in self._deaths if n.member != member or n.since_ms > since_ms
+            ]
         spell = self._spells.get(member)
         if state is ActivityState.BLOCKED and since_ms is not None:
             if spell is not None and spell.since_ms == since_ms:
@@ -250,15 +270,18 @@ class NotifyPolicy:
         for target, rule in enumerate(self.rules):
             if rule.wants(member, NotifyEvent.LOST):
                 key = self._key(target, member, NotifyEvent.LOST, episode, 0)
-                self._pending.append(
-                    Notice(
-                        target,
-                        member,
-                        NotifyEvent.LOST,
-                        at_ms,
-                        state,
-                        key,
-                        state_since_ms=since_ms,
+                self._deaths.append(
+                    (
+                        at_ms / 1000 + rule.after,
+                        Notice(
+                            target,
+                            member,
+                            NotifyEvent.LOST,
+                            at_ms,
+                            state,
+                            key,
+                            state_since_ms=since_ms,
+                        ),
                     )
                 )
 
@@ -286,6 +309,16 @@ class NotifyPolicy:
         """The notices due at ``now`` (each returned once), or until when none is."""
         due, self._pending = self._pending, []
         soonest: float | None = None
+        waiting: list[tuple[float, Notice]] = []
+        for at, notice in self._deaths:
+            if now < at:
+                waiting.append((at, notice))
+                soonest = at if soonest is None else min(soonest, at)
+            elif self._within_limit(notice, now):
+                due.append(notice)
+            else:
+                self.dropped[notice.member] = self.dropped.get(notice.member, 0) + 1
+        self._deaths = waiting
         for member, spell in self._spells.items():
             start = spell.since_ms / 1000
             for target, rule in enumerate(self.rules):
@@ -341,6 +374,16 @@ class NotifyPolicy:
                         blocked_since_ms=spell.since_ms,
                     )
                 )
+
+    def _within_limit(self, notice: Notice, now: float) -> bool:
+        """Whether ``notice`` (a death) is within its member's :data:`LOST_PER_MINUTE` for
+        its target; counted if so."""
+        told = self._told_lost.setdefault((notice.member, notice.target), [])
+        told[:] = [t for t in told if now - t < 60]
+        if len(told) >= LOST_PER_MINUTE:
+            return False
+        told.append(now)
+        return True
 
     def _first_time(self, member: str, episode: int, key: str) -> bool:
         """Whether ``key`` is news for ``member`` (one episode's keys are kept at a time)."""

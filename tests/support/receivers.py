@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Received", "Receiver", "receiver"]
+__all__ = ["Received", "Receiver", "receiver", "trickler"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,44 @@ def receiver(*, status: int = 200, answer: bytes = b"{}") -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@contextmanager
+def trickler(every: float) -> Iterator[Receiver]:
+    """A target that reads each request, then answers one byte at a time, a byte every
+    ``every`` seconds, for as long as it runs: each read is quick, the answer never ends."""
+    import socket
+
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    taken = Receiver(port=listener.getsockname()[1])
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            taken.requests.append(Received("POST", "", {}, b""))
+            for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 999999\r\n\r\n" + b"x" * 999999:
+                if stop.wait(every):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield taken
+    finally:
+        stop.set()
+        server.join(5)
+        listener.close()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from codex_presence import ActivityState
 from codex_presence.core.notify_policy import (
+    LOST_PER_MINUTE,
     Due,
     Notice,
     NotifyEvent,
@@ -106,11 +107,12 @@ def test_the_member_filter_and_the_event_filter() -> None:
     assert [(n.target, n.member) for n in due(policy, T0)] == [(0, "bob")]
 
 
-def test_session_lost_while_working_or_blocked_is_told_at_once_and_ends_the_spell() -> None:
+def test_session_lost_while_working_or_blocked_is_told_after_the_delay_and_ends_the_spell() -> None:
     policy = NotifyPolicy([Rule(after=60, on=ALL), Rule(after=60)])
     policy.observe("alice", BLOCKED, ms(T0), T0)
     policy.lost("alice", BLOCKED, ms(T0 + 5))
-    [notice] = due(policy, T0 + 5)
+    assert policy.next_action(T0 + 5) == Wait(until=T0 + 65)  # the same delay as blocked
+    [notice] = due(policy, T0 + 65)
     assert (notice.target, notice.event, notice.since_ms) == (0, NotifyEvent.LOST, ms(T0 + 5))
     assert event_words(notice) == "session lost"
     assert policy.next_action(T0 + 1000) == Wait(until=None)  # no "needs input" after death
@@ -134,10 +136,10 @@ def test_a_session_lost_is_named_by_its_session_and_start_not_by_when_it_was_see
     a, b = (NotifyPolicy([Rule(on=ALL)], target_ids=["t1"]) for _ in range(2))
     a.lost("alice", BLOCKED, ms(T0 + 70), since_ms=ms(T0), session="S1")
     b.lost("alice", BLOCKED, ms(T0 + 71), since_ms=ms(T0), session="S1")
-    [first], [second] = due(a, T0 + 70), due(b, T0 + 71)
+    [first], [second] = due(a, T0 + 130), due(b, T0 + 131)
     assert first.key == second.key == f"t1:alice:lost:S1.{ms(T0)}:0"
     a.lost("alice", WORKING, ms(T0 + 90), since_ms=ms(T0 + 80), session="S1")
-    assert [n.key for n in due(a, T0 + 90)] != [first.key]  # a later death is news
+    assert [n.key for n in due(a, T0 + 150)] != [first.key]  # a later death is news
     _, body = message(second, team="acme", now=T0 + 71)
     assert body.endswith("while blocked (since 08:00:00 UTC, 1 min 11 s) - team acme"), body
 
@@ -207,3 +209,33 @@ def test_no_notice_early_none_twice_none_unasked(
         current[member] = (state, since)
         policy.observe(member, state, since, now)
         now += gap
+
+
+def test_a_member_back_within_the_delay_after_a_death_pings_nobody() -> None:
+    """A runner that died and came back (working or blocked since after the death) before
+    the target's delay ran out is no news, as an approval answered at once."""
+    policy = NotifyPolicy([Rule(after=30, on=ALL)])
+    policy.lost("alice", WORKING, ms(T0 + 5), since_ms=ms(T0), session="S1")
+    policy.observe("alice", WORKING, ms(T0 + 8), T0 + 8)  # a new session, since after it
+    assert policy.next_action(T0 + 1000) == Wait(until=None)
+    policy.lost("bob", WORKING, ms(T0 + 5), since_ms=ms(T0), session="S2")
+    policy.observe("bob", WORKING, ms(T0 - 100), T0 + 8)  # another session, from before
+    assert [n.member for n in due(policy, T0 + 35)] == ["bob"]
+
+
+def test_session_lost_notices_of_one_member_are_limited_per_minute() -> None:
+    """One member faking runner deaths made a broker send 316 notices a minute: at most
+    LOST_PER_MINUTE per member and target in any minute, the rest dropped and counted;
+    another member's are their own."""
+    policy = NotifyPolicy([Rule(after=0, on=ALL)])
+    told = []
+    for i in range(20):  # a death every 3 s for a minute
+        at = T0 + 3 * i
+        policy.lost("mallory", WORKING, ms(at), since_ms=ms(at - 1), session=f"S{i}")
+        told += due(policy, at)
+    assert len([n for n in told if n.member == "mallory"]) == LOST_PER_MINUTE
+    assert policy.dropped == {"mallory": 20 - LOST_PER_MINUTE}
+    policy.lost("alice", WORKING, ms(T0 + 59), since_ms=ms(T0), session="A1")
+    assert [n.member for n in due(policy, T0 + 59)] == ["alice"]
+    policy.lost("mallory", WORKING, ms(T0 + 120), since_ms=ms(T0 + 119), session="S99")
+    assert [n.member for n in due(policy, T0 + 120)] == ["mallory"]  # a minute on: news

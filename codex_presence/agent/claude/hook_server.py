@@ -28,6 +28,10 @@ alive between hooks, and so do we.
   already gone, is reset at once, unread, with no task, no parser and no timer behind
   it. The accept loop takes what the backlog holds in one go, so a flood is drained at
   the cost of a lookup each, and claude's connection waits behind no parsing of theirs.
+  A connection whose peer is already gone (no uid to tell) is served only if its first
+  bytes, peeked without waiting, are the secret's request line: a poster that gave up
+  while its connection waited behind a flood has sent its hook whole, and it is handed
+  on (after the 200 it can no longer read); anything else is reset unread.
   A connection of our uid without the secret gets its 404 and is closed, without the
   lingering read a refusal of claude's own gets.
 * **A flood is no log flood**: refusals of connections that never showed the secret are
@@ -185,9 +189,22 @@ class HookServer:
                 logger.debug("hook server: cannot tell a peer's uid (%s); serving it", exc)
             self._uid_unknown = True
             return None
-        if uid is None:
-            return "closed before it was read"  # a port probe, say: nothing to serve
+        if uid is None:  # a port probe, say: nothing to serve; unless it is a delivery
+            return None if self._shows_secret(sock) else "closed before it was read"
         return None if uid == self._uid else "another user's"
+
+    def _shows_secret(self, sock: socket.socket) -> bool:
+        """Whether a connection whose peer is gone holds a hook for us: a poster that gave
+        up waiting (claude's timeout) while its connection sat in the backlog, behind a
+        flood, has sent it whole. Its first bytes are peeked, no more and without waiting:
+        the secret's request line, or it is refused as before (bounded work, whoever it
+        was: only our own user has the secret)."""
+        line = b"POST " + self._path + b" "
+        try:
+            first = sock.recv(len(line), socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            return False
+        return hmac.compare_digest(first, line)
 
     async def _adopt(self, sock: socket.socket) -> None:
         try:
@@ -268,11 +285,13 @@ class HookServer:
             return False
         if received is None:
             return False  # closed between requests
-        await self._send(conn, stream, 200, _OK)
         try:
-            self._on_hook(*received)
-        except Exception:  # a bug behind us must not cost claude its hooks
-            logger.exception("handling a hook failed")
+            await self._send(conn, stream, 200, _OK)
+        finally:  # it arrived whole: handed on, even to a sender gone meanwhile
+            try:
+                self._on_hook(*received)
+            except Exception:  # a bug behind us must not cost claude its hooks
+                logger.exception("handling a hook failed")
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     async def _receive(

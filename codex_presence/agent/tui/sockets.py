@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from contextlib import suppress
 
-from codex_presence.agent.leftovers import new_owned_directory
+from codex_presence.agent.leftovers import new_owned_directory, temporary_bases
 
 TYPE_CHECKING = False  # typing is not loaded before the TUI's spawn
 if TYPE_CHECKING:
@@ -41,13 +41,6 @@ _SUN_PATH_MAX = 107
 """The longest unix socket path (``sun_path`` is 108 bytes with its NUL)."""
 
 
-def temporary_bases() -> list[str]:
-    """Where :func:`tempfile.gettempdir` would look, in its order (without loading it):
-    ``$TMPDIR``, ``$TEMP``, ``$TMP``, then /tmp, /var/tmp and /usr/tmp."""
-    named = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
-    return [base for base in named if base] + ["/tmp", "/var/tmp", "/usr/tmp"]
-
-
 def private_directory(bases: Sequence[str | None] | None = None) -> str:
     """A new 0700 directory for the session's sockets: in ``$XDG_RUNTIME_DIR`` (the user's
     own, in memory) if there is one, else a temporary directory (:func:`temporary_bases`)
@@ -60,7 +53,7 @@ def private_directory(bases: Sequence[str | None] | None = None) -> str:
         # The owner's pid (at most 7 digits) and 8 random characters follow the prefix; the
         # longest name in it is "app-server.sock".
         longest = os.path.join(
-            os.path.abspath(base), f"{PREFIX}4194304-12345678", "app-server.sock"
+            os.path.realpath(base), f"{PREFIX}4194304-12345678", "app-server.sock"
         )
         if len(longest) > _SUN_PATH_MAX:
             why.append(f"{base}: too long a path for a unix socket")

@@ -52,6 +52,7 @@ from codex_presence.broker.notify.config import Target
 from codex_presence.broker.state import Broker
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import (
+    LOST_PER_MINUTE,
     Due,
     Notice,
     NotifyEvent,
@@ -187,6 +188,8 @@ class Notifier:
         self._wake = anyio.Event()
         self._limiter = anyio.CapacityLimiter(max(1, len(self.targets)))
         self._queues: list[MemoryObjectSendStream[Notice]] = []
+        self._dropped_said: dict[str, int] = {}
+        """Member -> the count of dropped "session lost" notices last said."""
         self._dropping: dict[int, int] = {}
         """Targets whose queue overflowed -> their dropped count when it began."""
         self.looked_at = -math.inf
@@ -234,7 +237,9 @@ class Notifier:
                 if isinstance(action, Due):
                     for notice in action.notices:
                         self._enqueue(notice)
+                    self._say_dropped()
                     continue
+                self._say_dropped()
                 self.looked_at = now
                 delay = self._max_sleep
                 if action.until is not None:
@@ -242,6 +247,20 @@ class Notifier:
                 with anyio.move_on_after(delay):
                     await self._wake.wait()
                 self._wake = anyio.Event()
+
+    def _say_dropped(self) -> None:
+        """One warning when a member's "session lost" notices start being dropped past
+        :data:`~codex_presence.core.notify_policy.LOST_PER_MINUTE`, then one per 100."""
+        for member, count in self.policy.dropped.items():
+            said = self._dropped_said.get(member, 0)
+            if count > said and (said == 0 or count // 100 > said // 100):
+                self._dropped_said[member] = count
+                logger.warning(
+                    "notify: %d 'session lost' notices of %s dropped: more than %d a minute",
+                    count,
+                    member,
+                    LOST_PER_MINUTE,
+                )
 
     def _enqueue(self, notice: Notice) -> None:
         try:

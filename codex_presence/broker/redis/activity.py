@@ -296,7 +296,7 @@ class SessionActivity:
                     self._tracker.report(
                         name,
                         state,
-                        held[i + 2] / 1000,
+                        min(held[i + 2], self._ttl_ms) / 1000,  # a key set by hand: no longer
                         since=since,
                         session=session,
                         background=background,
@@ -371,7 +371,7 @@ class SessionActivity:
         changed = self._tracker.report(
             name,
             state,
-            ttl_ms / 1000,
+            min(ttl_ms, self._ttl_ms) / 1000,  # a forged event outlives no TTL of ours
             since=int(since),
             session=session,
             background=background,

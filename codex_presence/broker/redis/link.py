@@ -107,11 +107,13 @@ from codex_presence.core.backoff import Backoff
 __all__ = [
     "DEFAULT_PREFIX",
     "MAX_CONNECTIONS",
+    "REASON_MAX",
     "UNREACHABLE",
     "RedisLink",
     "RedisListener",
     "StateLost",
     "holds_secret",
+    "outage_reason",
     "redacted",
 ]
 
@@ -297,10 +299,10 @@ class RedisLink:
                 return await self.run_script(script, args)
         except ResponseError as exc:
             failure = "refused the command"
-            why = _why(exc)
+            why = outage_reason(exc)
         except UNREACHABLE as exc:
             failure = "is unreachable"
-            why = _why(exc)
+            why = outage_reason(exc)
         logger.warning("redis %s: %s (%s)", failure, why, doing)
         raise StoreUnavailable(f"the shared store (Redis) {failure}: {doing}")
 
@@ -337,7 +339,7 @@ class RedisLink:
                 except Exception as exc:  # any failure is an outage: retried, never fatal
                     if not started and _refused_credentials(exc):  # except a wrong password
                         raise StoreMisconfigured(
-                            f"Redis at {self.url} refused the credentials ({_why(exc)}): "
+                            f"Redis at {self.url} refused the credentials ({outage_reason(exc)}): "
                             "give the right password in the --redis URL "
                             "(redis://:PASSWORD@HOST:PORT, or redis://USER:PASSWORD@HOST:PORT "
                             "for an ACL user), best through CODEX_PRESENCE_REDIS"
@@ -438,7 +440,7 @@ class RedisLink:
 
     def _down(self, exc: Exception) -> None:
         self.up = False
-        self.reason = reason = _why(exc)
+        self.reason = reason = outage_reason(exc)
         if not isinstance(exc, (*UNREACHABLE, StateLost)) and not self._traced:
             self._traced = True  # a bug, or data it cannot read: worth its traceback, once
             logger.error("redis: failed (handled as an outage): %s", reason, exc_info=exc)
@@ -518,9 +520,17 @@ async def _quietly(work: Awaitable[None]) -> None:
     try:
         await work
     except UNREACHABLE as exc:
-        logger.debug("redis: %s", _why(exc))
+        logger.debug("redis: %s", outage_reason(exc))
 
 
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip()
+REASON_MAX = 400
+"""The most an outage's reason holds (``/healthz`` shows it, the log says it): one line,
+as an exception's first, not the object dump some of redis-py's carry (~1.5 KB)."""
+
+
+def outage_reason(exc: BaseException) -> str:
+    """Why ``exc`` is an outage, in one short line."""
+    text = str(exc).strip().partition("\n")[0].strip()
+    if len(text) > REASON_MAX:
+        text = text[: REASON_MAX - 1] + "…"
     return text or type(exc).__name__

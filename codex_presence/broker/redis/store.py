@@ -295,7 +295,8 @@ class RedisStore:
             if stored is None:
                 self._activity.report(name, _IDLE)
             else:
-                self._activity.report(name, stored[0], pttl / 1000, since=stored[1])
+                held = min(pttl, self._ttl_ms) / 1000  # a key set by hand: no longer
+                self._activity.report(name, stored[0], held, since=stored[1])
         for name in self._names:
             self._refresh(name)
 
@@ -428,7 +429,8 @@ class RedisStore:
         self._activity_seq[name] = seq
         self._merge_meta(name, created, seen)
         self._refresh(name)
-        return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
+        held = min(ttl_ms, self._ttl_ms) / 1000  # a forged event outlives no TTL of ours
+        return self._activity.report(name, ACTIVITY_STATES[state], held, since=int(since))
 
     def _touched(self, name: str, created: int, seen: int) -> None:
         self._merge_meta(name, created, seen)
