@@ -226,8 +226,9 @@ class _Handler(ScriptedHandler):
             return
         said = "".join(p.text for p in reply.parts)
         config = body.get("generationConfig")
-        if not reply.parts and isinstance(config, dict) and config.get("responseMimeType"):
-            said = "{}"
+        if not reply.parts:
+            wants_json = isinstance(config, dict) and config.get("responseMimeType")
+            said = "{}" if wants_json else "ok"
         answer = {
             "candidates": [_candidate([{"text": said}], "STOP")],
             "usageMetadata": _USAGE,
@@ -284,7 +285,9 @@ class FakeGemini(ScriptedServer[Reply]):
             self.side_requests.append(body)
             for n, reply in enumerate(self._side_script):
                 match = reply.match
-                if match is None or (match(body) if callable(match) else match in flat):
+                if match is None or match is conversation:  # the default: any side request
+                    return self._side_script.pop(n)
+                if match(body) if callable(match) else match in flat:
                     return self._side_script.pop(n)
         return Reply(side=True, match=None)
 
