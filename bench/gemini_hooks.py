@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `bench.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._fake_gemini import FakeGemini, say
-from bench._gemini_driver import HOOK_EVENTS, GeminiSession, capture_command, interactive
+from bench._gemini_driver import HOOK_EVENTS, GeminiSession, interactive
 
 RUNNER_EVENTS = (
     "SessionStart",
@@ -82,31 +82,33 @@ def _session(root: Path, kind: str, turns: int, first: int) -> tuple[list[float]
 def _spinner(root: Path) -> list[str]:
     """The spinner lines seen while a 2 s BeforeAgent hook runs."""
     api = FakeGemini([say("answer 0.")])
-    with api.serve():
-        with interactive(
+    with (
+        api.serve(),
+        interactive(
             root,
             base_url=api.base_url,
             hooks="sleep 2; echo {}",
             events=("BeforeAgent",),
             hook={"name": "presence-hook"},
-        ) as s:
-            s.ready()
-            s.tmux.type("turn number 0")
-            s.tmux.wait_screen("turn number 0")
-            time.sleep(0.5)
-            s.tmux.keys("Enter")
-            seen: list[str] = []
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                screen = s.tmux.screen()
-                for line in screen.splitlines():
-                    line = line.strip()
-                    if SPINNING.search(line) and line not in seen:
-                        seen.append(line)
-                if "answer 0." in screen and not SPINNING.search(screen):
-                    break
-                time.sleep(0.05)
-            return seen
+        ) as s,
+    ):
+        s.ready()
+        s.tmux.type("turn number 0")
+        s.tmux.wait_screen("turn number 0")
+        time.sleep(0.5)
+        s.tmux.keys("Enter")
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            screen = s.tmux.screen()
+            for line in screen.splitlines():
+                line = line.strip()
+                if SPINNING.search(line) and line not in seen:
+                    seen.append(line)
+            if "answer 0." in screen and not SPINNING.search(screen):
+                break
+            time.sleep(0.05)
+        return seen
 
 
 def main(argv: list[str] | None = None) -> int:
