@@ -4,14 +4,17 @@ shows while one runs (issue 31).
 Gemini CLI 0.61.0 runs every matching command hook synchronously: the turn waits for it.
 This runs the real gemini (``CODEX_PRESENCE_TEST_GEMINI`` or the one ``tests/run.sh``
 installs) in tmux against the fake Gemini API, a plain text turn at a time, and times each
-turn from its Enter to the screen showing the answer with no spinner left (the person's
-wait), read with capture-pane every ~10 ms. Kinds, interleaved session by session:
+turn from its Enter to the answer on screen (the person's wait), and to the screen with no
+spinner left (gemini keeps a hook's name there for at least 3 s from its start: its
+``WARNING_PROMPT_DURATION_MS``), read with capture-pane every ~10 ms. Kinds, interleaved
+session by session:
 
 * ``none``: no hook at all (the baseline).
 * ``trivial``: ``cat >/dev/null; echo {}`` on every event: the least a command hook costs.
 * ``curl``: every event POSTed to a loopback server with curl (the test driver's hook).
 * ``curl-runner``: the same on the events a runner needs only (SessionStart, BeforeAgent,
   BeforeTool, AfterTool, Notification, AfterAgent, SessionEnd).
+* ``curl-quiet``: ``curl-runner`` with ``hooksConfig.notifications: false``.
 
 Then one turn with a BeforeAgent hook that sleeps 2 s, its screen read all through: the
 spinner's words while a hook runs.
@@ -45,12 +48,12 @@ RUNNER_EVENTS = (
     "SessionEnd",
 )
 TRIVIAL = "cat >/dev/null; echo {}"
-KINDS = ("none", "trivial", "curl", "curl-runner")
+KINDS = ("none", "trivial", "curl", "curl-runner", "curl-quiet")
 SPINNING = re.compile(r"esc to cancel|Executing Hook")
 
 
-def _turn(s: GeminiSession, n: int) -> float:
-    """One prompt; seconds from its Enter to the answer on a screen with no spinner."""
+def _turn(s: GeminiSession, n: int) -> tuple[float, float]:
+    """One prompt; seconds from its Enter to its answer on screen, and to no spinner."""
     text = f"turn number {n}"
     s.tmux.type(text)
     s.tmux.wait_screen(re.escape(text))
@@ -58,22 +61,33 @@ def _turn(s: GeminiSession, n: int) -> float:
     started = time.monotonic()
     s.tmux.keys("Enter")
     deadline = started + 60
+    answered = None
     while time.monotonic() < deadline:
         screen = s.tmux.screen()
-        if f"answer {n}." in screen and not SPINNING.search(screen):
-            return time.monotonic() - started
+        if answered is None and f"answer {n}." in screen:
+            answered = time.monotonic() - started
+        if answered is not None and not SPINNING.search(screen):
+            return answered, time.monotonic() - started
         time.sleep(0.01)
     raise TimeoutError(f"turn {n} did not end:\n{s.tmux.screen()}")
 
 
-def _session(root: Path, kind: str, turns: int, first: int) -> tuple[list[float], int]:
+def _session(
+    root: Path, kind: str, turns: int, first: int
+) -> tuple[list[tuple[float, float]], int]:
     """``turns`` timed turns in one gemini of ``kind``; their times and the hooks run."""
     api = FakeGemini(
         [say(f"answer {first + n}.", match=f"turn number {first + n}") for n in range(turns)]
     )
-    hooks: bool | str = {"none": False, "trivial": TRIVIAL}.get(kind, True)
-    events = RUNNER_EVENTS if kind == "curl-runner" else HOOK_EVENTS
-    with api.serve(), interactive(root, base_url=api.base_url, hooks=hooks, events=events) as s:
+    hooks: bool | str = False if kind == "none" else TRIVIAL if kind == "trivial" else True
+    events = RUNNER_EVENTS if kind.startswith("curl-") else HOOK_EVENTS
+    settings = {"hooksConfig": {"notifications": False}} if kind == "curl-quiet" else None
+    with (
+        api.serve(),
+        interactive(
+            root, base_url=api.base_url, hooks=hooks, events=events, settings=settings
+        ) as s,
+    ):
         s.ready()
         times = [_turn(s, first + n) for n in range(turns)]
         return times, len(s.capture.hooks())
@@ -117,21 +131,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=5, help="timed turns per session")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.gettempdir()) / "codex-presence-gemini-hooks"
-    times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    answers: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    clears: dict[str, list[float]] = {kind: [] for kind in KINDS}
     hooks_per_turn: dict[str, float] = {}
     for round_ in range(args.sessions):
         for kind in KINDS:
             got, hooks = _session(scratch / kind, kind, args.turns, round_ * 100)
-            times[kind] += got
+            answers[kind] += [a for a, _ in got]
+            clears[kind] += [c for _, c in got]
             hooks_per_turn[kind] = hooks / args.turns
-            print(f"round {round_} {kind:12} " + " ".join(f"{t * 1000:5.0f}" for t in got))
-    base = statistics.median(times["none"])
-    print("\nkind          median ms   +ms vs none   hooks/turn (incl. SessionStart)")
+            row = " ".join(f"{a * 1000:5.0f}/{c * 1000:<5.0f}" for a, c in got)
+            print(f"round {round_} {kind:12} {row}", flush=True)
+    base = statistics.median(answers["none"])
+    print("\nms, median of", len(answers["none"]), "turns each (answer on screen / no spinner)")
+    print("kind          answer  +vs none    clear   hook runs/turn (SessionStart included)")
     for kind in KINDS:
-        median = statistics.median(times[kind])
+        answer = statistics.median(answers[kind])
         print(
-            f"{kind:12} {median * 1000:9.0f} {(median - base) * 1000:12.0f}"
-            f" {hooks_per_turn[kind]:10.1f}"
+            f"{kind:12} {answer * 1000:7.0f} {(answer - base) * 1000:9.0f}"
+            f" {statistics.median(clears[kind]) * 1000:8.0f} {hooks_per_turn[kind]:10.1f}"
         )
     print("\nspinner while a 2 s BeforeAgent hook named presence-hook runs:")
     for line in _spinner(scratch / "spinner"):
