@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -163,6 +164,26 @@ def approval_no(s: GeminiSession, api: FakeGemini) -> None:
     s.answer_dialog("3")
     s.tmux.wait_screen(r"Type your message", 60)
     time.sleep(1.0)  # what follows the refusal, if anything, lands before /quit
+    _quit(s)
+
+
+_held = threading.Event()
+
+
+@scenario(
+    "Esc while gemini waits for the model (the answer held until after the Esc); then /quit.",
+    lambda: [say("Too late.", hold=_held)],
+)
+def esc_while_waiting(s: GeminiSession, api: FakeGemini) -> None:
+    _held.clear()
+    s.ready()
+    s.prompt("say hello")
+    api.wait_requests(1, 60)
+    s.capture.wait_hook("BeforeModel", 60)
+    s.key("Escape")
+    s.capture.wait_transcript(_cancelled, 60, what=CANCELLED)
+    _held.set()  # the answer comes after the Esc: gemini has given up on it
+    s.tmux.wait_screen(r"Type your message", 60)
     _quit(s)
 
 

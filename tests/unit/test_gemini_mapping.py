@@ -60,6 +60,7 @@ def test_the_fixtures_are_there_each_with_its_expectation_and_keys() -> None:
         "approval_allow",
         "approval_esc",
         "approval_no",
+        "esc_while_waiting",
         "print_prompt",
         "print_tool",
         "prompt",
