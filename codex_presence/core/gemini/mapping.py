@@ -34,8 +34,10 @@ blocked         Notification ``ToolPermission``       AfterTool (any: the approv
 
 "Allow once" fires nothing until the tool's AfterTool (measured: 0.8 s for ``echo``, the
 command's own time for a long one), so a member stays blocked until then: no source says
-sooner that the approval was answered. SessionStart opens nothing (gemini fires it at the
-first prompt, not at launch; ``/quit`` fires SessionEnd up to three times).
+sooner that the approval was answered. An Esc before the model answers writes the
+cancellation line and then fires AfterAgent (0.13 s later, measured), which finds the turn
+closed; at an approval it fires none. SessionStart opens nothing (gemini fires it once its
+input box is up, 1-2 s after it shows; ``/quit`` fires SessionEnd up to three times).
 
 Anything else — other events, other notification types, other chat lines, wrong shapes — is
 counted in :class:`GeminiStats` and ignored, never fatal: every field is checked for its
@@ -173,7 +175,7 @@ class GeminiMapping:
         return True
 
     def _on_session_start(self, msg: dict[str, Any]) -> bool:
-        return True  # fired at the first prompt; opens nothing
+        return True  # fired once gemini has started: opens nothing
 
     def _on_session_end(self, msg: dict[str, Any]) -> bool:
         self.signal.close_all()
