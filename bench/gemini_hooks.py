@@ -16,8 +16,10 @@ session by session:
   BeforeTool, AfterTool, Notification, AfterAgent, SessionEnd).
 * ``curl-quiet``: ``curl-runner`` with ``hooksConfig.notifications: false``.
 
-Then one turn with a BeforeAgent hook that sleeps 2 s, its screen read all through: the
-spinner's words while a hook runs.
+Then one hook command alone, outside gemini, as gemini runs it (``bash -c COMMAND``, a
+1.5 kB event on stdin, the output read): ``true`` (the floor), ``trivial``, ``curl`` to a
+loopback server; and one turn with a BeforeAgent hook that sleeps 2 s, its screen read all
+through: the spinner's words while a hook runs.
 
     .venv/bin/python bench/gemini_hooks.py [--sessions 3] [--turns 5]
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,8 +38,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import orjson
+
+from bench._claude_driver import Capture, HookAnswer, HookCapture
 from bench._fake_gemini import FakeGemini, say
-from bench._gemini_driver import HOOK_EVENTS, GeminiSession, interactive
+from bench._gemini_driver import HOOK_EVENTS, GeminiSession, capture_command, interactive
 
 RUNNER_EVENTS = (
     "SessionStart",
@@ -93,6 +99,25 @@ def _session(
         return times, len(s.capture.hooks())
 
 
+def _alone(runs: int) -> dict[str, float]:
+    """Median seconds of one hook command run as gemini runs it (``bash -c``, the event
+    on stdin, stdout read), per command."""
+    event = orjson.dumps({"hook_event_name": "BeforeAgent", "prompt": "x" * 1500})
+    capture = HookCapture(Capture(None), HookAnswer(body=b"{}"))
+    capture.start()
+    try:
+        commands = {"true": "true", "trivial": TRIVIAL, "curl": capture_command(capture.url)}
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(runs):
+            for name, command in commands.items():  # interleaved
+                started = time.monotonic()
+                subprocess.run(["bash", "-c", command], input=event, capture_output=True)
+                times[name].append(time.monotonic() - started)
+        return {name: statistics.median(got) for name, got in times.items()}
+    finally:
+        capture.stop()
+
+
 def _spinner(root: Path) -> list[str]:
     """The spinner lines seen while a 2 s BeforeAgent hook runs."""
     api = FakeGemini([say("answer 0.")])
@@ -129,8 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=3, help="sessions per kind")
     parser.add_argument("--turns", type=int, default=5, help="timed turns per session")
+    parser.add_argument("--alone", action="store_true", help="only the hook commands alone")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.gettempdir()) / "codex-presence-gemini-hooks"
+    if args.alone:
+        for name, median in _alone(50).items():
+            print(f"{name:8} {median * 1000:6.1f} ms")
+        return 0
     answers: dict[str, list[float]] = {kind: [] for kind in KINDS}
     clears: dict[str, list[float]] = {kind: [] for kind in KINDS}
     hooks_per_turn: dict[str, float] = {}
@@ -151,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{kind:12} {answer * 1000:7.0f} {(answer - base) * 1000:9.0f}"
             f" {statistics.median(clears[kind]) * 1000:8.0f} {hooks_per_turn[kind]:10.1f}"
         )
+    alone = _alone(50)
+    print("\none hook command alone, median of 50 (ms):")
+    for name, median in alone.items():
+        print(f"  {name:8} {median * 1000:6.1f}")
     print("\nspinner while a 2 s BeforeAgent hook named presence-hook runs:")
     for line in _spinner(scratch / "spinner"):
         print("  " + line)
