@@ -16,6 +16,7 @@ import pytest
 
 from bench._claude_driver import Capture
 from codex_presence.core.gemini.mapping import GeminiMapping
+from codex_presence.core.gemini.protocol import CAPTURED
 from tests.support.gemini_driver import require_gemini
 from tests.support.gemini_scenarios import CANCELLED, FIXTURES, SCENARIOS, record
 
@@ -38,7 +39,7 @@ def _states(cap: Capture) -> list[str]:
     mapping = GeminiMapping()
     states = ["idle"]
     for t, source, msg in cap.entries:
-        for transition in mapping.feed(source, msg, t):  # type: ignore[arg-type]
+        for transition in mapping.feed(CAPTURED[source], msg, t):
             if transition.changes_state:
                 states.append(transition.state.value)
     return states

@@ -23,6 +23,8 @@ from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
 from codex_presence.core.claude.words import claude_words
 from codex_presence.core.codex.words import codex_words
 from codex_presence.core.feeder import Feeder
+from codex_presence.core.gemini.protocol import SOURCES as GEMINI_SOURCES
+from codex_presence.core.gemini.words import gemini_words
 
 __all__ = ["CLIENTS", "PLAIN_OUTPUT", "SOURCES", "Client", "client_of"]
 
@@ -79,6 +81,13 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.claude.mapping:ClaudeMapping",
         claude_words,
         "Claude Code",
+    ),
+    Client(
+        "gemini",
+        GEMINI_SOURCES,
+        "codex_presence.core.gemini.mapping:GeminiMapping",
+        gemini_words,
+        "Gemini CLI",
     ),
 )
 

@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script: make `tests.` importable
 
 from bench._claude_driver import Capture
 from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell, text
+from codex_presence.core.gemini.protocol import CAPTURED
 from tests.support.claude_scenarios import write_recording
 from tests.support.gemini_driver import (
     GEMINI_VERSION,
@@ -214,7 +215,10 @@ def record(name: str, out: Path | None, *, root: Path) -> Capture:
     if api.pending:
         print(f"note {name}: {api.pending} scripted replies left unused", file=sys.stderr)
     if out is not None:
-        write_recording(cap, out, None)
+        recorded = Capture(None)
+        recorded.entries = [(t, CAPTURED[source], msg) for t, source, msg in cap.entries]
+        recorded.actions, recorded.end_at = cap.actions, cap.end_at
+        write_recording(recorded, out, None)
     return cap
 
 

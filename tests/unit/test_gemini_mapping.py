@@ -84,7 +84,7 @@ def test_a_recording_is_well_formed(path: Path) -> None:
     sessions = set()
     for entry in entries:
         assert entry.keys() == {"t", "from", "msg"} and entry["from"] in SOURCES
-        if entry["from"] == "hook":
+        if entry["from"] == "event":
             assert entry["msg"]["hook_event_name"] in {*HOOK_EVENTS, *_OTHER_EVENTS}
             sessions.add(entry["msg"]["session_id"])
     assert len(sessions) == 1  # one gemini session each
@@ -131,11 +131,11 @@ def run(*messages: tuple[GeminiSource, object]) -> tuple[GeminiMapping, list[str
 
 def test_a_turn_opens_at_before_agent_and_closes_at_after_agent() -> None:
     mapping, states = run(
-        ("hook", hook("SessionStart", source="startup")),
-        ("hook", hook("BeforeAgent", prompt="hi")),
-        ("hook", hook("BeforeModel")),
-        ("hook", hook("AfterModel")),
-        ("hook", hook("AfterAgent", prompt="hi")),
+        ("event", hook("SessionStart", source="startup")),
+        ("event", hook("BeforeAgent", prompt="hi")),
+        ("event", hook("BeforeModel")),
+        ("event", hook("AfterModel")),
+        ("event", hook("AfterAgent", prompt="hi")),
     )
     assert states == ["idle", "working", "working", "working", "idle"]
     assert mapping.stats.hooks == 3 and mapping.stats.ignored == 2
@@ -143,9 +143,9 @@ def test_a_turn_opens_at_before_agent_and_closes_at_after_agent() -> None:
 
 def test_a_second_before_agent_is_the_same_turn() -> None:
     mapping, states = run(
-        ("hook", hook("BeforeAgent")),
-        ("hook", hook("BeforeAgent")),
-        ("hook", hook("AfterAgent")),
+        ("event", hook("BeforeAgent")),
+        ("event", hook("BeforeAgent")),
+        ("event", hook("AfterAgent")),
     )
     assert states == ["working", "working", "idle"]
     assert mapping.signal.anomalies.double_open == 0
@@ -153,21 +153,21 @@ def test_a_second_before_agent_is_the_same_turn() -> None:
 
 def test_a_tool_is_working_from_before_tool_to_its_after_tool() -> None:
     _, states = run(
-        ("hook", hook("BeforeTool", **shell("a"))),
-        ("hook", hook("BeforeTool", **shell("b"))),
-        ("hook", hook("AfterTool", **shell("a"), tool_response="{}")),
-        ("hook", hook("AfterTool", **shell("b"), tool_response="{}")),
+        ("event", hook("BeforeTool", **shell("a"))),
+        ("event", hook("BeforeTool", **shell("b"))),
+        ("event", hook("AfterTool", **shell("a"), tool_response="{}")),
+        ("event", hook("AfterTool", **shell("b"), tool_response="{}")),
     )
     assert states == ["working", "working", "working", "idle"]
 
 
 def test_an_approval_blocks_until_the_tool_has_run() -> None:
     _, states = run(
-        ("hook", hook("BeforeAgent")),
-        ("hook", hook("BeforeTool", **shell())),
-        ("hook", ASK),
-        ("hook", hook("AfterTool", **shell())),
-        ("hook", hook("AfterAgent")),
+        ("event", hook("BeforeAgent")),
+        ("event", hook("BeforeTool", **shell())),
+        ("event", ASK),
+        ("event", hook("AfterTool", **shell())),
+        ("event", hook("AfterAgent")),
     )
     assert states == ["working", "working", "blocked", "working", "idle"]
 
@@ -175,9 +175,9 @@ def test_an_approval_blocks_until_the_tool_has_run() -> None:
 @pytest.mark.parametrize(
     "closer",
     [
-        ("hook", hook("AfterTool", **shell("other"))),
-        ("hook", hook("BeforeTool", **shell("next"))),
-        ("hook", hook("BeforeAgent")),
+        ("event", hook("AfterTool", **shell("other"))),
+        ("event", hook("BeforeTool", **shell("next"))),
+        ("event", hook("BeforeAgent")),
     ],
     ids=["any AfterTool", "the next BeforeTool", "a new prompt"],
 )
@@ -185,9 +185,9 @@ def test_what_else_ends_a_block_and_leaves_the_turn_working(
     closer: tuple[GeminiSource, Message],
 ) -> None:
     _, states = run(
-        ("hook", hook("BeforeAgent")),
-        ("hook", hook("BeforeTool", **shell())),
-        ("hook", ASK),
+        ("event", hook("BeforeAgent")),
+        ("event", hook("BeforeTool", **shell())),
+        ("event", ASK),
         closer,
     )
     assert states[-2:] == ["blocked", "working"]
@@ -196,9 +196,9 @@ def test_what_else_ends_a_block_and_leaves_the_turn_working(
 @pytest.mark.parametrize(
     "closer",
     [
-        ("hook", hook("AfterAgent")),
-        ("transcript", CANCEL),
-        ("hook", hook("SessionEnd", reason="exit")),
+        ("event", hook("AfterAgent")),
+        ("chat", CANCEL),
+        ("event", hook("SessionEnd", reason="exit")),
     ],
     ids=["AfterAgent", "Request cancelled.", "SessionEnd"],
 )
@@ -206,9 +206,9 @@ def test_the_turns_closers_end_its_tools_and_block_too(
     closer: tuple[GeminiSource, Message],
 ) -> None:
     mapping, states = run(
-        ("hook", hook("BeforeAgent")),
-        ("hook", hook("BeforeTool", **shell())),
-        ("hook", ASK),
+        ("event", hook("BeforeAgent")),
+        ("event", hook("BeforeTool", **shell())),
+        ("event", ASK),
         closer,
     )
     assert states[-2:] == ["blocked", "idle"]
@@ -216,31 +216,31 @@ def test_the_turns_closers_end_its_tools_and_block_too(
 
 
 def test_the_end_of_the_process_closes_everything() -> None:
-    mapping, _ = run(("hook", hook("BeforeAgent")), ("hook", ASK))
+    mapping, _ = run(("event", hook("BeforeAgent")), ("event", ASK))
     transition = mapping.close("eof")
     assert transition is not None and (transition.state.value, transition.cause) == ("idle", "eof")
     assert mapping.close("eof") is None
 
 
 def test_a_late_notification_does_not_block_an_idle_member() -> None:
-    mapping, states = run(("hook", ASK))
+    mapping, states = run(("event", ASK))
     assert states == ["idle"] and mapping.stats.late == 1
 
 
 def test_a_cancellation_line_when_idle_is_late_and_other_chat_lines_say_nothing() -> None:
     mapping, states = run(
-        ("transcript", CANCEL),
-        ("hook", hook("BeforeAgent")),
-        ("transcript", {"type": "gemini", "content": "Request cancelled."}),
-        ("transcript", {"type": "info", "content": "something else"}),
-        ("transcript", {"$set": {"lastUpdated": "now"}}),
+        ("chat", CANCEL),
+        ("event", hook("BeforeAgent")),
+        ("chat", {"type": "gemini", "content": "Request cancelled."}),
+        ("chat", {"type": "info", "content": "something else"}),
+        ("chat", {"$set": {"lastUpdated": "now"}}),
     )
     assert states == ["idle", "working", "working", "working", "working"]
     assert mapping.stats.late == 1 and mapping.stats.cancels == 0
 
 
 def test_an_after_tool_that_no_before_tool_opened_is_counted_late() -> None:
-    mapping, states = run(("hook", hook("AfterTool", **shell())))
+    mapping, states = run(("event", hook("AfterTool", **shell())))
     assert states == ["idle"] and mapping.stats.late == 1
     assert mapping.signal.anomalies.close_unknown == 0
 
@@ -262,7 +262,7 @@ def test_an_after_tool_that_no_before_tool_opened_is_counted_late() -> None:
 )
 def test_wrong_shapes_are_counted_never_fatal(message: object) -> None:
     mapping = GeminiMapping()
-    for source in ("hook", "transcript"):
+    for source in ("event", "transcript"):
         mapping.feed(source, message, 0.0)  # type: ignore[arg-type]
     assert mapping.stats.lines == 2
     assert mapping.deadline is None and mapping.tick(1e9) is None
@@ -271,7 +271,7 @@ def test_wrong_shapes_are_counted_never_fatal(message: object) -> None:
 def test_the_chat_file_matters_only_while_not_idle() -> None:
     mapping = GeminiMapping()
     assert not mapping.wants_follow
-    mapping.feed("hook", hook("BeforeAgent"), 0.0)
+    mapping.feed("event", hook("BeforeAgent"), 0.0)
     assert mapping.wants_follow and mapping.background == 0
 
 

@@ -51,9 +51,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.feeder import ConnectionEvent, Feeder, Unknown
 from codex_presence.core.gemini.protocol import (
     PERMISSION_NOTIFICATION,
-    GeminiSource,
+    SOURCES,
     GeminiStats,
     is_cancelled,
     tool_key,
@@ -73,6 +74,10 @@ class GeminiMapping:
 
     signal: ActivitySignal = field(default_factory=ActivitySignal)
     stats: GeminiStats = field(default_factory=GeminiStats)
+    unknowns: set[Unknown] = field(default_factory=set)
+    """Always empty: what gemini sends that the mapping does not know is counted in
+    :attr:`stats`."""
+    _messages: int = 0
 
     # -- reading -------------------------------------------------------------------------
 
@@ -98,17 +103,42 @@ class GeminiMapping:
 
     # -- writing -------------------------------------------------------------------------
 
-    def feed(self, source: GeminiSource, message: object, t: float) -> list[Transition]:
-        """One message of ``source``, seen ``t`` seconds in; the transitions it caused."""
+    def feed(self, source: str, message: object, t: float) -> list[Transition]:
+        """One message of ``source``, seen ``t`` seconds in; the transitions it caused. A
+        source not gemini's is counted and ignored."""
         self.stats.lines += 1
+        if source not in SOURCES:
+            return []
+        self._messages += 1
         if not isinstance(message, dict):
             self.stats.wrong_shape += 1
             return []
-        cause = self._hook(message) if source == "hook" else self._chat(message)
+        cause = self._hook(message) if source == "event" else self._chat(message)
         if cause is None:
             return []
         transition = self.signal.commit(cause)
         return [] if transition is None else [transition]
+
+    def feed_raw(self, source: str, line: bytes, t: float) -> list[Transition]:
+        """A line that is not JSON (gemini's sources are all JSON): counted, ignored."""
+        self.stats.lines += 1
+        self.stats.not_json += 1
+        return []
+
+    def feed_connection(
+        self, connection: int, event: ConnectionEvent, t: float
+    ) -> list[Transition]:
+        """No connection lines in a Gemini CLI session: nothing."""
+        return []
+
+    @property
+    def messages(self) -> int:
+        """Hook events and chat lines fed."""
+        return self._messages
+
+    @property
+    def changes_possible(self) -> bool:
+        return True
 
     def tick(self, t: float) -> Transition | None:
         """Nothing is due at any time (no timer)."""
@@ -218,3 +248,8 @@ _HOOKS: dict[str, Callable[[GeminiMapping, dict[str, Any]], bool]] = {
     "AfterAgent": GeminiMapping._on_after_agent,
     "SessionEnd": GeminiMapping._on_session_end,
 }
+
+
+def _is_a_feeder(mapping: GeminiMapping) -> Feeder:
+    """Never called: mypy checks here that the mapping is a feeder (the shared interface)."""
+    return mapping

@@ -23,6 +23,7 @@ import orjson
 
 __all__ = [
     "CANCELLED",
+    "CAPTURED",
     "HOOK_EVENTS",
     "PERMISSION_NOTIFICATION",
     "SOURCES",
@@ -32,11 +33,16 @@ __all__ = [
     "tool_key",
 ]
 
-GeminiSource = Literal["hook", "transcript"]
-"""Where a message came from: a hook's event (the JSON gemini wrote to the hook's stdin),
-or a line of the session's chat file (``transcript_path``, JSON lines)."""
+GeminiSource = Literal["event", "chat"]
+"""Where a message came from (a recording line's ``from``): a hook's ``event`` (the JSON
+gemini wrote to the hook's stdin), or a line of the session's ``chat`` file
+(``transcript_path``, JSON lines). Named apart from Claude Code's ``hook`` and
+``transcript``: a recording's source says whose it is (:mod:`codex_presence.core.clients`)."""
 
-SOURCES: frozenset[str] = frozenset({"hook", "transcript"})
+SOURCES: frozenset[str] = frozenset({"event", "chat"})
+
+CAPTURED: dict[str, GeminiSource] = {"hook": "event", "transcript": "chat"}
+"""The source of a test driver's capture (it shares Claude Code's capture) as recorded."""
 
 HOOK_EVENTS = (
     "SessionStart",
@@ -63,6 +69,7 @@ class GeminiStats:
     """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
 
     lines: int = 0
+    not_json: int = 0
     hooks: int = 0
     ignored: int = 0
     wrong_shape: int = 0
