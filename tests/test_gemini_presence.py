@@ -1,0 +1,139 @@
+"""The Gemini CLI runner for real: the real gemini 0.61.0 behind ``codex-presence gemini``, a
+real broker on loopback, and a teammate (``bob``) watching ``alice`` on the roster's stream.
+
+Each test drives gemini (in tmux, or ``-p``) against the fake Gemini API and checks the
+roster at the moments that matter: working once a prompt is sent, blocked while an approval
+is on screen, working again once it is allowed, idle after the turn; idle after an Esc at
+an approval, which fires no hook (the chat file's ``Request cancelled.``); after ``/quit``
+the runner exits 0 and alice is offline. Each session's ``--record`` file then replays
+(``replay``'s code, the registry choosing gemini's mapping) to the same states. Needs
+gemini and tmux (``tests/run.sh`` installs them): without them this skips, except under
+``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell
+from codex_presence.core.recording import read_relevant_entries
+from codex_presence.core.timeline import timeline
+from tests.support.broker_harness import RunningBroker, make_team, running_broker
+from tests.support.gemini_driver import APPROVAL, READY, require_gemini
+from tests.support.gemini_presence import PresenceFiles, interactive_presence, print_presence
+from tests.support.roster_watch import RosterWatch, roster_activity
+from tests.support.waiting import eventually
+
+pytestmark = [pytest.mark.gemini, pytest.mark.slow]
+
+WITHIN = 60.0
+"""A generous bound for what must happen, on a loaded machine."""
+ESC_WITHIN = 20.0
+"""From the Esc to an idle roster, generous for a loaded machine (the chat file's line comes
+0.1 s after the key; the follower polls every 0.1 s): far below any fallback (there is
+none but the session's end)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gemini() -> Path:
+    return require_gemini()
+
+
+@pytest.fixture
+def broker() -> Iterator[RunningBroker]:
+    with running_broker(team=make_team("alice", "bob")) as running:
+        yield running
+
+
+@pytest.fixture
+def watch(broker: RunningBroker) -> Iterator[RosterWatch]:
+    watching = RosterWatch(broker, watcher="bob", member="alice")
+    yield watching
+    assert watching.error is None
+
+
+def after_shell(body: dict[str, object]) -> bool:
+    return "run_shell_command" in function_responses(body)
+
+
+def replayed(files: PresenceFiles) -> list[tuple[str, str]]:
+    """``(state, cause)`` of each row of the session's recording, replayed."""
+    rows = timeline(read_relevant_entries(files.record.read_bytes()))
+    return [(row.state, row.cause) for row in rows]
+
+
+def quit_gemini(s: object, watch: RosterWatch) -> None:
+    s.prompt("/quit")  # type: ignore[attr-defined]
+    assert s.wait_exit(WITHIN) == 0  # type: ignore[attr-defined]
+    watch.wait_connected(0, within=WITHIN)
+
+
+def test_a_prompt_is_working_then_idle_and_quit_leaves_the_roster(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini([say("Hello there.")])
+    with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, f):
+        s.ready()
+        watch.wait_connected(1, within=WITHIN)
+        s.prompt("say hello")
+        watch.wait_seen("working", within=WITHIN)
+        s.tmux.wait_screen("Hello there", WITHIN)
+        watch.wait(None, within=WITHIN)
+        quit_gemini(s, watch)
+    assert watch.sequence()[-2:] == ["working", None], watch.sequence()
+    assert [state for state, _ in replayed(f)] == ["working", "idle"], replayed(f)
+
+
+def test_an_approval_is_blocked_and_allow_once_works_on_to_idle(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini(
+        [Reply(parts=[shell("echo hi > made.txt")]), say("Made it.", match=after_shell)]
+    )
+    with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, f):
+        s.ready()
+        s.prompt("make a file")
+        s.tmux.wait_screen(APPROVAL, WITHIN)
+        watch.wait("blocked", within=WITHIN)
+        assert roster_activity(broker) == "blocked"
+        s.answer_dialog("Enter")  # 1. Allow once
+        s.tmux.wait_screen("Made it", WITHIN)
+        watch.wait(None, within=WITHIN)
+        quit_gemini(s, watch)
+    assert (s.work / "made.txt").exists()
+    states = [state for state, _ in replayed(f)]
+    assert states == ["working", "blocked", "working", "idle"], replayed(f)
+    assert watch.sequence()[-3:] == ["blocked", "working", None], watch.sequence()
+
+
+def test_esc_at_an_approval_is_idle_by_the_chat_files_cancel_line(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini([Reply(parts=[shell("echo hi > made.txt")])])
+    with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, f):
+        s.ready()
+        s.prompt("make a file")
+        s.tmux.wait_screen(APPROVAL, WITHIN)
+        watch.wait("blocked", within=WITHIN)
+        s.answer_dialog("Escape")
+        watch.wait(None, within=ESC_WITHIN)
+        s.tmux.wait_screen(READY, WITHIN)
+        quit_gemini(s, watch)
+    assert replayed(f)[-1] == ("idle", "chat Request cancelled."), replayed(f)
+    assert not (s.work / "made.txt").exists()
+
+
+def test_print_mode_reports_the_turn_and_passes_the_exit_status(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini([say("Hello from the fake.")])
+    with api.serve():
+        run, files = print_presence(tmp_path, broker, "say hello", base_url=api.base_url)
+    assert run.returncode == 0, run.stderr
+    assert "Hello from the fake." in run.stdout
+    eventually(lambda: "working" in watch.sequence(), within=WITHIN, what="working seen")
+    watch.wait_connected(0, within=WITHIN)
+    assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
