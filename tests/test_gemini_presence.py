@@ -13,6 +13,8 @@ gemini and tmux (``tests/run.sh`` installs them): without them this skips, excep
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +25,13 @@ from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker
 from tests.support.gemini_driver import APPROVAL, READY, require_gemini
-from tests.support.gemini_presence import PresenceFiles, interactive_presence, print_presence
+from tests.support.gemini_presence import (
+    PresenceFiles,
+    descendants,
+    interactive_presence,
+    print_presence,
+)
+from tests.support.processes import alive
 from tests.support.roster_watch import RosterWatch, roster_activity
 from tests.support.waiting import eventually
 
@@ -137,3 +145,36 @@ def test_print_mode_reports_the_turn_and_passes_the_exit_status(
     eventually(lambda: "working" in watch.sequence(), within=WITHIN, what="working seen")
     watch.wait_connected(0, within=WITHIN)
     assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
+
+
+def test_the_persons_own_hooks_run_beside_ours(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    marker = tmp_path / "their-hook-ran"
+    theirs = {"name": "mine", "type": "command", "command": f"touch {marker}"}
+    settings = {"hooks": {"BeforeAgent": [{"matcher": "*", "hooks": [theirs]}]}}
+    api = FakeGemini([say("Hello from the fake.")])
+    with api.serve():
+        run, files = print_presence(
+            tmp_path, broker, "say hello", base_url=api.base_url, settings=settings
+        )
+    assert run.returncode == 0, run.stderr
+    assert marker.exists()
+    assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
+
+
+def test_nothing_is_left_running_after_the_runner_is_sigkilled(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini([])
+    with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, _):
+        s.ready()
+        watch.wait_connected(1, within=WITHIN)
+        runner = s.tmux.pane_pid()
+        assert runner is not None
+        below = descendants(runner)
+        assert below, "gemini runs under the runner"
+        os.kill(runner, signal.SIGKILL)
+        for pid in below:
+            eventually(lambda pid=pid: not alive(pid), within=WITHIN, what=f"{pid} ended")
+        watch.wait_connected(0, within=WITHIN)

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench._gemini_driver import GeminiSession, PrintRun, interactive, run_print
 from tests.support.broker_harness import RunningBroker, token_of
@@ -71,7 +72,8 @@ def interactive_presence(
 ) -> Iterator[tuple[GeminiSession, PresenceFiles]]:
     """``codex-presence gemini OPTIONS -- gemini -m MODEL`` in tmux, its terminal."""
     files = _files(root, broker, options)
-    with interactive(root / "g", base_url=base_url, hooks=False, gemini=files.runner) as s:
+    session = interactive(root / "g", base_url=base_url, hooks=False, gemini=files.runner)
+    with session as s:
         try:
             yield s, files
         except BaseException:
@@ -80,9 +82,16 @@ def interactive_presence(
 
 
 def print_presence(
-    root: Path, broker: RunningBroker, prompt: str, *, base_url: str, args: Sequence[str] = ()
+    root: Path,
+    broker: RunningBroker,
+    prompt: str,
+    *,
+    base_url: str,
+    args: Sequence[str] = (),
+    settings: dict[str, Any] | None = None,
 ) -> tuple[PrintRun, PresenceFiles]:
-    """``codex-presence gemini -- gemini -m MODEL -p PROMPT ARGS`` to its end."""
+    """``codex-presence gemini -- gemini -m MODEL -p PROMPT ARGS`` to its end (``settings``:
+    the person's own, in their ``~/.gemini/settings.json``)."""
     files = _files(root, broker, ())
     run = run_print(
         root / "g",
@@ -91,8 +100,21 @@ def print_presence(
         hooks=False,
         gemini=files.runner,
         args=("-o", "text", *args),
+        settings=settings,
     )
     return run, files
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid``, depth first."""
+    out: list[int] = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for child in map(int, children):
+        out += [child, *descendants(child)]
+    return out
 
 
 def _show(session: GeminiSession, files: PresenceFiles) -> None:
