@@ -61,7 +61,9 @@ codex-presence"), and for 3 s from its start, so it says whose it is."""
 HOOK_TIMEOUT_MS = 5000
 """Our hooks' ``timeout`` (milliseconds; gemini's default is 60 000): the poster answers in
 tens of milliseconds, and gemini waits for a hook, so a stuck one must not hold the person
-a minute."""
+a minute. gemini then signals the hook's shell only: a child still holding its stdout holds
+the turn too, so the poster must ``exec`` and bound itself, and never exit 2 (which blocks
+the event's action: measured, docs/gemini-cli.md)."""
 
 PERMISSION_NOTIFICATION = "ToolPermission"
 """``Notification``'s ``notification_type`` when gemini asks to run a tool ("Allow
