@@ -68,6 +68,7 @@ def test_the_fixtures_are_there_each_with_its_expectation_and_keys() -> None:
         "print_prompt",
         "print_tool",
         "prompt",
+        "prompt_while_waiting",
         "quit_at_once",
     }
     assert {p.stem for p in RECORDINGS} == {
