@@ -16,10 +16,12 @@ session by session:
   BeforeTool, AfterTool, Notification, AfterAgent, SessionEnd).
 * ``curl-quiet``: ``curl-runner`` with ``hooksConfig.notifications: false``.
 
-Then one hook command alone, outside gemini, as gemini runs it (``bash -c COMMAND``, a
-1.5 kB event on stdin, the output read): ``true`` (the floor), ``trivial``, ``curl`` to a
-loopback server; and one turn with a BeforeAgent hook that sleeps 2 s, its screen read all
-through: the spinner's words while a hook runs.
+Then each hook's duration as gemini itself tells it (``gemini -p --debug`` prints "Hook
+execution for EVENT: 1 hooks executed successfully, total duration: N ms"), over 3 runs of
+``-p`` per kind (``true``, ``trivial``, ``curl``, interleaved); one hook command alone,
+outside gemini, as gemini runs it (``bash -c COMMAND``, a 1.5 kB event on stdin, the output
+read); and one turn with a BeforeAgent hook that sleeps 2 s, its screen read all through:
+the spinner's words while a hook runs.
 
     .venv/bin/python bench/gemini_hooks.py [--sessions 3] [--turns 5]
 """
@@ -42,7 +44,13 @@ import orjson
 
 from bench._claude_driver import Capture, HookAnswer, HookCapture
 from bench._fake_gemini import FakeGemini, say
-from bench._gemini_driver import HOOK_EVENTS, GeminiSession, capture_command, interactive
+from bench._gemini_driver import (
+    HOOK_EVENTS,
+    GeminiSession,
+    capture_command,
+    interactive,
+    run_print,
+)
 
 RUNNER_EVENTS = (
     "SessionStart",
@@ -118,6 +126,25 @@ def _alone(runs: int) -> dict[str, float]:
         capture.stop()
 
 
+_DURATION = re.compile(
+    r"Hook execution for (\w+): \d+ hooks? executed successfully, total duration: (\d+)ms"
+)
+
+
+def _durations(root: Path, runs: int) -> dict[str, float]:
+    """Median ms of a hook run as ``gemini -p --debug`` reports it, per hook command."""
+    kinds: dict[str, bool | str] = {"true": "true", "trivial": TRIVIAL, "curl": True}
+    got: dict[str, list[int]] = {kind: [] for kind in kinds}
+    for _ in range(runs):
+        for kind, hooks in kinds.items():
+            api = FakeGemini([say("ok")])
+            with api.serve():
+                args = ("-o", "text", "--debug")
+                run = run_print(root / kind, "hi", base_url=api.base_url, hooks=hooks, args=args)
+            got[kind] += [int(m[2]) for m in _DURATION.finditer(run.stdout + run.stderr)]
+    return {kind: statistics.median(ms) for kind, ms in got.items() if ms}
+
+
 def _spinner(root: Path) -> list[str]:
     """The spinner lines seen while a 2 s BeforeAgent hook runs."""
     api = FakeGemini([say("answer 0.")])
@@ -181,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{kind:12} {answer * 1000:7.0f} {(answer - base) * 1000:9.0f}"
             f" {statistics.median(clears[kind]) * 1000:8.0f} {hooks_per_turn[kind]:10.1f}"
         )
+    print("\nhook run as gemini -p --debug reports it, median ms:")
+    for name, median in _durations(scratch / "durations", 3).items():
+        print(f"  {name:8} {median:6.0f}")
     alone = _alone(50)
     print("\none hook command alone, median of 50 (ms):")
     for name, median in alone.items():

@@ -23,6 +23,7 @@
 #                                 persistence off, emptied before each test)
 #   /usr/bin/redis-sentinel       Debian's redis-sentinel, for the failover tests
 #   /usr/bin/openssl              Debian's openssl: throwaway certificates for Redis over TLS
+#   /usr/bin/curl                 Debian's curl: the gemini tests' hooks POST their events with it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,6 +95,7 @@ apt_install tmux tmux
 apt_install redis-server redis-server
 apt_install redis-sentinel redis-sentinel
 apt_install openssl openssl
+apt_install curl curl
 command -v chromium && chromium --version || true
 command -v tmux && tmux -V || true
 command -v redis-server && redis-server --version || true

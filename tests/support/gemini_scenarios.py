@@ -188,6 +188,32 @@ def esc_while_waiting(s: GeminiSession, api: FakeGemini) -> None:
     _quit(s)
 
 
+_held_first = threading.Event()
+
+
+@scenario(
+    "A second prompt typed while the first waits for the model (held); both answered; /quit.",
+    lambda: [
+        say("First answer.", hold=_held_first, match="first question"),
+        say("Second answer.", match="second question"),
+    ],
+)
+def prompt_while_waiting(s: GeminiSession, api: FakeGemini) -> None:
+    _held_first.clear()
+    s.ready()
+    s.prompt("first question")
+    api.wait_requests(1, 60)
+    s.capture.act("type 'second question'")
+    s.tmux.type("second question")
+    s.tmux.wait_screen("second question")
+    time.sleep(0.5)  # an Enter sooner is taken as part of a paste (gemini_driver)
+    s.key("Enter")
+    time.sleep(1.0)  # the queued prompt is on screen before the first answer comes
+    _held_first.set()
+    s.capture.wait_hook("AfterAgent", 60, prompt="second question")
+    _quit(s)
+
+
 @scenario("gemini starts, /quit at once.", list)
 def quit_at_once(s: GeminiSession, api: FakeGemini) -> None:
     s.ready()

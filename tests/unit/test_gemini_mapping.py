@@ -19,10 +19,14 @@ from codex_presence.core.gemini.mapping import GeminiMapping
 from codex_presence.core.gemini.protocol import (
     CANCELLED,
     HOOK_EVENTS,
+    HOOK_NAME,
+    HOOK_TIMEOUT_MS,
     SOURCES,
     GeminiSource,
+    hook_settings,
     is_cancelled,
     tool_key,
+    with_hooks,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gemini-cli-0.61.0"
@@ -64,6 +68,7 @@ def test_the_fixtures_are_there_each_with_its_expectation_and_keys() -> None:
         "print_prompt",
         "print_tool",
         "prompt",
+        "prompt_while_waiting",
         "quit_at_once",
     }
     assert {p.stem for p in RECORDINGS} == {
@@ -284,3 +289,44 @@ def test_the_vocabulary() -> None:
     )
     assert tool_key({"tool_name": ""}) is None
     assert HOOK_EVENTS[1] == "BeforeAgent" and "AfterModel" not in HOOK_EVENTS
+
+
+def test_hook_settings_register_one_named_command_hook_per_event() -> None:
+    doc = hook_settings("poster", events=("BeforeAgent", "AfterAgent"))
+    assert doc == {
+        "hooks": {
+            event: [
+                {
+                    "matcher": "*",
+                    "hooks": [
+                        {
+                            "name": HOOK_NAME,
+                            "type": "command",
+                            "command": "poster",
+                            "timeout": HOOK_TIMEOUT_MS,
+                        }
+                    ],
+                }
+            ]
+            for event in ("BeforeAgent", "AfterAgent")
+        }
+    }
+    assert set(hook_settings("p")["hooks"]) == set(HOOK_EVENTS)
+
+
+def test_with_hooks_keeps_the_users_settings_and_hooks_first() -> None:
+    mine = {"matcher": "*", "hooks": [{"type": "command", "command": "mine"}]}
+    user = {"ui": {"theme": "x"}, "hooks": {"BeforeAgent": [mine], "Custom": [mine]}}
+    ours = hook_settings("poster", events=("BeforeAgent", "AfterAgent"))
+    merged = with_hooks(user, ours)
+    assert merged["ui"] == {"theme": "x"} and merged["hooks"]["Custom"] == [mine]
+    assert merged["hooks"]["BeforeAgent"] == [mine, *ours["hooks"]["BeforeAgent"]]
+    assert merged["hooks"]["AfterAgent"] == ours["hooks"]["AfterAgent"]
+    assert user["hooks"]["BeforeAgent"] == [mine]  # the user's document is not changed
+    assert with_hooks({}, ours) == ours
+
+
+def test_with_hooks_keeps_what_gemini_cannot_read_as_it_is() -> None:
+    ours = hook_settings("poster", events=("BeforeAgent",))
+    assert with_hooks({"hooks": "junk"}, ours) == {"hooks": "junk"}
+    assert with_hooks({"hooks": {"BeforeAgent": 3}}, ours) == {"hooks": {"BeforeAgent": 3}}
