@@ -267,7 +267,7 @@ def test_an_after_tool_that_no_before_tool_opened_is_counted_late() -> None:
 )
 def test_wrong_shapes_are_counted_never_fatal(message: object) -> None:
     mapping = GeminiMapping()
-    for source in ("event", "transcript"):
+    for source in ("event", "chat"):
         mapping.feed(source, message, 0.0)  # type: ignore[arg-type]
     assert mapping.stats.lines == 2
     assert mapping.deadline is None and mapping.tick(1e9) is None
