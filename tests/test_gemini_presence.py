@@ -117,16 +117,18 @@ def test_an_approval_is_blocked_and_allow_once_works_on_to_idle(
     assert watch.sequence()[-3:] == ["blocked", "working", None], watch.sequence()
 
 
+@pytest.mark.parametrize("key", ["Escape", "3"], ids=["esc", "no"])
 def test_esc_at_an_approval_is_idle_by_the_chat_files_cancel_line(
-    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch, key: str
 ) -> None:
+    """Esc, or "3. No" (the tool denied): no hook fires; the chat file says it."""
     api = FakeGemini([Reply(parts=[shell("echo hi > made.txt")])])
     with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, f):
         s.ready()
         s.prompt("make a file")
         s.tmux.wait_screen(APPROVAL, WITHIN)
         watch.wait("blocked", within=WITHIN)
-        s.answer_dialog("Escape")
+        s.answer_dialog(key)
         watch.wait(None, within=ESC_WITHIN)
         s.tmux.wait_screen(READY, WITHIN)
         quit_gemini(s, watch)
