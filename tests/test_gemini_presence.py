@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from tests.support.gemini_presence import (
     print_presence,
 )
 from tests.support.processes import alive
-from tests.support.roster_watch import RosterWatch, roster_activity
+from tests.support.roster_watch import RosterWatch, roster_activity, roster_row
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.gemini, pytest.mark.slow]
@@ -180,3 +181,44 @@ def test_nothing_is_left_running_after_the_runner_is_sigkilled(
         for pid in below:
             eventually(lambda pid=pid: not alive(pid), within=WITHIN, what=f"{pid} ended")
         watch.wait_connected(0, within=WITHIN)
+
+
+def test_a_gemini_and_a_wrap_of_one_member_show_the_strongest(tmp_path: Path) -> None:
+    """Two sessions of one member, two kinds of runner: a real gemini and a wrap. The
+    wrap's turn waits on an approval (blocked) while gemini runs a turn and ends it: the
+    member stays blocked throughout, with one session working then none; once the approval
+    is answered and the wrap's turn ends, the member is idle."""
+    from codex_presence._wire import TOKEN_ENV
+    from tests.support.broker_harness import token_of
+    from tests.support.wrap_harness import WrapProcess, is_note, is_request
+
+    held = threading.Event()
+    api = FakeGemini([say("Done.", hold=held)])
+    with (
+        running_broker(team=make_team("alice", "bob")) as broker,
+        api.serve(),
+        WrapProcess(
+            ["--broker", broker.url, "--name", "alice"], env={TOKEN_ENV: token_of("alice")}
+        ) as wrap,
+        interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, _),
+    ):
+        s.ready()
+        eventually(lambda: roster_row(broker)["connected"] == 2, WITHIN, "both subscribed")
+        wrap.start_turn(1, approval=True, deltas=1)
+        request = wrap.wait_for(is_request("item/commandExecution/requestApproval"))
+        eventually(lambda: roster_activity(broker) == "blocked", WITHIN, "blocked")
+
+        s.prompt("say hello")
+        eventually(
+            lambda: roster_row(broker).get("sessions") == {"working": 1, "blocked": 1}, WITHIN
+        )
+        assert roster_activity(broker) == "blocked"  # the strongest, whatever gemini does
+        held.set()
+        s.tmux.wait_screen(r"Done\.", WITHIN)
+        eventually(lambda: "sessions" not in roster_row(broker), WITHIN, "gemini's turn over")
+        assert roster_activity(broker) == "blocked"  # gemini's idle hides nothing
+
+        wrap.send({"id": request["id"], "result": {"decision": "accept"}})
+        wrap.wait_for(is_note("turn/completed"))
+        eventually(lambda: roster_activity(broker) is None, WITHIN, "both idle")
+        assert roster_row(broker)["connected"] == 2
