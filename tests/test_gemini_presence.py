@@ -148,6 +148,40 @@ def test_print_mode_reports_the_turn_and_passes_the_exit_status(
     eventually(lambda: "working" in watch.sequence(), within=WITHIN, what="working seen")
     watch.wait_connected(0, within=WITHIN)
     assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
+    assert "hook server listening" in files.log.read_text(errors="replace")
+
+
+def test_geminis_exit_status_is_the_runners(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini([])
+    with api.serve():
+        run, _ = print_presence(
+            tmp_path, broker, "say hello", base_url=api.base_url, args=("--no-such-flag",)
+        )
+    assert run.returncode == 1, run.stderr
+    assert "Unknown arguments: such-flag" in run.stderr  # gemini's own words, passed on
+
+
+def test_no_trace_reports_nothing_and_registers_no_hook(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    api = FakeGemini([say("Hello from the fake.")])
+    with api.serve():
+        run, files = print_presence(
+            tmp_path,
+            broker,
+            "say hello",
+            base_url=api.base_url,
+            options=("--no-trace",),
+            record=False,
+        )
+    assert run.returncode == 0, run.stderr
+    assert "Hello from the fake." in run.stdout
+    watch.wait_connected(0, within=WITHIN)
+    assert "working" not in watch.sequence(), watch.sequence()
+    log = files.log.read_text(errors="replace")
+    assert log and "hook server listening" not in log
 
 
 def test_the_persons_own_hooks_run_beside_ours(

@@ -35,7 +35,9 @@ class PresenceFiles:
     """The script gemini's driver starts: ``codex-presence gemini … -- gemini "$@"``."""
 
 
-def _files(root: Path, broker: RunningBroker, options: Sequence[str]) -> PresenceFiles:
+def _files(
+    root: Path, broker: RunningBroker, options: Sequence[str], *, record: bool = True
+) -> PresenceFiles:
     root.mkdir(parents=True, exist_ok=True)
     token = root / "alice.token"
     token.write_text(token_of("alice") + "\n")
@@ -50,8 +52,7 @@ def _files(root: Path, broker: RunningBroker, options: Sequence[str]) -> Presenc
         "-v",
         "--log-file",
         str(files.log),
-        "--record",
-        str(files.record),
+        *(("--record", str(files.record)) if record else ()),
         "--broker",
         broker.url,
         "--name",
@@ -89,10 +90,13 @@ def print_presence(
     base_url: str,
     args: Sequence[str] = (),
     settings: dict[str, Any] | None = None,
+    options: Sequence[str] = (),
+    record: bool = True,
 ) -> tuple[PrintRun, PresenceFiles]:
-    """``codex-presence gemini -- gemini -m MODEL -p PROMPT ARGS`` to its end (``settings``:
-    the person's own, in their ``~/.gemini/settings.json``)."""
-    files = _files(root, broker, ())
+    """``codex-presence gemini OPTIONS -- gemini -m MODEL -p PROMPT ARGS`` to its end
+    (``settings``: the person's own, in their ``~/.gemini/settings.json``; ``record``
+    False: no ``--record``)."""
+    files = _files(root, broker, options, record=record)
     run = run_print(
         root / "g",
         prompt,
