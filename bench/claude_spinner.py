@@ -64,10 +64,9 @@ from bench._fake_anthropic import (  # noqa: E402
     tool_results,
     tool_use,
 )
-from codex_presence.core.claude.protocol import (  # noqa: E402
-    HOOK_EVENTS,
+from codex_presence.core.claude.protocol import HOOK_EVENTS, hook_settings  # noqa: E402
+from codex_presence.core.hooks.poster import (  # noqa: E402
     curl_config,
-    hook_settings,
     poster_command,
     poster_script,
     script_command,

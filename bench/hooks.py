@@ -1,7 +1,7 @@
 """What another local user's flood of connections costs claude's hooks.
 
 The hook server of ``codex-presence claude`` listens on 127.0.0.1, where every local user
-can reach it. This runs the server (:class:`~codex_presence.agent.claude.hook_server.HookServer`,
+can reach it. This runs the server (:class:`~codex_presence.agent.hooks.hook_server.HookServer`,
 in its own process, ``-v`` logging into a file whose lines are counted) and a claude-like
 client in this process that POSTs one hook per new connection every 20 ms, timing each
 from ``connect`` to the whole answer. Phases, each measured against the first (the
@@ -42,7 +42,7 @@ HOOK_TIMEOUT = 2.0
 
 _SERVE = """
 import logging, sys, anyio
-from codex_presence.agent.claude.hook_server import HookServer
+from codex_presence.agent.hooks.hook_server import HookServer
 handler = logging.FileHandler(sys.argv[1])
 root = logging.getLogger("codex_presence")
 root.handlers[:] = [handler]

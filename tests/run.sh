@@ -14,6 +14,8 @@
 #                                 recordings, fixtures/codex-tui-VERSION/, use the same binaries)
 #   ~/.cache/codex-presence/claude-code-VERSION/
 #                                 the real claude, npm @anthropic-ai/claude-code@VERSION
+#   ~/.cache/codex-presence/gemini-cli-VERSION/
+#                                 the real gemini, npm @google/gemini-cli@VERSION
 #   /usr/bin/chromium             Debian's chromium, for the web roster tests (apt, as root)
 #   /usr/bin/tmux                 Debian's tmux, the pseudo-terminal of the TUI and claude tests
 #   /usr/bin/redis-server         Debian's redis-server, for the brokers that share state
@@ -22,6 +24,7 @@
 #   /usr/bin/redis-sentinel       Debian's redis-sentinel, for the failover tests
 #   /usr/bin/openssl              Debian's openssl: throwaway certificates for Redis over TLS
 #   /usr/sbin/nginx               Debian's nginx-light: the broker behind a TLS reverse proxy
+#   /usr/bin/curl                 Debian's curl: the gemini tests' hooks POST their events with it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +39,9 @@ done
 CLAUDE_VERSION=2.1.332
 CLAUDE_DIR="$CODEX_PRESENCE_TEST_CODEX_CACHE/claude-code-$CLAUDE_VERSION"
 export CODEX_PRESENCE_TEST_CLAUDE="${CODEX_PRESENCE_TEST_CLAUDE:-$CLAUDE_DIR/node_modules/.bin/claude}"
+GEMINI_VERSION=0.61.0
+GEMINI_DIR="$CODEX_PRESENCE_TEST_CODEX_CACHE/gemini-cli-$GEMINI_VERSION"
+export CODEX_PRESENCE_TEST_GEMINI="${CODEX_PRESENCE_TEST_GEMINI:-$GEMINI_DIR/node_modules/.bin/gemini}"
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -63,6 +69,13 @@ if [ ! -x "$CODEX_PRESENCE_TEST_CLAUDE" ]; then
 fi
 DISABLE_AUTOUPDATER=1 "$CODEX_PRESENCE_TEST_CLAUDE" --version
 
+step "gemini $GEMINI_VERSION"
+if [ ! -x "$CODEX_PRESENCE_TEST_GEMINI" ]; then
+    npm install --prefix "$GEMINI_DIR" --no-audit --no-fund --loglevel=error \
+        "@google/gemini-cli@$GEMINI_VERSION"
+fi
+GEMINI_CLI_NO_RELAUNCH=true "$CODEX_PRESENCE_TEST_GEMINI" --version
+
 apt_updated=
 apt_install() {  # apt_install PACKAGE COMMAND: Debian's PACKAGE unless COMMAND exists
     if command -v "$2" >/dev/null 2>&1; then
@@ -84,6 +97,7 @@ apt_install redis-server redis-server
 apt_install redis-sentinel redis-sentinel
 apt_install openssl openssl
 PATH="$PATH:/usr/sbin" apt_install nginx-light nginx
+apt_install curl curl
 command -v chromium && chromium --version || true
 command -v tmux && tmux -V || true
 command -v redis-server && redis-server --version || true

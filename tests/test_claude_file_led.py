@@ -21,7 +21,7 @@ from codex_presence.agent.claude import settings as claude_settings
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.session import ClaudeSession
 from codex_presence.agent.claude.settings import claude_version
-from codex_presence.agent.claude.watch import DirectoryWatch
+from codex_presence.agent.hooks.watch import DirectoryWatch
 from codex_presence.core.claude.protocol import FILE_LED_EVENTS, FILE_LED_VERSIONS, HOOK_EVENTS
 from tests.test_claude_command import FAKE_CLAUDE, hook
 

@@ -1,4 +1,4 @@
-"""The order of async hook deliveries (:mod:`codex_presence.core.claude.hook_order`): a
+"""The order of async hook deliveries (:mod:`codex_presence.core.hooks.hook_order`): a
 delivery behind a later one is dropped, within a window, across the wrap of pids."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from codex_presence.agent.claude.session import ClaudeSession
 from codex_presence.core.activity import ActivityState, Transition
-from codex_presence.core.claude.hook_order import WINDOW, HookOrder
+from codex_presence.core.hooks.hook_order import WINDOW, HookOrder
 
 
 def test_deliveries_in_order_all_apply_and_unnumbered_ones_always() -> None:

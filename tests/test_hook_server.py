@@ -18,8 +18,8 @@ import httpx
 import orjson
 import pytest
 
-from codex_presence.agent.claude.hook_server import HookServer
-from codex_presence.core.claude.protocol import poster_script, script_command
+from codex_presence.agent.hooks.hook_server import HookServer
+from codex_presence.core.hooks.poster import poster_script, script_command
 
 pytestmark = pytest.mark.anyio
 
@@ -428,7 +428,7 @@ def test_both_sources_of_the_peers_uid_agree() -> None:
     import socket
     import time
 
-    from codex_presence.agent.claude import peer_uid
+    from codex_presence.agent.hooks import peer_uid
 
     if os.getuid() != 0:
         pytest.fail("needs root, to run a process as another uid")

@@ -164,7 +164,7 @@ def test_json_without_app_server_traffic_is_nothing_to_replay(tmp_path: Path) ->
         assert (result.returncode, result.stdout) == (1, ""), name
         assert result.stderr == (
             f"codex-presence replay: {path}: nothing to replay: JSON, but no app-server"
-            " (JSON-RPC) or Claude Code message\n"
+            " (JSON-RPC), Claude Code or Gemini CLI message\n"
         ), name
     # A session that never changed the state is a session: said, and not an error.
     quiet = tmp_path / "quiet.jsonl"

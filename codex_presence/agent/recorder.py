@@ -18,7 +18,7 @@ from collections import defaultdict, deque
 from contextlib import suppress
 
 from codex_presence.agent.descriptors import open_private
-from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE
+from codex_presence.core.feeder import MAX_LINE as DEFAULT_MAX_LINE
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:

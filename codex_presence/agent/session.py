@@ -46,7 +46,7 @@ from codex_presence.core.activity import Transition
 
 if TYPE_CHECKING:
     from codex_presence.agent.recorder import Recorder
-    from codex_presence.core.codex.mapping import Unknown
+    from codex_presence.core.feeder import Unknown
 
 __all__ = [
     "Companion",

@@ -9,7 +9,7 @@ broker's own SSE stream with ``roster --watch``'s code. No codex binary, no netw
 
 The broker's address and alice's token stay on screen, so that the roster page can be
 opened meanwhile; what the session does is told in words as it plays
-(:class:`~codex_presence.core.wording.Narrator`), and the timeline at the end names each
+(:class:`~codex_presence.core.codex.words.Narrator`), and the timeline at the end names each
 cause as an event a person knows. Ctrl-C ends everything at once: the embedded broker
 does not stop first (its clients would say it went away).
 """
@@ -281,8 +281,8 @@ async def _play(
     to ``tell``, in words."""
     from codex_presence.cli.replay import paced
     from codex_presence.core.activity import ActivityState, Transition
+    from codex_presence.core.codex.words import Narrator
     from codex_presence.core.timeline import TimelineBuilder
-    from codex_presence.core.wording import Narrator
 
     builder = TimelineBuilder()
     narrator = Narrator()

@@ -33,6 +33,7 @@ __all__ = ["main"]
 _COMMANDS: dict[str, str] = {
     "wrap": "codex_presence.cli.wrap",
     "claude": "codex_presence.cli.claude",
+    "gemini": "codex_presence.cli.gemini",
     "codex": "codex_presence.cli.codex",
     "replay": "codex_presence.cli.replay",
     "doctor": "codex_presence.cli.doctor",
@@ -51,6 +52,7 @@ working or blocked?
 
   wrap     put codex-presence in front of `codex app-server` (a byte-exact stdio proxy)
   claude   put codex-presence in front of `claude` (its hooks, to a loopback server)
+  gemini   put codex-presence in front of `gemini` (its hooks, to a loopback server)
   codex    run the codex TUI in your terminal, its app-server traffic read on the way
   replay   print the state timeline of a recorded session
   doctor   check that codex-presence classifies everything your codex can send

@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from codex_presence.core.timeline import TimelineBuilder, TimelineRow
 
 HELP = (
-    "print the state timeline of recorded sessions (of wrap, codex or claude --record, or "
-    "plain app-server stdout)"
+    "print the state timeline of recorded sessions (of any runner's --record, or plain "
+    "app-server stdout)"
 )
 
 _EPILOG = """\
 Reads the project's recording format (JSON Lines {"t", "from", "msg"}, as written by
-`--record` of `wrap`, `codex` and `claude`, each replayed with its own mapping) or plain
+`--record` of every runner, each replayed with its own client's mapping) or plain
 app-server stdout (one JSON-RPC message per line), detected from the first line; FILE -
 is standard input. One line per transition: time, new state, what happened in words
 ("approval requested", "turn completed") and, in parentheses, the line and the message
@@ -39,9 +39,9 @@ session ended, "stopped" when the recording stops mid-session (it has no end lin
 runner was killed or the disk filled; said on stderr too; recordings older than format
 version 2 cannot tell, and replay as ended). A recording with gaps (the recorder
 could not keep up), or cut off mid-line, replays with a warning on stderr.
-Exit status: 0 on success, 1 when a file holds nothing to replay (no app-server or Claude
-Code message: empty, not JSON, other JSON, or a recording cut off before its first
-message), 2 for a missing or unreadable file."""
+Exit status: 0 on success, 1 when a file holds nothing to replay (no message of a client
+it knows: empty, not JSON, other JSON, or a recording cut off before its first message),
+2 for a missing or unreadable file."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from codex_presence.cli.main import UsageError
-    from codex_presence.core.codex.mapping import CodexMapping
+    from codex_presence.core.clients import CLIENTS
 
     if args.speed is not None and not args.speed > 0:
         raise UsageError("--speed must be a positive number")
@@ -104,8 +104,7 @@ def run(args: argparse.Namespace) -> int:
         if builder.oversized:
             sys.stderr.write(f"{say} {builder.oversized} line(s) over 16 MiB, not analysed\n")
         mapping = builder.mapping
-        unknowns = mapping.unknowns if isinstance(mapping, CodexMapping) else set()
-        for unknown in sorted(unknowns, key=lambda u: (u.kind, u.name)):
+        for unknown in sorted(mapping.unknowns, key=lambda u: (u.kind, u.name)):
             sys.stderr.write(
                 f"{say} a {unknown.kind} this codex-presence does not know: {unknown.name!r}\n"
             )
@@ -131,9 +130,11 @@ def run(args: argparse.Namespace) -> int:
             elif stats.not_json == stats.lines:
                 why = "no line is JSON: not a recording or app-server output?"
             else:
-                why = "JSON, but no app-server (JSON-RPC) or Claude Code message"
+                kinds = [client.messages for client in CLIENTS]
+                known = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if kinds[:-1] else kinds)
+                why = f"JSON, but no {known} message"
             sys.stderr.write(f"{say} nothing to replay: {why}\n")
-        elif isinstance(mapping, CodexMapping) and not mapping.stats.dispatched:
+        elif not mapping.changes_possible:
             sys.stderr.write(f"{say} no message that could change the state\n")
 
     try:

@@ -1,6 +1,6 @@
-"""What the three runner commands share: ``wrap``, ``codex`` and ``claude`` take the same
-options (the recording, the log, the broker and the token, ``--no-trace``, the command after
-``--``) and tell the broker through the same link.
+"""What the runner commands share: each (``wrap``, ``codex`` and every client's) takes the
+same options (the recording, the log, the broker and the token, ``--no-trace``, the command
+after ``--``) and tells the broker through the same link.
 
 Import-light, like the commands (``wrap`` reads its options before its child runs): the
 client and the session skeleton load inside the functions that need them, and ``typing``

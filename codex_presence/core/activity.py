@@ -5,15 +5,16 @@ This module owns the design's derivation rule and nothing else::
     blocked ? 'blocked' : (turn_active or tool_inflight) ? 'working' : 'idle'
 
 It is sans-I/O in the manner of h11: it knows no pipes, sockets or clocks. A feeder
-(the codex mapping) opens and closes *handles* — a turn, a tool, a human-facing request —
-each under a key of its choosing, then calls :meth:`ActivitySignal.commit` with the cause,
-and gets back the :class:`Transition` if the derived state changed. Handles are sets, not
-counters, so opening one twice or closing one that is not open can never drive a count
-negative or leave it stuck: such calls are absorbed and tallied in :attr:`anomalies`.
+(a client's mapping, :mod:`codex_presence.core.feeder`) opens and closes *handles* — a
+turn, a tool, a human-facing request — each under a key of its choosing, then calls
+:meth:`ActivitySignal.commit` with the cause, and gets back the :class:`Transition` if
+the derived state changed. Handles are sets, not counters, so opening one twice or
+closing one that is not open can never drive a count negative or leave it stuck: such
+calls are absorbed and tallied in :attr:`anomalies`.
 
 Apart from the state, the signal keeps **background work**: keyed handles for the commands
-and tasks a session left running (a command that outlives its interrupted turn, claude's
-``run_in_background``). They never make the state working or blocked (idle still means
+and tasks a session left running (a command that outlives its interrupted turn, a shell
+started in the background). They never make the state working or blocked (idle still means
 "nothing needs the agent or a person"); their count travels on the :class:`Transition`, and
 :meth:`ActivitySignal.commit` also returns one when only that count changed (``previous`` is
 then ``state``: :attr:`Transition.changes_state` tells them apart). Background handles live
@@ -56,8 +57,8 @@ class Transition:
     previous_background: int = 0
     passing: bool = False
     """The feeder knows this state is one its source passes through on the way to another
-    within tens of milliseconds (codex between a person's "no, stop" and the end of the
-    turn): a reporter may wait a moment for the next one rather than show it."""
+    within tens of milliseconds (between a person's "no, stop" and the end of the turn): a
+    reporter may wait a moment for the next one rather than show it."""
 
     @property
     def changes_state(self) -> bool:

@@ -1,11 +1,11 @@
 """The recording format: one JSON object per line, every source, with timestamps.
 
 A recording line is ``{"t": <seconds since start>, "from": <source>, "msg": <message>}``.
-A codex session (``wrap``) has two sources, ``"client"`` and ``"server"``: what crossed the
-wire each way. A Claude Code session (``claude``) has three: ``"hook"`` (a hook POST's
-body), ``"transcript"`` (one entry of claude's transcript) and ``"session"`` (a new content of
-claude's session status file); which of the two a recording holds is told by its first
-message. A recording written since format version 2 starts with a version line,
+Each client's sessions have their own sources (the registry, :mod:`codex_presence.core.clients`,
+says whose each is): a relayed session's ``"client"`` and ``"server"`` (what crossed the
+wire each way), a hook-driven session's hooks and files (``"hook"``, ``"transcript"``,
+…); which client a recording holds is told by its first message. A recording written
+since format version 2 starts with a version line,
 ``{"t": 0.0, "version": 2}`` (:data:`VERSION`); older ones (version 1) have none. A line
 that was not JSON is kept as ``"raw": "<text>"`` (or ``"raw_b64"`` when it was not even
 UTF-8), so nothing that crossed the wire is lost. More kinds of line carry no
@@ -21,13 +21,14 @@ stands for a line too long to record (longer than the relay's ``max_line``: the 
 analyse it either), and ``{"t": <seconds>, "closed": "gap"}`` says that the live analysis
 closed every handle there, after bytes it could not analyse (its start-up buffer overflowed;
 gap lines say which), so that the replay does too. A session relayed over websocket
-connections (``codex-presence codex``) also has connection lines, ``{"t": <seconds>,
+connections also has connection lines, ``{"t": <seconds>,
 "conn": <n>, "event": "open" | "hangup" | "lost"}``: client connection ``n`` (counted from
 1) was opened, ended by the client's close frame (a hang-up), or ended without one
 (dropped); its messages are message lines, one per websocket text message, and a reconnect
 is a new ``open``. :func:`encode_entry` writes a message line;
-:func:`read_entries` reads a file in either the recording format or plain app-server stdout
-(one message per line, no timestamps), telling them apart from the first line.
+:func:`read_entries` reads a file in either the recording format or a client's plain output
+(:data:`~codex_presence.core.clients.PLAIN_OUTPUT`'s: one message per line, no timestamps),
+telling them apart from the first line.
 
 The writer embeds a JSON line's bytes as they were — it re-serialises nothing — and always
 writes ``t`` and ``from`` before ``msg``.
@@ -43,12 +44,10 @@ from typing import Any, Literal
 
 import orjson
 
-from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
-from codex_presence.core.claude.protocol import ClaudeSource
-from codex_presence.core.codex.protocol import CONNECTION_EVENTS, ConnectionEvent, Direction
+from codex_presence.core.clients import PLAIN_OUTPUT, SOURCES, Client, client_of
+from codex_presence.core.feeder import CONNECTION_EVENTS, ConnectionEvent
 
 __all__ = [
-    "CLAUDE_SOURCES",
     "VERSION",
     "ConnectionEvent",
     "Entry",
@@ -74,8 +73,9 @@ VERSION = 2
 1 (no version line): the end line may be missing from a session that ended; 2: a recording
 without its end line stops mid-session."""
 
-Source = Direction | ClaudeSource
-"""A recording line's ``from``: a codex session's direction, or a Claude Code source."""
+Source = str
+"""A recording line's ``from``: one of a client's sources
+(:data:`~codex_presence.core.clients.SOURCES`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,7 @@ def _as_entry(number: int, value: Any, size: int | None = None) -> Entry | None:
     t = value.get("t")
     if isinstance(t, bool) or not isinstance(t, int | float):
         return None
-    if value.get("from") not in ("client", "server", *CLAUDE_SOURCES):
+    if value.get("from") not in SOURCES:
         if value.get("end") == "eof" and len(value) == 2:
             return Entry(line=number, t=float(t), direction="server", message=None, end=True)
         version = value.get("version")
@@ -251,32 +251,27 @@ def read_entries(lines: Iterable[bytes]) -> Iterator[Entry]:
         yield _entry(number, stripped, fmt)
 
 
-_CANDIDATES: dict[RecordingFormat, re.Pattern[bytes]] = {}
-_RECORDING_SERVER_HEAD = rb'"t":[-+0-9.eE]+,"from":"server","msg":'
+_CANDIDATES: dict[tuple[str, RecordingFormat], re.Pattern[bytes] | None] = {}
 
 
-def _candidates(fmt: RecordingFormat) -> re.Pattern[bytes]:
-    """A newline that starts a line which may change the state (see read_relevant_entries)."""
-    if fmt not in _CANDIDATES:
-        from codex_presence.core.codex.prefilter import (
-            candidate_starts,  # the relay's scanner, and its prefix list
-        )
-
-        head = b"" if fmt == "server-stdout" else _RECORDING_SERVER_HEAD
-        _CANDIDATES[fmt] = candidate_starts(head)
-    return _CANDIDATES[fmt]
+def _candidates(client: Client, fmt: RecordingFormat) -> re.Pattern[bytes] | None:
+    """A newline that starts a line which may change the state (see read_relevant_entries),
+    in a file of ``client``'s; None: every line may."""
+    key = (client.name, fmt)
+    if key not in _CANDIDATES:
+        _CANDIDATES[key] = client.scan(fmt == "recording")
+    return _CANDIDATES[key]
 
 
 def read_relevant_entries(data: bytes) -> Iterator[Entry]:
     """:func:`read_entries` of a whole file, minus the lines that cannot change the state.
 
-    Streaming deltas, the server's responses and the like (the relay's
-    ``HOT_SKIPPED_PREFIXES``, each a prefix of the line as codex writes it, or of its
-    ``msg`` as the recorder writes it) are most of a session. One regular-expression scan
-    finds the other lines, so the skipped ones cost no Python at all; the timeline is the
-    same as feeding every entry. The file's last entry always comes, for its time. A
-    Claude Code recording (its first entry says) is small and every line of it matters:
-    all of it comes.
+    A client whose sessions are long (its registry entry's scan, where it has one: for a
+    relayed session, the streaming deltas and the like that are most of it) has one
+    regular-expression scan find the lines that may matter, so the skipped ones cost no
+    Python at all; the timeline is the same as feeding every entry. The file's last entry
+    always comes, for its time. A client without a scan (its recordings are small and every
+    line matters, its first entry says whose it is): all of it comes.
     """
     start = 0
     while start < len(data) and data[start] in b" \t\r\n":
@@ -299,13 +294,15 @@ def read_relevant_entries(data: bytes) -> Iterator[Entry]:
         first_end = data.find(b"\n", start)
         first_end = len(data) if first_end < 0 else first_end
         first = _entry(number, data[start:first_end].strip(), fmt)
-    if first.direction in CLAUDE_SOURCES:
+    client = PLAIN_OUTPUT if fmt == "server-stdout" else client_of(first.direction)
+    candidates = None if client is None else _candidates(client, fmt)
+    if candidates is None:
         yield from (e for e in read_entries(data.splitlines()) if e.version is None)
         return
     yield first
     last_start = data.rfind(b"\n", 0, len(data.rstrip())) + 1
     counted_to, last_fed = first_end, start
-    for match in _candidates(fmt).finditer(data, first_end):
+    for match in candidates.finditer(data, first_end):
         begin = match.start() + 1
         number += data.count(b"\n", counted_to, begin)
         counted_to = begin

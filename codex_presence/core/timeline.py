@@ -2,46 +2,37 @@
 derived them live. Pure, so tests, ``replay`` and the demo share it; reading files and
 pacing the entries in real time is ``replay``'s (:mod:`codex_presence.cli.replay`).
 
-Both feeders replay: a codex session (``wrap``'s client and server lines) through the
-codex mapping, a Claude Code session (``claude``'s hooks, transcript and session file)
-through the Claude Code mapping, told apart by the first entry (a Claude Code recording
-whose session file led says so by its SessionStart hook, which the mapping reads). The
-Claude Code mapping's timer fires between entries, at its deadline, as the live shell's
-would have.
+Every client's sessions replay, each through its own feeder
+(:class:`~codex_presence.core.feeder.Feeder`), chosen by the source of the first entry
+(the registry, :mod:`codex_presence.core.clients`, says whose it is; plain output with no
+source is its :data:`~codex_presence.core.clients.PLAIN_OUTPUT` client's). A feeder's
+timer fires between entries, at its deadline, as the live shell's would have.
 Rows are changes of the state; a change of the background count alone (work left
 running, :mod:`codex_presence.core.activity`) makes no row, and is kept in
-:attr:`TimelineBuilder.background`. Connection lines (``codex-presence codex``) go through
-the same rule as live (:class:`~codex_presence.core.codex.websocket.ClientLinks`): the
-client's hang-up closes the mapping.
+:attr:`TimelineBuilder.background`. Connection lines go to the feeder, which applies the
+same rule as live (a client's hang-up closes it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import cast
 
 import orjson
 
 from codex_presence.core.activity import Transition
-from codex_presence.core.claude.mapping import ClaudeMapping
-from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
-from codex_presence.core.codex.mapping import CodexMapping, Direction
-from codex_presence.core.codex.prefilter import DEFAULT_MAX_LINE
-from codex_presence.core.codex.websocket import HANGUP, ClientLinks
+from codex_presence.core.clients import PLAIN_OUTPUT, client_of
+from codex_presence.core.feeder import MAX_LINE, Feeder
 from codex_presence.core.recording import Entry
 from codex_presence.core.wording import event_words
 
 __all__ = [
     "BackgroundRow",
-    "Mapping",
     "TimelineBuilder",
     "TimelineRow",
     "iter_timeline",
     "timeline",
 ]
-
-Mapping = CodexMapping | ClaudeMapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +43,7 @@ class TimelineRow:
     """Seconds since the start of the recording (None for server-stdout files)."""
     line: int | None
     """1-based input line of the message that caused it (None for end of stream). A
-    Claude Code timer row names the line that last set the timer."""
+    feeder's timer row names the line that last set the timer."""
     state: str
     cause: str
     """The message (or event) that caused it, by name: what ``replay --json`` says."""
@@ -79,13 +70,13 @@ class BackgroundRow:
 
 
 class TimelineBuilder:
-    """Feeds entries to a mapping and turns its transitions into rows, as the daemon did
-    live: a codex line longer than ``max_line`` is not analysed (it was not, live; the
-    recorder keeps only its size), every handle closes where the live analysis closed them
-    (a ``closed`` line), and the ``eof`` row comes at the recording's end line, if it has
-    one. Without a ``mapping``, the first entry chooses which."""
+    """Feeds entries to a feeder and turns its transitions into rows, as the daemon did
+    live: a line longer than ``max_line`` is not analysed (it was not, live; the recorder
+    keeps only its size), every handle closes where the live analysis closed them (a
+    ``closed`` line), and the ``eof`` row comes at the recording's end line, if it has
+    one. Without a ``mapping``, the first entry's source chooses the feeder."""
 
-    def __init__(self, mapping: Mapping | None = None, *, max_line: int = DEFAULT_MAX_LINE) -> None:
+    def __init__(self, mapping: Feeder | None = None, *, max_line: int = MAX_LINE) -> None:
         self._mapping = mapping
         self.max_line = max_line
         self.oversized = 0
@@ -93,10 +84,9 @@ class TimelineBuilder:
         """The recording's gap lines: after each, the replay may differ from the session."""
         self._last_t: float | None = None
         self._timer_line: int | None = None
-        """The line after which the Claude Code mapping's deadline last changed."""
-        self._links = ClientLinks()
-        self._messages = 0
-        """Claude Code messages and connection lines fed (codex messages: the stats)."""
+        """The line after which the feeder's deadline last changed."""
+        self._connections = 0
+        """Connection lines fed."""
         self.background: list[BackgroundRow] = []
         """Every change of the background count, in order."""
         self.version = 1
@@ -109,25 +99,24 @@ class TimelineBuilder:
 
     @property
     def session_messages(self) -> int:
-        """Messages of a session fed so far: codex's JSON-RPC messages (skipped deltas
-        included), Claude Code's hooks and file entries, connection lines. None: the file
-        held nothing to replay."""
+        """Messages of a session fed so far (:attr:`~codex_presence.core.feeder.Feeder.messages`)
+        and connection lines. None: the file held nothing to replay."""
         mapping = self._mapping
-        if not isinstance(mapping, CodexMapping):
-            return self._messages
-        stats = mapping.stats
-        return self._messages + stats.lines - stats.not_json - stats.wrong_shape - stats.not_rpc
+        return self._connections + (0 if mapping is None else mapping.messages)
 
     @property
-    def mapping(self) -> Mapping:
+    def mapping(self) -> Feeder:
+        """The feeder (the plain output's client's, if no entry chose one)."""
         if self._mapping is None:
-            self._mapping = CodexMapping()
+            self._mapping = PLAIN_OUTPUT.new_feeder()
         return self._mapping
 
     def feed(self, entry: Entry) -> list[TimelineRow]:
-        """The rows ``entry`` causes (a Claude Code timer due before it first)."""
-        if self._mapping is None and entry.direction in CLAUDE_SOURCES:
-            self._mapping = ClaudeMapping()
+        """The rows ``entry`` causes (a feeder's timer due before it first)."""
+        if self._mapping is None and _has_source(entry):
+            client = client_of(entry.direction)
+            if client is not None:
+                self._mapping = client.new_feeder()
         rows = self._due(entry.t)
         self.cut_line = entry.line if _cut_short(entry) else None
         if entry.t is not None:
@@ -145,15 +134,11 @@ class TimelineBuilder:
         if entry.closed is not None:
             closed = mapping.close(entry.closed)
             return [*rows, *self._rows(entry.t, entry.line, closed)]
-        if isinstance(mapping, ClaudeMapping):
-            rows += self._feed_claude(mapping, entry)
-            return rows
-        direction = cast(Direction, entry.direction)
+        t = entry.t if entry.t is not None else (self._last_t or 0.0)
+        before = mapping.deadline
         if entry.connection is not None:
-            self._messages += 1
-            if not self._links.apply(*entry.connection):
-                return rows
-            transition = mapping.close(HANGUP)
+            self._connections += 1
+            transitions = mapping.feed_connection(*entry.connection, t)
         elif (entry.size is not None and entry.size > self.max_line) or (
             entry.message is None and entry.raw is None  # only its size was recorded
         ):
@@ -161,13 +146,15 @@ class TimelineBuilder:
             return rows
         elif entry.message is None:
             assert entry.raw is not None
-            transition = mapping.feed_line(direction, entry.raw)
+            transitions = mapping.feed_raw(entry.direction, entry.raw, t)
         else:
-            transition = mapping.feed_message(direction, entry.message)
-        if transition is not None:
+            transitions = mapping.feed(entry.direction, entry.message, t)
+        if mapping.deadline != before:
+            self._timer_line = entry.line
+        for transition in transitions:
             message = entry.message
             if message is None and entry.raw is not None and transition.changes_state:
-                message = _parsed(entry.raw)  # a server-stdout line: parsed for the words only
+                message = _parsed(entry.raw)  # a plain output line: parsed for the words only
             rows += self._rows(entry.t, entry.line, transition, message)
         return rows
 
@@ -190,27 +177,10 @@ class TimelineBuilder:
         rows = self._rows(self._last_t, None, self.mapping.close(cause))
         return rows[0] if rows else None
 
-    # -- Claude Code ---------------------------------------------------------------------
-
-    def _feed_claude(self, mapping: ClaudeMapping, entry: Entry) -> list[TimelineRow]:
-        t = entry.t if entry.t is not None else (self._last_t or 0.0)
-        if entry.direction not in CLAUDE_SOURCES or entry.message is None:
-            mapping.stats.lines += 1
-            mapping.stats.not_json += entry.message is None
-            return []
-        self._messages += 1
-        before = mapping.deadline
-        transitions = mapping.feed(entry.direction, entry.message, t)
-        if mapping.deadline != before:
-            self._timer_line = entry.line
-        return [
-            row for tr in transitions for row in self._rows(entry.t, entry.line, tr, entry.message)
-        ]
-
     def _due(self, t: float | None) -> list[TimelineRow]:
-        """The Claude Code mapping's timer, if it fires by ``t`` (at its own time)."""
+        """The feeder's timer, if it fires by ``t`` (at its own time)."""
         mapping = self._mapping
-        if not isinstance(mapping, ClaudeMapping) or t is None:
+        if mapping is None or t is None:
             return []
         deadline = mapping.deadline
         if deadline is None or deadline > t:
@@ -241,6 +211,11 @@ class TimelineBuilder:
         return TimelineRow(t=t, line=line, state=transition.state.value, cause=cause, event=event)
 
 
+def _has_source(entry: Entry) -> bool:
+    """A line of a session's source (not a version, end, closed or gap line)."""
+    return entry.version is None and not entry.end and entry.closed is None and not entry.gap
+
+
 def _cut_short(entry: Entry) -> bool:
     """A recording line (they all start ``{"t":``) that is not JSON: cut short."""
     if entry.raw is None or not entry.raw.startswith(b'{"t":'):
@@ -260,7 +235,7 @@ def _parsed(raw: bytes) -> object:
 
 
 def iter_timeline(
-    entries: Iterable[Entry], *, mapping: Mapping | None = None
+    entries: Iterable[Entry], *, mapping: Feeder | None = None
 ) -> Iterator[TimelineRow]:
     """Rows as they happen; the last one, if the state was not idle, is the ``eof`` row."""
     builder = TimelineBuilder(mapping)
@@ -271,6 +246,6 @@ def iter_timeline(
         yield row
 
 
-def timeline(entries: Iterable[Entry], *, mapping: Mapping | None = None) -> list[TimelineRow]:
+def timeline(entries: Iterable[Entry], *, mapping: Feeder | None = None) -> list[TimelineRow]:
     """The whole timeline of a session, ending idle."""
     return list(iter_timeline(entries, mapping=mapping))

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from codex_presence.core.codex.words import Narrator
 from codex_presence.core.recording import read_entries
 from codex_presence.core.timeline import timeline
-from codex_presence.core.wording import Narrator, event_words
+from codex_presence.core.wording import event_words
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DEMO = FIXTURES / "codex-0.169.0" / "demo_session.jsonl"

@@ -1,2 +1,3 @@
-"""``codex-presence claude``: one Claude Code process, its HTTP hooks (:mod:`.hook_server`)
-and its own files (:mod:`.files`), run by :mod:`.session`."""
+"""``codex-presence claude``: one Claude Code process, its hooks (served by
+:mod:`codex_presence.agent.hooks.hook_server`) and its own files (:mod:`.files`), run by
+:mod:`.session`."""

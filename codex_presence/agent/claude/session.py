@@ -21,7 +21,7 @@ skeleton's (:mod:`codex_presence.agent.session`).
   (claude shows none in its spinner) where it can (:mod:`.settings`, which also makes
   claude's environment: no proxy for the hook URL, the person's flags in the resume hint).
   Each delivery says its process id, so that one that arrives after a later hook of
-  claude's is dropped (:mod:`~codex_presence.core.claude.hook_order`). The hook URL holds
+  claude's is dropped (:mod:`~codex_presence.core.hooks.hook_order`). The hook URL holds
   the session's secret: it is never logged.
 * **Which hooks, and who leads** (:func:`~.settings.with_our_hooks`): where claude's
   session status file can lead (an interactive claude of a known version), only SessionStart
@@ -56,9 +56,9 @@ import orjson
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.claude.files import ClaudeFiles
-from codex_presence.agent.claude.hook_server import HookServer
 from codex_presence.agent.claude.settings import with_our_hooks
-from codex_presence.agent.claude.watch import DirectoryWatch
+from codex_presence.agent.hooks.hook_server import HookServer
+from codex_presence.agent.hooks.watch import DirectoryWatch
 from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
@@ -70,11 +70,11 @@ from codex_presence.agent.session import (
 )
 from codex_presence.agent.signals import SignalForwarding, cannot_run, exit_status
 from codex_presence.core.activity import Transition
-from codex_presence.core.claude.hook_order import PID_MAX, HookOrder
 from codex_presence.core.claude.mapping import ClaudeMapping
 from codex_presence.core.claude.protocol import (
     ClaudeSource,
 )
+from codex_presence.core.hooks.hook_order import PID_MAX, HookOrder
 
 __all__ = ["ClaudeSession"]
 

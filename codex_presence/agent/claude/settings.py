@@ -39,13 +39,15 @@ from codex_presence.core.claude.protocol import (
     FILE_LED_VERSIONS,
     HOOK_EVENTS,
     RESUME_HINT_FLAGS_ENV,
+    prints,
+    resume_hint_flags,
+    with_hooks,
+)
+from codex_presence.core.hooks.poster import (
     curl_config,
     poster_command,
     poster_script,
-    prints,
-    resume_hint_flags,
     script_command,
-    with_hooks,
 )
 
 __all__ = [

@@ -109,7 +109,7 @@ from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKi
 from codex_presence.core.claude.protocol import (
     BLOCKING_NOTIFICATIONS,
     IDLE_NOTIFICATION,
-    ClaudeSource,
+    SOURCES,
     ClaudeStats,
     SessionView,
     background_command_id,
@@ -120,6 +120,7 @@ from codex_presence.core.claude.protocol import (
     task_notification_id,
     transcript_task_end,
 )
+from codex_presence.core.feeder import ConnectionEvent, Feeder, Unknown
 
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
 
@@ -169,6 +170,10 @@ class ClaudeMapping:
     it (a queued prompt's turn, even one read before the Stop's hook came) is news."""
     background_since: float | None = None
     """When (the mapping's clock) the background count last went from none to some."""
+    unknowns: set[Unknown] = field(default_factory=set)
+    """Always empty: what claude sends that the mapping does not know is counted in
+    :attr:`stats` (claude's vocabulary is not checked against a schema)."""
+    _messages: int = 0
 
     # -- reading -------------------------------------------------------------------------
 
@@ -197,10 +202,23 @@ class ClaudeMapping:
 
     # -- writing -------------------------------------------------------------------------
 
-    def feed(self, source: ClaudeSource, message: object, t: float) -> list[Transition]:
+    @property
+    def messages(self) -> int:
+        """Hooks, transcript entries and session file contents fed."""
+        return self._messages
+
+    @property
+    def changes_possible(self) -> bool:
+        return True
+
+    def feed(self, source: str, message: object, t: float) -> list[Transition]:
         """One message of ``source``, seen ``t`` seconds in; the transitions it caused (a
-        view due for adoption first, so a late caller of :meth:`tick` changes nothing)."""
+        view due for adoption first, so a late caller of :meth:`tick` changes nothing). A
+        source not claude's is counted and ignored."""
         self.stats.lines += 1
+        if source not in SOURCES:
+            return []
+        self._messages += 1
         out = [] if (due := self.tick(t)) is None else [due]
         if not isinstance(message, dict):
             self.stats.wrong_shape += 1
@@ -215,6 +233,18 @@ class ClaudeMapping:
             out.append(transition)
             self._date_background(transition, t)
         return out
+
+    def feed_raw(self, source: str, line: bytes, t: float) -> list[Transition]:
+        """A line that is not JSON (claude's sources are all JSON): counted, ignored."""
+        self.stats.lines += 1
+        self.stats.not_json += 1
+        return []
+
+    def feed_connection(
+        self, connection: int, event: ConnectionEvent, t: float
+    ) -> list[Transition]:
+        """No connection lines in a Claude Code session: nothing."""
+        return []
 
     def _date_background(self, transition: Transition | None, t: float) -> None:
         if transition is not None and transition.changes_background:
@@ -504,3 +534,8 @@ _HOOKS = {
     "SessionStart": ClaudeMapping._on_session_start,
     "SessionEnd": ClaudeMapping._on_session_end,
 }
+
+
+def _is_a_feeder(mapping: ClaudeMapping) -> Feeder:
+    """Never called: mypy checks here that the mapping is a feeder (the shared interface)."""
+    return mapping

@@ -13,7 +13,6 @@ behind each of them. Pure data and pure functions.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,7 +30,6 @@ __all__ = [
     "INTERRUPT_PREFIX",
     "PERSON_WAITS",
     "RESUME_HINT_FLAGS_ENV",
-    "SEQ_HEADER",
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "ClaudeSource",
@@ -39,16 +37,12 @@ __all__ = [
     "SessionView",
     "background_command_id",
     "background_launch_id",
-    "curl_config",
     "hook_settings",
     "is_interrupt_marker",
     "is_one_of",
-    "poster_command",
-    "poster_script",
     "prints",
     "resume_hint_flags",
     "running_tasks",
-    "script_command",
     "task_notification_id",
     "transcript_line_may_matter",
     "transcript_task_end",
@@ -238,81 +232,6 @@ def resume_hint_flags(args: Sequence[str]) -> str:
 
 def _has_space(arg: str) -> bool:
     return any(char.isspace() for char in arg)
-
-
-SEQ_HEADER = "x-hook-seq"
-"""The header in which a command hook's delivery says its process id (its sequence number,
-:mod:`codex_presence.core.claude.hook_order`)."""
-
-
-def poster_command(curl: str, config: str) -> str:
-    """The shell command of an async command hook: ``curl`` POSTs the payload claude writes
-    to its stdin as the ``config`` file says (``curl_config``: the URL, with its secret, is
-    kept out of every process list), with the shell's pid as :data:`SEQ_HEADER` (``exec``
-    keeps it curl's). ``-q`` first: no ``~/.curlrc`` of the user's."""
-    quoted = f"{shlex.quote(curl)} -q -K {shlex.quote(config)}"
-    return f'exec {quoted} -H "{SEQ_HEADER}: $$"'
-
-
-_LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:(\d{1,5})(/[A-Za-z0-9_~./-]+)")
-
-
-def script_command(bash: str, script: str) -> str:
-    """The shell command of an async command hook that runs :func:`poster_script` with
-    ``bash`` (``exec``: the process claude started is bash, whose pid is
-    :data:`SEQ_HEADER`)."""
-    return f"exec {shlex.quote(bash)} {shlex.quote(script)}"
-
-
-def poster_script(url: str, *, cat: str, timeout: int = HOOK_TIMEOUT) -> str:
-    """A bash script that POSTs the payload claude writes to its stdin to ``url`` (ours:
-    ``http://127.0.0.1:PORT/SECRET/hook``) through bash's own ``/dev/tcp``, with bash's
-    pid as :data:`SEQ_HEADER`, and waits ``timeout`` seconds at most for a 200. It costs
-    a third of curl's start in CPU, and about half its added delay to the roster
-    (docs/benchmarks.md). The URL, secret included, is in the script (a private file),
-    never in a process list.
-    stdin is read by ``cat`` (claude's stdin to a hook is a socket, which ``/dev/stdin``
-    cannot open), in the C locale, so ``${#body}`` counts bytes. Raises ValueError for a
-    URL that is not a loopback one of that shape (it goes into the script as it is)."""
-    match = _LOOPBACK_URL.fullmatch(url)
-    if match is None or "'" in cat:
-        raise ValueError(f"not a loopback hook URL or a usable cat: {url!r}, {cat!r}")
-    port, path = match.groups()
-    head = (
-        "POST %s HTTP/1.0\\r\\nhost: 127.0.0.1\\r\\ncontent-type: application/json\\r\\n"
-        f"content-length: %d\\r\\n{SEQ_HEADER}: %d\\r\\n\\r\\n%s"
-    )
-    return "\n".join(
-        [
-            "# codex-presence: one Claude Code hook, POSTed to this session's hook server",
-            "exec 2>/dev/null",
-            "LC_ALL=C",
-            f"body=$('{cat}')",
-            f"exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7",
-            f"""printf '{head}' '{path}' "${{#body}}" "$$" "$body" >&3 || exit 55""",
-            f"IFS= read -r -t {timeout} -u 3 status || exit 28",
-            "case $status in 'HTTP/1.'?' 200 '*) exit 0 ;; esac",
-            "exit 22",
-            "",
-        ]
-    )
-
-
-def curl_config(url: str, *, timeout: int = HOOK_TIMEOUT) -> str:
-    """The curl config file behind :func:`poster_command`: POST stdin to ``url``, no proxy,
-    nothing printed, ``timeout`` seconds at most."""
-    return "\n".join(
-        [
-            f'url = "{url}"',
-            'header = "content-type: application/json"',
-            'data-binary = "@-"',
-            'noproxy = "*"',
-            'output = "/dev/null"',
-            "silent",
-            f"max-time = {timeout}",
-            "",
-        ]
-    )
 
 
 HTTP_ONLY_EVENTS: frozenset[str] = frozenset({"SessionEnd"})

@@ -118,7 +118,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -134,11 +134,15 @@ from codex_presence.core.codex.protocol import (
     skips_unparsed,
 )
 from codex_presence.core.codex.turns import TurnMemory
+from codex_presence.core.feeder import ConnectionEvent, Feeder, Unknown
 from codex_presence.core.router import (
     Outcome,
     Router,
     request_id_param,
 )
+
+if TYPE_CHECKING:
+    from codex_presence.core.codex.websocket import ClientLinks
 
 __all__ = ["CodexMapping", "Direction", "MappingStats", "Unknown"]
 
@@ -171,15 +175,6 @@ class MappingStats:
     title_thread_events: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A name this version of the mapping does not classify, seen on the wire."""
-
-    kind: str
-    """``server request method``, ``item type``, ``thread status`` or ``active flag``."""
-    name: str
-
-
 @dataclass(slots=True)
 class _PendingRequest:
     method: str
@@ -206,6 +201,8 @@ class CodexMapping:
     """The open ``commandExecution`` tools: they go to the background if their turn ends."""
     _current_id: object = None
     _cause: str = ""
+    _links: ClientLinks | None = None
+    """The client connections of a replayed relay (:meth:`feed_connection`)."""
 
     def __post_init__(self) -> None:
         self._router = Router(routes())
@@ -266,6 +263,52 @@ class CodexMapping:
         """Feed one already-parsed message (the replay path for recordings)."""
         self.stats.lines += 1
         return self._feed(direction, message)
+
+    # -- the feeder interface (:class:`~codex_presence.core.feeder.Feeder`) ------------------
+
+    @property
+    def messages(self) -> int:
+        """JSON-RPC messages fed (skipped deltas included)."""
+        stats = self.stats
+        return stats.lines - stats.not_json - stats.wrong_shape - stats.not_rpc
+
+    @property
+    def changes_possible(self) -> bool:
+        return bool(self.stats.dispatched)
+
+    @property
+    def deadline(self) -> float | None:
+        """None: codex's traffic alone moves the state; no timer."""
+        return None
+
+    def tick(self, t: float) -> Transition | None:
+        return None
+
+    def feed(self, source: str, message: object, t: float) -> list[Transition]:
+        """:meth:`feed_message` (a direction is a source; the time is not needed)."""
+        transition = self.feed_message(cast(Direction, source), message)
+        return [] if transition is None else [transition]
+
+    def feed_raw(self, source: str, line: bytes, t: float) -> list[Transition]:
+        """:meth:`feed_line`."""
+        transition = self.feed_line(cast(Direction, source), line)
+        return [] if transition is None else [transition]
+
+    def feed_connection(
+        self, connection: int, event: ConnectionEvent, t: float
+    ) -> list[Transition]:
+        """A TUI session's client connection: its hang-up closes everything, as live
+        (:class:`~codex_presence.core.codex.websocket.ClientLinks`)."""
+        if self._links is None:
+            from codex_presence.core.codex.websocket import ClientLinks
+
+            self._links = ClientLinks()
+        if not self._links.apply(connection, event):
+            return []
+        from codex_presence.core.codex.websocket import HANGUP
+
+        transition = self.close(HANGUP)
+        return [] if transition is None else [transition]
 
     def close(self, cause: str = "eof") -> Transition | None:
         """End of stream (the child exited, the pipe closed) or the client's hang-up
@@ -454,4 +497,9 @@ class CodexMapping:
 
 def _is_what_the_handlers_use(mapping: CodexMapping) -> MappingState:
     """Never called: mypy checks here that the mapping is what its handlers take."""
+    return mapping
+
+
+def _is_a_feeder(mapping: CodexMapping) -> Feeder:
+    """Never called: mypy checks here that the mapping is a feeder (the shared interface)."""
     return mapping

@@ -51,6 +51,7 @@ from codex_presence.core.codex.protocol import (
     Direction,
     skips_unparsed,
 )
+from codex_presence.core.feeder import MAX_LINE
 
 TYPE_CHECKING = False  # typing is not loaded before the child's first bytes are copied
 if TYPE_CHECKING:
@@ -64,11 +65,12 @@ __all__ = [
     "AnalyzerStats",
     "ChunkAnalyzer",
     "candidate_starts",
+    "recording_candidates",
 ]
 
 logger = logging.getLogger("codex_presence.lines")
 
-DEFAULT_MAX_LINE = 16 * 1024 * 1024
+DEFAULT_MAX_LINE = MAX_LINE
 """Longest line (bytes) that is still parsed; longer ones are relayed, never analysed."""
 DEFAULT_MAX_DEFERRED = DEFAULT_MAX_LINE
 """Bytes of lines kept for the mapping before it is attached (``wrap``'s start-up): the
@@ -120,6 +122,16 @@ def candidate_starts(head: bytes = b"") -> re.Pattern[bytes]:
     ``"t":…,"from":"server","msg":`` there) followed by a line that cannot change the state.
     The line starts one byte after the match's start."""
     return re.compile(b"\\n\\{(?!" + head + (b"\\{" if head else b"") + b"(?:" + _SKIP + b"))")
+
+
+_RECORDING_SERVER_HEAD = rb'"t":[-+0-9.eE]+,"from":"server","msg":'
+
+
+def recording_candidates(recording: bool) -> re.Pattern[bytes]:
+    """:func:`candidate_starts` for a file ``replay`` reads: a recording (the server's
+    message lines, as the recorder writes them) or, not ``recording``, plain app-server
+    stdout."""
+    return candidate_starts(_RECORDING_SERVER_HEAD if recording else b"")
 
 
 _SKIP = _skipped_after_brace()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from codex_presence.core.feeder import CONNECTION_EVENTS, ConnectionEvent
+
 __all__ = [
     "ACTIVE_STATUS",
     "AUTOMATIC_REQUESTS",
@@ -48,10 +50,6 @@ __all__ = [
 Direction = Literal["client", "server"]
 """``server`` is what ``codex app-server`` writes; ``client`` is what its client writes to it."""
 
-ConnectionEvent = Literal["open", "hangup", "lost"]
-"""What happened to one client connection of the TUI's socket (a recording's connection line
-says it too): it opened, the client hung up, or it was lost without a word."""
-CONNECTION_EVENTS: tuple[ConnectionEvent, ...] = ("open", "hangup", "lost")
 
 TOOL_ITEM_TYPES: frozenset[str] = frozenset(
     {

@@ -1,6 +1,6 @@
 """Who is on the other end of a loopback TCP connection: the uid that owns the peer's socket.
 
-The hook server listens on 127.0.0.1, where every local user can connect; only claude,
+The hook server listens on 127.0.0.1, where every local user can connect; only the client,
 run by our own user, has anything to say to it. TCP has no ``SO_PEERCRED``, but on
 loopback the peer's socket is on this host, and the kernel knows its owner:
 

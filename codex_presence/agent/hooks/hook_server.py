@@ -1,18 +1,18 @@
-"""The loopback hook server: Claude Code's hooks in, ``200 {}`` out, at once.
+"""The loopback hook server: an agent client's hooks in, ``200 {}`` out, at once.
 
-What comes in is a hook's payload POSTed by claude itself (an HTTP hook) or by the process
-an async command hook of ours runs (:func:`~codex_presence.core.claude.protocol.poster_script`,
-or curl: :func:`~codex_presence.core.claude.protocol.poster_command`).
+What comes in is a hook's payload POSTed by the client itself (an HTTP hook) or by the process
+an async command hook of ours runs (:func:`~codex_presence.core.hooks.poster.poster_script`,
+or curl: :func:`~codex_presence.core.hooks.poster.poster_command`).
 
 It owns one TCP listener on 127.0.0.1 (an ephemeral port) and the HTTP/1.1 around each hook
 POST; what a hook means is the mapping's business. HTTP is parsed by h11 (sans-I/O, so this
-module is only the socket loop around it) on anyio streams; claude keeps its connection
+module is only the socket loop around it) on anyio streams; the client keeps its connection
 alive between hooks, and so do we.
 
 * The URL is ``http://127.0.0.1:PORT/<secret>/hook``: the secret (fresh per session, 24
   random bytes) is the only credential. A wrong path gets 404 before its body is read, a
   method other than POST 405; both close the connection. The secret is never logged.
-* The answer comes before any work: claude waits for the hooks of its own flow
+* The answer comes before any work: the client waits for the hooks of its own flow
   (UserPromptSubmit, Pre/PostToolUse, PostToolBatch, Stop, SessionEnd), so every
   millisecond here is a millisecond of the turn. Only once ``200 {}`` is sent does the
   parsed payload go to ``on_hook``, with the request's sequence number (the
@@ -22,26 +22,26 @@ alive between hooks, and so do we.
   request must arrive whole within ``request_timeout`` of its first byte, and a new
   connection must start its first request within ``request_timeout`` too (else it is
   closed, unanswered).
-* **Another user's connection costs claude nothing.** The port is open to every local
+* **Another user's connection costs the client nothing.** The port is open to every local
   user; only our own has a hook to send. Each accepted connection's peer is looked up
   (:mod:`.peer_uid`: the kernel's owner of the peer's socket); another uid's, or one
   already gone, is reset at once, unread, with no task, no parser and no timer behind
   it. The accept loop takes what the backlog holds in one go, so a flood is drained at
-  the cost of a lookup each, and claude's connection waits behind no parsing of theirs.
+  the cost of a lookup each, and the client's connection waits behind no parsing of theirs.
   A connection whose peer is already gone (no uid to tell) is served only if its first
   bytes, peeked without waiting, are the secret's request line: a poster that gave up
   while its connection waited behind a flood has sent its hook whole, and it is handed
   on (after the 200 it can no longer read); anything else is reset unread.
   A connection of our uid without the secret gets its 404 and is closed, without the
-  lingering read a refusal of claude's own gets.
+  lingering read a refusal of the client's own gets.
 * **A flood is no log flood**: refusals of connections that never showed the secret are
   counted and said at most once every few seconds (at debug), never one line each.
 * At most ``max_connections`` connections at once, and nobody can fill them to keep
-  claude out (the port is open to every local user): when they are all taken, a new one
+  the client out (the port is open to every local user): when they are all taken, a new one
   takes the place of the oldest that has not shown the secret yet, else of the oldest
   that waits between requests; only when every one is in the middle of a request of
-  claude's is the new one closed at once. A keep-alive connection that has shown the
-  secret is never timed out between requests: that is claude's, and closing it could race
+  the client's is the new one closed at once. A keep-alive connection that has shown the
+  secret is never timed out between requests: that is the client's, and closing it could race
   with its next hook.
 """
 
@@ -65,15 +65,15 @@ import orjson
 from anyio.abc import SocketStream, TaskStatus
 
 from codex_presence._wire import Refused
-from codex_presence.agent.claude.peer_uid import peer_uid
-from codex_presence.core.claude.protocol import SEQ_HEADER
+from codex_presence.agent.hooks.peer_uid import peer_uid
+from codex_presence.core.hooks.poster import SEQ_HEADER
 
 __all__ = ["MAX_BODY", "HookServer"]
 
 logger = logging.getLogger("codex_presence.hooks")
 
 MAX_BODY = 32 * 1024 * 1024
-"""Hook bodies carry tool inputs and outputs (claude truncates those); far above them."""
+"""Hook bodies carry tool inputs and outputs (the client truncates those); far above them."""
 MAX_HEAD = 64 * 1024
 _READ = 16 * 1024
 """Reads smaller than MAX_HEAD: h11 checks the cap between reads."""
@@ -96,13 +96,13 @@ class _Client:
 
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     trusted: bool = False
-    """It sent a request head with the secret: claude's."""
+    """It sent a request head with the secret: the client's."""
     between_requests: bool = True
     """It waits for the first byte of its next request."""
 
 
 class HookServer:
-    """Serves one Claude Code session's hooks on loopback; see the module doc."""
+    """Serves one agent client session's hooks on loopback; see the module doc."""
 
     def __init__(
         self,
@@ -130,13 +130,13 @@ class HookServer:
 
     @property
     def url(self) -> str:
-        """The hook URL, secret included: for claude's settings file, never for a log."""
+        """The hook URL, secret included: for the client's settings file, never for a log."""
         if self.port is None:
             raise RuntimeError("the hook server is not listening yet")
         return f"http://127.0.0.1:{self.port}{self._path.decode()}"
 
     def redact(self, data: bytes) -> bytes:
-        """``data`` with the secret blanked out (claude writes the hook URL into its
+        """``data`` with the secret blanked out (the client writes the hook URL into its
         transcript's ``stop_hook_summary``; a recording must not carry it on)."""
         secret = self._path.split(b"/")[1]
         return data.replace(secret, b"REDACTED") if secret in data else data
@@ -195,7 +195,7 @@ class HookServer:
 
     def _shows_secret(self, sock: socket.socket) -> bool:
         """Whether a connection whose peer is gone holds a hook for us: a poster that gave
-        up waiting (claude's timeout) while its connection sat in the backlog, behind a
+        up waiting (the client's timeout) while its connection sat in the backlog, behind a
         flood, has sent it whole. Its first bytes are peeked, no more and without waiting:
         the secret's request line, or it is refused as before (bounded work, whoever it
         was: only our own user has the secret)."""
@@ -229,7 +229,7 @@ class HookServer:
     async def _connection(self, stream: SocketStream) -> None:
         async with stream:
             if len(self._clients) >= self._max_connections and not self._make_room():
-                if not self._crowded:  # said once: it is claude's screen
+                if not self._crowded:  # said once: it is the client's screen
                     logger.warning(
                         "hook server: %d connections busy; refusing more", len(self._clients)
                     )
@@ -278,7 +278,7 @@ class HookServer:
                 body = orjson.dumps({"error": refusal.reason})
                 headers = [(k.encode(), v.encode()) for k, v in refusal.headers.items()]
                 await self._send(conn, stream, refusal.status, body, headers, close=True)
-                if client.trusted:  # claude's own: let it read the answer
+                if client.trusted:  # the client's own: let it read the answer
                     await self._linger(stream)
             if not client.trusted:
                 self._tally("no secret")
@@ -290,7 +290,7 @@ class HookServer:
         finally:  # it arrived whole: handed on, even to a sender gone meanwhile
             try:
                 self._on_hook(*received)
-            except Exception:  # a bug behind us must not cost claude its hooks
+            except Exception:  # a bug behind us must not cost the client its hooks
                 logger.exception("handling a hook failed")
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
@@ -310,7 +310,7 @@ class HookServer:
                 raise Refused(exc.error_status_hint, str(exc) or "malformed request") from None
             if event is h11.NEED_DATA:
                 if deadline is None and conn.their_state is h11.IDLE and not body:
-                    # Between claude's requests, no timer; a new connection gets one.
+                    # Between the client's requests, no timer; a new connection gets one.
                     first = None if client.trusted else anyio.current_time()
                     client.between_requests = True
                     data = await self._read(

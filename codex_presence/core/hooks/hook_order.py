@@ -1,15 +1,16 @@
-"""Claude Code's hooks back in the order claude ran them: which deliveries come too late.
+"""A client's hooks back in the order it ran them: which deliveries come too late.
 
-``codex-presence claude`` registers its hooks as *async* command hooks when it can (claude
-names every hook it waits for in its spinner, and waits for none of these): claude starts
-one small process per hook, which POSTs the payload to the hook server and is not waited
-for. Processes race, so two hooks fired a few milliseconds apart (PreToolUse, then the
-PermissionRequest of the same tool 36 ms later; PostToolUse, then PostToolBatch) can arrive
-the wrong way round. Each delivery carries its process id, which claude's spawns hand out
-in the order it ran the hooks (Linux allocates them upwards, wrapping at ``pid_max``).
+A hook-driven runner registers its hooks as *async* command hooks when its client can run
+them so (a client that names every hook it waits for in its spinner waits for none of
+these): the client starts one small process per hook, which POSTs the payload to the hook
+server and is not waited for. Processes race, so two hooks fired a few milliseconds apart
+(PreToolUse, then the PermissionRequest of the same tool 36 ms later; PostToolUse, then
+PostToolBatch) can arrive the wrong way round. Each delivery carries its process id, which
+the client's spawns hand out in the order it ran the hooks (Linux allocates them upwards,
+wrapping at ``pid_max``).
 
 The rule: a delivery whose sequence number is *older* than that of the newest one applied
-is late, and dropped — every later hook of claude's flow supersedes what an earlier one
+is late, and dropped — every later hook of the client's flow supersedes what an earlier one
 says (a PreToolUse after its own PostToolUse or PermissionRequest, a UserPromptSubmit after
 its Stop, a PostToolUse after its PostToolBatch). Sequence numbers are compared only
 between deliveries less than :data:`WINDOW` seconds apart: pids wrap, and beyond that a
@@ -33,7 +34,7 @@ few milliseconds a delivery process takes, far below the time pids take to wrap.
 
 @dataclass(slots=True)
 class HookOrder:
-    """Admits hook deliveries in claude's order; see the module doc."""
+    """Admits hook deliveries in the client's order; see the module doc."""
 
     modulus: int = PID_MAX
     """Sequence numbers wrap at this (the system's ``pid_max``)."""
@@ -45,7 +46,7 @@ class HookOrder:
 
     def admit(self, seq: int | None, now: float) -> bool:
         """Whether the delivery numbered ``seq`` (None: unnumbered), arriving at ``now``,
-        is to be applied; False if a later hook of claude's has been applied already."""
+        is to be applied; False if a later hook of the client's has been applied already."""
         if seq is None:
             return True
         if self._newest is not None and now - self._newest_at < self.window:

@@ -1,17 +1,18 @@
-"""Waking up when claude writes its files: inotify on their directories, polling without it.
+"""Waking up when a client writes its files: inotify on their directories, polling without
+it.
 
-When claude's session status file leads (``codex-presence claude`` of a version whose file
-is known, interactive), the session must read it whenever it changes, at any time, idle or
+When a client's own files lead (its session status file, where no hook says when the
+state changes), the session must read it whenever it changes, at any time, idle or
 not: no hook says when. Polling often enough to be prompt costs CPU all day at the prompt;
 inotify costs nothing until the kernel says a file changed, and says it at once. One
 inotify instance (from :mod:`inotify_simple`, a small ctypes wrapper) watches the
-directories of claude's files (``sessions/`` and the transcript's), and
+directories of the client's files (``sessions/`` and the transcript's), and
 :meth:`DirectoryWatch.wait` returns when something in them was written, created, renamed
 in or deleted, or when its timeout passes. The descriptor is waited on by the event loop
 (:func:`anyio.wait_readable`): no thread, nothing runs while nothing changes.
 
-A directory that does not exist yet (claude creates ``sessions/`` at its first start, and
-a new project's transcript directory with its first entry) is not watched:
+A directory that does not exist yet (a client creates ``sessions/`` at its first start,
+and a new project's transcript directory with its first entry) is not watched:
 :meth:`DirectoryWatch.watching` says so, and the shell watches its parent instead, or
 polls until it can.
 Where inotify cannot be had (not Linux, or its limits reached), :meth:`DirectoryWatch.open`
@@ -29,7 +30,7 @@ import anyio
 
 __all__ = ["DirectoryWatch"]
 
-logger = logging.getLogger("codex_presence.claude")
+logger = logging.getLogger("codex_presence.hooks")
 
 
 class DirectoryWatch:
@@ -51,7 +52,7 @@ class DirectoryWatch:
         try:
             inotify = INotify(nonblocking=True)
         except OSError as exc:
-            logger.info("no inotify (%s): claude's files are polled", exc.strerror or exc)
+            logger.info("no inotify (%s): the client's files are polled", exc.strerror or exc)
             return None
         mask = flags.CLOSE_WRITE | flags.MODIFY | flags.MOVED_TO | flags.CREATE | flags.DELETE
         return cls(inotify, int(mask))

@@ -1,0 +1,107 @@
+"""The registry of clients: a recording's source to its client's feeder and words.
+
+One entry per client (:data:`CLIENTS`): the sources its sessions record (a recording line's
+``from``), how to make its feeder (:class:`~codex_presence.core.feeder.Feeder`, imported
+when first needed: a feeder may load more than a reader of recordings wants), its words for
+people (:func:`~codex_presence.core.wording.event_words` asks each client in turn), what its
+messages are called (``replay`` says which it found none of), and, where its recordings are
+long, the scan that finds the lines of one that may change the state
+(:func:`~codex_presence.core.recording.read_relevant_entries`). The replay, the timeline,
+the recording format and the wording read this and name no client; a new client is one
+entry here (``docs/architecture.md``, "Adding a client").
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
+from codex_presence.core.claude.words import claude_words
+from codex_presence.core.codex.words import codex_words
+from codex_presence.core.feeder import Feeder
+from codex_presence.core.gemini.protocol import SOURCES as GEMINI_SOURCES
+from codex_presence.core.gemini.words import gemini_words
+
+__all__ = ["CLIENTS", "PLAIN_OUTPUT", "SOURCES", "Client", "client_of"]
+
+Words = Callable[[str, object, str], "str | None"]
+"""``(cause, message, previous state)`` to the event a person knows, None if not the
+client's cause."""
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """One client, as the shared code sees it."""
+
+    name: str
+    """The runner's name (``codex-presence NAME``)."""
+    sources: frozenset[str]
+    """A recording line's ``from`` values that are this client's."""
+    feeder: str
+    """``module:Class`` of its feeder, made by :meth:`new_feeder` (imported then)."""
+    words: Words
+    messages: str
+    """What its messages are called, for a person ("app-server (JSON-RPC)")."""
+    candidates: str | None = None
+    """``module:function`` of the scan of its long recordings: ``function(recording)``
+    gives the pattern that starts a line which may change the state (``recording`` False:
+    the client's plain output, not a recording); None: every line of one matters."""
+
+    def new_feeder(self) -> Feeder:
+        return cast(Feeder, _load(self.feeder)())
+
+    def scan(self, recording: bool) -> re.Pattern[bytes] | None:
+        """The pattern of :attr:`candidates`, or None."""
+        if self.candidates is None:
+            return None
+        return cast("re.Pattern[bytes]", _load(self.candidates)(recording))
+
+
+def _load(where: str) -> Callable[..., object]:
+    module, name = where.split(":")
+    return cast("Callable[..., object]", getattr(importlib.import_module(module), name))
+
+
+CLIENTS: tuple[Client, ...] = (
+    Client(
+        "codex",
+        frozenset({"client", "server"}),
+        "codex_presence.core.codex.mapping:CodexMapping",
+        codex_words,
+        "app-server (JSON-RPC)",
+        "codex_presence.core.codex.prefilter:recording_candidates",
+    ),
+    Client(
+        "claude",
+        frozenset(CLAUDE_SOURCES),
+        "codex_presence.core.claude.mapping:ClaudeMapping",
+        claude_words,
+        "Claude Code",
+    ),
+    Client(
+        "gemini",
+        GEMINI_SOURCES,
+        "codex_presence.core.gemini.mapping:GeminiMapping",
+        gemini_words,
+        "Gemini CLI",
+    ),
+)
+
+PLAIN_OUTPUT = CLIENTS[0]
+"""The client whose plain output (not a recording: codex app-server's stdout, one message
+per line) ``replay`` reads too, and whose feeder replays what names no client's source."""
+
+SOURCES: frozenset[str] = frozenset().union(*(client.sources for client in CLIENTS))
+"""Every client's sources: a recording line's ``from`` must be one."""
+
+_BY_SOURCE = {source: client for client in CLIENTS for source in client.sources}
+assert len(_BY_SOURCE) == sum(len(client.sources) for client in CLIENTS), "a source is shared"
+
+
+def client_of(source: object) -> Client | None:
+    """The client whose source ``source`` is, if any."""
+    return _BY_SOURCE.get(source) if isinstance(source, str) else None

@@ -1,0 +1,99 @@
+"""The poster of a command hook: the shell command (and the bash script or curl config
+behind it) that POSTs the JSON an agent client writes to a hook's stdin to our loopback
+hook server (:mod:`codex_presence.agent.hooks.hook_server`), with its process id as a
+sequence number (:data:`SEQ_HEADER`, read by :mod:`.hook_order`).
+
+Shared by every hook-driven client: a client's settings layer registers
+:func:`script_command` (or :func:`poster_command`) as its hook command. Pure strings.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+__all__ = [
+    "POST_TIMEOUT",
+    "SEQ_HEADER",
+    "curl_config",
+    "poster_command",
+    "poster_script",
+    "script_command",
+]
+
+POST_TIMEOUT = 2
+"""Seconds a poster waits for the server's answer, by default."""
+
+SEQ_HEADER = "x-hook-seq"
+"""The header in which a command hook's delivery says its process id (its sequence number,
+:mod:`codex_presence.core.hooks.hook_order`)."""
+
+
+def poster_command(curl: str, config: str) -> str:
+    """The shell command of an async command hook: ``curl`` POSTs the payload the client
+    writes to its stdin as the ``config`` file says (``curl_config``: the URL, with its secret, is
+    kept out of every process list), with the shell's pid as :data:`SEQ_HEADER` (``exec``
+    keeps it curl's). ``-q`` first: no ``~/.curlrc`` of the user's."""
+    quoted = f"{shlex.quote(curl)} -q -K {shlex.quote(config)}"
+    return f'exec {quoted} -H "{SEQ_HEADER}: $$"'
+
+
+_LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:(\d{1,5})(/[A-Za-z0-9_~./-]+)")
+
+
+def script_command(bash: str, script: str) -> str:
+    """The shell command of an async command hook that runs :func:`poster_script` with
+    ``bash`` (``exec``: the process the client started is bash, whose pid is
+    :data:`SEQ_HEADER`)."""
+    return f"exec {shlex.quote(bash)} {shlex.quote(script)}"
+
+
+def poster_script(url: str, *, cat: str, timeout: int = POST_TIMEOUT) -> str:
+    """A bash script that POSTs the payload the client writes to its stdin to ``url`` (ours:
+    ``http://127.0.0.1:PORT/SECRET/hook``) through bash's own ``/dev/tcp``, with bash's
+    pid as :data:`SEQ_HEADER`, and waits ``timeout`` seconds at most for a 200. It costs
+    a third of curl's start in CPU, and about half its added delay to the roster
+    (docs/benchmarks.md). The URL, secret included, is in the script (a private file),
+    never in a process list.
+    stdin is read by ``cat`` (a client's stdin to a hook may be a socket, which
+    ``/dev/stdin`` cannot open), in the C locale, so ``${#body}`` counts bytes. Raises ValueError
+    for a URL that is not a loopback one of that shape (it goes into the script as it is)."""
+    match = _LOOPBACK_URL.fullmatch(url)
+    if match is None or "'" in cat:
+        raise ValueError(f"not a loopback hook URL or a usable cat: {url!r}, {cat!r}")
+    port, path = match.groups()
+    head = (
+        "POST %s HTTP/1.0\\r\\nhost: 127.0.0.1\\r\\ncontent-type: application/json\\r\\n"
+        f"content-length: %d\\r\\n{SEQ_HEADER}: %d\\r\\n\\r\\n%s"
+    )
+    return "\n".join(
+        [
+            "# codex-presence: one hook, POSTed to this session's hook server",
+            "exec 2>/dev/null",
+            "LC_ALL=C",
+            f"body=$('{cat}')",
+            f"exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7",
+            f"""printf '{head}' '{path}' "${{#body}}" "$$" "$body" >&3 || exit 55""",
+            f"IFS= read -r -t {timeout} -u 3 status || exit 28",
+            "case $status in 'HTTP/1.'?' 200 '*) exit 0 ;; esac",
+            "exit 22",
+            "",
+        ]
+    )
+
+
+def curl_config(url: str, *, timeout: int = POST_TIMEOUT) -> str:
+    """The curl config file behind :func:`poster_command`: POST stdin to ``url``, no proxy,
+    nothing printed, ``timeout`` seconds at most."""
+    return "\n".join(
+        [
+            f'url = "{url}"',
+            'header = "content-type: application/json"',
+            'data-binary = "@-"',
+            'noproxy = "*"',
+            'output = "/dev/null"',
+            "silent",
+            f"max-time = {timeout}",
+            "",
+        ]
+    )
