@@ -376,11 +376,12 @@ class _Endpoints:
         started = {"startedAt": broker.started_at}
         if not broker.store.shared:
             return json_response(200, {"status": "ok", **started})
-        if broker.stale is None:
+        trouble = broker.stale or broker.store.refusing  # reports would get 503: so does this
+        if trouble is None:
             return json_response(200, {"status": "ok", "store": "redis", **started})
         body: dict[str, object] = {"status": "unavailable", "store": "redis", **started}
         if broker.authenticate_bearer(request) is not None:
-            body["reason"] = broker.stale
+            body["reason"] = trouble
         return json_response(503, body)
 
 
