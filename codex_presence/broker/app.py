@@ -11,7 +11,11 @@ Endpoints
 ---------
 ``POST /presence/activity``
     Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}``, optionally
-    with ``"session": ID`` (JSON, each key once; a content type, if given, must be
+    with ``"session": ID`` and, with it, ``"background": N``, and an ``"agent"`` object
+    (AGENT-RECORD: the client, version, host, project and what a blocked session waits
+    on, validated and bounded by :func:`~codex_presence._wire.agent_problem`, stored whole
+    with the session's record; absent: the stored one stays; ``null`` clears it) (JSON,
+    each key once; a content type, if given, must be
     ``application/json``). Keyed on the authenticated member: nothing in the body can name
     anyone else. ``session`` says which of the member's sessions the report is about (1 to
     64 characters of ``A-Z a-z 0-9 _ -``; without it, the single anonymous session): each
@@ -43,7 +47,12 @@ Endpoints
     or blocked (a heartbeat does not move it; a change of state, a lapse of the TTL
     included, does), and ``sessions``, how many of the member's sessions are working and
     blocked (``{"working": 2, "blocked": 1}``, a count of 0 left out), only while two or
-    more are (see :func:`~codex_presence._wire.presence`).
+    more are (see :func:`~codex_presence._wire.presence`). And ``agents``: one object per
+    session (``session``, ``state``, ``since``, ``background`` and its ``agent`` spread in),
+    blocked first, while one is working or blocked or reported an ``agent``.
+``GET /notify``
+    Auth as ``GET /roster``; admins (``members.manage``) only (403 otherwise): the
+    notification targets, each one's label (never its URL), rule and counts.
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
     int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
