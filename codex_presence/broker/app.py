@@ -11,7 +11,11 @@ Endpoints
 ---------
 ``POST /presence/activity``
     Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}``, optionally
-    with ``"session": ID`` (JSON, each key once; a content type, if given, must be
+    with ``"session": ID`` and, with it, ``"background": N``, and an ``"agent"`` object
+    (AGENT-RECORD: the client, version, host, project and what a blocked session waits
+    on, validated and bounded by :func:`~codex_presence._wire.agent_problem`, stored whole
+    with the session's record; absent: the stored one stays; ``null`` clears it) (JSON,
+    each key once; a content type, if given, must be
     ``application/json``). Keyed on the authenticated member: nothing in the body can name
     anyone else. ``session`` says which of the member's sessions the report is about (1 to
     64 characters of ``A-Z a-z 0-9 _ -``; without it, the single anonymous session): each
@@ -43,7 +47,12 @@ Endpoints
     or blocked (a heartbeat does not move it; a change of state, a lapse of the TTL
     included, does), and ``sessions``, how many of the member's sessions are working and
     blocked (``{"working": 2, "blocked": 1}``, a count of 0 left out), only while two or
-    more are (see :func:`~codex_presence._wire.presence`).
+    more are (see :func:`~codex_presence._wire.presence`). And ``agents``: one object per
+    session (``session``, ``state``, ``since``, ``background`` and its ``agent`` spread in),
+    blocked first, while one is working or blocked or reported an ``agent``.
+``GET /notify``
+    Auth as ``GET /roster``; admins (``members.manage``) only (403 otherwise): the
+    notification targets, each one's label (never its URL), rule and counts.
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
     int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
@@ -56,7 +65,7 @@ Endpoints
     reach it. Why is logged, and said here (``"reason": str``) only to a request with a
     member's bearer token: Redis's own words are not for anyone who asks.
 
-Any request that needs the shared store when it is unreachable (a browser session to
+Any request that needs the shared store when it is unreachable (a browser sign-in to
 check) gets 503 ``{"error": reason}``, a reason that says what was not done, not Redis's
 words (those are logged).
 
@@ -87,6 +96,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import orjson
@@ -100,31 +110,36 @@ from starlette.types import Receive, Scope, Send
 from codex_presence._wire import (
     ACTIVITY_PATH,
     ACTIVITY_STATES,
+    ADMIN_PERMISSION,
     HEALTHZ_PATH,
+    NOTIFY_PATH,
     ROSTER_PATH,
     SUBSCRIBE_PATH,
     WHOAMI_PATH,
     ActivityState,
     Refused,
+    agent_problem,
     background_problem,
     printable,
     session_id_problem,
 )
+from codex_presence.broker.auth import Authentication, Authenticator
 from codex_presence.broker.hosts import HostCheck
 from codex_presence.broker.http import error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.record import ANONYMOUS, KEEP, Report
 from codex_presence.broker.state import Broker
 from codex_presence.broker.store import StoreUnavailable, TooManySessions
-from codex_presence.broker.tracker import ANONYMOUS
 
 __all__ = ["create_app"]
 
 _EXACT = {
-    form % state.value.encode(): state
+    form % state.value.encode(): Report(state)
     for state in ActivityState
     for form in (b'{"state":"%s"}', b'{"state": "%s"}')
 }
 """The bodies reporters send (compact, or with json.dumps's spaces): known at a glance."""
+_REPORT_KEYS = frozenset({"state", "session", "background", "agent"})
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -137,25 +152,25 @@ def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
     return error(401, reason, _UNAUTHORIZED_HEADERS)
 
 
-def _parse_report(body: bytes) -> tuple[ActivityState, str, int] | str:
-    """The reported state, session (:data:`~.tracker.ANONYMOUS` when not said) and
-    background count (0 when not said), or the reason the body is not exactly ``{"state":
-    ...}`` with an optional ``"session"`` and, with a session, an optional ``"background"``."""
+def _parse_report(body: bytes) -> Report | str:
+    """The :class:`~.record.Report` a body says, or the reason it is not exactly
+    ``{"state": ...}`` with an optional ``"session"``, with a session an optional
+    ``"background"``, and an optional ``"agent"`` object (AGENT-RECORD)."""
     exact = _EXACT.get(body)
     if exact is not None:
-        return exact, ANONYMOUS, 0
+        return exact
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return "body is not valid JSON"
     if not isinstance(data, dict):
         return 'body must be a JSON object {"state": ...}'
-    extra = sorted(set(data) - {"state", "session", "background"})
+    extra = sorted(set(data) - _REPORT_KEYS)
     if extra:
         keys = ", ".join(map(repr, extra))
         return (
             f"unexpected key(s) {keys}: the body is exactly "
-            '{"state": ...[, "session": ...[, "background": N]]}'
+            '{"state": ...[, "session": ...[, "background": N]][, "agent": {...}]}'
         )
     if "state" not in data:
         return 'missing "state"'
@@ -174,7 +189,12 @@ def _parse_report(body: bytes) -> tuple[ActivityState, str, int] | str:
         problem = background_problem(background)
         if problem is not None:
             return problem
-    return _repeated_key(body) or (ACTIVITY_STATES[state], session, background)
+    agent = data.get("agent", KEEP)
+    if "agent" in data:
+        problem = agent_problem(agent)
+        if problem is not None:
+            return problem
+    return _repeated_key(body) or Report(ACTIVITY_STATES[state], session, background, agent)
 
 
 def _repeated_key(body: bytes) -> str | None:
@@ -226,7 +246,7 @@ class _Subscription:
         """The session this stream is bound to, if it named one."""
         self.authorized = authorized
         """None for a bearer token (valid while the team stays); else asked before
-        every send, so that a browser session that ended ends its stream too."""
+        every send, so that a browser sign-in that ended ends its stream too."""
         self.still_member = still_member or authorized
         """Asked when the broker's team changed (its file was read again): a member
         removed, or whose token was rotated, loses the stream."""
@@ -285,21 +305,37 @@ class _Subscription:
 
 
 def _still_authenticated(
-    broker: Broker, request: Request, name: str
+    auth: Authentication, request: Request, name: str
 ) -> Callable[[], Awaitable[bool]]:
     async def authorized() -> bool:
-        again = await broker.authenticate(request)
+        again = await auth.member(request)
         return again is not None and again.name == name
 
     return authorized
 
 
-class _Endpoints:
-    """The broker's own routes, each a method, for one broker and its limits."""
+@runtime_checkable
+class Described(Protocol):
+    """What ``GET /notify`` shows of the notifier: each target's label, rule and counts."""
 
-    def __init__(self, broker: Broker, limits: BrokerLimits) -> None:
+    def describe(self) -> list[dict[str, Any]]: ...
+
+
+class _Endpoints:
+    """The broker's own routes, each a method, for one broker, its limits, who a request
+    is (``auth``) and the notifier ``GET /notify`` describes (None: none configured)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        limits: BrokerLimits,
+        auth: Authentication,
+        notifier: Described | None,
+    ) -> None:
         self.broker = broker
         self.limits = limits
+        self.auth = auth
+        self.notifier = notifier
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -308,11 +344,12 @@ class _Endpoints:
             Route(ROSTER_PATH, self.roster, methods=["GET"]),
             Route(WHOAMI_PATH, self.whoami, methods=["GET"]),
             Route(HEALTHZ_PATH, self.healthz, methods=["GET"]),
+            Route(NOTIFY_PATH, self.notify, methods=["GET"]),
         ]
 
     async def activity(self, request: Request) -> Response:
         broker = self.broker
-        member = broker.authenticate_bearer(request)  # a browser session cannot report
+        member = self.auth.bearer(request)  # a browser sign-in cannot report
         if member is None:
             return _unauthorized()
         ctype = request.headers.get("content-type")
@@ -327,7 +364,7 @@ class _Endpoints:
         if isinstance(report, str):
             return error(400, report)
         try:  # StoreUnavailable: 503 (the app's handler)
-            await broker.report(member, *report)
+            await broker.report(member, report)
         except TooManySessions as exc:
             return error(429, str(exc))
         return Response(status_code=204)
@@ -335,12 +372,12 @@ class _Endpoints:
     async def subscribe(self, request: Request) -> Response | _Subscription:
         broker = self.broker
         authorized: Callable[[], Awaitable[bool]] | None = None
-        member = broker.authenticate_bearer(request)
-        if member is None:  # a browser session: it can end while the stream is open
-            member = await broker.authenticate(request)
+        member = self.auth.bearer(request)
+        if member is None:  # a browser sign-in: it can end while the stream is open
+            member = await self.auth.member(request)
             if member is None:
-                return _unauthorized(broker.unauthorized_reason)
-            authorized = _still_authenticated(broker, request, member.name)
+                return _unauthorized(self.auth.unauthorized_reason)
+            authorized = _still_authenticated(self.auth, request, member.name)
         name = request.query_params.get("name")
         if not name:
             return error(400, "missing ?name=<self>")
@@ -360,19 +397,19 @@ class _Endpoints:
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
-        still_member = _still_authenticated(broker, request, name)
+        still_member = _still_authenticated(self.auth, request, name)
         return _Subscription(broker, name, authorized, session, still_member=still_member)
 
     async def roster(self, request: Request) -> Response:
-        if await self.broker.authenticate(request) is None:
-            return _unauthorized(self.broker.unauthorized_reason)
+        if await self.auth.member(request) is None:
+            return _unauthorized(self.auth.unauthorized_reason)
         return Response(self.broker.roster_json(), media_type="application/json")
 
     async def whoami(self, request: Request) -> Response:
         broker = self.broker
-        member = await broker.authenticate(request)
+        member = await self.auth.member(request)
         if member is None:
-            return _unauthorized(broker.unauthorized_reason)
+            return _unauthorized(self.auth.unauthorized_reason)
         role = member.role.to_json() if member.role else None
         ttl_ms = round(broker.activity_ttl * 1000)
         answer = {"team": broker.team.name, "name": member.name, "role": role}
@@ -383,12 +420,25 @@ class _Endpoints:
         started = {"startedAt": broker.started_at}
         if not broker.store.shared:
             return json_response(200, {"status": "ok", **started})
-        if broker.stale is None:
+        trouble = broker.stale or broker.store.refusing  # reports would get 503: so does this
+        if trouble is None:
             return json_response(200, {"status": "ok", "store": "redis", **started})
         body: dict[str, object] = {"status": "unavailable", "store": "redis", **started}
-        if broker.authenticate_bearer(request) is not None:
-            body["reason"] = broker.stale
+        if self.auth.bearer(request) is not None:
+            body["reason"] = trouble
         return json_response(503, body)
+
+    async def notify(self, request: Request) -> Response:
+        """``GET /notify``: the targets, for admins (``members.manage``) only: each one's
+        label (never its URL), rule and counts; ``[]`` when none is configured. 401 without
+        a member, 403 for a member who is not an admin."""
+        member = await self.auth.member(request)
+        if member is None:
+            return _unauthorized(self.auth.unauthorized_reason)
+        if member.role is None or ADMIN_PERMISSION not in member.role.permissions:
+            return error(403, "the notification targets are shown to admins only")
+        described = [] if self.notifier is None else self.notifier.describe()
+        return json_response(200, {"targets": described})
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
@@ -401,12 +451,18 @@ def create_app(
     limits: BrokerLimits | None = None,
     routes: Sequence[BaseRoute] = (),
     allowed_hosts: frozenset[str] | None = None,
+    authenticators: Sequence[Authenticator] = (),
+    notifier: Described | None = None,
 ) -> Starlette:
     """The broker as an ASGI app, bounded by ``limits``; ``routes`` are added after the
     broker's own (the web roster page goes there). ``allowed_hosts`` (see
     :func:`~codex_presence.broker.hosts.allowed_hosts`; None: any) are the hosts a
-    request's ``Host`` may name (421 otherwise)."""
-    endpoints = _Endpoints(broker, limits if limits is not None else BrokerLimits())
+    request's ``Host`` may name (421 otherwise). A request is its bearer token's member,
+    or else one of ``authenticators``' (the web roster's sign-in); ``notifier`` is what
+    ``GET /notify`` describes."""
+    auth = Authentication(lambda: broker.team, authenticators)
+    limits = limits if limits is not None else BrokerLimits()
+    endpoints = _Endpoints(broker, limits, auth, notifier)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -421,9 +477,11 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(HostCheck, allowed=allowed_hosts))
-    return Starlette(
+    app = Starlette(
         routes=[*endpoints.routes(), *routes],
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={StoreUnavailable: _store_unavailable},
     )
+    app.state.auth = auth  # who a request is, for the routes added (``request.app``)
+    return app

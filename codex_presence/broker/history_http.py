@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from codex_presence._wire import HISTORY_PATH, printable
+from codex_presence.broker.auth import Authentication
 from codex_presence.broker.history import (
     HistoryLimits,
     HistoryRecorder,
@@ -65,8 +66,9 @@ def history_routes(
     names = frozenset(m.name for m in broker.team.members)
 
     async def history(request: Request) -> Response:
-        if await broker.authenticate(request) is None:
-            return error(401, broker.unauthorized_reason, {"www-authenticate": "Bearer"})
+        auth: Authentication = request.app.state.auth
+        if await auth.member(request) is None:
+            return error(401, auth.unauthorized_reason, {"www-authenticate": "Bearer"})
         members = request.query_params.getlist("member")
         if len(members) != 1 or not members[0]:
             return error(400, "give one ?member=NAME")

@@ -42,6 +42,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codex_presence._wire import ACTIVITY_PATH, METRICS_PATH
+from codex_presence.broker.auth import Authentication
 from codex_presence.broker.history import HISTORY_STATES, shown_state
 from codex_presence.broker.http import error
 
@@ -241,8 +242,9 @@ def metrics_routes(broker: Broker, metrics: BrokerMetrics) -> list[BaseRoute]:
     metrics.broker = broker
 
     async def scrape(request: Request) -> Response:
-        if await broker.authenticate(request) is None:
-            return error(401, broker.unauthorized_reason, {"www-authenticate": "Bearer"})
+        auth: Authentication = request.app.state.auth
+        if await auth.member(request) is None:
+            return error(401, auth.unauthorized_reason, {"www-authenticate": "Bearer"})
         await metrics.measure_store()
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 

@@ -37,10 +37,9 @@ subscription ever bound to it is not a death: nothing says the runner is gone.
 When a shared store becomes unreachable, every stream is told so (a ``stale`` event) and
 keeps what it has; when the store is back, every stream gets the whole roster again.
 
-Authentication is in one place, :meth:`Broker.authenticate`, which asks each
-:data:`Authenticator` in turn (the bearer header first). A session cookie is added by
-passing one more authenticator to :class:`Broker`. Authenticators are async, because a
-browser session may live in the shared store.
+The rules take members and plain values, never an HTTP request: who a request is, is the
+HTTP layer's (:mod:`~codex_presence.broker.auth`); a contract keeps HTTP frameworks out of
+this module.
 """
 
 from __future__ import annotations
@@ -49,13 +48,12 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
 import orjson
 from anyio.abc import TaskStatus
-from starlette.requests import Request
 
 from codex_presence._wire import (
     ACTIVITY_STATES,
@@ -72,17 +70,14 @@ from codex_presence._wire import (
 )
 from codex_presence.broker.deaths import Deaths, Mourner
 from codex_presence.broker.history import HistoryRecorder
+from codex_presence.broker.record import ANONYMOUS, Report
 from codex_presence.broker.store import MemoryStore, Store, StoreMisconfigured
 from codex_presence.broker.team import Member, Team
-from codex_presence.broker.tracker import ANONYMOUS, Activity
+from codex_presence.broker.tracker import Activity
 
-__all__ = ["ActivityWatcher", "Authenticator", "Broker", "bearer_token"]
+__all__ = ["ActivityWatcher", "Broker"]
 
 logger = logging.getLogger("codex_presence.broker")
-
-Authenticator = Callable[[Request], Awaitable["Member | None"]]
-"""Maps a request to the member it is authenticated as, or None; may raise
-:class:`~codex_presence.broker.store.StoreUnavailable` (503) when it cannot tell."""
 
 
 class ActivityWatcher(Mourner, Protocol):
@@ -101,20 +96,6 @@ FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 _LOG_SIZE = 64
 _IDLE = ActivityState.IDLE
-
-
-def bearer_token(request: Request) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header, or None. Two such
-    headers are ambiguous (a proxy added one?): neither counts."""
-    headers = request.headers.getlist("authorization")
-    if len(headers) != 1 or not headers[0]:
-        return None
-    header = headers[0]
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
 
 
 def _sse(event: str, data: bytes) -> bytes:
@@ -138,7 +119,6 @@ class Broker:
         activity_ttl: float = DEFAULT_TTL,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        authenticators: Sequence[Authenticator] = (),
         fanout_interval: float = FANOUT_INTERVAL,
         keepalive: float = KEEPALIVE,
         session_grace: float = SESSION_GRACE,
@@ -161,8 +141,7 @@ class Broker:
         self._wall_clock = wall_clock
         self.started_at = self._now_ms()
         """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
-        session a restart ended (sessions in memory) can say why."""
-        self._authenticators = tuple(authenticators)
+        sign-in a restart ended (sign-ins in memory) can say why."""
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
         self._privileges = orjson.dumps(
@@ -228,31 +207,6 @@ class Broker:
         self.version += 1  # no log entry at this version: since() sends the whole roster
         self._wake_all()
 
-    # -- authentication ----------------------------------------------------------------
-
-    def authenticate_bearer(self, request: Request) -> Member | None:
-        """The member whose bearer token this request carries, or None. Reporting
-        activity takes this alone: it is a runner's act, never a browser's."""
-        token = bearer_token(request)
-        return None if token is None else self.team.authenticate(token)
-
-    @property
-    def unauthorized_reason(self) -> str:
-        if self._authenticators:
-            return "missing or wrong bearer token, and no valid browser session"
-        return "missing or wrong bearer token"
-
-    async def authenticate(self, request: Request) -> Member | None:
-        """The member this request is authenticated as, by any authenticator, or None."""
-        member = self.authenticate_bearer(request)
-        if member is not None:
-            return member
-        for authenticator in self._authenticators:
-            member = await authenticator(request)
-            if member is not None:
-                return member
-        return None
-
     # -- the rules ---------------------------------------------------------------------
 
     @property
@@ -263,17 +217,15 @@ class Broker:
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
 
-    async def report(
-        self, member: Member, state: ActivityState, session: str = ANONYMOUS, background: int = 0
-    ) -> None:
-        """``member``'s ``session`` reported ``state`` (and ``background`` commands left
-        running): an emit (lastSeen ticks), maybe a change. Raises
+    async def report(self, member: Member, report: Report) -> None:
+        """``member`` reported ``report`` of one of their sessions: an emit (lastSeen
+        ticks), maybe a change. Raises
         :class:`~codex_presence.broker.store.StoreUnavailable` when it was not recorded,
         :class:`~codex_presence.broker.store.TooManySessions` when it may not be."""
         now_ms = self._now_ms()
-        changed = await self.store.report(member.name, state, now_ms, session, background)
-        if self._deaths is not None and session != ANONYMOUS:
-            self._deaths.reported(member.name, session, state, now_ms)
+        changed = await self.store.report(member.name, report, now_ms)
+        if self._deaths is not None and report.session != ANONYMOUS:
+            self._deaths.reported(member.name, report.session, report.state, now_ms)
         if changed:
             self._changed(member.name)
 
@@ -310,17 +262,18 @@ class Broker:
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
-        activity, since, sessions, background = self.store.activity_entry(name)
+        activity = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
             created_at=conn.created_at,
             last_seen=conn.last_seen,
             role=self._roles[name],
-            activity=activity,
-            activity_since=since,
-            sessions=sessions,
-            background=background,
+            activity=activity.state,
+            activity_since=activity.since,
+            sessions=activity.sessions,
+            background=activity.background,
+            agents=activity.agents,
         )
 
     def roster_json(self) -> bytes:
@@ -372,7 +325,7 @@ class Broker:
         self.stale = None
         self._log.clear()
         self._dirty.clear()
-        self._shown = {n: a for n in self._names if _can_lapse(a := self.store.activity_entry(n))}
+        self._shown = {n: a for n in self._names if (a := self.store.activity_entry(n)).can_lapse}
         self.version += 1  # no log entry at this version: since() sends the roster
         self._wake_all()
         self._watch_all()
@@ -380,8 +333,8 @@ class Broker:
     def _watch_all(self) -> None:
         if self.watcher is not None:
             for name in self._names:
-                state, since, *_ = self.store.activity_entry(name)
-                self.watcher.observe(name, state, since)
+                activity = self.store.activity_entry(name)
+                self.watcher.observe(name, activity.state, activity.since)
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -424,7 +377,7 @@ class Broker:
         for name in self._dirty:
             p = self.presence(name)
             activity = p.get("activity")
-            if _can_lapse(shown := self.store.activity_entry(name)):
+            if (shown := self.store.activity_entry(name)).can_lapse:
                 self._shown[name] = shown
             else:
                 self._shown.pop(name, None)
@@ -448,7 +401,7 @@ class Broker:
         wake.set()
 
     def recheck_streams(self) -> None:
-        """Wake every stream to check that it is still authorized (a browser session
+        """Wake every stream to check that it is still authorized (a browser sign-in
         ended); streams otherwise check at each event and keep-alive tick."""
         self._wake_all()
 
@@ -527,9 +480,3 @@ def _misconfiguration(exc: BaseException) -> StoreMisconfigured | None:
             if (found := _misconfiguration(inner)) is not None:
                 return found
     return None
-
-
-def _can_lapse(entry: Activity) -> bool:
-    """Whether anything in ``entry`` lapses with a TTL or a grace: a working or blocked
-    state, or background work (an idle member with none has nothing to lapse)."""
-    return entry[0] is not _IDLE or entry[3][0] > 0

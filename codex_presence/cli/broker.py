@@ -368,15 +368,11 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from codex_presence._wire import MIN_TTL, SESSION_GRACE, counted, printable
-    from codex_presence.broker.app import create_app
-    from codex_presence.broker.history_http import history_routes
+    from codex_presence.broker.config import BrokerConfig, ConfigError, build_broker
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
-    from codex_presence.broker.metrics import count_reports, metrics_routes
-    from codex_presence.broker.notify.notifier import notify_routes
     from codex_presence.broker.server import BrokerServer, listen_socket
-    from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import dev_team, load_team
     from codex_presence.broker.web import WebRoster
@@ -391,8 +387,6 @@ def run(args: argparse.Namespace) -> int:
             f"--activity-ttl must be at least {MIN_TTL:g} s (got {args.activity_ttl:g}): "
             "runners heartbeat at a third of it"
         )
-    if not args.keepalive > 0:
-        raise UsageError("--keepalive must be positive")
     if args.session_grace is None:  # the default gives way to a shorter TTL
         args.session_grace = min(SESSION_GRACE, args.activity_ttl)
     if not 0 <= args.session_grace <= args.activity_ttl:
@@ -402,9 +396,16 @@ def run(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
-    if args.max_connections < 1:
-        raise UsageError("--max-connections must be at least 1")
-    limits = BrokerLimits(max_connections=args.max_connections)
+    try:
+        config = BrokerConfig(
+            activity_ttl=args.activity_ttl,
+            keepalive=args.keepalive,
+            session_grace=args.session_grace,
+            limits=BrokerLimits(max_connections=args.max_connections),
+        )
+    except ConfigError as exc:
+        raise UsageError(exc.spelled(lambda name: "--" + name.replace("_", "-"))) from None
+    limits = config.limits
     _allow_open_files(args.max_connections, logger)
     try:
         if args.team:
@@ -429,24 +430,20 @@ def run(args: argparse.Namespace) -> int:
         team=team, limits=limits, sessions=sessions, public_url=args.public_url
     )
     metrics, history = _history_and_metrics(args, team, store, notifier)
-    broker = Broker(
-        team=team,
+    hosts = allowed_hosts(args.host, args.allowed_host.split(","))
+    built = build_broker(
+        team,
+        config,
         store=store,
-        activity_ttl=args.activity_ttl,
-        keepalive=args.keepalive,
-        session_grace=args.session_grace,
-        authenticators=[web.authenticate],
-        watcher=notifier,
+        web=web,
+        notifier=notifier,
+        allowed_hosts=hosts,
         history=history,
+        metrics=metrics,
     )
+    broker, app = built.broker, built.app
     if args.team:  # team add, remove and rotate, without a restart
         broker.companions.append(_team_reloader(args.team, broker, web).run)
-    routes = [*web.routes(broker), *notify_routes(broker, notifier)]
-    routes += [*history_routes(broker, history), *metrics_routes(broker, metrics)]
-    hosts = allowed_hosts(args.host, args.allowed_host.split(","))
-    app = count_reports(
-        create_app(broker, limits=limits, routes=routes, allowed_hosts=hosts), metrics
-    )
 
     try:
         sock = listen_socket(args.host, args.port)
@@ -469,7 +466,7 @@ def run(args: argparse.Namespace) -> int:
         )
         sys.stderr.flush()
 
-    config = uvicorn.Config(
+    server_config = uvicorn.Config(
         app,
         log_config=None,
         log_level=logging.DEBUG if args.verbose > 1 else logging.WARNING,
@@ -478,7 +475,8 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     try:
-        BrokerServer(config, broker=broker, limits=limits, on_started=announce).run(sockets=[sock])
+        server = BrokerServer(server_config, broker=broker, limits=limits, on_started=announce)
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
