@@ -1,0 +1,174 @@
+"""The agent record a runner reports: what leaves the machine about its agent, at each
+share level, and in what bounds.
+
+The record (``agent`` in ``POST /presence/activity``, issue 32's contract) says which
+client runs, its version, the host, the project and, while blocked, what the agent waits
+on. A person decides how much of it leaves their machine (:class:`Share`, ``--share``):
+
+* ``none``: no record at all (the state alone);
+* ``default``: ``client``, ``version``, ``host``, ``project`` and ``waits`` with its
+  ``kind``, ``tool`` and ``program`` (the command's program name, ``make``: never its
+  arguments, which can hold a path, a host or a secret);
+* ``detail``: also ``waits.detail``, the command (or the question, the file, the message)
+  cut to one short line.
+
+Every string is made one clean line before it is sent (:func:`one_line`): control and
+format characters go (a line break becomes a space), and it is cut to its bound
+(:data:`MAX_FIELD`, :data:`MAX_DETAIL`) with an ellipsis; the broker refuses what is
+still wrong, so a record built here is always taken. Pure: the caller says the host and
+the project (:func:`record` takes them as plain strings).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+import unicodedata
+from typing import Any
+
+from codex_presence.core.activity import Waits
+
+__all__ = [
+    "MAX_DETAIL",
+    "MAX_FIELD",
+    "Share",
+    "command_line",
+    "one_line",
+    "program_of",
+    "record",
+]
+
+MAX_FIELD = 64
+"""Characters of ``version``, ``host``, ``project``, ``waits.tool``, ``waits.program``."""
+MAX_DETAIL = 120
+"""Characters of ``waits.detail``."""
+WAITS_KINDS = frozenset(
+    {"command", "file_change", "question", "permission", "elicitation", "other"}
+)
+_CLIENT = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+
+
+class Share(enum.Enum):
+    """How much of the agent record leaves the machine (``--share``)."""
+
+    NONE = "none"
+    DEFAULT = "default"
+    DETAIL = "detail"
+
+
+def one_line(text: str, most: int) -> str:
+    """``text`` as one clean line of at most ``most`` characters: whitespace runs (line
+    breaks and tabs included) become one space, other control and format characters go
+    (an escape sequence or a bidi override cannot act where it is shown), and what is
+    longer is cut with ``…``."""
+    kept = []
+    for char in text:
+        if char.isspace():
+            kept.append(" ")
+        elif not unicodedata.category(char).startswith("C"):
+            kept.append(char)
+    line = " ".join("".join(kept).split())
+    return line if len(line) <= most else line[: most - 1].rstrip() + "…"
+
+
+def command_line(command: str | tuple[str, ...]) -> str:
+    """The command as one shell line (an argument vector quoted as a shell would)."""
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_PREFIXES = frozenset({"sudo", "env", "nice", "nohup", "time", "exec", "command", "timeout"})
+_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _words(line: str) -> list[str]:
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unclosed quote: the words as they come
+        return line.split()
+
+
+def program_of(command: str | tuple[str, ...]) -> str | None:
+    """The program a command runs, by name: ``make`` for ``make test``, for
+    ``bash -lc 'cd api && make test'``, for ``CI=1 sudo /usr/bin/make``; None when there
+    is none to name. The first command that is not a ``cd``."""
+    words = list(command) if isinstance(command, tuple) else _words(command)
+    for _ in range(4):  # a shell's script may run a shell
+        segment: list[str] = []
+        for word in [*words, ";"]:
+            if word not in _OPERATORS:
+                segment.append(word)
+                continue
+            while segment and (
+                _ASSIGNMENT.match(segment[0])
+                or segment[0] in _PREFIXES
+                or (segment[0].startswith("-") and len(segment) > 1)
+            ):
+                segment.pop(0)
+            if segment and segment[0] not in ("cd", "pushd"):
+                break
+            segment = []
+        if not segment:
+            return None
+        name = segment[0].rsplit("/", 1)[-1]
+        script = _script(segment) if name in _SHELLS else None
+        if script is None:
+            return one_line(name, MAX_FIELD) or None
+        words = _words(script)
+    return None
+
+
+def _script(words: list[str]) -> str | None:
+    """The script of ``sh -c SCRIPT`` (``-lc``, ``-ec``…), if that is how it runs."""
+    for i, word in enumerate(words[1:], 1):
+        if not word.startswith("-"):
+            return None
+        if not word.startswith("--") and "c" in word and i + 1 < len(words):
+            return words[i + 1]
+    return None
+
+
+def _waits(waits: Waits, share: Share) -> dict[str, str]:
+    said: dict[str, str] = {"kind": waits.kind if waits.kind in WAITS_KINDS else "other"}
+    if waits.tool:
+        tool = one_line(waits.tool, MAX_FIELD)
+        if tool:
+            said["tool"] = tool
+    if waits.command is not None and waits.kind == "command":
+        program = program_of(waits.command)
+        if program:
+            said["program"] = program
+    if share is Share.DETAIL and waits.command is not None:
+        detail = one_line(command_line(waits.command), MAX_DETAIL)
+        if detail:
+            said["detail"] = detail
+    return said
+
+
+def record(
+    *,
+    share: Share,
+    client: str,
+    version: str | None = None,
+    host: str | None = None,
+    project: str | None = None,
+    waits: Waits | None = None,
+) -> dict[str, Any] | None:
+    """The ``agent`` object to send at ``share`` (None at :attr:`Share.NONE`): ``client``
+    (a short token: what is not one is ``other``), each of the rest only when known, each
+    bounded and one clean line; ``waits`` only while blocked."""
+    if share is Share.NONE:
+        return None
+    agent: dict[str, Any] = {"client": client if _CLIENT.fullmatch(client) else "other"}
+    for key, value in (("version", version), ("host", host), ("project", project)):
+        if value:
+            text = one_line(value, MAX_FIELD)
+            if text:
+                agent[key] = text
+    if waits is not None:
+        agent["waits"] = _waits(waits, share)
+    return agent
