@@ -91,7 +91,9 @@ class ActivityWatcher(Mourner, Protocol):
     (:meth:`~codex_presence.broker.deaths.Mourner.lost`) is told before its lapse is
     observed."""
 
-    def observe(self, name: str, state: ActivityState, since_ms: int | None) -> None: ...
+    def observe(
+        self, name: str, state: ActivityState, since_ms: int | None, agents: object = None
+    ) -> None: ...
 
     async def run(self) -> None: ...
 
@@ -386,7 +388,7 @@ class Broker:
                 self._shown.pop(name, None)
             if self.watcher is not None:
                 state = _IDLE if activity is None else ACTIVITY_STATES[activity]
-                self.watcher.observe(name, state, p.get("activitySince"))
+                self.watcher.observe(name, state, p.get("activitySince"), p.get("agents"))
             parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))
         self._dirty.clear()
         self._append(b"".join(parts))

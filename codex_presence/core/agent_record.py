@@ -17,6 +17,12 @@ format characters go (a line break becomes a space), and it is cut to its bound
 (:data:`MAX_FIELD`, :data:`MAX_DETAIL`) with an ellipsis; the broker refuses what is
 still wrong, so a record built here is always taken. Pure: the caller says the host and
 the project (:func:`record` takes them as plain strings).
+
+The same record comes back to the readers (``agents`` in the roster): :func:`agent_words`
+and :func:`waits_words` say it for people ("claude in api-server", "approve `make`"), the
+one wording the roster text, the MCP tool and the notifications share (the page has its
+copy in ``roster-words.js``). They read whatever a broker sent: a value of the wrong type
+says nothing, and the caller escapes the text it shows.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ __all__ = [
     "MAX_DETAIL",
     "MAX_FIELD",
     "Share",
+    "agent_words",
     "command_line",
     "one_line",
     "program_of",
     "record",
+    "waits_words",
 ]
 
 MAX_FIELD = 64
@@ -172,3 +180,43 @@ def record(
     if waits is not None:
         agent["waits"] = _waits(waits, share)
     return agent
+
+
+def _said(obj: object, key: str) -> str | None:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def agent_words(agent: object) -> str:
+    """``claude in api-server`` (the client, and where), ``claude`` or ``an agent``, from an
+    agent record (one of the roster's ``agents``)."""
+    client = _said(agent, "client") or "an agent"
+    project = _said(agent, "project")
+    return f"{client} in {project}" if project else client
+
+
+_ASKS = {
+    "file_change": "approve a file change",
+    "question": "answer a question",
+    "permission": "grant a permission",
+    "elicitation": "answer a form",
+}
+
+
+def waits_words(waits: object) -> str:
+    """What a person must do: ``approve `make``` (by program name; by the command itself
+    when the runner shared it), ``approve a file change``, ``answer a question``,
+    ``grant `WebFetch```…, or ``needs input`` when the record does not say."""
+    kind = _said(waits, "kind")
+    detail, program, tool = (_said(waits, k) for k in ("detail", "program", "tool"))
+    if kind == "command":
+        shown = detail or program
+        return f"approve `{shown}`" if shown else "approve a command"
+    if kind == "permission" and tool:
+        return f"grant `{tool}`"
+    if kind == "elicitation" and tool:
+        return f"answer `{tool}`"
+    said = _ASKS.get(kind or "")
+    if said is None:
+        return "needs input"
+    return f"{said}: {detail}" if detail else said
