@@ -23,9 +23,10 @@ their turn is what they are for; the feeder closes them by their own rules.
 Each blocker may carry what it waits on (:class:`Waits`: the kind, the tool, the command,
 as the feeder read them from its source), and the feeder may note where its agent works
 and which version it is (:meth:`ActivitySignal.note`: :class:`AgentFacts`). A transition
-carries both: the waits of the newest blocker that has them while blocked (a blocker
-without any counts as ``other``), and the facts; :meth:`ActivitySignal.commit` returns one
-too when only they changed (:attr:`Transition.changes_agent`). They never change the state.
+carries both: the waits of the newest blocker that has them while blocked (blockers
+without any keep what the blocked spell last waited on, or say ``other``), and the
+facts; :meth:`ActivitySignal.commit` returns one too when only they changed
+(:attr:`Transition.changes_agent`). They never change the state.
 
 The state itself, :class:`ActivityState`, is the wire's vocabulary (:mod:`codex_presence._wire`),
 re-exported here.
@@ -311,6 +312,8 @@ class ActivitySignal:
         state = self.state
         background = len(self._background)
         waits = self.waits
+        if waits is _UNSAID and self._committed_waits is not None:
+            waits = self._committed_waits  # what the spell waited on, until a blocker says
         if (
             state is self._committed
             and background == self._committed_background
