@@ -100,13 +100,20 @@ class Web:
         return self.broker.url
 
     def report(
-        self, name: str, state: str, session: str | None = None, background: int | None = None
+        self,
+        name: str,
+        state: str,
+        session: str | None = None,
+        background: int | None = None,
+        agent: dict[str, Any] | None = None,
     ) -> None:
         body: dict[str, Any] = {"state": state}
         if session is not None:
             body["session"] = session
         if background is not None:
             body["background"] = background
+        if agent is not None:
+            body["agent"] = agent
         response = httpx.post(
             self.url + "/presence/activity",
             json=body,
@@ -893,6 +900,43 @@ def test_a_background_command_is_shown_apart_from_the_state(
     expect(builder.locator(".activity")).to_have_text("working")
     web.report("builder", "idle", "sessionAAAAAAAAA", background=0)
     expect(builder.locator(".background")).to_have_text("")
+
+
+@pytest.mark.browser
+def test_each_agent_has_a_line_under_its_member_and_markup_never_runs(
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab]
+) -> None:
+    """Issue 32: a line per agent session under the member: client in project, state, what
+    a blocked one waits on and for how long; what the wire says is text, never markup."""
+    wall.offset = -60
+    blocked = {
+        "client": "claude",
+        "project": "api-server",
+        "waits": {"kind": "command", "tool": "Bash", "program": "make"},
+    }
+    web.report("builder", "blocked", "sessionAAAAAAAAA", agent=blocked)
+    wall.offset = 0
+    evil = {"client": "codex-tui", "project": "<img src=x onerror=window.pwned=1>"}
+    web.report("builder", "working", "sessionBBBBBBBBB", agent=evil)
+    page = signed_in(browser, web, tabs, "alice", clock=True).page
+    agents = row(page, "builder").locator(".agents li.agent")
+    expect(agents).to_have_count(2)
+    expect(agents.nth(0)).to_have_attribute("data-state", "blocked")
+    expect(agents.nth(0)).to_have_text(
+        re.compile(r"^\s*claude in api-server\s+needs input\s+approve `make`\s+· 1 min\s*$")
+    )
+    expect(agents.nth(1).locator(".agent-what")).to_have_text(
+        "codex-tui in <img src=x onerror=window.pwned=1>"
+    )
+    expect(agents.nth(1).locator(".agent-state")).to_have_text("working")
+    expect(agents.nth(1).locator(".agent-waits")).to_be_hidden()
+    assert page.locator("li.agent img").count() == 0
+    assert page.evaluate("window.pwned") is None
+    web.report("builder", "working", "sessionAAAAAAAAA", agent={"client": "claude"})
+    claude = agents.filter(has=page.locator(".agent-what", has_text=re.compile("^claude$")))
+    expect(claude.locator(".agent-state")).to_have_text("working")
+    expect(claude.locator(".agent-waits")).to_be_hidden()
+    expect(row(page, "alice").locator(".agents")).to_be_hidden()
 
 
 def names_in_order(page: Page) -> list[str]:
