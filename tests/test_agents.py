@@ -22,8 +22,10 @@ import orjson
 from codex_presence.broker.notify.apprise_sender import AppriseSender
 from codex_presence.broker.notify.config import Target
 from codex_presence.broker.notify.notifier import Notifier
-from codex_presence.client.link import project_of
+from codex_presence.client.link import BrokerLink, BrokerSettings, project_of
 from codex_presence.client.mcp_tool import RosterSource
+from codex_presence.client.reporter import ActivityReporter
+from codex_presence.core.activity import ActivityState, AgentFacts, Transition, Waits
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import Rule
 from tests.support.broker_harness import (
@@ -210,3 +212,43 @@ def test_the_project_is_the_git_top_levels_name_else_the_directorys(tmp_path: Pa
     (worktree / ".git").write_text("gitdir: /elsewhere\n")  # a work tree's .git is a file
     assert project_of(str(worktree)) == "feature"
     assert project_of(str(tmp_path)) == tmp_path.name
+
+
+def test_a_transition_the_mapping_did_not_make_keeps_what_it_said(tmp_path: Path) -> None:
+    """The analysis guard's idle after a bug (or the demo's) carries no facts: the record
+    keeps the version and the project the mapping said, and loses only what waited."""
+    api, _ = projects(tmp_path)
+    settings = BrokerSettings(url="http://127.0.0.1:9", token="unused", client="claude")
+    link = BrokerLink(settings)
+    said = Transition(
+        ActivityState.IDLE,
+        ActivityState.BLOCKED,
+        "PermissionRequest",
+        waits=Waits("command", "Bash", "make test"),
+        facts=AgentFacts("2.1.332", str(api)),
+    )
+
+    async def observed() -> list[Any]:
+        async with httpx.AsyncClient() as client:
+            link.reporter = ActivityReporter(client=client, session="s")
+            seen = []
+            for transition in (said, Transition(ActivityState.BLOCKED, ActivityState.IDLE, "bug")):
+                link.observe(transition)
+                seen.append(link.reporter.policy.agent)
+            return seen
+
+    blocked, after = anyio.run(observed)
+    host = socket.gethostname()[:64]
+    assert blocked == {
+        "client": "claude",
+        "version": "2.1.332",
+        "host": host,
+        "project": "api-server",
+        "waits": {"kind": "command", "tool": "Bash", "program": "make"},
+    }
+    assert after == {
+        "client": "claude",
+        "version": "2.1.332",
+        "host": host,
+        "project": "api-server",
+    }

@@ -128,7 +128,9 @@ class BrokerLink:
         if self.reporter is None:
             return
         if transition.changes_agent or transition.changes_state:
-            self._facts, self._waits = transition.facts, transition.waits
+            if transition.facts != _NO_FACTS:  # a transition the mapping did not make has none
+                self._facts = transition.facts
+            self._waits = transition.waits
             self.reporter.observe_agent(self.agent_record())
         if transition.changes_background:
             self.reporter.observe_background(transition.background)
@@ -236,6 +238,9 @@ class BrokerLink:
                 logger.info("the token is %s's%s", printable(me.name), outage.over())
                 return me
             await anyio.sleep(backoff.next_delay())
+
+
+_NO_FACTS = AgentFacts()
 
 
 def project_of(directory: str) -> str | None:
