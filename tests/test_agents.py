@@ -7,9 +7,11 @@ tests), a real broker on loopback, the real ``roster`` command. (The page's side
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -94,6 +96,34 @@ def roster_command(broker: RunningBroker) -> str:
     return done.stdout.decode()
 
 
+@contextmanager
+def roster_watch(broker: RunningBroker) -> Iterator[bytearray]:
+    """bob's ``roster --watch`` (a real subprocess on a real SSE stream): what it drew so
+    far (not a terminal: each drawing follows the last)."""
+    env = wrap_env({"CODEX_PRESENCE_TOKEN": token_of("bob")})
+    command = [sys.executable, "-m", "codex_presence", "roster", "--broker", broker.url]
+    proc = subprocess.Popen(
+        [*command, "--watch"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    drawn = bytearray()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            drawn.extend(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield drawn
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        reader.join(30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
 def mcp_text(broker: RunningBroker) -> str:
     source = RosterSource(broker=broker.url, token=token_of("bob"))
 
@@ -125,6 +155,7 @@ def test_two_wraps_in_two_projects_show_as_two_agents_and_say_what_waits(
         with (
             running_broker(team=TEAM, wall_clock=clock, watcher=notifier) as broker,
             two_wraps(broker) as (blocked, working),
+            roster_watch(broker) as drawn,
         ):
             in_thread(blocked, api)
             in_thread(working, web)
@@ -133,9 +164,10 @@ def test_two_wraps_in_two_projects_show_as_two_agents_and_say_what_waits(
             request = blocked.wait_for(is_request(APPROVAL))
             eventually(
                 lambda: set(agents_by_state(broker)) == {"blocked", "working"},
-                what="two agents of alice, one blocked, one working",
+                60,
+                "two agents of alice, one blocked, one working",
             )
-            eventually(lambda: "waits" in agents_by_state(broker)["blocked"], what="what waits")
+            eventually(lambda: "waits" in agents_by_state(broker)["blocked"], 60, "what waits")
             agents = agents_by_state(broker)
             host = socket.gethostname()[:64]
             assert agents["blocked"]["client"] == "codex-app-server"
@@ -152,14 +184,20 @@ def test_two_wraps_in_two_projects_show_as_two_agents_and_say_what_waits(
             assert "waits" not in agents["working"] or agents["working"]["waits"] is None
             assert b"make test" not in orjson.dumps(alice(broker))  # no arguments
 
-            said = roster_command(broker).splitlines()
-            assert "  - codex-app-server in api-server: blocked 0s, approve `make`" in said, said
-            assert "  - codex-app-server in web: working 0s" in said, said
+            said = roster_command(broker)  # how long: against this machine's clock, not the fake
+            assert re.search(
+                r"^  - codex-app-server in api-server: blocked \S+, approve `make`$", said, re.M
+            ), said
+            assert re.search(r"^  - codex-app-server in web: working \S+$", said, re.M), said
+            watched = b"  \xc2\xb7 codex-app-server in api-server \xc2\xb7 [!] approve `make`"
+            eventually(lambda: watched in drawn, 60, "roster --watch saying it")
             told = mcp_text(broker)
-            assert "codex-app-server in api-server: blocked 0s, approve `make`" in told, told
+            assert re.search(
+                r"^  - codex-app-server in api-server: blocked \S+, approve `make`$", told, re.M
+            ), told
 
             clock.advance(60)
-            eventually(lambda: hook.requests, what="the blocked notice")
+            eventually(lambda: hook.requests, 60, "the blocked notice")
             sent = hook.requests[0].json()
             assert sent["title"] == "alice · codex-app-server in api-server: approve `make`"
 
@@ -168,7 +206,7 @@ def test_two_wraps_in_two_projects_show_as_two_agents_and_say_what_waits(
             working.send({"method": "fake/finish"})
             working.wait_for(is_note("turn/completed"))
             eventually(
-                lambda: "blocked" not in agents_by_state(broker), what="the approval answered"
+                lambda: "blocked" not in agents_by_state(broker), 60, "the approval answered"
             )
             assert blocked.close() == 0 and working.close() == 0
 
@@ -185,21 +223,21 @@ def test_share_none_shows_the_state_alone_and_detail_the_command(tmp_path: Path)
                 in_thread(wrap, api)
                 wrap.start_turn(1, approval=True)
                 request = wrap.wait_for(is_request(APPROVAL))
-                eventually(lambda: "blocked" in agents_by_state(broker), what="blocked")
+                eventually(lambda: "blocked" in agents_by_state(broker), 60, "blocked")
                 agent = agents_by_state(broker)["blocked"]
                 if expected is None:
                     assert set(agent) <= {"session", "state", "since", "background"}, agent
                     said = roster_command(broker)
-                    assert "  - an agent: blocked 0s, needs input" in said.splitlines(), said
+                    assert re.search(r"^  - an agent: blocked \S+, needs input$", said, re.M), said
                     assert "api-server" not in said and socket.gethostname() not in said
                 else:
-                    eventually(lambda: "waits" in agents_by_state(broker)["blocked"])
+                    eventually(lambda: "waits" in agents_by_state(broker)["blocked"], 60, "waits")
                     waits = agents_by_state(broker)["blocked"]["waits"]
                     assert waits["detail"] == expected and waits["program"] == "make"
                 wrap.send({"id": request["id"], "result": {"decision": "accept"}})
                 wrap.wait_for(is_note("turn/completed"))
                 assert wrap.close() == 0
-            eventually(lambda: not alice(broker).get("agents"), what="the session gone")
+            eventually(lambda: not alice(broker).get("agents"), 60, "the session gone")
 
 
 def test_the_project_is_the_git_top_levels_name_else_the_directorys(tmp_path: Path) -> None:
