@@ -904,7 +904,7 @@ def test_a_background_command_is_shown_apart_from_the_state(
 
 @pytest.mark.browser
 def test_each_agent_has_a_line_under_its_member_and_markup_never_runs(
-    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab]
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab], store_url: str | None
 ) -> None:
     """Issue 32: a line per agent session under the member: client in project, state, what
     a blocked one waits on and for how long; what the wire says is text, never markup."""
@@ -923,7 +923,7 @@ def test_each_agent_has_a_line_under_its_member_and_markup_never_runs(
     expect(agents).to_have_count(2)
     expect(agents.nth(0)).to_have_attribute("data-state", "blocked")
     expect(agents.nth(0)).to_have_text(
-        re.compile(r"^\s*claude in api-server\s+needs input\s+approve `make`\s+· 1 min\s*$")
+        re.compile(r"^\s*claude in api-server · needs input: approve `make`\s+· 1 min\s*$")
     )
     expect(agents.nth(1).locator(".agent-what")).to_have_text(
         "codex-tui in <img src=x onerror=window.pwned=1>"
@@ -932,6 +932,7 @@ def test_each_agent_has_a_line_under_its_member_and_markup_never_runs(
     expect(agents.nth(1).locator(".agent-waits")).to_be_hidden()
     assert page.locator("li.agent img").count() == 0
     assert page.evaluate("window.pwned") is None
+    screenshot(page, "agents", store_url)
     web.report("builder", "working", "sessionAAAAAAAAA", agent={"client": "claude"})
     claude = agents.filter(has=page.locator(".agent-what", has_text=re.compile("^claude$")))
     expect(claude.locator(".agent-state")).to_have_text("working")

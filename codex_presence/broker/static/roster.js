@@ -15,7 +15,7 @@
 // apart from the state (`background`: "idle · 1 background command · 4 min"), the count of
 // members who need input
 // in the tab's title, a line per agent under its member (`agents`: "claude in api-server ·
-// needs input · approve `make` · 1 min"), an opt-in desktop notification
+// needs input: approve `make` · 1 min"), an opt-in desktop notification
 // when someone becomes blocked (permission is asked only when the toggle is turned on),
 // and the truth when the stream is down: the rows are marked stale, "as of" the moment it
 // was lost (or the broker said it lost its shared store), until a fresh roster comes.
@@ -165,7 +165,7 @@
       item.querySelector('.agent-what').textContent = agentText(agent);
       item.querySelector('.agent-state').textContent = ACTIVITY[activity].text;
       const waits = item.querySelector('.agent-waits');
-      waits.textContent = activity === 'blocked' ? waitsText(agent.waits) : '';
+      waits.textContent = activity === 'blocked' ? ': ' + waitsText(agent.waits) : '';
       waits.hidden = activity !== 'blocked';
       list.appendChild(item);
     }
