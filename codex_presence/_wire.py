@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, Protocol, TypedDict
 
@@ -46,6 +46,8 @@ __all__ = [
     "ACTIVITY_PATH",
     "ACTIVITY_STATES",
     "ADMIN_PERMISSION",
+    "AGENT_CLIENTS",
+    "AGENT_MAX_BYTES",
     "DEFAULT_BROKER",
     "DEFAULT_PORT",
     "DEFAULT_TTL",
@@ -67,12 +69,14 @@ __all__ = [
     "STALE_EVENT",
     "SUBSCRIBE_PATH",
     "TOKEN_ENV",
+    "WAIT_KINDS",
     "WHOAMI_PATH",
     "ActivityState",
     "Presence",
     "Refused",
     "RoleJson",
     "Whoami",
+    "agent_problem",
     "background_problem",
     "control_character",
     "counted",
@@ -246,6 +250,11 @@ class Presence(TypedDict):
     backgroundSince: NotRequired[int]
     """Ours, with ``background``: since when (unix ms) the earliest of those sessions has
     had something running in the background."""
+    agents: NotRequired[list[dict[str, Any]]]
+    """Ours, additive, while one of the member's sessions is working or blocked or reported
+    an ``agent`` object: one object per session, ``session``, ``state``, ``since``,
+    ``background`` and that session's ``agent`` members spread in (AGENT-RECORD), blocked
+    first, then working, then idle, then by ``since``."""
 
 
 def presence(
@@ -259,6 +268,7 @@ def presence(
     activity_since: int | None = None,
     sessions: tuple[int, int] = (0, 0),
     background: tuple[int, int | None] = (0, None),
+    agents: Sequence[dict[str, Any]] = (),
 ) -> Presence:
     """The design's Presence object, keys in the schema's order (then ``activitySince``,
     with ``activity`` when known, and ``sessions``, with ``activity``).
@@ -273,7 +283,9 @@ def presence(
 
     ``background`` (the count, ``backgroundSince``) is what the sessions left running: e.g.
     ``"background": 1, "backgroundSince": 1764590000000`` on an idle member whose build goes
-    on after the turn; both absent when the count is 0, as ``activity`` is when idle."""
+    on after the turn; both absent when the count is 0, as ``activity`` is when idle.
+
+    ``agents``: each session's entry (:attr:`Presence.agents`), absent when there is none."""
     role_json: Any
     if role is None or isinstance(role, Mapping):
         role_json = dict(role) if role else None
@@ -300,6 +312,8 @@ def presence(
         obj["background"] = count
         if count_since is not None:
             obj["backgroundSince"] = count_since
+    if agents:
+        obj["agents"] = list(agents)
     return obj
 
 
@@ -388,3 +402,72 @@ class Refused(Exception):
         self.headers = dict(headers or {})
         if close:
             self.headers["connection"] = "close"
+
+
+# -- the agent object ------------------------------------------------------------------------
+
+AGENT_MAX_BYTES = 512
+"""The largest ``agent`` object a report may carry, encoded (orjson, compact)."""
+AGENT_CLIENTS = ("codex-app-server", "codex-tui", "claude", "gemini")
+"""The clients that report themselves; a custom reporter names itself by a short token."""
+WAIT_KINDS = ("command", "file_change", "question", "permission", "elicitation", "other")
+"""What a blocked session waits on (``agent.waits.kind``)."""
+_CLIENT = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+_AGENT_TEXT = {"version": 64, "host": 64, "project": 64}
+_WAITS_TEXT = {"tool": 64, "program": 64, "detail": 120}
+
+
+def agent_problem(agent: object) -> str | None:
+    """Why ``agent`` is not a report's ``agent`` object (see AGENT-RECORD: ``client``,
+    ``version``, ``host``, ``project``, ``waits`` with ``kind``, ``tool``, ``program``,
+    ``detail``, each bounded, no control character, at most :data:`AGENT_MAX_BYTES`
+    encoded), or None when it is one (``null`` included: it clears the stored one). The
+    reason names the field. Nothing is stripped: what is wrong is refused."""
+    if agent is None:
+        return None
+    if not isinstance(agent, dict):
+        return '"agent" must be a JSON object or null'
+    problem = _text_fields(agent, "agent", _AGENT_TEXT, {"client", "waits"})
+    if problem is not None:
+        return problem
+    if "client" in agent:
+        client = agent["client"]
+        if not isinstance(client, str) or _CLIENT.fullmatch(client) is None:
+            return (
+                '"agent.client" must be one of ' + ", ".join(AGENT_CLIENTS) + " or a short "
+                "token of a-z, 0-9, '.', '_', '-' (at most 32 characters)"
+            )
+    waits = agent.get("waits")
+    if waits is not None:
+        if not isinstance(waits, dict):
+            return '"agent.waits" must be a JSON object or null'
+        problem = _text_fields(waits, "agent.waits", _WAITS_TEXT, {"kind"})
+        if problem is not None:
+            return problem
+        if "kind" not in waits:
+            return '"agent.waits.kind" is missing'
+        if waits["kind"] not in WAIT_KINDS:
+            return '"agent.waits.kind" must be one of ' + ", ".join(WAIT_KINDS)
+    size = len(orjson.dumps(agent))
+    if size > AGENT_MAX_BYTES:
+        return f'"agent" is {size} bytes encoded; at most {AGENT_MAX_BYTES}'
+    return None
+
+
+def _text_fields(
+    obj: Mapping[str, object], where: str, texts: Mapping[str, int], others: set[str]
+) -> str | None:
+    """Why ``obj`` has a key other than ``texts`` and ``others``, or a ``texts`` value that is
+    no string within its bound or holds a control character; None when it has not."""
+    for key, value in obj.items():
+        if key not in texts:
+            if key not in others:
+                return f'"{where}" has an unknown key {printable(key)!r}'
+            continue
+        if not isinstance(value, str):
+            return f'"{where}.{key}" must be a string'
+        if len(value) > texts[key]:
+            return f'"{where}.{key}" is {len(value)} characters long; at most {texts[key]}'
+        if control_character(value) is not None:
+            return f'"{where}.{key}" holds a control character'
+    return None

@@ -9,6 +9,7 @@ the TTLs and the grace is the test's (:class:`FakeClock`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -140,12 +141,24 @@ def test_a_count_found_in_redis_is_read_or_skipped_never_fatal(redis_url: str) -
 
     prefix = "codex-presence:{acme}:"
     direct = redis.Redis.from_url(redis_url)
+
+    def record(state: str, background: object, background_since: object) -> str:
+        return json.dumps(
+            {
+                "state": state,
+                "since": 5,
+                "background": background,
+                "backgroundSince": background_since,
+                "agent": None,
+            }
+        )
+
     values = {
-        "sessGood": "idle 5 2 1000",
-        "sessWork": "working 7 1 2000",
-        "sessJunk": "idle 5 x y",
-        "sessHuge": f"idle 5 {MAX_BACKGROUND + 1} 3",
-        "sessOdd": "idle 5 1",
+        "sessGood": record("idle", 2, 1000),
+        "sessWork": record("working", 1, 2000),
+        "sessJunk": record("idle", "x", "y"),
+        "sessHuge": record("idle", MAX_BACKGROUND + 1, 3),
+        "sessOdd": "idle 5 1",  # an older version's words
     }
     for session, value in values.items():
         direct.set(prefix + f"s:{session}:builder", value, px=60_000)

@@ -27,6 +27,7 @@ from starlette.requests import Request
 
 from codex_presence._wire import Whoami, parse_whoami
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.record import Report
 from codex_presence.broker.team import Member
 from tests.support.broker_harness import (
     FakeClock,
@@ -193,7 +194,7 @@ def test_activity_states_idle_omitted_busy_mirrors_working(client: httpx.Client)
     assert post(client, "builder", {"state": "working"}).status_code == 204
     p = roster(client)["builder"]
     assert (p["activity"], p["busy"]) == ("working", True)
-    assert list(p)[-3:] == ["activity", "busy", "activitySince"]
+    assert list(p)[-4:] == ["activity", "busy", "activitySince", "agents"]
 
     assert post(client, "builder", {"state": "blocked"}).status_code == 204
     p = roster(client)["builder"]
@@ -704,7 +705,7 @@ def test_fanout_coalesces_and_resyncs_a_subscriber_that_fell_behind(clock: FakeC
     assert alice is not None and builder is not None
 
     def report(member: Member, state: ActivityState) -> None:
-        anyio.run(b.report, member, state)
+        anyio.run(b.report, member, Report(state))
 
     start = b.version
     report(builder, ActivityState.WORKING)
@@ -794,7 +795,7 @@ def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
         )
     )
     if valid:
-        expected = (
+        expected = Report(
             ActivityState(value["state"]),
             value.get("session", ""),
             value.get("background", 0),
@@ -802,7 +803,7 @@ def test_only_exactly_a_state_object_is_accepted(value: Any) -> None:
         assert result == expected
     else:
         assert isinstance(result, str)
-        assert not isinstance(result, ActivityState)
+        assert not isinstance(result, Report)
 
 
 def test_a_send_that_fails_uncounts_the_stream() -> None:

@@ -86,7 +86,7 @@ def test_the_ttl_holds_across_brokers(redis_url: str) -> None:
     gone. Decided by Redis's expiry times and the order of events, never by a schedule:
     the 6 s TTL is far longer than any stall between the test's steps."""
     ttl = 6.0
-    key = "codex-presence:{acme}:a:builder"
+    key = "codex-presence:{acme}:s::builder"  # the anonymous session's record
     store = redis.Redis.from_url(redis_url)
     with brokers(redis_url, activity_ttl=ttl) as (a, b):
         on_a, on_b = Stream(a.url, "scout"), Stream(b.url, "alice")
@@ -106,7 +106,7 @@ def test_the_ttl_holds_across_brokers(redis_url: str) -> None:
             assert "activity" not in roster(url)["builder"]
         for stream in (on_a, on_b):
             assert [p.get("activity") for p in stream.of("builder")] == ["working", None]
-        assert store.keys("*:a:builder") == []  # idle is the key's absence
+        assert store.keys("*:s::builder") == []  # idle is the key's absence
 
 
 def test_teams_sharing_one_redis_stay_apart(redis_url: str) -> None:
@@ -212,8 +212,8 @@ def test_a_sigkilled_brokers_connections_leave_within_the_bound(
         def told() -> bool:
             while (message := events.get_message()) is not None:
                 event = orjson.loads(message["data"])
-                if event[1] == "g":
-                    gone.append(event[2])
+                if event["kind"] == "g":
+                    gone.append(event["broker"])
             return bool(gone)
 
         eventually(told, 10, "the g event")

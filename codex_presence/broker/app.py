@@ -106,6 +106,7 @@ from codex_presence._wire import (
     WHOAMI_PATH,
     ActivityState,
     Refused,
+    agent_problem,
     background_problem,
     printable,
     session_id_problem,
@@ -113,18 +114,19 @@ from codex_presence._wire import (
 from codex_presence.broker.hosts import HostCheck
 from codex_presence.broker.http import error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
+from codex_presence.broker.record import ANONYMOUS, KEEP, Report
 from codex_presence.broker.state import Broker
 from codex_presence.broker.store import StoreUnavailable, TooManySessions
-from codex_presence.broker.tracker import ANONYMOUS
 
 __all__ = ["create_app"]
 
 _EXACT = {
-    form % state.value.encode(): state
+    form % state.value.encode(): Report(state)
     for state in ActivityState
     for form in (b'{"state":"%s"}', b'{"state": "%s"}')
 }
 """The bodies reporters send (compact, or with json.dumps's spaces): known at a glance."""
+_REPORT_KEYS = frozenset({"state", "session", "background", "agent"})
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -137,25 +139,25 @@ def _unauthorized(reason: str = "missing or wrong bearer token") -> Response:
     return error(401, reason, _UNAUTHORIZED_HEADERS)
 
 
-def _parse_report(body: bytes) -> tuple[ActivityState, str, int] | str:
-    """The reported state, session (:data:`~.tracker.ANONYMOUS` when not said) and
-    background count (0 when not said), or the reason the body is not exactly ``{"state":
-    ...}`` with an optional ``"session"`` and, with a session, an optional ``"background"``."""
+def _parse_report(body: bytes) -> Report | str:
+    """The :class:`~.record.Report` a body says, or the reason it is not exactly
+    ``{"state": ...}`` with an optional ``"session"``, with a session an optional
+    ``"background"``, and an optional ``"agent"`` object (AGENT-RECORD)."""
     exact = _EXACT.get(body)
     if exact is not None:
-        return exact, ANONYMOUS, 0
+        return exact
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return "body is not valid JSON"
     if not isinstance(data, dict):
         return 'body must be a JSON object {"state": ...}'
-    extra = sorted(set(data) - {"state", "session", "background"})
+    extra = sorted(set(data) - _REPORT_KEYS)
     if extra:
         keys = ", ".join(map(repr, extra))
         return (
             f"unexpected key(s) {keys}: the body is exactly "
-            '{"state": ...[, "session": ...[, "background": N]]}'
+            '{"state": ...[, "session": ...[, "background": N]][, "agent": {...}]}'
         )
     if "state" not in data:
         return 'missing "state"'
@@ -174,7 +176,12 @@ def _parse_report(body: bytes) -> tuple[ActivityState, str, int] | str:
         problem = background_problem(background)
         if problem is not None:
             return problem
-    return _repeated_key(body) or (ACTIVITY_STATES[state], session, background)
+    agent = data.get("agent", KEEP)
+    if "agent" in data:
+        problem = agent_problem(agent)
+        if problem is not None:
+            return problem
+    return _repeated_key(body) or Report(ACTIVITY_STATES[state], session, background, agent)
 
 
 def _repeated_key(body: bytes) -> str | None:
@@ -314,7 +321,7 @@ class _Endpoints:
         if isinstance(report, str):
             return error(400, report)
         try:  # StoreUnavailable: 503 (the app's handler)
-            await broker.report(member, *report)
+            await broker.report(member, report)
         except TooManySessions as exc:
             return error(429, str(exc))
         return Response(status_code=204)

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from codex_presence._wire import ActivityState
+from codex_presence.broker.record import SessionRecord
 from codex_presence.broker.store import Store
 
 __all__ = ["Deaths", "Mourner"]
@@ -47,8 +49,18 @@ logger = logging.getLogger("codex_presence.broker")
 BUSY_KEPT = 1024
 """Sessions whose state is remembered before the lapsed ones are pruned."""
 _IDLE = ActivityState.IDLE
-_Record = tuple[ActivityState, int] | None
+_Spell = tuple[ActivityState, int] | None
 """A session's state and since, as its store holds it (None: the store cannot say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Dying:
+    """A session in its grace: what it was doing, since when, and the store's record of
+    it then (None: the store cannot say)."""
+
+    state: ActivityState
+    since: int
+    recorded: _Spell
 
 
 class Mourner(Protocol):
@@ -73,7 +85,7 @@ class Mourner(Protocol):
 class _SessionHolder(Protocol):
     def holds(self, name: str, session: str) -> bool: ...
 
-    def session_state(self, name: str, session: str) -> tuple[ActivityState, int] | None: ...
+    def record(self, name: str, session: str) -> SessionRecord | None: ...
 
     def ended_idle(self, name: str, session: str) -> bool: ...
 
@@ -104,9 +116,8 @@ class Deaths:
         self._busy: dict[tuple[str, str], tuple[ActivityState, int]] = {}
         """Each named session working or blocked, as reported here: its state and since."""
         self._busy_cap = BUSY_KEPT
-        self._dying: dict[tuple[str, str], tuple[ActivityState, int, _Record]] = {}
-        """Sessions in their grace: what they were doing, since when, and the store's
-        record of them then (None: the store cannot say)."""
+        self._dying: dict[tuple[str, str], _Dying] = {}
+        """Sessions in their grace."""
 
     def reported(self, name: str, session: str, state: ActivityState, now_ms: int) -> None:
         """``name``'s ``session`` reported ``state`` at ``now_ms``, and the store recorded it."""
@@ -115,8 +126,9 @@ class Deaths:
         if state is _IDLE:
             self._busy.pop(key, None)
             return
-        shown, since, counts, _ = self._store.activity_entry(name)
-        if not (shown is state and since is not None and sum(counts) <= 1):
+        shown = self._store.activity_entry(name)
+        since = shown.since
+        if not (shown.state is state and since is not None and sum(shown.sessions) <= 1):
             old = self._busy.get(key)  # this session's since, as the store sets it
             since = old[1] if old is not None and old[0] is state else now_ms
         self._busy[key] = (state, since)
@@ -135,13 +147,14 @@ class Deaths:
             return
         busy = self._busy.pop((name, session), None)
         if busy is None:  # its reports went to another broker: the member's, if only its
-            state, since, counts, _ = self._store.activity_entry(name)
-            if state is _IDLE or since is None or sum(counts) > 1:
+            shown = self._store.activity_entry(name)
+            if shown.state is _IDLE or shown.since is None or sum(shown.sessions) > 1:
                 return
-            busy = (state, since)
+            busy = (shown.state, shown.since)
         holder = _holder(self._store)
-        record = None if holder is None else holder.session_state(name, session)
-        self._dying[(name, session)] = (*busy, record)
+        state, since = busy
+        spell = None if holder is None else _spell(holder, name, session)
+        self._dying[(name, session)] = _Dying(state, since, spell)
 
     def find(self) -> None:
         """Tell of each dying session whose grace lapsed; of another broker's, that it
@@ -152,9 +165,9 @@ class Deaths:
         for key in holder.take_grace_lapses():
             if key not in self._dying:
                 self._mourner.lapsed(key[0])
-        for (name, session), (state, since, record) in list(self._dying.items()):
+        for (name, session), dying in list(self._dying.items()):
             if holder.holds(name, session):
-                if holder.session_state(name, session) != record:
+                if _spell(holder, name, session) != dying.recorded:
                     # Reported anew through another broker: alive there, and that broker
                     # tells its death, in the state it then has.
                     del self._dying[(name, session)]
@@ -164,4 +177,12 @@ class Deaths:
                 logger.debug("%s's session %s ended idle through another broker", name, session)
                 continue
             logger.info("%s's session %s lapsed after its subscription ended", name, session)
-            self._mourner.lost(name, state, self._now_ms(), since_ms=since, session=session)
+            self._mourner.lost(
+                name, dying.state, self._now_ms(), since_ms=dying.since, session=session
+            )
+
+
+def _spell(holder: _SessionHolder, name: str, session: str) -> _Spell:
+    """``name``'s ``session``'s state and since, as ``holder`` records it (None: not held)."""
+    record = holder.record(name, session)
+    return None if record is None else (record.state, record.since)

@@ -71,9 +71,10 @@ from codex_presence._wire import (
     privilege,
 )
 from codex_presence.broker.deaths import Deaths, Mourner
+from codex_presence.broker.record import ANONYMOUS, Report
 from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
-from codex_presence.broker.tracker import ANONYMOUS, Activity
+from codex_presence.broker.tracker import Activity
 
 __all__ = ["ActivityWatcher", "Authenticator", "Broker", "bearer_token"]
 
@@ -223,17 +224,15 @@ class Broker:
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
 
-    async def report(
-        self, member: Member, state: ActivityState, session: str = ANONYMOUS, background: int = 0
-    ) -> None:
-        """``member``'s ``session`` reported ``state`` (and ``background`` commands left
-        running): an emit (lastSeen ticks), maybe a change. Raises
+    async def report(self, member: Member, report: Report) -> None:
+        """``member`` reported ``report`` of one of their sessions: an emit (lastSeen
+        ticks), maybe a change. Raises
         :class:`~codex_presence.broker.store.StoreUnavailable` when it was not recorded,
         :class:`~codex_presence.broker.store.TooManySessions` when it may not be."""
         now_ms = self._now_ms()
-        changed = await self.store.report(member.name, state, now_ms, session, background)
-        if self._deaths is not None and session != ANONYMOUS:
-            self._deaths.reported(member.name, session, state, now_ms)
+        changed = await self.store.report(member.name, report, now_ms)
+        if self._deaths is not None and report.session != ANONYMOUS:
+            self._deaths.reported(member.name, report.session, report.state, now_ms)
         if changed:
             self._changed(member.name)
 
@@ -270,17 +269,18 @@ class Broker:
 
     def presence(self, name: str) -> Presence:
         conn = self.store.connection(name)
-        activity, since, sessions, background = self.store.activity_entry(name)
+        activity = self.store.activity_entry(name)
         return presence(
             name=name,
             connected=conn.connected,
             created_at=conn.created_at,
             last_seen=conn.last_seen,
             role=self._roles[name],
-            activity=activity,
-            activity_since=since,
-            sessions=sessions,
-            background=background,
+            activity=activity.state,
+            activity_since=activity.since,
+            sessions=activity.sessions,
+            background=activity.background,
+            agents=activity.agents,
         )
 
     def roster_json(self) -> bytes:
@@ -332,7 +332,7 @@ class Broker:
         self.stale = None
         self._log.clear()
         self._dirty.clear()
-        self._shown = {n: a for n in self._names if _can_lapse(a := self.store.activity_entry(n))}
+        self._shown = {n: a for n in self._names if (a := self.store.activity_entry(n)).can_lapse}
         self.version += 1  # no log entry at this version: since() sends the roster
         self._wake_all()
         self._watch_all()
@@ -340,8 +340,8 @@ class Broker:
     def _watch_all(self) -> None:
         if self.watcher is not None:
             for name in self._names:
-                state, since, *_ = self.store.activity_entry(name)
-                self.watcher.observe(name, state, since)
+                activity = self.store.activity_entry(name)
+                self.watcher.observe(name, activity.state, activity.since)
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -382,7 +382,7 @@ class Broker:
         for name in self._dirty:
             p = self.presence(name)
             activity = p.get("activity")
-            if _can_lapse(shown := self.store.activity_entry(name)):
+            if (shown := self.store.activity_entry(name)).can_lapse:
                 self._shown[name] = shown
             else:
                 self._shown.pop(name, None)
@@ -463,9 +463,3 @@ class Broker:
         self.closing = True
         self._pending.set()
         self._wake_all()
-
-
-def _can_lapse(entry: Activity) -> bool:
-    """Whether anything in ``entry`` lapses with a TTL or a grace: a working or blocked
-    state, or background work (an idle member with none has nothing to lapse)."""
-    return entry[0] is not _IDLE or entry[3][0] > 0

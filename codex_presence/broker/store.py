@@ -43,7 +43,8 @@ from anyio.abc import TaskStatus
 
 from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection, ConnectionRegistry
-from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
+from codex_presence.broker.record import ANONYMOUS, Report
+from codex_presence.broker.tracker import Activity, ActivityTracker
 
 __all__ = ["MemoryStore", "Store", "StoreListener", "StoreUnavailable", "TooManySessions"]
 
@@ -90,6 +91,11 @@ class Store(Protocol):
     def ttl(self) -> float:
         """Seconds a report to this broker holds without a heartbeat (``/whoami`` says)."""
 
+    @property
+    def refusing(self) -> str | None:
+        """Why the shared state refuses this broker's writes while it is reachable (every
+        report would get 503: ``/healthz`` says 503 too); None when it takes them."""
+
     def connection(self, name: str) -> Connection:
         """``name``'s connection presence, over every broker sharing the state."""
 
@@ -109,18 +115,10 @@ class Store(Protocol):
         """Seconds until the earliest TTL deadline known (None: none), for the fan-out to
         wake then."""
 
-    async def report(
-        self,
-        name: str,
-        state: ActivityState,
-        now_ms: int,
-        session: str = ANONYMOUS,
-        background: int = 0,
-    ) -> bool:
-        """Record a report of ``name``'s ``session`` (an emit: ``lastSeen`` ticks), with the
-        ``background`` count it left running; whether the activity shown changed. Raises
-        :class:`StoreUnavailable` when it could not be recorded, :class:`TooManySessions`
-        when it may not be."""
+    async def report(self, name: str, report: Report, now_ms: int) -> bool:
+        """Record ``report`` of ``name``'s session at ``now_ms`` (an emit: ``lastSeen``
+        ticks); whether the activity shown changed. Raises :class:`StoreUnavailable` when
+        it could not be recorded, :class:`TooManySessions` when it may not be."""
 
     def bind(self, name: str, session: str) -> None:
         """The first subscription bound to ``name``'s ``session`` opened on this broker."""
@@ -150,6 +148,7 @@ class MemoryStore:
     """The state in this process, as the design's reference broker keeps it."""
 
     shared = False
+    refusing = None
 
     def __init__(
         self,
@@ -178,24 +177,17 @@ class MemoryStore:
     def next_lapse(self) -> float | None:
         return self.tracker.next_lapse()
 
-    async def report(
-        self,
-        name: str,
-        state: ActivityState,
-        now_ms: int,
-        session: str = ANONYMOUS,
-        background: int = 0,
-    ) -> bool:
+    async def report(self, name: str, report: Report, now_ms: int) -> bool:
         tracker = self.tracker
         if (
-            session != ANONYMOUS
-            and (state is not ActivityState.IDLE or background > 0)
-            and not tracker.holds(name, session)
+            report.session != ANONYMOUS
+            and report.holds
+            and not tracker.holds(name, report.session)
             and tracker.held(name) >= self.max_sessions
         ):
             raise TooManySessions(self.max_sessions)
         self.registry.touch(name, now_ms)
-        return tracker.report(name, state, now_ms=now_ms, session=session, background=background)
+        return tracker.report(name, report, now_ms)
 
     def bind(self, name: str, session: str) -> None:
         """Nothing to remember: in one process, the broker is the store."""

@@ -46,12 +46,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
+from codex_presence.broker.record import ANONYMOUS, Agent, Report, SessionRecord
 
 __all__ = [
     "ANONYMOUS",
     "ENDED_KEPT",
+    "IDLE_ACTIVITY",
     "Activity",
     "ActivityTracker",
     "Background",
@@ -60,8 +64,6 @@ __all__ = [
 
 _IDLE = ActivityState.IDLE
 _BLOCKED = ActivityState.BLOCKED
-ANONYMOUS = ""
-"""The session a report without a session id is about."""
 ENDED_KEPT = 1024
 """Sessions remembered as reported idle (the oldest forgotten first)."""
 
@@ -71,25 +73,49 @@ Background = tuple[int, int | None]
 """How many commands or tasks a member's sessions left running, and since when (unix ms;
 None when none)."""
 _NO_BACKGROUND: Background = (0, None)
-Activity = tuple[ActivityState, int | None, SessionCounts, Background]
-"""A member's activity, since when it holds (unix ms; None when idle), how many of their
-sessions are working and blocked, and their background."""
-_IDLE_ACTIVITY: Activity = (_IDLE, None, (0, 0), _NO_BACKGROUND)
 
-_Held = tuple[ActivityState, int, float, int, int]
-"""One session's state, since, when it lapses (the tracker's clock), its background count
-and since when it has one."""
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """A member's activity, derived from their sessions' records: the strongest state,
+    since when it holds (unix ms; None when idle), how many sessions are working and
+    blocked, the background over every session, and each shown session's roster entry
+    (:meth:`~codex_presence.broker.record.SessionRecord.entry`)."""
+
+    state: ActivityState = _IDLE
+    since: int | None = None
+    sessions: SessionCounts = (0, 0)
+    background: Background = _NO_BACKGROUND
+    agents: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def can_lapse(self) -> bool:
+        """Whether anything in it lapses with a TTL or a grace: a working or blocked
+        state, or background work (an idle member with none has nothing to lapse)."""
+        return self.state is not _IDLE or self.background[0] > 0
+
+
+IDLE_ACTIVITY = Activity()
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A session held: its record, and when it lapses (the tracker's clock)."""
+
+    record: SessionRecord
+    expires: float
 
 
 class ActivityTracker:
-    """Each member's reported activity in memory, per session, and when each lapses. A
-    member's :data:`Activity` is replaced only when it changes, so that a reader can tell
-    "the same" by identity (the broker's roster cache does)."""
+    """Each member's sessions in memory (their :class:`~.record.SessionRecord`), and when
+    each lapses. A member's :class:`Activity` is replaced only when it changes, so that a
+    reader can tell "the same" by identity (the broker's roster cache does)."""
 
     __slots__ = (
         "_clock",
         "_ended_idle",
         "_grace_lapses",
+        "_idle_agents",
         "_in_grace",
         "_next",
         "_sessions",
@@ -108,35 +134,51 @@ class ActivityTracker:
         """Each member's earliest lapse: until then, their shown activity holds."""
         self._ended_idle: dict[tuple[str, str], None] = {}
         """Sessions held until a report of idle ended them, the latest last."""
+        self._idle_agents: dict[tuple[str, str], Agent] = {}
+        """The agent object of each idle session that had one, the latest last: a report
+        without one keeps it, however long the session idled."""
         self._in_grace: set[tuple[str, str]] = set()
         """Sessions held on their grace (shortened), not reported again since."""
         self._grace_lapses: deque[tuple[str, str]] = deque(maxlen=ENDED_KEPT)
         """Sessions that lapsed on their grace, not yet taken."""
 
-    def report(
+    def report(self, name: str, report: Report, now_ms: int = 0) -> bool:
+        """``name``'s ``report.session`` reported (at ``now_ms``, unix ms), holding the
+        tracker's TTL; whether the member's activity shown changed."""
+        old = self._sessions.get(name, {}).get(report.session) if name in self._shown else None
+        if old is not None and self._clock() >= old.expires:
+            old = None  # lapsed: a new spell
+        if old is None:
+            agent = self._idle_agents.get((name, report.session))
+            record = SessionRecord.first(report, now_ms, agent)
+        else:
+            record = old.record.after(report, now_ms)
+        return self.put(name, report.session, record)
+
+    def put(
         self,
         name: str,
-        state: ActivityState,
+        session: str,
+        record: SessionRecord,
         ttl: float | None = None,
         *,
-        now_ms: int = 0,
-        since: int | None = None,
-        session: str = ANONYMOUS,
-        background: int = 0,
-        background_since: int | None = None,
         grace: bool = False,
     ) -> bool:
-        """``name``'s ``session`` reported ``state`` with ``background`` commands left
-        running, which holds ``ttl`` seconds (the tracker's by default); whether the
-        member's activity shown changed. The state holds since ``since`` (unix ms) when
-        given (a shared store's record says), else since ``now_ms`` if it is new to the
-        session, else since it began; the background likewise (``background_since``).
-        ``grace``: not a report but a shortening (a shared store's record of a grace)."""
+        """Hold ``record`` for ``name``'s ``session`` for ``ttl`` seconds (the tracker's by
+        default), as given (a shared store's record says it), or end the session if it is
+        no longer held (idle without background); whether the member's activity shown
+        changed. ``grace``: not a report but a shortening (a shared store's record of a
+        grace)."""
         previous = self.entry(name)
         held = self._sessions.get(name)
         key = (name, session)
-        if state is _IDLE and background <= 0:
+        if not record.held:
             self._in_grace.discard(key)
+            self._idle_agents.pop(key, None)
+            if record.agent is not None:
+                self._idle_agents[key] = record.agent
+                if len(self._idle_agents) > ENDED_KEPT:
+                    del self._idle_agents[next(iter(self._idle_agents))]
             if held is None or held.pop(session, None) is None:
                 return False
             self._ended_idle[key] = None
@@ -144,21 +186,19 @@ class ActivityTracker:
                 del self._ended_idle[next(iter(self._ended_idle))]
         else:
             self._ended_idle.pop(key, None)
+            self._idle_agents.pop(key, None)
             if grace:
                 self._in_grace.add(key)
             else:
                 self._in_grace.discard(key)
             if held is None:
                 held = self._sessions[name] = {}
-            old = held.get(session)
-            if since is None:
-                since = old[1] if old is not None and old[0] is state else now_ms
-            if background <= 0:
-                background, background_since = 0, 0
-            elif background_since is None:
-                background_since = old[4] if old is not None and old[3] > 0 else now_ms
             expires = self._clock() + (self.ttl if ttl is None else ttl)
-            held[session] = (state, since, expires, background, background_since)
+            old = held.get(session)
+            held[session] = _Held(record, expires)
+            if old is not None and old.record == record and expires >= old.expires:
+                # a heartbeat: nothing shown changes (an earlier _next only rechecks)
+                return False
         return self._recount(name, previous)
 
     def shorten(self, name: str, session: str, seconds: float) -> bool:
@@ -169,22 +209,22 @@ class ActivityTracker:
         if held is None:
             return False
         deadline = self._clock() + seconds
-        if deadline < held[2]:
-            self._sessions[name][session] = (held[0], held[1], deadline, held[3], held[4])
+        if deadline < held.expires:
+            self._sessions[name][session] = replace(held, expires=deadline)
             self._next[name] = min(self._next[name], deadline)
         self._in_grace.add((name, session))
         return True
 
     def forget_sessions(self, name: str) -> bool:
-        """Drop every named session of ``name`` (the anonymous one stays): a shared store
-        is read again in full; whether the activity shown changed."""
+        """Drop every session of ``name``: a shared store is read again in full; whether
+        the activity shown changed."""
         previous = self.entry(name)
         held = self._sessions.get(name)
         if held is None:
             return False
-        for session in [s for s in held if s != ANONYMOUS]:
-            del held[session]
+        for session in held:
             self._in_grace.discard((name, session))
+        held.clear()
         return self._recount(name, previous)
 
     def holds(self, name: str, session: str) -> bool:
@@ -193,12 +233,11 @@ class ActivityTracker:
         self.entry(name)
         return session in self._sessions.get(name, {})
 
-    def session_state(self, name: str, session: str) -> tuple[ActivityState, int] | None:
-        """``name``'s ``session``'s state and since when it holds (unix ms), the TTL
-        resolved; None when it is not held."""
+    def record(self, name: str, session: str) -> SessionRecord | None:
+        """``name``'s ``session``'s record, the TTL resolved; None when it is not held."""
         self.entry(name)
         held = self._sessions.get(name, {}).get(session)
-        return None if held is None else (held[0], held[1])
+        return None if held is None else held.record
 
     def ended_idle(self, name: str, session: str) -> bool:
         """Whether ``name``'s ``session``, held until lately, ended by a report of idle (not
@@ -226,60 +265,73 @@ class ActivityTracker:
             self._sessions.pop(name, None)
             self._shown.pop(name, None)
             self._next.pop(name, None)
-            return previous is not _IDLE_ACTIVITY
+            return previous is not IDLE_ACTIVITY
         working = blocked = count = 0
         background_since: int | None = None
-        for state, _, _, running, running_since in held.values():
+        strongest_since: dict[ActivityState, int] = {}
+        shown = False
+        for one in held.values():
+            record = one.record
+            state = record.state
             if state is _BLOCKED:
                 blocked += 1
             elif state is not _IDLE:
                 working += 1
-            if running > 0:
-                count += running
-                if background_since is None or running_since < background_since:
-                    background_since = running_since
+            shown = shown or record.shown
+            if state is not _IDLE:
+                since = strongest_since.get(state)
+                if since is None or record.since < since:
+                    strongest_since[state] = record.since
+            if record.background > 0:
+                count += record.background
+                if background_since is None or record.background_since < background_since:
+                    background_since = record.background_since
         strongest = _BLOCKED if blocked else ActivityState.WORKING if working else _IDLE
-        since = (
-            None
-            if strongest is _IDLE
-            else min(s for state, s, *_ in held.values() if state is strongest)
+        self._next[name] = min(one.expires for one in held.values())
+        agents: tuple[dict[str, Any], ...] = ()
+        if shown:
+            ordered = sorted(held.items(), key=lambda item: item[1].record.order())
+            agents = tuple(one.record.entry(session) for session, one in ordered)
+        current = Activity(
+            strongest,
+            strongest_since.get(strongest),
+            (working, blocked),
+            (count, background_since) if count else _NO_BACKGROUND,
+            agents,
         )
-        self._next[name] = min(expires for _, _, expires, *_ in held.values())
-        background: Background = (count, background_since) if count else _NO_BACKGROUND
-        current: Activity = (strongest, since, (working, blocked), background)
         if current == previous:
             return False
         self._shown[name] = current
         return True
 
     def entry(self, name: str) -> Activity:
-        """``name``'s activity, since when it holds and its session counts, the TTL
-        resolved: the same object for as long as none of them changes."""
+        """``name``'s :class:`Activity`, the TTL resolved: the same object for as long as
+        none of it changes."""
         shown = self._shown.get(name)
         if shown is None:
-            return _IDLE_ACTIVITY
+            return IDLE_ACTIVITY
         now = self._clock()
         if now < self._next[name]:
             return shown
         held = self._sessions[name]
-        for session in [s for s, (_, _, expires, *_) in held.items() if now >= expires]:
+        for session in [s for s, one in held.items() if now >= one.expires]:
             del held[session]
             if (name, session) in self._in_grace:
                 self._in_grace.discard((name, session))
                 self._grace_lapses.append((name, session))
         self._recount(name, shown)
-        return self._shown.get(name, _IDLE_ACTIVITY)
+        return self._shown.get(name, IDLE_ACTIVITY)
 
     def get(self, name: str) -> ActivityState:
-        return self.entry(name)[0]
+        return self.entry(name).state
 
     def background(self, name: str) -> Background:
         """How many commands ``name``'s sessions left running, and since when."""
-        return self.entry(name)[3]
+        return self.entry(name).background
 
     def since(self, name: str) -> int | None:
         """Since when (unix ms) ``name``'s working or blocked state holds; None when idle."""
-        return self.entry(name)[1]
+        return self.entry(name).since
 
     def next_expiry(self) -> float | None:
         now = self._clock()

@@ -7,9 +7,39 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codex_presence.broker.connections import Connection, ConnectionRegistry
+from codex_presence.broker.record import Report, SessionRecord
 from codex_presence.broker.tracker import ENDED_KEPT, ActivityTracker
 from codex_presence.core.activity import ActivityState
 from tests.support.broker_harness import FakeClock
+
+
+def report(
+    tracker: ActivityTracker,
+    name: str,
+    state: ActivityState,
+    ttl: float | None = None,
+    *,
+    now_ms: int = 0,
+    since: int | None = None,
+    session: str = "",
+    background: int = 0,
+    grace: bool = False,
+) -> bool:
+    """A report to ``tracker`` (the memory store's way), or, given a since, a TTL or a
+    grace, a record put as a shared store's mirror puts it."""
+    if since is None and ttl is None and not grace:
+        return tracker.report(name, Report(state, session, background), now_ms)
+    record = SessionRecord(
+        state, now_ms if since is None else since, background, now_ms if background else 0
+    )
+    return tracker.put(name, session, record, ttl, grace=grace)
+
+
+def shown(tracker: ActivityTracker) -> tuple[object, ...]:
+    """Member a's activity, background, sessions (without the agents)."""
+    entry = tracker.entry("a")
+    return (entry.state, entry.since, entry.sessions, entry.background)
+
 
 IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityState.BLOCKED
 
@@ -17,26 +47,26 @@ IDLE, WORKING, BLOCKED = ActivityState.IDLE, ActivityState.WORKING, ActivityStat
 def test_idle_is_absence() -> None:
     tracker = ActivityTracker(clock=FakeClock())
     assert tracker.get("alice") is IDLE
-    assert tracker.report("alice", IDLE) is False
+    assert report(tracker, "alice", IDLE) is False
     assert len(tracker) == 0
-    assert tracker.report("alice", WORKING) is True
+    assert report(tracker, "alice", WORKING) is True
     assert len(tracker) == 1
-    assert tracker.report("alice", IDLE) is True
+    assert report(tracker, "alice", IDLE) is True
     assert len(tracker) == 0
 
 
 def test_only_changes_are_changes() -> None:
     tracker = ActivityTracker(clock=FakeClock())
-    assert tracker.report("a", WORKING) is True
-    assert tracker.report("a", WORKING) is False  # a heartbeat
-    assert tracker.report("a", BLOCKED) is True
-    assert tracker.report("a", WORKING) is True
+    assert report(tracker, "a", WORKING) is True
+    assert report(tracker, "a", WORKING) is False  # a heartbeat
+    assert report(tracker, "a", BLOCKED) is True
+    assert report(tracker, "a", WORKING) is True
 
 
 def test_ttl_lapses_on_read_without_any_sweeper() -> None:
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
-    tracker.report("a", WORKING)
+    report(tracker, "a", WORKING)
     clock.advance(29.999)
     assert tracker.get("a") is WORKING
     clock.advance(0.001)
@@ -47,39 +77,39 @@ def test_ttl_lapses_on_read_without_any_sweeper() -> None:
 def test_heartbeat_extends_and_a_lapsed_report_reads_as_a_change() -> None:
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
-    tracker.report("a", BLOCKED)
+    report(tracker, "a", BLOCKED)
     clock.advance(20)
-    assert tracker.report("a", BLOCKED) is False
+    assert report(tracker, "a", BLOCKED) is False
     clock.advance(20)
     assert tracker.get("a") is BLOCKED
     clock.advance(10)
-    assert tracker.report("a", BLOCKED) is True  # it had lapsed to idle
+    assert report(tracker, "a", BLOCKED) is True  # it had lapsed to idle
 
 
 def test_since_is_kept_by_a_heartbeat_and_moved_by_a_change() -> None:
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
     assert tracker.since("a") is None
-    tracker.report("a", WORKING, now_ms=1_000)
+    report(tracker, "a", WORKING, now_ms=1_000)
     clock.advance(20)
-    tracker.report("a", WORKING, now_ms=21_000)  # a heartbeat
+    report(tracker, "a", WORKING, now_ms=21_000)  # a heartbeat
     assert tracker.since("a") == 1_000
-    tracker.report("a", BLOCKED, now_ms=22_000)
+    report(tracker, "a", BLOCKED, now_ms=22_000)
     assert tracker.since("a") == 22_000
     clock.advance(30)  # nobody heartbeats: it lapses, and the next report starts anew
     assert tracker.since("a") is None
-    tracker.report("a", BLOCKED, now_ms=60_000)
+    report(tracker, "a", BLOCKED, now_ms=60_000)
     assert tracker.since("a") == 60_000
-    tracker.report("a", BLOCKED, now_ms=61_000, since=5)  # a shared store's record says
+    report(tracker, "a", BLOCKED, now_ms=61_000, since=5)  # a shared store's record says
     assert tracker.since("a") == 5
-    tracker.report("a", IDLE, now_ms=62_000)
+    report(tracker, "a", IDLE, now_ms=62_000)
     assert tracker.since("a") is None
 
 
 def test_fractional_ttl_and_bad_ttl() -> None:
     clock = FakeClock()
     tracker = ActivityTracker(ttl=0.25, clock=clock)
-    tracker.report("a", WORKING)
+    report(tracker, "a", WORKING)
     clock.advance(0.24)
     assert tracker.get("a") is WORKING
     clock.advance(0.01)
@@ -93,9 +123,9 @@ def test_next_expiry_drops_the_lapsed() -> None:
     clock = FakeClock(100)
     tracker = ActivityTracker(ttl=10, clock=clock)
     assert tracker.next_expiry() is None
-    tracker.report("a", WORKING)
+    report(tracker, "a", WORKING)
     clock.advance(3)
-    tracker.report("b", BLOCKED)
+    report(tracker, "b", BLOCKED)
     assert tracker.next_expiry() == 110
     clock.advance(8)
     assert tracker.next_expiry() == 113
@@ -110,7 +140,7 @@ def test_a_report_may_carry_its_own_ttl() -> None:
     clock = FakeClock(100)
     tracker = ActivityTracker(ttl=30, clock=clock)
     assert tracker.next_lapse() is None
-    assert tracker.report("a", BLOCKED, ttl=2.5) is True
+    assert report(tracker, "a", BLOCKED, ttl=2.5) is True
     assert tracker.next_lapse() == 2.5
     clock.advance(2)
     assert tracker.next_lapse() == 0.5
@@ -143,7 +173,7 @@ def test_matches_a_model(steps: list[tuple[str, ActivityState, float]]) -> None:
     for name, state, gap in steps:
         clock.advance(gap)
         before = expected(name)
-        assert tracker.report(name, state) is (before is not state)
+        assert report(tracker, name, state) is (before is not state)
         model[name] = (state, clock.now)
         for other in ("a", "b"):
             assert tracker.get(other) is expected(other)
@@ -178,25 +208,25 @@ def test_background_is_held_apart_from_the_state() -> None:
     0 makes the session idle-and-absent again."""
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
-    assert tracker.report("a", IDLE, session="s1", background=1, now_ms=1000) is True
-    assert tracker.entry("a") == (IDLE, None, (0, 0), (1, 1000))
+    assert report(tracker, "a", IDLE, session="s1", background=1, now_ms=1000) is True
+    assert shown(tracker) == (IDLE, None, (0, 0), (1, 1000))
     assert tracker.holds("a", "s1")
-    assert tracker.report("a", WORKING, session="s2", background=2, now_ms=2000) is True
-    assert tracker.entry("a") == (WORKING, 2000, (1, 0), (3, 1000))
-    assert tracker.report("a", IDLE, session="s1", background=1, now_ms=3000) is False
-    assert tracker.report("a", IDLE, session="s1", background=0, now_ms=4000) is True
+    assert report(tracker, "a", WORKING, session="s2", background=2, now_ms=2000) is True
+    assert shown(tracker) == (WORKING, 2000, (1, 0), (3, 1000))
+    assert report(tracker, "a", IDLE, session="s1", background=1, now_ms=3000) is False
+    assert report(tracker, "a", IDLE, session="s1", background=0, now_ms=4000) is True
     assert tracker.background("a") == (2, 2000)
     assert not tracker.holds("a", "s1")
-    assert tracker.report("a", IDLE, session="s2", now_ms=5000) is True
-    assert tracker.entry("a") == (IDLE, None, (0, 0), (0, None))
+    assert report(tracker, "a", IDLE, session="s2", now_ms=5000) is True
+    assert shown(tracker) == (IDLE, None, (0, 0), (0, None))
     assert len(tracker) == 0
 
 
 def test_background_lapses_with_its_session() -> None:
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
-    tracker.report("a", IDLE, session="s1", background=1, now_ms=1)
-    tracker.report("a", IDLE, session="s2", background=1, now_ms=2)
+    report(tracker, "a", IDLE, session="s1", background=1, now_ms=1)
+    report(tracker, "a", IDLE, session="s2", background=1, now_ms=2)
     assert tracker.shorten("a", "s1", 3) is True  # its subscription ended
     clock.advance(3)
     assert tracker.background("a") == (1, 2)
@@ -209,25 +239,25 @@ def test_a_session_ended_by_a_report_of_idle_is_told_from_one_that_lapsed() -> N
     """What tells a clean end from a death where the reports went to another broker."""
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
-    tracker.report("a", WORKING, session="clean")
-    tracker.report("a", WORKING, session="dead")
+    report(tracker, "a", WORKING, session="clean")
+    report(tracker, "a", WORKING, session="dead")
     assert not tracker.ended_idle("a", "clean")  # held: not ended at all
-    tracker.report("a", IDLE, session="clean")
+    report(tracker, "a", IDLE, session="clean")
     tracker.shorten("a", "dead", 3)
     clock.advance(3)
     assert not tracker.holds("a", "clean") and not tracker.holds("a", "dead")
     assert tracker.ended_idle("a", "clean") and not tracker.ended_idle("a", "dead")
-    tracker.report("a", IDLE, session="dead")  # not held: it had lapsed, and stays so
+    report(tracker, "a", IDLE, session="dead")  # not held: it had lapsed, and stays so
     assert not tracker.ended_idle("a", "dead")
-    tracker.report("a", WORKING, session="clean")  # the same id again: news since
+    report(tracker, "a", WORKING, session="clean")  # the same id again: news since
     assert not tracker.ended_idle("a", "clean")
 
 
 def test_the_sessions_remembered_as_ended_idle_are_bounded() -> None:
     tracker = ActivityTracker(clock=FakeClock())
     for n in range(ENDED_KEPT + 1):
-        tracker.report("a", WORKING, session=f"s{n}")
-        tracker.report("a", IDLE, session=f"s{n}")
+        report(tracker, "a", WORKING, session=f"s{n}")
+        report(tracker, "a", IDLE, session=f"s{n}")
     assert not tracker.ended_idle("a", "s0")  # the oldest, forgotten
     assert tracker.ended_idle("a", "s1") and tracker.ended_idle("a", f"s{ENDED_KEPT}")
 
@@ -239,12 +269,12 @@ def test_a_lapse_on_a_grace_is_kept_for_the_taking_and_a_report_since_clears_it(
     clock = FakeClock()
     tracker = ActivityTracker(ttl=30, clock=clock)
     for session in ("died", "back", "clean", "ttl"):
-        tracker.report("a", BLOCKED, session=session)
-    tracker.report("b", WORKING, 3, session="there", grace=True)  # another broker's release
+        report(tracker, "a", BLOCKED, session=session)
+    report(tracker, "b", WORKING, 3, session="there", grace=True)  # another broker's release
     for session in ("died", "back", "clean"):
         assert tracker.shorten("a", session, 3)
-    tracker.report("a", BLOCKED, session="back")  # reported again: the full TTL
-    tracker.report("a", IDLE, session="clean")
+    report(tracker, "a", BLOCKED, session="back")  # reported again: the full TTL
+    report(tracker, "a", IDLE, session="clean")
     clock.advance(3)
     assert sorted(tracker.take_grace_lapses()) == [("a", "died"), ("b", "there")]
     assert tracker.take_grace_lapses() == []  # taken once

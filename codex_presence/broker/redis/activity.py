@@ -1,42 +1,47 @@
-"""Named sessions' activity in Redis, and the subscriptions bound to them: the
+"""Agent sessions' activity in Redis, and the subscriptions bound to them: the
 :class:`SessionActivity` that :class:`~codex_presence.broker.redis.store.RedisStore` uses.
 
-The anonymous session (a report without a session id) stays where it always was
-(``a:<name>``, :mod:`~codex_presence.broker.redis.store`); each named one has its own keys,
-next to it under the team's prefix:
+Every session has the same keys under the team's prefix (the anonymous session, a report
+without a session id, is the session ``""``: one schema):
 
 ``s:<session>:<name>``
-    That session's activity, ``"<state> <since-ms>"``, set with ``PX`` = the TTL (idle is
-    the key's absence), exactly as ``a:<name>`` is; with a background count (commands the
-    session left running), ``"<state> <since-ms> <count> <count-since-ms>"``, and then it
-    is kept while idle too (``"idle <ms> 1 <ms>"``), under the same TTL and grace. The
-    session id's alphabet has no ``:``, so the name after it is whatever follows.
+    That session's :class:`~codex_presence.broker.record.SessionRecord` as a JSON object
+    (``{"state", "since", "background", "backgroundSince", "agent"}``,
+    :mod:`~.records`), set with ``PX`` = the TTL while the session is held (working,
+    blocked, or with a background count). A session that ends idle keeps its record
+    (its ``agent``) for :data:`~.scripts.IDLE_KEPT_MS`, out of ``S:<name>``, for a later
+    report without ``agent`` to find it; one without an agent is deleted. The session id's
+    alphabet has no ``:``, so the name after it is whatever follows.
 ``S:<name>``
-    A sorted set: the member's named sessions, each by when (Redis time, ms) its key
+    A sorted set: the member's held sessions, each by when (Redis time, ms) its key
     expires; what the snapshot reads, and what bounds a member's sessions: a report that
-    would make more than ``max_sessions`` of them (``a:<name>`` included) working or
-    blocked is refused (:class:`~codex_presence.broker.store.TooManySessions`).
+    would make more than ``max_sessions`` of them working or blocked is refused
+    (:class:`~codex_presence.broker.store.TooManySessions`; the anonymous session is never
+    refused).
 ``h:<broker>``
     A hash: the sessions (``<session>:<name>``) whose subscription is on that broker. When
     another broker prunes that one as dead (the ``g`` event, see :mod:`~.store`), every
     broker that hears it shortens those sessions to the grace (the first one does it and
     deletes the hash), so a dead broker's sessions go when its connection counts go.
 
-Events, on the team's channel and numbered by the same ``seq`` as every other:
-``[seq, "s", name, session, state, ttl_ms, since, createdAt, lastSeen, background,
-backgroundSince]`` — a session's report, or its TTL shortened to the grace (its
-subscription ended); an event without the last two (an older broker's) has no background.
-A broker of an older version ignores the kind, and reads a session value with a background
-as idle (its four words are not two).
+Events, on the team's channel and numbered by the same ``seq`` as every other, are JSON
+objects: ``{"seq", "kind": "s", "name", "session", "ttl", "createdAt", "lastSeen",
+"record"}`` — a session's report, or its TTL shortened to the grace (its subscription
+ended). Each is read through :mod:`~.records`: one holding what no broker writes is
+dropped alone.
 
-A key of these found holding another type (written by hand, or by another program) is
-garbage: the scripts that write it delete it and start anew, the snapshot skips it, so
-nothing found there stops a broker (the rule of :mod:`~.scripts`, whose
-``TOLERANT`` helpers and ``meta`` these scripts share).
+The scripts are :data:`~.scripts.REPORT` and :data:`~.scripts.BINDINGS`; the snapshot
+(:data:`~.scripts.SNAPSHOT`) is the store's. A key found holding another type is garbage:
+the scripts that write it delete it and start anew, the snapshot skips it.
 
 Binding and releasing never wait (they happen in a stream's ``finally``): they are queued,
 latest per session, and sent at once by :meth:`SessionActivity.keep`; after a reconnection
 this broker binds all its sessions again.
+
+The mirror keeps each session's latest event number, to apply events in order whichever
+way they come (a script's reply, its echo): for the sessions held and, past that, for the
+:data:`~codex_presence.broker.tracker.ENDED_KEPT` latest others, so that the ids a member
+ever reported do not grow a broker's memory (the in-memory store keeps as many).
 """
 
 from __future__ import annotations
@@ -48,169 +53,44 @@ from typing import Any
 import anyio
 import orjson
 
-from codex_presence._wire import (
-    ACTIVITY_STATES,
-    SESSION_GRACE,
-    ActivityState,
-    background_problem,
-)
+from codex_presence._wire import SESSION_GRACE
+from codex_presence.broker.record import KEEP, Report, SessionRecord
+from codex_presence.broker.redis import records
 from codex_presence.broker.redis.link import RedisLink
-from codex_presence.broker.redis.scripts import _META, TOLERANT
+from codex_presence.broker.redis.records import SEQ_MAX, TIME_MAX, TTL_MAX, number
+from codex_presence.broker.redis.scripts import BINDINGS, REPORT
 from codex_presence.broker.store import TooManySessions
-from codex_presence.broker.tracker import ActivityTracker
+from codex_presence.broker.tracker import ENDED_KEPT, ActivityTracker
 
-__all__ = ["SessionActivity"]
+__all__ = ["SessionActivity", "SessionEvent"]
 
 logger = logging.getLogger("codex_presence.broker")
 
-_IDLE = ActivityState.IDLE
 
-_LUA_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-_LUA_OWN = """
-local function own(key, kind)
-  local found = redis.call('TYPE', key)['ok']
-  if found ~= 'none' and found ~= kind then redis.call('DEL', key) end
-end
-"""
-# ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound, the
-# background count.
-_REPORT = (
-    TOLERANT
-    + _LUA_NOW
-    + _LUA_OWN
-    + _META
-    + """
-local ns, name, sid, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local px, at, most = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local bg = tonumber(ARGV[8]) or 0
-local key = ns .. 's:' .. sid .. ':' .. name
-local index = ns .. 'S:' .. name
-own(key, 'string')
-own(index, 'zset')
-redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
-if (state ~= 'idle' or bg > 0) and not redis.call('ZSCORE', index, sid) then
-  local held = redis.call('ZCARD', index) + redis.call('EXISTS', ns .. 'a:' .. name)
-  if held >= most then return false end
-end
-local since, bgsince = at, 0
-if bg > 0 then bgsince = at end
-local previous = redis.call('GET', key)
-if previous then
-  local words = {}
-  for word in string.gmatch(previous, '%S+') do words[#words + 1] = word end
-  if words[1] == state then since = int(words[2]) or at end
-  if bg > 0 and (int(words[3]) or 0) > 0 then bgsince = int(words[4]) or at end
-end
-if state == 'idle' and bg <= 0 then
-  redis.call('DEL', key)
-  redis.call('ZREM', index, sid)
-else
-  local value = state .. ' ' .. string.format('%d', since)
-  if bg > 0 then value = value .. ' ' .. string.format('%d %d', bg, bgsince) end
-  redis.call('SET', key, value, 'PX', px)
-  redis.call('ZADD', index, now + px, sid)
-  if redis.call('PTTL', index) < px then redis.call('PEXPIRE', index, px) end
-end
-local c, s = meta(ns, name, at, at)
-local seq = next_seq(ns)
-local event = cjson.encode({seq, 's', name, sid, state, px, since, c, s, bg, bgsince})
-redis.call('PUBLISH', KEYS[1], event)
-return event
-"""
-)
-# ARGV: prefix, this broker, grace ms, then (op, a, b) triples: "b" name session (bound
-# here), "r" name session (released here: shorten), "d" broker "" (dead: shorten all its
-# sessions), "B" "" "" (forget every binding of this broker: the full set follows).
-_BINDINGS = (
-    TOLERANT
-    + _LUA_NOW
-    + _LUA_OWN
-    + """
-local ns, me, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local mine = ns .. 'h:' .. me
-own(mine, 'hash')
-local function shorten(name, sid)
-  local key = ns .. 's:' .. sid .. ':' .. name
-  own(key, 'string')
-  own(ns .. 'S:' .. name, 'zset')
-  local pttl = redis.call('PTTL', key)
-  if pttl > grace then
-    redis.call('PEXPIRE', key, grace)
-    redis.call('ZADD', ns .. 'S:' .. name, now + grace, sid)
-    pttl = grace
-  end
-  if pttl <= 0 then return end
-  local words = {}
-  for word in string.gmatch(redis.call('GET', key), '%S+') do words[#words + 1] = word end
-  local since = int(words[2])
-  if not since then return end
-  local m = {0, 0}
-  if redis.call('TYPE', ns .. 'm:' .. name)['ok'] == 'hash' then
-    m = redis.call('HMGET', ns .. 'm:' .. name, 'c', 's')
-  end
-  local seq = next_seq(ns)
-  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 's', name, sid, words[1], pttl, since,
-    int(m[1]) or 0, int(m[2]) or 0, int(words[3]) or 0, int(words[4]) or 0}))
-end
-for i = 4, #ARGV, 3 do
-  local op, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if op == 'B' then
-    redis.call('DEL', mine)
-  elseif op == 'b' then
-    redis.call('HSET', mine, b .. ':' .. a, '1')
-  elseif op == 'r' then
-    redis.call('HDEL', mine, b .. ':' .. a)
-    shorten(a, b)
-  elseif op == 'd' then
-    local theirs = ns .. 'h:' .. a
-    own(theirs, 'hash')
-    for _, field in ipairs(redis.call('HKEYS', theirs)) do
-      local colon = string.find(field, ':', 1, true)
-      if colon then shorten(string.sub(field, colon + 1), string.sub(field, 1, colon - 1)) end
-    end
-    redis.call('DEL', theirs)
-  end
-end
-return 1
-"""
-)
-# ARGV: prefix, then every member's name.
-_SNAPSHOT = (
-    TOLERANT
-    + """
-local ns = ARGV[1]
-local seq = int(look('GET', ns .. 'seq')) or 0
-local members = {}
-for i = 2, #ARGV do
-  local held = {}
-  local index = ns .. 'S:' .. ARGV[i]
-  local sids = {}
-  if redis.call('TYPE', index)['ok'] == 'zset' then
-    sids = redis.call('ZRANGE', index, 0, -1)
-  end
-  for _, sid in ipairs(sids) do
-    local key = ns .. 's:' .. sid .. ':' .. ARGV[i]
-    local value = redis.call('TYPE', key)['ok'] == 'string' and redis.call('GET', key)
-    if value then
-      held[#held + 1] = sid
-      held[#held + 1] = value
-      held[#held + 1] = redis.call('PTTL', key)
-    end
-  end
-  members[#members + 1] = held
-end
-return {seq, members}
-"""
-)
+class SessionEvent:
+    """An ``s`` event, read through the bounded reader (:class:`~.records.Unreadable`
+    for one that holds what no broker writes)."""
+
+    __slots__ = ("created", "name", "record", "seen", "seq", "session", "ttl_ms")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.seq = number(data.get("seq"), SEQ_MAX, "an event's seq")
+        name, session = data.get("name"), data.get("session")
+        if not isinstance(name, str) or not isinstance(session, str):
+            raise records.Unreadable("a session event without a name or a session")
+        self.name = name
+        self.session = session
+        self.ttl_ms = number(data.get("ttl"), TTL_MAX, "an event's ttl")
+        self.created = number(data.get("createdAt"), TIME_MAX, "an event's createdAt")
+        self.seen = number(data.get("lastSeen"), TIME_MAX, "an event's lastSeen")
+        self.record: SessionRecord = records.record(data.get("record"))
 
 
 class SessionActivity:
-    """The named sessions of ``names`` in Redis, mirrored into ``tracker`` (the store's),
-    and this broker's bindings. ``touched(name, createdAt, lastSeen)`` merges what an event
-    says of a member's times; ``changed(name)`` tells the broker to fan a member out."""
+    """The sessions of ``names`` in Redis, mirrored into ``tracker`` (the store's), and
+    this broker's bindings. ``touched(name, createdAt, lastSeen)`` merges what an event
+    says of a member's times; ``changed(name)`` tells the broker to fan a member out;
+    ``say_lost(keys)`` says the keys a script found unreadable."""
 
     def __init__(
         self,
@@ -222,11 +102,11 @@ class SessionActivity:
         max_sessions: int,
         touched: Callable[[str, int, int], None],
         changed: Callable[[str], None],
+        say_lost: Callable[[list[bytes]], None],
     ) -> None:
         self._link = link
         self._me = link.broker_id
         self._tracker = tracker
-        self._names = tuple(names)
         self._known = frozenset(names)
         self._ttl_ms = ttl_ms
         self._max = max_sessions
@@ -234,8 +114,11 @@ class SessionActivity:
         """The grace of the latest release (the broker's): a dead broker's sessions get it."""
         self._touched = touched
         self._changed = changed
-        self._synced_seq = 0
+        self._say_lost = say_lost
+        self.synced_seq = 0
         self._seq: dict[tuple[str, str], int] = {}
+        """Each session's latest event number applied (bounded: :meth:`_prune`)."""
+        self._seq_cap = 2 * ENDED_KEPT
         self._bound: set[tuple[str, str]] = set()
         """The sessions whose subscription is on this broker."""
         self._queued: dict[tuple[str, str], bool] = {}
@@ -243,24 +126,26 @@ class SessionActivity:
         self._dead: set[str] = set()
         """Brokers found dead whose sessions are still to shorten."""
         self._flush = anyio.Event()
-        self._report_script = link.script(_REPORT)
-        self._bindings_script = link.script(_BINDINGS)
-        self._snapshot_script = link.script(_SNAPSHOT)
+        self._report_script = link.script(REPORT)
+        self._bindings_script = link.script(BINDINGS)
         link.add_listener(self)
 
     # -- what the store asks -----------------------------------------------------------
 
-    async def report(
-        self, name: str, state: ActivityState, now_ms: int, session: str, background: int = 0
-    ) -> bool:
-        event = await self._link.call(
+    async def report(self, name: str, report: Report, now_ms: int) -> bool:
+        agent = b"" if report.agent is KEEP else orjson.dumps(report.agent)
+        args = [name, report.session, report.state.value, self._ttl_ms, now_ms, self._max]
+        reply = await self._link.call(
             self._report_script,
-            [name, session, state.value, self._ttl_ms, now_ms, self._max, background],
+            [*args, report.background, agent],
             doing="the report was not recorded; send it again",
         )
-        if event is None:
+        if reply is None:
             raise TooManySessions(self._max)
-        return bool(self._apply(orjson.loads(event)))
+        event, lost = reply
+        if lost:
+            self._say_lost(lost)
+        return bool(self.apply(SessionEvent(orjson.loads(event))))
 
     def bind(self, name: str, session: str) -> None:
         self._bound.add((name, session))
@@ -276,32 +161,31 @@ class SessionActivity:
         self._queued[key] = bound
         self._flush.set()
 
+    def load(self, seq: int, name: str, held: list[Any]) -> None:
+        """The snapshot's sessions of ``name`` (``[session, record, pttl, ...]``), read at
+        ``seq``: each readable one replaces what the mirror held; an unreadable one is
+        said and skipped (it counts as idle)."""
+        self.synced_seq = seq
+        self._tracker.forget_sessions(name)
+        for i in range(0, len(held), 3):
+            session = held[i].decode(errors="replace")
+            pttl = held[i + 2]
+            try:
+                record = records.record(orjson.loads(held[i + 1]))
+            except (records.Unreadable, orjson.JSONDecodeError) as exc:
+                self._link.dropped(self._link.key("s", session, name), str(exc))
+                continue
+            if isinstance(pttl, int) and pttl > 0:
+                self._tracker.put(name, session, record, pttl / 1000)
+
     # -- the link's listener -----------------------------------------------------------
 
     async def resync(self) -> None:
-        """Bind every session of this broker again, send what waited, then read every
-        named session."""
+        """Bind every session of this broker again, and send what waited (the store read
+        the sessions in its snapshot)."""
+        self._seq.clear()
         self._queued = {key: False for key, bound in self._queued.items() if not bound}
         await self._send(rebind=True)
-        seq, members = await self._link.run_script(self._snapshot_script, list(self._names))
-        self._synced_seq = int(seq)
-        self._seq.clear()
-        for name, held in zip(self._names, members, strict=True):
-            self._tracker.forget_sessions(name)
-            for i in range(0, len(held), 3):
-                session = held[i].decode(errors="replace")
-                stored = _stored(held[i + 1])
-                if stored is not None and held[i + 2] > 0:
-                    state, since, background, background_since = stored
-                    self._tracker.report(
-                        name,
-                        state,
-                        held[i + 2] / 1000,
-                        since=since,
-                        session=session,
-                        background=background,
-                        background_since=background_since,
-                    )
 
     async def keep(self) -> None:
         """Send bindings and releases as they come."""
@@ -324,19 +208,20 @@ class SessionActivity:
         for broker in dead:
             args.extend(("d", broker, ""))
         if len(args) > 2:
-            await self._link.run_script(self._bindings_script, args)
+            _, lost = await self._link.run_script(self._bindings_script, args)
+            if lost:
+                self._say_lost(lost)
 
-    def on_event(self, event: list[Any]) -> None:
-        kind = event[1]
-        if kind == "s":
-            if event[0] > self._synced_seq:
-                self._apply(event)
-        elif kind == "g":
-            if event[2] == self._me:  # taken for dead: shortened; bind again
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("kind") == "g":
+            broker = event.get("broker")
+            if broker == self._me:  # taken for dead: shortened; bind again
                 self._queue_rebind()
-            elif event[0] > self._synced_seq:
-                self._dead.add(event[2])
-                self._flush.set()
+            elif isinstance(broker, str):
+                seq = number(event.get("seq"), SEQ_MAX, "an event's seq")
+                if seq > self.synced_seq:
+                    self._dead.add(broker)
+                    self._flush.set()
 
     def _queue_rebind(self) -> None:
         for key in self._bound:
@@ -354,61 +239,39 @@ class SessionActivity:
 
     # -- the mirror --------------------------------------------------------------------
 
-    def _apply(self, event: list[Any]) -> bool | None:
+    def apply(self, event: SessionEvent) -> bool | None:
         """Apply an ``s`` event (ours or another broker's) unless a later one for that
         session was applied; whether the member's activity shown changed (None: nothing
         applied). A shortened TTL wakes the fan-out too, for it to see the lapse."""
-        seq, _, name, session, word, ttl_ms, since, created, seen, *more = event
+        name = event.name
         if name not in self._known:
             return None
-        self._touched(name, created, seen)
-        key = (name, session)
-        if seq <= self._seq.get(key, 0):
+        self._touched(name, event.created, event.seen)
+        key = (name, event.session)
+        if event.seq <= self._seq.get(key, 0):
             return None
-        self._seq[key] = seq
-        state = ACTIVITY_STATES.get(word, _IDLE)
-        background, background_since = _background(more)
-        changed = self._tracker.report(
+        self._seq.pop(key, None)  # the latest, last
+        self._seq[key] = event.seq
+        if len(self._seq) > self._seq_cap:
+            self._prune()
+        shortened = event.ttl_ms < self._ttl_ms
+        changed = self._tracker.put(
             name,
-            state,
-            ttl_ms / 1000,
-            since=int(since),
-            session=session,
-            background=background,
-            background_since=background_since,
-            grace=ttl_ms < self._ttl_ms,  # a report holds the TTL; a release, its grace
+            event.session,
+            event.record,
+            event.ttl_ms / 1000,
+            grace=shortened,  # a report holds the TTL; a release, its grace
         )
-        if changed or ttl_ms < self._ttl_ms:
+        if changed or shortened:
             self._changed(name)
         return changed
 
-
-def _background(more: list[Any]) -> tuple[int, int | None]:
-    """An event's background count and its since (0, None: none, or unreadable)."""
-    if (
-        len(more) >= 2
-        and background_problem(more[0]) is None
-        and more[0] > 0
-        and isinstance(more[1], int)
-        and not isinstance(more[1], bool)
-        and more[1] >= 0
-    ):
-        return more[0], more[1]
-    return 0, None
-
-
-def _stored(value: bytes) -> tuple[ActivityState, int, int, int | None] | None:
-    """A session's value, ``"<state> <since-ms>[ <count> <count-since-ms>]"``, as (state,
-    since, count, count since); None for one this version cannot read (it counts as idle)."""
-    words = value.split()
-    state = ACTIVITY_STATES.get(words[0].decode(errors="replace")) if words else None
-    if state is None or len(words) not in (2, 4) or not words[1].isdigit():
-        return None
-    count, count_since = 0, None
-    if len(words) == 4 and words[2].isdigit() and words[3].isdigit():
-        count, count_since = int(words[2]), int(words[3])
-        if background_problem(count) is not None:
-            count, count_since = 0, None
-    if state is _IDLE and count == 0:
-        return None
-    return state, int(words[1]), count, count_since
+    def _prune(self) -> None:
+        """Keep the event numbers of the sessions held, and of the :data:`ENDED_KEPT`
+        latest others: an older one's next event is applied as new (its number is later
+        than any this broker forgot, since the numbers only grow)."""
+        holds = self._tracker.holds
+        others = [key for key in self._seq if not holds(*key)]
+        for key in others[: max(0, len(others) - ENDED_KEPT)]:
+            del self._seq[key]
+        self._seq_cap = max(2 * ENDED_KEPT, 2 * len(self._seq))

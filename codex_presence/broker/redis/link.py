@@ -60,7 +60,7 @@ share one Redis Cluster slot, so that the scripts that change several of them at
 legal there. Several teams, or several deployments with their own prefixes, can share one
 Redis.
 
-Events are JSON arrays ``[seq, kind, ...]`` published by the stores' Lua scripts (so an
+Events are JSON objects ``{"seq", "kind", ...}`` published by the stores' Lua scripts (so an
 event goes out exactly when its change is made, in the same atomic step); ``seq`` orders
 the changes of presence (see :mod:`~codex_presence.broker.redis.store`).
 
@@ -95,6 +95,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from codex_presence.broker.redis.batch import ScriptBatch
+from codex_presence.broker.redis.records import Unreadable
 from codex_presence.broker.redis.replies import Replies
 from codex_presence.broker.redis.sentinel import (
     SENTINEL_SCHEMES,
@@ -129,6 +130,8 @@ MAX_CONNECTIONS = 16
 """Connections to Redis at most: the subscription, and the batches of script calls in
 flight (each takes a connection for one round trip)."""
 
+_DROPPED_SAID = 1024
+"""Places and reasons of dropped values said in the log at most (then only counted)."""
 UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
 """What a Redis that went away, never answered, or refused (out of memory, an ACL) raises:
 an outage, never a crash."""
@@ -149,8 +152,9 @@ class RedisListener(Protocol):
     async def keep(self) -> None:
         """Background work while connected (returns never, or raises: an outage)."""
 
-    def on_event(self, event: list[Any]) -> None:
-        """One event from the team's channel."""
+    def on_event(self, event: dict[str, Any]) -> None:
+        """One event from the team's channel: a JSON object with a ``kind``. Raises
+        :class:`~.records.Unreadable` for one holding what no broker writes."""
 
     def on_down(self, reason: str) -> None:
         """The link is down: the state may be stale."""
@@ -255,6 +259,12 @@ class RedisLink:
         self._failure: Exception | None = None
         self._connection: anyio.CancelScope | None = None
         """The scope of the connection while it is up (:meth:`reconnect` ends it)."""
+        self.dropped_count = 0
+        self._dropped_said: set[tuple[str, str]] = set()
+        """Keys and events dropped for holding what no broker writes (:meth:`dropped`)."""
+        self.refusing: str | None = None
+        """Why Redis refused the latest request's script (None once one was run): while
+        it refuses every report, ``/healthz`` says 503 too."""
 
     def key(self, *parts: str) -> str:
         """The team's key named by ``parts``."""
@@ -285,7 +295,9 @@ class RedisLink:
         came_back = self._next_up
         try:
             try:
-                return await self.run_script(script, args)
+                reply = await self.run_script(script, args)
+                self.refusing = None
+                return reply
             except RedisConnectionError:
                 if self._sentinel is None:
                     raise
@@ -294,10 +306,13 @@ class RedisLink:
                 await self._failover(came_back)
                 if not self.up:
                     raise
-                return await self.run_script(script, args)
+                reply = await self.run_script(script, args)
+                self.refusing = None
+                return reply
         except ResponseError as exc:
             failure = "refused the command"
             why = _why(exc)
+            self.refusing = f"the shared store (Redis) refuses the scripts: {doing}"
         except UNREACHABLE as exc:
             failure = "is unreachable"
             why = _why(exc)
@@ -400,19 +415,40 @@ class RedisLink:
         raise RedisConnectionError("the subscription ended")
 
     def _deliver(self, data: bytes) -> None:
-        """One message of the team's channel, to every listener."""
+        """One message of the team's channel, to every listener. One that is no JSON
+        object with a ``kind``, or that holds what no broker writes
+        (:class:`~.records.Unreadable`), is dropped and counted, alone."""
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
-            logger.warning("redis: an event that is not JSON on %s", self.channel)
+            self.dropped(self.channel, "an event that is not JSON")
             return
-        if not isinstance(event, list) or len(event) < 2:
+        if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
+            self.dropped(self.channel, "an event that is no JSON object with a kind")
             return
         for listener in self._listeners:
             try:
                 listener.on_event(event)
+            except Unreadable as exc:
+                self.dropped(self.channel, str(exc))
             except Exception:  # an event of another version, or a bug: never fatal
-                logger.warning("redis: could not apply the event %r", event, exc_info=True)
+                self.dropped(self.channel, "an event this broker could not apply")
+                logger.debug("redis: could not apply the event %r", event, exc_info=True)
+
+    def dropped(self, where: str, why: str) -> None:
+        """A key or an event holding what no broker writes was dropped: counted
+        (:attr:`dropped_count`), and said in the log once for each place and reason (for
+        the first :data:`_DROPPED_SAID` of them: a flood of forged events fills no log)."""
+        self.dropped_count += 1
+        said = (where, why)
+        if said not in self._dropped_said and len(self._dropped_said) < _DROPPED_SAID:
+            self._dropped_said.add(said)
+            logger.warning(
+                "redis: dropped what no broker writes in %s: %s (%d dropped so far)",
+                where,
+                why,
+                self.dropped_count,
+            )
 
     def _up(self) -> None:
         self._backoff.reset()

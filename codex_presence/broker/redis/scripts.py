@@ -24,9 +24,14 @@ So every script starts with :data:`TOLERANT`, whose helpers read defensively:
     A stored count or time: a string of at most 15 digits (exact as a Lua number), or
     nil for anything else (``garbage``, ``1e9``, ``-1``).
 ``next_seq(ns)``
-    ``INCR`` of the change counter; a counter that is not an integer (or not a string)
-    is deleted and starts again at 1, which every broker takes for the numbering having
-    started again (it reads the state in full, as after ``DEL seq``).
+    ``INCR`` of the change counter; a counter that is not an integer (or not a string),
+    one ``INCR`` cannot increment (``9223372036854775807``), or one past 14 digits (which
+    cjson would round in the events) is deleted and starts again at 1, which every broker
+    takes for the numbering having started again (it reads the state in full, as after
+    ``DEL seq``).
+``time(value)``, ``decoded(value)``
+    A number from a decoded record that is a time a broker writes (else nil); a stored
+    JSON object decoded (nil for anything else).
 
 Each script returns what it found unreadable (``lost``: the keys' names) beside its
 answer, and the broker says so in its log, once, naming the key (see
@@ -37,7 +42,7 @@ Redis refusing, and fails the script as before.
 
 from __future__ import annotations
 
-__all__ = ["COUNTS", "LEAVE", "REPORT", "SNAPSHOT", "TEAM", "TOLERANT"]
+__all__ = ["BINDINGS", "COUNTS", "IDLE_KEPT_MS", "LEAVE", "REPORT", "SNAPSHOT", "TEAM", "TOLERANT"]
 
 TOLERANT = """
 local lost = {}
@@ -74,7 +79,8 @@ end
 local function next_seq(ns)
   local key = ns .. 'seq'
   local reply = redis.pcall('INCR', key)
-  if failed(reply, 'WRONGTYPE') or failed(reply, 'not an integer') then
+  if failed(reply, 'WRONGTYPE') or failed(reply, 'not an integer')
+    or failed(reply, 'overflow') or (type(reply) == 'number' and reply > 99999999999999) then
     redis.call('DEL', key)
     lost[#lost + 1] = key
     reply = redis.call('INCR', key)
@@ -82,6 +88,19 @@ local function next_seq(ns)
     return redis.call('INCR', key)
   end
   return reply
+end
+local function time(value)
+  if type(value) == 'number' and value >= 0 and value <= 99999999999999
+    and value == math.floor(value) then
+    return value
+  end
+  return nil
+end
+local function decoded(value)
+  if type(value) ~= 'string' then return nil end
+  local ok, data = pcall(cjson.decode, value)
+  if ok and type(data) == 'table' then return data end
+  return nil
 end
 """
 
@@ -112,33 +131,134 @@ local function meta(ns, name, created, seen)
   return c, s
 end
 """
-REPORT = (
-    TOLERANT
-    + _META
-    + """
-local ns, name, state, px, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local key = ns .. 'a:' .. name
-local since = now
-local previous = on('GET', key)
-if previous then
-  local space = string.find(previous, ' ', 1, true)
-  if space and string.sub(previous, 1, space - 1) == state then
-    since = int(string.sub(previous, space + 1)) or now
+_OWN = """
+local function own(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= 'none' and found ~= kind then
+    redis.call('DEL', key)
+    lost[#lost + 1] = key
   end
 end
-if state == 'idle' then
-  redis.call('DEL', key)
-else
-  redis.call('SET', key, state .. ' ' .. string.format('%d', since), 'PX', px)
+"""
+IDLE_KEPT_MS = 3_600_000
+"""How long a session that ended idle keeps its record (its ``agent``) in Redis, for a later
+report without ``agent`` to find it."""
+# ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound, the
+# background count, the agent ("" keeps the stored one; else its JSON, "null" included).
+REPORT = (
+    TOLERANT
+    + _NOW
+    + _OWN
+    + _META
+    + f"""
+local ns, name, sid, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local px, at, most = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local bg = tonumber(ARGV[8]) or 0
+local key = ns .. 's:' .. sid .. ':' .. name
+local index = ns .. 'S:' .. name
+own(key, 'string')
+own(index, 'zset')
+local holds = state ~= 'idle' or bg > 0
+local score = redis.call('ZSCORE', index, sid)
+if holds and sid ~= '' and not (score and tonumber(score) > now) then
+  if redis.call('ZCOUNT', index, '(' .. now, '+inf') >= most then return false end
 end
-local c, s = meta(ns, name, now, now)
+local since, bgsince, agent = at, 0, cjson.null
+if bg > 0 then bgsince = at end
+local stored = redis.call('GET', key)
+local previous = decoded(stored)
+if stored and not previous then lost[#lost + 1] = key end
+if previous then
+  if previous['state'] == state then since = time(previous['since']) or at end
+  if bg > 0 and (time(previous['background']) or 0) > 0 then
+    bgsince = time(previous['backgroundSince']) or at
+  end
+  if type(previous['agent']) == 'table' then agent = previous['agent'] end
+end
+if ARGV[9] ~= '' then agent = cjson.decode(ARGV[9]) end
+local record = {{state = state, since = since, background = bg, backgroundSince = bgsince,
+  agent = agent}}
+if holds then
+  redis.call('SET', key, cjson.encode(record), 'PX', px)
+  redis.call('ZADD', index, now + px, sid)
+  if redis.call('PTTL', index) < px then redis.call('PEXPIRE', index, px) end
+else
+  redis.call('ZREM', index, sid)
+  if agent ~= cjson.null then
+    redis.call('SET', key, cjson.encode(record), 'PX', {IDLE_KEPT_MS})
+  else
+    redis.call('DEL', key)
+  end
+end
+redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
+local c, s = meta(ns, name, at, at)
 local seq = next_seq(ns)
-local event = cjson.encode({seq, 'a', name, state, tonumber(px), since, c, s})
+local event = cjson.encode({{seq = seq, kind = 's', name = name, session = sid, ttl = px,
+  createdAt = c, lastSeen = s, record = record}})
 redis.call('PUBLISH', KEYS[1], event)
-return {event, lost}
+return {{event, lost}}
 """
 )
-"""A report: ``[event, lost]``."""
+"""A report of one session (the anonymous one is the session ``""``): ``[event, lost]``,
+or nil when it would make one session more busy than the bound."""
+# ARGV: prefix, this broker, grace ms, then (op, a, b) triples: "b" name session (bound
+# here), "r" name session (released here: shorten), "d" broker "" (dead: shorten all its
+# sessions), "B" "" "" (forget every binding of this broker: the full set follows).
+BINDINGS = (
+    TOLERANT
+    + _NOW
+    + _OWN
+    + """
+local ns, me, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local mine = ns .. 'h:' .. me
+own(mine, 'hash')
+local function shorten(name, sid)
+  local key = ns .. 's:' .. sid .. ':' .. name
+  local index = ns .. 'S:' .. name
+  own(key, 'string')
+  own(index, 'zset')
+  if not redis.call('ZSCORE', index, sid) then return end
+  local pttl = redis.call('PTTL', key)
+  if pttl > grace then
+    redis.call('PEXPIRE', key, grace)
+    redis.call('ZADD', index, now + grace, sid)
+    pttl = grace
+  end
+  if pttl <= 0 then return end
+  local record = decoded(redis.call('GET', key))
+  if not record then return end
+  local m = {0, 0}
+  if redis.call('TYPE', ns .. 'm:' .. name)['ok'] == 'hash' then
+    m = redis.call('HMGET', ns .. 'm:' .. name, 'c', 's')
+  end
+  local seq = next_seq(ns)
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq = seq, kind = 's', name = name,
+    session = sid, ttl = pttl, createdAt = int(m[1]) or 0, lastSeen = int(m[2]) or 0,
+    record = record}))
+end
+for i = 4, #ARGV, 3 do
+  local op, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if op == 'B' then
+    redis.call('DEL', mine)
+  elseif op == 'b' then
+    redis.call('HSET', mine, b .. ':' .. a, '1')
+  elseif op == 'r' then
+    redis.call('HDEL', mine, b .. ':' .. a)
+    shorten(a, b)
+  elseif op == 'd' then
+    local theirs = ns .. 'h:' .. a
+    own(theirs, 'hash')
+    for _, field in ipairs(redis.call('HKEYS', theirs)) do
+      local colon = string.find(field, ':', 1, true)
+      if colon then shorten(string.sub(field, colon + 1), string.sub(field, 1, colon - 1)) end
+    end
+    redis.call('DEL', theirs)
+  end
+end
+return {1, lost}
+"""
+)
+"""Bindings of subscriptions to sessions, and their releases: ``[1, lost]``."""
 COUNTS = (
     TOLERANT
     + _NOW
@@ -163,17 +283,18 @@ for i = 5, #ARGV, 4 do
   local c, s = meta(ns, name, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]))
   if full then
     if count > 0 then
-      all[#all + 1] = name
-      all[#all + 1] = count
+      all[name] = count
     end
   else
     local seq = next_seq(ns)
-    redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'c', name, me, count, c, s}))
+    redis.call('PUBLISH', KEYS[1], cjson.encode({seq = seq, kind = 'c', name = name,
+      broker = me, count = count, createdAt = c, lastSeen = s}))
   end
 end
 if full then
   local seq = next_seq(ns)
-  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'b', me, all}))
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq = seq, kind = 'b', broker = me,
+    counts = all}))
 end
 redis.call('PEXPIRE', mine, bound)
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', brokers, '-inf', now - bound)) do
@@ -181,7 +302,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', brokers, '-inf', now - bound)) d
     redis.call('DEL', ns .. 'c:' .. id)
     redis.call('ZREM', brokers, id)
     local seq = next_seq(ns)
-    redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', id}))
+    redis.call('PUBLISH', KEYS[1], cjson.encode({seq = seq, kind = 'g', broker = id}))
   end
 end
 return {known and 1 or 0, lost}
@@ -195,7 +316,7 @@ local ns, me = ARGV[1], ARGV[2]
 redis.call('DEL', ns .. 'c:' .. me)
 if on('ZREM', ns .. 'brokers', me) == 1 then
   local seq = next_seq(ns)
-  redis.call('PUBLISH', KEYS[1], cjson.encode({seq, 'g', me}))
+  redis.call('PUBLISH', KEYS[1], cjson.encode({seq = seq, kind = 'g', broker = me}))
 end
 return {1, lost}
 """
@@ -215,18 +336,25 @@ for _, id in ipairs(look('ZRANGE', ns .. 'brokers', 0, -1) or {}) do
 end
 local members = {}
 for i = 2, #ARGV do
-  local key = ns .. 'a:' .. ARGV[i]
-  local activity = look('GET', key)
-  local meta = look('HMGET', ns .. 'm:' .. ARGV[i], 'c', 's') or {}
-  members[#members + 1] = activity or ''
-  members[#members + 1] = activity and redis.call('PTTL', key) or -2
-  members[#members + 1] = meta[1] or '0'
-  members[#members + 1] = meta[2] or '0'
+  local name = ARGV[i]
+  local meta = look('HMGET', ns .. 'm:' .. name, 'c', 's') or {}
+  local held = {}
+  for _, sid in ipairs(look('ZRANGE', ns .. 'S:' .. name, 0, -1) or {}) do
+    local key = ns .. 's:' .. sid .. ':' .. name
+    local value = look('GET', key)
+    if value then
+      held[#held + 1] = sid
+      held[#held + 1] = value
+      held[#held + 1] = redis.call('PTTL', key)
+    end
+  end
+  members[#members + 1] = {meta[1] or '0', meta[2] or '0', held}
 end
 return {seq or 0, brokers, members, lost}
 """
 )
-"""The whole state, read-only: ``[seq, brokers, members, lost]``."""
+"""The whole state, read-only: ``[seq, brokers, members, lost]``, each member ``[createdAt,
+lastSeen, [session, record, pttl, ...]]``."""
 TEAM = (
     TOLERANT
     + """

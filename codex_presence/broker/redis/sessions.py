@@ -6,7 +6,8 @@ sorted set of the member's session ids by expiry (in microseconds of Redis's clo
 two sign-ins in one millisecond still have an order), for the per-member cap. Signing in and
 signing out are Lua scripts (the record and the set change together), and each session
 that ends — signed out, or pushed out by the cap — is announced on the team's channel as
-``[0, "x", session_id]``, so that every broker ends the streams it opened at once.
+``{"seq": 0, "kind": "x", "id": session_id}``, so that every broker ends the streams it
+opened at once.
 
 A broker restart signs nobody out: the sessions are in Redis. Checking a cookie reads
 Redis once; the answer is then cached here until the session's expiry, an ``x`` event, or a
@@ -65,7 +66,7 @@ if over > 0 then
   ended = redis.call('ZRANGE', mine, 0, over - 1)
   for _, old in ipairs(ended) do
     redis.call('DEL', ns .. 's:' .. old)
-    redis.call('PUBLISH', KEYS[1], cjson.encode({0, 'x', old}))
+    redis.call('PUBLISH', KEYS[1], cjson.encode({seq = 0, kind = 'x', id = old}))
   end
   redis.call('ZREMRANGEBYRANK', mine, 0, over - 1)
 end
@@ -87,7 +88,7 @@ local ok, data = pcall(cjson.decode, record)
 if ok and type(data) == 'table' and type(data['member']) == 'string' then
   on('ZREM', ns .. 'sm:' .. data['member'], id)
 end
-redis.call('PUBLISH', KEYS[1], cjson.encode({0, 'x', id}))
+redis.call('PUBLISH', KEYS[1], cjson.encode({seq = 0, kind = 'x', id = id}))
 return 1
 """
 )
@@ -192,9 +193,9 @@ class RedisSessions:
     async def keep(self) -> None:
         await anyio.sleep_forever()
 
-    def on_event(self, event: list[Any]) -> None:
-        if event[1] == "x":
-            self._forget(event[2])
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event["kind"] == "x" and isinstance(event.get("id"), str):
+            self._forget(event["id"])
 
     def on_down(self, reason: str) -> None:
         pass

@@ -2,11 +2,13 @@
 
 What lives in Redis (keys under the team's prefix, see :mod:`~.link`):
 
-``a:<name>``
-    A working or blocked member's activity, ``"<state> <since-ms>"``, set with ``PX`` = the
-    TTL: Redis's own expiry is the TTL, and idle is the key's absence, as the design says.
-    ``since`` (the roster's ``activitySince``) is when the state began: a report of the
-    same state keeps it, another state (or a report after the key expired) starts it anew.
+``s:<session>:<name>``, ``S:<name>``, ``h:<broker>``
+    Each agent session's record (the anonymous one's too: it is the session ``""``), the
+    member's held sessions, and the subscriptions bound here: see :mod:`~.activity`.
+    Redis's own expiry is the TTL, and idle is the absence from ``S:<name>``, as the design
+    says. A record's ``since`` (the roster's ``activitySince``) is when the state began: a
+    report of the same state keeps it, another state (or a report after the key expired)
+    starts it anew.
 ``m:<name>``
     A hash: ``c`` (``createdAt``, the earliest any broker saw) and ``s`` (``lastSeen``, the
     latest), unix ms. Merged with min/max, so that any order of writes gives the same.
@@ -19,20 +21,27 @@ What lives in Redis (keys under the team's prefix, see :mod:`~.link`):
     A counter that numbers every change of presence; each event carries its number.
 
 Every change is one Lua script (atomic: nothing is ever half-written) that also publishes
-the event saying what it changed, as a JSON array:
+the event saying what it changed, as a JSON object with named keys:
 
-* ``[seq, "a", name, state, ttl_ms, since, createdAt, lastSeen]`` — a report (heartbeats
-  too: they carry ``lastSeen``);
-* ``[seq, "c", name, broker, count, createdAt, lastSeen]`` — a broker's streams for a member;
-* ``[seq, "b", broker, [name, count, ...]]`` — a broker (re)registered all its counts;
-* ``[seq, "g", broker]`` — a broker found dead: its counts leave the roster.
+* ``{"seq", "kind": "s", "name", "session", "ttl", "createdAt", "lastSeen", "record"}`` —
+  a session's report (heartbeats too: they carry ``lastSeen``), or its grace;
+* ``{"seq", "kind": "c", "name", "broker", "count", "createdAt", "lastSeen"}`` — a
+  broker's streams for a member;
+* ``{"seq", "kind": "b", "broker", "counts": {name: count}}`` — a broker (re)registered
+  all its counts;
+* ``{"seq", "kind": "g", "broker"}`` — a broker found dead: its counts leave the roster.
+
+Every number in them, and in the keys the snapshot reads, goes through the bounded reader
+of :mod:`~.records`: a key or an event holding what no broker writes (a time of ``1e30``,
+twenty digits) is dropped alone and counted (:attr:`RedisLink.dropped_count
+<codex_presence.broker.redis.link.RedisLink.dropped_count>`); the team goes on.
 
 Reads never wait on Redis. Each broker keeps a mirror — activity in an
 :class:`~codex_presence.broker.tracker.ActivityTracker` (each entry with the TTL its event
 carried), every live broker's counts, and ``createdAt``/``lastSeen`` — read in full (one
 script: a consistent snapshot with its ``seq``) whenever the link (re)connects, and kept
 current by the events, in order: an event numbered at or below the snapshot's is already in
-it, and a member's activity only moves forward in ``seq`` (a broker applies its own report
+it, and a session's record only moves forward in ``seq`` (a broker applies its own report
 as soon as its script returns, and ignores the echo). So ``GET /roster`` at a thousand
 members costs what it costs in memory.
 
@@ -43,13 +52,13 @@ every broker gets at least one (its own registration) after each resync; so an e
 numbered at or below the one before it says the numbering started again: the broker ends
 the link's connection, as an outage, and reads the state in full again.
 
-Named sessions (a report with a session id, the subscriptions bound to them) have keys of
-their own, kept by :mod:`~codex_presence.broker.redis.activity` into the same mirror. Before
-writing anything, at each (re)connection, the broker checks that the keys hold its own team
+Sessions (their reports, the subscriptions bound to them) are kept by
+:mod:`~codex_presence.broker.redis.activity` into the same mirror. Before writing
+anything, at each (re)connection, the broker checks that the keys hold its own team
 (:mod:`~codex_presence.broker.redis.team`).
 
-Values are read defensively: an activity this version does not know (written by another
-version during a rolling upgrade) counts as idle, logged once, and never stops a resync; a
+Values are read defensively: a record this version cannot read (written by another version
+during a rolling upgrade, or by hand) counts as idle, is logged, and never stops a resync; a
 value of the wrong type, or a time or counter that is not a number, costs its key alone (the
 scripts of :mod:`~codex_presence.broker.redis.scripts` replace it, or read it as absent) and
 is logged once with the key's name: never an outage of the team.
@@ -81,17 +90,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
-import orjson
 from anyio.abc import TaskStatus
 
-from codex_presence._wire import ACTIVITY_STATES, DEFAULT_TTL, MAX_SESSIONS, ActivityState
+from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
-from codex_presence.broker.redis.activity import SessionActivity
+from codex_presence.broker.record import Report, SessionRecord
+from codex_presence.broker.redis.activity import SessionActivity, SessionEvent
 from codex_presence.broker.redis.link import RedisLink
-from codex_presence.broker.redis.scripts import COUNTS, LEAVE, REPORT, SNAPSHOT
+from codex_presence.broker.redis.records import COUNT_MAX, SEQ_MAX, TIME_MAX, Unreadable, number
+from codex_presence.broker.redis.scripts import COUNTS, LEAVE, SNAPSHOT
 from codex_presence.broker.redis.team import TeamCheck
 from codex_presence.broker.store import StoreListener
-from codex_presence.broker.tracker import ANONYMOUS, Activity, ActivityTracker
+from codex_presence.broker.tracker import Activity, ActivityTracker
 
 __all__ = ["BEAT", "BOUND", "RedisStore"]
 
@@ -141,12 +151,9 @@ class RedisStore:
         self._beat = beat
         self._bound_ms = max(1, round(bound * 1000))
         self._activity = ActivityTracker(ttl=ttl, clock=clock)
-        self._activity_seq: dict[str, int] = {}
         self._synced_seq = 0
         self._event_seq = 0
         """The number of the last event on the channel since the resync."""
-        self._unknown_shown: dict[str, bytes] = {}
-        """Each member's activity value this broker could not read, as last logged."""
         self._here: dict[str, int] = {}
         self._there: dict[str, dict[str, int]] = {}
         self._meta: dict[str, tuple[int, int]] = {}
@@ -157,7 +164,6 @@ class RedisStore:
         self._flush = anyio.Event()
         self._register_again = False
         self._listener: StoreListener | None = None
-        self._report_script = link.script(REPORT)
         self._counts_script = link.script(COUNTS)
         self._snapshot_script = link.script(SNAPSHOT)
         self._leave_script = link.script(LEAVE)
@@ -174,7 +180,12 @@ class RedisStore:
             max_sessions=max_sessions,
             touched=self._touched,
             changed=self._changed,
+            say_lost=lambda lost: self._say_lost(lost, replaced=True),
         )
+
+    @property
+    def refusing(self) -> str | None:
+        return self._link.refusing
 
     @property
     def link(self) -> RedisLink:
@@ -196,9 +207,9 @@ class RedisStore:
         """Whether ``name``'s ``session`` is working or blocked (the mirror's TTL resolved)."""
         return self._activity.holds(name, session)
 
-    def session_state(self, name: str, session: str) -> tuple[ActivityState, int] | None:
-        """``name``'s ``session``'s state and since, as any broker last recorded it."""
-        return self._activity.session_state(name, session)
+    def record(self, name: str, session: str) -> SessionRecord | None:
+        """``name``'s ``session``'s record, as any broker last recorded it."""
+        return self._activity.record(name, session)
 
     def ended_idle(self, name: str, session: str) -> bool:
         """Whether ``name``'s ``session`` ended by a report of idle, through any broker."""
@@ -216,24 +227,8 @@ class RedisStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    async def report(
-        self,
-        name: str,
-        state: ActivityState,
-        now_ms: int,
-        session: str = ANONYMOUS,
-        background: int = 0,
-    ) -> bool:
-        if session != ANONYMOUS:
-            return await self._sessions.report(name, state, now_ms, session, background)
-        event, lost = await self._link.call(
-            self._report_script,
-            [name, state.value, self._ttl_ms, now_ms],
-            doing="the report was not recorded; send it again",
-        )
-        if lost:
-            self._say_lost(lost, replaced=True)
-        return self._apply_report(orjson.loads(event))
+    async def report(self, name: str, report: Report, now_ms: int) -> bool:
+        return await self._sessions.report(name, report, now_ms)
 
     def bind(self, name: str, session: str) -> None:
         self._sessions.bind(name, session)
@@ -278,36 +273,41 @@ class RedisStore:
         )
         self._lost_said.intersection_update(key.decode(errors="replace") for key in lost)
         self._say_lost(lost, replaced=False)
-        self._synced_seq = int(seq)
-        self._activity_seq.clear()
+        self._synced_seq = self._read(seq, SEQ_MAX, self._link.key("seq"))
         there: dict[str, dict[str, int]] = {}
         for i in range(0, len(brokers), 2):
             broker = brokers[i].decode(errors="replace")
             if broker != self._me:
-                there[broker] = _counts(brokers[i + 1])
+                there[broker] = self._counts(broker, brokers[i + 1])
         self._there = there
-        for i, name in enumerate(self._names):
-            value, pttl, created, seen = members[4 * i : 4 * i + 4]
-            self._merge_meta(name, _number(created), _number(seen))
-            stored = _stored_activity(value) if value and pttl > 0 else None
-            if value and pttl > 0 and stored is None:
-                self._unreadable(name, value)
-            if stored is None:
-                self._activity.report(name, _IDLE)
-            else:
-                self._activity.report(name, stored[0], pttl / 1000, since=stored[1])
+        for name, (created, seen, held) in zip(self._names, members, strict=True):
+            where = self._link.key("m", name)
+            self._merge_meta(
+                name, self._read(created, TIME_MAX, where), self._read(seen, TIME_MAX, where)
+            )
+            self._sessions.load(self._synced_seq, name, held)
         for name in self._names:
             self._refresh(name)
 
-    def _unreadable(self, name: str, value: bytes) -> None:
-        if self._unknown_shown.get(name) != value:  # logged once, not at every resync
-            self._unknown_shown[name] = value
-            logger.warning(
-                "redis: %s's activity is %r, which this broker cannot read (written by "
-                "another version?): shown idle until the next report",
-                name,
-                value[:64],
-            )
+    def _read(self, value: object, most: int, where: str) -> int:
+        """A number read from Redis through the bounded reader; 0 (and said, counted) for
+        what no broker writes."""
+        try:
+            return number(value, most, "a number")
+        except Unreadable as exc:
+            self._link.dropped(where, str(exc))
+            return 0
+
+    def _counts(self, broker: str, flat: list[bytes]) -> dict[str, int]:
+        """``HGETALL c:<broker>``'s flat reply as ``name -> count`` (a count no broker
+        writes is dropped)."""
+        where = self._link.key("c", broker)
+        counts = {}
+        for i in range(0, len(flat), 2):
+            count = self._read(flat[i + 1], COUNT_MAX, where)
+            if count:
+                counts[flat[i].decode(errors="replace")] = count
+        return counts
 
     def _say_lost(self, lost: list[bytes], *, replaced: bool) -> None:
         """Say, once for each, the keys whose value a script could not read (see
@@ -359,9 +359,9 @@ class RedisStore:
         if not known and not full:  # pruned while alive (Redis was away past the bound)
             await self._send_counts(full=True)
 
-    def on_event(self, event: list[Any]) -> None:
-        seq, kind = event[0], event[1]
-        if seq:  # 0: a session event, not numbered
+    def on_event(self, event: dict[str, Any]) -> None:
+        seq, kind = number(event.get("seq"), SEQ_MAX, "an event's seq"), event["kind"]
+        if seq:  # 0: not numbered (a browser sign-in's end)
             if seq <= self._event_seq:
                 self._link.reconnect(
                     f"the change numbers went back ({seq} after {self._event_seq}): the "
@@ -371,13 +371,16 @@ class RedisStore:
                 return
             self._event_seq = seq
         if seq <= self._synced_seq:
-            return  # in the snapshot already (or a session event)
-        if kind == "a":
-            if self._apply_report(event):
-                self._changed(event[2])
+            return  # in the snapshot already (or not numbered)
+        if kind == "s":
+            if self._sessions.apply(SessionEvent(event)):
+                self._changed(event["name"])
         elif kind == "c":
-            _, _, name, broker, count, created, seen = event
-            if broker == self._me or name not in self._known:
+            name, broker = event.get("name"), event.get("broker")
+            count = number(event.get("count"), COUNT_MAX, "an event's count")
+            created = number(event.get("createdAt"), TIME_MAX, "an event's createdAt")
+            seen = number(event.get("lastSeen"), TIME_MAX, "an event's lastSeen")
+            if broker == self._me or name not in self._known or not isinstance(broker, str):
                 return
             counts = self._there.setdefault(broker, {})
             if count > 0:
@@ -387,18 +390,21 @@ class RedisStore:
             self._merge_meta(name, created, seen)
             self._recount([name])
         elif kind == "b":
-            broker, flat = event[2], event[3]
+            broker, flat = event.get("broker"), event.get("counts")
+            if not isinstance(broker, str) or not isinstance(flat, dict):
+                raise Unreadable("a broker's counts that are no object")
+            new = {n: number(c, COUNT_MAX, "an event's count") for n, c in flat.items()}
             if broker != self._me:
                 old = self._there.get(broker, {})
-                new = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
                 self._there[broker] = new
                 self._recount({*old, *new})
         elif kind == "g":
-            if event[2] == self._me:  # another broker took this one for dead
+            broker = event.get("broker")
+            if broker == self._me:  # another broker took this one for dead
                 self._register_again = True
                 self._flush.set()
-            else:
-                self._recount(self._there.pop(event[2], {}))
+            elif isinstance(broker, str):
+                self._recount(self._there.pop(broker, {}))
 
     async def leave(self) -> None:
         """Stopping cleanly: this broker's counts leave the roster now, not after the
@@ -415,20 +421,6 @@ class RedisStore:
             self._listener.store_back()
 
     # -- the mirror --------------------------------------------------------------------
-
-    def _apply_report(self, event: list[Any]) -> bool:
-        """Apply a report's event (ours or another broker's) unless a later one was
-        applied already; whether the activity shown changed."""
-        seq, _, name, state, ttl_ms, since, created, seen = event
-        if name not in self._known or seq <= self._activity_seq.get(name, 0):
-            # the later report applied carried times at least as wide (Redis merges them
-            # with min/max): nothing to merge either. Each report comes here twice, from
-            # its script's reply and its echo on the channel, whichever is first.
-            return False
-        self._activity_seq[name] = seq
-        self._merge_meta(name, created, seen)
-        self._refresh(name)
-        return self._activity.report(name, ACTIVITY_STATES[state], ttl_ms / 1000, since=int(since))
 
     def _touched(self, name: str, created: int, seen: int) -> None:
         self._merge_meta(name, created, seen)
@@ -460,25 +452,3 @@ class RedisStore:
     def _changed(self, name: str) -> None:
         if self._listener is not None:
             self._listener.changed(name)
-
-
-def _counts(flat: list[bytes]) -> dict[str, int]:
-    """``HGETALL``'s flat reply as ``name -> count``."""
-    return {flat[i].decode(errors="replace"): _number(flat[i + 1]) for i in range(0, len(flat), 2)}
-
-
-def _number(value: bytes | int) -> int:
-    """A count or a time stored in Redis; 0 for what is not one."""
-    if isinstance(value, int):
-        return value
-    return int(value) if value.isdigit() else 0
-
-
-def _stored_activity(value: bytes) -> tuple[ActivityState, int] | None:
-    """An ``a:<name>`` value, ``"<state> <since-ms>"``, as (state, since); None for one
-    this version cannot read."""
-    word, _, since = value.partition(b" ")
-    state = ACTIVITY_STATES.get(word.decode(errors="replace"))
-    if state is None or state is _IDLE or not since.isdigit():
-        return None
-    return state, int(since)
