@@ -33,6 +33,9 @@ import shlex
 import unicodedata
 from typing import Any
 
+import orjson
+
+from codex_presence._wire import AGENT_MAX_BYTES, WAIT_KINDS
 from codex_presence.core.activity import Waits
 
 __all__ = [
@@ -51,9 +54,6 @@ MAX_FIELD = 64
 """Characters of ``version``, ``host``, ``project``, ``waits.tool``, ``waits.program``."""
 MAX_DETAIL = 120
 """Characters of ``waits.detail``."""
-WAITS_KINDS = frozenset(
-    {"command", "file_change", "question", "permission", "elicitation", "other"}
-)
 _CLIENT = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
 
 
@@ -141,7 +141,7 @@ def _script(words: list[str]) -> str | None:
 
 
 def _waits(waits: Waits, share: Share) -> dict[str, str]:
-    said: dict[str, str] = {"kind": waits.kind if waits.kind in WAITS_KINDS else "other"}
+    said: dict[str, str] = {"kind": waits.kind if waits.kind in WAIT_KINDS else "other"}
     if waits.tool:
         tool = one_line(waits.tool, MAX_FIELD)
         if tool:
@@ -179,6 +179,31 @@ def record(
                 agent[key] = text
     if waits is not None:
         agent["waits"] = _waits(waits, share)
+    return _within_bytes(agent)
+
+
+_SHRINKABLE = (("waits", "detail"), (None, "project"), (None, "host"), (None, "version"))
+
+
+def _within_bytes(agent: dict[str, Any]) -> dict[str, Any]:
+    """``agent``, its longest texts cut until it encodes in the wire's ``AGENT_MAX_BYTES``
+    (every field at its bound, or wide characters, can pass it): the detail first, then
+    the project, the host, the version."""
+    for holder, key in _SHRINKABLE:
+        excess = len(orjson.dumps(agent)) - AGENT_MAX_BYTES
+        if excess <= 0:
+            break
+        fields = agent.get(holder) if holder else agent
+        text = fields.get(key) if isinstance(fields, dict) else None
+        if not isinstance(fields, dict) or not isinstance(text, str):
+            continue
+        keep = len(text)
+        while keep > 0 and len(text[:keep].encode()) > len(text.encode()) - excess - 3:
+            keep -= 1
+        if keep <= 1:
+            del fields[key]
+        else:
+            fields[key] = one_line(text, keep)
     return agent
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
+from codex_presence._wire import AGENT_MAX_BYTES, agent_problem
 from codex_presence.core.activity import (
     ActivitySignal,
     ActivityState,
@@ -381,3 +383,21 @@ def test_a_failed_report_sends_the_record_again() -> None:
     assert isinstance(policy.next_action(0.0), Post)
     policy.on_result(Outcome.FAILED, 0.0)
     assert _ok(policy, 100.0).agent == AGENT
+
+
+def test_a_record_with_every_field_at_its_bound_still_encodes_within_the_brokers_bytes() -> None:
+    """Every field at its length bound, in wide characters: the broker refuses a record
+    over 512 bytes (and the runner would then send none for the whole session)."""
+    wide = "é" * 200
+    agent = record(
+        share=Share.DETAIL,
+        client="codex-app-server",
+        version=wide,
+        host=wide,
+        project=wide,
+        waits=Waits("command", wide, "make " + wide),
+    )
+    assert agent is not None
+    assert len(orjson.dumps(agent)) <= AGENT_MAX_BYTES
+    assert agent_problem(agent) is None
+    assert agent["waits"]["program"] == "make" and agent["client"] == "codex-app-server"
