@@ -213,8 +213,9 @@ def test_two_wraps_in_two_projects_show_as_two_agents_and_say_what_waits(
 
 def test_share_none_shows_the_state_alone_and_detail_the_command(tmp_path: Path) -> None:
     """``--share none``: the roster lists the agent by its state alone (nothing of the
-    client, the host, the project or what waits leaves the machine); ``--share detail``
-    adds the command, on one line."""
+    client, the host, the project or what waits leaves the machine), and the text has no
+    agent line: the member's says the state; ``--share detail`` adds the command, on one
+    line."""
     api, _ = projects(tmp_path)
     with running_broker(team=TEAM) as broker:
         for share, expected in (("none", None), ("detail", "make test")):
@@ -227,8 +228,9 @@ def test_share_none_shows_the_state_alone_and_detail_the_command(tmp_path: Path)
                 agent = agents_by_state(broker)["blocked"]
                 if expected is None:
                     assert set(agent) <= {"session", "state", "since", "background"}, agent
-                    said = roster_command(broker)
-                    assert re.search(r"^  - an agent: blocked \S+, needs input$", said, re.M), said
+                    said = roster_command(broker)  # the member's line alone says the state
+                    assert re.search(r"^- alice .*connected=1 blocked \S+$", said, re.M), said
+                    assert len(said.splitlines()) == 3, said
                     assert "api-server" not in said and socket.gethostname() not in said
                 else:
                     eventually(lambda: "waits" in agents_by_state(broker)["blocked"], 60, "waits")

@@ -26,7 +26,8 @@ and, apart from the state, the commands or tasks the member's sessions left runn
 
 and under the member, one line per agent the broker lists (``agents``: each session's
 client, project and state, and while blocked what it waits on, in the words of
-:func:`~codex_presence.core.agent_record.waits_words`)::
+:func:`~codex_presence.core.agent_record.waits_words`), when at least one of them said
+which client it is (sessions that share nothing are the member's line already)::
 
     - bob [engineer] connected=2 blocked 1m (sessions: 1 working, 1 blocked)
       - claude in api-server: blocked 1m, approve `make`
@@ -49,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from codex_presence._wire import printable, privilege
-from codex_presence.core.agent_record import agent_words, waits_words
+from codex_presence.core.agent_record import agent_words, described, waits_words
 
 __all__ = [
     "SPINNER",
@@ -124,10 +125,14 @@ def sessions_text(p: Mapping[str, Any]) -> str:
 
 
 def _agents(p: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``p``'s agents, when at least one of them said what it is (a ``client``): sessions
+    that shared nothing (``--share none``, an older runner) add nothing to the member's
+    own line and sessions count, so a member with none of the others has no agent lines."""
     agents = p.get("agents")
     if not isinstance(agents, list):
         return []
-    return [a for a in agents if isinstance(a, Mapping)]
+    listed = [a for a in agents if isinstance(a, Mapping)]
+    return listed if any(described(a) for a in listed) else []
 
 
 def _state_since(agent: Mapping[str, Any], now_ms: int | None, *, compact: bool) -> str:

@@ -44,6 +44,7 @@ __all__ = [
     "Share",
     "agent_words",
     "command_line",
+    "described",
     "one_line",
     "program_of",
     "record",
@@ -210,6 +211,11 @@ def _within_bytes(agent: dict[str, Any]) -> dict[str, Any]:
 def _said(obj: object, key: str) -> str | None:
     value = obj.get(key) if isinstance(obj, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+def described(agent: object) -> bool:
+    """Whether an agent of the roster says what it is (its runner shared a record)."""
+    return _said(agent, "client") is not None
 
 
 def agent_words(agent: object) -> str:

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from codex_presence._wire import ActivityState, printable
-from codex_presence.core.agent_record import agent_words, waits_words
+from codex_presence.core.agent_record import agent_words, described, waits_words
 
 __all__ = [
     "DEFAULT_AFTER",
@@ -199,10 +199,13 @@ def message(notice: Notice, *, team: str, now: float, link: str | None = None) -
 
 def waiting_words(agents: object) -> str | None:
     """``claude in api-server: approve `make``` for the blocked agent (of the roster's
-    ``agents``) that has waited longest, or None when none is listed blocked."""
+    ``agents``) that has waited longest, or None when none that said what it is (a
+    ``client``: see :func:`~codex_presence.core.agent_record.described`) is blocked."""
     if not isinstance(agents, list):
         return None
-    blocked = [a for a in agents if isinstance(a, dict) and a.get("state") == "blocked"]
+    blocked = [
+        a for a in agents if isinstance(a, dict) and a.get("state") == "blocked" and described(a)
+    ]
     if not blocked:
         return None
 

@@ -65,10 +65,28 @@ def test_the_watch_view_says_each_agent_and_what_it_waits_on() -> None:
     assert lines[3].startswith("  · codex-app-server in web · ") and lines[3].endswith("3 min")
 
 
-def test_an_agent_sharing_nothing_shows_its_state_alone() -> None:
-    bare = {"session": "s3", "state": "blocked", "since": NOW - 5_000, "background": 0}
-    text = roster_text("acme", [{**BOB, "agents": [bare]}], you=None, activity=True, now_ms=NOW)
-    assert text.splitlines()[2] == "  - an agent: blocked 5s, needs input"
+BARE = {"session": "s3", "state": "blocked", "since": NOW - 5_000, "background": 0}
+
+
+def test_agents_sharing_nothing_are_the_members_line_alone() -> None:
+    """Sessions that shared no record (``--share none``, an older runner, a report by
+    hand) add no line: the member's own says their state, and how many are busy."""
+    alone = {**BOB, "agents": [BARE, {**BARE, "session": "s4", "state": "working"}]}
+    text = roster_text("acme", [alone], you=None, activity=True, now_ms=NOW)
+    assert text.splitlines()[1:] == [
+        "- bob [engineer] connected=2 blocked 1m (sessions: 1 working, 1 blocked)"
+    ]
+    assert len(watch_text("acme", [alone], you=None, now_ms=NOW).splitlines()) == 2
+    assert waiting_words(alone["agents"]) is None
+
+
+def test_beside_an_agent_that_says_one_sharing_nothing_is_listed_as_an_agent() -> None:
+    mixed = {**BOB, "agents": [BARE, WORKING_AGENT]}
+    text = roster_text("acme", [mixed], you=None, activity=True, now_ms=NOW)
+    assert text.splitlines()[2:] == [
+        "  - an agent: blocked 5s, needs input",
+        "  - codex-app-server in web: working 3m",
+    ]
 
 
 def test_markup_and_escapes_from_the_wire_are_shown_as_text() -> None:

@@ -71,9 +71,11 @@ window.codexPresenceWords = (() => {
     return typeof value === 'string' && value ? value : null;
   }
 
-  // The member's agents as the broker lists them (objects only), or [].
+  // The member's agents as the broker lists them (objects only), when at least one says
+  // which client it is (sessions that share nothing are the member's row already), or [].
   function agentsOf(p) {
-    return Array.isArray(p.agents) ? p.agents.filter((a) => a && typeof a === 'object') : [];
+    const listed = Array.isArray(p.agents) ? p.agents.filter((a) => a && typeof a === 'object') : [];
+    return listed.some((a) => said(a, 'client')) ? listed : [];
   }
 
   // "claude in api-server", "claude", or "an agent".
