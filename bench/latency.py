@@ -179,14 +179,13 @@ class CountRequests:
 def serve_broker() -> None:
     import uvicorn
 
-    from codex_presence.broker.app import create_app
+    from codex_presence.broker.config import build_broker
     from codex_presence.broker.server import BrokerServer, listen_socket
-    from codex_presence.broker.state import Broker
     from codex_presence.broker.team import Member, Team, hash_token
 
     members = tuple(Member(n, None, hash_token(token_of(n))) for n in MEMBERS)
-    broker = Broker(team=Team(name="bench", members=members))
-    app = create_app(broker)
+    built = build_broker(Team(name="bench", members=members))
+    broker, app = built.broker, built.app
     sock = listen_socket(HOST, 0)
     config = uvicorn.Config(
         CountRequests(app), log_config=None, log_level="warning", lifespan="on",

@@ -22,7 +22,7 @@ import pytest
 from codex_presence.broker.notify.apprise_sender import AppriseSender
 from codex_presence.broker.notify.claims import RedisClaims
 from codex_presence.broker.notify.config import Target, command_line_targets
-from codex_presence.broker.notify.notifier import Notifier, notify_routes
+from codex_presence.broker.notify.notifier import Notifier
 from codex_presence.broker.team_file import render_team
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import NotifyEvent, Rule
@@ -329,15 +329,15 @@ def test_apprise_logs_which_name_the_url_never_reach_a_root_logger_that_takes_ev
 
 
 def test_admins_see_the_targets_without_their_secrets_and_others_do_not() -> None:
-    from starlette.applications import Starlette
     from starlette.testclient import TestClient
 
+    from codex_presence.broker.app import create_app
     from codex_presence.broker.state import Broker
 
     clock = FakeClock(START)
     n = notifier(command_line_targets(["json://bot:s3cr3tpass@127.0.0.1:9/h"], after=30), clock)
     broker = Broker(team=TEAM, watcher=n)
-    client = TestClient(Starlette(routes=notify_routes(broker, n)))
+    client = TestClient(create_app(broker, notifier=n))  # no lifespan: the route alone
 
     def get(name: str | None) -> httpx.Response:
         headers = {} if name is None else {"authorization": f"Bearer {token_of(name)}"}

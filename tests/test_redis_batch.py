@@ -162,7 +162,7 @@ class _Heard:
     async def keep(self) -> None:
         await anyio.sleep_forever()
 
-    def on_event(self, event: list[Any]) -> None:
+    def on_event(self, event: dict[str, Any]) -> None:
         self.events.append(event)
 
     def on_down(self, reason: str) -> None:
@@ -190,7 +190,7 @@ async def test_every_event_on_the_channel_reaches_the_listeners_in_order(
     link = RedisLink(f"{redis_url}?protocol={protocol}", team="acme")
     heard = _Heard()
     link.add_listener(heard)
-    sent = [[i, "t", "x" * (i % 50)] for i in range(1, 501)]
+    sent = [{"seq": i, "kind": "t", "x": "x" * (i % 50)} for i in range(1, 501)]
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await tg.start(link.run)
@@ -198,6 +198,7 @@ async def test_every_event_on_the_channel_reaches_the_listeners_in_order(
             publish = link.script(_PUBLISH)
             await link.run_script(publish, ["not json"])
             await link.run_script(publish, ["[1]"])
+            await link.run_script(publish, ['{"seq": 1}'])  # no kind
             await _all_at_once(link, publish, [orjson.dumps(event) for event in sent])
             while len(heard.events) < len(sent):
                 await anyio.sleep(0.01)

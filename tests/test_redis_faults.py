@@ -107,7 +107,7 @@ class _Faulty:
             raise KeyError("a bug in keep")
         await anyio.sleep_forever()
 
-    def on_event(self, event: list[Any]) -> None:
+    def on_event(self, event: dict[str, Any]) -> None:
         pass
 
     def on_down(self, reason: str) -> None:

@@ -33,7 +33,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.notify.apprise_sender import AppriseSender
 from codex_presence.broker.notify.config import Target
-from codex_presence.broker.notify.notifier import Notifier, notify_routes
+from codex_presence.broker.notify.notifier import Notifier
 from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER, SignedIn, WebRoster
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import Rule
@@ -254,7 +254,7 @@ def test_the_cookie_counts_only_on_the_pages_own_origin(web: Web) -> None:
             response = httpx.get(web.url + path, headers={**cookie, **headers}, timeout=5)
             assert response.status_code == 401, (path, headers)
             assert response.json()["error"] == (
-                "missing or wrong bearer token, and no valid browser session"
+                "missing or wrong bearer token, and no valid browser sign-in"
             )
     own = {"sec-fetch-site": "same-origin", "origin": web.url}
     assert httpx.get(web.url + "/whoami", headers={**cookie, **own}, timeout=5).status_code == 200
@@ -1165,7 +1165,6 @@ def notifying() -> Iterator[NotifyingWeb]:
             keepalive=30,
             web=roster,
             watcher=notifier,
-            extra_routes=lambda broker: notify_routes(broker, notifier),
         ) as broker:
             yield NotifyingWeb(Web(broker, roster), notifier, hook)
 

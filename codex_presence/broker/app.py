@@ -11,7 +11,11 @@ Endpoints
 ---------
 ``POST /presence/activity``
     Bearer auth. Body exactly ``{"state": "idle" | "working" | "blocked"}``, optionally
-    with ``"session": ID`` (JSON, each key once; a content type, if given, must be
+    with ``"session": ID`` and, with it, ``"background": N``, and an ``"agent"`` object
+    (AGENT-RECORD: the client, version, host, project and what a blocked session waits
+    on, validated and bounded by :func:`~codex_presence._wire.agent_problem`, stored whole
+    with the session's record; absent: the stored one stays; ``null`` clears it) (JSON,
+    each key once; a content type, if given, must be
     ``application/json``). Keyed on the authenticated member: nothing in the body can name
     anyone else. ``session`` says which of the member's sessions the report is about (1 to
     64 characters of ``A-Z a-z 0-9 _ -``; without it, the single anonymous session): each
@@ -43,7 +47,12 @@ Endpoints
     or blocked (a heartbeat does not move it; a change of state, a lapse of the TTL
     included, does), and ``sessions``, how many of the member's sessions are working and
     blocked (``{"working": 2, "blocked": 1}``, a count of 0 left out), only while two or
-    more are (see :func:`~codex_presence._wire.presence`).
+    more are (see :func:`~codex_presence._wire.presence`). And ``agents``: one object per
+    session (``session``, ``state``, ``since``, ``background`` and its ``agent`` spread in),
+    blocked first, while one is working or blocked or reported an ``agent``.
+``GET /notify``
+    Auth as ``GET /roster``; admins (``members.manage``) only (403 otherwise): the
+    notification targets, each one's label (never its URL), rule and counts.
 ``GET /whoami``
     Bearer auth. ``{"team": name, "name": member, "role": Role | null, "activityTtlMs":
     int}`` — what a client needs to print ``team <name> roster:`` and the ``(you)`` marker,
@@ -56,7 +65,7 @@ Endpoints
     reach it. Why is logged, and said here (``"reason": str``) only to a request with a
     member's bearer token: Redis's own words are not for anyone who asks.
 
-Any request that needs the shared store when it is unreachable (a browser session to
+Any request that needs the shared store when it is unreachable (a browser sign-in to
 check) gets 503 ``{"error": reason}``, a reason that says what was not done, not Redis's
 words (those are logged).
 
@@ -87,6 +96,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import orjson
@@ -100,7 +110,9 @@ from starlette.types import Receive, Scope, Send
 from codex_presence._wire import (
     ACTIVITY_PATH,
     ACTIVITY_STATES,
+    ADMIN_PERMISSION,
     HEALTHZ_PATH,
+    NOTIFY_PATH,
     ROSTER_PATH,
     SUBSCRIBE_PATH,
     WHOAMI_PATH,
@@ -111,6 +123,7 @@ from codex_presence._wire import (
     printable,
     session_id_problem,
 )
+from codex_presence.broker.auth import Authentication, Authenticator
 from codex_presence.broker.hosts import HostCheck
 from codex_presence.broker.http import error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
@@ -231,7 +244,7 @@ class _Subscription:
         """The session this stream is bound to, if it named one."""
         self.authorized = authorized
         """None for a bearer token (valid for the broker's life); else asked before
-        every send, so that a browser session that ended ends its stream too."""
+        every send, so that a browser sign-in that ended ends its stream too."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
@@ -279,21 +292,37 @@ class _Subscription:
 
 
 def _still_authenticated(
-    broker: Broker, request: Request, name: str
+    auth: Authentication, request: Request, name: str
 ) -> Callable[[], Awaitable[bool]]:
     async def authorized() -> bool:
-        again = await broker.authenticate(request)
+        again = await auth.member(request)
         return again is not None and again.name == name
 
     return authorized
 
 
-class _Endpoints:
-    """The broker's own routes, each a method, for one broker and its limits."""
+@runtime_checkable
+class Described(Protocol):
+    """What ``GET /notify`` shows of the notifier: each target's label, rule and counts."""
 
-    def __init__(self, broker: Broker, limits: BrokerLimits) -> None:
+    def describe(self) -> list[dict[str, Any]]: ...
+
+
+class _Endpoints:
+    """The broker's own routes, each a method, for one broker, its limits, who a request
+    is (``auth``) and the notifier ``GET /notify`` describes (None: none configured)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        limits: BrokerLimits,
+        auth: Authentication,
+        notifier: Described | None,
+    ) -> None:
         self.broker = broker
         self.limits = limits
+        self.auth = auth
+        self.notifier = notifier
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -302,11 +331,12 @@ class _Endpoints:
             Route(ROSTER_PATH, self.roster, methods=["GET"]),
             Route(WHOAMI_PATH, self.whoami, methods=["GET"]),
             Route(HEALTHZ_PATH, self.healthz, methods=["GET"]),
+            Route(NOTIFY_PATH, self.notify, methods=["GET"]),
         ]
 
     async def activity(self, request: Request) -> Response:
         broker = self.broker
-        member = broker.authenticate_bearer(request)  # a browser session cannot report
+        member = self.auth.bearer(request)  # a browser sign-in cannot report
         if member is None:
             return _unauthorized()
         ctype = request.headers.get("content-type")
@@ -329,12 +359,12 @@ class _Endpoints:
     async def subscribe(self, request: Request) -> Response | _Subscription:
         broker = self.broker
         authorized: Callable[[], Awaitable[bool]] | None = None
-        member = broker.authenticate_bearer(request)
-        if member is None:  # a browser session: it can end while the stream is open
-            member = await broker.authenticate(request)
+        member = self.auth.bearer(request)
+        if member is None:  # a browser sign-in: it can end while the stream is open
+            member = await self.auth.member(request)
             if member is None:
-                return _unauthorized(broker.unauthorized_reason)
-            authorized = _still_authenticated(broker, request, member.name)
+                return _unauthorized(self.auth.unauthorized_reason)
+            authorized = _still_authenticated(self.auth, request, member.name)
         name = request.query_params.get("name")
         if not name:
             return error(400, "missing ?name=<self>")
@@ -357,15 +387,15 @@ class _Endpoints:
         return _Subscription(broker, name, authorized, session)
 
     async def roster(self, request: Request) -> Response:
-        if await self.broker.authenticate(request) is None:
-            return _unauthorized(self.broker.unauthorized_reason)
+        if await self.auth.member(request) is None:
+            return _unauthorized(self.auth.unauthorized_reason)
         return Response(self.broker.roster_json(), media_type="application/json")
 
     async def whoami(self, request: Request) -> Response:
         broker = self.broker
-        member = await broker.authenticate(request)
+        member = await self.auth.member(request)
         if member is None:
-            return _unauthorized(broker.unauthorized_reason)
+            return _unauthorized(self.auth.unauthorized_reason)
         role = member.role.to_json() if member.role else None
         ttl_ms = round(broker.activity_ttl * 1000)
         answer = {"team": broker.team.name, "name": member.name, "role": role}
@@ -376,12 +406,25 @@ class _Endpoints:
         started = {"startedAt": broker.started_at}
         if not broker.store.shared:
             return json_response(200, {"status": "ok", **started})
-        if broker.stale is None:
+        trouble = broker.stale or broker.store.refusing  # reports would get 503: so does this
+        if trouble is None:
             return json_response(200, {"status": "ok", "store": "redis", **started})
         body: dict[str, object] = {"status": "unavailable", "store": "redis", **started}
-        if broker.authenticate_bearer(request) is not None:
-            body["reason"] = broker.stale
+        if self.auth.bearer(request) is not None:
+            body["reason"] = trouble
         return json_response(503, body)
+
+    async def notify(self, request: Request) -> Response:
+        """``GET /notify``: the targets, for admins (``members.manage``) only: each one's
+        label (never its URL), rule and counts; ``[]`` when none is configured. 401 without
+        a member, 403 for a member who is not an admin."""
+        member = await self.auth.member(request)
+        if member is None:
+            return _unauthorized(self.auth.unauthorized_reason)
+        if member.role is None or ADMIN_PERMISSION not in member.role.permissions:
+            return error(403, "the notification targets are shown to admins only")
+        described = [] if self.notifier is None else self.notifier.describe()
+        return json_response(200, {"targets": described})
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
@@ -394,12 +437,18 @@ def create_app(
     limits: BrokerLimits | None = None,
     routes: Sequence[BaseRoute] = (),
     allowed_hosts: frozenset[str] | None = None,
+    authenticators: Sequence[Authenticator] = (),
+    notifier: Described | None = None,
 ) -> Starlette:
     """The broker as an ASGI app, bounded by ``limits``; ``routes`` are added after the
     broker's own (the web roster page goes there). ``allowed_hosts`` (see
     :func:`~codex_presence.broker.hosts.allowed_hosts`; None: any) are the hosts a
-    request's ``Host`` may name (421 otherwise)."""
-    endpoints = _Endpoints(broker, limits if limits is not None else BrokerLimits())
+    request's ``Host`` may name (421 otherwise). A request is its bearer token's member,
+    or else one of ``authenticators``' (the web roster's sign-in); ``notifier`` is what
+    ``GET /notify`` describes."""
+    auth = Authentication(broker.team, authenticators)
+    limits = limits if limits is not None else BrokerLimits()
+    endpoints = _Endpoints(broker, limits, auth, notifier)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -37,10 +37,9 @@ subscription ever bound to it is not a death: nothing says the runner is gone.
 When a shared store becomes unreachable, every stream is told so (a ``stale`` event) and
 keeps what it has; when the store is back, every stream gets the whole roster again.
 
-Authentication is in one place, :meth:`Broker.authenticate`, which asks each
-:data:`Authenticator` in turn (the bearer header first). A session cookie is added by
-passing one more authenticator to :class:`Broker`. Authenticators are async, because a
-browser session may live in the shared store.
+The rules take members and plain values, never an HTTP request: who a request is, is the
+HTTP layer's (:mod:`~codex_presence.broker.auth`); a contract keeps HTTP frameworks out of
+this module.
 """
 
 from __future__ import annotations
@@ -49,13 +48,12 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
 import anyio
 import orjson
 from anyio.abc import TaskStatus
-from starlette.requests import Request
 
 from codex_presence._wire import (
     ACTIVITY_STATES,
@@ -76,13 +74,9 @@ from codex_presence.broker.store import MemoryStore, Store
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import Activity
 
-__all__ = ["ActivityWatcher", "Authenticator", "Broker", "bearer_token"]
+__all__ = ["ActivityWatcher", "Broker"]
 
 logger = logging.getLogger("codex_presence.broker")
-
-Authenticator = Callable[[Request], Awaitable["Member | None"]]
-"""Maps a request to the member it is authenticated as, or None; may raise
-:class:`~codex_presence.broker.store.StoreUnavailable` (503) when it cannot tell."""
 
 
 class ActivityWatcher(Mourner, Protocol):
@@ -103,20 +97,6 @@ FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
 _LOG_SIZE = 64
 _IDLE = ActivityState.IDLE
-
-
-def bearer_token(request: Request) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header, or None. Two such
-    headers are ambiguous (a proxy added one?): neither counts."""
-    headers = request.headers.getlist("authorization")
-    if len(headers) != 1 or not headers[0]:
-        return None
-    header = headers[0]
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
 
 
 def _sse(event: str, data: bytes) -> bytes:
@@ -140,7 +120,6 @@ class Broker:
         activity_ttl: float = DEFAULT_TTL,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        authenticators: Sequence[Authenticator] = (),
         fanout_interval: float = FANOUT_INTERVAL,
         keepalive: float = KEEPALIVE,
         session_grace: float = SESSION_GRACE,
@@ -160,8 +139,7 @@ class Broker:
         self._wall_clock = wall_clock
         self.started_at = self._now_ms()
         """When this broker started (unix ms): ``/healthz`` says it, so that a page whose
-        session a restart ended (sessions in memory) can say why."""
-        self._authenticators = tuple(authenticators)
+        sign-in a restart ended (sign-ins in memory) can say why."""
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = tuple(m.name for m in team.members)
         self._privileges = orjson.dumps(
@@ -188,31 +166,6 @@ class Broker:
         self.failed = False
         """The background work (:meth:`run`) failed: the server must stop (see
         :class:`~codex_presence.broker.server.BrokerServer`)."""
-
-    # -- authentication ----------------------------------------------------------------
-
-    def authenticate_bearer(self, request: Request) -> Member | None:
-        """The member whose bearer token this request carries, or None. Reporting
-        activity takes this alone: it is a runner's act, never a browser's."""
-        token = bearer_token(request)
-        return None if token is None else self.team.authenticate(token)
-
-    @property
-    def unauthorized_reason(self) -> str:
-        if self._authenticators:
-            return "missing or wrong bearer token, and no valid browser session"
-        return "missing or wrong bearer token"
-
-    async def authenticate(self, request: Request) -> Member | None:
-        """The member this request is authenticated as, by any authenticator, or None."""
-        member = self.authenticate_bearer(request)
-        if member is not None:
-            return member
-        for authenticator in self._authenticators:
-            member = await authenticator(request)
-            if member is not None:
-                return member
-        return None
 
     # -- the rules ---------------------------------------------------------------------
 
@@ -404,7 +357,7 @@ class Broker:
         wake.set()
 
     def recheck_streams(self) -> None:
-        """Wake every stream to check that it is still authorized (a browser session
+        """Wake every stream to check that it is still authorized (a browser sign-in
         ended); streams otherwise check at each event and keep-alive tick."""
         self._wake_all()
 

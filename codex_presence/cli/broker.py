@@ -307,13 +307,11 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from codex_presence._wire import MIN_TTL, counted, printable
-    from codex_presence.broker.app import create_app
+    from codex_presence.broker.config import BrokerConfig, ConfigError, build_broker
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
-    from codex_presence.broker.notify.notifier import notify_routes
     from codex_presence.broker.server import BrokerServer, listen_socket
-    from codex_presence.broker.state import Broker
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import dev_team, load_team
     from codex_presence.broker.web import WebRoster
@@ -328,8 +326,6 @@ def run(args: argparse.Namespace) -> int:
             f"--activity-ttl must be at least {MIN_TTL:g} s (got {args.activity_ttl:g}): "
             "runners heartbeat at a third of it"
         )
-    if not args.keepalive > 0:
-        raise UsageError("--keepalive must be positive")
     if not 0 <= args.session_grace <= args.activity_ttl:
         raise UsageError(
             "--session-grace must be 0 or more, and at most --activity-ttl "
@@ -337,9 +333,16 @@ def run(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
-    if args.max_connections < 1:
-        raise UsageError("--max-connections must be at least 1")
-    limits = BrokerLimits(max_connections=args.max_connections)
+    try:
+        config = BrokerConfig(
+            activity_ttl=args.activity_ttl,
+            keepalive=args.keepalive,
+            session_grace=args.session_grace,
+            limits=BrokerLimits(max_connections=args.max_connections),
+        )
+    except ConfigError as exc:
+        raise UsageError(exc.spelled(lambda name: "--" + name.replace("_", "-"))) from None
+    limits = config.limits
     _allow_open_files(args.max_connections, logger)
     try:
         if args.team:
@@ -361,18 +364,9 @@ def run(args: argparse.Namespace) -> int:
     store, sessions = _shared_state(args, team) if args.redis else (None, None)
     notifier = _notifier(args, team, store)
     web = WebRoster(team=team, limits=limits, sessions=sessions)  # the page at /, its sign-in
-    broker = Broker(
-        team=team,
-        store=store,
-        activity_ttl=args.activity_ttl,
-        keepalive=args.keepalive,
-        session_grace=args.session_grace,
-        authenticators=[web.authenticate],
-        watcher=notifier,
-    )
-    routes = [*web.routes(broker), *notify_routes(broker, notifier)]
     hosts = allowed_hosts(args.host, args.allowed_host.split(","))
-    app = create_app(broker, limits=limits, routes=routes, allowed_hosts=hosts)
+    built = build_broker(team, config, store=store, web=web, notifier=notifier, allowed_hosts=hosts)
+    broker, app = built.broker, built.app
 
     try:
         sock = listen_socket(args.host, args.port)
@@ -393,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         )
         sys.stderr.flush()
 
-    config = uvicorn.Config(
+    server_config = uvicorn.Config(
         app,
         log_config=None,
         log_level=logging.DEBUG if args.verbose > 1 else logging.WARNING,
@@ -402,7 +396,8 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     try:
-        BrokerServer(config, broker=broker, limits=limits, on_started=announce).run(sockets=[sock])
+        server = BrokerServer(server_config, broker=broker, limits=limits, on_started=announce)
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:

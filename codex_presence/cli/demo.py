@@ -157,10 +157,9 @@ async def run_demo(
     import uvicorn
 
     from codex_presence._wire import Whoami
-    from codex_presence.broker.app import create_app
+    from codex_presence.broker.config import BrokerConfig, build_broker
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.server import BrokerServer, listen_socket
-    from codex_presence.broker.state import Broker
     from codex_presence.cli.roster import watch
     from codex_presence.client.api import fetch_roster
     from codex_presence.client.auth import make_async_client
@@ -168,10 +167,14 @@ async def run_demo(
     from codex_presence.core.recording import read_entries
 
     team, tokens = _team()
-    broker = Broker(team=team, fanout_interval=0.02)
+    built = build_broker(
+        team,
+        BrokerConfig(fanout_interval=0.02),
+        allowed_hosts=allowed_hosts("127.0.0.1"),  # no DNS rebinding
+    )
+    broker, app = built.broker, built.app
     sock = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    app = create_app(broker, allowed_hosts=allowed_hosts("127.0.0.1"))  # no DNS rebinding
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     server = BrokerServer(config, broker=broker, signals=False)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))

@@ -38,7 +38,7 @@ from starlette.routing import BaseRoute
 from starlette.testclient import TestClient
 
 from codex_presence._wire import ADMIN_PERMISSION, DEFAULT_TTL, OPERATOR_PERMISSION
-from codex_presence.broker.app import create_app
+from codex_presence.broker.config import BrokerConfig, build_broker
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.sessions import RedisSessions
@@ -136,20 +136,29 @@ def _broker_app(
     broker_kwargs: dict[str, Any],
     extra_routes: Callable[[Broker], Sequence[BaseRoute]] | None = None,
 ) -> tuple[Broker, Starlette]:
-    """The :class:`Broker` and its ASGI app, as :func:`running_broker` describes them."""
+    """The :class:`Broker` and its ASGI app, as :func:`running_broker` describes them,
+    built by the broker's one factory (:func:`~codex_presence.broker.config.build_broker`)."""
+    settings = {
+        key: broker_kwargs.pop(key)
+        for key in ("activity_ttl", "keepalive", "session_grace", "fanout_interval")
+        if key in broker_kwargs
+    }
+    store = broker_kwargs.pop("store", None)
     if redis is not None:
-        store_kwargs = {"ttl": broker_kwargs.pop("activity_ttl", DEFAULT_TTL)}
+        store_kwargs: dict[str, Any] = {"ttl": settings.get("activity_ttl", DEFAULT_TTL)}
         if "clock" in broker_kwargs:
-            store_kwargs["clock"] = broker_kwargs.pop("clock")
-        broker_kwargs["store"] = shared_state(redis, team, **store_kwargs).store
-    if web is not None:
-        authenticators = [*broker_kwargs.pop("authenticators", ()), web.authenticate]
-        broker_kwargs["authenticators"] = authenticators
-    broker = Broker(team=team, **broker_kwargs)
-    routes = [*(web.routes(broker) if web is not None else ())]
-    if extra_routes is not None:
-        routes += extra_routes(broker)
-    return broker, create_app(broker, limits=limits, routes=routes)
+            store_kwargs["clock"] = broker_kwargs["clock"]
+        store = shared_state(redis, team, **store_kwargs).store
+    built = build_broker(
+        team,
+        BrokerConfig(limits=limits, **settings),
+        store=store,
+        web=web,
+        notifier=broker_kwargs.pop("watcher", None),
+        extra_routes=extra_routes,
+        **broker_kwargs,
+    )
+    return built.broker, built.app
 
 
 @contextmanager

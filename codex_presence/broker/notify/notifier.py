@@ -42,14 +42,9 @@ from typing import Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
-from codex_presence._wire import ADMIN_PERMISSION, NOTIFY_PATH, ActivityState
-from codex_presence.broker.http import error, json_response
+from codex_presence._wire import ActivityState
 from codex_presence.broker.notify.config import Target
-from codex_presence.broker.state import Broker
 from codex_presence.core.backoff import Backoff
 from codex_presence.core.notify_policy import (
     Due,
@@ -66,7 +61,6 @@ __all__ = [
     "Notifier",
     "Sender",
     "TargetStats",
-    "notify_routes",
 ]
 
 logger = logging.getLogger("codex_presence.notify")
@@ -383,20 +377,3 @@ class Notifier:
                 }
             )
         return described
-
-
-def notify_routes(broker: Broker, notifier: Notifier | None) -> list[BaseRoute]:
-    """``GET /notify``: the targets, for admins (``members.manage``) only: each one's label
-    (never its URL), rule and counts; ``[]`` when none is configured. 401 without a member,
-    403 for a member who is not an admin."""
-
-    async def targets(request: Request) -> Response:
-        member = await broker.authenticate(request)
-        if member is None:
-            return error(401, broker.unauthorized_reason)
-        if member.role is None or ADMIN_PERMISSION not in member.role.permissions:
-            return error(403, "the notification targets are shown to admins only")
-        described = [] if notifier is None else notifier.describe()
-        return json_response(200, {"targets": described})
-
-    return [Route(NOTIFY_PATH, targets, methods=["GET"])]

@@ -130,6 +130,11 @@ class SessionActivity:
         self._bindings_script = link.script(BINDINGS)
         link.add_listener(self)
 
+    @property
+    def remembered(self) -> int:
+        """Sessions whose latest event number the mirror keeps (bounded)."""
+        return len(self._seq)
+
     # -- what the store asks -----------------------------------------------------------
 
     async def report(self, name: str, report: Report, now_ms: int) -> bool:

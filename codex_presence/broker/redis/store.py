@@ -184,6 +184,11 @@ class RedisStore:
         )
 
     @property
+    def sessions_remembered(self) -> int:
+        """Sessions the mirror remembers beyond those it holds (bounded: issue 35, item 9)."""
+        return self._sessions.remembered
+
+    @property
     def refusing(self) -> str | None:
         return self._link.refusing
 
