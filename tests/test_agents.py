@@ -35,6 +35,7 @@ from tests.support.broker_harness import (
     RunningBroker,
     make_team,
     running_broker,
+    shared_state,
     token_of,
 )
 from tests.support.receivers import receiver
@@ -292,3 +293,36 @@ def test_a_transition_the_mapping_did_not_make_keeps_what_it_said(tmp_path: Path
         "host": host,
         "project": "api-server",
     }
+
+
+def test_a_broker_that_reads_the_roster_anew_still_says_which_agent_waits(
+    redis_url: str,
+) -> None:
+    """A broker that starts on a shared store where a member is already blocked (it reads
+    the whole roster, no report needed) tells of the wait with the agent and what it waits
+    on: the notifier is given the stored agents with the re-read, not only with a report."""
+    clock = FakeClock(START)
+    agent = {"client": "claude", "project": "api-server", "waits": {"kind": "question"}}
+    with receiver() as hook:
+        first = shared_state(redis_url, TEAM)
+        with running_broker(team=TEAM, wall_clock=clock, store=first.store) as broker:
+            body = {"state": "blocked", "session": "sessionAAAAAAAAA", "agent": agent}
+            response = httpx.post(
+                broker.url + "/presence/activity", json=body, headers=broker.auth("alice")
+            )
+            assert response.status_code == 204, response.text
+        notifier = Notifier(
+            [Target(url=f"json://{hook.host}/h", rule=Rule(after=60))],
+            team="acme",
+            sender=AppriseSender(),
+            clock=clock,
+            max_sleep=0.01,
+            recheck=0.05,
+            backoff=lambda: Backoff(base=0.01, cap=0.05),
+        )
+        second = shared_state(redis_url, TEAM)
+        with running_broker(team=TEAM, wall_clock=clock, store=second.store, watcher=notifier):
+            eventually(lambda: notifier.policy.blocked_since("alice") is not None, 60, "read")
+            clock.advance(60)
+            eventually(lambda: hook.requests, 60, "the blocked notice")
+    assert hook.requests[0].json()["title"] == "alice · claude in api-server: answer a question"

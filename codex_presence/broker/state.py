@@ -294,7 +294,8 @@ class Broker:
         if self.watcher is not None:
             for name in self._names:
                 activity = self.store.activity_entry(name)
-                self.watcher.observe(name, activity.state, activity.since)
+                agents = list(activity.agents) or None
+                self.watcher.observe(name, activity.state, activity.since, agents)
 
     # -- fan-out -----------------------------------------------------------------------
 
