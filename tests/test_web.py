@@ -1046,6 +1046,14 @@ def test_notify_me_asks_permission_only_when_turned_on_and_notifies_on_blocked(
     web.report("scout", "working")
     expect(row(allowed, "scout")).to_have_attribute("data-activity", "working")
     assert allowed.evaluate("window.codexPresence.notices.length") == 1
+    waits = {"kind": "command", "program": "make"}  # issue 32: which agent, on what, where
+    agent = {"client": "claude", "project": "api-server", "waits": waits}
+    web.report("scout", "blocked", "sessionSSSSSSSSS", agent=agent)
+    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 2, 10)
+    assert allowed.evaluate("window.codexPresence.notices[1]") == {
+        "title": "scout needs input",
+        "body": "acme: scout · claude in api-server: approve `make`",
+    }
     allowed.reload()  # the choice is kept (the permission still holds); nothing is asked
     expect(allowed.locator("#notify")).to_be_checked()
     assert allowed.evaluate("window.permissionAsked") == 0

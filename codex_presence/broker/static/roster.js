@@ -317,7 +317,11 @@
     if (!state.notify || !before || before.activity === 'blocked' || after.activity !== 'blocked') return;
     if (!('Notification' in window) || Notification.permission !== 'granted') return;
     const title = `${after.name} needs input`;
-    const options = { body: `${state.team}: ${after.name} is waiting on a person.`, tag: 'codex-presence:' + after.name };
+    const waiting = agentsOf(after).find((a) => a.state === 'blocked' && a.client);
+    const body = waiting
+      ? `${state.team}: ${after.name} · ${agentText(waiting)}: ${waitsText(waiting.waits)}`
+      : `${state.team}: ${after.name} is waiting on a person.`;
+    const options = { body, tag: 'codex-presence:' + after.name };
     try {
       const notice = new Notification(title, options);
       notice.addEventListener('click', () => { window.focus(); notice.close(); });
