@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from codex_presence import ActivityState
+from codex_presence.broker.record import Report
 from codex_presence.client.link import BrokerLink, BrokerSettings
 from codex_presence.client.reporter import ActivityReporter
 from codex_presence.client.subscription import ConnectionPresence, ConnectionState
@@ -246,10 +247,10 @@ async def test_the_last_word_comes_while_the_session_is_still_subscribed() -> No
         broker, report = running.broker, running.broker.report
         at_idle: list[tuple[bool, int]] = []
 
-        async def reporting(member: Any, state: ActivityState, *args: Any) -> None:
-            if state is IDLE:
+        async def reporting(member: Any, said: Report) -> None:
+            if said.state is IDLE:
                 at_idle.append((subscription_over, broker.presence("alice")["connected"]))
-            await report(member, state, *args)
+            await report(member, said)
 
         broker.report = reporting  # type: ignore[method-assign]
         async with link.session():

@@ -150,7 +150,8 @@ class SessionActivity:
         event, lost = reply
         if lost:
             self._say_lost(lost)
-        return bool(self.apply(SessionEvent(orjson.loads(event))))
+        data = orjson.loads(event)
+        return bool(self.heard(number(data.get("seq"), SEQ_MAX, "an event's seq"), data))
 
     def bind(self, name: str, session: str) -> None:
         self._bound.add((name, session))
@@ -243,6 +244,20 @@ class SessionActivity:
         """Streams end before the link: their releases went out with :meth:`keep`."""
 
     # -- the mirror --------------------------------------------------------------------
+
+    def heard(self, seq: int, data: dict[str, Any]) -> bool | None:
+        """An ``s`` event numbered ``seq`` (a script's reply, or from the channel): applied
+        as :meth:`apply` does, but read in full only when it is new for its session (each
+        report comes twice, its script's reply and its echo, whichever is first; the
+        later event applied carried times at least as wide)."""
+        name, session = data.get("name"), data.get("session")
+        if (
+            isinstance(name, str)
+            and isinstance(session, str)
+            and seq <= self._seq.get((name, session), 0)
+        ):
+            return None
+        return self.apply(SessionEvent(data))
 
     def apply(self, event: SessionEvent) -> bool | None:
         """Apply an ``s`` event (ours or another broker's) unless a later one for that

@@ -95,7 +95,7 @@ from anyio.abc import TaskStatus
 from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection
 from codex_presence.broker.record import Report, SessionRecord
-from codex_presence.broker.redis.activity import SessionActivity, SessionEvent
+from codex_presence.broker.redis.activity import SessionActivity
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.records import COUNT_MAX, SEQ_MAX, TIME_MAX, Unreadable, number
 from codex_presence.broker.redis.scripts import COUNTS, LEAVE, SNAPSHOT
@@ -378,7 +378,7 @@ class RedisStore:
         if seq <= self._synced_seq:
             return  # in the snapshot already (or not numbered)
         if kind == "s":
-            if self._sessions.apply(SessionEvent(event)):
+            if self._sessions.heard(seq, event):
                 self._changed(event["name"])
         elif kind == "c":
             name, broker = event.get("name"), event.get("broker")
