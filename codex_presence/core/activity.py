@@ -229,6 +229,12 @@ class ActivitySignal:
             if waits is not None:
                 self._waits[key] = waits
 
+    def tell_waits(self, key: HandleKey, waits: Waits) -> None:
+        """An open blocker that said nothing of what it waits on is now known to wait on
+        ``waits`` (its source said so later); a closed one, or one that said, is left."""
+        if key in self._handles[HandleKind.BLOCK] and key not in self._waits:
+            self._waits[key] = waits
+
     def note(self, *, version: object = None, cwd: object = None) -> None:
         """The source said which version its agent is or where it works (a value that is
         not text says nothing and changes nothing)."""

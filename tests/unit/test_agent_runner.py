@@ -401,3 +401,29 @@ def test_a_record_with_every_field_at_its_bound_still_encodes_within_the_brokers
     assert len(orjson.dumps(agent)) <= AGENT_MAX_BYTES
     assert agent_problem(agent) is None
     assert agent["waits"]["program"] == "make" and agent["client"] == "codex-app-server"
+
+
+def _tool_use_entry(command: str) -> dict[str, Any]:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": command}}
+    return {"type": "assistant", "message": {"role": "assistant", "content": [block]}}
+
+
+def _waiting() -> dict[str, Any]:
+    return {"status": "waiting", "waitingFor": "permission prompt", "statusUpdatedAt": 2}
+
+
+@pytest.mark.parametrize("transcript_first", [True, False])
+def test_where_the_file_leads_the_transcripts_tool_call_says_what_waits(
+    transcript_first: bool,
+) -> None:
+    """Interactive claude (the file leads: no PreToolUse hook runs): the permission the
+    session file says it waits on is for the transcript's newest tool call, whichever of
+    the two is read first."""
+    mapping = ClaudeMapping(file_led=True)
+    mapping.feed("session", {"status": "busy", "statusUpdatedAt": 1}, 0.0)
+    first, then = ("transcript", _tool_use_entry("make test")), ("session", _waiting())
+    if not transcript_first:
+        first, then = then, first
+    out = mapping.feed(*first, 0.1) + mapping.feed(*then, 0.2)
+    assert out[-1].state is BLOCKED
+    assert out[-1].waits == Waits("command", "Bash", "make test")

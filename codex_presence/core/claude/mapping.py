@@ -65,7 +65,9 @@ what closes each — every rule names its closers, so no state can stick:
   PermissionRequest's own tool and input (:func:`tool_waits`: Bash its command, an edit
   its file, AskUserQuestion its question); a ``permission_prompt`` Notification's, its
   scope's last PreToolUse (the newest of any scope's, for a subagent's); the file's
-  ``waiting``, the newest PreToolUse's (or a question, for ``input needed``). Where and
+  ``waiting``, the newest PreToolUse's or, where the file leads and no such hook runs,
+  the transcript's newest tool call, read before or after the file says it waits (or a
+  question, for ``input needed``). Where and
   which: the hooks' ``cwd``, the session file's and the transcript's ``cwd`` and
   ``version``.
 * **The file's view**, adopted after :data:`SETTLE` s of agreement (at once where it
@@ -425,6 +427,11 @@ class ClaudeMapping:
 
     def _transcript(self, entry: dict[str, Any]) -> str | None:
         self.signal.note(version=entry.get("version"), cwd=entry.get("cwd"))
+        asked = _tool_use(entry)
+        if asked is not None:  # where no PreToolUse hook runs (the file leads), the tool
+            self._last_asked = asked
+            self.signal.tell_waits(_SESSION_BLOCK, asked)
+            return "transcript tool_use"
         if self.file_led:
             return self._transcript_task(entry)
         if not is_interrupt_marker(entry):
@@ -529,6 +536,18 @@ _NOTIFIED_WAITS = {
 on its PreToolUse's tool)."""
 _FILE_WAITS = {"input needed": Waits.of("question")}
 """A waiting session file's ``waitingFor`` that says what, where no hook says the tool."""
+
+
+def _tool_use(entry: Mapping[str, Any]) -> Waits | None:
+    """What the last tool call of a transcript's assistant entry would wait on, if any."""
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if entry.get("type") != "assistant" or not isinstance(content, list):
+        return None
+    calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    if not calls:
+        return None
+    return tool_waits({"tool_name": calls[-1].get("name"), "tool_input": calls[-1].get("input")})
 
 
 def tool_waits(msg: Mapping[str, Any]) -> Waits:
