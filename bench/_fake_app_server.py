@@ -14,7 +14,10 @@ decides anything itself; the client (a test or the soak driver) decides through 
 
 An approval answered ``{"decision": "cancel"}`` interrupts the turn as codex does: the
 request is resolved, the waiting flag cleared, and ``stop_ms`` (default 20) later the thread
-goes idle and the turn completes ``interrupted``.
+goes idle and the turn completes ``interrupted``. The approval request carries the
+command (``/bin/bash -lc 'make test'``, and ``make test`` as its one action) as codex's
+does, and ``thread/start`` announces its thread with the ``cwd`` it was given (else the
+process's) and the ``cliVersion`` :data:`VERSION`: what a runner reports of its agent.
 
 ``leave_running`` ends the turn (``interrupted``, as an Esc does) with its command still
 running: the command's ``item/completed`` comes only once the client sends ``{"method":
@@ -37,10 +40,13 @@ import os
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+VERSION = "0.169.0"
+"""The codex version it says it is."""
 out = sys.stdout.buffer
 inp = sys.stdin.buffer
 _next_server_id = 0
@@ -117,7 +123,13 @@ def run_turn(request: dict[str, Any]) -> None:
             {
                 "method": "item/commandExecution/requestApproval",
                 "id": request_id,
-                "params": {**ids, "itemId": command["id"], "reason": "run the tests"},
+                "params": {
+                    **ids,
+                    "itemId": command["id"],
+                    "reason": "run the tests",
+                    "command": command["command"],
+                    "commandActions": [{"type": "unknown", "command": "make test"}],
+                },
             }
         )
         answer = wait_for_response(request_id).get("result")
@@ -167,11 +179,14 @@ def main() -> None:
             continue
         method = message.get("method")
         if method == "initialize":
-            emit({"id": message.get("id"), "result": {"userAgent": "fake_app_server/0.169.0"}})
+            emit({"id": message.get("id"), "result": {"userAgent": f"fake_app_server/{VERSION}"}})
         elif method == "thread/start":
             thread = str(uuid.uuid4())
-            emit({"id": message.get("id"), "result": {"thread": {"id": thread}}})
-            note("thread/started", thread={"id": thread, "status": {"type": "idle"}})
+            params = message.get("params") or {}
+            cwd = params.get("cwd") if isinstance(params.get("cwd"), str) else str(Path.cwd())
+            emit({"id": message.get("id"), "result": {"thread": {"id": thread}, "cwd": cwd}})
+            started = {"id": thread, "status": {"type": "idle"}, "cwd": cwd, "cliVersion": VERSION}
+            note("thread/started", thread=started)
         elif method == "turn/start":
             run_turn(message)
         elif method == "fake/endCommands":

@@ -100,13 +100,20 @@ class Web:
         return self.broker.url
 
     def report(
-        self, name: str, state: str, session: str | None = None, background: int | None = None
+        self,
+        name: str,
+        state: str,
+        session: str | None = None,
+        background: int | None = None,
+        agent: dict[str, Any] | None = None,
     ) -> None:
         body: dict[str, Any] = {"state": state}
         if session is not None:
             body["session"] = session
         if background is not None:
             body["background"] = background
+        if agent is not None:
+            body["agent"] = agent
         response = httpx.post(
             self.url + "/presence/activity",
             json=body,
@@ -895,6 +902,44 @@ def test_a_background_command_is_shown_apart_from_the_state(
     expect(builder.locator(".background")).to_have_text("")
 
 
+@pytest.mark.browser
+def test_each_agent_has_a_line_under_its_member_and_markup_never_runs(
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab], store_url: str | None
+) -> None:
+    """Issue 32: a line per agent session under the member: client in project, state, what
+    a blocked one waits on and for how long; what the wire says is text, never markup."""
+    wall.offset = -60
+    blocked = {
+        "client": "claude",
+        "project": "api-server",
+        "waits": {"kind": "command", "tool": "Bash", "program": "make"},
+    }
+    web.report("builder", "blocked", "sessionAAAAAAAAA", agent=blocked)
+    wall.offset = 0
+    evil = {"client": "codex-tui", "project": "<img src=x onerror=window.pwned=1>"}
+    web.report("builder", "working", "sessionBBBBBBBBB", agent=evil)
+    page = signed_in(browser, web, tabs, "alice", clock=True).page
+    agents = row(page, "builder").locator(".agents li.agent")
+    expect(agents).to_have_count(2)
+    expect(agents.nth(0)).to_have_attribute("data-state", "blocked")
+    expect(agents.nth(0)).to_have_text(
+        re.compile(r"^\s*claude in api-server · needs input: approve `make`\s+· 1 min\s*$")
+    )
+    expect(agents.nth(1).locator(".agent-what")).to_have_text(
+        "codex-tui in <img src=x onerror=window.pwned=1>"
+    )
+    expect(agents.nth(1).locator(".agent-state")).to_have_text("working")
+    expect(agents.nth(1).locator(".agent-waits")).to_be_hidden()
+    assert page.locator("li.agent img").count() == 0
+    assert page.evaluate("window.pwned") is None
+    screenshot(page, "agents", store_url)
+    web.report("builder", "working", "sessionAAAAAAAAA", agent={"client": "claude"})
+    claude = agents.filter(has=page.locator(".agent-what", has_text=re.compile("^claude$")))
+    expect(claude.locator(".agent-state")).to_have_text("working")
+    expect(claude.locator(".agent-waits")).to_be_hidden()
+    expect(row(page, "alice").locator(".agents")).to_be_hidden()
+
+
 def names_in_order(page: Page) -> list[str]:
     return [str(n) for n in page.locator("li.member .name").all_inner_texts()]
 
@@ -1001,6 +1046,14 @@ def test_notify_me_asks_permission_only_when_turned_on_and_notifies_on_blocked(
     web.report("scout", "working")
     expect(row(allowed, "scout")).to_have_attribute("data-activity", "working")
     assert allowed.evaluate("window.codexPresence.notices.length") == 1
+    waits = {"kind": "command", "program": "make"}  # issue 32: which agent, on what, where
+    agent = {"client": "claude", "project": "api-server", "waits": waits}
+    web.report("scout", "blocked", "sessionSSSSSSSSS", agent=agent)
+    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 2, 10)
+    assert allowed.evaluate("window.codexPresence.notices[1]") == {
+        "title": "scout needs input",
+        "body": "acme: scout · claude in api-server: approve `make`",
+    }
     allowed.reload()  # the choice is kept (the permission still holds); nothing is asked
     expect(allowed.locator("#notify")).to_be_checked()
     assert allowed.evaluate("window.permissionAsked") == 0

@@ -87,7 +87,9 @@ class ActivityWatcher(Mourner, Protocol):
     (:meth:`~codex_presence.broker.deaths.Mourner.lost`) is told before its lapse is
     observed."""
 
-    def observe(self, name: str, state: ActivityState, since_ms: int | None) -> None: ...
+    def observe(
+        self, name: str, state: ActivityState, since_ms: int | None, agents: object = None
+    ) -> None: ...
 
     async def run(self) -> None: ...
 
@@ -334,7 +336,8 @@ class Broker:
         if self.watcher is not None:
             for name in self._names:
                 activity = self.store.activity_entry(name)
-                self.watcher.observe(name, activity.state, activity.since)
+                agents = list(activity.agents) or None
+                self.watcher.observe(name, activity.state, activity.since, agents)
 
     # -- fan-out -----------------------------------------------------------------------
 
@@ -383,7 +386,7 @@ class Broker:
                 self._shown.pop(name, None)
             if self.watcher is not None:
                 state = _IDLE if activity is None else ACTIVITY_STATES[activity]
-                self.watcher.observe(name, state, p.get("activitySince"))
+                self.watcher.observe(name, state, p.get("activitySince"), p.get("agents"))
             if self.history is not None:
                 self.history.observe(name, p, self._now_ms())
             parts.append(_sse(PRESENCE_EVENT, orjson.dumps(p)))

@@ -182,7 +182,8 @@ async def run_demo(
     server = BrokerServer(config, broker=broker, signals=False)
     entries = list(read_entries((await anyio.Path(fixture).read_bytes()).splitlines()))
     result = DemoResult(team=team.name)
-    link = BrokerLink(BrokerSettings(url=url, token=tokens[AGENT], name=AGENT))
+    settings = BrokerSettings(url=url, token=tokens[AGENT], name=AGENT, client="codex-app-server")
+    link = BrokerLink(settings)  # the recording is an app-server session
 
     async with (
         make_async_client(url, tokens[WATCHER]) as watcher,

@@ -1,6 +1,6 @@
 """What the runner commands share: each (``wrap``, ``codex`` and every client's) takes the
-same options (the recording, the log, the broker and the token, ``--no-trace``, the command
-after ``--``) and tells the broker through the same link.
+same options (the recording, the log, the broker and the token, ``--no-trace``, ``--share``,
+the command after ``--``) and tells the broker through the same link.
 
 Import-light, like the commands (``wrap`` reads its options before its child runs): the
 client and the session skeleton load inside the functions that need them, and ``typing``
@@ -37,6 +37,16 @@ def configure(parser: argparse.ArgumentParser, *, epilog: str) -> None:
         "--no-trace",
         action="store_true",
         help="report no activity at all (the roster shows you idle); connection presence stays",
+    )
+    parser.add_argument(
+        "--share",
+        metavar="LEVEL",
+        type=share_level,
+        default="default",
+        help="what the broker is told about the agent besides its state: 'none' (nothing),"
+        " 'default' (the client, its version, the host, the project, and while blocked what"
+        " it waits on by kind and program name, e.g. approve `make`), 'detail' (also the"
+        " command itself, cut to one short line)",
     )
     parser.add_argument(
         "--passing-hold",
@@ -76,6 +86,21 @@ def passing_hold(text: str) -> float:
 def exit_grace(text: str) -> float:
     """``--exit-grace``: seconds, from 0 (exit at once) to a minute."""
     return _seconds(text, 60)
+
+
+SHARE_LEVELS = ("none", "default", "detail")
+RUNNER_CLIENTS = {"wrap": "codex-app-server", "codex": "codex-tui", "claude": "claude"}
+"""The agent record's ``client`` each runner command reports."""
+
+
+def share_level(text: str) -> str:
+    """``--share``: one of :data:`SHARE_LEVELS`."""
+    level = text.strip().lower()
+    if level not in SHARE_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a share level (one of: {', '.join(SHARE_LEVELS)})"
+        )
+    return level
 
 
 def given_command(args: argparse.Namespace) -> list[str]:
@@ -121,7 +146,17 @@ def broker_link(
     except TokenError as exc:
         logger.error("not reporting to %s: %s", masked(args.broker), exc)
         return None
-    settings = BrokerSettings(url=args.broker, token=token, name=args.name, trace=not args.no_trace)
+    from codex_presence.core.agent_record import Share
+
+    command = getattr(args, "command", "wrap")
+    settings = BrokerSettings(
+        url=args.broker,
+        token=token,
+        name=args.name,
+        trace=not args.no_trace,
+        client=RUNNER_CLIENTS.get(command, command),
+        share=Share(getattr(args, "share", "default")),
+    )
     if args.exit_grace is not None:
         settings = dataclasses.replace(settings, exit_grace=args.exit_grace)
     if args.passing_hold is None:

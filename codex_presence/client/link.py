@@ -21,6 +21,15 @@ characters, picked here): every report and the subscription carry it, so that th
 holds this run's activity apart from the member's other sessions, and lets it lapse seconds
 after the subscription drops (the runner was killed) rather than at the TTL.
 
+Each report may carry the session's agent record (issue 32: the client, its version, the
+host, the project, and while blocked what the agent waits on), built at the share level
+the person chose (:class:`~codex_presence.core.agent_record.Share`, ``--share``) from what
+the mapping says (a transition's :class:`~codex_presence.core.activity.Waits` and
+:class:`~codex_presence.core.activity.AgentFacts`) and what is known here: the host, and
+the directory the runner started in until the agent says where it works. The project is
+that directory's git top-level's name (found by looking for ``.git`` upwards, no process
+run), else the directory's own; all of it is looked up after the child started.
+
 With ``trace=False`` (``--no-trace``) there is no activity reporter at all: the member's
 activity (and background count) stays absent for the whole session, while connection
 presence works as usual.
@@ -31,9 +40,11 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import httpx
@@ -44,11 +55,12 @@ from codex_presence.client.api import BrokerError, NotABroker, TokenRefused, fet
 from codex_presence.client.auth import make_async_client
 from codex_presence.client.reporter import ActivityReporter
 from codex_presence.client.subscription import ConnectionPresence, ConnectionState, Outage
-from codex_presence.core.activity import Transition
+from codex_presence.core.activity import AgentFacts, Transition, Waits
+from codex_presence.core.agent_record import Share, record
 from codex_presence.core.backoff import Backoff, reconnect_backoff
 from codex_presence.core.report_policy import ReportPolicy
 
-__all__ = ["BrokerLink", "BrokerSettings"]
+__all__ = ["BrokerLink", "BrokerSettings", "project_of"]
 
 logger = logging.getLogger("codex_presence.daemon")
 
@@ -61,6 +73,10 @@ class BrokerSettings:
     """The member name; asked of the broker (``GET /whoami``) when not given."""
     trace: bool = True
     exit_grace: float = 1.0
+    client: str = "custom"
+    """The agent client the runner runs (``codex-app-server``, ``codex-tui``, ``claude``)."""
+    share: Share = Share.DEFAULT
+    """How much of the agent record leaves the machine (``--share``)."""
 
 
 class BrokerLink:
@@ -80,13 +96,42 @@ class BrokerLink:
         self.presence: ConnectionPresence | None = None
         self.session_id = secrets.token_urlsafe(12)
         """This run's session: its reports and its subscription carry it."""
+        self._facts = AgentFacts()
+        self._waits: Waits | None = None
+        self._host: str | None = None
+        self._started_in: str | None = None
+        self._projects: dict[str, str | None] = {}
+
+    def agent_record(self) -> dict[str, object] | None:
+        """The agent record at the settings' share level, from what is known now."""
+        settings = self.settings
+        if settings.share is Share.NONE:
+            return None
+        if self._host is None:
+            self._host = socket.gethostname()
+        cwd = self._facts.cwd or self._started_in
+        if cwd is not None and cwd not in self._projects:
+            self._projects = {cwd: project_of(cwd)}  # one: a session changes place rarely
+        return record(
+            share=settings.share,
+            client=settings.client,
+            version=self._facts.version,
+            host=self._host,
+            project=None if cwd is None else self._projects[cwd],
+            waits=self._waits,
+        )
 
     def observe(self, transition: Transition) -> None:
-        """The relay's observer: hand the new state and the background count to the
-        reporter (never blocks). A transition of the count alone is no news for the state,
-        but is reported: the roster shows the count apart."""
+        """The relay's observer: hand the new state, the background count and the agent
+        record to the reporter (never blocks). A transition of the count or the record
+        alone is no news for the state, but is reported: the roster shows them apart."""
         if self.reporter is None:
             return
+        if transition.changes_agent or transition.changes_state:
+            if transition.facts != _NO_FACTS:  # a transition the mapping did not make has none
+                self._facts = transition.facts
+            self._waits = transition.waits
+            self.reporter.observe_agent(self.agent_record())
         if transition.changes_background:
             self.reporter.observe_background(transition.background)
         if transition.changes_state:
@@ -101,6 +146,9 @@ class BrokerLink:
                 self.reporter = ActivityReporter(
                     client=client, policy=self._policy, session=self.session_id
                 )
+                with suppress(OSError):  # a directory gone: the agent will say where it is
+                    self._started_in = str(Path.cwd())
+                self.reporter.observe_agent(self.agent_record())
             else:
                 logger.info("--no-trace: activity is not reported; connection presence only")
             async with anyio.create_task_group() as tg:
@@ -190,6 +238,19 @@ class BrokerLink:
                 logger.info("the token is %s's%s", printable(me.name), outage.over())
                 return me
             await anyio.sleep(backoff.next_delay())
+
+
+_NO_FACTS = AgentFacts()
+
+
+def project_of(directory: str) -> str | None:
+    """The name of the project ``directory`` is in: its git top-level's (the nearest
+    directory upwards that holds ``.git``, a work tree's file included), else its own."""
+    path = Path(directory).absolute()
+    for here in [path, *path.parents][:64]:
+        if (here / ".git").exists():
+            return here.name or None
+    return path.name or None
 
 
 async def _report(reporter: ActivityReporter, scope: anyio.CancelScope, done: anyio.Event) -> None:

@@ -51,14 +51,17 @@ teammate who is working (a turn in progress) or blocked (waiting on a human) has
 state and how long it has held at the end of their line, e.g. "working 3m", and how many \
 of their sessions are working and blocked when they run several, e.g. "(sessions: 2 \
 working, 1 blocked)"; any teammate whose sessions left commands running (even while \
-idle) has "(background: 1 command, 4m)"."""
+idle) has "(background: 1 command, 4m)"; and under a teammate's line, one line per agent \
+session they run, with its client, project and state, and what a blocked one waits on, \
+e.g. "  - claude in api-server: blocked 1m, approve `make`"."""
 
 
 _IncludeActivity = Annotated[
     bool,
     Field(
-        description="Also say who is working or blocked, and for how long, and what each "
-        "teammate left running in the background (default: false)."
+        description="Also say who is working or blocked, and for how long, what each "
+        "teammate left running in the background, and each of their agents: client, "
+        "project, state, what it waits on (default: false)."
     ),
 ]
 

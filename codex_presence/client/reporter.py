@@ -20,6 +20,11 @@ A report of a named session also carries the session's background count (``"back
 N``, commands or tasks it left running; left out when 0, which is what its absence means).
 A broker that predates counts refuses the key (400): the reporter says so once and reports
 the state alone.
+
+It also carries the session's agent record (``"agent": {...}``, which client, where, what it
+waits on; :mod:`codex_presence.core.agent_record`) when the policy says it is news. A
+broker that refuses it (a 400 that names it: one that predates records) gets none from
+then on, said once; the state still goes.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 import httpx
@@ -72,6 +78,8 @@ class ActivityReporter:
         self._failing = False
         self._counts_known = True
         """False once the broker refused a background count: it predates them."""
+        self._agents_known = True
+        """False once the broker refused an agent record."""
         self.posts = 0
         """How many POSTs were attempted (for tests and the idle-cost benchmark)."""
 
@@ -84,6 +92,11 @@ class ActivityReporter:
     def observe_background(self, count: int) -> None:
         """The session now has ``count`` commands or tasks left running. Never blocks."""
         self.policy.observe_background(count)
+        self._wake.set()
+
+    def observe_agent(self, agent: Mapping[str, Any] | None) -> None:
+        """The session's agent record is now ``agent``. Never blocks."""
+        self.policy.observe_agent(agent)
         self._wake.set()
 
     def use_broker_ttl(self, ttl: float) -> None:
@@ -119,11 +132,13 @@ class ActivityReporter:
 
     async def _post(self, action: Post) -> Outcome:
         self.posts += 1
-        body: dict[str, str | int] = {"state": action.state.value}
+        body: dict[str, object] = {"state": action.state.value}
         if self.session is not None:
             body["session"] = self.session
             if action.background > 0 and self._counts_known:
                 body["background"] = action.background
+        if action.agent is not None and self._agents_known:
+            body["agent"] = action.agent
         try:
             response = await self._client.post(ACTIVITY_PATH, json=body, timeout=self._timeout)
             if response.status_code == 400 and self._leave_out_refused(
@@ -163,7 +178,10 @@ class ActivityReporter:
     def _leave_out_refused(self, body: Mapping[str, object], said: bytes, text: str) -> bool:
         """An older broker refused a field it does not know (its 400 names it): leave that
         field out of every report from now on, said once; whether one was."""
-        if "background" in body and b"'background'" in said:
+        if "agent" in body and b"agent" in said:
+            self._agents_known = False
+            known, instead = "agent records", "reporting without one"
+        elif "background" in body and b"'background'" in said:
             self._counts_known = False
             known, instead = "background counts", "reporting the state alone"
         elif self.session is not None and b"session" in said:

@@ -24,9 +24,19 @@ and, apart from the state, the commands or tasks the member's sessions left runn
 
     - builder [engineer] connected=1 (background: 1 command, 4m)
 
+and under the member, one line per agent the broker lists (``agents``: each session's
+client, project and state, and while blocked what it waits on, in the words of
+:func:`~codex_presence.core.agent_record.waits_words`), when at least one of them said
+which client it is (sessions that share nothing are the member's line already)::
+
+    - bob [engineer] connected=2 blocked 1m (sessions: 1 working, 1 blocked)
+      - claude in api-server: blocked 1m, approve `make`
+      - codex-app-server in web: working 3m
+
 :func:`watch_text` is the human view of ``roster --watch``: the same lines with the
 activity after them (a spinner for working, "needs input" for blocked) and how long it has
-held, and the background ("idle · 1 background command · 4 min"). Durations are measured
+held, and the background ("idle · 1 background command · 4 min"), with the agents under
+it ("  · claude in api-server · [!] approve `make` · 1 min"). Durations are measured
 against this machine's clock, as :func:`elapsed_text` writes them.
 
 Whatever text the broker sent is shown escaped (:func:`~codex_presence._wire.printable`):
@@ -40,9 +50,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from codex_presence._wire import printable, privilege
+from codex_presence.core.agent_record import agent_words, described, waits_words
 
 __all__ = [
     "SPINNER",
+    "agent_lines",
     "background_text",
     "elapsed_text",
     "roster_line",
@@ -112,6 +124,55 @@ def sessions_text(p: Mapping[str, Any]) -> str:
     return ", ".join(f"{n} {state}" for n, state in counts)
 
 
+def _agents(p: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``p``'s agents, when at least one of them said what it is (a ``client``): sessions
+    that shared nothing (``--share none``, an older runner) add nothing to the member's
+    own line and sessions count, so a member with none of the others has no agent lines."""
+    agents = p.get("agents")
+    if not isinstance(agents, list):
+        return []
+    listed = [a for a in agents if isinstance(a, Mapping)]
+    return listed if any(described(a) for a in listed) else []
+
+
+def _state_since(agent: Mapping[str, Any], now_ms: int | None, *, compact: bool) -> str:
+    since = agent.get("since")
+    if now_ms is None or isinstance(since, bool) or not isinstance(since, int):
+        return ""
+    return elapsed_text((now_ms - since) / 1000, compact=compact)
+
+
+def agent_lines(
+    p: Mapping[str, Any], now_ms: int | None, *, compact: bool, frame: int = 0
+) -> list[str]:
+    """One line per agent of ``p`` (the roster's ``agents``), to go under its member's:
+    ``  - claude in api-server: blocked 1m, approve `make``` (``compact``, the agent-facing
+    roster) or ``  · claude in api-server · [!] approve `make` · 1 min`` (the watch view),
+    escaped (:func:`~codex_presence._wire.printable`)."""
+    lines = []
+    for agent in _agents(p):
+        state = agent.get("state")
+        state = state if state in ("idle", "working", "blocked") else "idle"
+        held = _state_since(agent, now_ms, compact=compact)
+        waits = waits_words(agent.get("waits")) if state == "blocked" else ""
+        if compact:
+            said = f"{state} {held}" if held and state != "idle" else state
+            said = f"{said}, {waits}" if waits else said
+            lines.append(f"  - {printable(agent_words(agent))}: {printable(said)}")
+            continue
+        if state == "working":
+            shown = f"{SPINNER[frame % len(SPINNER)]} working"
+        elif state == "blocked":
+            shown = f"[!] {waits}"
+        else:
+            shown = "idle"
+        parts = [agent_words(agent), shown]
+        if held and state != "idle":
+            parts.append(held)
+        lines.append("  · " + printable(" · ".join(parts)))
+    return lines
+
+
 def roster_line(
     p: Mapping[str, Any],
     *,
@@ -161,7 +222,10 @@ def roster_text(
     """The design's exact agent-facing roster, without a final newline; ``activity`` adds
     each working or blocked member's state and how long it has held by ``now_ms``."""
     lines = [f"team {printable(team)} roster:"]
-    lines.extend(roster_line(p, you=you, activity=activity, now_ms=now_ms) for p in presences)
+    for p in presences:
+        lines.append(roster_line(p, you=you, activity=activity, now_ms=now_ms))
+        if activity:
+            lines.extend(agent_lines(p, now_ms, compact=True))
     return "\n".join(lines)
 
 
@@ -186,11 +250,10 @@ def watch_text(
         elif activity == "blocked":
             line += "  [!] needs input"
         elif background:
-            lines.append(f"{line}  idle · {background}")
-            continue
-        else:
-            lines.append(line)
-            continue
-        extra = [_since_text(p, now_ms, compact=False), sessions_text(p), background]
-        lines.append(" · ".join([line, *filter(None, extra)]))
+            line = f"{line}  idle · {background}"
+        if activity in ("working", "blocked"):
+            extra = [_since_text(p, now_ms, compact=False), sessions_text(p), background]
+            line = " · ".join([line, *filter(None, extra)])
+        lines.append(line)
+        lines.extend(agent_lines(p, now_ms, compact=False, frame=frame))
     return "\n".join(lines)

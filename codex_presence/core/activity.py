@@ -21,6 +21,14 @@ then ``state``: :attr:`Transition.changes_state` tells them apart). Background h
 apart from the three kinds: closing a scope's handles leaves them open, because outliving
 their turn is what they are for; the feeder closes them by their own rules.
 
+Each blocker may carry what it waits on (:class:`Waits`: the kind, the tool, the command,
+as the feeder read them from its source), and the feeder may note where its agent works
+and which version it is (:meth:`ActivitySignal.note`: :class:`AgentFacts`). A transition
+carries both: the waits of the newest blocker that has them while blocked (blockers
+without any keep what the blocked spell last waited on, or say ``other``), and the
+facts; :meth:`ActivitySignal.commit` returns one too when only they changed
+(:attr:`Transition.changes_agent`). They never change the state.
+
 The state itself, :class:`ActivityState`, is the wire's vocabulary (:mod:`codex_presence._wire`),
 re-exported here.
 """
@@ -29,11 +37,23 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from codex_presence._wire import MAX_BACKGROUND, ActivityState
 
-__all__ = ["MAX_BACKGROUND", "ActivitySignal", "ActivityState", "HandleKind", "Transition"]
+__all__ = [
+    "MAX_BACKGROUND",
+    "MAX_WAITS_TEXT",
+    "ActivitySignal",
+    "ActivityState",
+    "AgentFacts",
+    "HandleKind",
+    "Transition",
+    "Waits",
+]
+
+MAX_WAITS_TEXT = 240
+"""Characters of a blocker's tool or command kept (the runner cuts what it shares shorter)."""
 
 
 class HandleKind(enum.Enum):
@@ -42,6 +62,45 @@ class HandleKind(enum.Enum):
     TURN = "turn_active"
     TOOL = "tool_inflight"
     BLOCK = "blocked"
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """What a blocker waits on, as the feeder read it: ``kind`` one of ``command``,
+    ``file_change``, ``question``, ``permission``, ``elicitation``, ``other``; the
+    ``tool`` that asks; ``command`` the command line (or argument vector) to approve, or the
+    question, file or message that says what is asked. Raw: what leaves the machine is the
+    runner's to decide (:mod:`codex_presence.core.agent_record`)."""
+
+    kind: str = "other"
+    tool: str | None = None
+    command: str | tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, kind: str, tool: object = None, command: object = None) -> Waits:
+        """A :class:`Waits` from whatever the source said: a value that is not text (or a
+        list of text, for a command) is left out, and text is cut to
+        :data:`MAX_WAITS_TEXT` characters."""
+        return cls(kind, _text(tool), _command(command))
+
+
+def _text(value: object) -> str | None:
+    return value[:MAX_WAITS_TEXT] if isinstance(value, str) and value else None
+
+
+def _command(value: object) -> str | tuple[str, ...] | None:
+    if isinstance(value, list) and value and all(isinstance(word, str) for word in value):
+        return tuple(word[:MAX_WAITS_TEXT] for word in value[:32])
+    return _text(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFacts:
+    """What the feeder read about its agent, apart from the state: the version it reports
+    and the directory it works in (both None until the source says)."""
+
+    version: str | None = None
+    cwd: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +119,20 @@ class Transition:
     within tens of milliseconds (between a person's "no, stop" and the end of the turn): a
     reporter may wait a moment for the next one rather than show it."""
 
+    waits: Waits | None = None
+    """What the member waits on, while blocked (None otherwise)."""
+    previous_waits: Waits | None = None
+    facts: AgentFacts = AgentFacts()
+    previous_facts: AgentFacts = AgentFacts()
+
+    @property
+    def changes_agent(self) -> bool:
+        """Whether what the member waits on, or the facts about its agent, changed."""
+        return self.waits != self.previous_waits or self.facts != self.previous_facts
+
     @property
     def changes_state(self) -> bool:
-        """False when only the background count changed."""
+        """False when only the background count (or the agent's waits or facts) changed."""
         return self.previous is not self.state
 
     @property
@@ -98,6 +168,12 @@ class ActivitySignal:
     _background: dict[HandleKey, None] = field(default_factory=dict)
     """Background handles, oldest first (bounded: :data:`MAX_BACKGROUND`)."""
     _committed_background: int = 0
+    _waits: dict[HandleKey, Waits] = field(default_factory=dict)
+    """What the open blockers that said so wait on, oldest first."""
+    _committed_waits: Waits | None = None
+    facts: AgentFacts = AgentFacts()
+    """The latest facts the feeder noted (:meth:`note`)."""
+    _committed_facts: AgentFacts = AgentFacts()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -143,11 +219,44 @@ class ActivitySignal:
 
     # -- writing -------------------------------------------------------------------------
 
-    def open(self, kind: HandleKind, key: HandleKey) -> None:
+    def open(self, kind: HandleKind, key: HandleKey, waits: Waits | None = None) -> None:
+        """Open a handle; a blocker may say what it waits on (``waits``)."""
         handles = self._handles[kind]
         if key in handles:
             self.anomalies.double_open += 1
         handles.add(key)
+        if kind is HandleKind.BLOCK:
+            self._waits.pop(key, None)  # the newest last
+            if waits is not None:
+                self._waits[key] = waits
+
+    def tell_waits(self, key: HandleKey, waits: Waits) -> None:
+        """An open blocker that said nothing of what it waits on is now known to wait on
+        ``waits`` (its source said so later); a closed one, or one that said, is left."""
+        if key in self._handles[HandleKind.BLOCK] and key not in self._waits:
+            self._waits[key] = waits
+
+    def note(self, *, version: object = None, cwd: object = None) -> None:
+        """The source said which version its agent is or where it works (a value that is
+        not text says nothing and changes nothing)."""
+        facts = self.facts
+        if isinstance(version, str) and version:
+            facts = replace(facts, version=version[:MAX_WAITS_TEXT])
+        if isinstance(cwd, str) and cwd:
+            facts = replace(facts, cwd=cwd[:4096])
+        self.facts = facts
+
+    @property
+    def waits(self) -> Waits | None:
+        """What the member waits on right now: the newest open blocker's waits (``other``
+        when no open blocker said), or None when not blocked."""
+        blockers = self._handles[HandleKind.BLOCK]
+        if not blockers:
+            return None
+        for key in reversed(tuple(self._waits)):
+            if key in blockers:
+                return self._waits[key]
+        return _UNSAID
 
     def close(self, kind: HandleKind, key: HandleKey) -> bool:
         """Close one handle; returns whether it was open."""
@@ -202,11 +311,22 @@ class ActivitySignal:
         self._background.clear()
 
     def commit(self, cause: str) -> Transition | None:
-        """Publish the derived state and the background count; returns the transition if
-        either differs from the last."""
+        """Publish the derived state, the background count, the waits and the facts;
+        returns the transition if any differs from the last."""
+        blockers = self._handles[HandleKind.BLOCK]
+        if len(self._waits) > len(blockers):  # forget the waits of closed blockers
+            self._waits = {key: w for key, w in self._waits.items() if key in blockers}
         state = self.state
         background = len(self._background)
-        if state is self._committed and background == self._committed_background:
+        waits = self.waits
+        if waits is _UNSAID and self._committed_waits is not None:
+            waits = self._committed_waits  # what the spell waited on, until a blocker says
+        if (
+            state is self._committed
+            and background == self._committed_background
+            and waits == self._committed_waits
+            and self.facts == self._committed_facts
+        ):
             return None
         transition = Transition(
             previous=self._committed,
@@ -214,7 +334,17 @@ class ActivitySignal:
             cause=cause,
             background=background,
             previous_background=self._committed_background,
+            waits=waits,
+            previous_waits=self._committed_waits,
+            facts=self.facts,
+            previous_facts=self._committed_facts,
         )
         self._committed = state
         self._committed_background = background
+        self._committed_waits = waits
+        self._committed_facts = self.facts
         return transition
+
+
+_UNSAID = Waits()
+"""A blocker's waits when it did not say: ``other``."""

@@ -29,6 +29,12 @@ Each target picks its members (all, or named) and its events. Every notice carri
 member, the event, the spell's start, the reminder's number), so that brokers sharing
 Redis claim each event under the same name and send it once.
 
+A blocked notice says which agent waits on what, where, when the broker lists the
+member's agents (issue 32): "bob · claude in api-server: approve `make`", in the words of
+:mod:`codex_presence.core.agent_record` (the blocked agent that has waited longest; the
+roster's ``agents`` as :meth:`NotifyPolicy.observe` is given them). A runner that shares
+nothing (``--share none``) is told by its state alone, as before.
+
 Members run with ``--no-trace`` are never announced: their runner reports no activity, so
 the broker never sees them blocked (or working); it cannot tell them apart from an idle
 member, and does not need to.
@@ -46,7 +52,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from codex_presence._wire import ActivityState
+from codex_presence._wire import ActivityState, printable
+from codex_presence.core.agent_record import agent_words, described, waits_words
 
 __all__ = [
     "DEFAULT_AFTER",
@@ -59,6 +66,7 @@ __all__ = [
     "Wait",
     "event_words",
     "message",
+    "waiting_words",
 ]
 
 LOST_PER_MINUTE = 3
@@ -122,6 +130,9 @@ class Notice:
     """For ``answered``: when the spell began."""
     state_since_ms: int | None = None
     """For ``lost``: since when the session was in the state it died in (unix ms)."""
+    waiting: str | None = None
+    """For ``blocked``: which agent waits on what, where ("claude in api-server: approve
+    `make`"), when the broker's roster said."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +184,9 @@ def message(notice: Notice, *, team: str, now: float, link: str | None = None) -
     if notice.event is NotifyEvent.BLOCKED:
         held = _duration(now - notice.since_ms / 1000)
         body = f"{who} needs input since {_clock_time(notice.since_ms)} ({held})"
+        if notice.waiting:
+            title = f"{who} · {notice.waiting}"
+            body = f"{title}: {what} since {_clock_time(notice.since_ms)} ({held})"
     elif notice.event is NotifyEvent.ANSWERED:
         began = notice.blocked_since_ms if notice.blocked_since_ms is not None else 0
         waited = _duration((notice.since_ms - began) / 1000)
@@ -191,9 +205,30 @@ def message(notice: Notice, *, team: str, now: float, link: str | None = None) -
     return title, body
 
 
+def waiting_words(agents: object) -> str | None:
+    """``claude in api-server: approve `make``` for the blocked agent (of the roster's
+    ``agents``) that has waited longest, or None when none that said what it is (a
+    ``client``: see :func:`~codex_presence.core.agent_record.described`) is blocked."""
+    if not isinstance(agents, list):
+        return None
+    blocked = [
+        a for a in agents if isinstance(a, dict) and a.get("state") == "blocked" and described(a)
+    ]
+    if not blocked:
+        return None
+
+    def since(agent: dict[str, object]) -> int:
+        value = agent.get("since")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    first = min(blocked, key=since)
+    return printable(f"{agent_words(first)}: {waits_words(first.get('waits'))}")
+
+
 @dataclass(slots=True)
 class _Spell:
     since_ms: int
+    waiting: str | None = None
     announced: dict[int, int] = field(default_factory=dict)
     """Target -> the number of the next reminder slot (0: nothing announced yet)."""
 
@@ -225,9 +260,18 @@ class NotifyPolicy:
 
     # -- what the broker tells ---------------------------------------------------------
 
-    def observe(self, member: str, state: ActivityState, since_ms: int | None, now: float) -> None:
+    def observe(
+        self,
+        member: str,
+        state: ActivityState,
+        since_ms: int | None,
+        now: float,
+        agents: object = None,
+    ) -> None:
         """``member``'s activity is ``state``, holding since ``since_ms`` (None when idle),
-        as of ``now``. The same state and start again changes nothing."""
+        as of ``now``, with the roster's ``agents`` when the broker lists them (what a
+        blocked notice says waits). The same state and start again changes nothing but
+        what waits."""
         if state is not ActivityState.IDLE and since_ms is not None and self._deaths:
             # back at work (or blocked again) since a death: that death pings nobody
             self._deaths = [
@@ -235,11 +279,13 @@ class NotifyPolicy:
             ]
         spell = self._spells.get(member)
         if state is ActivityState.BLOCKED and since_ms is not None:
+            waiting = waiting_words(agents)
             if spell is not None and spell.since_ms == since_ms:
+                spell.waiting = waiting or spell.waiting
                 return
             if spell is not None:  # blocked again, a new spell: the old one ended
                 self._end(member, spell, state, since_ms)
-            self._spells[member] = _Spell(since_ms)
+            self._spells[member] = _Spell(since_ms, waiting)
             return
         if spell is not None:
             del self._spells[member]
@@ -343,6 +389,7 @@ class NotifyPolicy:
                             spell.since_ms,
                             ActivityState.BLOCKED,
                             key,
+                            waiting=spell.waiting,
                         )
                     )
                 if rule.repeat > 0:  # the next slot at least ``repeat`` from now

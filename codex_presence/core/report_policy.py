@@ -11,6 +11,12 @@ fed the derived state, the outcome of each POST and the time, and answers what t
   state: a change of the count alone is a report too, and a session with a count above 0
   heartbeats like a busy one, idle or not, so that the broker's TTL never drops the count
   of a live runner ("idle and no background" is the one silence);
+* the session's agent record (which client, where, what it waits on: issue 32's
+  ``agent``; :mod:`codex_presence.core.agent_record`) goes with the first report and
+  again with the first report after it changed; a change of it is a report of its own
+  only when the truth is not the silence (blocked on one approval, then on another: the
+  second is news), so an idle session stays silent and its record waits for its next
+  report. When the broker may have forgotten, or the TTL lapsed, it is sent again;
 * when the broker may have forgotten (the subscription reconnected: it may have
   restarted empty), a non-idle state is re-sent at once, not at the next heartbeat;
 * one request in flight at a time; the latest state wins (states that were superseded while
@@ -45,7 +51,9 @@ the tests check heartbeat and backoff timings exactly. The I/O shell is
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from codex_presence._wire import DEFAULT_TTL, HEARTBEAT, ActivityState, heartbeat_for
 from codex_presence.core.backoff import Backoff
@@ -82,6 +90,8 @@ class Post:
     """True when the state is unchanged since the last success: a TTL refresh."""
     background: int = 0
     """The session's background count, sent with the state."""
+    agent: Mapping[str, Any] | None = None
+    """The agent record to send with it (None: the broker holds the latest already)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +119,13 @@ class ReportPolicy:
     """The latest background count."""
     held_background: int = 0
     """The count the broker holds as far as we know."""
+    agent: Mapping[str, Any] | None = None
+    """The latest agent record (None: none to send)."""
+    held_agent: Mapping[str, Any] | None = None
+    """The record the broker holds as far as we know."""
     in_flight: ActivityState | None = None
     in_flight_background: int = 0
+    in_flight_agent: Mapping[str, Any] | None = None
     uncertain: ActivityState | None = None
     """A state the broker may hold besides :attr:`held`: a POST of it ended without an
     answer, and no success came since."""
@@ -137,6 +152,16 @@ class ReportPolicy:
             self._rejected = None
         self.background = count
 
+    def observe_agent(self, agent: Mapping[str, Any] | None) -> None:
+        """The session's agent record is now ``agent``."""
+        if agent != self.agent:
+            self._rejected = None
+        self.agent = agent
+
+    @property
+    def _agent_news(self) -> bool:
+        return self.agent is not None and self.agent != self.held_agent
+
     @property
     def _quiet(self) -> bool:
         """Whether the truth needs no heartbeat: idle, with nothing in the background."""
@@ -150,7 +175,9 @@ class ReportPolicy:
     def resend(self) -> None:
         """The broker may have forgotten what it held (it restarted): a non-idle truth is
         sent at once, whatever the backoff said. Idle needs nothing: a broker that
-        forgot holds idle, and one that did not still gets whatever is pending."""
+        forgot holds idle, and one that did not still gets whatever is pending (the agent
+        record goes again with the next report)."""
+        self.held_agent = None
         if self.stopped or self._quiet:
             return
         self.held = ActivityState.IDLE
@@ -179,12 +206,14 @@ class ReportPolicy:
         ) and now >= self.held_since + self.broker_ttl:
             self.held = ActivityState.IDLE  # the broker's TTL has lapsed: it holds idle now
             self.held_background = 0
+            self.held_agent = None
         if self.uncertain is not None and now >= self.uncertain_since + self.broker_ttl:
             self.uncertain = None  # even if it was applied, it has lapsed by now
         differs = (
             self.truth is not self.held
             or self.background != self.held_background
             or (self.uncertain is not None and self.uncertain is not self.truth)
+            or (self._agent_news and not self._quiet)
         )
         if self._retry_at is not None and now < self._retry_at:
             if self._quiet and not differs:
@@ -205,7 +234,13 @@ class ReportPolicy:
     def _post(self, *, heartbeat: bool) -> Post:
         self.in_flight = self.truth
         self.in_flight_background = self.background
-        return Post(state=self.truth, heartbeat=heartbeat, background=self.background)
+        self.in_flight_agent = self.agent if self._agent_news else None
+        return Post(
+            state=self.truth,
+            heartbeat=heartbeat,
+            background=self.background,
+            agent=self.in_flight_agent,
+        )
 
     def on_result(self, outcome: Outcome, now: float) -> None:
         """The POST of :attr:`in_flight` ended with ``outcome`` at ``now``."""
@@ -215,6 +250,8 @@ class ReportPolicy:
         if outcome is Outcome.OK:
             self.held, self.held_since = sent, now
             self.held_background = self.in_flight_background
+            if self.in_flight_agent is not None:
+                self.held_agent = self.in_flight_agent
             self.uncertain = None
             self._retry_at = None
             self.backoff.reset()
@@ -242,4 +279,5 @@ class ReportPolicy:
             and self.held is self.truth
             and self.held_background == self.background
             and self.uncertain in (None, self.truth)
+            and (not self._agent_news or self._quiet)
         )

@@ -76,9 +76,11 @@ def run(events: list[tuple[str, dict[str, Any]]]) -> tuple[CodexMapping, list[st
         started = started or method in ("turn/started", "item/started")
         line = orjson.dumps(msg) + b"\n"
         transition = mapping.feed_line(direction, line)  # type: ignore[arg-type]
-        if transition is not None:  # a change of state, or of the background count alone
+        if transition is not None:  # a change of state, or of the background count alone,
+            # or of what a block waits on or where the agent works
             assert transition.previous.value == state
-            assert transition.changes_state or transition.changes_background
+            changes = (transition.changes_state, transition.changes_background)
+            assert any(changes) or transition.changes_agent
             assert transition.background == mapping.background
             state = transition.state.value
         assert mapping.state == state  # every change was reported

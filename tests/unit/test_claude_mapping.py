@@ -609,10 +609,14 @@ def test_any_sequence_is_survived_and_an_idle_view_or_the_end_ends_it(
             elif message.get("waitingFor") == "permission prompt":
                 seen.add(f"session {message.get('status')}")
         for transition in mapping.feed(source, message, t):
-            # Every change is reported, chained (a change of the background count alone
-            # changes no state).
+            # Every change is reported, chained (a change of the background count alone,
+            # or of what a block waits on or of the agent's facts, changes no state).
             assert transition.previous.value == state
-            assert transition.changes_state or transition.changes_background
+            assert (
+                transition.changes_state
+                or transition.changes_background
+                or transition.changes_agent
+            )
             state = transition.state.value
         assert mapping.state == state
         assert state != "blocked" or seen & BLOCKERS

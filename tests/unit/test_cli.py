@@ -297,3 +297,44 @@ def test_a_client_not_on_path_is_told_where_to_get(caplog: pytest.LogCaptureFixt
     assert "claude-code-VERSION/node_modules/.bin/claude" in said[0]
     assert "npm install -g @openai/codex" in said[1]
     assert said[2] == "cannot run vim: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "environ", "client", "share"),
+    [
+        ("wrap", [], {}, "codex-app-server", "default"),
+        ("codex", ["--share", "none"], {}, "codex-tui", "none"),
+        ("claude", [], {"CODEX_PRESENCE_SHARE": "detail"}, "claude", "detail"),
+        ("claude", ["--share", "default"], {"CODEX_PRESENCE_SHARE": "none"}, "claude", "default"),
+    ],
+)
+def test_the_share_level_and_the_client_reach_the_link(
+    command: str, given: list[str], environ: dict[str, str], client: str, share: str
+) -> None:
+    from codex_presence.cli import runner
+    from codex_presence.cli.main import build_parser
+    from codex_presence.core.agent_record import Share
+
+    args = build_parser(environ).parse_args(
+        [command, "--broker", "http://127.0.0.1:9", *given, "--", "true"]
+    )
+    link = runner.broker_link(args, environ={"CODEX_PRESENCE_TOKEN": "cp_" + "a" * 40})
+    assert link is not None
+    assert (link.settings.client, link.settings.share) == (client, Share(share))
+
+
+def test_an_unknown_share_level_is_refused_naming_the_levels(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run(capsys, "wrap", "--share", "all", "--", "true")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "codex-presence wrap: error: argument --share: 'all' is not a share level"
+        " (one of: none, default, detail)"
+    ), err
+    monkeypatch.setenv("CODEX_PRESENCE_SHARE", "everything")
+    assert main(["wrap", "--", "true"]) == 2
+    assert capsys.readouterr().err == (
+        "codex-presence wrap: CODEX_PRESENCE_SHARE: 'everything' is not a share level"
+        " (one of: none, default, detail)\n"
+    )

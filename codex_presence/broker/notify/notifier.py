@@ -193,8 +193,11 @@ class Notifier:
 
     # -- what the broker tells (never waits) ------------------------------------------
 
-    def observe(self, name: str, state: ActivityState, since_ms: int | None) -> None:
-        self.policy.observe(name, state, since_ms, self._clock())
+    def observe(
+        self, name: str, state: ActivityState, since_ms: int | None, agents: object = None
+    ) -> None:
+        """``name``'s activity as the broker shows it, with its ``agents`` when listed."""
+        self.policy.observe(name, state, since_ms, self._clock(), agents)
         self._wake.set()
 
     def lost(

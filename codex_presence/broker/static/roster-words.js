@@ -1,4 +1,4 @@
-// codex-presence web roster: the words for time and counts, apart from roster.js (which
+// codex-presence web roster: the words for time, counts and agents, apart from roster.js (which
 // draws the rows with them) so that neither grows past what one can read. Pure functions of
 // a member's presence and this machine's clock; nothing here touches the page.
 window.codexPresenceWords = (() => {
@@ -63,5 +63,53 @@ window.codexPresenceWords = (() => {
     return Number.isInteger(p.background) && p.background > 0 ? p.background : 0;
   }
 
-  return { clock, lastActive, elapsed, sinceOf, sessionsText, backgroundOf };
+  // -- agents (the roster's `agents`: one per session) -----------------------------------
+  // The words of core/agent_record.py's agent_words and waits_words, for the page.
+
+  function said(obj, key) {
+    const value = obj && typeof obj === 'object' ? obj[key] : undefined;
+    return typeof value === 'string' && value ? value : null;
+  }
+
+  // The member's agents as the broker lists them (objects only), when at least one says
+  // which client it is (sessions that share nothing are the member's row already), or [].
+  function agentsOf(p) {
+    const listed = Array.isArray(p.agents) ? p.agents.filter((a) => a && typeof a === 'object') : [];
+    return listed.some((a) => said(a, 'client')) ? listed : [];
+  }
+
+  // "claude in api-server", "claude", or "an agent".
+  function agentText(agent) {
+    const client = said(agent, 'client') || 'an agent';
+    const project = said(agent, 'project');
+    return project ? `${client} in ${project}` : client;
+  }
+
+  const ASKS = {
+    file_change: 'approve a file change',
+    question: 'answer a question',
+    permission: 'grant a permission',
+    elicitation: 'answer a form',
+  };
+
+  // What a person must do: "approve `make`", "approve a file change", "needs input"...
+  function waitsText(waits) {
+    const kind = said(waits, 'kind');
+    const detail = said(waits, 'detail');
+    const program = said(waits, 'program');
+    const tool = said(waits, 'tool');
+    if (kind === 'command') {
+      const shown = detail || program;
+      return shown ? `approve \`${shown}\`` : 'approve a command';
+    }
+    if (kind === 'permission' && tool) return `grant \`${tool}\``;
+    if (kind === 'elicitation' && tool) return `answer \`${tool}\``;
+    const asks = Object.prototype.hasOwnProperty.call(ASKS, kind) ? ASKS[kind] : null;
+    if (!asks) return 'needs input';
+    return detail ? `${asks}: ${detail}` : asks;
+  }
+
+  return {
+    clock, lastActive, elapsed, sinceOf, sessionsText, backgroundOf, agentsOf, agentText, waitsText,
+  };
 })();

@@ -14,7 +14,8 @@
 // (`sessions`: "working (2 working, 1 needs input)"), what a member's sessions left running,
 // apart from the state (`background`: "idle · 1 background command · 4 min"), the count of
 // members who need input
-// in the tab's title, an opt-in desktop notification
+// in the tab's title, a line per agent under its member (`agents`: "claude in api-server ·
+// needs input: approve `make` · 1 min"), an opt-in desktop notification
 // when someone becomes blocked (permission is asked only when the toggle is turned on),
 // and the truth when the stream is down: the rows are marked stale, "as of" the moment it
 // was lost (or the broker said it lost its shared store), until a fresh roster comes.
@@ -93,7 +94,7 @@
   // -- words: time and counts (roster-words.js) -------------------------------------------
 
   const {
-    clock, lastActive, elapsed, sinceOf, sessionsText, backgroundOf,
+    clock, lastActive, elapsed, sinceOf, sessionsText, backgroundOf, agentsOf, agentText, waitsText,
   } = window.codexPresenceWords;
 
   // -- the rows --------------------------------------------------------------------------
@@ -144,7 +145,30 @@
     icon.textContent = a.mark || '';
     const sessions = activity === 'idle' ? '' : sessionsText(p);
     row.querySelector('.activity').textContent = sessions ? `${a.text} (${sessions})` : a.text;
+    drawAgents(row, p);
     drawTimes(row);
+  }
+
+  // A line per agent session under the member: client and project, state, what a blocked
+  // one waits on; its time is drawn with the others (drawTimes).
+  function drawAgents(row, p) {
+    const list = row.querySelector('.agents');
+    const agents = agentsOf(p);
+    list.replaceChildren();
+    list.hidden = agents.length === 0;
+    for (const agent of agents) {
+      const activity = agent.state === 'working' || agent.state === 'blocked' ? agent.state : 'idle';
+      const item = $('agent-template').content.firstElementChild.cloneNode(true);
+      item.dataset.state = activity;
+      item.dataset.since =
+        activity !== 'idle' && Number.isFinite(agent.since) ? String(agent.since) : '';
+      item.querySelector('.agent-what').textContent = agentText(agent);
+      item.querySelector('.agent-state').textContent = ACTIVITY[activity].text;
+      const waits = item.querySelector('.agent-waits');
+      waits.textContent = activity === 'blocked' ? ': ' + waitsText(agent.waits) : '';
+      waits.hidden = activity !== 'blocked';
+      list.appendChild(item);
+    }
   }
 
   // What moves with the clock: how long the activity has held, "last active …", and
@@ -159,6 +183,11 @@
       ? `· ${background} background ${background === 1 ? 'command' : 'commands'}` +
         (backgroundSince ? ' · ' + elapsed((now - backgroundSince) / 1000) : '')
       : '';
+    for (const item of row.querySelectorAll('.agent')) {
+      const agentSince = Number(item.dataset.since) || 0;
+      item.querySelector('.agent-since').textContent =
+        agentSince ? '· ' + elapsed((now - agentSince) / 1000) : '';
+    }
     row.querySelector('.activity-col').title =
       ACTIVITY[row.dataset.activity].label + (since ? ' since ' + new Date(since).toLocaleString() : '');
     const ms = Number(row.dataset.lastSeen) || 0;
@@ -288,7 +317,11 @@
     if (!state.notify || !before || before.activity === 'blocked' || after.activity !== 'blocked') return;
     if (!('Notification' in window) || Notification.permission !== 'granted') return;
     const title = `${after.name} needs input`;
-    const options = { body: `${state.team}: ${after.name} is waiting on a person.`, tag: 'codex-presence:' + after.name };
+    const waiting = agentsOf(after).find((a) => a.state === 'blocked' && a.client);
+    const body = waiting
+      ? `${state.team}: ${after.name} · ${agentText(waiting)}: ${waitsText(waiting.waits)}`
+      : `${state.team}: ${after.name} is waiting on a person.`;
+    const options = { body, tag: 'codex-presence:' + after.name };
     try {
       const notice = new Notification(title, options);
       notice.addEventListener('click', () => { window.focus(); notice.close(); });

@@ -61,6 +61,15 @@ what closes each — every rule names its closers, so no state can stick:
   end of the scope, by a file view leaving ``waiting`` (the dialog was answered: at once,
   so a long command after "Yes" shows working), by the file settling on busy or idle,
   SessionEnd and the end.
+* **What a block waits on** (:class:`~codex_presence.core.activity.Waits`):
+  PermissionRequest's own tool and input (:func:`tool_waits`: Bash its command, an edit
+  its file, AskUserQuestion its question); a ``permission_prompt`` Notification's, its
+  scope's last PreToolUse (the newest of any scope's, for a subagent's); the file's
+  ``waiting``, the newest PreToolUse's or, where the file leads and no such hook runs,
+  the transcript's newest tool call, read before or after the file says it waits (or a
+  question, for ``input needed``). Where and
+  which: the hooks' ``cwd``, the session file's and the transcript's ``cwd`` and
+  ``version``.
 * **The file's view**, adopted after :data:`SETTLE` s of agreement (at once where it
   leads): ``busy`` opens a session
   turn (the queued prompt no hook announced) unless it is the view the last ended turn ran
@@ -105,7 +114,13 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.activity import (
+    ActivitySignal,
+    ActivityState,
+    HandleKind,
+    Transition,
+    Waits,
+)
 from codex_presence.core.claude.protocol import (
     BLOCKING_NOTIFICATIONS,
     IDLE_NOTIFICATION,
@@ -170,6 +185,11 @@ class ClaudeMapping:
     it (a queued prompt's turn, even one read before the Stop's hook came) is news."""
     background_since: float | None = None
     """When (the mapping's clock) the background count last went from none to some."""
+    _asked: dict[Scope, Waits] = field(default_factory=dict)
+    """What each scope's last PreToolUse would wait on, were it to need a person: a
+    permission Notification says only which dialog, its PreToolUse said the tool."""
+    _last_asked: Waits | None = None
+    """The newest of :attr:`_asked` (a subagent's Notification names no scope)."""
     unknowns: set[Unknown] = field(default_factory=set)
     """Always empty: what claude sends that the mapping does not know is counted in
     :attr:`stats` (claude's vocabulary is not checked against a schema)."""
@@ -280,7 +300,8 @@ class ClaudeMapping:
         else:
             self._ensure(HandleKind.TURN, _SESSION_TURN)
             if view.kind == "waiting":
-                self._ensure(HandleKind.BLOCK, _SESSION_BLOCK)
+                waits = _FILE_WAITS.get(str(view.waiting_for)) or self._last_asked
+                self._ensure(HandleKind.BLOCK, _SESSION_BLOCK, waits)
             else:
                 self._close_blocks(None)
         return True
@@ -303,6 +324,7 @@ class ClaudeMapping:
             return None
         self.stats.hooks += 1
         self._last_hook = t
+        self.signal.note(cwd=msg.get("cwd"))
         if not self.file_led:
             self._adopted = False  # hook news first: the file must agree again, for SETTLE
         if not handler(self, msg):
@@ -338,6 +360,7 @@ class ClaudeMapping:
         scope = _scope(msg)
         self._close_blocks(scope)
         self._ensure(HandleKind.TOOL, (*scope, "tool", tool))
+        self._asked[scope] = self._last_asked = tool_waits(msg)
         return True
 
     def _on_post_tool(self, msg: dict[str, Any]) -> bool:
@@ -361,18 +384,21 @@ class ClaudeMapping:
         return True
 
     def _on_permission(self, msg: dict[str, Any]) -> bool:
-        self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"))
+        self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"), tool_waits(msg))
         return True
 
     def _on_notification(self, msg: dict[str, Any]) -> bool:
         kind = msg.get("notification_type")
         if is_one_of(kind, BLOCKING_NOTIFICATIONS):
+            said = _NOTIFIED_WAITS.get(str(kind))
             if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
                 self.stats.late += 1  # no work open: a notification that outlived it
             elif _scope(msg) == MAIN and not self.signal.is_open(HandleKind.TURN, _TURN):
-                self._ensure(HandleKind.BLOCK, _SUBAGENT_BLOCK)  # only subagents work
+                waits = said or self._last_asked
+                self._ensure(HandleKind.BLOCK, _SUBAGENT_BLOCK, waits)  # only subagents work
             else:
-                self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"))
+                waits = said or self._asked.get(_scope(msg))
+                self._ensure(HandleKind.BLOCK, (*_scope(msg), "block"), waits)
         elif kind == IDLE_NOTIFICATION:
             self._end_scope(MAIN)
             self._close_session()
@@ -430,6 +456,12 @@ class ClaudeMapping:
     # -- the transcript and the session file ------------------------------------------------
 
     def _transcript(self, entry: dict[str, Any]) -> str | None:
+        self.signal.note(version=entry.get("version"), cwd=entry.get("cwd"))
+        asked = _tool_use(entry)
+        if asked is not None:  # where no PreToolUse hook runs (the file leads), the tool
+            self._last_asked = asked
+            self.signal.tell_waits(_SESSION_BLOCK, asked)
+            return "transcript tool_use"
         if self.file_led:
             return self._transcript_task(entry)
         if not is_interrupt_marker(entry):
@@ -457,6 +489,7 @@ class ClaudeMapping:
         return None
 
     def _session(self, msg: dict[str, Any], t: float) -> str | None:
+        self.signal.note(version=msg.get("version"), cwd=msg.get("cwd"))
         status = msg.get("status")
         if not isinstance(status, str):
             self.stats.ignored += 1  # the file's first content has no status yet
@@ -488,9 +521,11 @@ class ClaudeMapping:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _ensure(self, kind: HandleKind, key: tuple[Hashable, ...]) -> None:
+    def _ensure(
+        self, kind: HandleKind, key: tuple[Hashable, ...], waits: Waits | None = None
+    ) -> None:
         if not self.signal.is_open(kind, key):
-            self.signal.open(kind, key)
+            self.signal.open(kind, key, waits)
 
     def _close_if_open(self, kind: HandleKind, key: tuple[Hashable, ...]) -> None:
         if self.signal.is_open(kind, key):
@@ -517,6 +552,52 @@ class ClaudeMapping:
             self.signal.close_scope(*scope, kinds=(HandleKind.TURN,))
             if scope == MAIN:
                 self._prompt = None
+
+
+_COMMAND_TOOLS = frozenset({"Bash"})
+_FILE_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path"}
+_FILE_TOOLS["NotebookEdit"] = "notebook_path"
+_QUESTION_TOOLS = frozenset({"AskUserQuestion"})
+_NOTIFIED_WAITS = {
+    "agent_needs_input": Waits.of("question"),
+    "elicitation_dialog": Waits.of("elicitation"),
+}
+"""What a blocking Notification other than ``permission_prompt`` waits on (that one waits
+on its PreToolUse's tool)."""
+_FILE_WAITS = {"input needed": Waits.of("question")}
+"""A waiting session file's ``waitingFor`` that says what, where no hook says the tool."""
+
+
+def _tool_use(entry: Mapping[str, Any]) -> Waits | None:
+    """What the last tool call of a transcript's assistant entry would wait on, if any."""
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if entry.get("type") != "assistant" or not isinstance(content, list):
+        return None
+    calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    if not calls:
+        return None
+    return tool_waits({"tool_name": calls[-1].get("name"), "tool_input": calls[-1].get("input")})
+
+
+def tool_waits(msg: Mapping[str, Any]) -> Waits:
+    """What a tool call (PreToolUse's or PermissionRequest's ``tool_name`` and
+    ``tool_input``) waits on when it needs a person: Bash its command, an edit its file,
+    AskUserQuestion its question, any other tool a permission for it."""
+    tool = msg.get("tool_name")
+    given = msg.get("tool_input")
+    tool_input: Mapping[str, Any] = given if isinstance(given, dict) else {}
+    if tool in _COMMAND_TOOLS:
+        return Waits.of("command", tool, tool_input.get("command"))
+    if isinstance(tool, str) and tool in _FILE_TOOLS:
+        return Waits.of("file_change", tool, tool_input.get(_FILE_TOOLS[tool]))
+    if tool in _QUESTION_TOOLS:
+        questions = tool_input.get("questions")
+        first = questions[0] if isinstance(questions, list) and questions else None
+        return Waits.of(
+            "question", tool, first.get("question") if isinstance(first, dict) else None
+        )
+    return Waits.of("permission", tool)
 
 
 _HOOKS = {

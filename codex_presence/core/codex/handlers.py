@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
-from codex_presence.core.activity import ActivitySignal, HandleKind
+from codex_presence.core.activity import ActivitySignal, HandleKind, Waits
 from codex_presence.core.codex.protocol import (
     ACTIVE_STATUS,
     AUTOMATIC_REQUESTS,
@@ -35,7 +35,7 @@ from codex_presence.core.codex.protocol import (
 from codex_presence.core.codex.turns import TurnMemory
 from codex_presence.core.router import WrongShape, object_param, request_id_param, str_param
 
-__all__ = ["MappingState", "routes"]
+__all__ = ["MappingState", "routes", "waits_of"]
 
 
 class _Counts(Protocol):
@@ -70,7 +70,11 @@ class MappingState(Protocol):
     def _leave_running(self, thread: str, turns: set[str]) -> None: ...
     def _end_thread_work(self, thread: str, *, revivable: bool) -> None: ...
     def _forget_requests(self, doomed: Callable[[_Request], bool]) -> None: ...
-    def _add_request(self, thread: str | None, turn: str | None) -> None: ...
+    def _add_request(
+        self, thread: str | None, turn: str | None, waits: Waits | None = None
+    ) -> None: ...
+    @property
+    def _cause(self) -> str: ...
     def _resolve_request(self, request_id: Hashable) -> None: ...
 
 
@@ -173,6 +177,7 @@ def _on_turn_completed(m: MappingState, /, threadId: object, turn: object, **_: 
 def _on_thread_started(m: MappingState, /, thread: object, **_: object) -> None:
     body = object_param(thread, "thread")
     if body.get("threadSource") != TITLE_THREAD_SOURCE:
+        m.signal.note(version=body.get("cliVersion"), cwd=body.get("cwd"))
         return
     thread_id = str_param(body.get("id"), "thread.id")
     m._end_thread_work(thread_id, revivable=False)  # it comes first, but if anything came before
@@ -219,14 +224,48 @@ def _on_server_request_resolved(m: MappingState, /, requestId: object, **_: obje
 
 
 def _on_blocking_request(
-    m: MappingState, /, threadId: object, turnId: object = None, **_: object
+    m: MappingState, /, threadId: object, turnId: object = None, **params: object
 ) -> None:
     thread = str_param(threadId, "threadId")
-    m._add_request(thread, None if turnId is None else str_param(turnId, "turnId"))
+    turn = None if turnId is None else str_param(turnId, "turnId")
+    m._add_request(thread, turn, waits_of(m._cause, params))
 
 
-def _on_legacy_blocking_request(m: MappingState, /, conversationId: object, **_: object) -> None:
-    m._add_request(str_param(conversationId, "conversationId"), None)
+def _on_legacy_blocking_request(
+    m: MappingState, /, conversationId: object, **params: object
+) -> None:
+    m._add_request(str_param(conversationId, "conversationId"), None, waits_of(m._cause, params))
+
+
+def waits_of(method: str, params: Mapping[str, object]) -> Waits:
+    """What a blocking request waits on (protocol §7): a command approval's command (the
+    shell's script when codex says it apart, in ``commandActions``), a question's first
+    question, an elicitation's server and message, a permission's reason."""
+    if method in ("item/commandExecution/requestApproval", "execCommandApproval"):
+        return Waits.of("command", "shell", _command_of(params))
+    if method in ("item/fileChange/requestApproval", "applyPatchApproval"):
+        return Waits.of("file_change", "apply_patch", params.get("reason"))
+    if method == "item/tool/requestUserInput":
+        questions = params.get("questions")
+        first = questions[0] if isinstance(questions, list) and questions else None
+        question = first.get("question") if isinstance(first, dict) else None
+        return Waits.of("question", "request_user_input", question)
+    if method == "mcpServer/elicitation/request":
+        return Waits.of("elicitation", params.get("serverName"), params.get("message"))
+    if method == "item/permissions/requestApproval":
+        return Waits.of("permission", None, params.get("reason"))
+    return Waits.of("other")
+
+
+def _command_of(params: Mapping[str, object]) -> object:
+    """The command line to approve: the one action's own command when codex parsed the
+    shell's script into one (``bash -lc '…'`` says less), else ``command`` as sent."""
+    actions = params.get("commandActions")
+    if isinstance(actions, list) and len(actions) == 1 and isinstance(actions[0], dict):
+        inner = actions[0].get("command")
+        if isinstance(inner, str) and inner:
+            return inner
+    return params.get("command")
 
 
 def _on_automatic_request(m: MappingState, /, threadId: object = None, **_: object) -> None:

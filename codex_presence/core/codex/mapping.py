@@ -51,6 +51,10 @@ The rules (codex 0.169.0 and 0.171.0; ``shared/codex-app-server-protocol.md`` §
   :attr:`~codex_presence.core.activity.Transition.passing` while only such turns work, so
   that a reporter need not show a spinner the person never saw. A new ``item/started`` on
   the thread (a tool: passive items are not read) means the turn goes on after all.
+* **What a block waits on** (:class:`~codex_presence.core.activity.Waits`): each blocking
+  request's, read from its params (:func:`~.handlers.waits_of`); the waiting flags say
+  nothing of their own. Where and which: ``thread/started`` (not a title thread's) notes
+  its ``cwd`` and ``cliVersion``.
 * The member's state is the union over every thread (subagent threads included; they
   need no ``thread/started``).
 
@@ -122,7 +126,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.activity import (
+    ActivitySignal,
+    ActivityState,
+    HandleKind,
+    Transition,
+    Waits,
+)
 from codex_presence.core.codex.handlers import MappingState, routes
 from codex_presence.core.codex.protocol import (
     BLOCKING_REQUESTS,
@@ -468,7 +478,9 @@ class CodexMapping:
     def _request_key(self, request_id: Hashable, pending: _PendingRequest) -> tuple[Hashable, ...]:
         return (pending.thread, pending.turn, "request", request_id)
 
-    def _add_request(self, thread: str | None, turn: str | None) -> None:
+    def _add_request(
+        self, thread: str | None, turn: str | None, waits: Waits | None = None
+    ) -> None:
         method = self._cause
         request_id = request_id_param(self._current_id)
         blocking = method in BLOCKING_REQUESTS
@@ -481,7 +493,7 @@ class CodexMapping:
         if len(self._pending) > _MAX_PENDING_REQUESTS:
             self._drop_oldest_request()
         if blocking:
-            self.signal.open(HandleKind.BLOCK, self._request_key(request_id, pending))
+            self.signal.open(HandleKind.BLOCK, self._request_key(request_id, pending), waits)
 
     def _drop_oldest_request(self) -> None:
         request_id, pending = self._pending.popitem(last=False)
