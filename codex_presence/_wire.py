@@ -46,7 +46,6 @@ __all__ = [
     "ACTIVITY_PATH",
     "ACTIVITY_STATES",
     "ADMIN_PERMISSION",
-    "AGENT_CLIENTS",
     "AGENT_MAX_BYTES",
     "DEFAULT_BROKER",
     "DEFAULT_PORT",
@@ -431,8 +430,6 @@ class Refused(Exception):
 
 AGENT_MAX_BYTES = 512
 """The largest ``agent`` object a report may carry, encoded (orjson, compact)."""
-AGENT_CLIENTS = ("codex-app-server", "codex-tui", "claude", "gemini")
-"""The clients that report themselves; a custom reporter names itself by a short token."""
 WAIT_KINDS = ("command", "file_change", "question", "permission", "elicitation", "other")
 """What a blocked session waits on (``agent.waits.kind``)."""
 _CLIENT = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
@@ -457,8 +454,8 @@ def agent_problem(agent: object) -> str | None:
         client = agent["client"]
         if not isinstance(client, str) or _CLIENT.fullmatch(client) is None:
             return (
-                '"agent.client" must be one of ' + ", ".join(AGENT_CLIENTS) + " or a short "
-                "token of a-z, 0-9, '.', '_', '-' (at most 32 characters)"
+                '"agent.client" must be a short token naming the client (its runner\'s, or a '
+                "custom reporter's): a-z, 0-9, '.', '_', '-', at most 32 characters"
             )
     waits = agent.get("waits")
     if waits is not None:

@@ -87,7 +87,7 @@ def test_the_stream_carries_the_agents(client: httpx.Client, broker: Any) -> Non
     [
         ("codex", '"agent" must be a JSON object or null'),
         ({"colour": "red"}, "\"agent\" has an unknown key 'colour'"),
-        ({"client": "Codex TUI"}, '"agent.client" must be one of'),
+        ({"client": "Codex TUI"}, '"agent.client" must be a short token'),
         ({"version": 1}, '"agent.version" must be a string'),
         ({"project": "x" * 65}, '"agent.project" is 65 characters long; at most 64'),
         ({"host": "a\x1b[2Jb"}, '"agent.host" holds a control character'),
