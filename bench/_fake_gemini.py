@@ -220,6 +220,7 @@ class _Handler(ScriptedHandler):
         if reply.hold is not None:
             while not reply.hold.wait(0.05):
                 if self.script.closing.is_set():
+                    self.close_connection = True  # no answer: the client sees the end
                     return False
         if reply.wait:
             time.sleep(reply.wait)

@@ -271,19 +271,27 @@ class GeminiSession(Interactive):
             self.tmux.keys("Enter")
             deadline = time.monotonic() + 3.0
             while time.monotonic() < deadline:
-                if not re.search(r">\s+" + re.escape(text) + r"\s*$", self._input_line()):
+                screen = self.tmux.screen()
+                if GOODBYE in screen:  # /quit taken: its echo stays on the last screen
+                    return
+                if not re.search(r">\s+" + re.escape(text) + r"\s*$", _input_line(screen)):
                     return
                 time.sleep(0.05)
         raise TimeoutError(f"gemini did not take the prompt {text!r}:\n{self.tmux.screen()}")
 
-    def _input_line(self) -> str:
-        """The input box's line (the last one starting with ``>``)."""
-        lines = [ln for ln in self.tmux.screen().splitlines() if ln.strip().startswith(">")]
-        return lines[-1].strip() if lines else ""
-
     def answer_dialog(self, key: str, pattern: str = APPROVAL) -> None:
         """Press ``key`` at the approval the screen shows, until it is gone."""
         super().answer_dialog(key, pattern)
+
+
+GOODBYE = "Agent powering down. Goodbye!"
+"""What gemini's last screen says after ``/quit``."""
+
+
+def _input_line(screen: str) -> str:
+    """The input box's line of ``screen`` (the last one starting with ``>``)."""
+    lines = [ln for ln in screen.splitlines() if ln.strip().startswith(">")]
+    return lines[-1].strip() if lines else ""
 
 
 @contextmanager

@@ -10,6 +10,9 @@ only that they do (well within the activity TTL, or presence would be lost).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -95,12 +98,21 @@ def test_a_password_reaches_redis_behind_sentinel_and_never_the_log(tmp_path: Pa
             assert shown(broker.url)["builder"] == ("working", 0)
             assert httpx.get(broker.url + "/healthz").json()["store"] == "redis"
             said = broker.said()
+        # A wrong password at the start stops the broker on one line, exit 2 (a
+        # configuration error, not an outage to retry for ever), the URL's password masked.
         wrong = setup.url.replace(password, "not-the-password")
-        with broker_process(*args, redis=wrong) as refused:
-            assert not healthy(refused.url)
-            assert report(refused.url, "builder", "working").status_code == 503
-            said += refused.said()
-    assert "redis down" in said and "invalid username-password pair" in said
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+        refused = subprocess.run(
+            [sys.executable, "-m", "codex_presence", "broker", *args, "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "CODEX_PRESENCE_REDIS": wrong},
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert len(refused.stderr.splitlines()) == 1, refused.stderr
+        said += refused.stderr
+    assert "refused the credentials (invalid username-password pair" in said
     assert ":***@127.0.0.1:" in said
     assert password not in said and "not-the-password" not in said
 
