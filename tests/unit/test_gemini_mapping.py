@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from codex_presence.core.activity import HandleKind
+from codex_presence.core.activity import HandleKind, Waits
 from codex_presence.core.gemini.mapping import GeminiMapping
 from codex_presence.core.gemini.protocol import (
     CANCELLED,
@@ -330,3 +330,42 @@ def test_with_hooks_keeps_what_gemini_cannot_read_as_it_is() -> None:
     ours = hook_settings("poster", events=("BeforeAgent",))
     assert with_hooks({"hooks": "junk"}, ours) == {"hooks": "junk"}
     assert with_hooks({"hooks": {"BeforeAgent": 3}}, ours) == {"hooks": {"BeforeAgent": 3}}
+
+
+def test_an_approval_says_what_it_waits_on_and_every_event_where_the_agent_works() -> None:
+    """The recorded approval of a shell command: the blocked transition carries the command
+    its Notification's ``details`` name (the runner cuts it to its program at the default
+    share level), and the agent's directory is every event's ``cwd``."""
+    mapping = GeminiMapping()
+    blocked = []
+    for raw in (FIXTURES / "approval_allow.jsonl").read_bytes().splitlines():
+        line = orjson.loads(raw)
+        if "end" in line:
+            continue
+        for transition in mapping.feed(line["from"], line["msg"], line["t"]):
+            if transition.changes_state and transition.state.value == "blocked":
+                blocked.append(transition)
+    assert [t.waits for t in blocked] == [
+        Waits("command", "Confirm Shell Command", "echo hi > made.txt")
+    ]
+    assert blocked[0].facts.cwd == "/tmp/codex-presence-gemini/approval_allow/work"
+
+
+@pytest.mark.parametrize(
+    ("details", "waits"),
+    [
+        (
+            {"type": "edit", "title": "Confirm Edit", "fileName": "a.py"},
+            Waits("file_change", "Confirm Edit", "a.py"),
+        ),
+        ({"type": "mcp", "title": "Confirm MCP Tool"}, Waits("permission", "Confirm MCP Tool")),
+        ("not an object", Waits("permission")),
+        (None, Waits("permission")),
+    ],
+)  # fmt: skip
+def test_what_an_approval_waits_on_by_its_kind(details: object, waits: Waits) -> None:
+    mapping, _ = run(("event", hook("BeforeAgent", prompt="p")))
+    out = mapping.feed(
+        "event", hook("Notification", notification_type="ToolPermission", details=details), 1.0
+    )
+    assert [t.waits for t in out] == [waits]

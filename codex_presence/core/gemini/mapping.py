@@ -50,7 +50,13 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from codex_presence.core.activity import ActivitySignal, ActivityState, HandleKind, Transition
+from codex_presence.core.activity import (
+    ActivitySignal,
+    ActivityState,
+    HandleKind,
+    Transition,
+    Waits,
+)
 from codex_presence.core.feeder import ConnectionEvent, Feeder, Unknown
 from codex_presence.core.gemini.protocol import (
     PERMISSION_NOTIFICATION,
@@ -159,6 +165,7 @@ class GeminiMapping:
             self.stats.ignored += 1
             return None
         self.stats.hooks += 1
+        self.signal.note(cwd=msg.get("cwd"))  # where the agent works: every event says
         if not handler(self, msg):
             return None
         if event == "Notification":
@@ -197,7 +204,8 @@ class GeminiMapping:
         if self.signal.count(HandleKind.TURN) + self.signal.count(HandleKind.TOOL) == 0:
             self.stats.late += 1  # no work open: a notification that outlived it
             return False
-        self._ensure(HandleKind.BLOCK, _BLOCK)
+        if not self.signal.is_open(HandleKind.BLOCK, _BLOCK):
+            self.signal.open(HandleKind.BLOCK, _BLOCK, _waits_of(msg.get("details")))
         return True
 
     def _on_after_agent(self, msg: dict[str, Any]) -> bool:
@@ -237,6 +245,21 @@ class GeminiMapping:
     def _close_if_open(self, kind: HandleKind, key: tuple[Hashable, ...]) -> None:
         if self.signal.is_open(kind, key):
             self.signal.close(kind, key)
+
+
+_WAIT_KINDS = {"exec": "command", "edit": "file_change", "mcp": "permission"}
+"""A ToolPermission's ``details.type`` → what the approval is of (``agent.waits.kind``)."""
+
+
+def _waits_of(details: object) -> Waits:
+    """What an approval waits on, from its Notification's ``details`` (``{type: exec,
+    title, command, rootCommand}`` for a shell command): the kind, the dialog's title as
+    the tool, the command or the file."""
+    if not isinstance(details, dict):
+        return Waits.of("permission")
+    kind = _WAIT_KINDS.get(str(details.get("type")), "permission")
+    asked = details.get("command") if kind == "command" else details.get("fileName")
+    return Waits.of(kind, details.get("title"), asked)
 
 
 _HOOKS: dict[str, Callable[[GeminiMapping, dict[str, Any]], bool]] = {
