@@ -14,18 +14,23 @@ gemini and tmux (``tests/run.sh`` installs them): without them this skips, excep
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell
+from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell, user_texts
+from bench._gemini_driver import MODEL, gemini_env
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker
-from tests.support.gemini_driver import APPROVAL, READY, require_gemini
+from tests.support.gemini_driver import APPROVAL, READY, gemini_binary, require_gemini
 from tests.support.gemini_presence import (
     PresenceFiles,
     descendants,
@@ -256,3 +261,98 @@ def test_a_gemini_and_a_wrap_of_one_member_show_the_strongest(tmp_path: Path) ->
         wrap.wait_for(is_note("turn/completed"))
         eventually(lambda: roster_activity(broker) is None, WITHIN, "both idle")
         assert roster_row(broker)["connected"] == 2
+
+
+NOBODY = 65534
+
+
+def resumed(body: dict[str, object]) -> bool:
+    """A request that carries the first session's prompt beside the resumed one."""
+    texts = user_texts(body)
+    return any("say hello" in t for t in texts) and any("once more" in t for t in texts)
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[tuple[Path, Path, int | None]]:
+    """Where a person who is not root runs gemini: a directory every user can read, the
+    gemini install they run (a copy of ours there when we are root: ours is under
+    ``/root``, which only root can enter), and the uid they run as (None: we are not root,
+    so we are that person already)."""
+    shared = Path(tempfile.mkdtemp(prefix="codex-presence-gemini-other-"))
+    try:
+        shared.chmod(0o755)
+        if os.geteuid() != 0:
+            yield shared, gemini_binary(), None
+            return
+        package = gemini_binary().resolve().parents[3]  # …/gemini-cli-X/node_modules/...
+        install = shared / "install"
+        shutil.copytree(package.parent, install, symlinks=True)
+        yield shared, install / "node_modules" / ".bin" / "gemini", NOBODY
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_person_who_is_not_root_is_observed_and_resumes_their_chat(
+    other_user: tuple[Path, Path, int | None], broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """The runner and gemini run as an ordinary user (nobody): our hooks are in a shadow of
+    their gemini home, so the turn is on the roster (working, then idle); the chat lands in
+    their own ``~/.gemini``, where a plain ``gemini --resume`` finds it afterwards, and no
+    private directory of ours is left."""
+    shared, gemini, uid = other_user
+    root = shared / "person"
+    session = str(uuid.uuid4())
+    api = FakeGemini([say("Hello from the fake."), say("Again, with the history.", match=resumed)])
+    with api.serve():
+        run, files = print_presence(
+            root,
+            broker,
+            "say hello",
+            base_url=api.base_url,
+            args=("--session-id", session),
+            gemini=gemini,
+            as_user=uid,
+        )
+        assert run.returncode == 0, run.stderr
+        assert "Hello from the fake." in run.stdout
+        eventually(lambda: "working" in watch.sequence(), within=WITHIN, what="working seen")
+        watch.wait_connected(0, within=WITHIN)
+        assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
+        assert "without our hooks" not in files.log.read_text(errors="replace")
+
+        chats = list((run.home / ".gemini" / "tmp").glob(f"*/chats/session-*-{session[:8]}.json*"))
+        assert chats, sorted(p.name for p in (run.home / ".gemini").rglob("*"))
+        again = subprocess.run(  # plain gemini, as the same person, after the session
+            [
+                *(
+                    ("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--")
+                    if uid
+                    else ()
+                ),
+                str(gemini),
+                "-m",
+                MODEL,
+                "--resume",
+                session,
+                "-p",
+                "once more",
+                "-o",
+                "text",
+            ],
+            cwd=run.work,
+            env=gemini_env(run.home, api.base_url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    assert again.returncode == 0, again.stderr
+    assert "Again, with the history." in again.stdout, again.stdout + again.stderr
+    mine = os.getuid() if uid is None else uid
+    left = [
+        p
+        for p in Path(tempfile.gettempdir()).glob("codex-presence-gemini-[0-9]*")
+        if p.lstat().st_uid == mine and p.name.split("-")[3] != str(os.getpid())
+    ]
+    assert not left, left
