@@ -14,6 +14,7 @@ gemini and tmux (``tests/run.sh`` installs them): without them this skips, excep
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -97,6 +98,11 @@ def test_a_prompt_is_working_then_idle_and_quit_leaves_the_roster(
         s.tmux.wait_screen("Hello there", WITHIN)
         watch.wait(None, within=WITHIN)
         quit_gemini(s, watch)
+        # gemini's own resume hint, on its screen as without the runner; the session's id
+        # (the chat file's) is what plain gemini finds later: see the non-root test.
+        screen = s.tmux.wait_screen(r"gemini --resume [0-9a-f-]{36}", WITHIN)
+    hint = re.search(r"gemini --resume ([0-9a-f-]{36})", screen)
+    assert hint and f'"session_id":"{hint[1]}"' in f.record.read_text(), screen
     assert watch.sequence()[-2:] == ["working", None], watch.sequence()
     assert [state for state, _ in replayed(f)] == ["working", "idle"], replayed(f)
 
