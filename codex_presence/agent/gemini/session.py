@@ -134,12 +134,13 @@ class GeminiSession:
             if private is not None:
                 url = await tg.start(self.server.serve)
                 shadow = ShadowHome(private, env)
+                self._shadow = shadow
                 try:
                     child_env.update(shadow.make(url, env))
-                except SettingsError as exc:  # read at the start, then changed: said once
+                except (SettingsError, OSError) as exc:  # said once; gemini runs as given
                     logger.warning("%s: this session runs without our hooks", exc)
                 else:
-                    self._shadow = shadow
+                    logger.info("gemini's home is shadowed in %s", private)
                     tg.start_soon(self._follow)
             await tg.start(Session.forward_signals, self.signals)
             self._start = self._clock()
