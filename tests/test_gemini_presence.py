@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell, user_texts
@@ -146,6 +147,30 @@ def test_esc_at_an_approval_is_idle_by_the_chat_files_cancel_line(
         quit_gemini(s, watch)
     assert replayed(f)[-1] == ("idle", "chat Request cancelled."), replayed(f)
     assert not (s.work / "made.txt").exists()
+
+
+def test_a_setting_persisted_in_the_session_lands_in_the_persons_own_settings(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """``/model set NAME --persist`` makes gemini rewrite its user settings file, the
+    shadow's copy: at the end the runner writes the change into the person's own
+    ``~/.gemini/settings.json``, and none of our hooks."""
+    api = FakeGemini([])
+    with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, f):
+        s.ready()
+        # gemini loads its slash commands after the input box shows: until then a command
+        # goes to the model as a prompt. Their menu, with /model's words, says they are in.
+        s.tmux.type("/model")
+        s.tmux.wait_screen("Manage model configuration", WITHIN)
+        s.prompt(" set gemini-2.5-flash --persist")
+        s.tmux.wait_screen(r"Model set to gemini-2\.5-flash \(persisted\)", WITHIN)
+        quit_gemini(s, watch)
+    assert s.home is not None
+    settings = orjson.loads((s.home / ".gemini" / "settings.json").read_bytes())
+    assert settings["model"]["name"] == "gemini-2.5-flash", settings
+    assert settings["security"] == {"auth": {"selectedType": "gemini-api-key"}}, settings
+    assert "hooks" not in settings, settings
+    assert "saved model, changed in the session" in f.log.read_text(errors="replace")
 
 
 def test_print_mode_reports_the_turn_and_passes_the_exit_status(
