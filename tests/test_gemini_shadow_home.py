@@ -9,6 +9,7 @@ files (a setting saved as ``/model`` saves it, a file made or replaced by a rena
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import orjson
@@ -48,7 +49,8 @@ def test_the_shadow_holds_their_settings_with_our_hooks_after_theirs_and_links_t
     theirs = {"name": "mine", "type": "command", "command": "true"}
     env, private = person(
         tmp_path,
-        b'{\n  // my model\n  "model": {"name": "gemini-2.5-pro"},\n'
+        b'{\n  // my model\n  "model": {"name": "gemini-2.5-pro"}, /* a "quote" */\n'
+        b'  "mcp": {"url": "http://x//y /* not a comment */"},\n'
         b'  "hooks": {"BeforeAgent": [{"hooks": [' + orjson.dumps(theirs) + b"]}]}\n}\n",
     )
     added = ShadowHome(private, env).make(URL, env)
@@ -56,6 +58,7 @@ def test_the_shadow_holds_their_settings_with_our_hooks_after_theirs_and_links_t
     shadow = private / ".gemini"
     document = orjson.loads((shadow / "settings.json").read_bytes())
     assert document["model"] == {"name": "gemini-2.5-pro"}
+    assert document["mcp"] == {"url": "http://x//y /* not a comment */"}
     assert document["hooks"]["BeforeAgent"][0]["hooks"] == [theirs]
     assert sorted(ours(document["hooks"])) == sorted(HOOK_EVENTS)
     assert URL not in (shadow / "settings.json").read_text()  # a path to the poster only
@@ -120,6 +123,11 @@ def test_what_gemini_made_or_replaced_in_the_shadow_comes_home(tmp_path: Path) -
     assert (home / "installation_id").read_text() == "new\n"
     assert (home / "extensions" / "one" / "x.json").read_text() == "{}"
     assert not (home / "settings.json").exists()  # nothing changed: nothing written
+    (shadow / "tmp" / "chat.jsonl").write_text("{}\n")  # through the link: theirs
+    shutil.rmtree(private)  # as the session ends: its links go, what they name stays
+    assert (home / "tmp" / "chat.jsonl").read_text() == "{}\n"
+    assert (home / "installation_id").read_text() == "new\n"
+    assert (home / "tmp").is_dir() and (home / "history").is_dir()
 
 
 def test_settings_that_are_not_json_are_an_error_naming_the_file(tmp_path: Path) -> None:
