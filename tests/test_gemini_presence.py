@@ -14,18 +14,25 @@ gemini and tmux (``tests/run.sh`` installs them): without them this skips, excep
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
-from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell
+from bench._fake_gemini import FakeGemini, Reply, function_responses, say, shell, user_texts
+from bench._gemini_driver import MODEL, gemini_env
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker
-from tests.support.gemini_driver import APPROVAL, READY, require_gemini
+from tests.support.gemini_driver import APPROVAL, READY, gemini_binary, require_gemini
 from tests.support.gemini_presence import (
     PresenceFiles,
     descendants,
@@ -92,6 +99,11 @@ def test_a_prompt_is_working_then_idle_and_quit_leaves_the_roster(
         s.tmux.wait_screen("Hello there", WITHIN)
         watch.wait(None, within=WITHIN)
         quit_gemini(s, watch)
+        # gemini's own resume hint, on its screen as without the runner; the session's id
+        # (the chat file's) is what plain gemini finds later: see the non-root test.
+        screen = s.tmux.wait_screen(r"gemini --resume [0-9a-f-]{36}", WITHIN)
+    hint = re.search(r"gemini --resume ([0-9a-f-]{36})", screen)
+    assert hint and f'"session_id":"{hint[1]}"' in f.record.read_text(), screen
     assert watch.sequence()[-2:] == ["working", None], watch.sequence()
     assert [state for state, _ in replayed(f)] == ["working", "idle"], replayed(f)
 
@@ -135,6 +147,30 @@ def test_esc_at_an_approval_is_idle_by_the_chat_files_cancel_line(
         quit_gemini(s, watch)
     assert replayed(f)[-1] == ("idle", "chat Request cancelled."), replayed(f)
     assert not (s.work / "made.txt").exists()
+
+
+def test_a_setting_persisted_in_the_session_lands_in_the_persons_own_settings(
+    tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """``/model set NAME --persist`` makes gemini rewrite its user settings file, the
+    shadow's copy: at the end the runner writes the change into the person's own
+    ``~/.gemini/settings.json``, and none of our hooks."""
+    api = FakeGemini([])
+    with api.serve(), interactive_presence(tmp_path, broker, base_url=api.base_url) as (s, f):
+        s.ready()
+        # gemini loads its slash commands after the input box shows: until then a command
+        # goes to the model as a prompt. Their menu, with /model's words, says they are in.
+        s.tmux.type("/model")
+        s.tmux.wait_screen("Manage model configuration", WITHIN)
+        s.prompt(" set gemini-2.5-flash --persist")
+        s.tmux.wait_screen(r"Model set to gemini-2\.5-flash \(persisted\)", WITHIN)
+        quit_gemini(s, watch)
+    assert s.home is not None
+    settings = orjson.loads((s.home / ".gemini" / "settings.json").read_bytes())
+    assert settings["model"]["name"] == "gemini-2.5-flash", settings
+    assert settings["security"] == {"auth": {"selectedType": "gemini-api-key"}}, settings
+    assert "hooks" not in settings, settings
+    assert "saved model, changed in the session" in f.log.read_text(errors="replace")
 
 
 def test_print_mode_reports_the_turn_and_passes_the_exit_status(
@@ -256,3 +292,94 @@ def test_a_gemini_and_a_wrap_of_one_member_show_the_strongest(tmp_path: Path) ->
         wrap.wait_for(is_note("turn/completed"))
         eventually(lambda: roster_activity(broker) is None, WITHIN, "both idle")
         assert roster_row(broker)["connected"] == 2
+
+
+NOBODY = 65534
+
+
+def resumed(body: dict[str, object]) -> bool:
+    """A request that carries the first session's prompt beside the resumed one."""
+    texts = user_texts(body)
+    return any("say hello" in t for t in texts) and any("once more" in t for t in texts)
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[tuple[Path, Path, int | None]]:
+    """Where a person who is not root runs gemini: a directory every user can read, the
+    gemini install they run (a copy of ours there when we are root: ours is under
+    ``/root``, which only root can enter), and the uid they run as (None: we are not root,
+    so we are that person already)."""
+    shared = Path(tempfile.mkdtemp(prefix="codex-presence-gemini-other-"))
+    try:
+        shared.chmod(0o755)
+        if os.geteuid() != 0:
+            yield shared, gemini_binary(), None
+            return
+        package = gemini_binary().resolve().parents[3]  # …/gemini-cli-X/node_modules/...
+        install = shared / "install"
+        shutil.copytree(package.parent, install, symlinks=True)
+        yield shared, install / "node_modules" / ".bin" / "gemini", NOBODY
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_person_who_is_not_root_is_observed_and_resumes_their_chat(
+    other_user: tuple[Path, Path, int | None], broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """The runner and gemini run as an ordinary user (nobody): our hooks are in a shadow of
+    their gemini home, so the turn is on the roster (working, then idle); the chat lands in
+    their own ``~/.gemini``, where a plain ``gemini --resume`` finds it afterwards, and no
+    private directory of ours is left."""
+    shared, gemini, uid = other_user
+    root = shared / "person"
+    session = str(uuid.uuid4())
+    api = FakeGemini([say("Hello from the fake."), say("Again, with the history.", match=resumed)])
+    with api.serve():
+        run, files = print_presence(
+            root,
+            broker,
+            "say hello",
+            base_url=api.base_url,
+            args=("--session-id", session),
+            gemini=gemini,
+            as_user=uid,
+        )
+        assert run.returncode == 0, run.stderr
+        assert "Hello from the fake." in run.stdout
+        eventually(lambda: "working" in watch.sequence(), within=WITHIN, what="working seen")
+        watch.wait_connected(0, within=WITHIN)
+        assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
+        assert "without our hooks" not in files.log.read_text(errors="replace")
+
+        chats = list((run.home / ".gemini" / "tmp").glob(f"*/chats/session-*-{session[:8]}.json*"))
+        assert chats, sorted(p.name for p in (run.home / ".gemini").rglob("*"))
+        again = subprocess.run(  # plain gemini, as the same person, after the session
+            [
+                *(
+                    ("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--")
+                    if uid
+                    else ()
+                ),
+                str(gemini),
+                "-m",
+                MODEL,
+                "--resume",
+                session,
+                "-p",
+                "once more",
+                "-o",
+                "text",
+            ],
+            cwd=run.work,
+            env=gemini_env(run.home, api.base_url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    assert again.returncode == 0, again.stderr
+    assert "Again, with the history." in again.stdout, again.stdout + again.stderr
+    shadow = re.search(r"gemini's home is shadowed in (\S+)", files.log.read_text())
+    assert shadow, files.log.read_text()
+    assert not Path(shadow[1]).exists()  # removed at the end

@@ -18,11 +18,12 @@ HELP = "run Gemini CLI (`gemini`) with hooks that put its state on the roster"
 
 _EPILOG = """\
 Put `codex-presence gemini --` in front of `gemini`: gemini runs as usual, on your terminal
-(nothing is proxied). Without `-- CMD`, CMD is `gemini` from your PATH. Our hook (named
-`presence` in gemini's spinner) is registered in a settings layer of our own, gemini's
-system defaults (GEMINI_CLI_SYSTEM_DEFAULTS_PATH, carrying the file it replaces), so your
-own settings and hooks keep working; gemini trusts that layer only in a directory owned by
-root, so as another user gemini runs without our hooks (said once): connected, shown idle.
+(nothing is proxied). Without `-- CMD`, CMD is `gemini` from your PATH. gemini runs with
+GEMINI_CLI_HOME set to a private shadow of its home: your ~/.gemini/settings.json with our
+hook (named `codex-presence` in gemini's spinner) added after your own hooks, and every
+other entry of your ~/.gemini linked, so chats, history and `gemini --resume` stay yours.
+A setting you change in the session (/model, /settings) is written back to your
+settings.json at the end (not if that file has comments: then a warning names it).
 Your state: working while a turn or a tool runs, blocked while an approval waits for you,
 idle otherwise; an Esc or a "No" at an approval, which fire no hook, are read from
 gemini's chat file ("Request cancelled."). The exit status is gemini's (128+N if signal N
@@ -57,12 +58,13 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
     from codex_presence.agent.gemini.session import GeminiSession
-    from codex_presence.agent.gemini.settings import SettingsError, their_defaults
+    from codex_presence.agent.gemini.settings import SettingsError, their_settings
 
     # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
     observe = not args.no_trace or bool(args.record)
     try:
-        defaults = their_defaults(os.environ) if observe else {}
+        if observe:
+            their_settings(os.environ)
     except SettingsError as exc:
         raise UsageError(str(exc)) from exc
     # The token is ours, not gemini's: every command its agent runs would inherit it.
@@ -73,4 +75,4 @@ def run(args: argparse.Namespace) -> int:
     session = GeminiSession(
         record=args.record, observers=observers, companions=companions, observe=observe
     )
-    return anyio.run(lambda: session.run(command, env=env, defaults=defaults))
+    return anyio.run(lambda: session.run(command, env=env))

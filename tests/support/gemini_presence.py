@@ -36,7 +36,13 @@ class PresenceFiles:
 
 
 def _files(
-    root: Path, broker: RunningBroker, options: Sequence[str], *, record: bool = True
+    root: Path,
+    broker: RunningBroker,
+    options: Sequence[str],
+    *,
+    record: bool = True,
+    gemini: Path | None = None,
+    as_user: int | None = None,
 ) -> PresenceFiles:
     root.mkdir(parents=True, exist_ok=True)
     token = root / "alice.token"
@@ -60,9 +66,15 @@ def _files(
         "--token-file",
         str(token),
         "--",
-        str(gemini_binary()),
+        str(gemini or gemini_binary()),
     ]
-    files.runner.write_text(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
+    if as_user is None:
+        script = f'exec {shlex.join(argv)} "$@"'
+    else:  # the driver made HOME and the work dir as root: they are the user's first
+        drop = ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups", "--"]
+        own = shlex.join(["chown", "-R", f"{as_user}:{as_user}", str(root)])
+        script = f'{own} && exec {shlex.join([*drop, *argv])} "$@"'
+    files.runner.write_text(f"#!/bin/sh\n{script}\n")
     files.runner.chmod(0o700)
     return files
 
@@ -92,11 +104,14 @@ def print_presence(
     settings: dict[str, Any] | None = None,
     options: Sequence[str] = (),
     record: bool = True,
+    gemini: Path | None = None,
+    as_user: int | None = None,
 ) -> tuple[PrintRun, PresenceFiles]:
     """``codex-presence gemini OPTIONS -- gemini -m MODEL -p PROMPT ARGS`` to its end
     (``settings``: the person's own, in their ``~/.gemini/settings.json``; ``record``
-    False: no ``--record``)."""
-    files = _files(root, broker, options, record=record)
+    False: no ``--record``; ``gemini``: another binary; ``as_user``: the runner and gemini
+    run as that uid (and gid), which then owns all of ``root``: we must be root)."""
+    files = _files(root, broker, options, record=record, gemini=gemini, as_user=as_user)
     run = run_print(
         root / "g",
         prompt,

@@ -2,10 +2,12 @@
 file, fed to the sans-I/O Gemini CLI mapping.
 
 It owns the session's plumbing: the loopback hook server
-(:mod:`codex_presence.agent.hooks.hook_server`), the private settings layer that registers
-our hook for each event the mapping reads (:mod:`.settings`), gemini itself, the follower
-of its chat file (:mod:`.chat`), the recording and the exit status; the observers,
-companions, signals and end are the shells' skeleton's (:mod:`codex_presence.agent.session`).
+(:mod:`codex_presence.agent.hooks.hook_server`), the shadow gemini home in the session's
+private 0700 directory that adds our hook for each event the mapping reads to the person's
+settings, and gives back what gemini left in it at the end (:mod:`.settings`), gemini
+itself, the follower of its chat file (:mod:`.chat`), the recording and the exit status;
+the observers, companions, signals and end are the shells' skeleton's
+(:mod:`codex_presence.agent.session`).
 
 * **Nothing is proxied.** gemini gets our terminal and stays in our process group, so it
   reads keys, resizes and suspends as if run directly. Signals follow the shells' one rule
@@ -23,9 +25,8 @@ companions, signals and end are the shells' skeleton's (:mod:`codex_presence.age
 * A bug in the analysis never touches gemini: it is logged once, the member is reported
   idle (:class:`~codex_presence.agent.analysis.AnalysisGuard`), and the hook server still
   answers.
-* ``observe=False`` (``--no-trace`` without ``--record``), or no directory gemini trusts a
-  settings layer in (:func:`~.settings.secure_base`, said once), runs gemini as given, with
-  no hooks of ours.
+* ``observe=False`` (``--no-trace`` without ``--record``), or settings of the person's that
+  cannot be read (said once), runs gemini as given, with no hooks of ours.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -43,7 +45,7 @@ import orjson
 from codex_presence.agent.analysis import AnalysisGuard
 from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.gemini.chat import ChatFile
-from codex_presence.agent.gemini.settings import secure_base, with_our_hooks
+from codex_presence.agent.gemini.settings import SettingsError, ShadowHome
 from codex_presence.agent.hooks.hook_server import HookServer
 from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
@@ -64,7 +66,7 @@ __all__ = ["GeminiSession"]
 logger = logging.getLogger("codex_presence.gemini")
 
 PRIVATE_PREFIX = "codex-presence-gemini-"
-"""The session's private directory (its settings layer and poster), named after its owner."""
+"""The session's private directory (the shadow home and the poster), named after its owner."""
 POLL_INTERVAL = 0.1
 
 
@@ -92,7 +94,7 @@ class GeminiSession:
         self._clock = clock
         self._start = clock()
         self._wake: anyio.Event | None = None
-        self._defaults: Mapping[str, Any] = {}
+        self._shadow: ShadowHome | None = None
         self.analysis = AnalysisGuard(self.mapping.close)
         self.session = Session(
             observers=observers,
@@ -101,16 +103,8 @@ class GeminiSession:
         )
         self.signals = SignalForwarding(name="gemini")
 
-    async def run(
-        self,
-        command: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        defaults: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Run gemini to its end; its exit status. ``defaults``: the system defaults
-        document our settings layer carries (:func:`~.settings.their_defaults`)."""
-        self._defaults = defaults or {}
+    async def run(self, command: Sequence[str], *, env: Mapping[str, str]) -> int:
+        """Run gemini to its end; its exit status."""
         async with self.session.lifetime():
             return await self._run(command, env)
 
@@ -118,13 +112,7 @@ class GeminiSession:
 
     async def _run(self, command: Sequence[str], env: Mapping[str, str]) -> int:
         status = 1
-        base = secure_base() if self._observe else None
-        if self._observe and base is None:
-            logger.warning(
-                "gemini reads a settings layer only under directories owned by root: this "
-                "session runs without our hooks, and the roster shows it connected but idle"
-            )
-        private = make_owned_directory(PRIVATE_PREFIX, str(base)) if base is not None else None
+        private = make_owned_directory(PRIVATE_PREFIX) if self._observe else None
         try:
             self._recorder = recorder = start_recorder(self._record_path)
             try:
@@ -132,22 +120,28 @@ class GeminiSession:
             finally:
                 await finish_recording(recorder, self._now())
         finally:
+            if self._shadow is not None:
+                self._shadow.give_back()
             if private is not None:
                 shutil.rmtree(private, ignore_errors=True)
         return status
 
     async def _supervise(
-        self, command: Sequence[str], env: Mapping[str, str], private: os.PathLike[str] | None
+        self, command: Sequence[str], env: Mapping[str, str], private: Path | None
     ) -> int:
         async with anyio.create_task_group() as tg:
             child_env = dict(env)
             if private is not None:
-                from pathlib import Path
-
                 url = await tg.start(self.server.serve)
-                layer = with_our_hooks(url, private=Path(private), env=env, defaults=self._defaults)
-                child_env.update(layer)
-                tg.start_soon(self._follow)
+                shadow = ShadowHome(private, env)
+                self._shadow = shadow
+                try:
+                    child_env.update(shadow.make(url, env))
+                except (SettingsError, OSError) as exc:  # said once; gemini runs as given
+                    logger.warning("%s: this session runs without our hooks", exc)
+                else:
+                    logger.info("gemini's home is shadowed in %s", private)
+                    tg.start_soon(self._follow)
             await tg.start(Session.forward_signals, self.signals)
             self._start = self._clock()
             try:
