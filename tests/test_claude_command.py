@@ -387,8 +387,9 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
 ) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
     record, log = tmp_path / "session.jsonl", tmp_path / "presence.log"
+    go_on = tmp_path / "go-on"
     script = [
-        {"do": "sleep", "seconds": 1.0},  # subscribed first
+        {"do": "await", "path": str(go_on)},  # subscribed first
         hook("UserPromptSubmit", prompt="go"),
         {"do": "sleep", "seconds": 1.0},
         hook("PreToolUse", tool_use_id="tu1", tool_name="Bash"),
@@ -401,8 +402,10 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
         {"do": "sleep", "seconds": 1.0},
     ]
     options = [*reporting(broker, tmp_path), "--record", str(record), "-v", "--log-file", str(log)]
-    proc = run_claude(tmp_path, script, *options)
-    assert proc.returncode == 0
+    proc = run_claude(tmp_path, script, *options, wait=False)
+    watch.wait_connected(1)
+    go_on.touch()
+    assert proc.wait(60) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", "blocked", "working", None]
     rows = timeline(read_relevant_entries(record.read_bytes()))
@@ -422,13 +425,16 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
 
 def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: RunningBroker) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
+    go_on = tmp_path / "go-on"
     script = [
-        {"do": "sleep", "seconds": 1.0},
+        {"do": "await", "path": str(go_on)},  # subscribed first
         hook("UserPromptSubmit"),
         {"do": "sleep", "seconds": 1},
     ]
-    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q")
-    assert proc.returncode == 0
+    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q", wait=False)
+    watch.wait_connected(1)
+    go_on.touch()
+    assert proc.wait(60) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", None]
 
@@ -438,9 +444,11 @@ def test_no_trace_reports_no_activity_and_installs_no_hooks(
 ) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
     dump = tmp_path / "dump.json"
-    script = [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 1.5}]
+    go_on = tmp_path / "go-on"
+    script = [{"do": "dump", "path": str(dump)}, {"do": "await", "path": str(go_on)}]
     proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "--no-trace", wait=False)
-    watch.wait_connected(1)  # connection presence, as ever
+    watch.wait_connected(1)  # connection presence, as ever (claude runs until it is seen)
+    go_on.touch()
     assert proc.wait(30) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None]
@@ -596,3 +604,81 @@ def dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+# -- claude spawned before anything slow loads (issue 34) --------------------------------------
+
+SPAWN_SPY = """\
+import json, os, socket, sys
+import codex_presence.agent.claude.launch as launch
+
+def spy(argv, **kwargs):  # claude's spawn: what is loaded, and whether the hook URL answers
+    settings = json.loads(open(argv[argv.index("--settings") + 1]).read())
+    hooks = [h for matchers in settings["hooks"].values() for m in matchers for h in m["hooks"]]
+    urls = [h["url"] for h in hooks if h["type"] == "http"]  # SessionEnd's, at least
+    port = int(urls[0].split(":")[2].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # it listens: the kernel holds the connection until the server accepts
+    sys.stdout.write(" ".join(sorted(sys.modules)))
+    sys.stdout.flush()
+    os._exit(0)
+
+launch.spawn = spy
+from codex_presence.cli.main import main
+main(["claude", "--claude-hooks", sys.argv[2], "--", sys.argv[1]])
+"""
+
+SLOW_BEFORE_THE_SPAWN = {
+    "anyio",
+    "asyncio",
+    "h11",
+    "httpx",
+    "codex_presence.agent.hooks.hook_server",
+    "codex_presence.agent.claude.session",
+    "codex_presence.agent.claude.files",
+    "codex_presence.agent.session",
+    "codex_presence.core.claude.mapping",
+    "codex_presence.client.link",
+}
+"""What ``codex-presence claude`` must not load before claude's spawn (issue 34): the
+session's heavy parts, which load behind claude's own start."""
+
+
+def _loaded_at_the_spawn(program: str, hooks: str, env: dict[str, str]) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", SPAWN_SPY, program, hooks],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("hooks", ["auto", "all"])
+def test_claude_is_spawned_before_anything_slow_is_loaded(tmp_path: Path, hooks: str) -> None:
+    """Issue 34: what ``codex-presence claude`` loaded before claude's spawn (anyio, the hook
+    server with h11, the mapping, the broker link's httpx) delayed claude's first paint one
+    for one. At the spawn none of them is loaded, and the hook URL in claude's settings
+    already accepts connections (the server serves them once loaded). The stand-in claude:
+    a hook for every event, a poster script holding the URL."""
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "config")}
+    env["CODEX_PRESENCE_BROKER"] = "http://127.0.0.1:9"  # the link would load httpx
+    env["CODEX_PRESENCE_TOKEN"] = "t"
+    loaded = _loaded_at_the_spawn(fake_claude(tmp_path), hooks, env)
+    assert "codex_presence.agent.claude.launch" in loaded  # the spy ran where the spawn is
+    assert loaded & SLOW_BEFORE_THE_SPAWN == set()
+
+
+@pytest.mark.claude
+def test_the_real_claude_is_spawned_before_anything_slow_is_loaded(
+    tmp_path: Path, claude: Path
+) -> None:
+    """Issue 34, with the real claude 2.1.332 (its version read beside it: the session file
+    leads, SessionStart and SessionEnd only): nothing slow loaded at its spawn either."""
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "config")}
+    env["PATH"] = f"{claude.parent}{os.pathsep}{env.get('PATH', '')}"
+    loaded = _loaded_at_the_spawn("claude", "auto", env)
+    assert "codex_presence.agent.claude.launch" in loaded
+    assert loaded & SLOW_BEFORE_THE_SPAWN == set()

@@ -15,6 +15,8 @@ claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of st
 - ``{"do": "dump", "path": P}``: write what it was given (argv, environment, the settings
   file's content and modes) to P as JSON;
 - ``{"do": "sleep", "seconds": S}``; ``{"do": "exit", "status": N}``;
+- ``{"do": "await", "path": P}``: wait until P exists (60 s at most), for a test that
+  decides when claude goes on;
 - ``{"do": "trap", "path": P}``: on SIGTERM, write the signal's name to P and exit 143.
 
 At the end of the script it exits 0.
@@ -133,6 +135,10 @@ def main() -> int:
                     }
                 )
             )
+        elif do == "await":
+            deadline = time.monotonic() + 60
+            while not Path(step["path"]).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
         elif do == "sleep":
             time.sleep(step["seconds"])
         elif do == "exit":

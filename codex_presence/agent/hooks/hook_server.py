@@ -47,7 +47,6 @@ import errno
 import hmac
 import logging
 import os
-import secrets
 import socket
 import struct
 from collections.abc import Callable
@@ -61,6 +60,7 @@ import orjson
 from anyio.abc import SocketStream, TaskStatus
 
 from codex_presence._wire import Refused
+from codex_presence.agent.hooks.listener import listen_loopback, new_hook_path
 from codex_presence.agent.hooks.peer_uid import peer_uid
 from codex_presence.core.hooks.poster import SEQ_HEADER
 
@@ -107,12 +107,13 @@ class HookServer:
         max_body: int = MAX_BODY,
         max_connections: int = 64,
         request_timeout: float = 10.0,
+        path: bytes | None = None,
     ) -> None:
         self._on_hook = on_hook
         self._max_body = max_body
         self._max_connections = max_connections
         self._request_timeout = request_timeout
-        self._path = f"/{secrets.token_urlsafe(24)}/hook".encode()
+        self._path = path if path is not None else new_hook_path()
         self._clients: dict[_Client, None] = {}
         """The open connections, oldest first."""
         self._crowded = False
@@ -137,11 +138,16 @@ class HookServer:
         secret = self._path.split(b"/")[1]
         return data.replace(secret, b"REDACTED") if secret in data else data
 
-    async def serve(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(4096)
+    async def serve(
+        self,
+        *,
+        listener: socket.socket | None = None,
+        task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL.
+        ``listener``: one already listening (:func:`listen_loopback`, made before the
+        client's spawn, its secret this server's ``path``), served and closed here."""
+        with listener if listener is not None else listen_loopback() as listener:
             listener.setblocking(False)
             self.port = listener.getsockname()[1]
             logger.debug("hook server listening on 127.0.0.1:%d", self.port)
