@@ -8,8 +8,11 @@ tmux starts the command to:
 * **first paint**: the first screen with anything on it (claude's welcome box);
 * **ready**: the prompt box's ``? for shortcuts`` (claude takes input).
 
-The ways: plain ``claude`` (the baseline), ``codex-presence claude`` from this checkout,
-and with ``--baseline DIR`` the same from another checkout (``PYTHONPATH=DIR``: main's
+The ways: plain ``claude`` (the baseline), ``claude --settings FILE`` with the runner's
+hooks but no runner (what claude's own handling of our hooks costs: FILE and its poster
+written by the runner's own code, pointing at a socket that listens and never answers),
+``codex-presence claude`` from this checkout, and with ``--baseline DIR`` the same from
+another checkout (``PYTHONPATH=DIR``: main's
 code, say, for a before/after in one run). The runner reports to a real broker
 (``bench/latency.py``'s), as a member does. Our Python runs with its bytecode cached, as an
 installation has it (``bench/_python.py``). The order of the ways turns by one each round;
@@ -39,8 +42,11 @@ import latency  # noqa: E402  (bench/latency.py: the broker)
 from bench._claude_driver import Tmux, claude_binary, claude_env, prepare_home  # noqa: E402
 from bench._fake_anthropic import FakeAnthropic  # noqa: E402
 from bench._python import installed_like  # noqa: E402
+from codex_presence.agent.claude.settings import with_our_hooks  # noqa: E402
+from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_hook_path  # noqa: E402
 
 PLAIN = "claude"
+HOOKED = "claude --settings (our hooks, no runner)"
 WRAPPED = "codex-presence claude"
 READY = re.compile(r"\? for shortcuts")
 GOAL = 0.050
@@ -88,7 +94,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="cps-", dir="/tmp") as tmp_name:
             tmp = Path(tmp_name)
             api = FakeAnthropic([])
-            with api.serve():
+            with api.serve(), listen_loopback() as listener:
                 base = claude_env(tmp, api.base_url)
                 ours = installed_like(base, tmp / "pycache")
                 ours = {k: v for k, v in ours.items() if not k.startswith("CODEX_PRESENCE")}
@@ -97,8 +103,12 @@ def main() -> None:
                     sys.executable, "-m", "codex_presence", "claude", "-q",
                     "--broker", url, "--name", "dave", "--", *plain,
                 ]  # fmt: skip
+                hooked = with_our_hooks(
+                    plain, {}, hook_url(listener, new_hook_path()), private=tmp, env=base
+                )[0]
                 ways: dict[str, tuple[list[str], dict[str, str]]] = {
                     PLAIN: (plain, base),
+                    HOOKED: (hooked, base),
                     WRAPPED: (wrapped, {**ours, "PYTHONPATH": str(ROOT)}),
                 }
                 if args.baseline:

@@ -163,6 +163,9 @@ def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
     from urllib.parse import urlsplit
 
     port = urlsplit(url).port
+    # No timeout: subprocess would poll for the end in sleeps (11 ms here, before claude's
+    # spawn); the connection is to our own listening socket, which the kernel completes
+    # at once (its backlog holds it until the server accepts).
     try:
         done = subprocess.run(
             [bash, "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
@@ -170,7 +173,6 @@ def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=dict(env),
-            timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
         done = None
