@@ -4,11 +4,16 @@ that a runner could read without a hook.
 Runs plain interactive claude (``CODEX_PRESENCE_TEST_CLAUDE`` or the one ``tests/run.sh``
 installs; no hooks, no runner) in tmux against the fake Messages API, with inotify on its
 config directory (``history.jsonl``, ``sessions/``, the project's transcript directory), and
-stamps every event on the monotonic clock. Each session sends two prompts; the second is
-timed (the first creates files a session makes once). For each file: ms from just before
-tmux sends the Enter to its first open and its first write.
+stamps every event on the monotonic clock. Each session sends two prompts, both timed (the
+first makes what a session makes once: the project's directory, the transcript, the history
+file's first entry). For each prompt and file: ms from just before tmux sends the Enter to
+the file's first open and its first write.
 
-    .venv/bin/python bench/claude_writes.py [--sessions 5]
+With ``--hooked``, claude gets the runner's settings (``--settings FILE``, its hooks and
+poster written by the runner's own code, to a socket that listens and never answers), no
+runner: whether our hooks change when claude writes.
+
+    .venv/bin/python bench/claude_writes.py [--sessions 5] [--hooked]
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from inotify_simple import INotify, flags  # noqa: E402
 
 from bench._claude_driver import Tmux, claude_binary, claude_env, prepare_home  # noqa: E402
 from bench._fake_anthropic import FakeAnthropic, say  # noqa: E402
+from codex_presence.agent.claude.settings import with_our_hooks  # noqa: E402
+from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_hook_path  # noqa: E402
 
 MASK = flags.CREATE | flags.MODIFY | flags.OPEN | flags.MOVED_TO
 
@@ -45,8 +52,10 @@ def kind(home: Path, directory: str, name: str) -> str | None:
     return None
 
 
-def one_session(root: Path, base_url: str) -> dict[tuple[str, str], float]:
-    """ms from the second prompt's Enter to each file's first open and first write."""
+def one_session(
+    root: Path, base_url: str, settings: list[str]
+) -> dict[tuple[int, str, str], float]:
+    """ms from each prompt's Enter to each file's first open and first write after it."""
     home, work = prepare_home(root)
     (home / "sessions").mkdir()
     (home / "projects").mkdir()
@@ -70,18 +79,17 @@ def one_session(root: Path, base_url: str) -> dict[tuple[str, str], float]:
     thread.start()
     tmux = Tmux(root / "tmux.sock")
     tmux.start(
-        [str(claude_binary()), "--permission-mode", "default"],
+        [str(claude_binary()), *settings, "--permission-mode", "default"],
         cwd=work,
         env=claude_env(home, base_url),
     )
+    enters: list[float] = []
     try:
         tmux.wait_screen(r"\? for shortcuts", 60)
-        for n, text in enumerate(("first prompt", "second prompt")):
+        for text in ("first prompt", "second prompt"):
             tmux.type(text)
             time.sleep(0.3)
-            if n:
-                events.clear()
-            enter = time.monotonic()
+            enters.append(time.monotonic())
             tmux.keys("Enter")
             time.sleep(3.0)
     finally:
@@ -89,33 +97,48 @@ def one_session(root: Path, base_url: str) -> dict[tuple[str, str], float]:
         stop.set()
         thread.join()
         inotify.close()
-    first: dict[tuple[str, str], float] = {}
+    first: dict[tuple[int, str, str], float] = {}
     for t, directory, name, mask in events:
         what = kind(home, directory, name)
-        if what is None:
+        prompt = sum(t >= enter for enter in enters)  # 1 or 2; 0: before the first
+        if what is None or not prompt:
             continue
         for flag, label in ((flags.OPEN, "open"), (flags.MODIFY, "write")):
-            if mask & flag and (what, label) not in first:
-                first[what, label] = (t - enter) * 1000
+            if mask & flag and (prompt, what, label) not in first:
+                first[prompt, what, label] = (t - enters[prompt - 1]) * 1000
     return first
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=5)
+    parser.add_argument("--hooked", action="store_true", help="the runner's hooks, no runner")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()}")
-    seen: dict[tuple[str, str], list[float]] = {}
+    seen: dict[tuple[int, str, str], list[float]] = {}
     api = FakeAnthropic([say(f"Answer {n}.", wait=0.5) for n in range(args.sessions * 2)])
-    with api.serve(), tempfile.TemporaryDirectory(prefix="cpw-", dir="/tmp") as tmp:
+    with (
+        api.serve(),
+        tempfile.TemporaryDirectory(prefix="cpw-", dir="/tmp") as tmp,
+        listen_loopback() as listener,
+    ):
+        settings: list[str] = []
+        if args.hooked:
+            url = hook_url(listener, new_hook_path())
+            argv = with_our_hooks(
+                [str(claude_binary())], {}, url, private=Path(tmp), env=dict(os.environ)
+            )[0]
+            settings = argv[1:]
         for n in range(args.sessions):
-            for key, ms in one_session(Path(tmp) / str(n), api.base_url).items():
+            for key, ms in one_session(Path(tmp) / str(n), api.base_url, settings).items():
                 seen.setdefault(key, []).append(ms)
     print(f"load after: {os.getloadavg()}")
-    print(f"claude {claude_binary()}: ms from the second prompt's Enter, median (min-max)")
-    for (what, label), values in sorted(seen.items(), key=lambda kv: statistics.median(kv[1])):
+    print(f"claude {claude_binary()}: ms from a prompt's Enter, median (min-max)")
+    for (prompt, what, label), values in sorted(
+        seen.items(), key=lambda kv: (kv[0][0], statistics.median(kv[1]))
+    ):
         print(
-            f"  first {label:<5} {what:<42} {statistics.median(values):7.1f}"
+            f"  prompt {prompt}: first {label:<5} {what:<42} {statistics.median(values):7.1f}"
             f" ({min(values):.0f}-{max(values):.0f})  n={len(values)}"
         )
 

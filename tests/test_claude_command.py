@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -168,7 +169,8 @@ def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, ba
     """Where claude's PATH has curl but no bash, or a bash built without network
     redirections (one that fails to open ``/dev/tcp``, as such a build does), the async
     hooks run curl, its config file (0600, beside the settings) holding the URL: the
-    process list never shows it."""
+    process list never shows it. The bash is tried after claude's spawn (issue 34): the
+    poster claude's hooks run becomes one that runs curl, before any hook."""
     curl = shutil.which("curl")
     assert curl is not None
     only_curl = tmp_path / "bin"
@@ -184,26 +186,38 @@ def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, ba
         )
         no_tcp.chmod(0o755)
     dump = tmp_path / "dump.json"
-    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    go_on = tmp_path / "go-on"
+    script = json.dumps([{"do": "dump", "path": str(dump)}, {"do": "await", "path": str(go_on)}])
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
     env.update(
         FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), PATH=str(only_curl)
     )
     command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
-    assert subprocess.run(command, env=env, check=False).returncode == 0
-    given = json.loads(dump.read_text())
-    (command_hook,) = {
-        spec["command"]
-        for event in HOOK_EVENTS
-        for entry in given["settings"]["hooks"][event]
-        for spec in entry["hooks"]
-        if spec["type"] == "command"
-    }
-    words = shlex.split(command_hook)
-    assert words[:3] == ["exec", str(only_curl / "curl"), "-q"]  # no ~/.curlrc of the user's
-    assert Path(words[words.index("-K") + 1]).parent == Path(given["argv"][2]).parent
-    assert given["config_mode"] == 0o600 and "/hook" not in command_hook
-    assert re.search(r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$', given["config"], re.M)
+    proc = subprocess.Popen(command, env=env)
+    try:
+        eventually(dump.exists, within=60)
+        given = json.loads(dump.read_text())
+        config = Path(given["argv"][2]).parent / "curl.cfg"
+        eventually(config.exists, within=60)  # (bash tried, and found wanting)
+        (command_hook,) = {
+            spec["command"]
+            for event in HOOK_EVENTS
+            for entry in given["settings"]["hooks"][event]
+            for spec in entry["hooks"]
+            if spec["type"] == "command"
+        }
+        words = shlex.split(command_hook)
+        if bash != "none":  # the poster claude runs with bash runs curl
+            assert words[:2] == ["exec", str(only_curl / "bash")]
+            words = shlex.split(Path(words[2]).read_text())
+        assert words[:3] == ["exec", str(only_curl / "curl"), "-q"]  # no ~/.curlrc of theirs
+        assert Path(words[words.index("-K") + 1]) == config
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600 and "/hook" not in command_hook
+        url = r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$'
+        assert re.search(url, config.read_text(), re.M)
+    finally:
+        go_on.touch()
+    assert proc.wait(60) == 0
 
 
 def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) -> None:
@@ -639,9 +653,12 @@ SLOW_BEFORE_THE_SPAWN = {
     "codex_presence.agent.session",
     "codex_presence.core.claude.mapping",
     "codex_presence.client.link",
+    "subprocess",
 }
 """What ``codex-presence claude`` must not load before claude's spawn (issue 34): the
-session's heavy parts, which load behind claude's own start."""
+session's heavy parts, which load behind claude's own start; nor subprocess, for the check
+of bash's ``/dev/tcp``, which waits for bash's start: after the spawn, where curl is there to
+stand in (it is, here)."""
 
 
 def _loaded_at_the_spawn(program: str, hooks: str, env: dict[str, str]) -> set[str]:

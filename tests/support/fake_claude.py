@@ -60,6 +60,9 @@ def main() -> int:
         if ours["type"] == "command":  # an async command hook: claude runs it with sh
             command = ours["command"]
             words = shlex.split(command)
+            poster = Path(words[-1])
+            if "-K" not in words and poster.is_file() and " -K " in poster.read_text():
+                words = shlex.split(poster.read_text())  # a poster that runs curl
             if "-K" in words:  # curl, its config file holding the URL
                 config_path = Path(words[words.index("-K") + 1])
                 config = config_path.read_text()

@@ -19,6 +19,8 @@ The order, each step as soon as the one before it:
    file and the hook poster (:func:`~.settings.with_our_hooks`).
 3. claude, with our terminal, in our process group, under its watchdog
    (:func:`~codex_presence.agent.child.spawn`).
+4. What the settings could check only at a cost to claude's start: whether bash opens
+   ``/dev/tcp`` for the poster (else the poster runs curl), long before claude's first hook.
 
 A spawn that fails is kept for the session to say
 (:func:`~codex_presence.agent.signals.cannot_run`).
@@ -35,7 +37,7 @@ from codex_presence.agent.signals import FORWARDED_SIGNALS, SignalForwarding
 TYPE_CHECKING = False  # typing is not loaded before claude's spawn
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
     from typing import Any
 
@@ -58,6 +60,7 @@ class ClaudeLaunch:
     """What :func:`launch_claude` started, or why it could not: for the session to run."""
 
     __slots__ = (
+        "after_spawn",
         "command",
         "error",
         "file_led",
@@ -80,6 +83,9 @@ class ClaudeLaunch:
         """The hook server's socket, listening; the session serves it."""
         self.hook_path: bytes | None = None
         """The hook URL's path, its secret in it: never logged."""
+        self.after_spawn: list[Callable[[], None]] = []
+        """Checks of the settings that wait until claude is spawned
+        (:func:`~.settings.with_our_hooks`): run at once after the spawn."""
         self.file_led = False
         """Whether claude's session file leads (:func:`~.settings.with_our_hooks`)."""
         self.process: Child | None = None
@@ -127,6 +133,7 @@ def launch_claude(
                 private=Path(launch.private),
                 env=env,
                 hooks=hooks,
+                later=launch.after_spawn,
             )
         except BaseException:
             release(launch)
@@ -138,6 +145,8 @@ def launch_claude(
         launch.error = exc
         return launch
     launch.signals.attach(launch.process)
+    for check in launch.after_spawn:  # claude's first hook comes 0.3 s or more from now
+        check()
     return launch
 
 
