@@ -19,21 +19,23 @@ __all__ = ["autogrouped", "load_behind"]
 _AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
 
 
-def load_behind(modules: Sequence[str]) -> None:
+def load_behind(modules: Sequence[str], *, yield_cpu: bool = True) -> None:
     """Import ``modules`` (a session's: anyio, its mapping, its server or relay; a few
     hundred milliseconds of CPU), yielding the CPU to the agent's own start where that
     is safe: in a thread of the lowest priority, when the kernel groups CPU time by session
     (Linux's autogroup), where a thread's priority weighs only against the other threads of
     its session (the agent's, spawned in ours), not against the rest of the machine.
     Without autogroup a low priority could starve the loading behind any busy process, and
-    with it the server the agent waits for: the thread keeps ours. Returns once all are
-    loaded; a module that fails is left for the caller's own import to raise."""
+    with it the server the agent waits for: the thread keeps ours. ``yield_cpu=False``:
+    ours always, where what the agent sends cannot wait for the end of its start (claude's
+    hook posters give up after 2 s). Returns once all are loaded; a module that fails is
+    left for the caller's own import to raise."""
     import importlib
     import threading
 
     def load() -> None:
         try:
-            if autogrouped():
+            if yield_cpu and autogrouped():
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             for name in modules:
                 importlib.import_module(name)

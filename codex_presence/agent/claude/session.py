@@ -85,6 +85,9 @@ __all__ = ["ClaudeSession"]
 logger = logging.getLogger("codex_presence.claude")
 
 POLL_INTERVAL = 0.1
+SESSION_START_WITHIN = 2.0
+"""Seconds a recorded file-led session waits for claude's SessionStart hook before it first
+reads claude's files (the hook fires at claude's start)."""
 FILE_EXPECTED_WITHIN = 10.0
 """Seconds after its start by which claude has written its session file (0.3-0.6 s in
 every recording); where the file leads, its absence then is said once."""
@@ -125,6 +128,8 @@ class ClaudeSession:
         """claude's spawn (CLOCK_MONOTONIC, :attr:`ClaudeLaunch.started`): t = 0."""
         self._files: ClaudeFiles | None = None
         self._wake: anyio.Event | None = None
+        self._session_started = anyio.Event()
+        """claude's SessionStart hook is in (see :meth:`_watch`)."""
         self.analysis = AnalysisGuard(self.mapping.close)
         self.session = Session(
             observers=observers,
@@ -224,6 +229,8 @@ class ClaudeSession:
             return
         self._record("hook", message, t)
         self._deliver(self.analysis.run(self._analyse_hook, message, t))
+        if message.get("hook_event_name") == "SessionStart":
+            self._session_started.set()
         if self._wake is not None:
             self._wake.set()
 
@@ -246,6 +253,12 @@ class ClaudeSession:
         """The file leads: read claude's files whenever they change, from the start."""
         files = self._files
         assert files is not None
+        if self._recorder is not None:
+            # A replay learns that the file led from SessionStart's hook; claude has been
+            # running while the session loaded (issue 34), and a view read before the hook
+            # would replay as if hooks led. Its first read waits for the hook, a while.
+            with anyio.move_on_after(SESSION_START_WITHIN):
+                await self._session_started.wait()
         watch = DirectoryWatch.open()
         missing = True  # claude's session file, not found yet: said once after a while
         try:
