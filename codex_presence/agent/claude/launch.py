@@ -21,6 +21,10 @@ The order, each step as soon as the one before it:
    (:func:`~codex_presence.agent.child.spawn`).
 4. What the settings could check only at a cost to claude's start: whether bash opens
    ``/dev/tcp`` for the poster (else the poster runs curl), long before claude's first hook.
+5. A thread that takes claude's connections as they come, each peer's uid noted at once
+   (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`), until the server, loaded,
+   takes them over: a poster gives up on its answer after 2 s, and one gone could no longer
+   be told from another user's (the loading took 2-2.4 s at load 10).
 
 A spawn that fails is kept for the session to say
 (:func:`~codex_presence.agent.signals.cannot_run`).
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from codex_presence.agent.child import Child
+    from codex_presence.agent.hooks.listener import EarlyAccepts
 
 __all__ = [
     "PRIVATE_PREFIX",
@@ -62,6 +67,7 @@ class ClaudeLaunch:
     __slots__ = (
         "after_spawn",
         "command",
+        "early",
         "error",
         "file_led",
         "hook_path",
@@ -81,6 +87,8 @@ class ClaudeLaunch:
         """The session's private directory (settings file, poster), removed at its end."""
         self.listener: socket.socket | None = None
         """The hook server's socket, listening; the session serves it."""
+        self.early: EarlyAccepts | None = None
+        """What takes claude's connections from :attr:`listener` until the server does."""
         self.hook_path: bytes | None = None
         """The hook URL's path, its secret in it: never logged."""
         self.after_spawn: list[Callable[[], None]] = []
@@ -147,11 +155,19 @@ def launch_claude(
     launch.signals.attach(launch.process)
     for check in launch.after_spawn:  # claude's first hook comes 0.3 s or more from now
         check()
+    if launch.listener is not None:
+        from codex_presence.agent.hooks.listener import EarlyAccepts
+
+        launch.early = EarlyAccepts(launch.listener)
     return launch
 
 
 def release(launch: ClaudeLaunch) -> None:
     """Close the socket and remove the private directory, if they are still there."""
+    if launch.early is not None:
+        for sock, _, _ in launch.early.stop():
+            sock.close()  # (the server, if it ran, took them: closed already)
+        launch.early = None
     if launch.listener is not None:
         launch.listener.close()
     if launch.private is not None:

@@ -179,14 +179,18 @@ class ClaudeSession:
     async def _supervise(self, launch: ClaudeLaunch) -> int:
         command = launch.command
         self.signals = launch.signals
+        process = launch.process
+        if self._observe and process is not None:
+            # Before the server: the hooks claude sent while we loaded come in at its start.
+            self.mapping.file_led = launch.file_led
+            self._files = ClaudeFiles(config=self._config, pid=process.pid)
         async with anyio.create_task_group() as tg:
             if launch.listener is not None:
                 self.server = HookServer(self._on_hook, path=launch.hook_path)
                 listener, launch.listener = launch.listener, None  # the server closes it
-                await tg.start(partial(self.server.serve, listener=listener))
-                self.mapping.file_led = launch.file_led
+                early, launch.early = launch.early, None  # and takes what it accepted
+                await tg.start(partial(self.server.serve, listener=listener, early=early))
             await tg.start(Session.forward_signals, self.signals)
-            process = launch.process
             if process is None:
                 tg.cancel_scope.cancel()
                 assert launch.error is not None
@@ -194,7 +198,6 @@ class ClaudeSession:
             if launch.private is not None:
                 await anyio.to_thread.run_sync(sweep_after_the_spawn)
             if self._observe:
-                self._files = ClaudeFiles(config=self._config, pid=process.pid)
                 tg.start_soon(self._watch if self.mapping.file_led else self._follow)
             try:
                 returncode = await wait_child(process)
