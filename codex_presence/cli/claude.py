@@ -129,12 +129,8 @@ def run(args: argparse.Namespace) -> int:
             "anyio._backends._asyncio",  # what anyio.run loads first
             "codex_presence.agent.claude.session",
             *(["codex_presence.client.link"] if args.broker else []),
-        ],
-        # Not yielding to claude's start, as codex's runner does: claude's SessionStart
-        # poster waits 2 s for our answer, and a loading starved by claude's start (2.4 s
-        # at load 10) lost it.
-        yield_cpu=False,
-    )
+        ]
+    )  # (claude's hooks meanwhile are taken at once: launch.EarlyAccepts)
     import anyio
 
     from codex_presence.agent.claude.files import config_dir
