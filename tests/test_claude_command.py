@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -169,7 +170,8 @@ def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, ba
     """Where claude's PATH has curl but no bash, or a bash built without network
     redirections (one that fails to open ``/dev/tcp``, as such a build does), the async
     hooks run curl, its config file (0600, beside the settings) holding the URL: the
-    process list never shows it."""
+    process list never shows it. The bash is tried after claude's spawn (issue 34): the
+    poster claude's hooks run becomes one that runs curl, before any hook."""
     curl = shutil.which("curl")
     assert curl is not None
     only_curl = tmp_path / "bin"
@@ -185,26 +187,38 @@ def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, ba
         )
         no_tcp.chmod(0o755)
     dump = tmp_path / "dump.json"
-    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    go_on = tmp_path / "go-on"
+    script = json.dumps([{"do": "dump", "path": str(dump)}, {"do": "await", "path": str(go_on)}])
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
     env.update(
         FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), PATH=str(only_curl)
     )
     command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
-    assert subprocess.run(command, env=env, check=False).returncode == 0
-    given = json.loads(dump.read_text())
-    (command_hook,) = {
-        spec["command"]
-        for event in HOOK_EVENTS
-        for entry in given["settings"]["hooks"][event]
-        for spec in entry["hooks"]
-        if spec["type"] == "command"
-    }
-    words = shlex.split(command_hook)
-    assert words[:3] == ["exec", str(only_curl / "curl"), "-q"]  # no ~/.curlrc of the user's
-    assert Path(words[words.index("-K") + 1]).parent == Path(given["argv"][2]).parent
-    assert given["config_mode"] == 0o600 and "/hook" not in command_hook
-    assert re.search(r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$', given["config"], re.M)
+    proc = subprocess.Popen(command, env=env)
+    try:
+        eventually(dump.exists, within=60)
+        given = json.loads(dump.read_text())
+        config = Path(given["argv"][2]).parent / "curl.cfg"
+        eventually(config.exists, within=60)  # (bash tried, and found wanting)
+        (command_hook,) = {
+            spec["command"]
+            for event in HOOK_EVENTS
+            for entry in given["settings"]["hooks"][event]
+            for spec in entry["hooks"]
+            if spec["type"] == "command"
+        }
+        words = shlex.split(command_hook)
+        if bash != "none":  # the poster claude runs with bash runs curl
+            assert words[:2] == ["exec", str(only_curl / "bash")]
+            words = shlex.split(Path(words[2]).read_text())
+        assert words[:3] == ["exec", str(only_curl / "curl"), "-q"]  # no ~/.curlrc of theirs
+        assert Path(words[words.index("-K") + 1]) == config
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600 and "/hook" not in command_hook
+        url = r'^url = "http://127\.0\.0\.1:\d+/[^/]+/hook"$'
+        assert re.search(url, config.read_text(), re.M)
+    finally:
+        go_on.touch()
+    assert proc.wait(60) == 0
 
 
 def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) -> None:
@@ -388,8 +402,9 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
 ) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
     record, log = tmp_path / "session.jsonl", tmp_path / "presence.log"
+    go_on = tmp_path / "go-on"
     script = [
-        {"do": "sleep", "seconds": 1.0},  # subscribed first
+        {"do": "await", "path": str(go_on)},  # subscribed first
         hook("UserPromptSubmit", prompt="go"),
         {"do": "sleep", "seconds": 1.0},
         hook("PreToolUse", tool_use_id="tu1", tool_name="Bash"),
@@ -402,8 +417,10 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
         {"do": "sleep", "seconds": 1.0},
     ]
     options = [*reporting(broker, tmp_path), "--record", str(record), "-v", "--log-file", str(log)]
-    proc = run_claude(tmp_path, script, *options)
-    assert proc.returncode == 0
+    proc = run_claude(tmp_path, script, *options, wait=False)
+    watch.wait_connected(1)
+    go_on.touch()
+    assert proc.wait(60) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", "blocked", "working", None]
     rows = timeline(read_relevant_entries(record.read_bytes()))
@@ -423,13 +440,16 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
 
 def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: RunningBroker) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
+    go_on = tmp_path / "go-on"
     script = [
-        {"do": "sleep", "seconds": 1.0},
+        {"do": "await", "path": str(go_on)},  # subscribed first
         hook("UserPromptSubmit"),
         {"do": "sleep", "seconds": 1},
     ]
-    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q")
-    assert proc.returncode == 0
+    proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q", wait=False)
+    watch.wait_connected(1)
+    go_on.touch()
+    assert proc.wait(60) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", None]
 
@@ -439,9 +459,11 @@ def test_no_trace_reports_no_activity_and_installs_no_hooks(
 ) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
     dump = tmp_path / "dump.json"
-    script = [{"do": "dump", "path": str(dump)}, {"do": "sleep", "seconds": 1.5}]
+    go_on = tmp_path / "go-on"
+    script = [{"do": "dump", "path": str(dump)}, {"do": "await", "path": str(go_on)}]
     proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "--no-trace", wait=False)
-    watch.wait_connected(1)  # connection presence, as ever
+    watch.wait_connected(1)  # connection presence, as ever (claude runs until it is seen)
+    go_on.touch()
     assert proc.wait(30) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None]
@@ -621,3 +643,84 @@ def test_a_temporary_directory_another_user_owns_or_can_write_holds_nothing_of_o
     assert tmp not in settings.parents, settings
     assert settings.parent.name.startswith("codex-presence-claude-"), settings
     assert list(tmp.iterdir()) == []
+
+
+# -- claude spawned before anything slow loads (issue 34) --------------------------------------
+
+SPAWN_SPY = """\
+import json, os, socket, sys
+import codex_presence.agent.claude.launch as launch
+
+def spy(argv, **kwargs):  # claude's spawn: what is loaded, and whether the hook URL answers
+    settings = json.loads(open(argv[argv.index("--settings") + 1]).read())
+    hooks = [h for matchers in settings["hooks"].values() for m in matchers for h in m["hooks"]]
+    urls = [h["url"] for h in hooks if h["type"] == "http"]  # SessionEnd's, at least
+    port = int(urls[0].split(":")[2].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # it listens: the kernel holds the connection until the server accepts
+    sys.stdout.write(" ".join(sorted(sys.modules)))
+    sys.stdout.flush()
+    os._exit(0)
+
+launch.spawn = spy
+from codex_presence.cli.main import main
+main(["claude", "--claude-hooks", sys.argv[2], "--", sys.argv[1]])
+"""
+
+SLOW_BEFORE_THE_SPAWN = {
+    "anyio",
+    "asyncio",
+    "h11",
+    "httpx",
+    "codex_presence.agent.hooks.hook_server",
+    "codex_presence.agent.claude.session",
+    "codex_presence.agent.claude.files",
+    "codex_presence.agent.session",
+    "codex_presence.core.claude.mapping",
+    "codex_presence.client.link",
+    "subprocess",
+}
+"""What ``codex-presence claude`` must not load before claude's spawn (issue 34): the
+session's heavy parts, which load behind claude's own start; nor subprocess, for the check
+of bash's ``/dev/tcp``, which waits for bash's start: after the spawn, where curl is there to
+stand in (it is, here)."""
+
+
+def _loaded_at_the_spawn(program: str, hooks: str, env: dict[str, str]) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", SPAWN_SPY, program, hooks],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("hooks", ["auto", "all"])
+def test_claude_is_spawned_before_anything_slow_is_loaded(tmp_path: Path, hooks: str) -> None:
+    """Issue 34: what ``codex-presence claude`` loaded before claude's spawn (anyio, the hook
+    server with h11, the mapping, the broker link's httpx) delayed claude's first paint one
+    for one. At the spawn none of them is loaded, and the hook URL in claude's settings
+    already accepts connections (the server serves them once loaded). The stand-in claude:
+    a hook for every event, a poster script holding the URL."""
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "config")}
+    env["CODEX_PRESENCE_BROKER"] = "http://127.0.0.1:9"  # the link would load httpx
+    env["CODEX_PRESENCE_TOKEN"] = "t"
+    loaded = _loaded_at_the_spawn(fake_claude(tmp_path), hooks, env)
+    assert "codex_presence.agent.claude.launch" in loaded  # the spy ran where the spawn is
+    assert loaded & SLOW_BEFORE_THE_SPAWN == set()
+
+
+@pytest.mark.claude
+def test_the_real_claude_is_spawned_before_anything_slow_is_loaded(
+    tmp_path: Path, claude: Path
+) -> None:
+    """Issue 34, with the real claude 2.1.332 (its version read beside it: the session file
+    leads, SessionStart and SessionEnd only): nothing slow loaded at its spawn either."""
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "config")}
+    env["PATH"] = f"{claude.parent}{os.pathsep}{env.get('PATH', '')}"
+    loaded = _loaded_at_the_spawn("claude", "auto", env)
+    assert "codex_presence.agent.claude.launch" in loaded
+    assert loaded & SLOW_BEFORE_THE_SPAWN == set()

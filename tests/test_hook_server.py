@@ -507,3 +507,40 @@ def test_the_poster_script_takes_only_a_loopback_hook_url() -> None:
         poster_script("http://example.com:80/s/hook", cat="/bin/cat")
     with pytest.raises(ValueError):
         poster_script("http://127.0.0.1:80/s'; rm -rf ~;'/hook", cat="/bin/cat")
+
+
+async def test_a_hook_sent_and_given_up_on_before_the_server_loaded_is_still_handled() -> None:
+    """Issue 34: claude runs while the server loads, its socket already listening. A poster
+    that gave up on its answer (2 s) and closed before the server could ask who it was is
+    still handled: a thread took its connection at once and noted its peer's uid (ours),
+    which the server trusts when it adopts it; without it, the peer gone reads as one that
+    "closed before it was read" and the hook is lost."""
+    from functools import partial
+
+    from codex_presence.agent.hooks.listener import (
+        EarlyAccepts,
+        hook_url,
+        listen_loopback,
+        new_hook_path,
+    )
+
+    listener, path = listen_loopback(), new_hook_path()
+    early = EarlyAccepts(listener)
+    body = orjson.dumps({"hook_event_name": "SessionStart"})
+    with socket.create_connection(("127.0.0.1", listener.getsockname()[1])) as poster:
+        poster.sendall(
+            b"POST %s HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: %d\r\n\r\n%s"
+            % (path, len(body), body)
+        )
+        while not early.accepted:  # taken, its uid noted: then the poster gives up
+            await anyio.sleep(0.01)
+    got: list[dict[str, Any]] = []
+    server = HookServer(lambda message, seq: got.append(message), path=path)
+    async with anyio.create_task_group() as tg:
+        url = await tg.start(partial(server.serve, listener=listener, early=early))
+        assert url == hook_url(listener, path)
+        with anyio.fail_after(60):
+            while not got:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert got == [{"hook_event_name": "SessionStart"}]

@@ -81,17 +81,15 @@ def run(args: argparse.Namespace) -> int:
 
     import os
 
-    import anyio
-
     from codex_presence._env import TOKEN_ENV
     from codex_presence.agent.child import forget_env
-    from codex_presence.agent.claude.files import config_dir
-    from codex_presence.agent.claude.session import ClaudeSession
+    from codex_presence.agent.claude.launch import forward_signals_now, launch_claude
     from codex_presence.agent.claude.settings import (
         SettingsError,
         child_environment,
         split_settings,
     )
+    from codex_presence.agent.signals import SignalForwarding
 
     # --no-trace reports no activity: unless it is recorded, there is nothing to observe.
     observe = not args.no_trace or bool(args.record)
@@ -103,13 +101,42 @@ def run(args: argparse.Namespace) -> int:
         except SettingsError as exc:
             raise UsageError(f"claude's {exc}") from exc
 
+    # Spawn first (issue 34): claude starts before anything beyond its settings loads
+    # (anyio, the hook server with h11, the mapping, the broker link's HTTP client), so all
+    # of that overlaps with claude's own start; the hook server's socket already listens.
     # The token is ours, not claude's: every command its agent runs would inherit it, or
     # read it from our original environment (/proc/<pid>/environ).
     token = forget_env(TOKEN_ENV)
-    link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
     env = child_environment(
         os.environ, drop=(TOKEN_ENV,), hinted_args=given_args if observe else None
     )
+    signals = SignalForwarding(name="claude")
+    forward_signals_now(signals)
+    launch = launch_claude(
+        command,
+        env=env,
+        settings=settings,
+        observe=observe,
+        hooks=args.claude_hooks,
+        signals=signals,
+    )
+
+    from codex_presence.agent.loading import load_behind
+
+    load_behind(
+        [
+            "anyio",
+            "anyio._backends._asyncio",  # what anyio.run loads first
+            "codex_presence.agent.claude.session",
+            *(["codex_presence.client.link"] if args.broker else []),
+        ]
+    )  # (claude's hooks meanwhile are taken at once: launch.EarlyAccepts)
+    import anyio
+
+    from codex_presence.agent.claude.files import config_dir
+    from codex_presence.agent.claude.session import ClaudeSession
+
+    link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})
     observers, companions = runner.session_parts(link)
     session = ClaudeSession(
         config=config_dir(env),
@@ -119,4 +146,4 @@ def run(args: argparse.Namespace) -> int:
         observe=observe,
         hooks=args.claude_hooks,
     )
-    return anyio.run(lambda: session.run(command, env=env, settings=settings))
+    return anyio.run(lambda: session.run(launch.command, env=env, launch=launch))

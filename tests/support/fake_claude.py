@@ -15,6 +15,8 @@ claude would) and plays the script in ``$FAKE_CLAUDE_SCRIPT``, a JSON list of st
 - ``{"do": "dump", "path": P}``: write what it was given (argv, environment, the settings
   file's content and modes) to P as JSON;
 - ``{"do": "sleep", "seconds": S}``; ``{"do": "exit", "status": N}``;
+- ``{"do": "await", "path": P}``: wait until P exists (60 s at most), for a test that
+  decides when claude goes on;
 - ``{"do": "trap", "path": P}``: on SIGTERM, write the signal's name to P and exit 143.
 
 At the end of the script it exits 0.
@@ -58,6 +60,9 @@ def main() -> int:
         if ours["type"] == "command":  # an async command hook: claude runs it with sh
             command = ours["command"]
             words = shlex.split(command)
+            poster = Path(words[-1])
+            if "-K" not in words and poster.is_file() and " -K " in poster.read_text():
+                words = shlex.split(poster.read_text())  # a poster that runs curl
             if "-K" in words:  # curl, its config file holding the URL
                 config_path = Path(words[words.index("-K") + 1])
                 config = config_path.read_text()
@@ -133,6 +138,10 @@ def main() -> int:
                     }
                 )
             )
+        elif do == "await":
+            deadline = time.monotonic() + 60
+            while not Path(step["path"]).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
         elif do == "sleep":
             time.sleep(step["seconds"])
         elif do == "exit":

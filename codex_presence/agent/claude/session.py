@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +54,16 @@ import anyio
 import orjson
 
 from codex_presence.agent.analysis import AnalysisGuard
-from codex_presence.agent.child import spawn, wait_child
+from codex_presence.agent.child import wait_child
 from codex_presence.agent.claude.files import ClaudeFiles
-from codex_presence.agent.claude.settings import with_our_hooks
+from codex_presence.agent.claude.launch import (
+    ClaudeLaunch,
+    launch_claude,
+    release,
+    sweep_after_the_spawn,
+)
 from codex_presence.agent.hooks.hook_server import HookServer
 from codex_presence.agent.hooks.watch import DirectoryWatch
-from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
     Companion,
@@ -80,9 +84,10 @@ __all__ = ["ClaudeSession"]
 
 logger = logging.getLogger("codex_presence.claude")
 
-PRIVATE_PREFIX = "codex-presence-claude-"
-"""The session's private directory (its settings file), named after its owner."""
 POLL_INTERVAL = 0.1
+SESSION_START_WITHIN = 2.0
+"""Seconds a recorded file-led session waits for claude's SessionStart hook before it first
+reads claude's files (the hook fires at claude's start)."""
 FILE_EXPECTED_WITHIN = 10.0
 """Seconds after its start by which claude has written its session file (0.3-0.6 s in
 every recording); where the file leads, its absence then is said once."""
@@ -110,7 +115,6 @@ class ClaudeSession:
         observe: bool = True,
         hooks: str = "auto",
         poll_interval: float = POLL_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.mapping = mapping if mapping is not None else ClaudeMapping()
         self.server = HookServer(self._on_hook)
@@ -120,10 +124,12 @@ class ClaudeSession:
         self._record_path = record
         self._recorder: Recorder | None = None
         self._poll_interval = poll_interval
-        self._clock = clock
-        self._start = clock()
+        self._start = time.monotonic()
+        """claude's spawn (CLOCK_MONOTONIC, :attr:`ClaudeLaunch.started`): t = 0."""
         self._files: ClaudeFiles | None = None
         self._wake: anyio.Event | None = None
+        self._session_started = anyio.Event()
+        """claude's SessionStart hook is in (see :meth:`_watch`)."""
         self.analysis = AnalysisGuard(self.mapping.close)
         self.session = Session(
             observers=observers,
@@ -139,54 +145,59 @@ class ClaudeSession:
         *,
         env: Mapping[str, str],
         settings: Mapping[str, Any] | None = None,
+        launch: ClaudeLaunch | None = None,
     ) -> int:
         """Run claude to its end; its exit status. ``settings``: the user's own settings
-        document, which ours extends (see :func:`split_settings`)."""
-        async with self.session.lifetime():
-            return await self._run(command, env, settings or {})
+        document, which ours extends (see :func:`split_settings`). ``launch``: claude
+        already spawned (:func:`~.launch.launch_claude`, before this module loaded), else
+        it is spawned here."""
+        if launch is None:
+            launch = launch_claude(
+                command,
+                env=env,
+                settings=settings or {},
+                observe=self._observe,
+                hooks=self._hooks,
+                signals=self.signals,
+            )
+        try:
+            async with self.session.lifetime():
+                return await self._run(launch)
+        finally:
+            release(launch)
 
     # -- the session ---------------------------------------------------------------------
 
-    async def _run(
-        self, command: Sequence[str], env: Mapping[str, str], settings: Mapping[str, Any]
-    ) -> int:
-        status = 1
-        private = make_owned_directory(PRIVATE_PREFIX)  # a killed session's: swept
+    async def _run(self, launch: ClaudeLaunch) -> int:
+        self._start = launch.started
+        self._recorder = recorder = start_recorder(self._record_path)
         try:
-            self._recorder = recorder = start_recorder(self._record_path)
-            try:
-                status = await self._supervise(command, env, settings, private)
-            finally:
-                await finish_recording(recorder, self._now())
+            return await self._supervise(launch)
         finally:
-            shutil.rmtree(private, ignore_errors=True)
-        return status
+            await finish_recording(recorder, self._now())
 
-    async def _supervise(
-        self,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        settings: Mapping[str, Any],
-        private: Path,
-    ) -> int:
+    async def _supervise(self, launch: ClaudeLaunch) -> int:
+        command = launch.command
+        self.signals = launch.signals
+        process = launch.process
+        if self._observe and process is not None:
+            # Before the server: the hooks claude sent while we loaded come in at its start.
+            self.mapping.file_led = launch.file_led
+            self._files = ClaudeFiles(config=self._config, pid=process.pid)
         async with anyio.create_task_group() as tg:
-            argv = list(command)
-            if self._observe:
-                url = await tg.start(self.server.serve)
-                argv, file_led = with_our_hooks(
-                    argv, settings, url, private=private, env=env, hooks=self._hooks
-                )
-                self.mapping.file_led = file_led
+            if launch.listener is not None:
+                self.server = HookServer(self._on_hook, path=launch.hook_path)
+                listener, launch.listener = launch.listener, None  # the server closes it
+                early, launch.early = launch.early, None  # and takes what it accepted
+                await tg.start(partial(self.server.serve, listener=listener, early=early))
             await tg.start(Session.forward_signals, self.signals)
-            self._start = self._clock()
-            try:
-                process = spawn(argv, env=env, own_group=False)
-            except OSError as exc:
+            if process is None:
                 tg.cancel_scope.cancel()
-                return cannot_run(command, exc)
-            self.signals.attach(process)
+                assert launch.error is not None
+                return cannot_run(command, launch.error)
+            if launch.private is not None:
+                await anyio.to_thread.run_sync(sweep_after_the_spawn)
             if self._observe:
-                self._files = ClaudeFiles(config=self._config, pid=process.pid)
                 tg.start_soon(self._watch if self.mapping.file_led else self._follow)
             try:
                 returncode = await wait_child(process)
@@ -210,7 +221,7 @@ class ClaudeSession:
     # -- what claude says ------------------------------------------------------------------
 
     def _now(self) -> float:
-        return self._clock() - self._start
+        return time.monotonic() - self._start
 
     def _on_hook(self, message: dict[str, Any], seq: int | None = None) -> None:
         """A hook, already answered: unless it came too late (:class:`HookOrder`), record
@@ -221,6 +232,8 @@ class ClaudeSession:
             return
         self._record("hook", message, t)
         self._deliver(self.analysis.run(self._analyse_hook, message, t))
+        if message.get("hook_event_name") == "SessionStart":
+            self._session_started.set()
         if self._wake is not None:
             self._wake.set()
 
@@ -243,6 +256,12 @@ class ClaudeSession:
         """The file leads: read claude's files whenever they change, from the start."""
         files = self._files
         assert files is not None
+        if self._recorder is not None:
+            # A replay learns that the file led from SessionStart's hook; claude has been
+            # running while the session loaded (issue 34), and a view read before the hook
+            # would replay as if hooks led. Its first read waits for the hook, a while.
+            with anyio.move_on_after(SESSION_START_WITHIN):
+                await self._session_started.wait()
         watch = DirectoryWatch.open()
         missing = True  # claude's session file, not found yet: said once after a while
         try:

@@ -27,8 +27,7 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,16 +136,31 @@ def _write_private(directory: Path, name: str, data: bytes) -> Path:
     return path
 
 
-def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None:
+def _hook_command(
+    private: Path,
+    url: str,
+    env: Mapping[str, str],
+    later: list[Callable[[], None]] | None = None,
+) -> str | None:
     """The async command hook that delivers to ``url`` (its script or config file written
     in ``private``): a bash script (:func:`poster_script`: a third of curl's CPU), else
-    curl; None where claude's PATH has neither: then HTTP hooks."""
+    curl; None where claude's PATH has neither: then HTTP hooks.
+
+    Whether bash opens ``/dev/tcp`` (:func:`_opens_tcp`: starting bash costs 35-50 ms on
+    the way to claude's first paint on a loaded machine) is checked after claude's spawn
+    where curl can stand in: a check for ``later`` (run by the caller as soon as claude is
+    spawned, long before its first hook) puts curl in the script if bash cannot."""
     path = env.get("PATH", os.defpath)
     bash, cat = shutil.which("bash", path=path), shutil.which("cat", path=path)
-    if bash is not None and cat is not None and "'" not in cat and _opens_tcp(bash, url, env):
-        script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
-        return script_command(bash, str(script))
     curl = shutil.which("curl", path=path)
+    if bash is not None and cat is not None and "'" not in cat:
+        if later is not None and curl is not None:
+            script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
+            later.append(lambda: _curl_unless_bash_opens_tcp(bash, curl, script, url, env))
+            return script_command(bash, str(script))
+        if _opens_tcp(bash, url, env):
+            script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
+            return script_command(bash, str(script))
     if curl is None:
         logger.info(
             "no bash or curl on the PATH: claude's hooks are HTTP hooks, named in its spinner"
@@ -156,13 +170,32 @@ def _hook_command(private: Path, url: str, env: Mapping[str, str]) -> str | None
     return poster_command(curl, str(config))
 
 
+def _curl_unless_bash_opens_tcp(
+    bash: str, curl: str, script: Path, url: str, env: Mapping[str, str]
+) -> None:
+    """Where ``bash`` cannot open ``/dev/tcp``, ``script`` (the poster claude's hooks run
+    with it) becomes one that runs curl (``exec``: its pid stays the hook's sequence
+    number), replaced whole, never seen half-written."""
+    if _opens_tcp(bash, url, env):
+        return
+    config = _write_private(script.parent, "curl.cfg", curl_config(url).encode())
+    replacement = _write_private(
+        script.parent, "poster.sh.new", f"{poster_command(curl, str(config))}\n".encode()
+    )
+    replacement.replace(script)
+
+
 def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
     """Whether ``bash`` opens ``/dev/tcp`` to our hook server at ``url``: a bash built
     without network redirections (rare; Debian's and macOS's have them) would deliver no
     hook at all, so it is tried once, a connection that sends nothing (about 2 ms)."""
+    import subprocess
     from urllib.parse import urlsplit
 
     port = urlsplit(url).port
+    # No timeout: subprocess would poll for the end in sleeps (11 ms here, before claude's
+    # spawn); the connection is to our own listening socket, which the kernel completes
+    # at once (its backlog holds it until the server accepts).
     try:
         done = subprocess.run(
             [bash, "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
@@ -170,7 +203,6 @@ def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=dict(env),
-            timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
         done = None
@@ -240,15 +272,17 @@ def with_our_hooks(
     private: Path,
     env: Mapping[str, str],
     hooks: str = "auto",
+    later: list[Callable[[], None]] | None = None,
 ) -> tuple[list[str], bool]:
     """``claude ARGS...`` with ``--settings FILE``, and whether claude's session file leads:
     FILE (written in ``private``) holds the person's ``settings`` and our hooks to ``url``
     (only :data:`~codex_presence.core.claude.protocol.FILE_LED_EVENTS` when the file leads,
     else every event: :func:`_file_leads`, said once in the log); async command hooks where
     claude has a screen and bash or curl, HTTP hooks elsewhere (print mode: no screen, and it
-    ends with the turn)."""
+    ends with the turn). ``later``: where given, gets what is to be checked once claude
+    runs (see :func:`_hook_command`), for the caller to run then."""
     printing = prints(argv[1:])
-    command = None if printing else _hook_command(private, url, env)
+    command = None if printing else _hook_command(private, url, env, later)
     file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
     if why:
         logger.info("claude's hooks: %s", why)

@@ -51,7 +51,6 @@ import errno
 import hmac
 import logging
 import os
-import secrets
 import socket
 import struct
 from collections.abc import Callable
@@ -65,6 +64,7 @@ import orjson
 from anyio.abc import SocketStream, TaskStatus
 
 from codex_presence._wire import Refused
+from codex_presence.agent.hooks.listener import EarlyAccepts, listen_loopback, new_hook_path
 from codex_presence.agent.hooks.peer_uid import peer_uid
 from codex_presence.core.hooks.poster import SEQ_HEADER
 
@@ -111,12 +111,13 @@ class HookServer:
         max_body: int = MAX_BODY,
         max_connections: int = 64,
         request_timeout: float = 10.0,
+        path: bytes | None = None,
     ) -> None:
         self._on_hook = on_hook
         self._max_body = max_body
         self._max_connections = max_connections
         self._request_timeout = request_timeout
-        self._path = f"/{secrets.token_urlsafe(24)}/hook".encode()
+        self._path = path if path is not None else new_hook_path()
         self._clients: dict[_Client, None] = {}
         """The open connections, oldest first."""
         self._crowded = False
@@ -141,16 +142,29 @@ class HookServer:
         secret = self._path.split(b"/")[1]
         return data.replace(secret, b"REDACTED") if secret in data else data
 
-    async def serve(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(4096)
+    async def serve(
+        self,
+        *,
+        listener: socket.socket | None = None,
+        early: EarlyAccepts | None = None,
+        task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen until cancelled; ``task_group.start(server.serve)`` returns the URL.
+        ``listener``: one already listening (:func:`listen_loopback`, made before the
+        client's spawn, its secret this server's ``path``), served and closed here; with
+        the connections ``early`` took from it meanwhile, judged by their peers' uids."""
+        with listener if listener is not None else listen_loopback() as listener:
+            taken = early.stop() if early is not None else []
             listener.setblocking(False)
             self.port = listener.getsockname()[1]
             logger.debug("hook server listening on 127.0.0.1:%d", self.port)
             task_status.started(self.url)
             async with anyio.create_task_group() as tg:
+                for sock, _, uid in taken:
+                    if (refused := self._judged(uid)) is None:
+                        tg.start_soon(self._adopt, sock)
+                    else:
+                        self._reset(sock, refused)
                 while True:
                     await anyio.wait_readable(listener)
                     for sock in self._accept_burst(listener):
@@ -173,11 +187,15 @@ class HookServer:
             if refused is None:
                 welcome.append(sock)
             else:
-                with suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-                sock.close()
-                self._tally(refused)
+                self._reset(sock, refused)
         return welcome
+
+    def _reset(self, sock: socket.socket, why: str) -> None:
+        """Close a refused connection with a reset, unread; counted."""
+        with suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        sock.close()
+        self._tally(why)
 
     def _refusal(self, sock: socket.socket, peer: tuple[str, int]) -> str | None:
         """Why the connection is not served, or None when the peer runs as our uid (or
@@ -185,8 +203,14 @@ class HookServer:
         try:
             uid = peer_uid(sock.getsockname(), peer)
         except (OSError, ValueError, struct.error) as exc:
+            return self._judged(exc)
+        return self._judged(uid)
+
+    def _judged(self, uid: int | Exception | None) -> str | None:
+        """:meth:`_refusal` for the peer's ``uid`` (the error, if it could not be told)."""
+        if isinstance(uid, Exception):
             if not self._uid_unknown:  # said once
-                logger.debug("hook server: cannot tell a peer's uid (%s); serving it", exc)
+                logger.debug("hook server: cannot tell a peer's uid (%s); serving it", uid)
             self._uid_unknown = True
             return None
         if uid is None:  # a port probe, say: nothing to serve; unless it is a delivery

@@ -51,6 +51,8 @@ import signal
 import time
 
 from codex_presence.agent.child import spawn
+from codex_presence.agent.loading import autogrouped as _autogrouped
+from codex_presence.agent.loading import load_behind as load_behind_the_tui
 from codex_presence.agent.signals import FORWARDED_SIGNALS, SignalForwarding
 from codex_presence.agent.tui.sockets import listen, private_directory
 
@@ -186,7 +188,6 @@ def _program(program: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     return native_codex(program, env) or (program, env)
 
 
-_AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
 _YIELDING_NICE = 19
 
 
@@ -213,37 +214,3 @@ def set_autogroup_nice(pid: int, nice: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def load_behind_the_tui(modules: Sequence[str]) -> None:
-    """Import ``modules`` (the session's: anyio, the mapping with jsonrpcserver, the relay;
-    a few hundred milliseconds of CPU), yielding the CPU to the TUI's own start where that
-    is safe: in a thread of the lowest priority, when the kernel groups CPU time by session
-    (Linux's autogroup), where a thread's priority weighs only against the other threads of
-    its session (the TUI's), not against the rest of the machine. Without autogroup a low
-    priority could starve the loading behind any busy process, and with it the relay the
-    TUI waits for: the thread keeps ours. Returns once all are loaded; a module that fails
-    is left for the caller's own import to raise."""
-    import importlib
-    import threading
-
-    def load() -> None:
-        try:
-            if _autogrouped():
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            for name in modules:
-                importlib.import_module(name)
-        except BaseException:  # the caller's own import raises it again, on our log
-            pass
-
-    thread = threading.Thread(target=load, name="codex-presence-load", daemon=True)
-    thread.start()
-    thread.join()
-
-
-def _autogrouped() -> bool:
-    try:
-        with open(_AUTOGROUP, "rb") as flag:
-            return flag.read(1) == b"1"
-    except OSError:
-        return False

@@ -1,0 +1,184 @@
+"""The start of ``codex-presence claude``: claude spawned before anything slow is loaded
+(issue 34), as ``codex-presence codex`` spawns the TUI (:mod:`codex_presence.agent.tui.launch`).
+
+A person sees claude's first paint once claude has started; everything of ours before the
+spawn adds to it one for one. claude must find the hook URL in its settings when it
+starts, so the hook server's socket comes first, but not the server: the session (anyio,
+h11, the mapping, the broker link) loads after the spawn, behind claude's own start, and
+serves the socket that already listens (the kernel queues claude's connections in its
+backlog meanwhile; its first hook, SessionStart, comes a few hundred milliseconds later).
+
+The order, each step as soon as the one before it:
+
+1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are claude's: a
+   handler that passes them on by the shells' rule, kept until the session takes them.
+2. Where there is something to observe: the session's private 0700 directory
+   (:func:`~codex_presence.agent.leftovers.make_owned_directory`; the leftovers of killed
+   sessions are swept after the spawn), a loopback socket listening with a fresh secret
+   (:mod:`codex_presence.agent.hooks.listener`), and in the directory claude's settings
+   file and the hook poster (:func:`~.settings.with_our_hooks`).
+3. claude, with our terminal, in our process group, under its watchdog
+   (:func:`~codex_presence.agent.child.spawn`).
+4. What the settings could check only at a cost to claude's start: whether bash opens
+   ``/dev/tcp`` for the poster (else the poster runs curl), long before claude's first hook.
+5. A thread that takes claude's connections as they come, each peer's uid noted at once
+   (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`), until the server, loaded,
+   takes them over: a poster gives up on its answer after 2 s, and one gone could no longer
+   be told from another user's (the loading took 2-2.4 s at load 10).
+
+A spawn that fails is kept for the session to say
+(:func:`~codex_presence.agent.signals.cannot_run`).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from codex_presence.agent.child import spawn
+from codex_presence.agent.signals import FORWARDED_SIGNALS, SignalForwarding
+
+TYPE_CHECKING = False  # typing is not loaded before claude's spawn
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from typing import Any
+
+    from codex_presence.agent.child import Child
+    from codex_presence.agent.hooks.listener import EarlyAccepts
+
+__all__ = [
+    "PRIVATE_PREFIX",
+    "ClaudeLaunch",
+    "forward_signals_now",
+    "launch_claude",
+    "release",
+    "sweep_after_the_spawn",
+]
+
+PRIVATE_PREFIX = "codex-presence-claude-"
+"""The session's private directory (its settings file), named after its owner."""
+
+
+class ClaudeLaunch:
+    """What :func:`launch_claude` started, or why it could not: for the session to run."""
+
+    __slots__ = (
+        "after_spawn",
+        "command",
+        "early",
+        "error",
+        "file_led",
+        "hook_path",
+        "listener",
+        "private",
+        "process",
+        "signals",
+        "started",
+    )
+
+    def __init__(self, command: Sequence[str], signals: SignalForwarding) -> None:
+        self.command = list(command)
+        self.signals = signals
+        self.started = time.monotonic()
+        """When claude was spawned (CLOCK_MONOTONIC): the session's t = 0."""
+        self.private: Path | None = None
+        """The session's private directory (settings file, poster), removed at its end."""
+        self.listener: socket.socket | None = None
+        """The hook server's socket, listening; the session serves it."""
+        self.early: EarlyAccepts | None = None
+        """What takes claude's connections from :attr:`listener` until the server does."""
+        self.hook_path: bytes | None = None
+        """The hook URL's path, its secret in it: never logged."""
+        self.after_spawn: list[Callable[[], None]] = []
+        """Checks of the settings that wait until claude is spawned
+        (:func:`~.settings.with_our_hooks`): run at once after the spawn."""
+        self.file_led = False
+        """Whether claude's session file leads (:func:`~.settings.with_our_hooks`)."""
+        self.process: Child | None = None
+        self.error: OSError | None = None
+        """Why claude could not be run."""
+
+
+def forward_signals_now(signals: SignalForwarding) -> None:
+    """The forwarded signals go to ``signals`` (claude's, once attached) from here on, by a
+    plain handler: until the session's own receiver takes them over."""
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, lambda n, _: signals.forward(signal.Signals(n)))
+
+
+def launch_claude(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    settings: Mapping[str, Any],
+    observe: bool = True,
+    hooks: str = "auto",
+    signals: SignalForwarding | None = None,
+) -> ClaudeLaunch:
+    """Spawn ``command`` (``claude [ARGS...]``) now, with ``env``, and with our hooks in its
+    settings (the person's ``settings`` carried) when ``observe``; a spawn that failed is
+    kept in :attr:`ClaudeLaunch.error`. Raises OSError when the private directory, the
+    socket or the settings cannot be made (nothing is left behind then)."""
+    launch = ClaudeLaunch(command, signals or SignalForwarding(name="claude"))
+    argv = list(command)
+    if observe:
+        from pathlib import Path
+
+        from codex_presence.agent.claude.settings import with_our_hooks
+        from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_hook_path
+        from codex_presence.agent.leftovers import make_owned_directory
+
+        try:
+            launch.private = make_owned_directory(PRIVATE_PREFIX, sweep=False)
+            launch.listener = listen_loopback()
+            launch.hook_path = new_hook_path()
+            argv, launch.file_led = with_our_hooks(
+                argv,
+                settings,
+                hook_url(launch.listener, launch.hook_path),
+                private=Path(launch.private),
+                env=env,
+                hooks=hooks,
+                later=launch.after_spawn,
+            )
+        except BaseException:
+            release(launch)
+            raise
+    launch.started = time.monotonic()
+    try:
+        launch.process = spawn(argv, env=env, own_group=False)
+    except OSError as exc:
+        launch.error = exc
+        return launch
+    launch.signals.attach(launch.process)
+    for check in launch.after_spawn:  # claude's first hook comes 0.3 s or more from now
+        check()
+    if launch.listener is not None:
+        from codex_presence.agent.hooks.listener import EarlyAccepts
+
+        launch.early = EarlyAccepts(launch.listener)
+    return launch
+
+
+def release(launch: ClaudeLaunch) -> None:
+    """Close the socket and remove the private directory, if they are still there."""
+    if launch.early is not None:
+        for sock, _, _ in launch.early.stop():
+            sock.close()  # (the server, if it ran, took them: closed already)
+        launch.early = None
+    if launch.listener is not None:
+        launch.listener.close()
+    if launch.private is not None:
+        import shutil
+
+        shutil.rmtree(launch.private, ignore_errors=True)
+        launch.private = None
+
+
+def sweep_after_the_spawn() -> None:
+    """The private directories of killed sessions, swept once claude runs."""
+    from codex_presence.agent.leftovers import sweep_leftovers
+
+    sweep_leftovers(PRIVATE_PREFIX)
