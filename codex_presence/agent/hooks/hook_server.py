@@ -161,7 +161,7 @@ class HookServer:
             task_status.started(self.url)
             async with anyio.create_task_group() as tg:
                 for sock, _, uid in taken:
-                    if (refused := self._judged(uid)) is None:
+                    if (refused := self._judged(sock, uid)) is None:
                         tg.start_soon(self._adopt, sock)
                     else:
                         self._reset(sock, refused)
@@ -203,11 +203,12 @@ class HookServer:
         try:
             uid = peer_uid(sock.getsockname(), peer)
         except (OSError, ValueError, struct.error) as exc:
-            return self._judged(exc)
-        return self._judged(uid)
+            return self._judged(sock, exc)
+        return self._judged(sock, uid)
 
-    def _judged(self, uid: int | Exception | None) -> str | None:
-        """:meth:`_refusal` for the peer's ``uid`` (the error, if it could not be told)."""
+    def _judged(self, sock: socket.socket, uid: int | Exception | None) -> str | None:
+        """:meth:`_refusal` for ``sock``'s peer's ``uid`` (the error, if it could not be
+        told)."""
         if isinstance(uid, Exception):
             if not self._uid_unknown:  # said once
                 logger.debug("hook server: cannot tell a peer's uid (%s); serving it", uid)
