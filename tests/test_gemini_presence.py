@@ -17,7 +17,9 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -310,6 +312,7 @@ def other_user() -> Iterator[tuple[Path, Path, int | None]]:
     ``/root``, which only root can enter), and the uid they run as (None: we are not root,
     so we are that person already)."""
     shared = Path(tempfile.mkdtemp(prefix="codex-presence-gemini-other-"))
+    opened: list[tuple[Path, int]] = []
     try:
         shared.chmod(0o755)
         if os.geteuid() != 0:
@@ -318,9 +321,28 @@ def other_user() -> Iterator[tuple[Path, Path, int | None]]:
         package = gemini_binary().resolve().parents[3]  # …/gemini-cli-X/node_modules/...
         install = shared / "install"
         shutil.copytree(package.parent, install, symlinks=True)
+        # The runner runs from this checkout and its venv, which may lie in a directory
+        # only we may enter (a clone in `mktemp -d`'s): others may pass through (not list)
+        # for the test's length.
+        for place in (Path(__file__).resolve().parents[1], Path(sys.prefix)):
+            opened += passable_by_others(place)
         yield shared, install / "node_modules" / ".bin" / "gemini", NOBODY
     finally:
+        for directory, mode in reversed(opened):
+            directory.chmod(mode)
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def passable_by_others(path: Path) -> list[tuple[Path, int]]:
+    """Give others the right to pass through ``path`` and each directory above it that
+    lacks it (``o+x``, not ``o+r``); the modes changed, to put back."""
+    changed = []
+    for directory in (path, *path.parents):
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        if not mode & stat.S_IXOTH:
+            directory.chmod(mode | stat.S_IXOTH)
+            changed.append((directory, mode))
+    return changed
 
 
 def test_a_person_who_is_not_root_is_observed_and_resumes_their_chat(
