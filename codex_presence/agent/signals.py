@@ -80,26 +80,17 @@ def _foreground_of_our_terminal() -> bool:
         return False
 
 
-_WHERE_TO_GET = {
-    "claude": "not on PATH: install Claude Code with npm install -g @anthropic-ai/claude-code, "
-    "or give its path; bash tests/run.sh keeps its copy in "
-    "~/.cache/codex-presence/claude-code-VERSION/node_modules/.bin/claude",
-    "codex": "not on PATH: install codex with npm install -g @openai/codex, or give its "
-    "path; bash tests/run.sh keeps its copies in ~/.cache/codex-presence/codex-VERSION/",
-}
-"""Where to get a client the runners put themselves in front of, for the one not found."""
-
-
 def cannot_run(command: Sequence[str], exc: OSError) -> int:
     """Say why ``command`` cannot be run; its exit status, as a shell has it (127 if it was
     not found, else 126)."""
-    hint = (
-        _WHERE_TO_GET.get(command[0].rsplit("/", 1)[-1])
-        if isinstance(exc, FileNotFoundError)
-        else None
-    )
+    hint = None
+    if isinstance(exc, FileNotFoundError):
+        from codex_presence.core.clients import where_to_get  # the clients' words: now only
+
+        hint = where_to_get(command[0])
     if hint is not None:
-        relay_log("error", "cannot run %s: %s (%s)", command[0], exc.strerror or exc, hint)
+        said = f"not on PATH: {hint}"
+        relay_log("error", "cannot run %s: %s (%s)", command[0], exc.strerror or exc, said)
     else:
         relay_log("error", "cannot run %s: %s", command[0], exc.strerror or exc)
     return 127 if isinstance(exc, FileNotFoundError) else 126

@@ -26,7 +26,7 @@ from codex_presence.core.feeder import Feeder
 from codex_presence.core.gemini.protocol import SOURCES as GEMINI_SOURCES
 from codex_presence.core.gemini.words import gemini_words
 
-__all__ = ["CLIENTS", "PLAIN_OUTPUT", "SOURCES", "Client", "client_of"]
+__all__ = ["CLIENTS", "PLAIN_OUTPUT", "SOURCES", "Client", "client_of", "where_to_get"]
 
 Words = Callable[[str, object, str], "str | None"]
 """``(cause, message, previous state)`` to the event a person knows, None if not the
@@ -46,6 +46,8 @@ class Client:
     words: Words
     messages: str
     """What its messages are called, for a person ("app-server (JSON-RPC)")."""
+    install: str | None = None
+    """Where a person gets it, said when its program (:attr:`name`) is not found."""
     candidates: str | None = None
     """``module:function`` of the scan of its long recordings: ``function(recording)``
     gives the pattern that starts a line which may change the state (``recording`` False:
@@ -73,6 +75,8 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.codex.mapping:CodexMapping",
         codex_words,
         "app-server (JSON-RPC)",
+        "install codex with npm install -g @openai/codex, or give its path; bash "
+        "tests/run.sh keeps its copies in ~/.cache/codex-presence/codex-VERSION/",
         "codex_presence.core.codex.prefilter:recording_candidates",
     ),
     Client(
@@ -81,6 +85,9 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.claude.mapping:ClaudeMapping",
         claude_words,
         "Claude Code",
+        "install Claude Code with npm install -g @anthropic-ai/claude-code, or give its "
+        "path; bash tests/run.sh keeps its copy in "
+        "~/.cache/codex-presence/claude-code-VERSION/node_modules/.bin/claude",
     ),
     Client(
         "gemini",
@@ -88,6 +95,9 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.gemini.mapping:GeminiMapping",
         gemini_words,
         "Gemini CLI",
+        "install Gemini CLI with npm install -g @google/gemini-cli, or give its path; bash "
+        "tests/run.sh keeps its copy in "
+        "~/.cache/codex-presence/gemini-cli-VERSION/node_modules/.bin/gemini",
     ),
 )
 
@@ -105,3 +115,10 @@ assert len(_BY_SOURCE) == sum(len(client.sources) for client in CLIENTS), "a sou
 def client_of(source: object) -> Client | None:
     """The client whose source ``source`` is, if any."""
     return _BY_SOURCE.get(source) if isinstance(source, str) else None
+
+
+def where_to_get(program: str) -> str | None:
+    """Where to get the client whose program ``program`` (a command's first word, a path
+    or a name) is, for a person who does not have it; None for any other program."""
+    name = program.rsplit("/", 1)[-1]
+    return next((c.install for c in CLIENTS if c.name == name), None)

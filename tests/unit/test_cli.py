@@ -292,11 +292,13 @@ def test_a_client_not_on_path_is_told_where_to_get(caplog: pytest.LogCaptureFixt
     assert cannot_run(["claude"], missing) == 127
     assert cannot_run(["/opt/x/codex", "app-server"], missing) == 127
     assert cannot_run(["vim"], missing) == 127
+    assert cannot_run(["gemini"], missing) == 127
     said = [r.getMessage() for r in caplog.records]
     assert "npm install -g @anthropic-ai/claude-code" in said[0]
     assert "claude-code-VERSION/node_modules/.bin/claude" in said[0]
     assert "npm install -g @openai/codex" in said[1]
     assert said[2] == "cannot run vim: No such file or directory"
+    assert "(not on PATH: install Gemini CLI with npm install -g @google/gemini-cli" in said[3]
 
 
 @pytest.mark.parametrize(
