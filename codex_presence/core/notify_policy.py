@@ -131,8 +131,8 @@ class Notice:
     state_since_ms: int | None = None
     """For ``lost``: since when the session was in the state it died in (unix ms)."""
     waiting: str | None = None
-    """For ``blocked``: which agent waits on what, where ("claude in api-server: approve
-    `make`"), when the broker's roster said."""
+    """For ``blocked`` (and the ``answered`` that ends its wait): which agent waits on
+    what, where ("claude in api-server: approve `make`"), when the broker's roster said."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +192,8 @@ def message(notice: Notice, *, team: str, now: float, link: str | None = None) -
         waited = _duration((notice.since_ms - began) / 1000)
         verb = f"is {what}" if notice.state is ActivityState.WORKING else what
         body = f"{who} {verb} since {_clock_time(notice.since_ms)} (waited {waited})"
+        if notice.waiting:  # which agent's wait it was
+            body += f"; {notice.waiting}"
     else:
         body = (
             f"{who}'s session was lost at {_clock_time(notice.since_ms)} while {notice.state.value}"
@@ -280,16 +282,24 @@ class NotifyPolicy:
         spell = self._spells.get(member)
         if state is ActivityState.BLOCKED and since_ms is not None:
             waiting = waiting_words(agents)
-            if spell is not None and spell.since_ms == since_ms:
+            if spell is not None:
+                # Still blocked: the same wait, whatever its start now says. With several
+                # agents, the member's since is the earliest of those blocked now: when
+                # the first of two waiting agents is answered it moves to the second's,
+                # while the member never stopped waiting (issue 34).
                 spell.waiting = waiting or spell.waiting
                 return
-            if spell is not None:  # blocked again, a new spell: the old one ended
-                self._end(member, spell, state, since_ms)
             self._spells[member] = _Spell(since_ms, waiting)
             return
         if spell is not None:
             del self._spells[member]
-            ended = since_ms if since_ms is not None else round(now * 1000)
+            # The wait ended now, or when the new state began if that was later than the
+            # wait's start: an agent working since before another one blocked says nothing
+            # of when the wait ended (issue 34: "back to work since <its start>, waited 0 s").
+            if since_ms is not None and since_ms >= spell.since_ms:
+                ended = since_ms
+            else:
+                ended = max(round(now * 1000), spell.since_ms)
             self._end(member, spell, state, ended)
 
     def lost(
@@ -419,6 +429,7 @@ class NotifyPolicy:
                         state,
                         key,
                         blocked_since_ms=spell.since_ms,
+                        waiting=spell.waiting,
                     )
                 )
 

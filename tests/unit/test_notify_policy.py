@@ -239,3 +239,50 @@ def test_session_lost_notices_of_one_member_are_limited_per_minute() -> None:
     assert [n.member for n in due(policy, T0 + 59)] == ["alice"]
     policy.lost("mallory", WORKING, ms(T0 + 120), since_ms=ms(T0 + 119), session="S99")
     assert [n.member for n in due(policy, T0 + 120)] == ["mallory"]  # a minute on: news
+
+
+# -- a member with several agents: the notices follow the wait (issue 34) --------------------
+
+
+def test_one_agent_answered_while_another_works_says_the_wait_it_ended() -> None:
+    """Agent A works since T0; agent B blocks at T0+10 (the member blocked since then) and
+    is answered at T0+17: the member is working again, its since A's (T0). Before: "back to
+    work since <T0> (waited 0 s)"; the wait's end is when it ended, and how long it was."""
+    policy = NotifyPolicy([Rule(after=5, on=ALL)])
+    policy.observe("duo", WORKING, ms(T0), T0)
+    policy.observe("duo", BLOCKED, ms(T0 + 10), T0 + 10, [_agent("claude", "api", "make")])
+    assert [n.event for n in due(policy, T0 + 15)] == [NotifyEvent.BLOCKED]
+    policy.observe("duo", WORKING, ms(T0), T0 + 17)  # the earliest working: A's
+    [answered] = due(policy, T0 + 17)
+    assert answered.event is NotifyEvent.ANSWERED
+    assert (answered.blocked_since_ms, answered.since_ms) == (ms(T0 + 10), ms(T0 + 17))
+    _, body = message(answered, team="acme", now=T0 + 17)
+    assert "(waited 7 s)" in body and "claude in api: approve `make`" in body, body
+
+
+def test_two_agents_waiting_in_turn_are_one_wait_told_once() -> None:
+    """A blocks at T0, B at T0+2; A is answered at T0+8 while B waits (the member's since
+    moves to B's); B is answered at T0+12. Before: a false "no longer needs input (waited
+    3 s)" and a second "needs input" for one continuous wait. Now: one "needs input", one
+    "answered" at the end, the wait's whole length."""
+    policy = NotifyPolicy([Rule(after=5, on=ALL)])
+    policy.observe("duo", BLOCKED, ms(T0), T0)
+    policy.observe("duo", BLOCKED, ms(T0), T0 + 2)  # B too: the earliest is still A's
+    assert [n.event for n in due(policy, T0 + 5)] == [NotifyEvent.BLOCKED]
+    policy.observe("duo", BLOCKED, ms(T0 + 2), T0 + 8)  # A answered: B's since now
+    assert due(policy, T0 + 8) == [] and due(policy, T0 + 60) == []
+    policy.observe("duo", WORKING, ms(T0 + 12), T0 + 12)
+    [answered] = due(policy, T0 + 12)
+    assert answered.event is NotifyEvent.ANSWERED
+    assert (answered.blocked_since_ms, answered.since_ms) == (ms(T0), ms(T0 + 12))
+
+
+def _agent(client: str, project: str, program: str) -> dict[str, object]:
+    return {
+        "session": "s1",
+        "state": "blocked",
+        "since": 0,
+        "client": client,
+        "project": project,
+        "waits": {"kind": "command", "program": program},
+    }
