@@ -990,6 +990,31 @@ def test_how_long_each_has_waited_and_the_longest_waiting_first(
 
 
 @pytest.mark.browser
+def test_needs_input_counts_from_the_start_of_the_wait_across_agents(
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab]
+) -> None:
+    """Two of scout's agents wait, the first since 5 min, the second since 2 min; the first
+    is answered while the second still waits. The broker's since moves to the second's;
+    the page goes on counting from the start of the wait (issue 34: it jumped back)."""
+    clock = wall
+    page = signed_in(browser, web, tabs, "alice", clock=True).page
+    scout = row(page, "scout")
+    clock.offset = -5 * 60
+    web.report("scout", "blocked", session="agentA", agent={"client": "claude", "project": "a"})
+    clock.offset = -2 * 60
+    web.report("scout", "blocked", session="agentB", agent={"client": "claude", "project": "b"})
+    clock.offset = 0
+    expect(scout.locator(".agent")).to_have_count(2)
+    expect(scout.locator(".since")).to_have_text("· 5 min")
+    web.report("scout", "idle", session="agentA")  # the first answered; the second waits
+    expect(scout.locator(".agent")).to_have_count(1)
+    expect(scout.locator(".activity")).to_have_text("needs input")
+    expect(scout.locator(".since")).to_have_text("· 5 min")
+    web.report("scout", "idle", session="agentB")
+    expect(scout.locator(".since")).to_have_text("")
+
+
+@pytest.mark.browser
 def test_the_tab_title_counts_the_members_who_need_input(
     browser: Browser, web: Web, tabs: list[Tab]
 ) -> None:

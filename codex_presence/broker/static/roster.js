@@ -331,10 +331,22 @@
 
   // -- updates from the stream --------------------------------------------------------------
 
+  // A member still blocked is the same wait: its since moves to the next agent's when the
+  // first of two waiting agents is answered, and the page counts from the wait's start.
+  function sameWait(before, p) {
+    if (before && before.activity === 'blocked' && p.activity === 'blocked' &&
+        Number.isFinite(before.activitySince) && Number.isFinite(p.activitySince) &&
+        before.activitySince < p.activitySince) {
+      return { ...p, activitySince: before.activitySince };
+    }
+    return p;
+  }
+
   function replaceAll(data) {
     const before = state.members;
     state.team = data.team;
     $('team-name').textContent = data.team;
+    data.members = data.members.map((p) => sameWait(before.get(p.name), p));
     state.members = new Map(data.members.map((p) => [p.name, p]));
     state.privileges = data.privileges || {};
     $('members').replaceChildren();
@@ -347,8 +359,9 @@
     announce('roster');
   }
 
-  function update(p) {
-    const before = state.members.get(p.name);
+  function update(given) {
+    const before = state.members.get(given.name);
+    const p = sameWait(before, given);
     state.members.set(p.name, p);
     draw(p);
     becameBlocked(before, p);
