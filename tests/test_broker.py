@@ -143,6 +143,31 @@ def test_401_without_or_with_a_wrong_token(
     assert "activity" not in roster(client)["alice"]
 
 
+def test_a_roster_read_again_unchanged_is_a_304_and_gzip_is_given_to_who_asks(
+    client: httpx.Client,
+) -> None:
+    """Issue 37: a client that has the roster sends its ETag back and gets 304, no body,
+    until something changes; a client that accepts gzip gets the same JSON gzip'd."""
+    first = client.get("/roster", headers={**_auth("alice"), "accept-encoding": "identity"})
+    etag = first.headers["etag"]
+    assert (
+        first.status_code == 200
+        and etag.startswith('"')
+        and "gzip" not in first.headers.get("content-encoding", "")
+    )
+    again = client.get("/roster", headers={**_auth("scout"), "if-none-match": etag})
+    assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
+    listed = client.get("/roster", headers={**_auth("scout"), "if-none-match": f'"x", {etag}'})
+    assert listed.status_code == 304
+    zipped = client.get("/roster", headers={**_auth("alice"), "accept-encoding": "gzip, br"})
+    assert zipped.headers["content-encoding"] == "gzip"  # httpx undoes it: the same JSON
+    assert zipped.json() == first.json() and zipped.headers["etag"] == etag
+    assert client.post("/presence/activity", headers=_auth("builder"), json={"state": "working"})
+    changed = client.get("/roster", headers={**_auth("alice"), "if-none-match": etag})
+    assert changed.status_code == 200 and changed.headers["etag"] != etag
+    assert {p["name"]: p.get("activity") for p in changed.json()}["builder"] == "working"
+
+
 def test_roster_lists_every_member_in_the_exact_schema(client: httpx.Client) -> None:
     response = client.get("/roster", headers=_auth("builder"))
     assert response.headers["content-type"] == "application/json"

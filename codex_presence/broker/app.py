@@ -125,7 +125,7 @@ from codex_presence._wire import (
 )
 from codex_presence.broker.auth import Authentication, Authenticator
 from codex_presence.broker.hosts import HostCheck
-from codex_presence.broker.http import error, json_response, read_body
+from codex_presence.broker.http import Revalidated, error, json_response, read_body
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.record import ANONYMOUS, KEEP, Report
 from codex_presence.broker.state import Broker
@@ -332,6 +332,7 @@ class _Endpoints:
         auth: Authentication,
         notifier: Described | None,
     ) -> None:
+        self._roster = Revalidated()  # GET /roster's ETag and gzip, kept until it changes
         self.broker = broker
         self.limits = limits
         self.auth = auth
@@ -403,7 +404,7 @@ class _Endpoints:
     async def roster(self, request: Request) -> Response:
         if await self.auth.member(request) is None:
             return _unauthorized(self.auth.unauthorized_reason)
-        return Response(self.broker.roster_json(), media_type="application/json")
+        return self._roster.response(request, self.broker.roster_json())
 
     async def whoami(self, request: Request) -> Response:
         broker = self.broker
