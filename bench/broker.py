@@ -59,6 +59,8 @@ from _redis import RedisServer, find_redis_server
 
 HOST = "127.0.0.1"
 BROKER_PID = [0]
+MAX_CONNECTIONS = [4096]
+"""The brokers' ``--max-connections``, set for the run's members (:func:`connections_for`)."""
 DEPTH = 8
 
 
@@ -68,6 +70,21 @@ def _raise_fd_limit(need: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     if want < need:
         sys.exit(f"RLIMIT_NOFILE hard limit {hard} < {need} needed")
+
+
+def _rss_mb(pid: int) -> float:
+    """A process's resident memory now (MB), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def connections_for(members: int) -> int:
+    """The broker's ``--max-connections`` for a run of ``members``: a stream each, the load
+    generator's connections and the probes, with room to spare (the default, 4,096, ends a
+    run of 5,000 members in refused connections)."""
+    return 2 * members + 512
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -200,6 +217,8 @@ async def _bench(
     subs = [asyncio.create_task(_subscriber(port, n, tokens[n], got, ready)) for n in names]
     await asyncio.wait_for(ready.wait(), 120)
     print(f"{len(names)} SSE subscribers open in {time.perf_counter() - t0:.1f} s")
+    if BROKER_PID[0]:
+        print(f"broker RSS with them open: {_rss_mb(BROKER_PID[0]):.0f} MB")
 
     probe = await Conn.open(port)
     status, body = await probe.request(_get("/roster", tokens[names[0]]))
@@ -326,7 +345,7 @@ def _start_broker(
     (``PYTHONPATH`` alone loses to the current directory)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "codex_presence", "broker", "--team", str(team_path),
-         "--port", "0", "--host", HOST, *extra],
+         "--port", "0", "--host", HOST, "--max-connections", str(MAX_CONNECTIONS[0]), *extra],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -383,7 +402,8 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="--history: rounds of off, on")
     args = parser.parse_args()
-    _raise_fd_limit(2 * args.members + 256)
+    MAX_CONNECTIONS[0] = connections_for(args.members)
+    _raise_fd_limit(MAX_CONNECTIONS[0] + 256)
 
     cpus = sorted(os.sched_getaffinity(0))
     broker_cpu = cpus[0] if len(cpus) > 1 else None
