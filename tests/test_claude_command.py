@@ -42,6 +42,10 @@ from tests.support.waiting import eventually
 
 FAKE_CLAUDE = Path(__file__).parent / "support" / "fake_claude.py"
 
+EXITS_WITHIN = 120
+"""Seconds a command is given to end once told to (generous: a loaded machine ran
+these at a load of 10, where 30 s was not enough; docs/development.md)."""
+
 
 def fake_claude(tmp_path: Path) -> str:
     """An executable "claude" (one word: ``--settings`` goes right after it)."""
@@ -89,7 +93,7 @@ def run_claude(
             stderr=stderr,
         )
     if wait:
-        proc.wait(30)
+        proc.wait(EXITS_WITHIN)
     return proc
 
 
@@ -218,7 +222,7 @@ def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, ba
         assert re.search(url, config.read_text(), re.M)
     finally:
         go_on.touch()
-    assert proc.wait(60) == 0
+    assert proc.wait(EXITS_WITHIN) == 0
 
 
 def test_claude_gets_loopback_in_no_proxy_and_never_the_token(tmp_path: Path) -> None:
@@ -315,7 +319,7 @@ def test_sigterm_is_forwarded_and_the_status_passes_through(tmp_path: Path) -> N
     proc = run_claude(tmp_path, script, wait=False)
     eventually(dump.exists, within=60)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(10) == 143
+    assert proc.wait(EXITS_WITHIN) == 143
     assert trapped.read_text() == "SIGTERM"
 
 
@@ -325,7 +329,7 @@ def test_a_signalled_claude_gives_128_plus_n(tmp_path: Path) -> None:
     proc = run_claude(tmp_path, script, wait=False)
     eventually(dump.exists, within=60)
     os.kill(_claude_pid(proc), signal.SIGKILL)
-    assert proc.wait(10) == 128 + 9
+    assert proc.wait(EXITS_WITHIN) == 128 + 9
 
 
 def _claude_pid(proc: subprocess.Popen[bytes]) -> int:
@@ -341,7 +345,7 @@ def test_claude_dies_when_the_command_is_sigkilled(tmp_path: Path) -> None:
     eventually(dump.exists, within=60)
     child = _claude_pid(proc)
     proc.kill()
-    proc.wait(10)
+    proc.wait(EXITS_WITHIN)
     eventually(lambda: not alive(child), within=60)
 
 
@@ -361,7 +365,7 @@ def test_without_a_command_it_runs_claude_from_the_path(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=EXITS_WITHIN,
     )
     assert proc.returncode == 0, proc.stderr
     argv = json.loads(dump.read_text())["argv"]
@@ -376,7 +380,7 @@ def test_a_command_that_is_not_claude_and_fails_gets_a_hint(tmp_path: Path) -> N
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=EXITS_WITHIN,
     )
     assert proc.returncode == 2, proc.stderr
     assert (
@@ -420,7 +424,7 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
     proc = run_claude(tmp_path, script, *options, wait=False)
     watch.wait_connected(1)
     go_on.touch()
-    assert proc.wait(60) == 0
+    assert proc.wait(EXITS_WITHIN) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", "blocked", "working", None]
     rows = timeline(read_relevant_entries(record.read_bytes()))
@@ -449,7 +453,7 @@ def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: Running
     proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q", wait=False)
     watch.wait_connected(1)
     go_on.touch()
-    assert proc.wait(60) == 0
+    assert proc.wait(EXITS_WITHIN) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", None]
 
@@ -464,7 +468,7 @@ def test_no_trace_reports_no_activity_and_installs_no_hooks(
     proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "--no-trace", wait=False)
     watch.wait_connected(1)  # connection presence, as ever (claude runs until it is seen)
     go_on.touch()
-    assert proc.wait(30) == 0
+    assert proc.wait(EXITS_WITHIN) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None]
     given = json.loads(dump.read_text())
@@ -601,7 +605,7 @@ def test_a_killed_sessions_private_directory_is_swept_at_the_next_start(tmp_path
     eventually(dump.exists, within=60)
     child = _claude_pid(proc)
     proc.kill()
-    proc.wait(10)
+    proc.wait(EXITS_WITHIN)
     eventually(lambda: not alive(child), within=60)
     (killed,) = tmp.glob("codex-presence-claude-*")
     live = tmp / f"codex-presence-claude-{os.getpid()}-abcdefgh"  # a live session's

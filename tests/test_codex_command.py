@@ -35,6 +35,10 @@ from tests.support.wrap_harness import wrap_env
 FAKE = Path(__file__).resolve().parents[1] / "bench" / "_fake_codex_tui.py"
 TURN_STARTED = {"method": "turn/started", "params": {"threadId": "th", "turn": {"id": "tu"}}}
 
+EXITS_WITHIN = 120
+"""Seconds a command is given to end once told to (generous: a loaded machine ran
+these at a load of 10, where 30 s was not enough; docs/development.md)."""
+
 
 @dataclass
 class Setup:
@@ -55,7 +59,7 @@ class Setup:
         Python stand-in so weighted took over 10 s to start."""
         eventually(
             lambda: any(e["role"] == role and key in e for e in self.seen()),
-            within=30,
+            within=60,
             what=f"{role} {key}",
         )
         return next(e[key] for e in self.seen() if e["role"] == role and key in e)
@@ -90,7 +94,7 @@ def setup() -> Iterator[Setup]:
 def test_the_tui_status_is_ours_and_the_session_leaves_nothing_behind(setup: Setup) -> None:
     setup.env["FAKE_TUI"] = "exit:3"
     proc = setup.run("--record", str(setup.root / "rec.jsonl"), stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 3, err
     tui = next(e for e in setup.seen() if e["role"] == "tui" and "remote" in e)
     server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
@@ -122,7 +126,7 @@ def test_after_exit_it_says_the_command_that_resumes_the_session(setup: Setup) -
     unsubscribe = {"id": 7, "method": "thread/unsubscribe", "params": {"threadId": "th-1"}}
     setup.env["FAKE_TUI_SENDS"] = orjson.dumps([unsubscribe]).decode()
     proc = setup.run(stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 0, err
     assert err.decode().endswith(
         "codex-presence: the session ended, its running work with it, and the socket in"
@@ -134,19 +138,19 @@ def test_after_exit_it_says_the_command_that_resumes_the_session(setup: Setup) -
     proc = subprocess.Popen(
         [*setup.argv(), "resume", "th-1"], env=setup.env, cwd=setup.root, stderr=subprocess.PIPE
     )
-    _, again = proc.communicate(timeout=30)
+    _, again = proc.communicate(timeout=EXITS_WITHIN)
     assert again.decode().endswith(f"codex-presence codex -- {setup.codex} resume th-1\n"), again
     # No unsubscribe seen (the TUI ended otherwise): nothing to say.
     del setup.env["FAKE_TUI_SENDS"]
     proc = setup.run(stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 0 and b"resume" not in err, err
 
 
 def test_an_app_server_that_ignores_sigterm_is_killed_with_its_commands(setup: Setup) -> None:
     setup.env.update(FAKE_APP_SERVER="stubborn", FAKE_TUI="exit:0")
     proc = setup.run(stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 0, err
     server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
     eventually(lambda: not alive(server["pid"]) and not alive(server["command"]), within=60)
@@ -158,7 +162,7 @@ def test_signals_are_forwarded_to_the_tui(setup: Setup, signum: signal.Signals) 
     proc = setup.run(stderr=subprocess.PIPE)
     setup.first("tui", "received")
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 128 + signum, err
 
 
@@ -168,7 +172,7 @@ def test_the_app_server_dying_ends_the_session_and_says_so(setup: Setup) -> None
     tui_pid = setup.first("tui", "pid")
     setup.first("tui", "received")
     os.kill(setup.first("app-server", "pid"), signal.SIGKILL)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 1
     said = err.decode()
     assert "codex app-server exited (status 137) while the TUI was running" in said
@@ -179,7 +183,7 @@ def test_the_app_server_dying_ends_the_session_and_says_so(setup: Setup) -> None
 def test_an_app_server_that_cannot_start_is_said(setup: Setup) -> None:
     setup.env["FAKE_APP_SERVER"] = "fail"
     proc = setup.run(stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 1
     assert "exited (status 3) before it listened" in err.decode()
     assert "boom: the fake app-server cannot start" in err.decode()
@@ -190,7 +194,9 @@ def test_an_app_server_that_cannot_start_is_said(setup: Setup) -> None:
 
 def test_a_codex_that_is_not_there(setup: Setup) -> None:
     argv = [sys.executable, "-m", "codex_presence", "codex", "--", str(setup.root / "nope")]
-    proc = subprocess.run(argv, env=setup.env, capture_output=True, timeout=30, check=False)
+    proc = subprocess.run(
+        argv, env=setup.env, capture_output=True, timeout=EXITS_WITHIN, check=False
+    )
     assert proc.returncode == 127
     assert "cannot run" in proc.stderr.decode() and "nope" in proc.stderr.decode()
 
@@ -215,7 +221,7 @@ def test_while_the_tui_has_the_terminal_our_words_wait(setup: Setup) -> None:
                     break
     finally:
         os.close(master)
-    assert proc.wait(10) == 0
+    assert proc.wait(EXITS_WITHIN) == 0
     text = out.decode()
     assert text.index("TUI START") < text.index("TUI END") < text.index("not reporting to")
 
@@ -224,7 +230,7 @@ def test_a_runtime_directory_that_cannot_hold_the_sockets_is_passed_over(setup: 
     """``$XDG_RUNTIME_DIR`` where no directory can be made (/proc): the next base serves."""
     setup.env.update(XDG_RUNTIME_DIR="/proc", FAKE_TUI="exit:3")
     proc = setup.run(stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 3, err
     tui = next(e for e in setup.seen() if e["role"] == "tui" and "remote" in e)
     assert Path(tui["remote"]).parent.parent == setup.root  # $TMPDIR
@@ -285,7 +291,7 @@ def test_the_tui_is_spawned_before_anything_slow_is_loaded(codex: Path) -> None:
         [sys.executable, "-c", SPAWN_SPY],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=EXITS_WITHIN,
         check=True,
         env={**os.environ, "PATH": path},
     )
@@ -319,7 +325,7 @@ def test_the_app_server_has_a_session_of_its_own_and_the_tui_ours(setup: Setup) 
     the TUI's. The TUI stays in ours: it reads the terminal."""
     setup.env["FAKE_TUI"] = "exit:0"
     proc = setup.run(stderr=subprocess.PIPE, start_new_session=True)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 0, err
     tui = next(e for e in setup.seen() if e["role"] == "tui" and "pid" in e)
     server = next(e for e in setup.seen() if e["role"] == "app-server" and "pid" in e)
@@ -390,7 +396,7 @@ def test_once_the_tui_connects_the_app_server_has_its_share_again(setup: Setup) 
         eventually(lambda: _autogroup_nice(server) == 0, what="the app-server's share back")
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=EXITS_WITHIN)
 
 
 def test_the_socket_directory_of_a_killed_session_is_swept_at_the_next_start() -> None:
@@ -468,7 +474,7 @@ def test_a_temporary_directory_another_user_owns_or_can_write_holds_no_socket_of
         theirs.chmod(0o777)
     setup.env.update(TMPDIR=str(theirs), FAKE_TUI="exit:3")
     proc = setup.run(stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=EXITS_WITHIN)
     assert proc.returncode == 3, err
     tui = next(e for e in setup.seen() if e["role"] == "tui" and "remote" in e)
     assert theirs not in Path(tui["remote"]).parents, tui
