@@ -28,9 +28,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from codex_presence.core.activity import Transition
+    from codex_presence.core.activity import ActivitySignal, Transition
 
-__all__ = ["CONNECTION_EVENTS", "MAX_LINE", "ConnectionEvent", "Feeder", "FeederStats", "Unknown"]
+__all__ = [
+    "CONNECTION_EVENTS",
+    "MAX_LINE",
+    "ConnectionEvent",
+    "Feeder",
+    "FeederStats",
+    "JsonSourcesFeeder",
+    "Unknown",
+]
 
 MAX_LINE = 16 * 1024 * 1024
 """Longest line (bytes) a feeder is given; longer ones are relayed, never analysed (a
@@ -118,3 +126,28 @@ class Feeder(Protocol):
     def close(self, cause: str = "eof") -> Transition | None:
         """The end, for ``cause``: every handle closes."""
         ...
+
+
+class JsonSourcesFeeder:
+    """What a feeder whose every source is JSON (hooks, files) shares: its state, raw lines
+    counted and ignored, and no connections (a relay's only). Its dataclass has the
+    ``signal`` and ``stats`` it reads."""
+
+    signal: ActivitySignal
+    stats: FeederStats
+
+    @property
+    def state(self) -> str:
+        return self.signal.state.value
+
+    def feed_raw(self, source: str, line: bytes, t: float) -> list[Transition]:
+        """A line that is not JSON (every source of this client is): counted, ignored."""
+        self.stats.lines += 1
+        self.stats.not_json += 1
+        return []
+
+    def feed_connection(
+        self, connection: int, event: ConnectionEvent, t: float
+    ) -> list[Transition]:
+        """No connection lines in a hook-fed session: nothing."""
+        return []

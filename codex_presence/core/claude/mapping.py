@@ -135,7 +135,7 @@ from codex_presence.core.claude.protocol import (
     task_notification_id,
     transcript_task_end,
 )
-from codex_presence.core.feeder import ConnectionEvent, Feeder, Unknown
+from codex_presence.core.feeder import Feeder, JsonSourcesFeeder, Unknown
 
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
 
@@ -164,7 +164,7 @@ def _scope(msg: Mapping[str, Any]) -> Scope:
 
 
 @dataclass
-class ClaudeMapping:
+class ClaudeMapping(JsonSourcesFeeder):
     """Feeds an :class:`ActivitySignal` from a Claude Code session (see the module doc)."""
 
     signal: ActivitySignal = field(default_factory=ActivitySignal)
@@ -196,10 +196,6 @@ class ClaudeMapping:
     _messages: int = 0
 
     # -- reading -------------------------------------------------------------------------
-
-    @property
-    def state(self) -> str:
-        return self.signal.state.value
 
     @property
     def background(self) -> int:
@@ -253,18 +249,6 @@ class ClaudeMapping:
             out.append(transition)
             self._date_background(transition, t)
         return out
-
-    def feed_raw(self, source: str, line: bytes, t: float) -> list[Transition]:
-        """A line that is not JSON (claude's sources are all JSON): counted, ignored."""
-        self.stats.lines += 1
-        self.stats.not_json += 1
-        return []
-
-    def feed_connection(
-        self, connection: int, event: ConnectionEvent, t: float
-    ) -> list[Transition]:
-        """No connection lines in a Claude Code session: nothing."""
-        return []
 
     def _date_background(self, transition: Transition | None, t: float) -> None:
         if transition is not None and transition.changes_background:

@@ -57,7 +57,7 @@ from codex_presence.core.activity import (
     Transition,
     Waits,
 )
-from codex_presence.core.feeder import ConnectionEvent, Feeder, Unknown
+from codex_presence.core.feeder import Feeder, JsonSourcesFeeder, Unknown
 from codex_presence.core.gemini.protocol import (
     PERMISSION_NOTIFICATION,
     SOURCES,
@@ -75,7 +75,7 @@ _BLOCK: tuple[Hashable, ...] = (MAIN, "block")
 
 
 @dataclass
-class GeminiMapping:
+class GeminiMapping(JsonSourcesFeeder):
     """Feeds an :class:`ActivitySignal` from a Gemini CLI session (see the module doc)."""
 
     signal: ActivitySignal = field(default_factory=ActivitySignal)
@@ -86,10 +86,6 @@ class GeminiMapping:
     _messages: int = 0
 
     # -- reading -------------------------------------------------------------------------
-
-    @property
-    def state(self) -> str:
-        return self.signal.state.value
 
     @property
     def background(self) -> int:
@@ -124,18 +120,6 @@ class GeminiMapping:
             return []
         transition = self.signal.commit(cause)
         return [] if transition is None else [transition]
-
-    def feed_raw(self, source: str, line: bytes, t: float) -> list[Transition]:
-        """A line that is not JSON (gemini's sources are all JSON): counted, ignored."""
-        self.stats.lines += 1
-        self.stats.not_json += 1
-        return []
-
-    def feed_connection(
-        self, connection: int, event: ConnectionEvent, t: float
-    ) -> list[Transition]:
-        """No connection lines in a Gemini CLI session: nothing."""
-        return []
 
     @property
     def messages(self) -> int:
