@@ -100,7 +100,9 @@ def test_when_the_app_server_dies_our_words_start_on_a_clean_line_of_the_main_sc
             tui.wait_for(READY, timeout=60)
             tui.wait_for(COMPOSER, timeout=60)
             assert tui.on_alternate_screen()  # the premise: codex draws there
-            os.kill(pane_process(tui, b"app-server", deepest=True), signal.SIGKILL)
+            # The app-server's whole group (it has a session of its own): the deepest
+            # process naming it may be a child forked by it and not yet exec'd.
+            os.killpg(os.getpgid(pane_process(tui, b"app-server")), signal.SIGKILL)
             assert tui.wait_exit(60) == 1
             alternate = tui.on_alternate_screen()
             after = tui.scrollback()
