@@ -20,7 +20,7 @@ the fake OpenAI model of codex's tests); this module is the Messages API's wire 
 from __future__ import annotations
 
 import itertools
-import time
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +84,8 @@ def conversation(body: Body) -> bool:
 class Reply:
     """One scripted answer to ``POST /v1/messages``.
 
-    The stream waits ``wait`` seconds before its first byte, then sends its events
+    The stream waits for ``hold`` (if set: the test's word), then ``wait`` seconds, before
+    its first byte, then sends its events
     ``delay`` seconds apart. ``status`` other than 200 sends an error body instead;
     ``complete=False`` ends the stream before ``message_delta`` (a broken stream).
     ``match`` picks the reply only for a request whose body contains that text or for
@@ -97,6 +98,7 @@ class Reply:
     wait: float = 0.0
     delay: float = 0.0
     complete: bool = True
+    hold: threading.Event | None = None
     match: Matcher = conversation
     note: str = ""
 
@@ -193,8 +195,8 @@ class _Handler(ScriptedHandler):
             return
         body = self.parse(raw)
         reply = self.script.take(body)
-        if reply.wait:
-            time.sleep(reply.wait)
+        if not self.hold_then_wait(reply.hold, reply.wait):
+            return
         if reply.status != 200:
             error = {"type": "error", "error": {"type": "api_error", "message": "scripted"}}
             self.send_json(reply.status, orjson.dumps(error))

@@ -28,10 +28,9 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 import orjson
 
@@ -209,26 +208,16 @@ class _Handler(ScriptedHandler):
             self.send_json(404, _error(404, f"no method {method}"))
             return
         reply: Reply = self.script.take(body)
-        if not self._wait(reply):
+        if not self.hold_then_wait(reply.hold, reply.wait):
             return
         if reply.status != 200:
             self.send_json(reply.status, _error(reply.status, "scripted"))
             return
         self._stream(reply.chunks(model), delay=reply.delay)
 
-    def _wait(self, reply: Reply) -> bool:
-        if reply.hold is not None:
-            while not reply.hold.wait(0.05):
-                if self.script.closing.is_set():
-                    self.close_connection = True  # no answer: the client sees the end
-                    return False
-        if reply.wait:
-            time.sleep(reply.wait)
-        return True
-
     def _side(self, body: Body, model: str) -> None:
         reply: Reply = self.script.take_side(body)
-        if not self._wait(reply):
+        if not self.hold_then_wait(reply.hold, reply.wait):
             return
         if reply.status != 200:
             self.send_json(reply.status, _error(reply.status, "scripted"))
@@ -278,8 +267,6 @@ class FakeGemini(ScriptedServer[Reply]):
         self._side_script = [r for r in replies or [] if r.side]
         self.side_requests: list[Body] = []
         self.other: list[tuple[str, str]] = []
-        self.closing = threading.Event()
-        """Set when the server stops: a held reply gives up."""
 
     @property
     def base_url(self) -> str:
@@ -303,16 +290,6 @@ class FakeGemini(ScriptedServer[Reply]):
     def note_other(self, method: str, path: str) -> None:
         with self._lock:
             self.other.append((method, path))
-
-    @contextmanager
-    def serve(self) -> Iterator[Self]:
-        """:meth:`ScriptedServer.serve`, releasing held replies on the way out."""
-        self.closing.clear()
-        with super().serve():
-            try:
-                yield self
-            finally:
-                self.closing.set()
 
 
 def _contents(body: Body) -> list[dict[str, Any]]:

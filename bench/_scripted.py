@@ -58,6 +58,8 @@ class ScriptedServer(Generic[AnswerT]):
         self.unscripted = 0
         """Requests that found no answer (answered with :meth:`unscripted_answer`)."""
         self.port = 0
+        self.closing = threading.Event()
+        """Set when the server stops: a held answer gives up."""
 
     def unscripted_answer(self) -> AnswerT:
         raise NotImplementedError
@@ -103,7 +105,9 @@ class ScriptedServer(Generic[AnswerT]):
 
     @contextmanager
     def serve(self) -> Iterator[Self]:
-        """Listen on a free loopback port (:attr:`port`) for the duration of the block."""
+        """Listen on a free loopback port (:attr:`port`) for the duration of the block;
+        on the way out, held answers give up (:attr:`closing`)."""
+        self.closing.clear()
         server = _Server(("127.0.0.1", 0), self.handler)
         server.script = self
         self.port = server.server_address[1]
@@ -112,6 +116,7 @@ class ScriptedServer(Generic[AnswerT]):
         try:
             yield self
         finally:
+            self.closing.set()
             server.shutdown()
             server.server_close()
             thread.join(timeout=5)
@@ -135,6 +140,19 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def script(self) -> Any:
         """The :class:`ScriptedServer` this request is for (a subclass's, so ``Any``)."""
         return self.server.script
+
+    def hold_then_wait(self, hold: threading.Event | None, wait: float) -> bool:
+        """Before a reply's first byte: wait for ``hold`` (if any: the test's word), then
+        ``wait`` seconds. False if the server closes meanwhile (no answer: the client sees
+        the connection end)."""
+        if hold is not None:
+            while not hold.wait(0.05):
+                if self.script.closing.is_set():
+                    self.close_connection = True
+                    return False
+        if wait:
+            time.sleep(wait)
+        return True
 
     def read_body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("content-length") or 0))

@@ -12,6 +12,7 @@ import orjson
 from httpx_sse import connect_sse
 
 from tests.support.broker_harness import RunningBroker
+from tests.support.waiting import WAIT
 
 
 class RosterWatch:
@@ -74,7 +75,7 @@ class RosterWatch:
         with self._cond:
             return self.seen[-1][1] if self.seen else None
 
-    def wait(self, activity: str | None, *, within: float = 20.0) -> float:
+    def wait(self, activity: str | None, *, within: float = WAIT) -> float:
         """Block until the stream shows ``activity`` as the latest; return when it arrived."""
         deadline = time.monotonic() + within
         with self._cond:
@@ -87,7 +88,7 @@ class RosterWatch:
                 self._cond.wait(left)
             return self.seen[-1][0]
 
-    def wait_seen(self, activity: str | None, *, within: float = 20.0) -> float:
+    def wait_seen(self, activity: str | None, *, within: float = WAIT) -> float:
         """Block until the stream has shown ``activity`` at some point, latest or not (a
         state the agent soon left: working just before an approval request); return when
         it first did."""
@@ -102,7 +103,7 @@ class RosterWatch:
                 self._cond.wait(left)
             return next(t for t, a in self.seen if a == activity)
 
-    def wait_connected(self, count: int, *, within: float = 20.0) -> None:
+    def wait_connected(self, count: int, *, within: float = WAIT) -> None:
         deadline = time.monotonic() + within
         with self._cond:
             while self.connected != count:
