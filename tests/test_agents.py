@@ -24,6 +24,7 @@ import orjson
 from codex_presence.broker.notify.apprise_sender import AppriseSender
 from codex_presence.broker.notify.config import Target
 from codex_presence.broker.notify.notifier import Notifier
+from codex_presence.cli import runner
 from codex_presence.client.link import BrokerLink, BrokerSettings, project_of
 from codex_presence.client.mcp_tool import RosterSource
 from codex_presence.client.reporter import ActivityReporter
@@ -38,6 +39,7 @@ from tests.support.broker_harness import (
     shared_state,
     token_of,
 )
+from tests.support.gemini_driver import GEMINI_VERSION, require_gemini
 from tests.support.receivers import receiver
 from tests.support.waiting import eventually
 from tests.support.wrap_harness import WrapProcess, is_note, is_request, wrap_env
@@ -326,3 +328,41 @@ def test_a_broker_that_reads_the_roster_anew_still_says_which_agent_waits(
             clock.advance(60)
             eventually(lambda: hook.requests, 60, "the blocked notice")
     assert hook.requests[0].json()["title"] == "alice · claude in api-server: answer a question"
+
+
+def test_a_session_that_never_says_its_version_has_the_installed_one(
+    codex: Path, codex_version: str, tmp_path: Path
+) -> None:
+    """A codex thread resumed without ``thread/started``, or Gemini CLI, which never tells
+    its hooks, say no version: the runner reads the one installed beside the program (the
+    real npm installs here), never by running it, and the record carries it; what the
+    session says wins."""
+    assert runner.installed_version("wrap", runner_command=[str(codex), "app-server"]) == (
+        codex_version
+    )
+    assert runner.installed_version("codex", runner_command=[str(codex)]) == codex_version
+    gemini = require_gemini()
+    assert runner.installed_version("gemini", runner_command=[str(gemini)]) == GEMINI_VERSION
+    script = tmp_path / "codex"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert runner.installed_version("wrap", runner_command=[str(script)]) is None
+    assert runner.installed_version("wrap", runner_command=[sys.executable, "x.py"]) is None
+
+    settings = BrokerSettings(url="http://127.0.0.1:9", token="t", client="gemini", version="1.2.3")
+    link = BrokerLink(settings)
+    facts = AgentFacts(cwd=str(tmp_path))
+    working = Transition(ActivityState.IDLE, ActivityState.WORKING, "BeforeAgent", facts=facts)
+    said = AgentFacts("1.3.0", str(tmp_path))
+    told = Transition(ActivityState.WORKING, ActivityState.BLOCKED, "x", facts=said)
+
+    async def observed() -> list[Any]:
+        async with httpx.AsyncClient() as client:
+            link.reporter = ActivityReporter(client=client, session="s")
+            seen = []
+            for transition in (working, told):
+                link.observe(transition)
+                seen.append(link.reporter.policy.agent["version"])
+            return seen
+
+    assert anyio.run(observed) == ["1.2.3", "1.3.0"]

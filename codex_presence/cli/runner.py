@@ -110,6 +110,22 @@ def given_command(args: argparse.Namespace) -> list[str]:
     return command[1:] if command[:1] == ["--"] else command
 
 
+def installed_version(command: str, *, runner_command: list[str]) -> str | None:
+    """The version of the client that runner ``command`` (``wrap``, ``claude``, ...) runs
+    as ``runner_command`` (empty: the client's own program), read beside the program
+    (:mod:`codex_presence.agent.installed`); None when it cannot be told."""
+    import os
+
+    from codex_presence.agent import installed
+    from codex_presence.core.clients import client_named
+
+    client = client_named("codex" if command == "wrap" else command)
+    if client is None or client.package is None:
+        return None
+    program = (runner_command or [client.name])[0]
+    return installed.installed_version(program, client.package, os.environ)[0]
+
+
 def broker_link(
     args: argparse.Namespace, *, environ: Mapping[str, str] | None = None
 ) -> BrokerLink | None:
@@ -149,6 +165,10 @@ def broker_link(
     from codex_presence.core.agent_record import Share
 
     command = getattr(args, "command", "wrap")
+    if args.no_trace or Share(getattr(args, "share", "default")) is Share.NONE:
+        version = None  # not reported
+    else:
+        version = installed_version(command, runner_command=given_command(args))
     settings = BrokerSettings(
         url=args.broker,
         token=token,
@@ -156,6 +176,7 @@ def broker_link(
         trace=not args.no_trace,
         client=RUNNER_CLIENTS.get(command, command),
         share=Share(getattr(args, "share", "default")),
+        version=version,
     )
     if args.exit_grace is not None:
         settings = dataclasses.replace(settings, exit_grace=args.exit_grace)

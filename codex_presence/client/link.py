@@ -76,6 +76,9 @@ class BrokerSettings:
     client: str = "custom"
     """The agent client the runner runs (``codex-app-server``, ``codex-tui``, ``claude``)."""
     share: Share = Share.DEFAULT
+    version: str | None = None
+    """The agent's version as installed (read beside its program), for a session whose
+    own words never say it (a resumed codex thread, Gemini CLI); what they say wins."""
     """How much of the agent record leaves the machine (``--share``)."""
 
 
@@ -115,7 +118,7 @@ class BrokerLink:
         return record(
             share=settings.share,
             client=settings.client,
-            version=self._facts.version,
+            version=self._facts.version or settings.version,
             host=self._host,
             project=None if cwd is None else self._projects[cwd],
             waits=self._waits,

@@ -19,14 +19,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from codex_presence.core.claude.protocol import PACKAGE as CLAUDE_PACKAGE
 from codex_presence.core.claude.protocol import SOURCES as CLAUDE_SOURCES
 from codex_presence.core.claude.words import claude_words
+from codex_presence.core.codex.protocol import PACKAGE as CODEX_PACKAGE
 from codex_presence.core.codex.words import codex_words
 from codex_presence.core.feeder import Feeder
+from codex_presence.core.gemini.protocol import PACKAGE as GEMINI_PACKAGE
 from codex_presence.core.gemini.protocol import SOURCES as GEMINI_SOURCES
 from codex_presence.core.gemini.words import gemini_words
 
-__all__ = ["CLIENTS", "PLAIN_OUTPUT", "SOURCES", "Client", "client_of", "where_to_get"]
+__all__ = [
+    "CLIENTS",
+    "PLAIN_OUTPUT",
+    "SOURCES",
+    "Client",
+    "client_named",
+    "client_of",
+    "where_to_get",
+]
 
 Words = Callable[[str, object, str], "str | None"]
 """``(cause, message, previous state)`` to the event a person knows, None if not the
@@ -46,6 +57,9 @@ class Client:
     words: Words
     messages: str
     """What its messages are called, for a person ("app-server (JSON-RPC)")."""
+    package: str | None = None
+    """Its npm package, whose ``package.json`` beside the program says the version
+    (:mod:`codex_presence.agent.installed`) for a session that never says it."""
     install: str | None = None
     """Where a person gets it, said when its program (:attr:`name`) is not found."""
     candidates: str | None = None
@@ -75,6 +89,7 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.codex.mapping:CodexMapping",
         codex_words,
         "app-server (JSON-RPC)",
+        CODEX_PACKAGE,
         "install codex with npm install -g @openai/codex, or give its path; bash "
         "tests/run.sh keeps its copies in ~/.cache/codex-presence/codex-VERSION/",
         "codex_presence.core.codex.prefilter:recording_candidates",
@@ -85,6 +100,7 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.claude.mapping:ClaudeMapping",
         claude_words,
         "Claude Code",
+        CLAUDE_PACKAGE,
         "install Claude Code with npm install -g @anthropic-ai/claude-code, or give its "
         "path; bash tests/run.sh keeps its copy in "
         "~/.cache/codex-presence/claude-code-VERSION/node_modules/.bin/claude",
@@ -95,6 +111,7 @@ CLIENTS: tuple[Client, ...] = (
         "codex_presence.core.gemini.mapping:GeminiMapping",
         gemini_words,
         "Gemini CLI",
+        GEMINI_PACKAGE,
         "install Gemini CLI with npm install -g @google/gemini-cli, or give its path; bash "
         "tests/run.sh keeps its copy in "
         "~/.cache/codex-presence/gemini-cli-VERSION/node_modules/.bin/gemini",
@@ -117,8 +134,13 @@ def client_of(source: object) -> Client | None:
     return _BY_SOURCE.get(source) if isinstance(source, str) else None
 
 
+def client_named(name: str) -> Client | None:
+    """The client whose runner is ``codex-presence NAME``, if any."""
+    return next((c for c in CLIENTS if c.name == name), None)
+
+
 def where_to_get(program: str) -> str | None:
     """Where to get the client whose program ``program`` (a command's first word, a path
     or a name) is, for a person who does not have it; None for any other program."""
-    name = program.rsplit("/", 1)[-1]
-    return next((c.install for c in CLIENTS if c.name == name), None)
+    client = client_named(program.rsplit("/", 1)[-1])
+    return None if client is None else client.install

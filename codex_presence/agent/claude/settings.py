@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -33,10 +32,12 @@ from typing import Any
 
 import orjson
 
+from codex_presence.agent.installed import installed_version
 from codex_presence.core.claude.protocol import (
     FILE_LED_EVENTS,
     FILE_LED_VERSIONS,
     HOOK_EVENTS,
+    PACKAGE,
     RESUME_HINT_FLAGS_ENV,
     prints,
     resume_hint_flags,
@@ -57,8 +58,6 @@ __all__ = [
     "with_our_hooks",
 ]
 
-_PACKAGE = "@anthropic-ai/claude-code"
-_VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,6}")
 
 logger = logging.getLogger("codex_presence.claude")
 
@@ -214,29 +213,11 @@ def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
 
 def claude_version(program: str, env: Mapping[str, str]) -> tuple[str | None, str]:
     """The version of the claude that ``program`` (found on claude's ``PATH``) runs, read
-    beside its binary without running it, and the path it was read from: npm's
-    ``node_modules/.bin/claude`` is a link to ``@anthropic-ai/claude-code/bin/claude.exe``,
-    whose ``package.json`` says it; the native installer's binary is named after its
-    version (``versions/2.1.332``). (None, the path) for anything else: a wrapper script,
-    another package."""
-    found = shutil.which(program, path=env.get("PATH", os.defpath))
-    if found is None:
-        return None, program
-    real = Path(os.path.realpath(found))
-    if real.parent.name == "versions" and _VERSION.fullmatch(real.name):
-        return real.name, str(real)
-    package = real.parent.parent / "package.json"
-    try:
-        if not package.is_file():  # not there, or a FIFO, whose open would block
-            return None, str(real)
-        with package.open("rb") as stream:
-            document = orjson.loads(stream.read(256 * 1024))
-    except (OSError, orjson.JSONDecodeError):
-        return None, str(real)
-    if not isinstance(document, dict) or document.get("name") != _PACKAGE:
-        return None, str(real)
-    version = document.get("version")
-    return (version, str(package)) if isinstance(version, str) else (None, str(real))
+    beside its binary without running it, and the path it was read from
+    (:func:`~codex_presence.agent.installed.installed_version`: npm's package or the native
+    installer's ``versions/2.1.332``); (None, the path) for a wrapper script, another
+    package."""
+    return installed_version(program, PACKAGE, env)
 
 
 def _file_leads(

@@ -28,6 +28,7 @@ __all__ = [
     "IDLE_NOTIFICATION",
     "IDLE_STATUSES",
     "INTERRUPT_PREFIX",
+    "PACKAGE",
     "PERSON_WAITS",
     "RESUME_HINT_FLAGS_ENV",
     "SOURCES",
@@ -52,6 +53,10 @@ __all__ = [
 ClaudeSource = Literal["hook", "transcript", "session"]
 """Where a message came from: a hook POST, an entry of the session's transcript (JSONL),
 or a new content of claude's session status file (``<config dir>/sessions/<pid>.json``)."""
+
+PACKAGE = "@anthropic-ai/claude-code"
+"""Claude Code's npm package: its ``package.json`` beside the program says the version
+(:mod:`codex_presence.agent.installed`)."""
 
 SOURCES: tuple[ClaudeSource, ...] = ("hook", "transcript", "session")
 

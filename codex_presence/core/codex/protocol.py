@@ -29,6 +29,7 @@ __all__ = [
     "MESSAGE_START",
     "METHOD_PREFIX",
     "OTHER_FLAGS",
+    "PACKAGE",
     "PASSIVE_ITEM_STARTS",
     "PASSIVE_ITEM_TYPES",
     "PENDING_CHILD",
@@ -166,6 +167,10 @@ PASSIVE_ITEM_TYPES: frozenset[str] = frozenset(
 )
 """Item types that open nothing (the turn covers them). Their ``item/completed`` changes no
 state; their ``item/started`` does only when it revives an ended turn."""
+
+PACKAGE = "@openai/codex"
+"""codex's npm package: its ``package.json`` beside the program says the version
+(:mod:`codex_presence.agent.installed`), for a session that never says it."""
 
 MESSAGE_START = b"{"
 """The first byte of every message line that can matter, in either direction."""

@@ -28,6 +28,7 @@ __all__ = [
     "HOOK_EVENTS",
     "HOOK_NAME",
     "HOOK_TIMEOUT_MS",
+    "PACKAGE",
     "PERMISSION_NOTIFICATION",
     "SOURCES",
     "GeminiSource",
@@ -43,6 +44,10 @@ GeminiSource = Literal["event", "chat"]
 gemini wrote to the hook's stdin), or a line of the session's ``chat`` file
 (``transcript_path``, JSON lines). Named apart from Claude Code's ``hook`` and
 ``transcript``: a recording's source says whose it is (:mod:`codex_presence.core.clients`)."""
+
+PACKAGE = "@google/gemini-cli"
+"""Gemini CLI's npm package: its ``package.json`` beside the program says the version
+(:mod:`codex_presence.agent.installed`)."""
 
 SOURCES: frozenset[str] = frozenset({"event", "chat"})
 
