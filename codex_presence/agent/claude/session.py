@@ -20,8 +20,10 @@ skeleton's (:mod:`codex_presence.agent.session`).
   the person's own settings and one hook per event the mapping reads, async command hooks
   (claude shows none in its spinner) where it can (:mod:`.settings`, which also makes
   claude's environment: no proxy for the hook URL, the person's flags in the resume hint).
-  Each delivery says its process id, so that one that arrives after a later hook of
-  claude's is dropped (:mod:`~codex_presence.core.hooks.hook_order`). The hook URL holds
+  On Linux the hooks are spooled into the private directory, which no other user can
+  reach (:mod:`~codex_presence.agent.hooks.spool`; what is there when claude exits is
+  read then). Each delivery says its process id, so that one that arrives after a later
+  hook of claude's is dropped (:mod:`~codex_presence.core.hooks.hook_order`). The hook URL holds
   the session's secret: it is never logged.
 * **Which hooks, and who leads** (:func:`~.settings.with_our_hooks`): where claude's
   session status file can lead (an interactive claude of a known version), only SessionStart
@@ -62,7 +64,9 @@ from codex_presence.agent.claude.launch import (
     release,
     sweep_after_the_spawn,
 )
+from codex_presence.agent.claude.settings import SPOOL
 from codex_presence.agent.hooks.hook_server import HookServer
+from codex_presence.agent.hooks.spool import HookSpool
 from codex_presence.agent.hooks.watch import DirectoryWatch
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
@@ -190,6 +194,10 @@ class ClaudeSession:
                 listener, launch.listener = launch.listener, None  # the server closes it
                 early, launch.early = launch.early, None  # and takes what it accepted
                 await tg.start(partial(self.server.serve, listener=listener, early=early))
+            spool = None
+            if launch.private is not None and (Path(launch.private) / SPOOL).is_dir():
+                spool = HookSpool(Path(launch.private) / SPOOL, self._on_hook)
+                await tg.start(spool.serve)
             await tg.start(Session.forward_signals, self.signals)
             if process is None:
                 tg.cancel_scope.cancel()
@@ -206,6 +214,8 @@ class ClaudeSession:
                     process.kill()
                     process.wait(5)
                 process.release()  # its watchdog ends what is left of claude's tree
+            if spool is not None:
+                spool.drain()  # what claude waited for at its exit (SessionEnd), read now
             tg.cancel_scope.cancel()
         status = exit_status(returncode)
         if 0 < status < 128 and self._observe and "claude" not in Path(command[0]).name:
