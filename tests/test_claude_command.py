@@ -24,7 +24,6 @@ from codex_presence.agent.claude import session as claude_session
 from codex_presence.agent.claude import settings as claude_settings
 from codex_presence.agent.claude.files import ClaudeFiles
 from codex_presence.agent.claude.session import ClaudeSession
-from codex_presence.agent.claude.settings import SPOOL, SPOOL_ENV
 from codex_presence.core.claude.mapping import SETTLE
 from codex_presence.core.claude.protocol import (
     HOOK_EVENTS,
@@ -33,7 +32,7 @@ from codex_presence.core.claude.protocol import (
     WAITED_EVENTS,
     resume_hint_flags,
 )
-from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER
+from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, SPOOL, SPOOL_ENV
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of

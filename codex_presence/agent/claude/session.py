@@ -64,7 +64,6 @@ from codex_presence.agent.claude.launch import (
     release,
     sweep_after_the_spawn,
 )
-from codex_presence.agent.claude.settings import SPOOL
 from codex_presence.agent.hooks.hook_server import HookServer
 from codex_presence.agent.hooks.spool import HookSpool
 from codex_presence.agent.hooks.watch import DirectoryWatch
@@ -83,6 +82,7 @@ from codex_presence.core.claude.protocol import (
     ClaudeSource,
 )
 from codex_presence.core.hooks.hook_order import PID_MAX, HookOrder
+from codex_presence.core.hooks.poster import SPOOL
 
 __all__ = ["ClaudeSession"]
 

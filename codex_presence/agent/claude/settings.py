@@ -8,7 +8,7 @@ files it reads.
   reads (:func:`~codex_presence.core.claude.protocol.with_hooks`): a command hook running
   a bash script beside FILE, async but for SessionEnd and in print mode (claude exits
   then, and kills what runs of its async hooks). On Linux (:func:`spools`) the script
-  writes the hook into the private :data:`SPOOL` directory, which no other user can reach
+  writes the hook into the private ``SPOOL`` directory, which no other user can reach
   (:mod:`codex_presence.agent.hooks.spool`); elsewhere it POSTs it to the loopback hook
   server, its URL and secret in the script (curl and its config file where there is no
   bash); an HTTP hook where there is neither bash nor curl, its secret in a header,
@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,21 +47,20 @@ from codex_presence.core.claude.protocol import (
     with_hooks,
 )
 from codex_presence.core.hooks.poster import (
+    SPOOL,
     curl_config,
     poster_command,
     poster_script,
     script_command,
     spool_script,
+    spools,
 )
 
 __all__ = [
-    "SPOOL",
-    "SPOOL_ENV",
     "SettingsError",
     "child_environment",
     "claude_version",
     "split_settings",
-    "spools",
     "with_our_hooks",
 ]
 
@@ -70,19 +68,6 @@ _PACKAGE = "@anthropic-ai/claude-code"
 _VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,6}")
 
 logger = logging.getLogger("codex_presence.claude")
-
-SPOOL = "spool"
-"""The directory, in the session's private one, that the spool poster writes hooks into
-(:mod:`codex_presence.agent.hooks.spool`): it exists when the hooks are spooled."""
-SPOOL_ENV = "CODEX_PRESENCE_HOOK_SPOOL"
-"""``0`` in the runner's environment: POST hooks to the loopback server even where they
-could be spooled (the path other systems take, kept testable on Linux)."""
-
-
-def spools(env: Mapping[str, str]) -> bool:
-    """Whether hooks are spooled: on Linux, where the runner is woken by inotify when a
-    file is written (else they are POSTed to the loopback hook server)."""
-    return sys.platform.startswith("linux") and env.get(SPOOL_ENV) != "0"
 
 
 class SettingsError(Exception):

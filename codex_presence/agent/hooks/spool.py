@@ -81,6 +81,7 @@ class HookSpool:
             return
         with inotify:
             inotify.add_watch(self.directory, flags.CLOSE_WRITE | flags.MOVED_TO)
+            logger.debug("hook spool: watching %s", self.directory)
             task_status.started()
             self.drain()
             while True:

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
+from collections.abc import Mapping
 
 __all__ = [
     "HOOK_SECRET_HEADER",
     "POST_TIMEOUT",
     "SEQ_HEADER",
+    "SPOOL",
+    "SPOOL_ENV",
     "SPOOL_SUFFIX",
     "curl_config",
     "poster_command",
@@ -38,6 +42,7 @@ __all__ = [
     "script_command",
     "spool_script",
     "spooled_hook",
+    "spools",
 ]
 
 POST_TIMEOUT = 2
@@ -122,6 +127,22 @@ def curl_config(url: str, *, timeout: int = POST_TIMEOUT) -> str:
             "",
         ]
     )
+
+
+SPOOL = "spool"
+"""The directory, in a session's private one, that the spool poster writes hooks into
+(:mod:`codex_presence.agent.hooks.spool`): it exists when the hooks are spooled."""
+
+SPOOL_ENV = "CODEX_PRESENCE_HOOK_SPOOL"
+"""``0`` in the runner's environment: POST hooks to the loopback server even where they
+could be spooled (the way other systems take, kept testable on Linux)."""
+
+
+def spools(env: Mapping[str, str]) -> bool:
+    """Whether hooks are spooled, given the runner's environment: on Linux, where the
+    runner is woken by inotify when a file is written (else they are POSTed to the loopback
+    hook server)."""
+    return sys.platform.startswith("linux") and env.get(SPOOL_ENV) != "0"
 
 
 SPOOL_SUFFIX = ".hook"
