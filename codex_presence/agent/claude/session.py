@@ -189,15 +189,22 @@ class ClaudeSession:
             self.mapping.file_led = launch.file_led
             self._files = ClaudeFiles(config=self._config, pid=process.pid)
         async with anyio.create_task_group() as tg:
-            if launch.listener is not None:
-                self.server = HookServer(self._on_hook, path=launch.hook_path)
-                listener, launch.listener = launch.listener, None  # the server closes it
-                early, launch.early = launch.early, None  # and takes what it accepted
-                await tg.start(partial(self.server.serve, listener=listener, early=early))
             spool = None
             if launch.private is not None and (Path(launch.private) / SPOOL).is_dir():
                 spool = HookSpool(Path(launch.private) / SPOOL, self._on_hook)
                 await tg.start(spool.serve)
+                # Nothing of ours comes to the loopback port then: only another user could
+                # still reach it. Closed, with what was taken from it meanwhile.
+                for sock, _, _ in launch.early.stop() if launch.early is not None else ():
+                    sock.close()
+                if launch.listener is not None:
+                    launch.listener.close()
+                launch.early = launch.listener = None
+            elif launch.listener is not None:
+                self.server = HookServer(self._on_hook, path=launch.hook_path)
+                listener, launch.listener = launch.listener, None  # the server closes it
+                early, launch.early = launch.early, None  # and takes what it accepted
+                await tg.start(partial(self.server.serve, listener=listener, early=early))
             await tg.start(Session.forward_signals, self.signals)
             if process is None:
                 tg.cancel_scope.cancel()
