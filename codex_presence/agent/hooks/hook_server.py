@@ -11,8 +11,8 @@ alive between hooks, and so do we.
 
 * The URL is ``http://127.0.0.1:PORT/<secret>/hook``: the secret (fresh per session, 24
   random bytes) is the only credential; or ``http://127.0.0.1:PORT/hook`` with the secret
-  in the :data:`~codex_presence.core.hooks.poster.HOOK_SECRET_HEADER` header (claude's
-  HTTP hooks: claude prints the URL of a hook that failed, on the person's terminal). A
+  in the :data:`~codex_presence.core.hooks.poster.HOOK_SECRET_HEADER` header (a client's
+  HTTP hooks: a client may print the URL of a hook that failed, on the person's terminal). A
   wrong path gets 404 before its body is read, a method other than POST 405; both close
   the connection. The secret is never logged.
 * The answer comes before any work: the client waits for the hooks of its own flow
@@ -389,7 +389,7 @@ class HookServer:
 
     def _names_secret(self, request: h11.Request) -> bool:
         """Whether the request names our secret: in its path (our posters), or, on the
-        path ``/hook``, in :data:`HOOK_SECRET_HEADER` (claude's HTTP hooks: claude prints a
+        path ``/hook``, in :data:`HOOK_SECRET_HEADER` (a client's HTTP hooks: it may print a
         failing hook's URL, never its headers)."""
         if request.target != _HEADER_PATH:
             return hmac.compare_digest(request.target, self._path)

@@ -6,12 +6,12 @@ into ``<pid>.hook`` in :attr:`HookSpool.directory` and exits. That directory is 
 session's private 0700 directory, so **no other local user can reach it**: nothing of
 theirs can delay, fill or even see our hooks (a loopback port is open to every local user,
 and its accept queue is first come, first served: issue 35's item 11), and no secret is
-needed anywhere, so none can be printed (claude names a failing HTTP hook by its URL).
+needed anywhere, so none can be printed (a client may name a failing HTTP hook by its URL).
 
 :meth:`HookSpool.serve` reads a file when the kernel says its writer closed it
 (``IN_CLOSE_WRITE``), hands its payload and sequence number to ``on_hook`` as the hook
 server does, and removes it. Its watch is set before the directory is first read, so a
-hook written before the reader ran (claude's SessionStart, while the runner loads) is read
+hook written before the reader ran (the client's first, while the runner loads) is read
 then. :meth:`HookSpool.drain` reads what is whole at once: the runner calls it when its
 client has exited, so a hook the client waited for at its exit (SessionEnd) is never lost
 to the end of the session. A file that is not whole once closed (its poster was killed

@@ -11,7 +11,7 @@ Two ways, one per kind of reader:
   closed. Only the owner can write there (the directory's mode decides), so another local
   user cannot even reach it, let alone flood it; no secret is needed, none is in any
   command, URL or message; no connection, no wait for an answer. A file is ``LENGTH\n``
-  then the payload: one a poster killed mid-write (claude kills its async hooks at exit)
+  then the payload: one a poster killed mid-write (a client kills its async hooks at exit)
   is told apart (:func:`spooled_hook`) and dropped.
 * **HTTP** to the loopback hook server
   (:mod:`codex_presence.agent.hooks.hook_server`) elsewhere: :func:`poster_script`
@@ -49,8 +49,8 @@ POST_TIMEOUT = 2
 """Seconds a poster waits for the server's answer, by default."""
 
 HOOK_SECRET_HEADER = "x-codex-presence-secret"
-"""Where a client's HTTP hook carries the hook server's secret, its URL without it: claude
-prints the URL of a hook that fails or is cancelled (``SessionEnd hook [URL] failed: Hook
+"""Where a client's HTTP hook carries the hook server's secret, its URL without it: a client
+may print the URL of a hook that fails or is cancelled (``SessionEnd hook [URL] failed: Hook
 cancelled``, on the person's terminal in print mode) and writes it into its transcript,
 its headers never."""
 
