@@ -291,10 +291,11 @@ def with_our_hooks(
     """``claude ARGS...`` with ``--settings FILE``, and whether claude's session file leads:
     FILE (written in ``private``) holds the person's ``settings`` and our hooks to ``url``
     (only :data:`~codex_presence.core.claude.protocol.FILE_LED_EVENTS` when the file leads,
-    else every event: :func:`_file_leads`, said once in the log); async command hooks where
-    claude has a screen and bash or curl, HTTP hooks elsewhere (print mode: no screen, and it
-    ends with the turn). ``later``: where given, gets what is to be checked once claude
-    runs (see :func:`_hook_command`), for the caller to run then."""
+    else every event: :func:`_file_leads`, said once in the log); command hooks where
+    claude's PATH has bash or curl (:func:`_hook_command`), async but for SessionEnd and in
+    print mode (no screen, and it ends with the turn), else HTTP hooks. ``later``: where
+    given, gets what is to be checked once claude runs (see :func:`_hook_command`), for the
+    caller to run then."""
     printing = prints(argv[1:])
     command = _hook_command(private, url, env, later)
     file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
