@@ -4,8 +4,8 @@ files, fed to the sans-I/O Claude Code mapping.
 It owns the session's plumbing: the hook spool (:mod:`.spool`) or the loopback hook server
 (:mod:`.hook_server`), the private settings file that points claude's hooks at it, claude
 itself, the follower of claude's transcript and session status file (:mod:`.files`), the
-mapping's timer, the recording and the exit status; the observers, companions, signals and end are the shells'
-skeleton's (:mod:`codex_presence.agent.session`).
+mapping's timer, the recording and the exit status; the observers, companions, signals
+and end are the shells' skeleton's (:mod:`codex_presence.agent.session`).
 
 * **Nothing is proxied.** claude gets our terminal (stdin, stdout, stderr) and stays in our
   process group, which is the terminal's foreground group, so it reads keys, resizes and
