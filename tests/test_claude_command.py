@@ -493,6 +493,25 @@ def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: Running
     assert watch.sequence() == [None, "working", None]
 
 
+def test_every_spooled_hook_is_recorded_in_claudes_order_the_last_one_included(
+    tmp_path: Path,
+) -> None:
+    """Spooled hooks are read when the kernel says their file was closed, in that order;
+    claude's last (SessionEnd, which it waits for) is written just before it exits, and
+    what is left in the spool then is read before the session ends (``HookSpool.drain``,
+    checked alone in ``tests/test_hook_spool.py``)."""
+    record = tmp_path / "session.jsonl"
+    script = [hook("UserPromptSubmit"), hook("Stop"), hook("SessionEnd", reason="other")]
+    proc = run_claude(tmp_path, script, "-q", "--record", str(record))
+    assert proc.returncode == 0, said(tmp_path)
+    events = [
+        entry["msg"]["hook_event_name"]
+        for entry in map(json.loads, record.read_text().splitlines())
+        if entry.get("from") == "hook"
+    ]
+    assert events == ["UserPromptSubmit", "Stop", "SessionEnd"]
+
+
 def test_no_trace_reports_no_activity_and_installs_no_hooks(
     tmp_path: Path, broker: RunningBroker
 ) -> None:
