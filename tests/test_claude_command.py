@@ -181,11 +181,12 @@ def test_without_bash_or_curl_claude_gets_http_hooks_their_secret_in_a_header(
 
 
 @pytest.mark.parametrize("args", [("-p", "hi"), ("--print",)])
-def test_in_print_mode_claude_waits_for_every_command_hook(
+def test_in_print_mode_claude_waits_for_the_command_hooks_of_the_turns_end(
     tmp_path: Path, args: tuple[str, ...]
 ) -> None:
-    """Print mode exits with the turn, killing what runs of its async hooks: every hook
-    is a command hook claude waits for (no HTTP hook, no URL claude could print)."""
+    """Print mode exits with the turn, killing what runs of its async hooks: Stop,
+    StopFailure and SessionEnd are command hooks claude waits for, the others async (no
+    HTTP hook, no URL claude could print)."""
     dump = tmp_path / "dump.json"
     script = json.dumps([{"do": "dump", "path": str(dump)}])
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
@@ -194,8 +195,14 @@ def test_in_print_mode_claude_waits_for_every_command_hook(
     proc = subprocess.run([*command, *args], env=full_env, check=False)
     assert proc.returncode == 0
     hooks = json.loads(dump.read_text())["settings"]["hooks"]
-    specs = [spec for event in HOOK_EVENTS for entry in hooks[event] for spec in entry["hooks"]]
-    assert {(spec["type"], spec["async"]) for spec in specs} == {("command", False)}
+    kinds = {
+        event: (spec["type"], spec["async"])
+        for event in HOOK_EVENTS
+        for entry in hooks[event]
+        for spec in entry["hooks"]
+    }
+    waited = {"Stop", "StopFailure", "SessionEnd"}
+    assert kinds == {e: ("command", e not in waited) for e in HOOK_EVENTS}
 
 
 @pytest.mark.parametrize("bash", ["none", "without /dev/tcp"])
@@ -282,7 +289,7 @@ def test_a_settings_of_the_users_own_is_carried_with_ours(tmp_path: Path) -> Non
     settings = given["settings"]
     assert settings["x"] == 1 and settings["hooks"]["Stop"][0] == mine["hooks"]["Stop"][0]
     ours = settings["hooks"]["Stop"][1]["hooks"][0]
-    assert ours["type"] == "command" and ours["async"] is False  # -p: print mode waits
+    assert ours["type"] == "command" and ours["async"] is False  # -p: the turn's end waits
     assert sorted(settings["hooks"]) == sorted(HOOK_EVENTS)
     # claude's parting hint lists the arguments the person gave, not our --settings FILE.
     assert given["env"][RESUME_HINT_FLAGS_ENV] == f"--settings {theirs} -p hi"

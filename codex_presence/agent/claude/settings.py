@@ -6,13 +6,14 @@ files it reads.
   is taken out (:func:`split_settings`) and carried in FILE, our hooks after theirs.
 * **FILE** (0600, in the session's private 0700 directory): one hook per event the mapping
   reads (:func:`~codex_presence.core.claude.protocol.with_hooks`): a command hook running
-  a bash script beside FILE, async but for SessionEnd and in print mode (claude exits
-  then, and kills what runs of its async hooks). On Linux (:func:`spools`) the script
-  writes the hook into the private ``SPOOL`` directory, which no other user can reach
-  (:mod:`codex_presence.agent.hooks.spool`); elsewhere it POSTs it to the loopback hook
-  server, its URL and secret in the script (curl and its config file where there is no
-  bash); an HTTP hook where there is neither bash nor curl, its secret in a header,
-  never in the URL claude prints when the hook fails (:func:`with_our_hooks`).
+  a bash script beside FILE, async but for SessionEnd (and Stop and StopFailure in print
+  mode): claude exits then, and kills what runs of its async hooks. On Linux
+  (:func:`spools`) the script writes the hook into the private ``SPOOL`` directory, which
+  no other user can reach (:mod:`codex_presence.agent.hooks.spool`); elsewhere it POSTs
+  it to the loopback hook server, its URL and secret in the script (curl and its config
+  file where there is no bash); an HTTP hook where there is neither bash nor curl, its
+  secret in a header, never in the URL claude prints when the hook fails
+  (:func:`with_our_hooks`).
 * **Which hooks** (:func:`with_our_hooks`): an interactive claude of a version whose
   session status file is known to say its state alone
   (:data:`~codex_presence.core.claude.protocol.FILE_LED_VERSIONS`) gets only the hooks
@@ -292,8 +293,8 @@ def with_our_hooks(
     FILE (written in ``private``) holds the person's ``settings`` and our hooks to ``url``
     (only :data:`~codex_presence.core.claude.protocol.FILE_LED_EVENTS` when the file leads,
     else every event: :func:`_file_leads`, said once in the log); command hooks where
-    claude's PATH has bash or curl (:func:`_hook_command`), async but for SessionEnd and in
-    print mode (no screen, and it ends with the turn), else HTTP hooks. ``later``: where
+    claude's PATH has bash or curl (:func:`_hook_command`), async but for SessionEnd (and in
+    print mode, which ends with the turn, Stop and StopFailure), else HTTP hooks. ``later``: where
     given, gets what is to be checked once claude runs (see :func:`_hook_command`), for the
     caller to run then."""
     printing = prints(argv[1:])
@@ -303,6 +304,6 @@ def with_our_hooks(
         logger.info("claude's hooks: %s", why)
     events = FILE_LED_EVENTS if file_led else HOOK_EVENTS
     document = orjson.dumps(
-        with_hooks(settings, url, command=command, events=events, waited=printing)
+        with_hooks(settings, url, command=command, events=events, printing=printing)
     )
     return _with_settings(argv, _write_private(private, "settings.json", document)), file_led

@@ -30,6 +30,7 @@ __all__ = [
     "IDLE_STATUSES",
     "INTERRUPT_PREFIX",
     "PERSON_WAITS",
+    "PRINT_WAITED_EVENTS",
     "RESUME_HINT_FLAGS_ENV",
     "SOURCES",
     "TRANSCRIPT_TYPES",
@@ -242,6 +243,11 @@ async: claude exits right after them, and kills what is still running of its asy
 then (a StopFailure's was lost so). claude gives its SessionEnd hooks 1.5 s in all
 (``CLAUDE_CODE_SESSIONEND_HOOKS_TIMEOUT_MS``) and shows no spinner there."""
 
+PRINT_WAITED_EVENTS: frozenset[str] = WAITED_EVENTS | {"Stop", "StopFailure"}
+"""In print mode claude exits with the turn: the turn's last hooks are waited for too.
+The others stay async (a hook claude waits for costs the turn a bash's start, 5-100 ms
+on a loaded machine; an async one is long done by the end)."""
+
 
 def prints(args: Sequence[str]) -> bool:
     """Whether claude given ``args`` runs in print mode (``-p``/``--print``): no screen,
@@ -327,14 +333,14 @@ def hook_settings(
     command: str | None = None,
     events: tuple[str, ...] = HOOK_EVENTS,
     timeout: int = HOOK_TIMEOUT,
-    waited: bool = False,
+    printing: bool = False,
 ) -> dict[str, Any]:
     """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
     every tool matches; :data:`FILE_LED_MATCHERS` for :data:`FILE_LED_EVENTS`): as a
     command hook running ``command`` (:func:`script_command` or :func:`poster_command`) if
     given — ``async``, so claude waits for none and its spinner names one only while
-    claude starts it, but for those of :data:`WAITED_EVENTS` and every one when
-    ``waited`` (print mode: claude exits with the turn) — else as an HTTP hook to ``url``
+    claude starts it, but for those of :data:`WAITED_EVENTS`, or of
+    :data:`PRINT_WAITED_EVENTS` when ``printing`` — else as an HTTP hook to ``url``
     (``http://127.0.0.1:PORT/SECRET/hook``), which claude waits for and names all the
     while, its secret sent in :data:`HOOK_SECRET_HEADER`, never in the URL claude prints.
     SessionStart needs ``command`` (claude runs no HTTP hook for it): ValueError without
@@ -347,7 +353,7 @@ def hook_settings(
         if command is None:
             hook = _http_hook(url, timeout)
         else:
-            wait = waited or event in WAITED_EVENTS
+            wait = event in (PRINT_WAITED_EVENTS if printing else WAITED_EVENTS)
             hook = {"type": "command", "command": command, "async": not wait, "timeout": timeout}
         group: dict[str, Any] = {"hooks": [hook]}
         if events == FILE_LED_EVENTS:
@@ -379,7 +385,7 @@ def with_hooks(
     *,
     command: str | None = None,
     events: tuple[str, ...] = HOOK_EVENTS,
-    waited: bool = False,
+    printing: bool = False,
 ) -> dict[str, Any]:
     """The user's own settings document (from a ``--settings`` they gave claude) with our
     hooks for ``events`` (:func:`hook_settings`) added after theirs: claude takes one
@@ -387,7 +393,7 @@ def with_hooks(
     merged = dict(settings)
     theirs = merged.get("hooks")
     hooks = dict(theirs) if isinstance(theirs, dict) else {}
-    for event, groups in hook_settings(url, command=command, events=events, waited=waited)[
+    for event, groups in hook_settings(url, command=command, events=events, printing=printing)[
         "hooks"
     ].items():
         existing = hooks.get(event)
