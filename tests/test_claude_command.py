@@ -28,10 +28,11 @@ from codex_presence.core.claude.mapping import SETTLE
 from codex_presence.core.claude.protocol import (
     HOOK_EVENTS,
     HOOK_TIMEOUT,
-    HTTP_ONLY_EVENTS,
     RESUME_HINT_FLAGS_ENV,
+    WAITED_EVENTS,
     resume_hint_flags,
 )
+from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, SPOOL, SPOOL_ENV
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
@@ -117,9 +118,15 @@ def broker() -> Iterator[RunningBroker]:
 # -- what claude is given --------------------------------------------------------------------
 
 
-def test_claude_gets_private_settings_with_a_hook_per_event(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spool", ["spool", "loopback"])
+def test_claude_gets_private_settings_with_a_hook_per_event(tmp_path: Path, spool: str) -> None:
+    """Every event a command hook running our bash poster, async but for SessionEnd (claude
+    exits right after: it waits for that one). The poster writes into the private spool
+    (Linux), or POSTs to the loopback server (elsewhere; ``CODEX_PRESENCE_HOOK_SPOOL=0``),
+    the URL in the script only."""
     dump = tmp_path / "dump.json"
-    proc = run_claude(tmp_path, [{"do": "dump", "path": str(dump)}])
+    env = {SPOOL_ENV: "0"} if spool == "loopback" else None
+    proc = run_claude(tmp_path, [{"do": "dump", "path": str(dump)}], env=env)
     assert proc.returncode == 0, said(tmp_path)
     given = json.loads(dump.read_text())
     argv = given["argv"]
@@ -132,41 +139,70 @@ def test_claude_gets_private_settings_with_a_hook_per_event(tmp_path: Path) -> N
         (entry,) = hooks[event]
         (spec,) = entry["hooks"]
         assert spec["timeout"] == HOOK_TIMEOUT
-        if event in HTTP_ONLY_EVENTS:  # claude exits right after: it waits for this one
-            assert spec["type"] == "http" and spec["url"].startswith("http://127.0.0.1:")
-            continue
         # async: claude neither waits for it nor names it in its spinner
-        assert spec["type"] == "command" and spec["async"] is True
+        assert spec["type"] == "command" and spec["async"] is (event not in WAITED_EVENTS)
         commands.add(spec["command"])
     (command,) = commands
     words = shlex.split(command)
     assert words[:2] == ["exec", shutil.which("bash")]  # the poster script, not curl's start
     script = Path(words[2])
-    assert script.parent == Path(argv[2]).parent  # private, beside the settings
+    private = Path(argv[2]).parent
+    assert script.parent == private  # private, beside the settings
     assert given["config_mode"] == 0o600 and "/hook" not in command  # the URL: file only
-    assert re.search(r"/dev/tcp/127\.0\.0\.1/\d+ ", given["config"])
-    assert re.search(r"'/[^/']+/hook'", given["config"])
-    assert not Path(argv[2]).exists() and not Path(argv[2]).parent.exists()  # removed
+    if spool == "spool":
+        assert f">'{private / SPOOL}'/$$'.hook'" in given["config"]
+        assert "/dev/tcp" not in given["config"] and "/hook " not in given["config"]
+    else:
+        assert re.search(r"/dev/tcp/127\.0\.0\.1/\d+ ", given["config"])
+        assert re.search(r"'/[^/']+/hook'", given["config"])
+    assert not Path(argv[2]).exists() and not private.exists()  # removed
     assert given["pgrp_is_parents"]  # in the terminal's foreground group, as run directly
 
 
-@pytest.mark.parametrize(
-    ("args", "env"), [((), {"PATH": "/nonexistent"}), (("-p", "hi"), {}), (("--print",), {})]
-)
-def test_without_curl_or_a_screen_claude_gets_http_hooks(
-    tmp_path: Path, args: tuple[str, ...], env: dict[str, str]
+def test_without_bash_or_curl_claude_gets_http_hooks_their_secret_in_a_header(
+    tmp_path: Path,
 ) -> None:
+    """claude prints a failing HTTP hook's URL (and writes it into the transcript): the
+    secret is in a header, the URL is the server's ``/hook``."""
     dump = tmp_path / "dump.json"
     script = json.dumps([{"do": "dump", "path": str(dump)}])
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
-    full_env.update(FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), **env)
+    full_env.update(
+        FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), PATH="/nonexistent"
+    )
     command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
-    proc = subprocess.run([*command, *args], env=full_env, check=False)
+    proc = subprocess.run(command, env=full_env, check=False)
     assert proc.returncode == 0
     hooks = json.loads(dump.read_text())["settings"]["hooks"]
     specs = [spec for event in HOOK_EVENTS for entry in hooks[event] for spec in entry["hooks"]]
     assert {spec["type"] for spec in specs} == {"http"}
-    assert all(spec["url"].startswith("http://127.0.0.1:") for spec in specs)
+    assert all(re.fullmatch(r"http://127\.0\.0\.1:\d+/hook", spec["url"]) for spec in specs)
+    assert all(len(spec["headers"][HOOK_SECRET_HEADER]) == 32 for spec in specs)
+
+
+@pytest.mark.parametrize("args", [("-p", "hi"), ("--print",)])
+def test_in_print_mode_claude_waits_for_the_command_hooks_of_the_turns_end(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Print mode exits with the turn, killing what runs of its async hooks: Stop,
+    StopFailure and SessionEnd are command hooks claude waits for, the others async (no
+    HTTP hook, no URL claude could print)."""
+    dump = tmp_path / "dump.json"
+    script = json.dumps([{"do": "dump", "path": str(dump)}])
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_PRESENCE_")}
+    full_env.update(FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"))
+    command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
+    proc = subprocess.run([*command, *args], env=full_env, check=False)
+    assert proc.returncode == 0
+    hooks = json.loads(dump.read_text())["settings"]["hooks"]
+    kinds = {
+        event: (spec["type"], spec["async"])
+        for event in HOOK_EVENTS
+        for entry in hooks[event]
+        for spec in entry["hooks"]
+    }
+    waited = {"Stop", "StopFailure", "SessionEnd"}
+    assert kinds == {e: ("command", e not in waited) for e in HOOK_EVENTS}
 
 
 @pytest.mark.parametrize("bash", ["none", "without /dev/tcp"])
@@ -197,6 +233,7 @@ def test_without_a_bash_that_opens_tcp_claude_gets_curl_hooks(tmp_path: Path, ba
     env.update(
         FAKE_CLAUDE_SCRIPT=script, CLAUDE_CONFIG_DIR=str(tmp_path / "config"), PATH=str(only_curl)
     )
+    env[SPOOL_ENV] = "0"  # the loopback server (where nothing can be spooled)
     command = [sys.executable, "-m", "codex_presence", "claude", "--", fake_claude(tmp_path)]
     proc = subprocess.Popen(command, env=env)
     try:
@@ -251,7 +288,8 @@ def test_a_settings_of_the_users_own_is_carried_with_ours(tmp_path: Path) -> Non
     assert given["argv"][1] == "--settings" and given["argv"][3:] == ["-p", "hi"]
     settings = given["settings"]
     assert settings["x"] == 1 and settings["hooks"]["Stop"][0] == mine["hooks"]["Stop"][0]
-    assert settings["hooks"]["Stop"][1]["hooks"][0]["type"] == "http"  # -p: print mode
+    ours = settings["hooks"]["Stop"][1]["hooks"][0]
+    assert ours["type"] == "command" and ours["async"] is False  # -p: the turn's end waits
     assert sorted(settings["hooks"]) == sorted(HOOK_EVENTS)
     # claude's parting hint lists the arguments the person gave, not our --settings FILE.
     assert given["env"][RESUME_HINT_FLAGS_ENV] == f"--settings {theirs} -p hi"
@@ -401,8 +439,9 @@ def test_a_claude_that_cannot_run_is_127(tmp_path: Path) -> None:
 # -- reporting ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("spool", ["spool", "loopback"])
 def test_hooks_reach_the_roster_and_the_recording_replays(
-    tmp_path: Path, broker: RunningBroker
+    tmp_path: Path, broker: RunningBroker, spool: str
 ) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
     record, log = tmp_path / "session.jsonl", tmp_path / "presence.log"
@@ -421,7 +460,8 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
         {"do": "sleep", "seconds": 1.0},
     ]
     options = [*reporting(broker, tmp_path), "--record", str(record), "-v", "--log-file", str(log)]
-    proc = run_claude(tmp_path, script, *options, wait=False)
+    env = {SPOOL_ENV: "0"} if spool == "loopback" else None
+    proc = run_claude(tmp_path, script, *options, wait=False, env=env)
     watch.wait_connected(1)
     go_on.touch()
     assert proc.wait(EXITS_WITHIN) == 0
@@ -438,7 +478,9 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
     assert token_of("alice") not in logged and "/hook" not in logged  # no token, no URL
     recorded = record.read_text()
     urls = re.findall(r"127\.0\.0\.1:\d+/([^/\"]+)/hook", recorded)
-    assert urls == ["REDACTED"]  # the transcript's stop_hook_summary, recorded without it
+    # the transcript's stop_hook_summary names the poster (spooled: no URL at all), or its
+    # URL, recorded without the secret
+    assert urls == ([] if spool == "spool" else ["REDACTED"])
     assert said(tmp_path) == ""  # everything went to the log file
 
 
@@ -456,6 +498,25 @@ def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: Running
     assert proc.wait(EXITS_WITHIN) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", None]
+
+
+def test_every_spooled_hook_is_recorded_in_claudes_order_the_last_one_included(
+    tmp_path: Path,
+) -> None:
+    """Spooled hooks are read when the kernel says their file was closed, in that order;
+    claude's last (SessionEnd, which it waits for) is written just before it exits, and
+    what is left in the spool then is read before the session ends (``HookSpool.drain``,
+    checked alone in ``tests/test_hook_spool.py``)."""
+    record = tmp_path / "session.jsonl"
+    script = [hook("UserPromptSubmit"), hook("Stop"), hook("SessionEnd", reason="other")]
+    proc = run_claude(tmp_path, script, "-q", "--record", str(record))
+    assert proc.returncode == 0, said(tmp_path)
+    events = [
+        entry["msg"]["hook_event_name"]
+        for entry in map(json.loads, record.read_text().splitlines())
+        if entry.get("from") == "hook"
+    ]
+    assert events == ["UserPromptSubmit", "Stop", "SessionEnd"]
 
 
 def test_no_trace_reports_no_activity_and_installs_no_hooks(
@@ -652,16 +713,15 @@ def test_a_temporary_directory_another_user_owns_or_can_write_holds_nothing_of_o
 # -- claude spawned before anything slow loads (issue 34) --------------------------------------
 
 SPAWN_SPY = """\
-import json, os, socket, sys
+import json, os, re, sys
 import codex_presence.agent.claude.launch as launch
 
-def spy(argv, **kwargs):  # claude's spawn: what is loaded, and whether the hook URL answers
+def spy(argv, **kwargs):  # claude's spawn: what is loaded, and whether the hooks' spool is
     settings = json.loads(open(argv[argv.index("--settings") + 1]).read())
     hooks = [h for matchers in settings["hooks"].values() for m in matchers for h in m["hooks"]]
-    urls = [h["url"] for h in hooks if h["type"] == "http"]  # SessionEnd's, at least
-    port = int(urls[0].split(":")[2].split("/")[0])
-    with socket.create_connection(("127.0.0.1", port), timeout=5):
-        pass  # it listens: the kernel holds the connection until the server accepts
+    (poster,) = {h["command"].split()[-1] for h in hooks if h["type"] == "command"}
+    (spool,) = re.findall(r">'([^']+)'/[$][$]", open(poster).read())
+    assert os.stat(spool).st_mode & 0o777 == 0o700  # there: hooks wait in it until read
     sys.stdout.write(" ".join(sorted(sys.modules)))
     sys.stdout.flush()
     os._exit(0)

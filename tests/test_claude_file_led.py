@@ -146,7 +146,8 @@ def test_a_known_interactive_claude_gets_only_the_hooks_outside_a_turn(tmp_path:
     ((start,),) = [group["hooks"] for group in hooks["SessionStart"]]
     assert start["type"] == "command" and start["async"] is True  # claude runs no HTTP one
     ((end,),) = [group["hooks"] for group in hooks["SessionEnd"]]
-    assert end["type"] == "http"  # claude waits for it at exit (no spinner there)
+    # claude waits for it at exit (no spinner there): not async, no URL to print
+    assert end["type"] == "command" and end["async"] is False
     # Not after a compaction (it may come mid-turn), not at /clear (claude would name it).
     assert [group["matcher"] for group in hooks["SessionStart"]] == ["startup|resume|clear"]
     assert [group["matcher"] for group in hooks["SessionEnd"]] == ["prompt_input_exit|logout|other"]

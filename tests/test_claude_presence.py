@@ -31,6 +31,7 @@ import pytest
 from bench._claude_driver import Capture, Interactive, Tmux, claude_env, prepare_home
 from bench._fake_anthropic import FakeAnthropic, Reply, bash, say, text, tool_use
 from codex_presence.core.claude.protocol import FILE_LED_EVENTS, HOOK_EVENTS
+from codex_presence.core.hooks.poster import SPOOL_ENV
 from codex_presence.core.recording import read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
@@ -170,6 +171,34 @@ def test_print_mode_a_turn_with_an_allowed_tool(
     log = logged(files)
     assert "working (UserPromptSubmit)" in log and "idle (Stop)" in log
     assert token_of("alice") not in log and "/hook" not in log  # no token, no hook URL
+
+
+SESSION_END_BUDGET_ENV = "CLAUDE_CODE_SESSIONEND_HOOKS_TIMEOUT_MS"
+"""The time claude gives its SessionEnd hooks at exit, in all (1.5 s by default; read from
+its binary): what it has not answered by then is cancelled."""
+
+
+@pytest.mark.parametrize("delivery", ["spool", "loopback"])
+def test_print_mode_prints_no_hook_secret_even_when_claude_cancels_a_hook(
+    claude: Path, tmp_path: Path, broker: RunningBroker, delivery: str
+) -> None:
+    """Under load, claude -p cancelled our SessionEnd hook at exit and said so on its
+    stderr, naming the hook: an HTTP hook by its URL, the session's secret in it
+    (``SessionEnd hook [http://127.0.0.1:PORT/SECRET/hook] failed: Hook cancelled``).
+    Here claude gets 1 ms for it, so it cancels it every time: what it prints names our
+    poster (spooled, or POSTing to the loopback server), no URL, no secret."""
+    api = FakeAnthropic([say("Done.", wait=0.2)])
+    env = {SESSION_END_BUDGET_ENV: "1", **({SPOOL_ENV: "0"} if delivery == "loopback" else {})}
+    with api.serve():
+        result, files = run_print(
+            tmp_path / "run", broker, base_url=api.base_url, claude_args=("-p", "hi"), env=env
+        )
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout + result.stderr
+    assert "SessionEnd hook [" in printed, printed  # cancelled, and said: the cause is ours
+    assert not re.search(r"127\.0\.0\.1:\d+/[^\s\]]", printed), printed  # no URL's path
+    recorded = files.record.read_text()
+    assert not re.search(r"127\.0\.0\.1:\d+/(?!REDACTED/)[^\s\]\"]", recorded)
 
 
 def test_print_mode_exit_status_passes_through(

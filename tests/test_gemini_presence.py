@@ -186,7 +186,7 @@ def test_print_mode_reports_the_turn_and_passes_the_exit_status(
     eventually(lambda: "working" in watch.sequence(), within=WITHIN, what="working seen")
     watch.wait_connected(0, within=WITHIN)
     assert [state for state, _ in replayed(files)] == ["working", "idle"], replayed(files)
-    assert "hook server listening" in files.log.read_text(errors="replace")
+    assert "hook spool: watching" in files.log.read_text(errors="replace")  # -v: logged
 
 
 def test_geminis_exit_status_is_the_runners(

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from codex_presence.agent.hooks.hook_server import HookServer
-from codex_presence.core.hooks.poster import poster_script, script_command
+from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, poster_script, script_command
 
 pytestmark = pytest.mark.anyio
 
@@ -99,6 +99,23 @@ async def test_a_wrong_secret_is_404_and_its_body_is_never_read() -> None:
         # A huge declared body on a wrong path: answered from the head alone.
         head = b"POST /x/hook HTTP/1.1\r\nhost: a\r\ncontent-length: 1000000000\r\n\r\n"
         assert b" 404 " in await raw_exchange(server.port or 0, head)
+
+
+async def test_the_secret_may_come_in_a_header_on_the_plain_hook_path() -> None:
+    """claude's HTTP hooks: it prints a failing hook's URL, never its headers."""
+    async with serving() as (server, got), client() as http:
+        secret = server.url.split("/")[3]
+        plain = f"http://127.0.0.1:{server.port}/hook"
+        answer = await http.post(plain, json={"n": 1}, headers={HOOK_SECRET_HEADER: secret})
+        assert answer.status_code == 200 and got == [{"n": 1}]
+        for headers in ({}, {HOOK_SECRET_HEADER: secret[:-1] + "x"}, {HOOK_SECRET_HEADER: ""}):
+            assert (await http.post(plain, json={"n": 2}, headers=headers)).status_code == 404
+        twice = (
+            b"POST /hook HTTP/1.1\r\nhost: a\r\n%s: %s\r\n%s: %s\r\ncontent-length: 2\r\n\r\n{}"
+            % (HOOK_SECRET_HEADER.encode(), secret.encode(), HOOK_SECRET_HEADER.encode(), b"x")
+        )
+        assert b" 404 " in await raw_exchange(server.port or 0, twice)
+        assert got == [{"n": 1}]
 
 
 async def test_a_method_other_than_post_is_405() -> None:

@@ -97,13 +97,15 @@ def run_print(
     base_url: str,
     claude_args: Sequence[str],
     timeout: float = 60.0,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], PresenceFiles]:
-    """``codex-presence claude ... -- claude -p ...`` to its end, output captured."""
+    """``codex-presence claude ... -- claude -p ...`` to its end, output captured; ``env``
+    added to its environment."""
     files = _files(root, None)
     result = subprocess.run(
         command(files, broker, claude_args),
         cwd=files.work,
-        env=presence_env(files, base_url),
+        env={**presence_env(files, base_url), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -45,6 +45,8 @@ def main() -> int:
     settings_path: Path | None = None
     connection: http.client.HTTPConnection | None = None
     command: str | None = None
+    url: Any = None
+    headers: dict[str, str] = {}
     config_path: Path | None = None
     if args[:1] == ["--settings"]:
         settings_path = Path(args[1])
@@ -63,7 +65,11 @@ def main() -> int:
             poster = Path(words[-1])
             if "-K" not in words and poster.is_file() and " -K " in poster.read_text():
                 words = shlex.split(poster.read_text())  # a poster that runs curl
-            if "-K" in words:  # curl, its config file holding the URL
+            if "-K" not in words and "/dev/tcp/" not in Path(words[-1]).read_text():
+                config_path = Path(words[-1])  # the spool poster: no URL, no server
+                config = config_path.read_text()
+                address = None
+            elif "-K" in words:  # curl, its config file holding the URL
                 config_path = Path(words[words.index("-K") + 1])
                 config = config_path.read_text()
                 (address,) = re.findall(r'^url = "([^"]+)"$', config, re.MULTILINE)
@@ -73,10 +79,12 @@ def main() -> int:
                 (port,) = re.findall(r"/dev/tcp/127\.0\.0\.1/(\d+) ", config)
                 (path,) = re.findall(r"'(/[^']+/hook)'", config)
                 address = f"http://127.0.0.1:{port}{path}"
-            url = urlsplit(address)
+            url = None if address is None else urlsplit(address)
         else:
             url = urlsplit(ours["url"])
-        connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+            headers = ours.get("headers", {})
+        if url is not None:
+            connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
     transcript = Path(os.environ.get("FAKE_CLAUDE_TRANSCRIPT", "/nonexistent/transcript.jsonl"))
     config = Path(os.environ.get("CLAUDE_CONFIG_DIR", Path.home() / ".claude"))
     stamp = 0
@@ -91,13 +99,17 @@ def main() -> int:
                 "hook_event_name": step.pop("event"),
                 **step,
             }
-            assert connection is not None, "no --settings: no hooks"
+            assert settings_path is not None, "no --settings: no hooks"
             if command is not None:  # run to its end: the script's order is the hooks'
                 done = subprocess.run(["sh", "-c", command], input=json.dumps(body).encode())
                 assert done.returncode == 0, done.returncode
                 continue
+            assert connection is not None and url is not None
             connection.request(
-                "POST", url.path, json.dumps(body), {"content-type": "application/json"}
+                "POST",
+                url.path,
+                json.dumps(body),
+                {"content-type": "application/json", **headers},
             )
             answer = connection.getresponse()
             assert answer.status == 200 and answer.read() == b"{}", answer.status
@@ -113,11 +125,11 @@ def main() -> int:
             with transcript.open("a") as out:
                 out.write(json.dumps(step["entry"]) + "\n")
         elif do == "summary":  # as claude's transcript names its hooks, URL and all
-            assert connection is not None
+            named = command if url is None else f"http://{url.netloc}{url.path}"
             entry = {
                 "type": "system",
                 "subtype": "stop_hook_summary",
-                "hookInfos": [{"command": f"http://{url.netloc}{url.path}"}],
+                "hookInfos": [{"command": named}],
             }
             with transcript.open("a") as out:
                 out.write(json.dumps(entry) + "\n")

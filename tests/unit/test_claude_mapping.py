@@ -705,5 +705,37 @@ def test_our_hooks_come_after_the_users_own() -> None:
     merged = with_hooks(theirs, "http://127.0.0.1:1/s/hook")
     assert merged["env"] == {} and sorted(merged["hooks"]) == sorted(HOOK_EVENTS)
     assert merged["hooks"]["Stop"][0] == theirs["hooks"]["Stop"][0]
-    assert merged["hooks"]["Stop"][1]["hooks"][0]["url"] == "http://127.0.0.1:1/s/hook"
+    assert merged["hooks"]["Stop"][1]["hooks"][0]["url"] == "http://127.0.0.1:1/hook"
     assert theirs["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "x"}]}]
+
+
+def test_an_http_hooks_secret_is_in_a_header_never_in_the_url_claude_prints() -> None:
+    """claude names a failing or cancelled HTTP hook by its URL, on the person's terminal in
+    print mode (``SessionEnd hook [URL] failed: Hook cancelled``), and in its transcript."""
+    from codex_presence.core.claude.protocol import hook_settings
+    from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER
+
+    document = hook_settings("http://127.0.0.1:4321/Se-cr_et/hook", events=("Stop",))
+    (hook,) = document["hooks"]["Stop"][0]["hooks"]
+    assert hook["url"] == "http://127.0.0.1:4321/hook"
+    assert hook["headers"] == {HOOK_SECRET_HEADER: "Se-cr_et"}
+    with pytest.raises(ValueError) as refused:
+        hook_settings("http://example.com/Se-cr_et/hook", events=("Stop",))
+    assert "Se-cr_et" not in str(refused.value)
+
+
+def test_claude_waits_for_sessionends_command_hook_and_in_print_mode_for_the_turns_end() -> None:
+    """claude exits right after SessionEnd (and, in print mode, after the turn), killing
+    what runs of its async hooks; the others stay async (waiting costs a bash's start)."""
+    from codex_presence.core.claude.protocol import hook_settings
+
+    def waited(**options: bool) -> dict[str, bool]:
+        hooks = hook_settings("http://127.0.0.1:1/s/hook", command="poster", **options)["hooks"]
+        return {event: not groups[0]["hooks"][0]["async"] for event, groups in hooks.items()}
+
+    assert {e for e, w in waited().items() if w} == {"SessionEnd"}
+    assert {e for e, w in waited(printing=True).items() if w} == {
+        "Stop",
+        "StopFailure",
+        "SessionEnd",
+    }

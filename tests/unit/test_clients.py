@@ -30,6 +30,7 @@ SHARED = (
     "agent/hooks/__init__.py",
     "agent/hooks/hook_server.py",
     "agent/hooks/peer_uid.py",
+    "agent/hooks/spool.py",
     "agent/hooks/watch.py",
     "cli/replay.py",
 )

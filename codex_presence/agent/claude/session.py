@@ -1,11 +1,11 @@
 """The I/O shell of ``codex-presence claude``: one Claude Code process, its hooks and its
 files, fed to the sans-I/O Claude Code mapping.
 
-It owns the session's plumbing: the loopback hook server (:mod:`.hook_server`), the private
-settings file that points claude's HTTP hooks at it, claude itself, the follower of claude's
-transcript and session status file (:mod:`.files`), the mapping's timer, the
-recording and the exit status; the observers, companions, signals and end are the shells'
-skeleton's (:mod:`codex_presence.agent.session`).
+It owns the session's plumbing: the hook spool (:mod:`.spool`) or the loopback hook server
+(:mod:`.hook_server`), the private settings file that points claude's hooks at it, claude
+itself, the follower of claude's transcript and session status file (:mod:`.files`), the
+mapping's timer, the recording and the exit status; the observers, companions, signals
+and end are the shells' skeleton's (:mod:`codex_presence.agent.session`).
 
 * **Nothing is proxied.** claude gets our terminal (stdin, stdout, stderr) and stays in our
   process group, which is the terminal's foreground group, so it reads keys, resizes and
@@ -20,8 +20,10 @@ skeleton's (:mod:`codex_presence.agent.session`).
   the person's own settings and one hook per event the mapping reads, async command hooks
   (claude shows none in its spinner) where it can (:mod:`.settings`, which also makes
   claude's environment: no proxy for the hook URL, the person's flags in the resume hint).
-  Each delivery says its process id, so that one that arrives after a later hook of
-  claude's is dropped (:mod:`~codex_presence.core.hooks.hook_order`). The hook URL holds
+  On Linux the hooks are spooled into the private directory, which no other user can
+  reach (:mod:`~codex_presence.agent.hooks.spool`; what is there when claude exits is
+  read then). Each delivery says its process id, so that one that arrives after a later
+  hook of claude's is dropped (:mod:`~codex_presence.core.hooks.hook_order`). The hook URL holds
   the session's secret: it is never logged.
 * **Which hooks, and who leads** (:func:`~.settings.with_our_hooks`): where claude's
   session status file can lead (an interactive claude of a known version), only SessionStart
@@ -63,6 +65,7 @@ from codex_presence.agent.claude.launch import (
     sweep_after_the_spawn,
 )
 from codex_presence.agent.hooks.hook_server import HookServer
+from codex_presence.agent.hooks.spool import HookSpool
 from codex_presence.agent.hooks.watch import DirectoryWatch
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
@@ -79,6 +82,7 @@ from codex_presence.core.claude.protocol import (
     ClaudeSource,
 )
 from codex_presence.core.hooks.hook_order import PID_MAX, HookOrder
+from codex_presence.core.hooks.poster import SPOOL
 
 __all__ = ["ClaudeSession"]
 
@@ -185,7 +189,18 @@ class ClaudeSession:
             self.mapping.file_led = launch.file_led
             self._files = ClaudeFiles(config=self._config, pid=process.pid)
         async with anyio.create_task_group() as tg:
-            if launch.listener is not None:
+            spool = None
+            if launch.private is not None and (Path(launch.private) / SPOOL).is_dir():
+                spool = HookSpool(Path(launch.private) / SPOOL, self._on_hook)
+                await tg.start(spool.serve)
+                # Nothing of ours comes to the loopback port then: only another user could
+                # still reach it. Closed, with what was taken from it meanwhile.
+                for sock, _, _ in launch.early.stop() if launch.early is not None else ():
+                    sock.close()
+                if launch.listener is not None:
+                    launch.listener.close()
+                launch.early = launch.listener = None
+            elif launch.listener is not None:
                 self.server = HookServer(self._on_hook, path=launch.hook_path)
                 listener, launch.listener = launch.listener, None  # the server closes it
                 early, launch.early = launch.early, None  # and takes what it accepted
@@ -206,6 +221,8 @@ class ClaudeSession:
                     process.kill()
                     process.wait(5)
                 process.release()  # its watchdog ends what is left of claude's tree
+            if spool is not None:
+                spool.drain()  # what claude waited for at its exit (SessionEnd), read now
             tg.cancel_scope.cancel()
         status = exit_status(returncode)
         if 0 < status < 128 and self._observe and "claude" not in Path(command[0]).name:

@@ -5,10 +5,15 @@ files it reads.
   only the last ``--settings`` given, so one of the person's own (a file, or a JSON object)
   is taken out (:func:`split_settings`) and carried in FILE, our hooks after theirs.
 * **FILE** (0600, in the session's private 0700 directory): one hook per event the mapping
-  reads (:func:`~codex_presence.core.claude.protocol.with_hooks`), an async command hook
-  running a bash script beside FILE that holds the URL with its secret (curl and its config
-  file where there is no bash), or an HTTP hook where claude must wait (print mode, neither
-  bash nor curl: :func:`with_our_hooks`).
+  reads (:func:`~codex_presence.core.claude.protocol.with_hooks`): a command hook running
+  a bash script beside FILE, async but for SessionEnd (and Stop and StopFailure in print
+  mode): claude exits then, and kills what runs of its async hooks. On Linux
+  (:func:`spools`) the script writes the hook into the private ``SPOOL`` directory, which
+  no other user can reach (:mod:`codex_presence.agent.hooks.spool`); elsewhere it POSTs
+  it to the loopback hook server, its URL and secret in the script (curl and its config
+  file where there is no bash); an HTTP hook where there is neither bash nor curl, its
+  secret in a header, never in the URL claude prints when the hook fails
+  (:func:`with_our_hooks`).
 * **Which hooks** (:func:`with_our_hooks`): an interactive claude of a version whose
   session status file is known to say its state alone
   (:data:`~codex_presence.core.claude.protocol.FILE_LED_VERSIONS`) gets only the hooks
@@ -44,10 +49,13 @@ from codex_presence.core.claude.protocol import (
     with_hooks,
 )
 from codex_presence.core.hooks.poster import (
+    SPOOL,
     curl_config,
     poster_command,
     poster_script,
     script_command,
+    spool_script,
+    spools,
 )
 
 __all__ = [
@@ -141,9 +149,11 @@ def _hook_command(
     env: Mapping[str, str],
     later: list[Callable[[], None]] | None = None,
 ) -> str | None:
-    """The async command hook that delivers to ``url`` (its script or config file written
-    in ``private``): a bash script (:func:`poster_script`: a third of curl's CPU), else
-    curl; None where claude's PATH has neither: then HTTP hooks.
+    """The command hook that delivers claude's hooks (its script or config file written in
+    ``private``): where they are spooled (:func:`spools`), a bash script writing into
+    ``private/SPOOL`` (:func:`spool_script`, made here), else one POSTing to ``url``
+    (:func:`poster_script`: a third of curl's CPU), else curl; None where claude's PATH
+    has neither bash nor curl: then HTTP hooks.
 
     Whether bash opens ``/dev/tcp`` (:func:`_opens_tcp`: starting bash costs 35-50 ms on
     the way to claude's first paint on a loaded machine) is checked after claude's spawn
@@ -152,6 +162,11 @@ def _hook_command(
     path = env.get("PATH", os.defpath)
     bash, cat = shutil.which("bash", path=path), shutil.which("cat", path=path)
     curl = shutil.which("curl", path=path)
+    if bash is not None and cat is not None and "'" not in cat + str(private) and spools(env):
+        spool = private / SPOOL
+        spool.mkdir(mode=0o700)
+        script = _write_private(private, "poster.sh", spool_script(str(spool), cat=cat).encode())
+        return script_command(bash, str(script))
     if bash is not None and cat is not None and "'" not in cat:
         if later is not None and curl is not None:
             script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
@@ -258,15 +273,18 @@ def with_our_hooks(
     """``claude ARGS...`` with ``--settings FILE``, and whether claude's session file leads:
     FILE (written in ``private``) holds the person's ``settings`` and our hooks to ``url``
     (only :data:`~codex_presence.core.claude.protocol.FILE_LED_EVENTS` when the file leads,
-    else every event: :func:`_file_leads`, said once in the log); async command hooks where
-    claude has a screen and bash or curl, HTTP hooks elsewhere (print mode: no screen, and it
-    ends with the turn). ``later``: where given, gets what is to be checked once claude
-    runs (see :func:`_hook_command`), for the caller to run then."""
+    else every event: :func:`_file_leads`, said once in the log); command hooks where
+    claude's PATH has bash or curl (:func:`_hook_command`), async but for SessionEnd (and in
+    print mode, which ends with the turn, Stop and StopFailure), else HTTP hooks. ``later``: where
+    given, gets what is to be checked once claude runs (see :func:`_hook_command`), for the
+    caller to run then."""
     printing = prints(argv[1:])
-    command = None if printing else _hook_command(private, url, env, later)
+    command = _hook_command(private, url, env, later)
     file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
     if why:
         logger.info("claude's hooks: %s", why)
     events = FILE_LED_EVENTS if file_led else HOOK_EVENTS
-    document = orjson.dumps(with_hooks(settings, url, command=command, events=events))
+    document = orjson.dumps(
+        with_hooks(settings, url, command=command, events=events, printing=printing)
+    )
     return _with_settings(argv, _write_private(private, "settings.json", document)), file_led

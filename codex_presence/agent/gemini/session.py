@@ -15,9 +15,11 @@ the observers, companions, signals and end are the shells' skeleton's
   starts, dies with us however we end (its watchdog:
   :func:`~codex_presence.agent.child.spawn`), and our exit status is gemini's (128+N for
   signal N).
-* **The hooks are synchronous**: gemini waits for each and names it in its spinner. The
-  server answers ``200 {}`` before anything else, and the poster prints nothing; each
-  event is recorded, fed to the mapping, and wakes the follower.
+* **The hooks are synchronous**: gemini waits for each and names it in its spinner. On
+  Linux the poster writes it into the private spool, which no other user can reach
+  (:mod:`codex_presence.agent.hooks.spool`), and exits; elsewhere the server answers
+  ``200 {}`` before anything else. The poster prints nothing; each event is recorded, fed
+  to the mapping, and wakes the follower.
 * **The chat file** is read every ``poll_interval`` while the member is not idle (its
   ``Request cancelled.`` line is the only word of an Esc, or of a "No" at an approval);
   when idle the follower sleeps until the next hook. Each new prompt (BeforeAgent) starts
@@ -47,6 +49,7 @@ from codex_presence.agent.child import spawn, wait_child
 from codex_presence.agent.gemini.chat import ChatFile
 from codex_presence.agent.gemini.settings import SettingsError, ShadowHome
 from codex_presence.agent.hooks.hook_server import HookServer
+from codex_presence.agent.hooks.spool import HookSpool
 from codex_presence.agent.leftovers import make_owned_directory
 from codex_presence.agent.recorder import Recorder, start_recorder
 from codex_presence.agent.session import (
@@ -60,6 +63,7 @@ from codex_presence.agent.signals import SignalForwarding, cannot_run, exit_stat
 from codex_presence.core.activity import Transition
 from codex_presence.core.gemini.mapping import GeminiMapping
 from codex_presence.core.gemini.protocol import GeminiSource
+from codex_presence.core.hooks.poster import SPOOL, spools
 
 __all__ = ["GeminiSession"]
 
@@ -131,12 +135,21 @@ class GeminiSession:
     ) -> int:
         async with anyio.create_task_group() as tg:
             child_env = dict(env)
+            spool: HookSpool | None = None
             if private is not None:
-                url = await tg.start(self.server.serve)
+                url = None
+                if spools(env):
+                    (private / SPOOL).mkdir(mode=0o700)
+                    spool = HookSpool(private / SPOOL, self._on_hook)
+                    await tg.start(spool.serve)
+                else:
+                    url = await tg.start(self.server.serve)
                 shadow = ShadowHome(private, env)
                 self._shadow = shadow
                 try:
-                    child_env.update(shadow.make(url, env))
+                    child_env.update(
+                        shadow.make(url, env, spool=None if spool is None else spool.directory)
+                    )
                 except (SettingsError, OSError) as exc:  # said once; gemini runs as given
                     logger.warning("%s: this session runs without our hooks", exc)
                 else:
@@ -157,6 +170,8 @@ class GeminiSession:
                     process.kill()
                     process.wait(5)
                 process.release()  # its watchdog ends what is left of gemini's tree
+            if spool is not None:
+                spool.drain()  # a hook of gemini's last moments, read now
             tg.cancel_scope.cancel()
         return exit_status(returncode)
 

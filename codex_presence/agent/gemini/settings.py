@@ -23,9 +23,11 @@ a **shadow home** (:class:`ShadowHome`), in its private 0700 directory:
   comments is not rewritten (it would lose them): the changes are named in a warning.
 
 The hook itself is our poster (:mod:`codex_presence.core.hooks.poster`): gemini runs every
-hook synchronously and names it in its spinner, so it must cost little (a bash script with
-``/dev/tcp``, no curl) and print nothing (gemini reads a hook's stdout as its answer: empty
-is "go on").
+hook synchronously and names it in its spinner, so it must cost little (a bash script, no
+curl) and print nothing (gemini reads a hook's stdout as its answer: empty is "go on"). On
+Linux it writes the hook into the session's private spool, which no other user can reach
+(:mod:`codex_presence.agent.hooks.spool`), and exits; elsewhere it POSTs it to the loopback
+hook server through ``/dev/tcp``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 import orjson
 
 from codex_presence.core.gemini.protocol import hook_settings, with_hooks
-from codex_presence.core.hooks.poster import poster_script, script_command
+from codex_presence.core.hooks.poster import poster_script, script_command, spool_script
 
 __all__ = [
     "HOME_ENV",
@@ -196,9 +198,13 @@ class ShadowHome:
         self._ours: dict[str, Any] = {}
         self._their_events: frozenset[str] = frozenset()
 
-    def make(self, url: str, env: Mapping[str, str]) -> dict[str, str]:
-        """Build the shadow with our hooks POSTing to ``url``; the variables to add to
-        gemini's environment. Raises :class:`SettingsError`, OSError."""
+    def make(
+        self, url: str | None, env: Mapping[str, str], *, spool: Path | None = None
+    ) -> dict[str, str]:
+        """Build the shadow with our hooks written into ``spool`` (a directory in the
+        private one: :mod:`codex_presence.agent.hooks.spool`) if given, else POSTed to
+        ``url``; the variables to add to gemini's environment. Raises
+        :class:`SettingsError`, OSError."""
         settings = their_settings(env)
         self.theirs.mkdir(parents=True, exist_ok=True)
         for name in MADE_AHEAD:
@@ -209,7 +215,13 @@ class ShadowHome:
                 (self.shadow / entry.name).symlink_to(self.theirs / entry.name)
         bash = shutil.which("bash", path=env.get("PATH")) or "/bin/bash"
         cat = shutil.which("cat", path=env.get("PATH")) or "/bin/cat"
-        script = _write_private(self.root / "poster.sh", poster_script(url, cat=cat).encode())
+        if spool is not None:
+            poster = spool_script(str(spool), cat=cat)
+        elif url is not None:
+            poster = poster_script(url, cat=cat)
+        else:
+            raise ValueError("hooks need a spool or a URL")
+        script = _write_private(self.root / "poster.sh", poster.encode())
         self._ours = hook_settings(script_command(bash, str(script)))
         self._written = with_hooks(settings, self._ours)
         theirs = settings.get("hooks")

@@ -10,8 +10,11 @@ module is only the socket loop around it) on anyio streams; the client keeps its
 alive between hooks, and so do we.
 
 * The URL is ``http://127.0.0.1:PORT/<secret>/hook``: the secret (fresh per session, 24
-  random bytes) is the only credential. A wrong path gets 404 before its body is read, a
-  method other than POST 405; both close the connection. The secret is never logged.
+  random bytes) is the only credential; or ``http://127.0.0.1:PORT/hook`` with the secret
+  in the :data:`~codex_presence.core.hooks.poster.HOOK_SECRET_HEADER` header (a client's
+  HTTP hooks: a client may print the URL of a hook that failed, on the person's terminal). A
+  wrong path gets 404 before its body is read, a method other than POST 405; both close
+  the connection. The secret is never logged.
 * The answer comes before any work: the client waits for the hooks of its own flow
   (UserPromptSubmit, Pre/PostToolUse, PostToolBatch, Stop, SessionEnd), so every
   millisecond here is a millisecond of the turn. Only once ``200 {}`` is sent does the
@@ -66,7 +69,7 @@ from anyio.abc import SocketStream, TaskStatus
 from codex_presence._wire import Refused
 from codex_presence.agent.hooks.listener import EarlyAccepts, listen_loopback, new_hook_path
 from codex_presence.agent.hooks.peer_uid import peer_uid
-from codex_presence.core.hooks.poster import SEQ_HEADER
+from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, SEQ_HEADER
 
 __all__ = ["MAX_BODY", "HookServer"]
 
@@ -82,6 +85,9 @@ _LINGER = 1.0
 still sending it sees our answer instead of a reset."""
 _OK = b"{}"
 _SEQ = SEQ_HEADER.encode()
+_SECRET = HOOK_SECRET_HEADER.encode()
+_HEADER_PATH = b"/hook"
+"""The path of a request whose secret is in :data:`HOOK_SECRET_HEADER`."""
 _ACCEPT_BURST = 64
 """Connections taken from the backlog per wake-up before the others get a turn."""
 _TALLY_EVERY = 5.0
@@ -368,7 +374,7 @@ class HookServer:
         """Refuses a request not for us (trusting the connection once it names our
         secret); its sequence number (None if it has none, or one that is not a small
         number: no opinion)."""
-        if not hmac.compare_digest(request.target, self._path):
+        if not self._names_secret(request):
             raise Refused(404, "no such hook")
         client.trusted = True
         if request.method != b"POST":
@@ -380,6 +386,16 @@ class HookServer:
             if name == _SEQ and value.isdigit() and len(value) <= 12:
                 seq = int(value)
         return seq
+
+    def _names_secret(self, request: h11.Request) -> bool:
+        """Whether the request names our secret: in its path (our posters), or, on the
+        path ``/hook``, in :data:`HOOK_SECRET_HEADER` (a client's HTTP hooks: it may print a
+        failing hook's URL, never its headers)."""
+        if request.target != _HEADER_PATH:
+            return hmac.compare_digest(request.target, self._path)
+        secret = self._path.split(b"/")[1]
+        given = [value for name, value in request.headers if name == _SECRET]
+        return len(given) == 1 and hmac.compare_digest(given[0], secret)
 
     @staticmethod
     def _parse(body: bytes) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER
+
 __all__ = [
     "BLOCKING_NOTIFICATIONS",
     "FILE_LED_EVENTS",
@@ -24,15 +26,16 @@ __all__ = [
     "FILE_LED_VERSIONS",
     "HOOK_EVENTS",
     "HOOK_TIMEOUT",
-    "HTTP_ONLY_EVENTS",
     "IDLE_NOTIFICATION",
     "IDLE_STATUSES",
     "INTERRUPT_PREFIX",
     "PACKAGE",
     "PERSON_WAITS",
+    "PRINT_WAITED_EVENTS",
     "RESUME_HINT_FLAGS_ENV",
     "SOURCES",
     "TRANSCRIPT_TYPES",
+    "WAITED_EVENTS",
     "ClaudeSource",
     "ClaudeStats",
     "SessionView",
@@ -239,10 +242,16 @@ def _has_space(arg: str) -> bool:
     return any(char.isspace() for char in arg)
 
 
-HTTP_ONLY_EVENTS: frozenset[str] = frozenset({"SessionEnd"})
-"""Events that stay HTTP hooks even where the others are async command hooks: claude
-exits right after them, and an async hook's process may not have delivered by then (claude
-waits for an HTTP hook's answer at exit, and shows no spinner there)."""
+WAITED_EVENTS: frozenset[str] = frozenset({"SessionEnd"})
+"""Events whose command hook claude waits for (not ``async``) even where the others are
+async: claude exits right after them, and kills what is still running of its async hooks
+then (a StopFailure's was lost so). claude gives its SessionEnd hooks 1.5 s in all
+(``CLAUDE_CODE_SESSIONEND_HOOKS_TIMEOUT_MS``) and shows no spinner there."""
+
+PRINT_WAITED_EVENTS: frozenset[str] = WAITED_EVENTS | {"Stop", "StopFailure"}
+"""In print mode claude exits with the turn: the turn's last hooks are waited for too.
+The others stay async (a hook claude waits for costs the turn a bash's start, 5-100 ms
+on a loaded machine; an async one is long done by the end)."""
 
 
 def prints(args: Sequence[str]) -> bool:
@@ -329,29 +338,50 @@ def hook_settings(
     command: str | None = None,
     events: tuple[str, ...] = HOOK_EVENTS,
     timeout: int = HOOK_TIMEOUT,
+    printing: bool = False,
 ) -> dict[str, Any]:
     """The ``--settings`` document that sends each of ``events`` to us (no ``matcher``:
-    every tool matches; :data:`FILE_LED_MATCHERS` for :data:`FILE_LED_EVENTS`): as an
-    async command hook running ``command`` (:func:`script_command` or
-    :func:`poster_command`) if given — claude waits for none, and its spinner names one
-    only while claude starts it — else as an HTTP hook to ``url``, which claude waits for
-    and names all the while; those of
-    :data:`HTTP_ONLY_EVENTS` always as HTTP hooks. SessionStart needs ``command`` (claude
-    runs no HTTP hook for it): ValueError without one."""
+    every tool matches; :data:`FILE_LED_MATCHERS` for :data:`FILE_LED_EVENTS`): as a
+    command hook running ``command`` (:func:`script_command` or :func:`poster_command`) if
+    given — ``async``, so claude waits for none and its spinner names one only while
+    claude starts it, but for those of :data:`WAITED_EVENTS`, or of
+    :data:`PRINT_WAITED_EVENTS` when ``printing`` — else as an HTTP hook to ``url``
+    (``http://127.0.0.1:PORT/SECRET/hook``), which claude waits for and names all the
+    while, its secret sent in :data:`HOOK_SECRET_HEADER`, never in the URL claude prints.
+    SessionStart needs ``command`` (claude runs no HTTP hook for it): ValueError without
+    one."""
     if command is None and "SessionStart" in events:
         raise ValueError("SessionStart can only be a command hook")
-    http = {"type": "http", "url": url, "timeout": timeout}
     hooks: dict[str, Any] = {}
     for event in events:
-        if command is None or event in HTTP_ONLY_EVENTS:
-            hook: dict[str, Any] = http
+        hook: dict[str, Any]
+        if command is None:
+            hook = _http_hook(url, timeout)
         else:
-            hook = {"type": "command", "command": command, "async": True, "timeout": timeout}
+            wait = event in (PRINT_WAITED_EVENTS if printing else WAITED_EVENTS)
+            hook = {"type": "command", "command": command, "async": not wait, "timeout": timeout}
         group: dict[str, Any] = {"hooks": [hook]}
         if events == FILE_LED_EVENTS:
             group["matcher"] = FILE_LED_MATCHERS[event]
         hooks[event] = [group]
     return {"hooks": hooks}
+
+
+_SECRET_URL = re.compile(r"(http://127\.0\.0\.1:\d{1,5})/([A-Za-z0-9_-]+)/hook")
+
+
+def _http_hook(url: str, timeout: int) -> dict[str, Any]:
+    """An HTTP hook to ``url``, the secret in its path moved into a header."""
+    match = _SECRET_URL.fullmatch(url)
+    if match is None:
+        raise ValueError("not a loopback hook URL with a secret")  # the URL is not said
+    origin, secret = match.groups()
+    return {
+        "type": "http",
+        "url": f"{origin}/hook",
+        "headers": {HOOK_SECRET_HEADER: secret},
+        "timeout": timeout,
+    }
 
 
 def with_hooks(
@@ -360,6 +390,7 @@ def with_hooks(
     *,
     command: str | None = None,
     events: tuple[str, ...] = HOOK_EVENTS,
+    printing: bool = False,
 ) -> dict[str, Any]:
     """The user's own settings document (from a ``--settings`` they gave claude) with our
     hooks for ``events`` (:func:`hook_settings`) added after theirs: claude takes one
@@ -367,7 +398,9 @@ def with_hooks(
     merged = dict(settings)
     theirs = merged.get("hooks")
     hooks = dict(theirs) if isinstance(theirs, dict) else {}
-    for event, groups in hook_settings(url, command=command, events=events)["hooks"].items():
+    for event, groups in hook_settings(url, command=command, events=events, printing=printing)[
+        "hooks"
+    ].items():
         existing = hooks.get(event)
         hooks[event] = [*(existing if isinstance(existing, list) else []), *groups]
     merged["hooks"] = hooks
