@@ -23,9 +23,13 @@ every 0.1 s while the member is not idle). Each round:
   reading the file, the mapping, the report and the broker add.
   (``bench/latency.py`` (c) has the hook -> roster counterpart.)
 
+With ``--baseline DIR`` (another checkout: ``git archive REV codex_presence | tar -x -C
+DIR``), a third way interleaved with the two: ``--claude-hooks auto`` run from DIR
+(``PYTHONPATH=DIR``, as ``carol``): before and after a change, on the same machine.
+
 tmux calls run in a thread, so the SSE reader is never held up.
 
-    .venv/bin/python bench/claude_lead.py [--rounds 6] [--idle-seconds 10]
+    .venv/bin/python bench/claude_lead.py [--rounds 6] [--idle-seconds 10] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ from bench._scripted import Body  # noqa: E402
 
 WAYS = {"auto": "dave", "all": "erin"}
 """``--claude-hooks`` value -> the member it reports as."""
+BASELINE = "auto (baseline)"
+"""The way ``--baseline`` adds: ``--claude-hooks auto`` from the other checkout."""
 DIALOG = r"Do you want to proceed\?"
 READY = r"\? for shortcuts"
 
@@ -70,10 +76,10 @@ def prompt(n: int) -> str:
     return f"make thing {n} now"
 
 
-def replies(rounds: int) -> list[Reply]:
+def replies(sessions: int) -> list[Reply]:
     """Per session: a Bash call (a permission dialog), then an answer."""
     out: list[Reply] = []
-    for n in range(rounds * len(WAYS)):
+    for n in range(sessions):
         tool = f"toolu_lead{n}"
 
         def asked(body: Body, text: str = prompt(n)) -> bool:
@@ -119,18 +125,28 @@ async def screen_shows(tmux: Tmux, pattern: str, within: float = 30.0) -> None:
 
 
 async def one_round(
-    way: str, n: int, url: str, base_url: str, tmp: Path, watch: latency.Watch, idle: float
+    way: str,
+    n: int,
+    url: str,
+    base_url: str,
+    tmp: Path,
+    watch: latency.Watch,
+    idle: float,
+    baseline: str | None,
 ) -> tuple[float | None, ...]:
     """One session: idle CPU ms and wake-ups per minute, prompt -> working ms, Yes ->
     working ms."""
-    member = WAYS[way]
-    root = tmp / f"{way}-{n}"
+    member = "carol" if way == BASELINE else WAYS[way]
+    root = tmp / f"{member}-{n}"
     home, work = prepare_home(root)
     env = {k: v for k, v in claude_env(home, base_url).items() if not k.startswith("CODEX_")}
     env["CODEX_PRESENCE_TOKEN"] = latency.token_of(member)
+    if way == BASELINE and baseline is not None:
+        env["PYTHONPATH"] = baseline
     tmux = Tmux(root / "tmux.sock")
     argv = [
-        sys.executable, "-m", "codex_presence", "claude", "-q", "--claude-hooks", way,
+        sys.executable, "-m", "codex_presence", "claude", "-q",
+        "--claude-hooks", "auto" if way == BASELINE else way,
         "--broker", url, "--name", member, "--log-file", str(root / "presence.log"),
         "--", str(claude_binary()), "--permission-mode", "default",
     ]  # fmt: skip
@@ -180,8 +196,9 @@ def line(label: str, values: list[float], unit: str) -> str:
 
 
 async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
-    api = FakeAnthropic(replies(args.rounds))
-    results: dict[str, list[tuple[float | None, ...]]] = {way: [] for way in WAYS}
+    ways = [*WAYS, *([BASELINE] if args.baseline else [])]
+    api = FakeAnthropic(replies(args.rounds * len(ways)))
+    results: dict[str, list[tuple[float | None, ...]]] = {way: [] for way in ways}
     watch = latency.Watch()
     with api.serve():
         bob = {"authorization": f"Bearer {latency.token_of('bob')}"}
@@ -191,10 +208,17 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
             try:
                 sessions = 0
                 for n in range(args.rounds):
-                    for way in WAYS if n % 2 == 0 else reversed(WAYS):
+                    for way in ways if n % 2 == 0 else reversed(ways):
                         results[way].append(
                             await one_round(
-                                way, sessions, url, api.base_url, tmp, watch, args.idle_seconds
+                                way,
+                                sessions,
+                                url,
+                                api.base_url,
+                                tmp,
+                                watch,
+                                args.idle_seconds,
+                                args.baseline,
                             )
                         )
                         sessions += 1
@@ -202,12 +226,12 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
                 reader.cancel()
     print(f"claude {claude_binary()}; load {os.getloadavg()[0]:.2f} at the end")
     for way, rows in results.items():
-        print(f"--claude-hooks {way} ({WAYS[way]}):")
+        print(f"--claude-hooks {way}:")
         print(line("idle at the prompt: CPU", [r[0] for r in rows], "ms/min"))
         print(line("idle at the prompt: wake-ups", [r[1] for r in rows], "/min"))
         print(line("prompt -> roster working", [r[2] for r in rows], "ms"))
         print(line("Yes -> roster working", [r[3] for r in rows], "ms"))
-        if way == "auto":
+        if way != "all":
             file_ms = [ms for r in rows for ms in r[4:] if ms is not None]
             print(line("claude's write -> roster", file_ms, "ms"))
 
@@ -216,6 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--baseline", help="another checkout, run with PYTHONPATH=DIR")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f}")
     broker = subprocess.Popen(

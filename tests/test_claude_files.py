@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from codex_presence.agent.claude import files as claude_files
-from codex_presence.agent.claude.files import ClaudeFiles, config_dir
+from codex_presence.agent.claude.files import ClaudeFiles
+from codex_presence.agent.claude.launch import config_dir
 from tests.support.other_user import OTHER_UID
 from tests.support.waiting import eventually
 
