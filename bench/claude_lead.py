@@ -18,9 +18,12 @@ every 0.1 s while the member is not idle). Each round:
   difference between the two is what the way costs.
 * **Yes -> working**: the model asks for a Bash command (a permission dialog: blocked);
   from just before the Enter that approves it to the roster's working.
+* **later prompt -> working**: a second prompt in the same session, once idle (claude
+  writes a session's first prompt later than the next ones: the project's directory, the
+  transcript and the history's first line are made then).
 * **claude's write -> roster** (the file-led way): from claude's last write of its session
-  file before the roster's working (its mtime, on the monotonic clock) to that event: what
-  reading the file, the mapping, the report and the broker add.
+  file or its prompt history before the roster's working (their mtimes, on the monotonic
+  clock) to that event: what reading the file, the mapping, the report and the broker add.
   (``bench/latency.py`` (c) has the hook -> roster counterpart.)
 
 With ``--baseline DIR`` (another checkout: ``git archive REV codex_presence | tar -x -C
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -76,23 +80,34 @@ def prompt(n: int) -> str:
     return f"make thing {n} now"
 
 
+def later_prompt(n: int) -> str:
+    return f"say thing {n} again"
+
+
 def replies(sessions: int) -> list[Reply]:
-    """Per session: a Bash call (a permission dialog), then an answer."""
+    """Per session: a Bash call (a permission dialog), then an answer; a later prompt's
+    answer."""
     out: list[Reply] = []
     for n in range(sessions):
         tool = f"toolu_lead{n}"
-
-        def asked(body: Body, text: str = prompt(n)) -> bool:
-            return conversation(body) and any(text in t for t in last_user_texts(body))
 
         def answered(body: Body, tool: str = tool) -> bool:
             return tool in tool_results(body)
 
         out += [
-            Reply(blocks=[bash(f"touch made{n}.txt", id=tool)], match=asked, wait=0.3),
+            Reply(
+                blocks=[bash(f"touch made{n}.txt", id=tool)],
+                match=partial(asks_for, text=prompt(n)),
+                wait=0.3,
+            ),
             say(f"Made thing {n}.", match=answered),
+            say(f"Said {n}.", match=partial(asks_for, text=later_prompt(n))),
         ]
     return out
+
+
+def asks_for(body: Body, text: str) -> bool:
+    return conversation(body) and any(text in t for t in last_user_texts(body))
 
 
 def runner_pid(pane: int) -> int:
@@ -102,11 +117,18 @@ def runner_pid(pane: int) -> int:
 
 
 def written_before(sessions: Path, shown: float) -> float | None:
-    """ms from claude's last write of its session file (its mtime) to ``shown`` (monotonic),
-    or None if it was written again since (the roster's event is then another's)."""
+    """ms from claude's last write before ``shown`` (monotonic) of its session file or its
+    prompt history (their mtimes), or None if both were written again since (the roster's
+    event is then another's)."""
     (status,) = sessions.glob("*.json")
-    written = status.stat().st_mtime_ns / 1e9 - (time.time() - time.monotonic())
-    return (shown - written) * 1000 if written <= shown else None
+    offset = time.time() - time.monotonic()
+    written = [
+        path.stat().st_mtime_ns / 1e9 - offset
+        for path in (status, sessions.parent / "history.jsonl")
+        if path.exists()
+    ]
+    before = [t for t in written if t <= shown]
+    return (shown - max(before)) * 1000 if before else None
 
 
 def run_time(pid: int) -> tuple[int, int]:
@@ -178,11 +200,20 @@ async def one_round(
         yes_ms = (shown - sent) * 1000
         file_ms.append(written_before(sessions, shown))
         await watch.until(member, None, 20)
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(tmux.type, later_prompt(n))
+        await asyncio.sleep(0.3)
+        sent = time.monotonic()
+        await asyncio.to_thread(tmux.keys, "Enter")
+        shown = await watch.until(member, "working", 20)
+        later_ms = (shown - sent) * 1000
+        file_ms.append(written_before(sessions, shown))
+        await watch.until(member, None, 20)
         await asyncio.to_thread(tmux.type, "/exit")
         await asyncio.sleep(0.3)
         await asyncio.to_thread(tmux.keys, "Enter")
         await watch.until_connected(member, 0, 20)
-        return idle_ms, idle_wakes, prompt_ms, yes_ms, *file_ms
+        return idle_ms, idle_wakes, prompt_ms, yes_ms, later_ms, *file_ms
     finally:
         await asyncio.to_thread(tmux.kill)
 
@@ -196,7 +227,7 @@ def line(label: str, values: list[float], unit: str) -> str:
 
 
 async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
-    ways = [*WAYS, *([BASELINE] if args.baseline else [])]
+    ways = [*args.ways.split(","), *([BASELINE] if args.baseline else [])]
     api = FakeAnthropic(replies(args.rounds * len(ways)))
     results: dict[str, list[tuple[float | None, ...]]] = {way: [] for way in ways}
     watch = latency.Watch()
@@ -231,9 +262,19 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
         print(line("idle at the prompt: wake-ups", [r[1] for r in rows], "/min"))
         print(line("prompt -> roster working", [r[2] for r in rows], "ms"))
         print(line("Yes -> roster working", [r[3] for r in rows], "ms"))
+        print(line("later prompt -> working", [r[4] for r in rows], "ms"))
         if way != "all":
-            file_ms = [ms for r in rows for ms in r[4:] if ms is not None]
+            file_ms = [ms for r in rows for ms in r[5:] if ms is not None]
             print(line("claude's write -> roster", file_ms, "ms"))
+    if BASELINE in results and "auto" in results:
+        print("auto minus auto (baseline), the same round's pairs: median (pairs faster)")
+        for label, column in (("prompt", 2), ("Yes", 3), ("later prompt", 4)):
+            diffs = [
+                (new[column] or 0.0) - (old[column] or 0.0)
+                for new, old in zip(results["auto"], results[BASELINE], strict=True)
+            ]
+            faster = sum(d < 0 for d in diffs)
+            print(f"  {label:<14} {statistics.median(diffs):+7.1f} ms ({faster}/{len(diffs)})")
 
 
 def main() -> None:
@@ -241,6 +282,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--baseline", help="another checkout, run with PYTHONPATH=DIR")
+    parser.add_argument("--ways", default="auto,all", help="of auto,all (default: both)")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f}")
     broker = subprocess.Popen(
