@@ -101,7 +101,7 @@ def replies(sessions: int) -> list[Reply]:
                 wait=0.3,
             ),
             say(f"Made thing {n}.", match=answered),
-            say(f"Said {n}.", match=partial(asks_for, text=later_prompt(n))),
+            say(f"Said {n}.", match=partial(asks_for, text=later_prompt(n)), wait=0.5),
         ]
     return out
 
@@ -205,7 +205,11 @@ async def one_round(
         await asyncio.sleep(0.3)
         sent = time.monotonic()
         await asyncio.to_thread(tmux.keys, "Enter")
-        shown = await watch.until(member, "working", 20)
+        try:
+            shown = await watch.until(member, "working", 20)
+        except TimeoutError:
+            log = (root / "presence.log").read_text(errors="replace")[-2000:]
+            raise TimeoutError(f"{member}'s later prompt: not working; its log:\n{log}") from None
         later_ms = (shown - sent) * 1000
         file_ms.append(written_before(sessions, shown))
         await watch.until(member, None, 20)

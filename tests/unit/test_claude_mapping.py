@@ -578,6 +578,22 @@ def test_a_prompt_read_after_the_file_said_its_turn_over_is_late() -> None:
     assert s.state == "idle" and s.mapping.stats.late == 1
 
 
+def test_a_view_written_before_the_prompt_does_not_end_its_turn() -> None:
+    """A prompt typed while the runner loaded: its first read finds the prompt's line and
+    the session file's idle of claude's start (stamped before the prompt), in either
+    order. Seen with the real claude on a loaded machine: working, idle, working."""
+    for history_first in (True, False):
+        s = file_led()
+        idle, line = status("idle"), prompted()
+        for source, message in [("history", line), ("session", idle)][
+            :: 1 if history_first else -1
+        ]:
+            s._feed(source, message)  # type: ignore[arg-type]
+        assert s.state == "working", history_first
+        s.session("busy").session("idle")
+        assert s.transitions == [("working", "history prompt"), ("idle", "session idle")]
+
+
 @pytest.mark.parametrize("end", ["SessionEnd", "close"])
 def test_a_prompts_turn_ends_with_the_session(end: str) -> None:
     s = file_led().history(prompted())

@@ -75,7 +75,7 @@ systems)."""
 
 
 class ClaudeFiles:
-    """Follows one claude process's transcript and session status file."""
+    """Follows one claude process's transcript, session status file and prompt history."""
 
     def __init__(self, *, config: Path, pid: int, history_from: int | None = None) -> None:
         self._sessions = config / "sessions"

@@ -46,7 +46,8 @@ what closes each — every rule names its closers, so no state can stick:
   prompt history with this session's id (the shell reads only those), not a slash
   command, opens a turn unless one runs or the file said a state since the prompt's
   ``timestamp``. Closed by the next view adopted (``busy`` and ``waiting`` open the
-  session turn that carries the work on, ``idle`` closes everything), by
+  session turn that carries the work on, ``idle`` closes everything; a view stamped
+  before the prompt is older news, not adopted), by
   :data:`PROMPT_CONFIRMED_WITHIN` s with no view (a prompt that started no turn), by
   SessionEnd and by the end of the process.
 * **Tools**, per scope, keyed by ``tool_use_id``: PreToolUse opens; PostToolUse or
@@ -206,6 +207,9 @@ class ClaudeMapping(JsonSourcesFeeder):
     _prompt_until: float = float("inf")
     """When the turn a history prompt opened closes if no file view came (the mapping's
     clock)."""
+    _prompt_stamp: float = float("-inf")
+    """That prompt's ``timestamp`` (claude's clock, ms): a view stamped before it is older
+    news than the prompt."""
     _asked: dict[Scope, Waits] = field(default_factory=dict)
     """What each scope's last PreToolUse would wait on, were it to need a person: a
     permission Notification says only which dialog, its PreToolUse said the tool."""
@@ -308,6 +312,8 @@ class ClaudeMapping(JsonSourcesFeeder):
         self._adopted = True
         if view.kind == "busy" and view.same(self._ended_busy):
             return False  # the ended turn's view, stale: adopting it would start a turn
+        if self._predates_prompt(view):
+            return False  # the file has not caught up with the prompt yet
         self.stats.adopted += 1
         self._close_if_open(HandleKind.TURN, _PROMPT_TURN)  # the file says the turn now
         if view.kind == "idle":
@@ -515,7 +521,18 @@ class ClaudeMapping(JsonSourcesFeeder):
             return None
         self.signal.open(HandleKind.TURN, _PROMPT_TURN)
         self._prompt_until = t + PROMPT_CONFIRMED_WITHIN
+        self._prompt_stamp = stamp
         return "history prompt"
+
+    def _predates_prompt(self, view: SessionView) -> bool:
+        """Whether ``view`` was written before the prompt whose turn is open (the file's
+        first read can hold the idle of claude's start, read with a prompt typed while
+        the runner loaded): it says nothing of that turn, and is not adopted."""
+        return (
+            self.signal.is_open(HandleKind.TURN, _PROMPT_TURN)
+            and isinstance(view.stamp, (int, float))
+            and view.stamp < self._prompt_stamp
+        )
 
     def _transcript_task(self, entry: dict[str, Any]) -> str | None:
         """File-led: a background task's start or end, as the transcript tells it."""
