@@ -757,8 +757,10 @@ VIEWS: dict[tuple[str, str | None], str | None] = {
 @st.composite
 def file_led_message(draw: st.DrawFn) -> tuple[ClaudeSource, Any]:
     """What a file-led session is fed: the file's views, the transcript's background
-    starts and ends, claude's two hooks."""
-    kind = draw(st.sampled_from(["session"] * 4 + ["start", "end", "hook"]))
+    starts and ends, claude's two hooks, prompts of claude's history."""
+    kind = draw(st.sampled_from(["session"] * 4 + ["start", "end", "hook", "history"]))
+    if kind == "history":
+        return "history", prompted(draw(st.sampled_from(["a prompt", "/help"])))
     task = draw(st.sampled_from(["bg1", "bg2", "ag1"]))
     if kind == "session":
         return "session", status(*draw(st.sampled_from(list(VIEWS))))
@@ -779,14 +781,20 @@ def test_where_the_file_leads_the_state_is_its_last_view_with_an_opinion(
 ) -> None:
     """Whatever the order: the state is what the file's last view with an opinion said
     (idle after SessionEnd, until a view; working once a dialog claude reported gives way
-    to one with none), and background tasks are those the transcript started and nothing
-    has ended (claude's ``idle``, not ``shell``, ends them all)."""
+    to one with none), or working from a prompt in claude's history (not a slash command)
+    seen while idle until such a view or SessionEnd; background tasks are those the
+    transcript started and nothing has ended (claude's ``idle``, not ``shell``, ends them
+    all); the timer runs only while a prompt waits for the file."""
     mapping = ClaudeMapping(file_led=True)
-    expected, running = "idle", set()
+    expected, running, prompted_turn = "idle", set(), False
     for n, (source, message) in enumerate(sequence):
         mapping.feed(source, message, n * 0.01)
-        if source == "session":
+        if source == "history":
+            if expected == "idle" and message["display"] != "/help":
+                expected, prompted_turn = "working", True
+        elif source == "session":
             said = VIEWS[(message["status"], message.get("waitingFor"))]
+            prompted_turn = prompted_turn and said is None
             if said is None and expected == "blocked":
                 said = "working"  # the dialog claude reported is gone (the module doc)
             expected = said or expected
@@ -798,11 +806,11 @@ def test_where_the_file_leads_the_state_is_its_last_view_with_an_opinion(
         elif source == "transcript":
             running.discard(message["content"].split("<task-id>")[1].split("<")[0])
         elif message["hook_event_name"] == "SessionEnd":
-            expected = "idle"
+            expected, prompted_turn = "idle", False
             running.clear()
         assert mapping.state == expected, (n, message)
         assert mapping.background == len(running), (n, message)
-    assert mapping.deadline is None  # nothing waits to settle where the file leads
+    assert (mapping.deadline is not None) == prompted_turn  # no view settles where it leads
 
 
 # -- the settings ----------------------------------------------------------------------------------
