@@ -41,8 +41,9 @@ what closes each — every rule names its closers, so no state can stick:
   of any prompt, if its id is unknown), by Notification ``idle_prompt``, by the file's
   view settling on idle, by a file view of idle right after one of waiting, by
   SessionEnd, and by the end of the process (:meth:`close`).
-* **A history prompt** (where the file leads; claude writes no hook of the turn's start
-  then, and its history line comes 0-0.3 s before the file's ``busy``): a line of claude's
+* **A history prompt** (where the file leads; claude runs no hook at the turn's start
+  then, and its history line came up to 0.1 s before the file's ``busy``, on a session's
+  first prompt always first): a line of claude's
   prompt history with this session's id (the shell reads only those), not a slash
   command, opens a turn unless one runs or the file said a state since the prompt's
   ``timestamp``. Closed by the next view adopted (``busy`` and ``waiting`` open the
@@ -155,8 +156,8 @@ logger = logging.getLogger("codex_presence.claude")
 PROMPT_CONFIRMED_WITHIN = 3.0
 """Seconds a turn opened by a prompt of claude's history (where the file leads) waits for
 the session file to say a state; with none by then, the prompt started no turn (a prompt
-a hook of the person's refused, say) and it closes. claude wrote ``busy`` 0-0.3 s after
-the history line in every probe (0.1-0.4 s after the Enter, at a load of 6)."""
+a hook of the person's refused, say) and it closes. claude wrote ``busy`` within 0.1 s of
+the history line in every probe, either first (0.1-0.4 s after the Enter, at a load of 6)."""
 
 SETTLE = 1.0
 """Seconds the session file's view must hold, with no hook in between, to be adopted.
