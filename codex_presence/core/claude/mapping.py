@@ -42,8 +42,8 @@ what closes each — every rule names its closers, so no state can stick:
   view settling on idle, by a file view of idle right after one of waiting, by
   SessionEnd, and by the end of the process (:meth:`close`).
 * **A history prompt** (where the file leads; claude runs no hook at the turn's start
-  then, and its history line came up to 0.1 s before the file's ``busy``, on a session's
-  first prompt always first): a line of claude's
+  then, and its history line came up to 0.1 s before the file's ``busy`` at a load of ~6,
+  first on a session's first prompt in every probe): a line of claude's
   prompt history with this session's id (the shell reads only those), not a slash
   command, opens a turn unless one runs or the file said a state since the prompt's
   ``timestamp``. Closed by the next view adopted (``busy`` and ``waiting`` open the
@@ -157,7 +157,8 @@ PROMPT_CONFIRMED_WITHIN = 3.0
 """Seconds a turn opened by a prompt of claude's history (where the file leads) waits for
 the session file to say a state; with none by then, the prompt started no turn (a prompt
 a hook of the person's refused, say) and it closes. claude wrote ``busy`` within 0.1 s of
-the history line in every probe, either first (0.1-0.4 s after the Enter, at a load of 6)."""
+the history line in every probe at a load of ~6, either first, and 0.87 s after the
+prompt's timestamp at a load of ~20 (the fixture ``prompt_while_loading``)."""
 
 SETTLE = 1.0
 """Seconds the session file's view must hold, with no hook in between, to be adopted.
