@@ -18,14 +18,21 @@ every 0.1 s while the member is not idle). Each round:
   difference between the two is what the way costs.
 * **Yes -> working**: the model asks for a Bash command (a permission dialog: blocked);
   from just before the Enter that approves it to the roster's working.
+* **later prompt -> working**: a second prompt in the same session, once idle (claude
+  writes a session's first prompt later than the next ones: the project's directory, the
+  transcript and the history's first line are made then).
 * **claude's write -> roster** (the file-led way): from claude's last write of its session
-  file before the roster's working (its mtime, on the monotonic clock) to that event: what
-  reading the file, the mapping, the report and the broker add.
+  file or its prompt history before the roster's working (their mtimes, on the monotonic
+  clock) to that event: what reading the file, the mapping, the report and the broker add.
   (``bench/latency.py`` (c) has the hook -> roster counterpart.)
+
+With ``--baseline DIR`` (another checkout: ``git archive REV codex_presence | tar -x -C
+DIR``), a third way interleaved with the two: ``--claude-hooks auto`` run from DIR
+(``PYTHONPATH=DIR``, as ``carol``): before and after a change, on the same machine.
 
 tmux calls run in a thread, so the SSE reader is never held up.
 
-    .venv/bin/python bench/claude_lead.py [--rounds 6] [--idle-seconds 10]
+    .venv/bin/python bench/claude_lead.py [--rounds 6] [--idle-seconds 10] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -62,6 +70,8 @@ from bench._scripted import Body  # noqa: E402
 
 WAYS = {"auto": "dave", "all": "erin"}
 """``--claude-hooks`` value -> the member it reports as."""
+BASELINE = "auto (baseline)"
+"""The way ``--baseline`` adds: ``--claude-hooks auto`` from the other checkout."""
 DIALOG = r"Do you want to proceed\?"
 READY = r"\? for shortcuts"
 
@@ -70,23 +80,34 @@ def prompt(n: int) -> str:
     return f"make thing {n} now"
 
 
-def replies(rounds: int) -> list[Reply]:
-    """Per session: a Bash call (a permission dialog), then an answer."""
-    out: list[Reply] = []
-    for n in range(rounds * len(WAYS)):
-        tool = f"toolu_lead{n}"
+def later_prompt(n: int) -> str:
+    return f"say thing {n} again"
 
-        def asked(body: Body, text: str = prompt(n)) -> bool:
-            return conversation(body) and any(text in t for t in last_user_texts(body))
+
+def replies(sessions: int) -> list[Reply]:
+    """Per session: a Bash call (a permission dialog), then an answer; a later prompt's
+    answer."""
+    out: list[Reply] = []
+    for n in range(sessions):
+        tool = f"toolu_lead{n}"
 
         def answered(body: Body, tool: str = tool) -> bool:
             return tool in tool_results(body)
 
         out += [
-            Reply(blocks=[bash(f"touch made{n}.txt", id=tool)], match=asked, wait=0.3),
+            Reply(
+                blocks=[bash(f"touch made{n}.txt", id=tool)],
+                match=partial(asks_for, text=prompt(n)),
+                wait=0.3,
+            ),
             say(f"Made thing {n}.", match=answered),
+            say(f"Said {n}.", match=partial(asks_for, text=later_prompt(n)), wait=0.5),
         ]
     return out
+
+
+def asks_for(body: Body, text: str) -> bool:
+    return conversation(body) and any(text in t for t in last_user_texts(body))
 
 
 def runner_pid(pane: int) -> int:
@@ -96,11 +117,18 @@ def runner_pid(pane: int) -> int:
 
 
 def written_before(sessions: Path, shown: float) -> float | None:
-    """ms from claude's last write of its session file (its mtime) to ``shown`` (monotonic),
-    or None if it was written again since (the roster's event is then another's)."""
+    """ms from claude's last write before ``shown`` (monotonic) of its session file or its
+    prompt history (their mtimes), or None if both were written again since (the roster's
+    event is then another's)."""
     (status,) = sessions.glob("*.json")
-    written = status.stat().st_mtime_ns / 1e9 - (time.time() - time.monotonic())
-    return (shown - written) * 1000 if written <= shown else None
+    offset = time.time() - time.monotonic()
+    written = [
+        path.stat().st_mtime_ns / 1e9 - offset
+        for path in (status, sessions.parent / "history.jsonl")
+        if path.exists()
+    ]
+    before = [t for t in written if t <= shown]
+    return (shown - max(before)) * 1000 if before else None
 
 
 def run_time(pid: int) -> tuple[int, int]:
@@ -119,18 +147,28 @@ async def screen_shows(tmux: Tmux, pattern: str, within: float = 30.0) -> None:
 
 
 async def one_round(
-    way: str, n: int, url: str, base_url: str, tmp: Path, watch: latency.Watch, idle: float
+    way: str,
+    n: int,
+    url: str,
+    base_url: str,
+    tmp: Path,
+    watch: latency.Watch,
+    idle: float,
+    baseline: str | None,
 ) -> tuple[float | None, ...]:
     """One session: idle CPU ms and wake-ups per minute, prompt -> working ms, Yes ->
     working ms."""
-    member = WAYS[way]
-    root = tmp / f"{way}-{n}"
+    member = "carol" if way == BASELINE else WAYS[way]
+    root = tmp / f"{member}-{n}"
     home, work = prepare_home(root)
     env = {k: v for k, v in claude_env(home, base_url).items() if not k.startswith("CODEX_")}
     env["CODEX_PRESENCE_TOKEN"] = latency.token_of(member)
+    if way == BASELINE and baseline is not None:
+        env["PYTHONPATH"] = baseline
     tmux = Tmux(root / "tmux.sock")
     argv = [
-        sys.executable, "-m", "codex_presence", "claude", "-q", "--claude-hooks", way,
+        sys.executable, "-m", "codex_presence", "claude", "-q",
+        "--claude-hooks", "auto" if way == BASELINE else way,
         "--broker", url, "--name", member, "--log-file", str(root / "presence.log"),
         "--", str(claude_binary()), "--permission-mode", "default",
     ]  # fmt: skip
@@ -162,11 +200,24 @@ async def one_round(
         yes_ms = (shown - sent) * 1000
         file_ms.append(written_before(sessions, shown))
         await watch.until(member, None, 20)
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(tmux.type, later_prompt(n))
+        await asyncio.sleep(0.3)
+        sent = time.monotonic()
+        await asyncio.to_thread(tmux.keys, "Enter")
+        try:
+            shown = await watch.until(member, "working", 20)
+        except TimeoutError:
+            log = (root / "presence.log").read_text(errors="replace")[-2000:]
+            raise TimeoutError(f"{member}'s later prompt: not working; its log:\n{log}") from None
+        later_ms = (shown - sent) * 1000
+        file_ms.append(written_before(sessions, shown))
+        await watch.until(member, None, 20)
         await asyncio.to_thread(tmux.type, "/exit")
         await asyncio.sleep(0.3)
         await asyncio.to_thread(tmux.keys, "Enter")
         await watch.until_connected(member, 0, 20)
-        return idle_ms, idle_wakes, prompt_ms, yes_ms, *file_ms
+        return idle_ms, idle_wakes, prompt_ms, yes_ms, later_ms, *file_ms
     finally:
         await asyncio.to_thread(tmux.kill)
 
@@ -180,8 +231,9 @@ def line(label: str, values: list[float], unit: str) -> str:
 
 
 async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
-    api = FakeAnthropic(replies(args.rounds))
-    results: dict[str, list[tuple[float | None, ...]]] = {way: [] for way in WAYS}
+    ways = [*args.ways.split(","), *([BASELINE] if args.baseline else [])]
+    api = FakeAnthropic(replies(args.rounds * len(ways)))
+    results: dict[str, list[tuple[float | None, ...]]] = {way: [] for way in ways}
     watch = latency.Watch()
     with api.serve():
         bob = {"authorization": f"Bearer {latency.token_of('bob')}"}
@@ -191,10 +243,17 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
             try:
                 sessions = 0
                 for n in range(args.rounds):
-                    for way in WAYS if n % 2 == 0 else reversed(WAYS):
+                    for way in ways if n % 2 == 0 else reversed(ways):
                         results[way].append(
                             await one_round(
-                                way, sessions, url, api.base_url, tmp, watch, args.idle_seconds
+                                way,
+                                sessions,
+                                url,
+                                api.base_url,
+                                tmp,
+                                watch,
+                                args.idle_seconds,
+                                args.baseline,
                             )
                         )
                         sessions += 1
@@ -202,20 +261,32 @@ async def bench(url: str, args: argparse.Namespace, tmp: Path) -> None:
                 reader.cancel()
     print(f"claude {claude_binary()}; load {os.getloadavg()[0]:.2f} at the end")
     for way, rows in results.items():
-        print(f"--claude-hooks {way} ({WAYS[way]}):")
+        print(f"--claude-hooks {way}:")
         print(line("idle at the prompt: CPU", [r[0] for r in rows], "ms/min"))
         print(line("idle at the prompt: wake-ups", [r[1] for r in rows], "/min"))
         print(line("prompt -> roster working", [r[2] for r in rows], "ms"))
         print(line("Yes -> roster working", [r[3] for r in rows], "ms"))
-        if way == "auto":
-            file_ms = [ms for r in rows for ms in r[4:] if ms is not None]
+        print(line("later prompt -> working", [r[4] for r in rows], "ms"))
+        if way != "all":
+            file_ms = [ms for r in rows for ms in r[5:] if ms is not None]
             print(line("claude's write -> roster", file_ms, "ms"))
+    if BASELINE in results and "auto" in results:
+        print("auto minus auto (baseline), the same round's pairs: median (pairs faster)")
+        for label, column in (("prompt", 2), ("Yes", 3), ("later prompt", 4)):
+            diffs = [
+                (new[column] or 0.0) - (old[column] or 0.0)
+                for new, old in zip(results["auto"], results[BASELINE], strict=True)
+            ]
+            faster = sum(d < 0 for d in diffs)
+            print(f"  {label:<14} {statistics.median(diffs):+7.1f} ms ({faster}/{len(diffs)})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--baseline", help="another checkout, run with PYTHONPATH=DIR")
+    parser.add_argument("--ways", default="auto,all", help="of auto,all (default: both)")
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f}")
     broker = subprocess.Popen(

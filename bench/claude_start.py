@@ -11,7 +11,9 @@ tmux starts the command to:
 The ways: plain ``claude`` (the baseline), ``claude --settings FILE`` with the runner's
 hooks but no runner (what claude's own handling of our hooks costs: FILE and its poster
 written by the runner's own code, pointing at a socket that listens and never answers),
-``codex-presence claude`` from this checkout, and with ``--baseline DIR`` the same from
+a bare Python that spawns claude and waits for it (``os.posix_spawnp``, no import of ours:
+the floor of any runner in Python, its interpreter's start), ``codex-presence claude``
+from this checkout, and with ``--baseline DIR`` the same from
 another checkout (``PYTHONPATH=DIR``: main's
 code, say, for a before/after in one run). The runner reports to a real broker
 (``bench/latency.py``'s), as a member does. Our Python runs with its bytecode cached, as an
@@ -48,6 +50,9 @@ from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_h
 PLAIN = "claude"
 HOOKED = "claude --settings (our hooks, no runner)"
 WRAPPED = "codex-presence claude"
+BARE = "python spawning claude (no import of ours)"
+BARE_SPAWN = "import os, sys; os.waitpid(os.posix_spawnp(sys.argv[1], sys.argv[1:], os.environ), 0)"
+"""The floor of a runner in Python: its interpreter's start, a spawn, a wait."""
 READY = re.compile(r"\? for shortcuts")
 GOAL = 0.050
 
@@ -109,6 +114,7 @@ def main() -> None:
                 ways: dict[str, tuple[list[str], dict[str, str]]] = {
                     PLAIN: (plain, base),
                     HOOKED: (hooked, base),
+                    BARE: ([sys.executable, "-c", BARE_SPAWN, *plain], ours),
                     WRAPPED: (wrapped, {**ours, "PYTHONPATH": str(ROOT)}),
                 }
                 if args.baseline:

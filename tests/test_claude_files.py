@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from codex_presence.agent.claude import files as claude_files
-from codex_presence.agent.claude.files import ClaudeFiles, config_dir
+from codex_presence.agent.claude.files import ClaudeFiles
+from codex_presence.agent.claude.launch import config_dir
 from tests.support.other_user import OTHER_UID
 from tests.support.waiting import eventually
 
@@ -279,3 +280,76 @@ def test_a_fifo_among_the_session_files_never_blocks_a_poll(tmp_path: Path, wher
             poller.join(3)
         assert not blocked, "a poll blocked on a FIFO in the sessions directory"
         assert [m["pid"] for _, m in polled[0]] == [claude]  # the real one, by its id
+
+
+# -- the prompt history (issue 34) ---------------------------------------------------------
+
+
+def prompt_line(session: str, display: str = "make a thing", stamp: int = 1) -> bytes:
+    line = {"display": display, "pastedContents": {"1": "x"}, "timestamp": stamp}
+    return json.dumps({**line, "project": "/w", "sessionId": session}).encode() + b"\n"
+
+
+def history_files(tmp_path: Path, before: bytes = b"") -> tuple[ClaudeFiles, Path]:
+    """A follower of the history as it stood at claude's spawn (``before`` in it)."""
+    history = tmp_path / "history.jsonl"
+    history.write_bytes(before)
+    return ClaudeFiles(config=tmp_path, pid=100, history_from=len(before)), history
+
+
+def test_only_this_sessions_new_prompts_are_handed_on_with_what_the_mapping_reads(
+    tmp_path: Path,
+) -> None:
+    follower, history = history_files(tmp_path, prompt_line("s1", "from before the spawn"))
+    follower.note_hook({"session_id": "s1"})
+    with history.open("ab") as out:
+        out.write(prompt_line("other") + prompt_line("s1", "ours", 7) + prompt_line("s1")[:20])
+    assert follower.poll(0) == [("history", {"display": "ours", "timestamp": 7, "sessionId": "s1"})]
+    with history.open("ab") as out:
+        out.write(prompt_line("s1", stamp=8)[20:] + b"not json s1\n")
+    assert [m["timestamp"] for _, m in follower.poll(0)] == [8]
+    assert follower.poll(0) == []
+
+
+def test_the_history_waits_until_the_session_is_known_from_a_hook_or_the_file(
+    tmp_path: Path,
+) -> None:
+    """A prompt before the session's id is known is not lost: its line is read once the
+    id is, and ``/clear``'s new id (the session file says it too) is followed."""
+    follower, history = history_files(tmp_path)
+    history.write_bytes(prompt_line("s1", stamp=1))
+    assert follower.poll(0) == []
+    status_file(tmp_path, 100, status="idle", sessionId="s1")
+    assert follower.poll(0)[0] == (
+        "history",
+        {"display": "make a thing", "timestamp": 1, "sessionId": "s1"},
+    )
+    with history.open("ab") as out:
+        out.write(prompt_line("s1", stamp=2) + prompt_line("s2", stamp=3))
+    follower.note_hook({"session_id": "s2"})  # SessionStart after /clear
+    assert [m["timestamp"] for _, m in follower.poll(0)] == [3]
+
+
+def test_a_history_that_is_not_our_regular_file_is_not_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    follower, history = history_files(tmp_path)
+    follower.note_hook({"session_id": "s1"})
+    history.write_bytes(prompt_line("s1"))
+    os.chown(history, OTHER_UID, OTHER_UID)
+    assert follower.poll(0) == [] and follower.poll(0) == []
+    assert caplog.text.count("not a regular file of ours") == 1
+    history.unlink()
+    os.mkfifo(history)  # nor would a FIFO block the open
+    follower = ClaudeFiles(config=tmp_path, pid=100, history_from=0)
+    follower.note_hook({"session_id": "s1"})
+    assert follower.poll(0) == []
+
+
+def test_without_a_start_the_history_is_not_read(tmp_path: Path) -> None:
+    """Where the hooks lead, claude's prompt history is no news: not followed."""
+    _, history = history_files(tmp_path)
+    follower = ClaudeFiles(config=tmp_path, pid=100)
+    follower.note_hook({"session_id": "s1"})
+    history.write_bytes(prompt_line("s1"))
+    assert follower.poll(0) == []

@@ -90,6 +90,25 @@ def test_recording_replays_to_expected_timeline(path: Path) -> None:
     assert fast == rows, "replay's reader gives another timeline"
 
 
+FILE_LED = sorted((FIXTURES.parent / f"{FIXTURES.name}-file-led").glob("*.jsonl"))
+"""The runner's own recordings where the file leads, claude's prompt history in them."""
+
+
+def test_there_are_file_led_recordings_with_the_prompt_history() -> None:
+    assert FILE_LED
+    for path in FILE_LED:
+        sources = {orjson.loads(line).get("from") for line in path.read_bytes().splitlines()}
+        assert {"hook", "session", "history"} <= sources, path.stem
+
+
+@pytest.mark.parametrize("path", FILE_LED, ids=lambda p: p.stem)
+def test_a_file_led_recording_replays_to_its_expected_timeline(path: Path) -> None:
+    with path.open("rb") as lines:
+        rows = timeline(read_entries(lines))
+    assert [(row.line, row.state, row.cause) for row in rows] == expected(path)
+    assert timeline(read_relevant_entries(path.read_bytes())) == rows
+
+
 PRINTS = {
     "print_tool": "claude -p writes busy once and may leave without idle: its hooks lead",
     "print_tool_fails": "the same",

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench._claude_driver import Capture, Interactive, Tmux, claude_env, prepare_home
@@ -391,6 +392,52 @@ def test_two_prompts_in_a_row(
         assert leave(s) == 0
     assert watch.sequence() == [None, "working", None, "working", None]
     assert replayed(files) == ["working", "idle", "working", "idle"]
+    assert file_led(files)
+
+
+def test_a_prompt_is_working_from_claudes_history_before_its_session_file(
+    claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
+) -> None:
+    """Where the file leads, no hook says a turn's start: claude's prompt history does
+    (issue 34). The model's answer is held until the roster shows working. claude wrote a
+    session's first prompt in its history before its session file's ``busy`` in every probe
+    (by 14-98 ms), but the two writes are not ordered (a later prompt's came 6 ms after
+    once): what the test checks is that the turn started by whichever the runner read
+    first, the history's line when it came first. A slash command, written there as a
+    prompt is, opens a dialog and no turn: the roster stays idle meanwhile."""
+    turn_seen = threading.Event()
+    api = FakeAnthropic([say("Hello.", hold=turn_seen)])
+    with (
+        api.serve(),
+        interactive_presence(tmp_path / "run", broker, base_url=api.base_url) as (s, files),
+    ):
+        s.ready()
+        watch.wait_connected(1)
+        s.prompt("hello")
+        watch.wait("working")
+        turn_seen.set()
+        s.tmux.wait_screen(r"Hello\.")
+        watch.wait(None)
+        s.prompt("/help")
+        s.tmux.wait_screen(r"/help|Shortcuts|shortcuts")
+        held(watch, None)
+        s.key("Escape")
+        held(watch, None)
+        assert leave(s) == 0
+    recorded = [orjson.loads(line) for line in files.record.read_bytes().splitlines()]
+    read = [
+        e["msg"].get("display") or e["msg"].get("status")
+        for e in recorded
+        if e.get("from") in ("history", "session") and e["msg"].get("status") != "idle"
+    ]
+    assert read.count("hello") == read.count("/help") == 1, read  # this session's lines
+    first = "history prompt" if read.index("hello") < read.index("busy") else "session busy"
+    rows = timeline(read_relevant_entries(files.record.read_bytes()))
+    assert [(row.state, row.cause) for row in rows] == [
+        ("working", first),
+        ("idle", "session idle"),
+    ]
+    assert watch.sequence() == [None, "working", None]
     assert file_led(files)
 
 

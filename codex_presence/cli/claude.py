@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     )  # (claude's hooks meanwhile are taken at once: launch.EarlyAccepts)
     import anyio
 
-    from codex_presence.agent.claude.files import config_dir
+    from codex_presence.agent.claude.launch import config_dir
     from codex_presence.agent.claude.session import ClaudeSession
 
     link = runner.broker_link(args, environ={} if token is None else {TOKEN_ENV: token})

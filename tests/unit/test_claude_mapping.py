@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codex_presence.core.claude.mapping import SETTLE, ClaudeMapping
+from codex_presence.core.claude.mapping import PROMPT_CONFIRMED_WITHIN, SETTLE, ClaudeMapping
 from codex_presence.core.claude.protocol import HOOK_EVENTS, ClaudeSource
 from tests.support.depth import examples
 from tests.support.junk import junk, or_junk
@@ -46,6 +46,12 @@ def status(value: str, waiting_for: str | None = None) -> dict[str, Any]:
     return snapshot
 
 
+def prompted(display: str = "make a thing", stamp: int | None = None) -> dict[str, Any]:
+    """A line of claude's prompt history, as the shell hands it on (this session's)."""
+    stamp = next(_stamps) if stamp is None else stamp
+    return {"display": display, "timestamp": stamp, "sessionId": "s1"}
+
+
 class Session:
     """Feeds messages at a clock the test moves, and collects (state, cause) transitions."""
 
@@ -69,6 +75,9 @@ class Session:
 
     def session(self, value: str, waiting_for: str | None = None) -> Session:
         return self._feed("session", status(value, waiting_for))
+
+    def history(self, line: Any) -> Session:
+        return self._feed("history", line)
 
     def wait(self, seconds: float) -> Session:
         """Time passes; the shell's timer fires at the mapping's deadline if it comes."""
@@ -516,6 +525,107 @@ def test_where_the_file_leads_a_view_with_no_opinion_keeps_the_work_going(
     assert s.state == "idle"
 
 
+# -- a prompt in claude's history, where the file leads (issue 34) ---------------------------------
+
+
+def test_a_prompt_in_the_history_is_working_before_the_files_busy() -> None:
+    s = file_led().session("idle").history(prompted())
+    assert s.state == "working"
+    s.session("busy")  # the file says the turn: it carries the work on, no new transition
+    assert s.mapping.deadline is None
+    s.wait(PROMPT_CONFIRMED_WITHIN * 2).session("idle")
+    assert s.transitions == [("working", "history prompt"), ("idle", "session idle")]
+
+
+def test_a_prompt_the_file_says_waiting_for_blocks_it() -> None:
+    s = file_led().session("idle").history(prompted()).session("waiting", "permission prompt")
+    assert s.transitions == [("working", "history prompt"), ("blocked", "session waiting")]
+    s.session("busy").session("idle")
+    assert s.state == "idle"
+
+
+@pytest.mark.parametrize("command", ["/help", "/cost", "/clear", "/model"])
+def test_a_slash_command_in_the_history_starts_nothing(command: str) -> None:
+    """claude writes a slash command's line as a prompt's; most open a dialog (the file's
+    ``dialog open``, no opinion) or do nothing: no turn."""
+    s = file_led().session("idle").history(prompted(command)).session("waiting", "dialog open")
+    assert s.state == "idle" and s.transitions == [] and s.mapping.deadline is None
+
+
+def test_a_prompt_no_view_confirms_is_over_after_a_while() -> None:
+    """A prompt that starts no turn (a hook of the person's refused it): the file says
+    nothing new; a view with no opinion does not confirm it either."""
+    s = file_led().session("idle").history(prompted())
+    s.session("waiting", "dialog open").wait(PROMPT_CONFIRMED_WITHIN - 0.1)
+    assert s.state == "working"
+    s.wait(0.2)
+    assert s.transitions == [("working", "history prompt"), ("idle", "history prompt unconfirmed")]
+    assert s.mapping.deadline is None
+
+
+def test_a_prompt_typed_during_a_turn_opens_nothing_more() -> None:
+    s = file_led().session("busy").history(prompted())
+    assert s.mapping.deadline is None
+    s.session("idle")
+    assert s.transitions == [("working", "session busy"), ("idle", "session idle")]
+
+
+def test_a_prompt_read_after_the_file_said_its_turn_over_is_late() -> None:
+    """The turn (busy, then idle) was written before the prompt's line was read: the
+    line's timestamp is older than the idle's ``statusUpdatedAt``."""
+    stamp = next(_stamps)
+    s = file_led().session("busy").session("idle").history(prompted(stamp=stamp))
+    assert s.state == "idle" and s.mapping.stats.late == 1
+
+
+def test_a_view_written_before_the_prompt_does_not_end_its_turn() -> None:
+    """A prompt typed while the runner loaded: its first read finds the prompt's line and
+    the session file's idle of claude's start (stamped before the prompt), in either
+    order. Seen with the real claude on a loaded machine: working, idle, working."""
+    for history_first in (True, False):
+        s = file_led()
+        idle, line = status("idle"), prompted()
+        for source, message in [("history", line), ("session", idle)][
+            :: 1 if history_first else -1
+        ]:
+            s._feed(source, message)  # type: ignore[arg-type]
+        assert s.state == "working", history_first
+        s.session("busy").session("idle")
+        assert s.transitions == [("working", "history prompt"), ("idle", "session idle")]
+
+
+@pytest.mark.parametrize("end", ["SessionEnd", "close"])
+def test_a_prompts_turn_ends_with_the_session(end: str) -> None:
+    s = file_led().history(prompted())
+    if end == "close":
+        s.mapping.close()
+    else:
+        s.hook("SessionEnd", reason="prompt_input_exit")
+    assert s.state == "idle" and s.mapping.deadline is None
+
+
+def test_where_the_hooks_lead_the_history_is_not_read() -> None:
+    s = Session().history(prompted())
+    assert s.state == "idle" and s.mapping.stats.ignored == 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"display": "x"},
+        {"display": "x", "timestamp": "1"},
+        {"display": "x", "timestamp": True},
+        {"display": ["x"], "timestamp": 1},
+        {"timestamp": 1},
+        [],
+        "x",
+    ],
+)
+def test_a_history_line_of_the_wrong_shape_starts_nothing(line: Any) -> None:
+    s = file_led().history(line)
+    assert s.state == "idle" and s.transitions == []
+
+
 # -- any soup --------------------------------------------------------------------------------------
 
 EVENTS = [*HOOK_EVENTS, "SessionStart", "Unknown"]
@@ -647,8 +757,10 @@ VIEWS: dict[tuple[str, str | None], str | None] = {
 @st.composite
 def file_led_message(draw: st.DrawFn) -> tuple[ClaudeSource, Any]:
     """What a file-led session is fed: the file's views, the transcript's background
-    starts and ends, claude's two hooks."""
-    kind = draw(st.sampled_from(["session"] * 4 + ["start", "end", "hook"]))
+    starts and ends, claude's two hooks, prompts of claude's history."""
+    kind = draw(st.sampled_from(["session"] * 4 + ["start", "end", "hook", "history"]))
+    if kind == "history":
+        return "history", prompted(draw(st.sampled_from(["a prompt", "/help"])))
     task = draw(st.sampled_from(["bg1", "bg2", "ag1"]))
     if kind == "session":
         return "session", status(*draw(st.sampled_from(list(VIEWS))))
@@ -669,14 +781,20 @@ def test_where_the_file_leads_the_state_is_its_last_view_with_an_opinion(
 ) -> None:
     """Whatever the order: the state is what the file's last view with an opinion said
     (idle after SessionEnd, until a view; working once a dialog claude reported gives way
-    to one with none), and background tasks are those the transcript started and nothing
-    has ended (claude's ``idle``, not ``shell``, ends them all)."""
+    to one with none), or working from a prompt in claude's history (not a slash command)
+    seen while idle until such a view or SessionEnd; background tasks are those the
+    transcript started and nothing has ended (claude's ``idle``, not ``shell``, ends them
+    all); the timer runs only while a prompt waits for the file."""
     mapping = ClaudeMapping(file_led=True)
-    expected, running = "idle", set()
+    expected, running, prompted_turn = "idle", set(), False
     for n, (source, message) in enumerate(sequence):
         mapping.feed(source, message, n * 0.01)
-        if source == "session":
+        if source == "history":
+            if expected == "idle" and message["display"] != "/help":
+                expected, prompted_turn = "working", True
+        elif source == "session":
             said = VIEWS[(message["status"], message.get("waitingFor"))]
+            prompted_turn = prompted_turn and said is None
             if said is None and expected == "blocked":
                 said = "working"  # the dialog claude reported is gone (the module doc)
             expected = said or expected
@@ -688,11 +806,11 @@ def test_where_the_file_leads_the_state_is_its_last_view_with_an_opinion(
         elif source == "transcript":
             running.discard(message["content"].split("<task-id>")[1].split("<")[0])
         elif message["hook_event_name"] == "SessionEnd":
-            expected = "idle"
+            expected, prompted_turn = "idle", False
             running.clear()
         assert mapping.state == expected, (n, message)
         assert mapping.background == len(running), (n, message)
-    assert mapping.deadline is None  # nothing waits to settle where the file leads
+    assert (mapping.deadline is not None) == prompted_turn  # no view settles where it leads
 
 
 # -- the settings ----------------------------------------------------------------------------------

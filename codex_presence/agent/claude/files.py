@@ -1,5 +1,5 @@
-"""Claude Code's own files, read for what the hooks do not say: the transcript and the
-session status file.
+"""Claude Code's own files, read for what the hooks do not say: the transcript, the
+session status file and the prompt history.
 
 * **The transcript** (``transcript_path`` of any hook; JSONL, appended in bursts) is read
   from where it stood when a hook first named it (a resumed session's history is not news),
@@ -22,6 +22,14 @@ session status file.
   content did. Like the transcript, every session file is opened non-blocking and read only
   if it is a regular file (a FIFO among them, planted or not, would block the open, and the
   event loop with it).
+* **The prompt history**, ``<config dir>/history.jsonl`` (where the file leads: the
+  earliest sign of a prompt, see :mod:`~codex_presence.core.claude.mapping`), shared by every
+  session of the user: read from where it stood just before claude's spawn (``history_from``),
+  only once this session's id is known (a hook's ``session_id`` or the session file's
+  ``sessionId``; ``/clear`` gives claude a new one, said by both), and only its lines
+  that carry that id are handed on, with the fields the mapping reads (``display``,
+  ``timestamp``, ``sessionId``: not the pasted contents). It must be ours (owner checked on
+  the open descriptor) and a regular file, like the others.
 
 Sans timers: the shell calls :meth:`ClaudeFiles.poll` as often as it likes. Every error
 (a file not there yet, gone, unreadable, caught mid-write) is a poll with nothing new.
@@ -33,12 +41,12 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from codex_presence.agent.claude.launch import HISTORY
 from codex_presence.agent.watchdog import proc_stat
 from codex_presence.core.claude.protocol import (
     TRANSCRIPT_TYPES,
@@ -46,10 +54,13 @@ from codex_presence.core.claude.protocol import (
     transcript_line_may_matter,
 )
 
-__all__ = ["ClaudeFiles", "config_dir"]
+__all__ = ["HISTORY", "ClaudeFiles"]
 
 logger = logging.getLogger("codex_presence.claude")
 
+HISTORY_FIELDS = ("display", "timestamp", "sessionId")
+"""What of a history line is handed on (the mapping reads the first two; the third says
+whose it is in a recording)."""
 MAX_CHUNK = 8 * 1024 * 1024
 """At most this much of the transcript per poll (the rest comes at the next)."""
 MAX_LINE = 16 * 1024 * 1024
@@ -63,31 +74,19 @@ poll, whatever its stat says (file times are as coarse as a jiffy, or 2 s on som
 systems)."""
 
 
-def config_dir(env: Mapping[str, str]) -> Path:
-    """Claude's config directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
-    configured = env.get("CLAUDE_CONFIG_DIR")
-    if configured:
-        return Path(configured)
-    home = env.get("HOME")
-    return (Path(home) if home else Path.home()) / ".claude"
-
-
 class ClaudeFiles:
-    """Follows one claude process's transcript and session status file."""
+    """Follows one claude process's transcript, session status file and prompt history."""
 
-    def __init__(self, *, config: Path, pid: int) -> None:
+    def __init__(self, *, config: Path, pid: int, history_from: int | None = None) -> None:
         self._sessions = config / "sessions"
+        self._history = None if history_from is None else _Tail(config / HISTORY, history_from)
         self._pid = pid
         self._session_id: str | None = None
         self._status: Path | None = None
         self._status_stat: tuple[int, int] | None = None
         self._status_seen: bytes | None = None
         self._scanned_at = float("-inf")
-        self._transcript: Path | None = None
-        self._offset = 0
-        self._pending = bytearray()
-        self._skipping = False
-        """The line in progress is over MAX_LINE: drop up to its end."""
+        self._transcript: _Tail | None = None
         self._passed_over: set[str] = set()
         """Transcript paths that cannot be followed (each said once)."""
         self._proc_start = _proc_start(pid)
@@ -99,8 +98,13 @@ class ClaudeFiles:
         return self._sessions
 
     @property
+    def config(self) -> Path:
+        """claude's config directory (its prompt history's)."""
+        return self._sessions.parent
+
+    @property
     def transcript_directory(self) -> Path | None:
-        return None if self._transcript is None else self._transcript.parent
+        return None if self._transcript is None else self._transcript.path.parent
 
     @property
     def status_found(self) -> bool:
@@ -109,38 +113,43 @@ class ClaudeFiles:
 
     def note_hook(self, msg: dict[str, Any]) -> None:
         """A hook names the session and its transcript: follow those."""
-        session = msg.get("session_id")
-        if isinstance(session, str) and session != self._session_id:
-            self._session_id = session
-            if self._status is not None and self._status.name != f"{self._pid}.json":
-                self._status = None  # found by the old id: find it again
+        self._note_session(msg.get("session_id"))
         path = msg.get("transcript_path")
         if not isinstance(path, str) or not path or path in self._passed_over:
             return
         if "\x00" in path:
             self._pass_over(path, "a NUL in its path")
-        elif Path(path) != self._transcript:
-            self._transcript = Path(path)
+        elif self._transcript is None or Path(path) != self._transcript.path:
             try:
-                self._offset = self._transcript.stat().st_size
+                offset = Path(path).stat().st_size
             except OSError:
-                self._offset = 0  # created at the first prompt: all of it is news
-            self._pending.clear()
-            self._skipping = False
+                offset = 0  # created at the first prompt: all of it is news
+            self._transcript = _Tail(Path(path), offset)
+
+    def _note_session(self, session: object) -> None:
+        if isinstance(session, str) and session and session != self._session_id:
+            self._session_id = session
+            if self._status is not None and self._status.name != f"{self._pid}.json":
+                self._status = None  # found by the old id: find it again
 
     def _pass_over(self, path: str, why: str) -> None:
         self._passed_over.add(path)
-        if self._transcript == Path(path):
+        if self._transcript is not None and self._transcript.path == Path(path):
             self._transcript = None
         logger.warning(
             "claude's transcript %r cannot be followed (%s); going on without it", path[:200], why
         )
 
     def poll(self, now: float) -> list[tuple[ClaudeSource, dict[str, Any]]]:
-        """What changed since the last poll: the session file's new content, if any, then
-        the transcript's new entries."""
+        """What changed since the last poll: this session's new prompts in claude's
+        history, the session file's new content, if any, then the transcript's new
+        entries."""
         out: list[tuple[ClaudeSource, dict[str, Any]]] = []
         status = self._read_status(now)
+        if status is not None:
+            self._note_session(status.get("sessionId"))
+        # The history first: a prompt's line comes before the file's busy (which it leads).
+        out.extend(("history", line) for line in self._read_history())
         if status is not None:
             out.append(("session", status))
         out.extend(("transcript", entry) for entry in self._read_transcript())
@@ -215,49 +224,40 @@ class ClaudeFiles:
     # -- the transcript ------------------------------------------------------------------
 
     def _read_transcript(self) -> list[dict[str, Any]]:
-        path = self._transcript
-        if path is None:
+        tail = self._transcript
+        if tail is None:
             return []
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return []  # not there yet, or gone
-        with os.fdopen(fd, "rb") as stream:
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    self._pass_over(str(path), "not a regular file")
-                    return []
-                if st.st_size < self._offset:  # replaced by a shorter file: start it over
-                    self._offset = 0
-                    self._pending.clear()
-                if st.st_size == self._offset:
-                    return []
-                stream.seek(self._offset)
-                chunk = stream.read(MAX_CHUNK)
-            except OSError:
-                return []
-        self._offset += len(chunk)
-        return list(self._entries(chunk))
+            lines = tail.read()
+        except NotRegular:
+            self._pass_over(str(tail.path), "not a regular file")
+            return []
+        return [entry for line in lines if (entry := self._entry(line)) is not None]
 
-    def _entries(self, chunk: bytes) -> list[dict[str, Any]]:
-        lines = chunk.split(b"\n")
-        last = lines.pop()  # the line in progress (b"" after a newline)
+    # -- the prompt history --------------------------------------------------------------
+
+    def _read_history(self) -> list[dict[str, Any]]:
+        """This session's new lines of claude's prompt history (see the module doc)."""
+        tail, session = self._history, self._session_id
+        if tail is None or session is None:
+            return []  # whose lines are ours is not known yet: they wait
+        try:
+            lines = tail.read(owned=True)
+        except NotRegular:
+            logger.warning("claude's %s is not a regular file of ours: not read", HISTORY)
+            self._history = None
+            return []
+        mark = session.encode()
         out: list[dict[str, Any]] = []
-        for piece in lines:
-            if self._skipping:
-                self._skipping = False
+        for line in lines:
+            if mark not in line:  # another session's (most bytes, on a busy machine)
                 continue
-            line = bytes(self._pending) + piece if self._pending else piece
-            self._pending.clear()
-            entry = self._entry(line)
-            if entry is not None:
-                out.append(entry)
-        if not self._skipping:
-            self._pending += last
-            if len(self._pending) > MAX_LINE:
-                self._pending.clear()
-                self._skipping = True
+            try:
+                entry = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and entry.get("sessionId") == session:
+                out.append({key: entry[key] for key in HISTORY_FIELDS if key in entry})
         return out
 
     @staticmethod
@@ -274,6 +274,66 @@ class ClaudeFiles:
         if not isinstance(kind, str) or kind.encode() not in TRANSCRIPT_TYPES:
             return None
         return entry
+
+
+class NotRegular(OSError):
+    """A followed path is not a regular file (of ours, where that was asked)."""
+
+
+class _Tail:
+    """The complete lines appended to a file since an offset, a chunk of at most
+    :data:`MAX_CHUNK` per read; a line over :data:`MAX_LINE` is skipped."""
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self.path = path
+        self._offset = offset
+        self._pending = bytearray()
+        self._skipping = False
+        """The line in progress is over MAX_LINE: drop up to its end."""
+
+    def read(self, *, owned: bool = False) -> list[bytes]:
+        """The lines completed since the last read ([] if the file is not there, or on any
+        error reading it); raises :class:`NotRegular` if it is not a regular file (another
+        user's too, if ``owned``). Opened non-blocking: a FIFO would block the open."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return []  # not there yet, or gone
+        with os.fdopen(fd, "rb") as stream:
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or (owned and st.st_uid != os.geteuid()):
+                    raise NotRegular(str(self.path))
+                if st.st_size < self._offset:  # replaced by a shorter file: start it over
+                    self._offset = 0
+                    self._pending.clear()
+                if st.st_size == self._offset:
+                    return []
+                stream.seek(self._offset)
+                chunk = stream.read(MAX_CHUNK)
+            except NotRegular:
+                raise
+            except OSError:
+                return []
+        self._offset += len(chunk)
+        return self._lines(chunk)
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
+        lines = chunk.split(b"\n")
+        last = lines.pop()  # the line in progress (b"" after a newline)
+        out: list[bytes] = []
+        for piece in lines:
+            if self._skipping:
+                self._skipping = False
+                continue
+            out.append(bytes(self._pending) + piece if self._pending else piece)
+            self._pending.clear()
+        if not self._skipping:
+            self._pending += last
+            if len(self._pending) > MAX_LINE:
+                self._pending.clear()
+                self._skipping = True
+        return out
 
 
 def _proc_start(pid: int) -> str | None:

@@ -49,8 +49,10 @@ if TYPE_CHECKING:
     from codex_presence.agent.hooks.listener import EarlyAccepts
 
 __all__ = [
+    "HISTORY",
     "PRIVATE_PREFIX",
     "ClaudeLaunch",
+    "config_dir",
     "forward_signals_now",
     "launch_claude",
     "release",
@@ -59,6 +61,8 @@ __all__ = [
 
 PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
+HISTORY = "history.jsonl"
+"""claude's prompt history, in its config directory: every session's prompts, one a line."""
 
 
 class ClaudeLaunch:
@@ -70,6 +74,7 @@ class ClaudeLaunch:
         "early",
         "error",
         "file_led",
+        "history_from",
         "hook_path",
         "listener",
         "private",
@@ -96,6 +101,9 @@ class ClaudeLaunch:
         (:func:`~.settings.with_our_hooks`): run at once after the spawn."""
         self.file_led = False
         """Whether claude's session file leads (:func:`~.settings.with_our_hooks`)."""
+        self.history_from: int | None = None
+        """Where it leads: the size of claude's prompt history just before the spawn, where
+        reading it starts (:class:`~.files.ClaudeFiles`)."""
         self.process: Child | None = None
         self.error: OSError | None = None
         """Why claude could not be run."""
@@ -146,6 +154,8 @@ def launch_claude(
         except BaseException:
             release(launch)
             raise
+        if launch.file_led:
+            launch.history_from = _size(config_dir(env) / HISTORY)
     launch.started = time.monotonic()
     try:
         launch.process = spawn(argv, env=env, own_group=False)
@@ -160,6 +170,25 @@ def launch_claude(
 
         launch.early = EarlyAccepts(launch.listener)
     return launch
+
+
+def config_dir(env: Mapping[str, str]) -> Path:
+    """Claude's config directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    from pathlib import Path
+
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    if configured:
+        return Path(configured)
+    home = env.get("HOME")
+    return (Path(home) if home else Path.home()) / ".claude"
+
+
+def _size(path: Path) -> int:
+    """``path``'s size now (0 if it is not there)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def release(launch: ClaudeLaunch) -> None:

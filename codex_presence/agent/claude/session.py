@@ -29,7 +29,10 @@ and end are the shells' skeleton's (:mod:`codex_presence.agent.session`).
   session status file can lead (an interactive claude of a known version), only SessionStart
   and SessionEnd are hooks, and the files are read **whenever they change**, idle or not:
   inotify on their directories wakes the follower (:mod:`.watch`; it polls every
-  ``poll_interval`` where there is no inotify, or until the session file is found).
+  ``poll_interval`` where there is no inotify, or until the session file is found). The
+  config directory is watched too: claude's prompt history, where a prompt shows before the
+  session file says ``busy`` (issue 34); the mapping's timer (a prompt the file has not
+  confirmed) bounds each wait.
 * **Where the hooks lead**, the files are read only while it can matter: polled every
   ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the member is not
   idle, or claude's view awaits adoption); when idle, the follower sleeps until the next
@@ -187,7 +190,9 @@ class ClaudeSession:
         if self._observe and process is not None:
             # Before the server: the hooks claude sent while we loaded come in at its start.
             self.mapping.file_led = launch.file_led
-            self._files = ClaudeFiles(config=self._config, pid=process.pid)
+            self._files = ClaudeFiles(
+                config=self._config, pid=process.pid, history_from=launch.history_from
+            )
         async with anyio.create_task_group() as tg:
             spool = None
             if launch.private is not None and (Path(launch.private) / SPOOL).is_dir():
@@ -304,12 +309,26 @@ class ClaudeSession:
                 transcript_watched = transcript is not None and (
                     watch.watches(transcript) or watch.watching(transcript.parent)
                 )
-                ready = watch.watching(files.sessions) and files.status_found and transcript_watched
-                await watch.wait(None if ready else self._poll_interval)
+                ready = (
+                    watch.watching(files.sessions)
+                    and watch.watching(files.config)  # the prompt history's
+                    and files.status_found
+                    and transcript_watched
+                )
+                await watch.wait(self._until_due(None if ready else self._poll_interval))
             await anyio.sleep_forever()
         finally:
             if watch is not None:
                 watch.close()
+
+    def _until_due(self, at_most: float | None) -> float | None:
+        """``at_most``, or less if the mapping's timer is due sooner (a history prompt's
+        turn that the file has not confirmed)."""
+        deadline = self.mapping.deadline
+        if deadline is None:
+            return at_most
+        due = max(0.0, deadline - self._now())
+        return due if at_most is None else min(at_most, due)
 
     @staticmethod
     def _say_if_missing(files: ClaudeFiles) -> bool:

@@ -7,7 +7,8 @@ source (:data:`~codex_presence.core.claude.protocol.ClaudeSource`) and the time 
 :attr:`ClaudeMapping.deadline`, which its shell honours by calling :meth:`~ClaudeMapping.tick`;
 it reads no clock. ``docs/claude-code-hooks.md`` holds the measurements behind the rules.
 
-Three sources, three trust levels:
+Three sources, three trust levels (and a fourth where the file leads: claude's prompt
+history, below):
 
 * **Hooks** are claude's own word, the moment it acts. They are the primary source, but
   blind to interrupts: Esc (at a dialog, during a tool, while streaming), Ctrl+C and "No"
@@ -40,6 +41,16 @@ what closes each — every rule names its closers, so no state can stick:
   of any prompt, if its id is unknown), by Notification ``idle_prompt``, by the file's
   view settling on idle, by a file view of idle right after one of waiting, by
   SessionEnd, and by the end of the process (:meth:`close`).
+* **A history prompt** (where the file leads; claude runs no hook at the turn's start
+  then, and its history line came up to 0.1 s before the file's ``busy`` at a load of ~6,
+  first on a session's first prompt in every probe): a line of claude's
+  prompt history with this session's id (the shell reads only those), not a slash
+  command, opens a turn unless one runs or the file said a state since the prompt's
+  ``timestamp``. Closed by the next view adopted (``busy`` and ``waiting`` open the
+  session turn that carries the work on, ``idle`` closes everything; a view stamped
+  before the prompt is older news, not adopted), by
+  :data:`PROMPT_CONFIRMED_WITHIN` s with no view (a prompt that started no turn), by
+  SessionEnd and by the end of the process.
 * **Tools**, per scope, keyed by ``tool_use_id``: PreToolUse opens; PostToolUse or
   PostToolUseFailure of that id closes; so do PostToolBatch of the scope, the end of the
   scope (the main turn's closers; SubagentStop for a subagent), the file settling on
@@ -129,6 +140,7 @@ from codex_presence.core.claude.protocol import (
     SessionView,
     background_command_id,
     background_launch_id,
+    history_prompt,
     is_interrupt_marker,
     is_one_of,
     running_tasks,
@@ -140,6 +152,13 @@ from codex_presence.core.feeder import Feeder, JsonSourcesFeeder, Unknown
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
 
 logger = logging.getLogger("codex_presence.claude")
+
+PROMPT_CONFIRMED_WITHIN = 3.0
+"""Seconds a turn opened by a prompt of claude's history (where the file leads) waits for
+the session file to say a state; with none by then, the prompt started no turn (a prompt
+a hook of the person's refused, say) and it closes. claude wrote ``busy`` within 0.1 s of
+the history line in every probe at a load of ~6, either first, and 0.87 s after the
+prompt's timestamp at a load of ~20 (the fixture ``prompt_while_loading``)."""
 
 SETTLE = 1.0
 """Seconds the session file's view must hold, with no hook in between, to be adopted.
@@ -153,6 +172,8 @@ SESSION: Scope = ("session",)
 _TURN = (*MAIN, "turn")
 _SESSION_TURN = (*SESSION, "turn")
 _SESSION_BLOCK = (*SESSION, "block")
+_PROMPT_TURN = ("prompt", "turn")
+"""A prompt of this session in claude's history, before the session file says the turn."""
 _SUBAGENT_BLOCK = ("subagent", "block")
 """A blocking Notification's, when only subagents work: claude says which dialog with no
 ``agent_id`` and no PermissionRequest (anthropics/claude-code #79177)."""
@@ -185,6 +206,12 @@ class ClaudeMapping(JsonSourcesFeeder):
     it (a queued prompt's turn, even one read before the Stop's hook came) is news."""
     background_since: float | None = None
     """When (the mapping's clock) the background count last went from none to some."""
+    _prompt_until: float = float("inf")
+    """When the turn a history prompt opened closes if no file view came (the mapping's
+    clock)."""
+    _prompt_stamp: float = float("-inf")
+    """That prompt's ``timestamp`` (claude's clock, ms): a view stamped before it is older
+    news than the prompt."""
     _asked: dict[Scope, Waits] = field(default_factory=dict)
     """What each scope's last PreToolUse would wait on, were it to need a person: a
     permission Notification says only which dialog, its PreToolUse said the tool."""
@@ -204,11 +231,15 @@ class ClaudeMapping(JsonSourcesFeeder):
 
     @property
     def deadline(self) -> float | None:
-        """When the file's current view will be adopted (call :meth:`tick` then), if not yet."""
+        """When :meth:`tick` has something to do: the file's current view to adopt, or a
+        history prompt's turn that no view confirmed to close; None: nothing is due."""
+        due = []
+        if self.signal.is_open(HandleKind.TURN, _PROMPT_TURN):
+            due.append(self._prompt_until)
         view = self._view
-        if view is None or self._adopted or view.kind is None:
-            return None
-        return max(view.since, self._last_hook) + (0.0 if self.file_led else self.settle)
+        if view is not None and not self._adopted and view.kind is not None:
+            due.append(max(view.since, self._last_hook) + (0.0 if self.file_led else self.settle))
+        return min(due, default=None)
 
     @property
     def wants_follow(self) -> bool:
@@ -243,6 +274,8 @@ class ClaudeMapping(JsonSourcesFeeder):
             cause = self._hook(message, t)
         elif source == "transcript":
             cause = self._transcript(message)
+        elif source == "history":
+            cause = self._history(message, t)
         else:
             cause = self._session(message, t)
         if cause is not None and (transition := self.signal.commit(cause)) is not None:
@@ -258,10 +291,16 @@ class ClaudeMapping(JsonSourcesFeeder):
                 self.background_since = t
 
     def tick(self, t: float) -> Transition | None:
-        """Adopt the file's view if it has held long enough by ``t``."""
+        """Adopt the file's view if it has held long enough by ``t``; close the turn of a
+        history prompt that no view confirmed in time."""
         deadline = self.deadline
         if deadline is None or t < deadline:
             return None
+        if self.signal.is_open(HandleKind.TURN, _PROMPT_TURN) and t >= self._prompt_until:
+            self.signal.close(HandleKind.TURN, _PROMPT_TURN)
+            transition = self.signal.commit("history prompt unconfirmed")
+            self._date_background(transition, t)
+            return transition
         view = self._view
         assert view is not None
         if not self._adopt(view):
@@ -275,7 +314,10 @@ class ClaudeMapping(JsonSourcesFeeder):
         self._adopted = True
         if view.kind == "busy" and view.same(self._ended_busy):
             return False  # the ended turn's view, stale: adopting it would start a turn
+        if self._predates_prompt(view):
+            return False  # the file has not caught up with the prompt yet
         self.stats.adopted += 1
+        self._close_if_open(HandleKind.TURN, _PROMPT_TURN)  # the file says the turn now
         if view.kind == "idle":
             self.signal.close_all()
             self._prompt = None
@@ -460,6 +502,39 @@ class ClaudeMapping(JsonSourcesFeeder):
         self._end_scope(MAIN)
         self._close_session()
         return "transcript interrupt"
+
+    def _history(self, line: dict[str, Any], t: float) -> str | None:
+        """Where the file leads, a prompt of this session in claude's history opens a
+        turn, a tenth of a second or more before the file says ``busy``: unless a turn
+        runs (a prompt typed meanwhile is queued), or the file said a state since the
+        prompt (its ``statusUpdatedAt`` on claude's clock, as the line's ``timestamp``:
+        the turn, if any, is over). Closed by the next view adopted, which says the turn
+        itself, by :data:`PROMPT_CONFIRMED_WITHIN` s with none, and by everything that
+        closes all."""
+        stamp = history_prompt(line)
+        if stamp is None or not self.file_led:  # where hooks lead, UserPromptSubmit says it
+            self.stats.ignored += 1
+            return None
+        if self.signal.count(HandleKind.TURN):
+            return None
+        view = self._view
+        if view is not None and isinstance(view.stamp, (int, float)) and view.stamp >= stamp:
+            self.stats.late += 1
+            return None
+        self.signal.open(HandleKind.TURN, _PROMPT_TURN)
+        self._prompt_until = t + PROMPT_CONFIRMED_WITHIN
+        self._prompt_stamp = stamp
+        return "history prompt"
+
+    def _predates_prompt(self, view: SessionView) -> bool:
+        """Whether ``view`` was written before the prompt whose turn is open (the file's
+        first read can hold the idle of claude's start, read with a prompt typed while
+        the runner loaded): it says nothing of that turn, and is not adopted."""
+        return (
+            self.signal.is_open(HandleKind.TURN, _PROMPT_TURN)
+            and isinstance(view.stamp, (int, float))
+            and view.stamp < self._prompt_stamp
+        )
 
     def _transcript_task(self, entry: dict[str, Any]) -> str | None:
         """File-led: a background task's start or end, as the transcript tells it."""

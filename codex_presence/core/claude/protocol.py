@@ -41,6 +41,7 @@ __all__ = [
     "SessionView",
     "background_command_id",
     "background_launch_id",
+    "history_prompt",
     "hook_settings",
     "is_interrupt_marker",
     "is_one_of",
@@ -53,15 +54,17 @@ __all__ = [
     "with_hooks",
 ]
 
-ClaudeSource = Literal["hook", "transcript", "session"]
+ClaudeSource = Literal["hook", "transcript", "session", "history"]
 """Where a message came from: a hook POST, an entry of the session's transcript (JSONL),
-or a new content of claude's session status file (``<config dir>/sessions/<pid>.json``)."""
+a new content of claude's session status file (``<config dir>/sessions/<pid>.json``), or
+a line of claude's prompt history (``<config dir>/history.jsonl``, every session's, its
+``sessionId`` ours)."""
 
 PACKAGE = "@anthropic-ai/claude-code"
 """Claude Code's npm package: its ``package.json`` beside the program says the version
 (:mod:`codex_presence.agent.installed`)."""
 
-SOURCES: tuple[ClaudeSource, ...] = ("hook", "transcript", "session")
+SOURCES: tuple[ClaudeSource, ...] = ("hook", "transcript", "session", "history")
 
 HOOK_EVENTS: tuple[str, ...] = (
     "UserPromptSubmit",
@@ -172,6 +175,20 @@ class SessionView:
             other.waiting_for,
             other.stamp,
         )
+
+
+def history_prompt(line: Mapping[str, Any]) -> float | None:
+    """When (``timestamp``, ms since the epoch, claude's clock) a line of claude's prompt
+    history says a prompt was submitted that may start a turn; None for one that cannot
+    say so: a slash command (``/help``, ``/cost`` open a dialog, ``/clear`` nothing: no
+    turn, while the line is written as a prompt's is; the session file says what a
+    command does), or a line without its timestamp."""
+    display, stamp = line.get("display"), line.get("timestamp")
+    if not isinstance(display, str) or display.startswith("/"):
+        return None
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool):
+        return None
+    return float(stamp)
 
 
 INTERRUPT_PREFIX = "[Request interrupted by user"
