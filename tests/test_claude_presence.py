@@ -212,8 +212,12 @@ def test_print_mode_exit_status_passes_through(
         )
     assert result.returncode == 1  # claude's own status for a failed turn
     watch.wait(None)
-    assert replayed(files) == ["working", "idle"]  # closed by StopFailure
-    assert "idle (StopFailure)" in logged(files)
+    assert replayed(files) == ["working", "idle"]
+    # Closed by StopFailure, or by SessionEnd when claude, exiting, killed StopFailure's
+    # poster before it wrote (1 run in 12 at load 6-9, the hook spooled): the state is the
+    # same, claude's exit follows at once.
+    log = logged(files)
+    assert "idle (StopFailure)" in log or "idle (SessionEnd)" in log, log
 
 
 # -- interactive (tmux) -----------------------------------------------------------------------
