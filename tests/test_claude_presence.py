@@ -147,10 +147,16 @@ def leave(s: Interactive) -> int | None:
 def test_print_mode_a_turn_with_an_allowed_tool(
     claude: Path, tmp_path: Path, broker: RunningBroker, watch: RosterWatch
 ) -> None:
+    """The model's first answer is held until the roster shows working (not a second: a
+    turn over before the reporter's first report is never shown, and a loaded machine's
+    reporter may take longer)."""
     api = FakeAnthropic(
         [
-            Reply(blocks=[text("Running it."), bash("echo hi", id="toolu_p1")], wait=1.0),
-            say("It printed hi.", match=after_result("toolu_p1"), wait=1.0),
+            Reply(
+                blocks=[text("Running it."), bash("echo hi", id="toolu_p1")],
+                hold=watch.shown("working"),
+            ),
+            say("It printed hi.", match=after_result("toolu_p1")),
         ]
     )
     with api.serve():

@@ -107,7 +107,7 @@ def test_ctrl_c_ends_the_demo_at_once_without_a_word_of_reconnecting() -> None:
         assert frame.startswith("codex-presence demo: broker http://127.0.0.1:"), frame
         assert "> codex asks to run `for i in 1 2 3; do echo step $i; sleep 1; done`" in frame
         os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # told to end: generous for a loaded machine
         while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
             screen += read_ready(fd)
         screen += read_ready(fd)  # what it wrote last

@@ -8,14 +8,18 @@ bounded in time.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import os
 import random
+import resource
 import shlex
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +41,7 @@ from codex_presence.core.recording import VERSION
 from tests.support.depth import examples
 from tests.support.other_user import OTHER_UID
 from tests.support.processes import alive
-from tests.support.waiting import eventually
+from tests.support.waiting import Lines, eventually
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
@@ -462,35 +466,61 @@ def rss_kb(pid: int) -> int:
 
 
 def test_a_client_that_stops_reading_keeps_memory_bounded() -> None:
-    """The child writes 400 MB; we read nothing for a while: wrap stops reading the child
-    (its memory stays flat), and once we read, every byte arrives."""
+    """The child says a turn started, then writes 400 MB; we read nothing for a while: wrap
+    stops reading the child (its memory stays flat), and once we read, every byte arrives.
+
+    Flat from when wrap is stalled, known by order, not by how long it took: its analysis
+    is loaded (it says the turn's ``working``, which it can only once the mapping is
+    attached; before that, its memory grows for as long as a loaded machine takes, and
+    memory that merely paused growing is not settled: CI under load took 7.9 MB for
+    settled, and wrap went on loading to 29 MB) and the pipe to us is full (the kernel's
+    buffer, not wrap's memory: no page of it free)."""
+    first = b'{"method":"turn/started","params":{"threadId":"th","turn":{"id":"tu"}}}\n'
     total = 400 * 1024 * 1024
     script = (
-        'import sys\nblock = b\'{"method":"item/agentMessage/delta"}\\n\' * 30000\n'
+        f"import sys\nsys.stdout.buffer.write({first!r}); sys.stdout.buffer.flush()\n"
+        'block = b\'{"method":"item/agentMessage/delta"}\\n\' * 30000\n'
         f"left = {total}\n"
         "while left > 0:\n"
         "    n = min(left, len(block)); sys.stdout.buffer.write(block[:n]); left -= n\n"
     )
-    proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-    samples = [rss_kb(proc.pid)]
-    # wrap loads its analysis once the child has started: its memory grows until then,
-    # for as long as a loaded machine takes. Once settled, it stays flat while stalled.
-    while len(samples) < 4 or samples[-1] - samples[-4] >= 1024:
-        assert len(samples) < 150, samples  # 30 s, and still growing: not bounded
-        time.sleep(0.2)
-        samples.append(rss_kb(proc.pid))
-    settled = samples[-1]
+    proc = wrap(
+        "--",
+        PY,
+        "-c",
+        script,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    said = Lines(line.decode(errors="replace") for line in proc.stderr)
+    said.until(r"working \(turn/started\)")  # the analysis is loaded and attached
+    ours = proc.stdout.fileno()
+    capacity = fcntl.fcntl(ours, fcntl.F_GETPIPE_SZ)
+    eventually(  # no page left in it: wrap waits to write, and holds one chunk at most
+        lambda: capacity - queued(ours) < resource.getpagesize(),
+        what="the pipe to us full",
+        seen=lambda: f"{queued(ours)} of {capacity} bytes in it; wrap at {rss_kb(proc.pid)} kB",
+    )
+    settled = rss_kb(proc.pid)
+    samples = [settled]
     for _ in range(8):
-        time.sleep(0.2)
+        time.sleep(0.2)  # nobody reads meanwhile: the memory must stay put all along
         samples.append(rss_kb(proc.pid))
     assert max(samples) < 80 * 1024, samples
     assert max(samples) - settled < 8 * 1024, samples  # flat while stalled
     received = 0
-    assert proc.stdout is not None
     while chunk := proc.stdout.read(1 << 20):
         received += len(chunk)
     assert proc.wait(30) == 0
-    assert received == total
+    assert received == len(first) + total
+    assert said.rest().endswith("idle (eof)\n")
+
+
+def queued(fd: int) -> int:
+    """How many bytes wait in the pipe ``fd`` reads."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 def _blocks(seed: int, count: int, size: int) -> Iterator[bytes]:

@@ -96,9 +96,10 @@ def run_print(
     *,
     base_url: str,
     claude_args: Sequence[str],
-    timeout: float = 60.0,
+    timeout: float = 120.0,
 ) -> tuple[subprocess.CompletedProcess[str], PresenceFiles]:
-    """``codex-presence claude ... -- claude -p ...`` to its end, output captured."""
+    """``codex-presence claude ... -- claude -p ...`` to its end, output captured (within
+    ``timeout``: generous, for claude's start and turn on a loaded machine)."""
     files = _files(root, None)
     result = subprocess.run(
         command(files, broker, claude_args),
