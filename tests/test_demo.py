@@ -49,6 +49,10 @@ def test_demo_shows_the_roster_live_and_ends_with_roster_and_timeline() -> None:
     # and said what the session was doing, in words from the recording.
     assert "codex-agent [engineer] connected=1" in live
     assert "working · " in live and "needs input · " in live
+    # The session played once the live view showed the roster, not before: its first
+    # states were not over before the view's stream was open (on a loaded machine they
+    # were, and it showed no "needs input").
+    assert live.index("team demo roster:") < live.index("  > "), live[:400]
     told = [line.removeprefix("  > ") for line in live.splitlines() if line.startswith("  > ")]
     assert told[:2] == [
         "the user asks: “please run the build”",

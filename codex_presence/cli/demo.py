@@ -144,6 +144,10 @@ def _team() -> tuple[Team, dict[str, str]]:
     return Team(name="demo", members=members), tokens
 
 
+FIRST_FRAME_WITHIN = 10.0
+"""Seconds the session waits at most for the live view's first frame before it plays."""
+
+
 async def run_demo(
     *, fixture: Path, speed: float = 1.0, out: TextIO, loop: bool = False
 ) -> DemoResult:
@@ -202,6 +206,7 @@ async def run_demo(
         out.write(f"demo: playing {fixture.name} at {speed:g}x; {about}\n")
         out.flush()
         watching = anyio.CancelScope()
+        first_frame = anyio.Event()
 
         async def watch_roster() -> None:
             with watching:
@@ -210,10 +215,16 @@ async def run_demo(
 
                 def drawn(text: str) -> None:
                     result.shown = text
+                    first_frame.set()
 
                 await watch(watcher, me, out, heading=heading, on_draw=drawn)
 
         tg.start_soon(watch_roster)
+        # The session plays once the live view shows the roster (its stream is open): the
+        # person sees it from its first state. Before, a loaded machine drew the first
+        # frame after the first states had passed, and the view never showed them.
+        with anyio.move_on_after(FIRST_FRAME_WITHIN):
+            await first_frame.wait()
         playing = anyio.CancelScope()
         signal_scope = anyio.CancelScope()
 
