@@ -100,14 +100,21 @@ def test_ctrl_c_ends_the_demo_at_once_without_a_word_of_reconnecting() -> None:
     if pid == 0:  # the child: the demo on a terminal
         os.execv(sys.executable, [sys.executable, "-m", "codex_presence", "demo"])
     screen = b""
+    asks = b"> codex asks to run `for i in 1 2 3; do echo step $i; sleep 1; done`"
+
+    def last_frame() -> bytes:
+        return screen.rsplit(b"\x1b[H\x1b[J", 1)[-1]
+
     try:
+        # A frame with the wait on the roster and the request above it (the demo shows
+        # the blocked state, then tells the request that made it, in the next frames).
         deadline = time.monotonic() + 60
-        while b"needs input" not in screen and time.monotonic() < deadline:
+        while not (b"needs input" in last_frame() and asks in last_frame()):
+            assert time.monotonic() < deadline, screen
             ready, _, _ = select.select([fd], [], [], 1)
             if ready:
                 screen += os.read(fd, 65536)
-        assert b"needs input" in screen, screen
-        frame = screen.rsplit(b"\x1b[H\x1b[J", 1)[1].decode()
+        frame = last_frame().decode()
         assert frame.startswith("codex-presence demo: broker http://127.0.0.1:"), frame
         assert "> codex asks to run `for i in 1 2 3; do echo step $i; sleep 1; done`" in frame
         os.kill(pid, signal.SIGINT)
