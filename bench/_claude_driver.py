@@ -45,6 +45,11 @@ from typing import Any, BinaryIO
 
 import orjson
 
+WAIT = 60.0
+"""The deadline of a wait for what must happen (a screen, a hook, an exit): generous, so
+that a loaded machine fails no run (the tests' ``WAIT``, tests/support/waiting.py, which
+bench does not import); a wait costs only as long as the thing takes."""
+
 __all__ = [
     "API_KEY",
     "CLAUDE_VERSION",
@@ -193,7 +198,7 @@ class Capture:
     def wait(
         self,
         pred: Callable[[str, Message], bool],
-        timeout: float = 20.0,
+        timeout: float = WAIT,
         *,
         what: str = "",
     ) -> tuple[float, Message]:
@@ -217,7 +222,7 @@ class Capture:
                     raise TimeoutError(f"timed out waiting for {what or pred}; last: {seen}")
                 self._lock.wait(left)
 
-    def wait_hook(self, event: str, timeout: float = 20.0, **fields: Any) -> Message:
+    def wait_hook(self, event: str, timeout: float = WAIT, **fields: Any) -> Message:
         """The next hook of this event whose payload has these field values."""
 
         def pred(source: str, msg: Message) -> bool:
@@ -230,7 +235,7 @@ class Capture:
         return self.wait(pred, timeout, what=f"hook {event} {fields}")[1]
 
     def wait_transcript(
-        self, pred: Callable[[Message], bool], timeout: float = 20.0, *, what: str = ""
+        self, pred: Callable[[Message], bool], timeout: float = WAIT, *, what: str = ""
     ) -> Message:
         return self.wait(
             lambda s, m: s == "transcript" and pred(m), timeout, what=what or "transcript"
@@ -595,7 +600,7 @@ class Tmux:
         result = self._tmux("capture-pane", "-p", "-t", self.target, check=False)
         return result.stdout
 
-    def wait_screen(self, pattern: str, timeout: float = 20.0) -> str:
+    def wait_screen(self, pattern: str, timeout: float = WAIT) -> str:
         """The screen, once it matches the regular expression ``pattern``."""
         regex = re.compile(pattern)
         deadline = time.monotonic() + timeout
@@ -644,7 +649,7 @@ class Interactive:
     server: HookCapture
     screens: list[tuple[float, str]] = field(default_factory=list)
 
-    def ready(self, timeout: float = 30.0) -> None:
+    def ready(self, timeout: float = WAIT) -> None:
         """Wait for the prompt box (claude shows ``? for shortcuts`` once it takes input)."""
         self.tmux.wait_screen(r"\? for shortcuts|shortcuts", timeout)
 
@@ -683,11 +688,11 @@ class Interactive:
         self.screens.append((self.capture.now(), text))
         return text
 
-    def wait_exit(self, timeout: float = 20.0) -> int | None:
+    def wait_exit(self, timeout: float = WAIT) -> int | None:
         deadline = time.monotonic() + timeout
         while not self.tmux.dead():
             if time.monotonic() > deadline:
-                raise TimeoutError("claude did not exit")
+                raise TimeoutError(f"claude did not exit within {timeout} s:\n{self.tmux.screen()}")
             time.sleep(0.02)
         if self.capture.end_at is None:
             self.capture.end_at = self.capture.now()

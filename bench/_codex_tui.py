@@ -40,6 +40,11 @@ from typing import Any
 
 import orjson
 
+WAIT = 60.0
+"""The deadline of a wait for what must happen (a screen, a hook, an exit): generous, so
+that a loaded machine fails no run (the tests' ``WAIT``, tests/support/waiting.py, which
+bench does not import); a wait costs only as long as the thing takes."""
+
 __all__ = [
     "COMPOSER",
     "DEFAULT_CODEX",
@@ -296,7 +301,7 @@ class Tui:
         return text
 
     def wait_for(
-        self, pattern: str, timeout: float = 20.0, *, regex: bool = False, gone: bool = False
+        self, pattern: str, timeout: float = WAIT, *, regex: bool = False, gone: bool = False
     ) -> float:
         """Poll the screen until ``pattern`` is on it (or, with ``gone``, no longer is);
         returns the seconds since the TUI started."""
@@ -340,11 +345,11 @@ class Tui:
             return None
         return int(text) if text.endswith("\n") else None
 
-    def wait_exit(self, timeout: float = 20.0) -> int:
+    def wait_exit(self, timeout: float = WAIT) -> int:
         deadline = time.monotonic() + timeout
         while (status := self.exit_status()) is None:
             if time.monotonic() > deadline:
-                raise TimeoutError("the TUI did not exit")
+                raise TimeoutError(f"the TUI did not exit within {timeout} s:\n{self.screen()}")
             time.sleep(0.05)
         return status
 

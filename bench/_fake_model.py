@@ -11,7 +11,7 @@ the tests' fake Anthropic API); this module is the Responses API's wire format.
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,12 +38,13 @@ Event = dict[str, Any]
 class Step:
     """One scripted answer to ``POST /responses``.
 
-    ``events`` are sent as SSE ``data:`` lines (``delay`` seconds apart, after ``wait``
-    seconds); ``status`` other than 200 sends an error body instead; ``complete=False``
-    drops the connection before ``response.completed`` would have been sent (the events
-    given are sent, then the stream just ends). ``match`` picks the step only for a request
-    whose body contains that text (or for which that predicate holds), so concurrent threads
-    can each get their own answer.
+    ``events`` are sent as SSE ``data:`` lines (``delay`` seconds apart, after ``hold``
+    is set, if given: the test's word, and then ``wait`` seconds); ``status`` other than
+    200 sends an error body instead; ``complete=False`` drops the connection before
+    ``response.completed`` would have been sent (the events given are sent, then the stream
+    just ends). ``match`` picks the step only for a request whose body contains that text
+    (or for which that predicate holds), so concurrent threads can each get their own
+    answer.
     ``build`` computes the events from the request body at answer time.
     """
 
@@ -51,6 +52,7 @@ class Step:
     status: int = 200
     delay: float = 0.0
     wait: float = 0.0
+    hold: threading.Event | None = None
     complete: bool = True
     match: str | Callable[[dict[str, Any]], bool] | None = None
     build: Callable[[dict[str, Any]], list[Event]] | None = None
@@ -173,8 +175,8 @@ class _Handler(ScriptedHandler):
             return
         body = self.parse(raw)
         step: Step = self.script.take(body)
-        if step.wait:
-            time.sleep(step.wait)
+        if not self.hold_then_wait(step.hold, step.wait):
+            return
         if step.status != 200:
             error = {"error": {"message": "scripted failure", "type": "server_error"}}
             self.send_json(step.status, orjson.dumps(error))

@@ -443,27 +443,32 @@ def test_a_claude_that_cannot_run_is_127(tmp_path: Path) -> None:
 def test_hooks_reach_the_roster_and_the_recording_replays(
     tmp_path: Path, broker: RunningBroker, spool: str
 ) -> None:
+    """Each hook's state reaches the roster: the stand-in goes on to the next hook only
+    once the roster shows the last one's (decided by order: a second between hooks was
+    not enough for a loaded machine's reporter, which reports the latest state only)."""
     watch = RosterWatch(broker, watcher="bob", member="alice")
     record, log = tmp_path / "session.jsonl", tmp_path / "presence.log"
-    go_on = tmp_path / "go-on"
+    go_on = [tmp_path / f"go-on-{n}" for n in range(5)]
     script = [
-        {"do": "await", "path": str(go_on)},  # subscribed first
+        {"do": "await", "path": str(go_on[0])},  # subscribed first
         hook("UserPromptSubmit", prompt="go"),
-        {"do": "sleep", "seconds": 1.0},
+        {"do": "await", "path": str(go_on[1])},
         hook("PreToolUse", tool_use_id="tu1", tool_name="Bash"),
         hook("PermissionRequest", tool_name="Bash"),
-        {"do": "sleep", "seconds": 1.0},
+        {"do": "await", "path": str(go_on[2])},
         hook("PostToolUse", tool_use_id="tu1"),
         {"do": "summary"},
-        {"do": "sleep", "seconds": 1.0},
+        {"do": "await", "path": str(go_on[3])},
         hook("Stop", background_tasks=[]),
-        {"do": "sleep", "seconds": 1.0},
+        {"do": "await", "path": str(go_on[4])},
     ]
     options = [*reporting(broker, tmp_path), "--record", str(record), "-v", "--log-file", str(log)]
     env = {SPOOL_ENV: "0"} if spool == "loopback" else None
     proc = run_claude(tmp_path, script, *options, wait=False, env=env)
     watch.wait_connected(1)
-    go_on.touch()
+    for go, shown in zip(go_on, ["working", "blocked", "working", None, None], strict=True):
+        go.touch()
+        watch.wait(shown)
     assert proc.wait(EXITS_WITHIN) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", "blocked", "working", None]
@@ -486,15 +491,17 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
 
 def test_the_end_of_claude_mid_turn_reports_idle(tmp_path: Path, broker: RunningBroker) -> None:
     watch = RosterWatch(broker, watcher="bob", member="alice")
-    go_on = tmp_path / "go-on"
+    go_on, end = tmp_path / "go-on", tmp_path / "end"
     script = [
         {"do": "await", "path": str(go_on)},  # subscribed first
         hook("UserPromptSubmit"),
-        {"do": "sleep", "seconds": 1},
+        {"do": "await", "path": str(end)},  # the roster shows the turn first
     ]
     proc = run_claude(tmp_path, script, *reporting(broker, tmp_path), "-q", wait=False)
     watch.wait_connected(1)
     go_on.touch()
+    watch.wait("working")
+    end.touch()
     assert proc.wait(EXITS_WITHIN) == 0
     watch.wait_connected(0)
     assert watch.sequence() == [None, "working", None]

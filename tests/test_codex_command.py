@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class Setup:
     log: Path
     daemon_dir: Path
     env: dict[str, str]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """Every command :meth:`run` started: ended by the fixture if a test failed first."""
 
     def seen(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -65,7 +67,21 @@ class Setup:
         return next(e[key] for e in self.seen() if e["role"] == role and key in e)
 
     def run(self, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv(*args), env=self.env, cwd=self.root, **kwargs)
+        proc = subprocess.Popen(self.argv(*args), env=self.env, cwd=self.root, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def reap(self) -> None:
+        """End what a failed test left running (its watchdogs end the children), and
+        close its pipes: a Popen still running when collected is an error of whichever
+        test runs then (CI: test_codex_schema's, after this file's test had failed)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(EXITS_WITHIN)
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "codex_presence", "codex", *args, "--", str(self.codex)]
@@ -88,7 +104,11 @@ def setup() -> Iterator[Setup]:
                 "XDG_RUNTIME_DIR": "",
             }
         )
-        yield Setup(root, codex, root / "seen.jsonl", root / "daemon", env)
+        setup = Setup(root, codex, root / "seen.jsonl", root / "daemon", env)
+        try:
+            yield setup
+        finally:
+            setup.reap()
 
 
 def test_the_tui_status_is_ours_and_the_session_leaves_nothing_behind(setup: Setup) -> None:
@@ -211,9 +231,9 @@ def test_while_the_tui_has_the_terminal_our_words_wait(setup: Setup) -> None:
         proc = setup.run("--broker", "http://127.0.0.1:9", stdin=slave, stdout=slave, stderr=slave)
         os.close(slave)
         out = b""
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + EXITS_WITHIN  # the TUI ends at once: the command must
         while proc.poll() is None or select.select([master], [], [], 0.1)[0]:
-            assert time.monotonic() < deadline, out
+            assert time.monotonic() < deadline, f"still running after {EXITS_WITHIN} s: {out!r}"
             if select.select([master], [], [], 0.1)[0]:
                 try:
                     out += os.read(master, 65536)

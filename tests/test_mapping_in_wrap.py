@@ -136,7 +136,7 @@ def test_a_bug_in_the_analysis_ends_in_idle_at_once_said_once_and_the_bytes_go_o
             assert wrap.stdin is not None
             wrap.stdin.write(STARTED)
             wrap.stdin.flush()
-            eventually(lambda: roster_activity(broker) == "working", what="working", within=30)
+            eventually(lambda: roster_activity(broker) == "working", what="working")
             wrap.stdin.write(after)
             wrap.stdin.flush()
             eventually(lambda: roster_activity(broker) is None, what="idle on the roster")

@@ -41,7 +41,7 @@ from tests.support.shared_brokers import (
     roster,
     team_file,
 )
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 # -- one roster ------------------------------------------------------------------------------
 
@@ -315,8 +315,8 @@ def test_signing_out_on_one_broker_ends_the_stream_on_another(redis_url: str) ->
         assert on_b.status == 200
         eventually(lambda: roster(a.url)["alice"]["connected"] == 1, 60)
         assert httpx.post(a.url + "/session/logout", headers=cookie, timeout=5).status_code == 204
-        assert on_b.ended.wait(5), "the stream on the other broker did not end"
-        eventually(lambda: roster(a.url)["alice"]["connected"] == 0, 5)
+        assert on_b.ended.wait(WAIT), "the stream on the other broker did not end"
+        eventually(lambda: roster(a.url)["alice"]["connected"] == 0)
 
 
 # -- Redis goes away -------------------------------------------------------------------------

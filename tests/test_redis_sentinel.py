@@ -27,7 +27,7 @@ from codex_presence.broker.redis.sentinel import parse_sentinel_url
 from tests.support.broker_harness import BrokerProcess, broker_process, token_of
 from tests.support.redis_server import sentinel_setup
 from tests.support.shared_brokers import Stream, report, roster, team_file
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess, is_request
 
 TTL = "20"
@@ -166,9 +166,9 @@ def test_brokers_follow_a_failover_without_losing_anyones_presence(tmp_path: Pat
         # during: the roster is served from each broker's mirror, unchanged, while no
         # primary answers; the brokers say they are down (503) and the streams are stale
         down: set[str] = set()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT
         while not down or not all(healthy(broker.url) for broker in (a, b)):
-            assert time.monotonic() < deadline, "the brokers did not come back"
+            assert time.monotonic() < deadline, f"the brokers did not come back; down: {down}"
             for broker in (a, b):
                 assert shown(broker.url) == want
                 if not healthy(broker.url):

@@ -8,14 +8,18 @@ bounded in time.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import os
 import random
+import resource
 import shlex
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +41,7 @@ from codex_presence.core.recording import VERSION
 from tests.support.depth import examples
 from tests.support.other_user import OTHER_UID
 from tests.support.processes import alive
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, Lines, eventually
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-0.169.0"
 WRAP = [sys.executable, "-m", "codex_presence", "wrap"]
@@ -284,7 +288,7 @@ def _reap_wraps() -> Iterator[None]:
                     stream.close()
 
 
-def wait_line(stream: object, timeout: float = 15.0) -> bytes:
+def wait_line(stream: object, timeout: float = WAIT) -> bytes:
     """One line from a pipe, with a deadline (a reader thread, so a hang fails cleanly)."""
     box: list[bytes] = []
     reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)  # type: ignore[attr-defined]
@@ -306,12 +310,12 @@ def wait_line(stream: object, timeout: float = 15.0) -> bytes:
 )
 def test_exit_status_is_the_childs(script: str, status: int) -> None:
     proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.DEVNULL)
-    assert proc.wait(30) == status
+    assert proc.wait(WAIT) == status
 
 
 def test_a_command_that_does_not_exist() -> None:
     proc = wrap("--", "/nonexistent/codex", stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=WAIT)
     assert proc.returncode == 127
     assert b"cannot run /nonexistent/codex" in err
 
@@ -328,12 +332,12 @@ def test_the_command_is_looked_up_on_path_as_execvpe_does(tmp_path: Path) -> Non
     (second / "tool").chmod(0o755)
     env = {**clean_env(), "PATH": f"{tmp_path / 'none'}:{first}:{second}:/usr/bin:/bin"}
     ran = subprocess.run(
-        [*WRAP, "--quiet", "--", "tool"], env=env, capture_output=True, timeout=30, check=False
+        [*WRAP, "--quiet", "--", "tool"], env=env, capture_output=True, timeout=WAIT, check=False
     )
     assert (ran.returncode, ran.stdout) == (0, b"second\n"), ran.stderr
     (second / "tool").chmod(0o644)
     ran = subprocess.run(
-        [*WRAP, "--quiet", "--", "tool"], env=env, capture_output=True, timeout=30, check=False
+        [*WRAP, "--quiet", "--", "tool"], env=env, capture_output=True, timeout=WAIT, check=False
     )
     assert ran.returncode == 126 and b"cannot run tool: Permission denied" in ran.stderr
 
@@ -363,7 +367,7 @@ def test_signals_are_forwarded_and_the_status_follows(signum: int) -> None:
     assert wait_line(proc.stdout) == b"got SIGHUP\n"
     proc.send_signal(signum)
     assert wait_line(proc.stdout) == f"got {signal.Signals(signum).name}\n".encode()
-    assert proc.wait(30) == signum + 100
+    assert proc.wait(WAIT) == signum + 100
 
 
 IGNORING_CHILD = r"""
@@ -384,7 +388,7 @@ def test_a_second_sigint_kills() -> None:
     time.sleep(0.3)  # the first one is ignored by the child…
     assert proc.poll() is None
     proc.send_signal(signal.SIGINT)  # …the second kills it
-    assert proc.wait(30) == 128 + signal.SIGKILL
+    assert proc.wait(WAIT) == 128 + signal.SIGKILL
 
 
 def test_stdin_eof_closes_the_childs_stdin_and_wrap_waits() -> None:
@@ -393,7 +397,7 @@ def test_stdin_eof_closes_the_childs_stdin_and_wrap_waits() -> None:
         " sys.stdout.write(str(len(data))); raise SystemExit(5)"
     )
     proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    out, _ = proc.communicate(b"x" * 100_000, timeout=30)
+    out, _ = proc.communicate(b"x" * 100_000, timeout=WAIT)
     assert (proc.returncode, out) == (5, b"100000")
 
 
@@ -450,7 +454,7 @@ def test_what_the_child_leaves_running_dies_with_wrap() -> None:
     ends with the child's status, and takes them with it."""
     proc = wrap("--quiet", "--", PY, TREE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     pids = tree_of(proc)
-    assert proc.wait(30) == 0
+    assert proc.wait(WAIT) == 0
     eventually(lambda: not any(alive(pid) for pid in pids), 60, "the leftovers' death")
 
 
@@ -462,35 +466,61 @@ def rss_kb(pid: int) -> int:
 
 
 def test_a_client_that_stops_reading_keeps_memory_bounded() -> None:
-    """The child writes 400 MB; we read nothing for a while: wrap stops reading the child
-    (its memory stays flat), and once we read, every byte arrives."""
+    """The child says a turn started, then writes 400 MB; we read nothing for a while: wrap
+    stops reading the child (its memory stays flat), and once we read, every byte arrives.
+
+    Flat from when wrap is stalled, known by order, not by how long it took: its analysis
+    is loaded (it says the turn's ``working``, which it can only once the mapping is
+    attached; before that, its memory grows for as long as a loaded machine takes, and
+    memory that merely paused growing is not settled: CI under load took 7.9 MB for
+    settled, and wrap went on loading to 29 MB) and the pipe to us is full (the kernel's
+    buffer, not wrap's memory: no page of it free)."""
+    first = b'{"method":"turn/started","params":{"threadId":"th","turn":{"id":"tu"}}}\n'
     total = 400 * 1024 * 1024
     script = (
-        'import sys\nblock = b\'{"method":"item/agentMessage/delta"}\\n\' * 30000\n'
+        f"import sys\nsys.stdout.buffer.write({first!r}); sys.stdout.buffer.flush()\n"
+        'block = b\'{"method":"item/agentMessage/delta"}\\n\' * 30000\n'
         f"left = {total}\n"
         "while left > 0:\n"
         "    n = min(left, len(block)); sys.stdout.buffer.write(block[:n]); left -= n\n"
     )
-    proc = wrap("--quiet", "--", PY, "-c", script, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-    samples = [rss_kb(proc.pid)]
-    # wrap loads its analysis once the child has started: its memory grows until then,
-    # for as long as a loaded machine takes. Once settled, it stays flat while stalled.
-    while len(samples) < 4 or samples[-1] - samples[-4] >= 1024:
-        assert len(samples) < 150, samples  # 30 s, and still growing: not bounded
-        time.sleep(0.2)
-        samples.append(rss_kb(proc.pid))
-    settled = samples[-1]
+    proc = wrap(
+        "--",
+        PY,
+        "-c",
+        script,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    said = Lines(line.decode(errors="replace") for line in proc.stderr)
+    said.until(r"working \(turn/started\)")  # the analysis is loaded and attached
+    ours = proc.stdout.fileno()
+    capacity = fcntl.fcntl(ours, fcntl.F_GETPIPE_SZ)
+    eventually(  # no page left in it: wrap waits to write, and holds one chunk at most
+        lambda: capacity - queued(ours) < resource.getpagesize(),
+        what="the pipe to us full",
+        seen=lambda: f"{queued(ours)} of {capacity} bytes in it; wrap at {rss_kb(proc.pid)} kB",
+    )
+    settled = rss_kb(proc.pid)
+    samples = [settled]
     for _ in range(8):
-        time.sleep(0.2)
+        time.sleep(0.2)  # nobody reads meanwhile: the memory must stay put all along
         samples.append(rss_kb(proc.pid))
     assert max(samples) < 80 * 1024, samples
     assert max(samples) - settled < 8 * 1024, samples  # flat while stalled
     received = 0
-    assert proc.stdout is not None
     while chunk := proc.stdout.read(1 << 20):
         received += len(chunk)
-    assert proc.wait(30) == 0
-    assert received == total
+    assert proc.wait(WAIT) == 0
+    assert received == len(first) + total
+    assert said.rest().endswith("idle (eof)\n")
+
+
+def queued(fd: int) -> int:
+    """How many bytes wait in the pipe ``fd`` reads."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 def _blocks(seed: int, count: int, size: int) -> Iterator[bytes]:
@@ -522,8 +552,8 @@ def test_one_gigabyte_has_the_same_sha256_on_both_sides() -> None:
         got.update(chunk)
         received += len(chunk)
         assert time.monotonic() < deadline
-    producer.join(30)
-    assert proc.wait(30) == 0
+    producer.join(WAIT)
+    assert proc.wait(WAIT) == 0
     assert received == count * size
     assert got.hexdigest() == sent.hexdigest()
 
@@ -547,7 +577,7 @@ def test_transitions_are_logged_on_stderr_never_stdout(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=WAIT)
         assert proc.returncode == 0
         assert out == source.read_bytes()
         return out, err.decode()
@@ -570,7 +600,7 @@ def test_options_also_come_from_the_environment(tmp_path: Path) -> None:
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        timeout=30,
+        timeout=WAIT,
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b'{"id":1}\n', b"")
@@ -599,7 +629,7 @@ def test_sigterm_leaves_a_complete_recording(tmp_path: Path) -> None:
     proc.stdin.flush()
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == signal.SIGTERM + 100
+    assert proc.wait(WAIT) == signal.SIGTERM + 100
     version, *entries, end = read_entries(rec.read_bytes().splitlines())
     assert version.version == VERSION
     assert [(e.direction, e.message, e.raw) for e in entries] == [
@@ -617,7 +647,7 @@ def test_closed_standard_descriptors_are_not_mixed_up_with_the_childs_pipes() ->
         ["sh", "-c", f"exec {shlex.join(WRAP)} --quiet -- sh -c 'echo hi; cat; echo bye' <&-"],
         env=clean_env(),
         capture_output=True,
-        timeout=30,
+        timeout=WAIT,
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"hi\nbye\n", b"")
@@ -632,7 +662,7 @@ def test_log_file_takes_the_transitions_and_stderr_stays_the_childs(tmp_path: Pa
         env=clean_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        timeout=30,
+        timeout=WAIT,
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, line + b"\n", b"child says hi")
@@ -643,7 +673,7 @@ def test_log_file_takes_the_transitions_and_stderr_stays_the_childs(tmp_path: Pa
         [*WRAP, "--log-file", str(tmp_path / "no" / "such.log"), "--", "true"],
         env=clean_env(),
         capture_output=True,
-        timeout=30,
+        timeout=WAIT,
         check=False,
     )
     assert bad.returncode == 2
@@ -674,7 +704,7 @@ async def test_companions_span_the_session_and_see_the_final_transition() -> Non
         observers=[lambda t: events.append(f"{t.state.value} ({t.cause})")],
         companions=[companion],
     )
-    with anyio.fail_after(30):
+    with anyio.fail_after(WAIT):
         status = await relay.run([PY, "-c", f"import sys; sys.stdout.buffer.write({started!r})"])
     for fd in (in_r, out_r, out_w):
         os.close(fd)
@@ -753,14 +783,14 @@ def test_in_a_terminal_the_childs_stderr_stays_blocking() -> None:
         slave = -1
         os.write(master, b"ping\n")  # typed at the terminal: it must reach the child
         seen = b""
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT
         while b"got ping" not in seen:
             assert time.monotonic() < deadline, seen
             try:
                 seen += os.read(master, 4096)
             except OSError:  # EIO: every holder of the terminal is gone
                 break
-        assert proc.wait(30) == 0
+        assert proc.wait(WAIT) == 0
         assert b"stderr-blocking=True got ping" in seen, seen
     finally:
         os.close(master)
@@ -775,7 +805,7 @@ def test_with_stderr_into_stdout_the_childs_stderr_stays_blocking() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=clean_env(),
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 0
     # Our notice and the child's line share the pipe, in either order: the child starts
@@ -1137,7 +1167,7 @@ def test_a_symlink_at_the_record_or_log_path_is_refused_not_followed(
         env=clean_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        timeout=30,
+        timeout=WAIT,
         check=False,
     )
     assert victim.read_bytes() == b"precious\n"
@@ -1171,7 +1201,7 @@ def test_a_file_another_user_created_at_the_record_or_log_path_is_refused(
         env=clean_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        timeout=30,
+        timeout=WAIT,
         check=False,
     )
     assert theirs.read_bytes() == b"theirs\n"

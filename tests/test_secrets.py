@@ -300,7 +300,7 @@ def test_a_password_in_the_broker_url_is_never_printed(tmp_path: Path, command: 
         env = {"CODEX_PRESENCE_TOKEN": "cp_a-token-of-nobody-on-the-team"}
         if command == "wrap":
             with WrapProcess(["--broker", url], env=env) as wrap:
-                eventually(lambda: b"offline" in wrap.stderr, 20, "the refusal said")
+                eventually(lambda: b"offline" in wrap.stderr, what="the refusal said")
                 assert wrap.close() == 0
             said = bytes(wrap.stderr).decode()
         else:

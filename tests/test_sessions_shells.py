@@ -79,7 +79,7 @@ def test_the_codex_shell_killed_mid_turn(codex: Path, store_url: str | None) -> 
         argv = presence_command(codex, "--broker", broker.url, "--name", "alice")
         tui = Tui(argv, env={**home.env, TOKEN_ENV: token_of("alice")}, cwd=home.work, sock_dir=tmp)
         try:
-            tui.wait_for(READY, timeout=30)
+            tui.wait_for(READY)
             eventually(lambda: alice(broker)["connected"] == 1, 60, "subscribed")
             tui.wait_for(COMPOSER)
             tui.prompt("sleep a while")

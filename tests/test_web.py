@@ -48,7 +48,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.receivers import Receiver, receiver
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 TEAM = make_team("alice", "builder", "scout")
 CHROMIUM = Path(os.environ.get("CODEX_PRESENCE_TEST_CHROMIUM") or "/usr/bin/chromium")
@@ -127,7 +127,7 @@ class Web:
         assert response.status_code == 200
         return {p["name"]: p for p in response.json()}
 
-    def wait_connected(self, name: str, count: int, timeout: float = 10.0) -> None:
+    def wait_connected(self, name: str, count: int, timeout: float = WAIT) -> None:
         """Poll ``GET /roster`` until ``name`` has ``count`` subscribers (bounded)."""
 
         def holds() -> bool:
@@ -525,7 +525,7 @@ def watcher(web: Web) -> Iterator[subprocess.Popen[bytes]]:
         env=env,
     )
     try:
-        web.wait_connected("builder", 1, timeout=20)
+        web.wait_connected("builder", 1)
         yield proc
     finally:
         proc.terminate()
@@ -849,7 +849,7 @@ def test_a_broker_restart_signs_nobody_out_and_a_lost_redis_shows_stale(
             running, roster = broker(port, server.url)  # the same broker, restarted
             with running as second:
                 web = Web(second, roster)
-                web.wait_connected("alice", 1, timeout=20)  # the page came back by itself
+                web.wait_connected("alice", 1)  # the page came back by itself
                 expect(page.locator("body")).to_have_attribute("data-view", "roster")
                 expect(page.locator("body")).to_have_attribute("data-stream", "live")
                 expect(row(page, "builder")).to_have_attribute("data-activity", "working")

@@ -9,22 +9,36 @@ checks that stream at the moments that matter — while the approval is held bac
 the approved command runs, after the turn — and then the whole sequence. Needs the codex
 binaries (``tests/run.sh`` installs them): without one this skips, except under ``CI=true``,
 where it fails.
+
+With two app-servers of one member behind two wraps, the broker's notifier tells a
+``json://`` receiver on loopback (through apprise) of the member's wait: one "needs input"
+and one "answered" for one continuous wait, however its agents take turns (issue 34).
 """
 
 from __future__ import annotations
 
+import math
+import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench._fake_model import FakeModel, exec_command, message, reply
+from codex_presence.broker.notify.apprise_sender import AppriseSender
+from codex_presence.broker.notify.config import Target
+from codex_presence.broker.notify.notifier import Notifier
+from codex_presence.core.notify_policy import NotifyEvent, Rule
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.codex_driver import Config, session
-from tests.support.roster_watch import RosterWatch, roster_activity
+from tests.support.receivers import receiver
+from tests.support.roster_watch import RosterWatch, roster_activity, roster_row
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.codex
 
@@ -173,3 +187,112 @@ def test_a_cancelled_approval_never_shows_working(codex: Path, tmp_path: Path) -
         watch.wait_connected(0)
     watch.join()
     assert watch.sequence() == [None, "working", "blocked", None]
+
+
+# -- two agents of one member: one wait, one notice, one answer (issue 34) ----------------
+
+NOTIFY_AFTER = 2.0
+"""The notify target's delay (``--notify-after``): short, so that the test is quick."""
+
+
+def _seconds(words: str) -> int:
+    """``1 h 2 min`` / ``3 min 4 s`` / ``5 s`` (the notices' durations) in seconds."""
+    units = {"h": 3600, "min": 60, "s": 1}
+    return sum(int(n) * units[unit] for n, unit in re.findall(r"(\d+) (h|min|s)\b", words))
+
+
+def test_two_agents_of_one_member_waiting_are_one_wait_with_one_notice_and_one_answer(
+    codex: Path, tmp_path: Path
+) -> None:
+    """Issue 34, through real clients: alice runs two codex app-servers behind wrap. A asks
+    for an approval; once the target heard "needs input", B asks for one too; A is answered
+    while B still waits (no "answered", no second "needs input": the member never stopped
+    waiting, though the broker's since moved to B's); then B is answered: one "answered",
+    naming B's agent and the whole wait's length (from A's request, not B's)."""
+    rule = Rule(after=NOTIFY_AFTER, on=frozenset({NotifyEvent.BLOCKED, NotifyEvent.ANSWERED}))
+    commands = {"a": "touch alpha.txt", "b": "mkdir beta"}
+    models = {
+        side: FakeModel(
+            [reply(exec_command(command, call_id=f"call_{side}", escalate=True)), message("Done.")]
+        )
+        for side, command in commands.items()
+    }
+    with receiver() as hook, ExitStack() as stack:
+        notifier = Notifier(
+            [Target(url=f"json://{hook.host}/hook", rule=rule)], team="acme", sender=AppriseSender()
+        )
+        broker = stack.enter_context(
+            running_broker(team=make_team("alice", "bob"), watcher=notifier)
+        )
+        sessions = {}
+        for side, model in models.items():
+            stack.enter_context(model.serve())
+            (tmp_path / side).mkdir()
+            sessions[side] = stack.enter_context(
+                session(
+                    tmp_path / side / "run",
+                    base_url=model.base_url,
+                    config=APPROVALS,
+                    recording=tmp_path / side / "client.jsonl",
+                    codex=wrapped(codex, tmp_path / side, broker),
+                )
+            )
+        a, b = sessions["a"], sessions["b"]
+        eventually(lambda: roster_row(broker)["connected"] == 2, what="both wraps subscribed")
+        threads = {}
+        for side, s in sessions.items():
+            s.initialize()
+            threads[side] = s.start_thread()
+
+        def sees(what: Callable[[dict[str, Any]], bool], said: str) -> dict[str, Any]:
+            eventually(lambda: what(roster_row(broker)), what=said, seen=lambda: roster_row(broker))
+            return roster_row(broker)
+
+        a.start_turn(threads["a"], "make a file")
+        request_a = a.wait_for(is_server_request("item/commandExecution/requestApproval"))
+        sees(lambda row: row.get("activity") == "blocked", "alice blocked (A)")
+        waited_from = time.monotonic()  # the wait began before (when A's request crossed)
+        eventually(lambda: hook.requests, what="needs input", seen=lambda: notifier.stats)
+
+        b.start_turn(threads["b"], "make a directory")
+        request_b = b.wait_for(is_server_request("item/commandExecution/requestApproval"))
+        sees(lambda row: row.get("sessions") == {"blocked": 2}, "both waiting")
+
+        a.answer(request_a, {"decision": "accept"})
+        a.turn_completed(threads["a"])
+        row = sees(
+            lambda row: row.get("activity") == "blocked" and "sessions" not in row,
+            "A done, B waiting",
+        )
+        # The broker's since is B's now: a policy that took that for a new wait would have
+        # said "answered" at once and "needs input" once B's since is NOTIFY_AFTER old.
+        # Both would be queued before anything B's answer makes: the target's queue keeps
+        # the order, so the notices seen after B's answer tell.
+        b_since = row["activitySince"] / 1000
+        eventually(
+            lambda: notifier.looked_at >= b_since + NOTIFY_AFTER,
+            what="the notifier's look past B's own delay",
+        )
+        held = time.monotonic() - waited_from
+        b.answer(request_b, {"decision": "accept"})
+        b.turn_completed(threads["b"])
+        eventually(lambda: len(hook.requests) >= 2, what="answered", seen=lambda: hook.requests)
+        sees(lambda row: "activity" not in row, "alice idle")
+        now = time.time()
+        eventually(
+            lambda: notifier.looked_at >= now and notifier.pending == 0, what="the notifier idle"
+        )
+
+    sent = [r.json() for r in hook.requests]
+    assert len(sent) == 2, [s["title"] for s in sent]
+    needs, answered = sent
+    assert needs["title"] == "alice · codex-app-server in work: approve `touch`", needs
+    assert answered["title"] in ("alice: back to work", "alice: no longer needs input"), answered
+    said = answered["message"]
+    # B's wait, the last one: "...; codex-app-server in work: approve `mkdir` - team acme"
+    assert said.endswith("; codex-app-server in work: approve `mkdir` - team acme"), said
+    waited = re.search(r"\(waited ([^)]*)\)", said)
+    assert waited is not None, said
+    assert _seconds(waited.group(1)) >= math.floor(held), (said, held)
+    for model in models.values():
+        assert not model.pending and not model.unscripted

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
 from tests.support.roster_watch import RosterWatch
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess, is_note, is_request
 
 
@@ -183,7 +183,7 @@ def test_child_exit_mid_turn_reports_idle_and_keeps_the_exit_status() -> None:
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: member(broker).get("activity") == "working")
         wrap.send({"method": "fake/crash"})  # the turn still runs: the child dies in it
-        assert wrap.proc.wait(20) == 3  # the child's status
+        assert wrap.proc.wait(WAIT) == 3  # the child's status
         eventually(lambda: "activity" not in member(broker), 60, "idle reported")
         wrap.close()
 

@@ -29,7 +29,7 @@ from codex_presence.core.activity import Transition
 from codex_presence.core.codex.mapping import CodexMapping
 from codex_presence.core.recording import read_entries
 from tests.support.tui_driver import short_tempdir
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 RESPONSE_HEAD = (
     b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
@@ -403,11 +403,11 @@ def test_a_hang_up_read_after_the_app_server_ended_the_connection_is_a_hang_up(
                 async with turn:
                     relay._read(reader, data)
                     holding.set()
-                    assert await anyio.to_thread.run_sync(inner.ended.wait, 10)
+                    assert await anyio.to_thread.run_sync(inner.ended.wait, WAIT)
 
             relay._read_in_turn = long_server_read  # type: ignore[method-assign]
             sock, _, rest = connect(tmp / "outer.sock", upgrade_request())
-            assert holding.wait(10), "the server's events were not read"
+            assert holding.wait(WAIT), "the server's events were not read"
             assert relayed.states == ["working"]
             sock.sendall(encode(0x8, b"\x03\xe8", mask=True))  # /exit: a close with 1000
             read_until_eof(sock, rest)  # the app-server's end, passed on once counted
@@ -640,7 +640,7 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
                 flood_read += data.count(b"\x81\x80")
                 if not flood_started.is_set():
                     flood_started.set()
-                    assert user_sent.wait(10), "the user's message was not sent"
+                    assert user_sent.wait(WAIT), "the user's message was not sent"
             elif not at_user:
                 at_user.append(flood_read)
             return out
@@ -658,7 +658,7 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
             ),
         )
         sender.start()
-        assert heads.wait(10) and flood_started.wait(10)
+        assert heads.wait(WAIT) and flood_started.wait(WAIT)
         user.sendall(encode(0x1, b'{"id":1,"method":"thread/loaded/list"}', mask=True))
         user_sent.set()
         answer = user.recv(65536)

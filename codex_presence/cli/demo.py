@@ -17,13 +17,14 @@ does not stop first (its clients would say it went away).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from codex_presence._wire import ActivityState
     from codex_presence.broker.team import Team
     from codex_presence.core.activity import Transition
     from codex_presence.core.recording import Entry
@@ -144,6 +145,14 @@ def _team() -> tuple[Team, dict[str, str]]:
     return Team(name="demo", members=members), tokens
 
 
+FIRST_FRAME_WITHIN = 10.0
+"""Seconds the session waits at most for the live view's first frame before it plays."""
+SHOWN_WITHIN = 5.0
+"""Seconds the session waits at most, after a change of state, for the live view to show
+it, before it plays on (a machine that cannot keep up slows the show down instead of
+hiding states from it)."""
+
+
 async def run_demo(
     *, fixture: Path, speed: float = 1.0, out: TextIO, loop: bool = False
 ) -> DemoResult:
@@ -156,7 +165,7 @@ async def run_demo(
     import anyio
     import uvicorn
 
-    from codex_presence._wire import Whoami
+    from codex_presence._wire import ActivityState, Whoami
     from codex_presence.broker.config import BrokerConfig, build_broker
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.server import BrokerServer, listen_socket
@@ -165,6 +174,7 @@ async def run_demo(
     from codex_presence.client.api import fetch_roster
     from codex_presence.client.auth import make_async_client
     from codex_presence.client.link import BrokerLink, BrokerSettings
+    from codex_presence.client.stream import RosterView
     from codex_presence.core.recording import read_entries
 
     team, tokens = _team()
@@ -202,6 +212,11 @@ async def run_demo(
         out.write(f"demo: playing {fixture.name} at {speed:g}x; {about}\n")
         out.flush()
         watching = anyio.CancelScope()
+        first_frame = anyio.Event()
+        live: dict[str, str | None] = {AGENT: None}
+        """What the live view shows of the agent: its activity (None: idle)."""
+        viewed = anyio.Event()
+        """Set (and made anew) each time the live view draws a roster."""
 
         async def watch_roster() -> None:
             with watching:
@@ -210,10 +225,22 @@ async def run_demo(
 
                 def drawn(text: str) -> None:
                     result.shown = text
+                    first_frame.set()
 
-                await watch(watcher, me, out, heading=heading, on_draw=drawn)
+                def view(roster: RosterView) -> None:
+                    nonlocal viewed
+                    live[AGENT] = roster.members.get(AGENT, {}).get("activity")
+                    viewed.set()
+                    viewed = anyio.Event()
+
+                await watch(watcher, me, out, heading=heading, on_draw=drawn, on_view=view)
 
         tg.start_soon(watch_roster)
+        # The session plays once the live view shows the roster (its stream is open): the
+        # person sees it from its first state. Before, a loaded machine drew the first
+        # frame after the first states had passed, and the view never showed them.
+        with anyio.move_on_after(FIRST_FRAME_WITHIN):
+            await first_frame.wait()
         playing = anyio.CancelScope()
         signal_scope = anyio.CancelScope()
 
@@ -228,10 +255,20 @@ async def run_demo(
                     return
 
         tg.start_soon(stop_on_ctrl_c)
+
+        async def shown(state: ActivityState) -> None:
+            """Until the live view shows the state just played (at most
+            :data:`SHOWN_WITHIN`): on a loaded machine, half a second of a state could be
+            over before the reporter's post, and the view never showed it."""
+            want = None if state is ActivityState.IDLE else state.value
+            with anyio.move_on_after(SHOWN_WITHIN):
+                while live[AGENT] != want:
+                    await viewed.wait()
+
         with playing:
             async with link.session():
                 while True:
-                    await _play(entries, speed, link.observe, result, story.tell)
+                    await _play(entries, speed, link.observe, result, story.tell, shown)
                     await anyio.sleep(0.5)  # let the last state show
                     if not loop:
                         break
@@ -279,10 +316,14 @@ async def _play(
     observe: Callable[[Transition], object],
     result: DemoResult,
     tell: Callable[[str], object],
+    shown: Callable[[ActivityState], Awaitable[None]] | None = None,
 ) -> None:
     """Feed the session to the mapping at its pace; each transition goes to ``observe``,
     as the relay hands wrap's transitions to the broker link, and each step that matters
-    to ``tell``, in words."""
+    to ``tell``, in words. After each transition, ``shown`` is awaited (until the live
+    view has it): the pace resumes from there, the time it took left out."""
+    import anyio
+
     from codex_presence.cli.replay import paced
     from codex_presence.core.activity import ActivityState, Transition
     from codex_presence.core.codex.words import Narrator
@@ -292,21 +333,28 @@ async def _play(
     narrator = Narrator()
     state = ActivityState.IDLE
 
-    def note(row: TimelineRow | None) -> None:
-        nonlocal state
+    paused = 0.0
+    """Seconds spent in ``shown``: the session's clock stands still meanwhile."""
+
+    async def note(row: TimelineRow | None) -> None:
+        nonlocal state, paused
         if row is not None:
             result.timeline.append(row)
             new = ActivityState(row.state)
             observe(Transition(previous=state, state=new, cause=row.cause))
             state = new
+            if shown is not None:
+                began = anyio.current_time()
+                await shown(new)
+                paused += anyio.current_time() - began
 
-    async for entry in paced(entries, speed):
+    async for entry in paced(entries, speed, clock=lambda: anyio.current_time() - paused):
         sentence = narrator.feed(entry.direction, entry.message)
         if sentence is not None:
             tell(sentence)
         for row in builder.feed(entry):
-            note(row)
-    note(builder.finish())
+            await note(row)
+    await note(builder.finish())
 
 
 def summary(result: DemoResult) -> str:

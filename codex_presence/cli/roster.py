@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import httpx
 
     from codex_presence._wire import Whoami
+    from codex_presence.client.stream import RosterView
 
 HELP = "print the team roster from a broker (--watch: live)"
 
@@ -180,11 +181,12 @@ async def watch(
     *,
     heading: Callable[[], str] | None = None,
     on_draw: Callable[[str], object] | None = None,
+    on_view: Callable[[RosterView], object] | None = None,
 ) -> None:
     """Draw the roster on ``out``, then redraw on every event; on a terminal, animate the
     spinner and advance the "since" durations while anyone works or waits. ``heading``
     gives text to draw above the roster (on a terminal, redrawn when it changes);
-    ``on_draw`` is told each frame drawn.
+    ``on_draw`` is told each frame drawn, ``on_view`` each roster drawn (what it shows).
 
     A lost stream (the broker restarted, the network dropped) is retried with backoff, the
     last roster staying on screen under a line that says so; a broker that lost its shared
@@ -237,6 +239,8 @@ async def watch(
         elif stale_since is None:
             stale_since = time.time()
         draw()
+        if on_view is not None:
+            on_view(new)
 
     def on_change(state: ConnectionState) -> None:
         nonlocal status

@@ -96,11 +96,12 @@ def run_print(
     *,
     base_url: str,
     claude_args: Sequence[str],
-    timeout: float = 60.0,
+    timeout: float = 120.0,
     env: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], PresenceFiles]:
-    """``codex-presence claude ... -- claude -p ...`` to its end, output captured; ``env``
-    added to its environment."""
+    """``codex-presence claude ... -- claude -p ...`` to its end, output captured (within
+    ``timeout``: generous, for claude's start and turn on a loaded machine); ``env`` added
+    to its environment."""
     files = _files(root, None)
     result = subprocess.run(
         command(files, broker, claude_args),

@@ -27,6 +27,7 @@ import orjson
 
 from bench._codex_tui import DEFAULT_CODEX, Config, codex_binary, codex_cache
 from codex_presence.core.recording import encode_entry
+from tests.support.waiting import WAIT
 
 __all__ = [
     "DEFAULT_CODEX",
@@ -196,22 +197,25 @@ class CodexSession:
             self._responses[msg["id"]] = msg
         return True
 
-    def response(self, rid: int, timeout: float = 20.0) -> Message:
+    def response(self, rid: int, timeout: float = WAIT) -> Message:
         """The response to our request ``rid`` (raises on an error response)."""
         deadline = time.monotonic() + timeout
         while rid not in self._responses:
             if self._closed or not self._pump(deadline):
-                raise TimeoutError(f"no response to request {rid}")
+                raise TimeoutError(
+                    f"no response to request {rid} within {timeout} s; the last messages:"
+                    f" {self.history[-5:]}"
+                )
         msg = self._responses[rid]
         if "error" in msg:
             raise RuntimeError(f"request {rid} failed: {msg['error']}")
         result: Message = msg["result"]
         return result
 
-    def request(self, method: str, params: Message | None = None, timeout: float = 20.0) -> Message:
+    def request(self, method: str, params: Message | None = None, timeout: float = WAIT) -> Message:
         return self.response(self.send(method, params), timeout)
 
-    def wait_for(self, pred: Predicate, timeout: float = 20.0, *, what: str = "") -> Message:
+    def wait_for(self, pred: Predicate, timeout: float = WAIT, *, what: str = "") -> Message:
         """The next server message after the cursor that satisfies ``pred``.
 
         The cursor moves past the match, so successive waits find successive messages.
@@ -224,9 +228,12 @@ class CodexSession:
                 if pred(msg):
                     return msg
             if self._closed or not self._pump(deadline):
-                raise TimeoutError(f"timed out waiting for {what or pred}")
+                raise TimeoutError(
+                    f"timed out waiting for {what or pred} ({timeout} s); the last messages:"
+                    f" {self.history[-5:]}"
+                )
 
-    def wait_method(self, method: str, timeout: float = 20.0, **params: Any) -> Message:
+    def wait_method(self, method: str, timeout: float = WAIT, **params: Any) -> Message:
         """The next message with this method whose params contain the given values."""
 
         def pred(msg: Message) -> bool:
@@ -238,7 +245,7 @@ class CodexSession:
         return self.wait_for(pred, timeout, what=f"{method} {params}")
 
     def wait_item(
-        self, event: str, item_type: str, timeout: float = 20.0, **fields: Any
+        self, event: str, item_type: str, timeout: float = WAIT, **fields: Any
     ) -> Message:
         """The next ``item/<event>`` of an item of this type (and these item fields)."""
 
@@ -285,7 +292,7 @@ class CodexSession:
             {"threadId": thread_id, "input": [{"type": "text", "text": text}], **params},
         )
 
-    def turn_completed(self, thread_id: str, timeout: float = 30.0) -> Message:
+    def turn_completed(self, thread_id: str, timeout: float = WAIT) -> Message:
         return self.wait_method("turn/completed", timeout, threadId=thread_id)
 
     def interrupt(self, thread_id: str, turn_id: str) -> int:

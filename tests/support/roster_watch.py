@@ -31,6 +31,7 @@ class RosterWatch:
         self.seen: list[tuple[float, str | None]] = []
         self.connected: int | None = None
         self.error: BaseException | None = None
+        self._releases: list[tuple[str | None, threading.Event]] = []
         self._thread = threading.Thread(target=self._run, name="roster-watch", daemon=True)
         self._thread.start()
 
@@ -68,7 +69,21 @@ class RosterWatch:
         with self._cond:
             self.seen.append((time.monotonic(), row.get("activity")))
             self.connected = row["connected"]
+            for activity, release in self._releases:
+                if activity == row.get("activity"):
+                    release.set()
             self._cond.notify_all()
+
+    def shown(self, activity: str | None) -> threading.Event:
+        """An event set once the stream shows ``activity`` (now or later): a fake model's
+        ``hold``, for an answer held until the roster shows the turn where the test
+        cannot wait for it itself (while ``claude -p`` runs to its end)."""
+        release = threading.Event()
+        with self._cond:
+            self._releases.append((activity, release))
+            if any(a == activity for _, a in self.seen):
+                release.set()
+        return release
 
     @property
     def current(self) -> str | None:

@@ -10,6 +10,7 @@ runs (``sleep``) and in deliberately slow model steps.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -135,14 +136,20 @@ def two_turns(s: CodexSession, m: FakeModel) -> None:
     _finish(s, thread)
 
 
+_alpha_held = threading.Event()
+"""Alpha's answer waits for it: beta's whole turn runs inside alpha's (by order; 1.5 s of
+delay, before, could run out first on a loaded machine)."""
+
+
 @scenario(
     "Two threads whose turns overlap: alpha's model answer is slow, beta's is quick.",
     lambda: [
-        message("Alpha done.", wait=1.5, match="alpha-task"),
+        message("Alpha done.", hold=_alpha_held, match="alpha-task"),
         message("Beta done.", match="beta-task"),
     ],
 )
 def two_threads(s: CodexSession, m: FakeModel) -> None:
+    _alpha_held.clear()
     s.initialize()
     alpha = s.start_thread()
     beta = s.start_thread()
@@ -150,6 +157,7 @@ def two_threads(s: CodexSession, m: FakeModel) -> None:
     s.wait_method("turn/started", threadId=alpha)
     s.start_turn(beta, "beta-task")
     s.turn_completed(beta)
+    _alpha_held.set()
     s.turn_completed(alpha)
     s.drain()
 
