@@ -120,6 +120,7 @@ class ActivityTracker:
         "_next",
         "_sessions",
         "_shown",
+        "lapses",
         "ttl",
     )
 
@@ -141,6 +142,9 @@ class ActivityTracker:
         """Sessions held on their grace (shortened), not reported again since."""
         self._grace_lapses: deque[tuple[str, str]] = deque(maxlen=ENDED_KEPT)
         """Sessions that lapsed on their grace, not yet taken."""
+        self.lapses = 0
+        """How many times a lapse changed a member's shown activity (resolved on a read):
+        with the writes, what tells a cached roster that it is out of date."""
 
     def report(self, name: str, report: Report, now_ms: int = 0) -> bool:
         """``name``'s ``report.session`` reported (at ``now_ms``, unix ms), holding the
@@ -319,7 +323,8 @@ class ActivityTracker:
             if (name, session) in self._in_grace:
                 self._in_grace.discard((name, session))
                 self._grace_lapses.append((name, session))
-        self._recount(name, shown)
+        if self._recount(name, shown):
+            self.lapses += 1
         return self._shown.get(name, IDLE_ACTIVITY)
 
     def get(self, name: str) -> ActivityState:

@@ -227,6 +227,11 @@ class RedisStore:
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
+    def version(self) -> int | None:
+        """None: other brokers' writes reach the mirror unannounced (a heartbeat's
+        ``lastSeen``), so the roster is checked member by member."""
+        return None  # the protocol's answer for "cannot tell"
+
     def next_lapse(self) -> float | None:
         return self._activity.next_lapse()
 
