@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +57,7 @@ from codex_presence.broker.team_file import render_team
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _limits import SPARE_FDS, Needs, connections_for, where_it_stops
 from _redis import RedisServer, find_redis_server
 
 HOST = "127.0.0.1"
@@ -62,14 +65,29 @@ BROKER_PID = [0]
 MAX_CONNECTIONS = [4096]
 """The brokers' ``--max-connections``, set for the run's members (:func:`connections_for`)."""
 DEPTH = 8
+PAGES = [100]
+"""Page streams (the roster, then every change) beside the runners' quiet ones."""
+
+
+def _load1() -> str:
+    """The machine's load average over the last minute, for the figures beside it."""
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 def _raise_fd_limit(need: int) -> None:
+    """The soft limit on descriptors up to ``need`` (the brokers started inherit it);
+    :func:`_limits.where_it_stops` said already whether the hard limit allows it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, need)) if hard != resource.RLIM_INFINITY else max(soft, need)
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    if want < need:
-        sys.exit(f"RLIMIT_NOFILE hard limit {hard} < {need} needed")
+
+
+def _port_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def _rss_mb(pid: int) -> float:
@@ -78,13 +96,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def connections_for(members: int) -> int:
-    """The broker's ``--max-connections`` for a run of ``members``: a stream each, the load
-    generator's connections and the probes, with room to spare (the default, 4,096, ends a
-    run of 5,000 members in refused connections)."""
-    return 2 * members + 512
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -113,6 +124,15 @@ class Conn:
         self.writer.write(b"".join(raws))
         return [await self.response() for _ in raws]
 
+    async def request_head(self, raw: bytes) -> bytes:
+        """Send ``raw``; its response's head (the body read and dropped)."""
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = _header(head, b"content-length")
+        if length:
+            await self.reader.readexactly(int(length))
+        return head
+
     async def response(self) -> tuple[int, bytes]:
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -127,9 +147,35 @@ class Conn:
         self.writer.close()
 
 
-def _get(path: str, token: str | None = None) -> bytes:
+def _get(path: str, token: str | None = None, extra: str = "") -> bytes:
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    return f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{auth}\r\n".encode()
+    return f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{auth}{extra}\r\n".encode()
+
+
+def _header(head: bytes, name: bytes) -> str:
+    for line in head.split(b"\r\n"):
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip().decode()
+    return ""
+
+
+async def _roster_latency(
+    probe: Conn, raw: bytes, status_wanted: int = 200
+) -> tuple[int, int, float, float]:
+    """``GET /roster`` as ``raw`` asks, 50 times to warm up and 1,000 measured: the status,
+    the body's bytes, p50 and p99 (ms)."""
+    for _ in range(50):
+        await probe.request(raw)
+    lat = []
+    status, body = 0, b""
+    for _ in range(1000):
+        t = time.perf_counter()
+        status, body = await probe.request(raw)
+        lat.append((time.perf_counter() - t) * 1000)
+        assert status == status_wanted, status
+    lat.sort()
+    return status, len(body), statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
 
 
 def _post(token: str, state: str) -> bytes:
@@ -140,25 +186,103 @@ def _post(token: str, state: str) -> bytes:
     ).encode() + body
 
 
+class StreamsFailed(Exception):
+    """A stream could not be opened: the first reason, said in one line."""
+
+
+def _why_refused(exc: BaseException) -> str:
+    """Which limit an error opening a stream ran into, in one line."""
+    if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+        return "out of file descriptors in the load generator (ulimit -n)"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRNOTAVAIL:
+        return "out of ephemeral ports (net.ipv4.ip_local_port_range)"
+    if isinstance(exc, (ConnectionResetError, asyncio.IncompleteReadError, BrokenPipeError)):
+        return (
+            "the broker reset connections (its file descriptors, ulimit -n, or its listen "
+            f"backlog, net.core.somaxconn): {type(exc).__name__}"
+        )
+    return f"{type(exc).__name__}: {exc}"
+
+
 async def _subscriber(
-    port: int, name: str, token: str, got: list[int], ready: asyncio.Event
+    port: int,
+    name: str,
+    token: str,
+    got: list[int],
+    ready: asyncio.Event,
+    failed: list[str],
+    *,
+    quiet: bool,
 ) -> None:
-    reader, writer = await asyncio.open_connection(HOST, port)
-    writer.write(_get(f"/subscribe?name={name}", token))
+    """One stream: a runner's (``quiet``: keep-alives only, bound to a session, as wrap's
+    is) or a page's (the roster first, then every change). ``got``: bytes read, streams
+    open, streams wanted; the first failure's reason goes to ``failed``."""
+    query = f"name={name}&session=bench&quiet=1" if quiet else f"name={name}"
+    try:
+        reader, writer = await asyncio.open_connection(HOST, port)
+    except OSError as exc:
+        failed.append(_why_refused(exc))
+        ready.set()
+        return
+    writer.write(_get(f"/subscribe?{query}", token))
     first = True
     try:
         while True:
             chunk = await reader.read(65536)
             if not chunk:
-                return
-            got[0] += len(chunk)
-            if first and b"event: roster" in chunk:
-                first = False
-                got[1] += 1
-                if got[1] == got[2]:
+                if first:
+                    failed.append("the broker closed a stream before it opened")
                     ready.set()
+                return
+            if not quiet:  # the changes carried (a quiet stream's keep-alives do not count)
+                got[0] += len(chunk)
+            if first:
+                if chunk.startswith(b"HTTP/1.1 503"):
+                    failed.append(
+                        "the broker refused a stream: 503, past its --max-connections "
+                        f"({MAX_CONNECTIONS[0]})"
+                    )
+                    ready.set()
+                    return
+                if b"retry: 2000" in chunk:
+                    first = False
+                    got[1] += 1
+                    if got[1] == got[2]:
+                        ready.set()
+    except OSError as exc:
+        if first:
+            failed.append(_why_refused(exc))
+            ready.set()
     finally:
         writer.close()
+
+
+async def _open_streams(
+    port: int, names: list[str], tokens: dict[str, str], got: list[int], *, quiet: bool
+) -> tuple[list[asyncio.Task[None]], float, float]:
+    """Open a stream per name; the tasks, the seconds it took and the broker's CPU
+    seconds meanwhile. Raises :class:`StreamsFailed` with the first reason one failed."""
+    ready = asyncio.Event()
+    failed: list[str] = []
+    got[1], got[2] = 0, len(names)
+    cpu = _cpu_seconds(BROKER_PID[0]) if BROKER_PID[0] else 0.0
+    t0 = time.perf_counter()
+    subs = [
+        asyncio.create_task(_subscriber(port, n, tokens[n], got, ready, failed, quiet=quiet))
+        for n in names
+    ]
+    try:
+        await asyncio.wait_for(ready.wait(), 300)
+    except TimeoutError:
+        failed.append(f"only {got[1]} of {len(names)} streams opened within 300 s")
+    elapsed = time.perf_counter() - t0
+    cpu = (_cpu_seconds(BROKER_PID[0]) - cpu) if BROKER_PID[0] else 0.0
+    if failed:
+        for task in subs:
+            task.cancel()
+        await asyncio.gather(*subs, return_exceptions=True)
+        raise StreamsFailed(f"stopped at {got[1]} of {len(names)} streams: {failed[0]}")
+    return subs, elapsed, cpu
 
 
 async def _load(
@@ -211,19 +335,36 @@ async def _bench(
 ) -> dict[str, float]:
     """The throughput and roster figures of the broker on ``port``, printed and returned."""
     names = list(tokens)
-    got = [0, 0, len(names)]
-    ready = asyncio.Event()
-    t0 = time.perf_counter()
-    subs = [asyncio.create_task(_subscriber(port, n, tokens[n], got, ready)) for n in names]
-    await asyncio.wait_for(ready.wait(), 120)
-    print(f"{len(names)} SSE subscribers open in {time.perf_counter() - t0:.1f} s")
+    pages = names[: PAGES[0]]
+    got = [0, 0, 0]
+    rss0 = _rss_mb(BROKER_PID[0]) if BROKER_PID[0] else 0.0
+    subs, took, cpu_open = await _open_streams(port, names, tokens, got, quiet=True)
+    rss1 = _rss_mb(BROKER_PID[0]) if BROKER_PID[0] else 0.0
+    print(
+        f"{len(names)} runner streams (quiet, one per member) open in {took:.1f} s "
+        f"(broker CPU {cpu_open:.1f} s; load {_load1()})"
+    )
+    before = got[0]
+    more, took_p, cpu_p = await _open_streams(port, pages, tokens, got, quiet=False)
+    subs += more
+    await _drained(got)  # the pages' rosters read: no longer in the broker's buffers
+    rss2 = _rss_mb(BROKER_PID[0]) if BROKER_PID[0] else 0.0
+    print(
+        f"{len(pages)} page streams (the roster first, then every change) open in "
+        f"{took_p:.1f} s (broker CPU {cpu_p:.1f} s; "
+        f"{(got[0] - before) / max(1, len(pages)) / 1e3:.0f} kB each first)"
+    )
     if BROKER_PID[0]:
-        print(f"broker RSS with them open: {_rss_mb(BROKER_PID[0]):.0f} MB")
+        per_stream = (rss1 - rss0) * 1024 * 1024 / max(1, len(names))
+        print(
+            f"broker RSS {rss0:.0f} MB before the streams, {rss1:.0f} MB with the runner "
+            f"streams ({per_stream / 1e3:.1f} kB each), {rss2:.0f} MB with the pages too"
+        )
 
     probe = await Conn.open(port)
     status, body = await probe.request(_get("/roster", tokens[names[0]]))
-    connected = body.count(b'"connected":1,')
-    print(f"roster: HTTP {status}, {len(body)} bytes, {connected} members with connected=1")
+    absent = body.count(b'"connected":0,')
+    print(f"roster: HTTP {status}, {len(body)} bytes, {absent} members with connected=0")
 
     base, _, cpu = await _load(port, [_get("/healthz")], seconds, concurrency)
     print(f"baseline GET /healthz:                 {base:8.0f} req/s  (broker CPU {cpu:.0%})")
@@ -240,19 +381,23 @@ async def _bench(
     await asyncio.sleep(1.0)  # quiet: every member working, nothing to fan out
     probe.close()
     probe = await Conn.open(port)  # the first one idled past uvicorn's keep-alive timeout
-    roster = _get("/roster", tokens[names[0]])
-    for _ in range(50):
-        await probe.request(roster)
-    lat = []
-    for _ in range(1000):
-        t = time.perf_counter()
-        status, body = await probe.request(roster)
-        lat.append((time.perf_counter() - t) * 1000)
-        assert status == 200
-    lat.sort()
-    p50 = statistics.median(lat)
-    p99 = lat[int(len(lat) * 0.99) - 1]
-    print(f"GET /roster ({len(names)} members, n=1000): p50 {p50:.2f} ms  p99 {p99:.2f} ms")
+    token = tokens[names[0]]
+    identity = _get("/roster", token)
+    gzipped = _get("/roster", token, "Accept-Encoding: gzip\r\n")
+    _, size_gz, p50, p99 = await _roster_latency(probe, gzipped)
+    print(
+        f"GET /roster ({len(names)} members, n=1000, gzip as clients ask, {size_gz} bytes): "
+        f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  (load {_load1()})"
+    )
+    etag = _header(await probe.request_head(identity), b"etag")
+    _, _, r50, r99 = await _roster_latency(
+        probe, _get("/roster", token, f"If-None-Match: {etag}\r\n"), 304
+    )
+    _, size, i50, i99 = await _roster_latency(probe, identity)
+    print(
+        f"GET /roster revalidated (304): p50 {r50:.2f} ms  p99 {r99:.2f} ms; without gzip "
+        f"({size} bytes): p50 {i50:.2f} ms  p99 {i99:.2f} ms"
+    )
 
     before = got[0]
     flips = [_post(tokens[n], s) for s in ("blocked", "working") for n in names]
@@ -278,6 +423,9 @@ async def _bench(
         "transitions per CPU": rate_t / cpu if cpu else 0.0,
         "p50": p50,
         "p99": p99,
+        "open": took,
+        "rss": rss2,
+        "stream bytes": (rss1 - rss0) * 1024 * 1024 / max(1, len(names)),
     }
 
 
@@ -363,6 +511,9 @@ def _port_of(proc: subprocess.Popen[str]) -> int:
         said += line
         if not line:
             sys.exit(f"broker did not start: {said}")
+    # Read the rest as it comes: a broker whose stderr pipe filled (a warning per refused
+    # connection, past --max-connections) would block on its next word.
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
     return int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
 
 
@@ -401,9 +552,43 @@ def main() -> None:
         "--only-history", action="store_true", help="skip the rest: --history alone"
     )
     parser.add_argument("--rounds", type=int, default=3, help="--history: rounds of off, on")
+    parser.add_argument(
+        "--pages",
+        type=int,
+        default=100,
+        help="page streams (the roster, then every change) beside the members' quiet runner "
+        "streams (default 100, at most --members)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="the brokers' --max-connections (default: 2 per member + 512)",
+    )
     args = parser.parse_args()
-    MAX_CONNECTIONS[0] = connections_for(args.members)
-    _raise_fd_limit(MAX_CONNECTIONS[0] + 256)
+    PAGES[0] = min(args.pages, args.members)
+    MAX_CONNECTIONS[0] = args.max_connections or connections_for(args.members)
+    needs = Needs(streams=args.members + PAGES[0], load=args.concurrency + 8)
+    stop = where_it_stops(
+        needs,
+        fd_hard_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        port_range=_port_range(),
+        max_connections=MAX_CONNECTIONS[0],
+    )
+    if stop is not None:
+        sys.exit(f"bench/broker.py: {args.members} members stop at {stop}")
+    _raise_fd_limit(needs.connections + SPARE_FDS)
+    try:
+        _main(args)
+    except StreamsFailed as exc:
+        sys.exit(f"bench/broker.py: {args.members} members: {exc}")
+    print(
+        f"\nload average at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}; on a "
+        f"quieter machine, run again: .venv/bin/python {' '.join(sys.argv)}"
+    )
+
+
+def _main(args: argparse.Namespace) -> None:
 
     cpus = sorted(os.sched_getaffinity(0))
     broker_cpu = cpus[0] if len(cpus) > 1 else None
@@ -415,7 +600,10 @@ def main() -> None:
         team_path = Path(tmp) / "team.toml"
         team_path.write_text(render_team("bench", members))
         where = f"broker pinned to CPU {broker_cpu}" if broker_cpu is not None else "one CPU"
-        print(f"broker bench: {args.members} members, {args.members} SSE subscribers, {where}")
+        print(
+            f"broker bench: {args.members} members, {args.members} quiet runner streams and "
+            f"{PAGES[0]} page streams, {where}; --max-connections {MAX_CONNECTIONS[0]}"
+        )
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"machine: {len(cpus)} CPUs, load average {load} (other work skews the figures)")
 

@@ -265,7 +265,7 @@ class _Subscription:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
-        broker.attach(self.name, self.session)
+        broker.attach(self.name, self.session, quiet=self.quiet)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             async with anyio.create_task_group() as tg:
@@ -275,7 +275,7 @@ class _Subscription:
         except* OSError:
             pass  # a send to a closed connection (ASGI 2.4 servers): the finally matters
         finally:
-            broker.detach(self.name, self.session)
+            broker.detach(self.name, self.session, quiet=self.quiet)
 
     async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
         while True:

@@ -168,6 +168,8 @@ class Broker:
         self._fanout_interval = fanout_interval
         self._keepalive = keepalive
         self.streams = 0
+        self.carrying = 0
+        """The streams that carry the changes (not quiet): what each batch is written to."""
         # fan-out state
         self.version = 0
         self._log: deque[tuple[int, bytes]] = deque(maxlen=_LOG_SIZE)
@@ -253,9 +255,12 @@ class Broker:
         if changed:
             self._changed(member.name)
 
-    def attach(self, name: str, session: str | None = None) -> None:
-        """A subscriber for ``name`` opened (bound to ``session``, if it named one)."""
+    def attach(self, name: str, session: str | None = None, *, quiet: bool = False) -> None:
+        """A subscriber for ``name`` opened (bound to ``session``, if it named one;
+        ``quiet``: keep-alives only, no batch written to it)."""
         self.streams += 1
+        if not quiet:
+            self.carrying += 1
         count = self.store.attach(name, self._now_ms())
         if session is not None:
             key = (name, session)
@@ -267,10 +272,12 @@ class Broker:
         logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
-    def detach(self, name: str, session: str | None = None) -> None:
+    def detach(self, name: str, session: str | None = None, *, quiet: bool = False) -> None:
         """A subscriber for ``name`` (bound to ``session``, if it named one) closed,
         however it closed: the last one bound to a session gives it the grace."""
         self.streams -= 1
+        if not quiet:
+            self.carrying -= 1
         count = self.store.detach(name)
         if session is not None:
             key = (name, session)
@@ -498,7 +505,16 @@ class Broker:
             # A deadline that passed since the last batch is dropped by next_lapse(): seen
             # here, it goes out now rather than at the next deadline or change.
             self._find_lapses()
-            lapse = 0.0 if self._dirty else math.inf if lapse is None else lapse
+            # A lapse due is looked for at most once per fan-out interval: with ten
+            # thousand members heartbeating, the next deadline is always a moment away
+            # (a heartbeat moves it without a word), and each look reads every member.
+            lapse = (
+                0.0
+                if self._dirty
+                else math.inf
+                if lapse is None
+                else max(lapse, self._fanout_interval)
+            )
             with anyio.move_on_after(lapse):
                 await self._pending.wait()
             self._pending = anyio.Event()
@@ -506,7 +522,7 @@ class Broker:
                 # The pause bounds the writes of the fan-out: one per stream per batch. It
                 # follows a batch only: a change after a quiet spell goes out at once.
                 await anyio.sleep(
-                    max(self._fanout_interval, self.streams / FANOUT_SENDS_PER_SECOND)
+                    max(self._fanout_interval, self.carrying / FANOUT_SENDS_PER_SECOND)
                 )
 
     async def run_keepalives(self) -> None:
