@@ -24,7 +24,7 @@ figures (5 engineers share 2 cores here) and, at the end, the command to run aga
 
 With ``--redis``, the same run then measures the broker with its state in a real
 ``redis-server`` (``--redis``; Debian's, started here on loopback with persistence off, on
-the load generator's core), and a second broker sharing it: the same figures on the first
+the broker's core), and a second broker sharing it (there too): the same figures on the first
 broker, Redis's memory, and the delivery latency from a report on the first to the event
 on the second. Then Redis's share of in memory (issue 26's goals: heartbeats >= 0.6x,
 transitions >= 0.7x): an in-memory broker and a Redis broker, both pinned to the broker's
@@ -65,6 +65,7 @@ import asyncio
 import errno
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -633,6 +634,7 @@ def main() -> None:
     if stop is not None:
         sys.exit(f"bench/broker.py: {args.members} members stop at {stop}")
     _raise_fd_limit(needs.connections + SPARE_FDS)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the brokers stop with us
     try:
         _main(args)
     except StreamsFailed as exc:
@@ -697,6 +699,16 @@ def _main(args: argparse.Namespace) -> None:
             _bench_redis(args, tokens, team_path, broker_cpu)
 
 
+def _pin(server: RedisServer, cpu: int | None) -> None:
+    """redis-server on the brokers' core: what is measured there, the load generator alone
+    on the other. (With redis-server and the second broker on the load generator's core,
+    in the Redis runs only, the load generator read the page streams late under load, they
+    fell behind the fan-out's log and were sent the whole roster again: the transitions
+    with Redis collapsed to 0.1x-0.4x in some rounds and not others.)"""
+    if cpu is not None and server.proc is not None:
+        os.sched_setaffinity(server.proc.pid, {cpu})
+
+
 def _redis_used_mb(url: str) -> float:
     import redis
 
@@ -720,8 +732,9 @@ def _bench_share(
     second Redis broker, and redis-server on the load generator's core, as above). Each
     round's ratio compares two phases seconds apart, not two runs minutes apart: the
     machine's other work (5 engineers' tests here) falls on both alike. The ratio is per
-    second of the broker's own CPU (/proc), which the load generator's CPU, shared with
-    redis-server and B, does not move; the wall-clock ratio is printed beside it."""
+    second of the broker's own CPU (/proc); the wall-clock ratio is printed beside it.
+    redis-server and B share the brokers' core, so that the load generator has the other
+    core to itself in both modes alike."""
     names = list(tokens)
     pages = names[: PAGES[0]]
     need = 2 * (len(names) + len(pages)) + args.concurrency + SPARE_FDS
@@ -734,11 +747,12 @@ def _bench_share(
     _raise_fd_limit(need)
     print(
         f"\n== Redis's share of in memory, {args.share_rounds} interleaved rounds "
-        "(M in memory and A on Redis, both on the broker's core, streams open on both)"
+        "(M in memory, A on Redis, B and redis-server all on the broker's core; streams "
+        "open on M and A)"
     )
     m = _start_broker(team_path, broker_cpu)
     a = _start_broker(team_path, broker_cpu, "--redis", url)
-    b = _start_broker(team_path, None, "--redis", url)
+    b = _start_broker(team_path, broker_cpu, "--redis", url)
     try:
         port_m, port_a = _port_of(m), _port_of(a)
         _port_of(b)
@@ -818,9 +832,10 @@ def _bench_redis(
     print("\n== with Redis (--redis): broker A under load, broker B sharing its state")
     with tempfile.TemporaryDirectory() as workdir:
         server = RedisServer(binary, Path(workdir))
-        server.start()  # on the load generator's core(s)
+        server.start()
+        _pin(server, broker_cpu)
         a = _start_broker(team_path, broker_cpu, "--redis", server.url)
-        b = _start_broker(team_path, None, "--redis", server.url)
+        b = _start_broker(team_path, broker_cpu, "--redis", server.url)
         BROKER_PID[0] = a.pid
         try:
             port_a, port_b = _port_of(a), _port_of(b)
