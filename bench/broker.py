@@ -735,6 +735,8 @@ def _bench_share(
     second of the broker's own CPU (/proc); the wall-clock ratio is printed beside it.
     redis-server and B share the brokers' core, so that the load generator has the other
     core to itself in both modes alike."""
+    if args.share_rounds <= 0:
+        return
     names = list(tokens)
     pages = names[: PAGES[0]]
     need = 2 * (len(names) + len(pages)) + args.concurrency + SPARE_FDS
