@@ -291,7 +291,7 @@ class _Subscription:
         version = broker.version
         first = b"retry: 2000\n\n"
         if not quiet:
-            first += broker.roster_event(self.name)
+            first = broker.roster_event(self.name, before=first)
         await send({"type": "http.response.body", "body": first, "more_body": True})
         while not broker.closing:
             if self.authorized is not None and not await self._still_authorized():
