@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import errno
 import os
 import resource
@@ -84,6 +85,8 @@ from _redis import RedisServer, find_redis_server
 
 HOST = "127.0.0.1"
 BROKER_PID = [0]
+BROKER_SAID: dict[int, collections.deque[str]] = {}
+"""Each broker's last lines on stderr."""
 MAX_CONNECTIONS = [4096]
 """The brokers' ``--max-connections``, set for the run's members (:func:`connections_for`)."""
 DEPTH = 8
@@ -306,7 +309,13 @@ async def _open_streams(
         for task in subs:
             task.cancel()
         await asyncio.gather(*subs, return_exceptions=True)
-        raise StreamsFailed(f"stopped at {got[1]} of {len(names)} streams: {failed[0]}")
+        said = " / ".join(
+            line.strip() for line in BROKER_SAID.get(BROKER_PID[0], ()) if "listening" not in line
+        )
+        raise StreamsFailed(
+            f"stopped at {got[1]} of {len(names)} streams: {failed[0]}"
+            + (f" (the broker's last words: {said})" if said else "")
+        )
     return subs, elapsed, cpu
 
 
@@ -560,8 +569,10 @@ def _port_of(proc: subprocess.Popen[str]) -> int:
         if not line:
             sys.exit(f"broker did not start: {said}")
     # Read the rest as it comes: a broker whose stderr pipe filled (a warning per refused
-    # connection, past --max-connections) would block on its next word.
-    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    # connection, past --max-connections) would block on its next word. Its last words
+    # are kept, for a run that stops to say what the broker said.
+    said = BROKER_SAID.setdefault(proc.pid, collections.deque(maxlen=3))
+    threading.Thread(target=said.extend, args=(proc.stderr,), daemon=True).start()
     return int(line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1])
 
 
