@@ -188,22 +188,25 @@ def _header(head: bytes, name: bytes) -> str:
     return ""
 
 
-async def _roster_latency(
-    probe: Conn, raw: bytes, status_wanted: int = 200
-) -> tuple[int, int, float, float]:
-    """``GET /roster`` as ``raw`` asks, 50 times to warm up and 1,000 measured: the status,
-    the body's bytes, p50 and p99 (ms)."""
+async def _roster_latency(probe: Conn, raw: bytes) -> tuple[int, int, float, float]:
+    """``GET /roster`` as ``raw`` asks, 50 times to warm up and 1,000 measured: how many
+    were 304 (a revalidation whose roster changed meanwhile gets 200, the new one: a
+    Redis broker's changes as the other broker's counts come in), the last body's bytes,
+    p50 and p99 (ms)."""
     for _ in range(50):
         await probe.request(raw)
     lat = []
-    status, body = 0, b""
+    body = b""
+    unchanged = 0
     for _ in range(1000):
         t = time.perf_counter()
         status, body = await probe.request(raw)
         lat.append((time.perf_counter() - t) * 1000)
-        assert status == status_wanted, status
+        if status not in (200, 304):
+            raise StreamsFailed(f"GET /roster answered {status}")
+        unchanged += status == 304
     lat.sort()
-    return status, len(body), statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+    return unchanged, len(body), statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
 
 
 def _post(token: str, state: str) -> bytes:
@@ -447,12 +450,13 @@ async def _bench(
         f"p50 {p50:.2f} ms  p99 {p99:.2f} ms  (load {_load1()})"
     )
     etag = _header(await probe.request_head(identity), b"etag")
-    _, _, r50, r99 = await _roster_latency(
-        probe, _get("/roster", token, f"If-None-Match: {etag}\r\n"), 304
+    unchanged, _, r50, r99 = await _roster_latency(
+        probe, _get("/roster", token, f"If-None-Match: {etag}\r\n")
     )
     _, size, i50, i99 = await _roster_latency(probe, identity)
     print(
-        f"GET /roster revalidated (304): p50 {r50:.2f} ms  p99 {r99:.2f} ms; without gzip "
+        f"GET /roster revalidated ({unchanged} of 1000 were 304): p50 {r50:.2f} ms  "
+        f"p99 {r99:.2f} ms; without gzip "
         f"({size} bytes): p50 {i50:.2f} ms  p99 {i99:.2f} ms"
     )
 
