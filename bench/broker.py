@@ -73,6 +73,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from codex_presence.broker.team import Role
@@ -654,6 +655,13 @@ def main() -> None:
         _main(args)
     except StreamsFailed as exc:
         sys.exit(f"bench/broker.py: {args.members} members: {exc}")
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, AssertionError) as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        reason = _why_refused(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}"
+        sys.exit(
+            f"bench/broker.py: {args.members} members: stopped in {where.name} (line "
+            f"{where.lineno}): {reason} {exc}".rstrip()
+        )
     print(
         f"\nload average at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}; on a "
         f"quieter machine, run again: .venv/bin/python {' '.join(sys.argv)}"
