@@ -28,8 +28,9 @@ the broker's core), and a second broker sharing it (there too): the same figures
 broker, Redis's memory, and the delivery latency from a report on the first to the event
 on the second. Then Redis's share of in memory (issue 26's goals: heartbeats >= 0.6x,
 transitions >= 0.7x): an in-memory broker and a Redis broker, both pinned to the broker's
-core, take the same load in turn, ``--share-rounds`` times, and each round's ratio is per
-second of that broker's CPU. (Measured as two separate runs minutes apart, wall-clock, the
+core, with a quiet stream per member and ``--share-pages`` (10) page streams each, take the
+same load in turn, ``--share-rounds`` times, and each round's ratio is per second of that
+broker's CPU (``--only-share`` runs this part alone). (Measured as two separate runs minutes apart, wall-clock, the
 ratio moved from 0.35x to 0.75x with the same code: the machine's other work fell on one
 run and not the other, and the load generator shared its core with redis-server and the
 second broker in the Redis run only.)
