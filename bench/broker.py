@@ -28,12 +28,12 @@ the broker's core), and a second broker sharing it (there too): the same figures
 broker, Redis's memory, and the delivery latency from a report on the first to the event
 on the second. Then Redis's share of in memory (issue 26's goals: heartbeats >= 0.6x,
 transitions >= 0.7x): an in-memory broker and a Redis broker, both pinned to the broker's
-core, with a quiet stream per member and ``--share-pages`` (10) page streams each, take the
-same load in turn, ``--share-rounds`` times, and each round's ratio is per second of that
-broker's CPU (``--only-share`` runs this part alone). (Measured as two separate runs minutes apart, wall-clock, the
-ratio moved from 0.35x to 0.75x with the same code: the machine's other work fell on one
-run and not the other, and the load generator shared its core with redis-server and the
-second broker in the Redis run only.)
+core, with a quiet stream per member and ``--share-pages`` (10) page streams each, take
+the same load in turn, ``--share-rounds`` times, and each round's ratio is per second of
+that broker's CPU (``--only-share`` runs this part alone). (Measured as two separate runs
+minutes apart, wall-clock, the ratio moved from 0.35x to 0.75x with the same code: the
+machine's other work fell on one run and not the other, and the load generator shared its
+core with redis-server and the second broker in the Redis run only.)
 
 With ``--notify-failing``, it then measures ``GET /roster`` latency under a flood of
 transitions (every member flipping blocked <-> working, so that every flip is a spell the
@@ -111,6 +111,26 @@ def _raise_fd_limit(need: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, need)) if hard != resource.RLIM_INFINITY else max(soft, need)
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def _somaxconn() -> int:
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text())
+    except (OSError, ValueError):
+        return 4096
+
+
+def _listen_overflows() -> int:
+    """The kernel's count of connections dropped for a full listen queue (machine-wide)."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return 0
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(table.get("ListenOverflows", 0))
+    return 0
 
 
 def _port_range() -> tuple[int, int]:
@@ -245,16 +265,20 @@ async def _subscriber(
     got: list[int],
     ready: asyncio.Event,
     failed: list[str],
+    opening: asyncio.Semaphore,
     *,
     quiet: bool,
 ) -> None:
     """One stream: a runner's (``quiet``: keep-alives only, bound to a session, as wrap's
     is) or a page's (the roster first, then every change). ``got``: bytes read, streams
-    open, streams wanted; the first failure's reason goes to ``failed``."""
+    open, streams wanted; the first failure's reason goes to ``failed``. ``opening`` bounds
+    the streams being opened at once (see :func:`_open_streams`)."""
     query = f"name={name}&session=bench&quiet=1" if quiet else f"name={name}"
+    await opening.acquire()
     try:
         reader, writer = await asyncio.open_connection(HOST, port)
     except OSError as exc:
+        opening.release()
         failed.append(_why_refused(exc))
         ready.set()
         return
@@ -280,6 +304,7 @@ async def _subscriber(
                     return
                 if b"retry: 2000" in chunk:
                     first = False
+                    opening.release()
                     got[1] += 1
                     if got[1] == got[2]:
                         ready.set()
@@ -288,6 +313,8 @@ async def _subscriber(
             failed.append(_why_refused(exc))
             ready.set()
     finally:
+        if first:
+            opening.release()
         writer.close()
 
 
@@ -299,10 +326,18 @@ async def _open_streams(
     ready = asyncio.Event()
     failed: list[str] = []
     got[1], got[2] = 0, len(names)
+    # At most half the kernel's listen queue in handshake at once: 10,000 connections at
+    # the same instant overflowed it (net.core.somaxconn, 4,096 here), and the dropped
+    # handshakes came back a SYN retransmission later (1 s, 3 s, 7 s): the run measured
+    # the kernel's timers, not the broker. Runners reconnect with jitter, not all at once.
+    opening = asyncio.Semaphore(max(64, _somaxconn() // 2))
+    overflows = _listen_overflows()
     cpu = _cpu_seconds(BROKER_PID[0]) if BROKER_PID[0] else 0.0
     t0 = time.perf_counter()
     subs = [
-        asyncio.create_task(_subscriber(port, n, tokens[n], got, ready, failed, quiet=quiet))
+        asyncio.create_task(
+            _subscriber(port, n, tokens[n], got, ready, failed, opening, quiet=quiet)
+        )
         for n in names
     ]
     try:
@@ -311,6 +346,9 @@ async def _open_streams(
         failed.append(f"only {got[1]} of {len(names)} streams opened within 300 s")
     elapsed = time.perf_counter() - t0
     cpu = (_cpu_seconds(BROKER_PID[0]) - cpu) if BROKER_PID[0] else 0.0
+    dropped = _listen_overflows() - overflows
+    if dropped > 0:
+        print(f"(the kernel's listen queue overflowed {dropped} times meanwhile, machine-wide)")
     if failed:
         for task in subs:
             task.cancel()
