@@ -292,7 +292,10 @@ class _Subscription:
         first = b"retry: 2000\n\n"
         if not quiet:
             first = broker.roster_event(self.name, before=first)
-        await send({"type": "http.response.body", "body": first, "more_body": True})
+        message = {"type": "http.response.body", "body": first, "more_body": True}
+        del first  # the stream's frame lives as long as the stream: the roster must not
+        await send(message)  # (1.4 MB at 10,000 members, a page stream each, kept for good)
+        del message
         while not broker.closing:
             if self.authorized is not None and not await self._still_authorized():
                 break
@@ -305,7 +308,10 @@ class _Subscription:
             wake = broker.waiter(lane, quiet=quiet)
             if not quiet and broker.version != version:
                 chunk, version = broker.since(version, you=self.name)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                del chunk  # (a catch-up is this stream's own copy: not kept while it waits)
+                await send(message)
+                del message
                 continue
             await wake.wait()
             if (quiet or broker.version == version) and not broker.closing:
