@@ -26,9 +26,9 @@ each ``keepalive`` seconds while ten thousand of them are never woken at once (a
 tick woke them all in the same instant, every time).
 
 The roster (``GET /roster``, and the first event of a stream) is encoded once per change:
-a store that can tell when anything it shows changed (:meth:`.store.Store.version`; the
-in-memory one) has the whole body kept until then; otherwise each member's encoded object
-is kept until that member changes.
+a store that can tell when anything it shows changed (:meth:`.store.Store.version`: both
+do, the Redis one for its mirror) has the whole body kept until then; otherwise each
+member's encoded object is kept until that member changes.
 
 Sessions. A subscription may name the session it belongs to (``?session=ID``, the id that
 session's reports carry): the broker counts the subscriptions bound to each session here,

@@ -128,7 +128,7 @@ class Store(Protocol):
         """A number that changes whenever anything a roster shows may have changed (every
         write, ``lastSeen`` included, and every lapse due by now), so that the broker can
         keep the encoded roster until it does; None when the store cannot tell (a shared
-        one: other brokers' writes reach its mirror), and the roster is then checked
+        one that does not count its mirror's writes), and the roster is then checked
         member by member on every read."""
 
     def next_lapse(self) -> float | None:
@@ -197,7 +197,7 @@ class MemoryStore:
 
     def version(self) -> int:
         self.tracker.next_expiry()  # the lapses due by now are resolved: each one counts
-        return self._writes + self.tracker.lapses
+        return self._writes + self.tracker.changes
 
     def next_lapse(self) -> float | None:
         return self.tracker.next_lapse()
@@ -211,7 +211,7 @@ class MemoryStore:
             and tracker.held(name) >= self.max_sessions
         ):
             raise TooManySessions(self.max_sessions)
-        self._writes += 1
+        self._writes += 1  # lastSeen ticks
         self.registry.touch(name, now_ms)
         return tracker.report(name, report, now_ms)
 
@@ -219,7 +219,6 @@ class MemoryStore:
         """Nothing to remember: in one process, the broker is the store."""
 
     def release(self, name: str, session: str, grace: float) -> None:
-        self._writes += 1
         self.tracker.shorten(name, session, grace)
 
     def attach(self, name: str, now_ms: int) -> int:
