@@ -613,6 +613,38 @@ def test_keepalive_comments(store_url: str | None) -> None:
         assert ": keepalive" in seen
 
 
+def test_a_quiet_stream_is_counted_and_carries_keepalives_alone(store_url: str | None) -> None:
+    """A runner's stream (``?quiet=1``, issue 37): connected counts it, and it carries no
+    roster and no change, only keep-alives: a change that a page stream carried is
+    followed on the quiet one by keep-alives and nothing else."""
+    with (
+        running_broker(team=TEAM, keepalive=0.05, redis=store_url) as b,
+        httpx.Client(base_url=b.url, timeout=10) as c,
+        c.stream(
+            "GET", "/subscribe", params={"name": "scout", "quiet": "1"}, headers=_auth("scout")
+        ) as quiet,
+        subscribed(b, "alice") as page,
+    ):
+        assert quiet.status_code == 200
+        lines = quiet.iter_lines()
+        assert next(lines) == "retry: 2000"
+        assert roster(c)["scout"]["connected"] == 1  # counted at once: attached before 200
+        next_event(page, "roster")
+        post(c, "builder", {"state": "working"})
+        while (p := next_event(page, "presence"))["name"] != "builder":
+            pass
+        assert p["activity"] == "working"  # published: a quiet stream would have it by now
+        seen: list[str] = []
+        while seen.count(": keepalive") < 3:
+            seen.append(next(lines))
+        assert set(seen) == {"", ": keepalive"}, seen
+        refused = c.get(
+            "/subscribe", params={"name": "scout", "quiet": "yes"}, headers=_auth("scout")
+        )
+        assert refused.status_code == 400
+        assert "quiet" in refused.json()["error"]
+
+
 def test_too_many_streams_for_one_member_is_429(store_url: str | None) -> None:
     with (
         running_broker(team=TEAM, limits=BrokerLimits(max_subscribers=2), redis=store_url) as b,

@@ -27,7 +27,7 @@ Endpoints
     once (:data:`~codex_presence._wire.MAX_SESSIONS`); 400 ``{"error": reason}`` for
     anything else; 503 ``{"error": reason}`` when the broker shares its state
     (``--redis``) and cannot reach it: the report was not recorded.
-``GET /subscribe?name=<self>[&session=ID]``
+``GET /subscribe?name=<self>[&session=ID][&quiet=1]``
     Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name`` or
     with a bad ``session``, 429 past ``max_subscribers`` streams for one member on this
     broker). An SSE stream held open; while it is
@@ -88,7 +88,14 @@ The stream opens with ``retry: 2000`` (EventSource reconnects after 2 s). Every 
     the stream stays open, but what it shows may be out of date until the next ``roster``
     event, which comes when the store is back (and always means the roster is current).
 ``: keepalive``
-    A comment line every ``keepalive`` seconds while nothing else was published.
+    A comment line every ``keepalive`` seconds (each stream in its turn: the broker wakes
+    its streams a lane at a time, not all at once).
+
+``GET /subscribe?name=<self>&quiet=1`` is a quiet stream: ``retry: 2000`` and then the
+keep-alives alone, no ``roster``, ``presence`` or ``stale`` event. It counts in
+``connected`` (and binds its ``session``) as any stream does: a runner, which holds its
+stream to be on the wire and reads nothing from it, asks for it, so that opening ten
+thousand of them costs no roster each and a change is not written to each of them.
 """
 
 from __future__ import annotations
@@ -145,6 +152,7 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+_KEEPALIVE = b": keepalive\n\n"
 _UNAUTHORIZED_HEADERS = {"www-authenticate": 'Bearer realm="codex-presence"'}
 
 
@@ -239,10 +247,13 @@ class _Subscription:
         session: str | None = None,
         *,
         still_member: Callable[[], Awaitable[bool]] | None = None,
+        quiet: bool = False,
     ) -> None:
         self.broker = broker
         self.name = name
         self.session = session
+        self.quiet = quiet
+        """Keep-alives only (``?quiet=1``): no roster, no changes."""
         """The session this stream is bound to, if it named one."""
         self.authorized = authorized
         """None for a bearer token (valid while the team stays); else asked before
@@ -254,7 +265,7 @@ class _Subscription:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
-        broker.attach(self.name, self.session)
+        broker.attach(self.name, self.session, quiet=self.quiet)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             async with anyio.create_task_group() as tg:
@@ -264,7 +275,7 @@ class _Subscription:
         except* OSError:
             pass  # a send to a closed connection (ASGI 2.4 servers): the finally matters
         finally:
-            broker.detach(self.name, self.session)
+            broker.detach(self.name, self.session, quiet=self.quiet)
 
     async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
         while True:
@@ -275,9 +286,16 @@ class _Subscription:
 
     async def _stream(self, send: Send) -> None:
         broker = self.broker
+        quiet = self.quiet
+        lane = broker.take_lane()
         version = broker.version
-        first = b"retry: 2000\n\n" + broker.roster_event(self.name)
-        await send({"type": "http.response.body", "body": first, "more_body": True})
+        first = b"retry: 2000\n\n"
+        if not quiet:
+            first = broker.roster_event(self.name, before=first)
+        message = {"type": "http.response.body", "body": first, "more_body": True}
+        del first  # the stream's frame lives as long as the stream: the roster must not
+        await send(message)  # (1.4 MB at 10,000 members, a page stream each, kept for good)
+        del message
         while not broker.closing:
             if self.authorized is not None and not await self._still_authorized():
                 break
@@ -287,12 +305,17 @@ class _Subscription:
                     self.still_member
                 ):
                     break
-            wake = broker.wake
-            if broker.version != version:
+            wake = broker.waiter(lane, quiet=quiet)
+            if not quiet and broker.version != version:
                 chunk, version = broker.since(version, you=self.name)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                del chunk  # (a catch-up is this stream's own copy: not kept while it waits)
+                await send(message)
+                del message
                 continue
             await wake.wait()
+            if (quiet or broker.version == version) and not broker.closing:
+                await send({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _still_authorized(self, check: Callable[[], Awaitable[bool]] | None = None) -> bool:
@@ -395,11 +418,16 @@ class _Endpoints:
         problem = None if session is None else session_id_problem(session)
         if problem is not None:
             return error(400, f"?session=: {problem}")
+        quiet = request.query_params.getlist("quiet")
+        if quiet not in ([], ["1"]):
+            return error(400, "?quiet= is 1 (keep-alives only), once, or absent")
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
         still_member = _still_authenticated(self.auth, request, name)
-        return _Subscription(broker, name, authorized, session, still_member=still_member)
+        return _Subscription(
+            broker, name, authorized, session, still_member=still_member, quiet=bool(quiet)
+        )
 
     async def roster(self, request: Request) -> Response:
         if await self.auth.member(request) is None:

@@ -22,9 +22,14 @@ from codex_presence.broker.http_guard import guarded_protocol
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
 
-__all__ = ["DEAD_PEER_TIMEOUT", "BrokerServer", "bound_socket", "listen_socket"]
+__all__ = ["DEAD_PEER_TIMEOUT", "LISTEN_BACKLOG", "BrokerServer", "bound_socket", "listen_socket"]
 
 DEFAULT_LIMITS = BrokerLimits()
+LISTEN_BACKLOG = 65535
+"""Connections the kernel may hold for the broker to accept (it caps this at
+``net.core.somaxconn``). uvicorn's 2,048 overflowed when thousands of subscribers came at
+once (a broker restarted under a large team): the kernel then dropped their handshakes,
+and each came back after its SYN's retransmission timeout, 1 s, then 3 s, then 7 s."""
 
 
 class BrokerServer(uvicorn.Server):
@@ -46,6 +51,7 @@ class BrokerServer(uvicorn.Server):
     ) -> None:
         if config.http in ("auto", "httptools"):  # bound what a request head may cost
             config.http = guarded_protocol(limits)
+        config.backlog = max(config.backlog, LISTEN_BACKLOG)  # uvicorn listens again with it
         super().__init__(config)
         self.broker = broker
         self.on_started = on_started
@@ -111,7 +117,7 @@ def listen_socket(
     """
     sock = bound_socket(host, port, dead_peer_timeout=dead_peer_timeout)
     try:
-        sock.listen(1024)
+        sock.listen(LISTEN_BACKLOG)
     except OSError:
         sock.close()
         raise

@@ -16,9 +16,19 @@ are coalesced: at most one batch every ``fanout_interval`` seconds (longer with 
 subscribers: the pause grows so that the fan-out stays near :data:`FANOUT_SENDS_PER_SECOND`
 writes per second), each batch encoded once and shared by every subscriber, so that a burst
 of reports costs each subscriber one write, not one per report, and a member who flips
-twice in a window is sent once. The keep-alive is a broker-wide tick published like a
-batch, so a waiting stream holds no timer of its own. ``lastSeen`` alone changing sends
-nothing; it rides along with the next event and is exact in ``GET /roster``.
+twice in a window is sent once. ``lastSeen`` alone changing sends nothing; it rides along
+with the next event and is exact in ``GET /roster``.
+
+Keep-alives. A waiting stream holds no timer of its own: each stream is put in one of
+:data:`KEEPALIVE_LANES` lanes as it opens (in turn), and one broker task wakes one lane
+every ``keepalive / KEEPALIVE_LANES`` seconds, so that every stream hears from the broker
+each ``keepalive`` seconds while ten thousand of them are never woken at once (a broker-wide
+tick woke them all in the same instant, every time).
+
+The roster (``GET /roster``, and the first event of a stream) is encoded once per change:
+a store that can tell when anything it shows changed (:meth:`.store.Store.version`: both
+do, the Redis one for its mirror) has the whole body kept until then; otherwise each
+member's encoded object is kept until that member changes.
 
 Sessions. A subscription may name the session it belongs to (``?session=ID``, the id that
 session's reports carry): the broker counts the subscriptions bound to each session here,
@@ -96,6 +106,10 @@ class ActivityWatcher(Mourner, Protocol):
 
 FANOUT_INTERVAL = 0.05
 FANOUT_SENDS_PER_SECOND = 5000
+LAPSE_SCANS_PER_SECOND = 20_000
+"""Members that can lapse read per second, at most, looking for lapses due."""
+KEEPALIVE_LANES = 64
+"""The lanes streams are spread over for their keep-alives: one lane is woken at a time."""
 _LOG_SIZE = 64
 _IDLE = ActivityState.IDLE
 
@@ -150,9 +164,14 @@ class Broker:
             {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
         )
         self._encoded: dict[str, tuple[object, Activity, bytes]] = {}
+        self._roster: tuple[int, bytes] | None = None
+        """The whole roster body and the store's version it was made at (see
+        :meth:`roster_json`)."""
         self._fanout_interval = fanout_interval
         self._keepalive = keepalive
         self.streams = 0
+        self.carrying = 0
+        """The streams that carry the changes (not quiet): what each batch is written to."""
         # fan-out state
         self.version = 0
         self._log: deque[tuple[int, bytes]] = deque(maxlen=_LOG_SIZE)
@@ -163,7 +182,13 @@ class Broker:
         in it changes, so a lapse of any part (the state, a session's count, the
         background) is a new object here."""
         self._pending = anyio.Event()
-        self._wake = anyio.Event()
+        self._lanes = [anyio.Event() for _ in range(KEEPALIVE_LANES)]
+        """Per lane: set by a batch published, by the lane's keep-alive tick, and by
+        anything every stream must look at (a team changed, the broker closing)."""
+        self._quiet_lanes = [anyio.Event() for _ in range(KEEPALIVE_LANES)]
+        """The same for quiet streams (no roster, no changes): never set by a batch."""
+        self._next_lane = 0
+        self._ticks = 0
         self.closing = False
         self.stale: str | None = None
         """Why the shared store is unreachable, while it is (None: the state is current)."""
@@ -203,11 +228,12 @@ class Broker:
             {m.name: privilege(m.role.permissions) if m.role else None for m in team.members}
         )
         self._encoded.clear()
+        self._roster = None
         self._shown = {n: a for n, a in self._shown.items() if n in self._roles}
         self._dirty = {n: None for n in self._dirty if n in self._roles}
         self._log.clear()
         self.version += 1  # no log entry at this version: since() sends the whole roster
-        self._wake_all()
+        self._wake_all(quiet_too=True)
 
     # -- the rules ---------------------------------------------------------------------
 
@@ -231,9 +257,12 @@ class Broker:
         if changed:
             self._changed(member.name)
 
-    def attach(self, name: str, session: str | None = None) -> None:
-        """A subscriber for ``name`` opened (bound to ``session``, if it named one)."""
+    def attach(self, name: str, session: str | None = None, *, quiet: bool = False) -> None:
+        """A subscriber for ``name`` opened (bound to ``session``, if it named one;
+        ``quiet``: keep-alives only, no batch written to it)."""
         self.streams += 1
+        if not quiet:
+            self.carrying += 1
         count = self.store.attach(name, self._now_ms())
         if session is not None:
             key = (name, session)
@@ -245,10 +274,12 @@ class Broker:
         logger.debug("%s subscribed (connected=%d)", name, count)
         self._changed(name)
 
-    def detach(self, name: str, session: str | None = None) -> None:
+    def detach(self, name: str, session: str | None = None, *, quiet: bool = False) -> None:
         """A subscriber for ``name`` (bound to ``session``, if it named one) closed,
         however it closed: the last one bound to a session gives it the grace."""
         self.streams -= 1
+        if not quiet:
+            self.carrying -= 1
         count = self.store.detach(name)
         if session is not None:
             key = (name, session)
@@ -283,6 +314,10 @@ class Broker:
         connection or activity (or its start) changes, because with a thousand members
         building and encoding every object on every request is most of the request's
         cost."""
+        version = self.store.version()
+        kept = self._roster
+        if version is not None and kept is not None and kept[0] == version:
+            return kept[1]
         cache = self._encoded
         get_connection = self.store.connection
         get_activity = self.store.activity_entry
@@ -291,20 +326,35 @@ class Broker:
             connection = get_connection(name)
             activity = get_activity(name)  # the same object until it changes
             hit = cache.get(name)
-            if hit is None or hit[1] is not activity or hit[0] != connection:
+            if hit is None or hit[1] is not activity or hit[0] is not connection:
                 hit = (connection, activity, orjson.dumps(self.presence(name)))
                 cache[name] = hit
             parts.append(hit[2])
-        return b"[" + b",".join(parts) + b"]"
+        body = b"[" + b",".join(parts) + b"]"
+        if version is not None:
+            self._roster = (version, body)
+        return body
 
-    def roster_event(self, you: str) -> bytes:
-        """The stream's ``roster`` event: the whole roster, and each member's privilege
-        bucket (the page shows it without a copy of the rule); followed by a ``stale``
-        event while the shared store is unreachable."""
+    def roster_event(self, you: str, *, before: bytes = b"") -> bytes:
+        """The stream's ``roster`` event (after ``before``): the whole roster, and each
+        member's privilege bucket (the page shows it without a copy of the rule); followed
+        by a ``stale`` event while the shared store is unreachable. Joined once: at
+        10,000 members the roster is 1.3 MB, and each concatenation was another copy."""
         head = orjson.dumps({"team": self.team.name, "you": you})[:-1]
-        body = b',"members":' + self.roster_json() + b',"privileges":' + self._privileges
-        roster = _sse(ROSTER_EVENT, head + body + b"}")
-        return roster if self.stale is None else roster + self._stale_event()
+        stale = b"" if self.stale is None else self._stale_event()
+        return b"".join(
+            (
+                before,
+                b"event: " + ROSTER_EVENT.encode() + b"\ndata: ",
+                head,
+                b',"members":',
+                self.roster_json(),
+                b',"privileges":',
+                self._privileges,
+                b"}\n\n",
+                stale,
+            )
+        )
 
     def _stale_event(self) -> bytes:
         return _sse(STALE_EVENT, orjson.dumps({"stale": True, "reason": self.stale}))
@@ -347,10 +397,26 @@ class Broker:
         self._dirty[name] = None
         self._pending.set()
 
-    @property
-    def wake(self) -> anyio.Event:
-        """Set when a new batch is published (or the broker closes); then replaced."""
-        return self._wake
+    def take_lane(self) -> int:
+        """The keep-alive lane of a stream that opens: the next one, in turn."""
+        lane = self._next_lane
+        self._next_lane = (lane + 1) % KEEPALIVE_LANES
+        return lane
+
+    def waiter(self, lane: int, *, quiet: bool = False) -> anyio.Event:
+        """What a stream of ``lane`` waits on: set at its keep-alive tick, when a team
+        changed or the broker closes, and (unless ``quiet``) when a batch is published;
+        then replaced. A stream woken with nothing new to send sends a keep-alive."""
+        return (self._quiet_lanes if quiet else self._lanes)[lane]
+
+    def keepalive_tick(self) -> int:
+        """Wake the streams of the next lane in turn (their keep-alive); which one."""
+        lane = self._ticks % KEEPALIVE_LANES
+        self._ticks += 1
+        for lanes in (self._lanes, self._quiet_lanes):
+            event, lanes[lane] = lanes[lane], anyio.Event()
+            event.set()
+        return lane
 
     def since(self, version: int, *, you: str) -> tuple[bytes, int]:
         """Everything published after ``version``, as bytes to send, and the new version.
@@ -399,14 +465,18 @@ class Broker:
         self._log.append((self.version, chunk))
         self._wake_all()
 
-    def _wake_all(self) -> None:
-        wake, self._wake = self._wake, anyio.Event()
-        wake.set()
+    def _wake_all(self, *, quiet_too: bool = False) -> None:
+        """Wake the streams that carry changes (and with ``quiet_too``, every stream)."""
+        for lanes in (self._lanes, self._quiet_lanes) if quiet_too else (self._lanes,):
+            woken = list(lanes)
+            lanes[:] = [anyio.Event() for _ in woken]
+            for event in woken:
+                event.set()
 
     def recheck_streams(self) -> None:
         """Wake every stream to check that it is still authorized (a browser sign-in
         ended); streams otherwise check at each event and keep-alive tick."""
-        self._wake_all()
+        self._wake_all(quiet_too=True)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The broker's background work: its store's (for a shared one, the link) and the
@@ -422,6 +492,7 @@ class Broker:
                 for companion in self.companions:
                     await tg.start(companion)
                 tg.start_soon(self.run_fanout)
+                tg.start_soon(self.run_keepalives)
                 if self.watcher is not None:
                     self._watch_all()
                     tg.start_soon(self.watcher.run)
@@ -442,36 +513,43 @@ class Broker:
             self.close()
 
     async def run_fanout(self) -> None:
-        """Publish changes as they come (coalesced), TTL lapses as they fall due, and the
-        keep-alive tick when nothing else went out."""
-        quiet_since = anyio.current_time()
+        """Publish changes as they come (coalesced), and TTL lapses as they fall due."""
         while not self.closing:
             lapse = self.store.next_lapse()
             # A deadline that passed since the last batch is dropped by next_lapse(): seen
             # here, it goes out now rather than at the next deadline or change.
             self._find_lapses()
-            lapse = 0.0 if self._dirty else math.inf if lapse is None else lapse
-            tick = max(0.0, quiet_since + self._keepalive - anyio.current_time())
-            with anyio.move_on_after(min(lapse, tick)):
+            # A lapse due is looked for at most once per fan-out interval, or per
+            # LAPSE_SCANS_PER_SECOND members that can lapse: with ten thousand members
+            # heartbeating, the next deadline is always a moment away (a heartbeat moves
+            # it without a word), and each look reads every one of them (at 10,000, a
+            # look every 50 ms took a tenth of the broker's core; a lapse is now seen
+            # within half a second of its deadline, against a TTL of 30 s).
+            gap = max(self._fanout_interval, len(self._shown) / LAPSE_SCANS_PER_SECOND)
+            lapse = 0.0 if self._dirty else math.inf if lapse is None else max(lapse, gap)
+            with anyio.move_on_after(lapse):
                 await self._pending.wait()
             self._pending = anyio.Event()
             if self.publish():
-                quiet_since = anyio.current_time()
                 # The pause bounds the writes of the fan-out: one per stream per batch. It
-                # follows a batch only: a change after a quiet spell (or a keep-alive) goes
-                # out at once.
+                # follows a batch only: a change after a quiet spell goes out at once.
                 await anyio.sleep(
-                    max(self._fanout_interval, self.streams / FANOUT_SENDS_PER_SECOND)
+                    max(self._fanout_interval, self.carrying / FANOUT_SENDS_PER_SECOND)
                 )
-            elif anyio.current_time() >= quiet_since + self._keepalive:
-                self._append(b": keepalive\n\n")
-                quiet_since = anyio.current_time()
+
+    async def run_keepalives(self) -> None:
+        """One lane's keep-alive tick every ``keepalive / KEEPALIVE_LANES`` seconds: each
+        stream hears from the broker every ``keepalive`` seconds, a lane at a time."""
+        step = self._keepalive / KEEPALIVE_LANES
+        while not self.closing:
+            await anyio.sleep(step)
+            self.keepalive_tick()
 
     def close(self) -> None:
         """End every stream (the server is shutting down)."""
         self.closing = True
         self._pending.set()
-        self._wake_all()
+        self._wake_all(quiet_too=True)
 
 
 def _misconfiguration(exc: BaseException) -> StoreMisconfigured | None:

@@ -124,6 +124,13 @@ class Store(Protocol):
     def subscribers_here(self, name: str) -> int:
         """``name``'s streams open on this broker (what the per-member cap bounds)."""
 
+    def version(self) -> int | None:
+        """A number that changes whenever anything a roster shows may have changed (every
+        write, ``lastSeen`` included, and every lapse due by now), so that the broker can
+        keep the encoded roster until it does; None when the store cannot tell (a shared
+        one that does not count its mirror's writes), and the roster is then checked
+        member by member on every read."""
+
     def next_lapse(self) -> float | None:
         """Seconds until the earliest TTL deadline known (None: none), for the fan-out to
         wake then."""
@@ -174,6 +181,7 @@ class MemoryStore:
         self.max_sessions = max_sessions
         self.registry = ConnectionRegistry()
         self.tracker = ActivityTracker(ttl=ttl, clock=clock)
+        self._writes = 0
 
     def connection(self, name: str) -> Connection:
         return self.registry.get(name)
@@ -187,6 +195,10 @@ class MemoryStore:
     def subscribers_here(self, name: str) -> int:
         return self.registry.get(name).connected
 
+    def version(self) -> int:
+        self.tracker.next_expiry()  # the lapses due by now are resolved: each one counts
+        return self._writes + self.tracker.changes
+
     def next_lapse(self) -> float | None:
         return self.tracker.next_lapse()
 
@@ -199,6 +211,7 @@ class MemoryStore:
             and tracker.held(name) >= self.max_sessions
         ):
             raise TooManySessions(self.max_sessions)
+        self._writes += 1  # lastSeen ticks
         self.registry.touch(name, now_ms)
         return tracker.report(name, report, now_ms)
 
@@ -209,9 +222,11 @@ class MemoryStore:
         self.tracker.shorten(name, session, grace)
 
     def attach(self, name: str, now_ms: int) -> int:
+        self._writes += 1
         return self.registry.attach(name, now_ms)
 
     def detach(self, name: str) -> int:
+        self._writes += 1
         return self.registry.detach(name)
 
     async def run(

@@ -120,6 +120,7 @@ class ActivityTracker:
         "_next",
         "_sessions",
         "_shown",
+        "changes",
         "ttl",
     )
 
@@ -141,6 +142,10 @@ class ActivityTracker:
         """Sessions held on their grace (shortened), not reported again since."""
         self._grace_lapses: deque[tuple[str, str]] = deque(maxlen=ENDED_KEPT)
         """Sessions that lapsed on their grace, not yet taken."""
+        self.changes = 0
+        """How many times a member's shown activity may have changed: every write (a
+        report, a record put, a shortening, a forgetting) and every lapse resolved on a
+        read. What tells a roster kept by the broker that it is out of date."""
 
     def report(self, name: str, report: Report, now_ms: int = 0) -> bool:
         """``name``'s ``report.session`` reported (at ``now_ms``, unix ms), holding the
@@ -169,6 +174,7 @@ class ActivityTracker:
         no longer held (idle without background); whether the member's activity shown
         changed. ``grace``: not a report but a shortening (a shared store's record of a
         grace)."""
+        self.changes += 1
         previous = self.entry(name)
         held = self._sessions.get(name)
         key = (name, session)
@@ -204,6 +210,7 @@ class ActivityTracker:
     def shorten(self, name: str, session: str, seconds: float) -> bool:
         """``name``'s ``session`` lapses within ``seconds`` from now unless reported again
         (its subscription ended); whether it held anything to shorten."""
+        self.changes += 1
         self.entry(name)  # drop what lapsed already
         held = self._sessions.get(name, {}).get(session)
         if held is None:
@@ -218,6 +225,7 @@ class ActivityTracker:
     def forget_sessions(self, name: str) -> bool:
         """Drop every session of ``name``: a shared store is read again in full; whether
         the activity shown changed."""
+        self.changes += 1
         previous = self.entry(name)
         held = self._sessions.get(name)
         if held is None:
@@ -319,7 +327,8 @@ class ActivityTracker:
             if (name, session) in self._in_grace:
                 self._in_grace.discard((name, session))
                 self._grace_lapses.append((name, session))
-        self._recount(name, shown)
+        if self._recount(name, shown):
+            self.changes += 1
         return self._shown.get(name, IDLE_ACTIVITY)
 
     def get(self, name: str) -> ActivityState:

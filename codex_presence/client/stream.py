@@ -12,7 +12,9 @@ Its state — ``connecting``, ``online``, ``offline`` — goes to ``on_change`` 
 with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.retry_in`
 (when it tries again) to read. Whoever wants the roster itself passes ``on_roster``: the
 stream then parses the ``roster``, ``presence`` and ``stale`` events into one :class:`RosterView`
-and calls back after each; without it the events are not even parsed. Users: wrap's
+and calls back after each; without it the stream is a quiet one (``?quiet=1``: the broker
+sends keep-alives only, no roster to read and drop; a broker that does not know it sends
+everything, and the events are not even parsed). Users: wrap's
 connection presence (:mod:`codex_presence.client.subscription`), ``roster --watch`` and the
 demo's watcher.
 """
@@ -123,6 +125,8 @@ class RosterStream:
         params = {"name": self.name}
         if self.session is not None:
             params["session"] = self.session
+        if self._on_roster is None:
+            params["quiet"] = "1"  # keep-alives only: no roster to read and drop
         try:
             async with aconnect_sse(
                 self._client, "GET", SUBSCRIBE_PATH, params=params, timeout=timeout

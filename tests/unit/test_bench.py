@@ -78,3 +78,33 @@ def test_the_check_finds_an_import_and_a_path_into_the_tests() -> None:
         "line 5: names the path 'tests'",
         "line 6: names the path 'tests/support/fake.py'",
     ]
+
+
+def test_the_broker_bench_says_which_limit_a_run_is_past_in_one_line() -> None:
+    """``bench/broker.py --members N`` names the limit it would stop at (issue 37: 5,000
+    members ended in a heap of ConnectionResetError tracebacks), before it starts."""
+    from bench._limits import Needs, connections_for, where_it_stops
+
+    def stops(
+        streams: int,
+        fd_hard_limit: int = 20_000,
+        port_range: tuple[int, int] = (32768, 60999),
+        max_connections: int = 20_512,
+    ) -> str | None:
+        return where_it_stops(
+            Needs(streams=streams, load=16),
+            fd_hard_limit=fd_hard_limit,
+            port_range=port_range,
+            max_connections=max_connections,
+        )
+
+    assert stops(10_100) is None
+    said = {
+        "file descriptors": stops(24_000),
+        "ephemeral ports": stops(12_100, fd_hard_limit=1 << 20, port_range=(50000, 60000)),
+        "the broker's --max-connections": stops(5_100, max_connections=4096),
+    }
+    for limit, line in said.items():
+        assert line is not None and line.startswith(limit), (limit, line)
+        assert "\n" not in line
+    assert stops(5_100, max_connections=connections_for(5_000)) is None  # the bench's own

@@ -151,6 +151,8 @@ class RedisStore:
         self._beat = beat
         self._bound_ms = max(1, round(bound * 1000))
         self._activity = ActivityTracker(ttl=ttl, clock=clock)
+        self._refreshed = 0
+        """Connections rebuilt in the mirror (:meth:`version`)."""
         self._synced_seq = 0
         self._event_seq = 0
         """The number of the last event on the channel since the resync."""
@@ -226,6 +228,13 @@ class RedisStore:
 
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
+
+    def version(self) -> int | None:
+        """The mirror's writes: each member's connection is rebuilt in one place
+        (:meth:`_refresh`) and its activity lives in the tracker, which counts its own
+        writes and lapses (the lapses due by now resolved first)."""
+        self._activity.next_expiry()
+        return self._refreshed + self._activity.changes
 
     def next_lapse(self) -> float | None:
         return self._activity.next_lapse()
@@ -444,6 +453,7 @@ class RedisStore:
         created, seen = self._meta.get(name, (0, 0))
         connection = Connection(connected, created, seen)
         self._connections[name] = connection
+        self._refreshed += 1
         return connection
 
     def _recount(self, names: Iterable[str]) -> None:
