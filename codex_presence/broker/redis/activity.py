@@ -47,7 +47,8 @@ ever reported do not grow a broker's memory (the in-memory store keeps as many).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import anyio
@@ -87,17 +88,18 @@ class SessionEvent:
 
 
 class SessionActivity:
-    """The sessions of ``names`` in Redis, mirrored into ``tracker`` (the store's), and
-    this broker's bindings. ``touched(name, createdAt, lastSeen)`` merges what an event
-    says of a member's times; ``changed(name)`` tells the broker to fan a member out;
-    ``say_lost(keys)`` says the keys a script found unreadable."""
+    """The sessions of the members in ``known`` (the store's set, which follows the team
+    file) in Redis, mirrored into ``tracker`` (the store's), and this broker's bindings.
+    ``touched(name, createdAt, lastSeen)`` merges what an event says of a member's times;
+    ``changed(name)`` tells the broker to fan a member out; ``say_lost(keys)`` says the
+    keys a script found unreadable."""
 
     def __init__(
         self,
         link: RedisLink,
         *,
         tracker: ActivityTracker,
-        names: Sequence[str],
+        known: AbstractSet[str],
         ttl_ms: int,
         max_sessions: int,
         touched: Callable[[str, int, int], None],
@@ -107,7 +109,7 @@ class SessionActivity:
         self._link = link
         self._me = link.broker_id
         self._tracker = tracker
-        self._known = frozenset(names)
+        self._known = known
         self._ttl_ms = ttl_ms
         self._max = max_sessions
         self._grace_ms = round(SESSION_GRACE * 1000)
@@ -167,11 +169,10 @@ class SessionActivity:
         self._queued[key] = bound
         self._flush.set()
 
-    def load(self, seq: int, name: str, held: list[Any]) -> None:
-        """The snapshot's sessions of ``name`` (``[session, record, pttl, ...]``), read at
-        ``seq``: each readable one replaces what the mirror held; an unreadable one is
-        said and skipped (it counts as idle)."""
-        self.synced_seq = seq
+    def load(self, name: str, held: list[Any]) -> None:
+        """A snapshot's sessions of ``name`` (``[session, record, pttl, ...]``): each
+        readable one replaces what the mirror held; an unreadable one is said and skipped
+        (it counts as idle)."""
         self._tracker.forget_sessions(name)
         for i in range(0, len(held), 3):
             session = held[i].decode(errors="replace")
@@ -286,6 +287,12 @@ class SessionActivity:
         if changed or shortened:
             self._changed(name)
         return changed
+
+    def forget(self, name: str) -> None:
+        """``name`` left the team: the mirror forgets their sessions."""
+        self._tracker.forget_sessions(name)
+        for key in [key for key in self._seq if key[0] == name]:
+            del self._seq[key]
 
     def _prune(self) -> None:
         """Keep the event numbers of the sessions held, and of the :data:`ENDED_KEPT`
