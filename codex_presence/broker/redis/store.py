@@ -52,6 +52,20 @@ every broker gets at least one (its own registration) after each resync; so an e
 numbered at or below the one before it says the numbering started again: the broker ends
 the link's connection, as an outage, and reads the state in full again.
 
+Members. Who is in the team is each broker's own team file, not a set in Redis: the keys
+are per member and no script needs the list (a report, a heartbeat write any name), only
+the snapshot reads the members it is given. So a broker whose file changed while it runs
+(:meth:`RedisStore.replace_team`) follows alone, and brokers whose files differ for a
+while (one read the change, another not yet) each show their own file's members, from the
+same keys: a member removed leaves this broker's mirror (their keys stay for the brokers
+still on the old file, and lapse with the TTL); a member added is read from Redis by a
+snapshot of that member alone, and what the channel says of them meanwhile is held back.
+The snapshot publishes a marker (``{"seq": 0, "kind": "l", ...}``, which others ignore)
+in the same atomic step, so the channel's order says which events it holds: it is applied
+once both its reply and its marker came, and the events held back that came after the
+marker are replayed on top. A broker registered again since the snapshot keeps the counts
+of its registration, and one pruned since is not brought back.
+
 Sessions (their reports, the subscriptions bound to them) are kept by
 :mod:`~codex_presence.broker.redis.activity` into the same mirror. Before writing
 anything, at each (re)connection, the broker checks that the keys hold its own team
