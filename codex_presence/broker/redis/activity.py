@@ -55,7 +55,7 @@ import anyio
 import orjson
 
 from codex_presence._wire import SESSION_GRACE
-from codex_presence.broker.record import KEEP, Report, SessionRecord
+from codex_presence.broker.record import KEEP, Agent, Report, SessionRecord
 from codex_presence.broker.redis import records
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.records import SEQ_MAX, TIME_MAX, TTL_MAX, number
@@ -70,11 +70,12 @@ logger = logging.getLogger("codex_presence.broker")
 
 class SessionEvent:
     """An ``s`` event, read through the bounded reader (:class:`~.records.Unreadable`
-    for one that holds what no broker writes)."""
+    for one that holds what no broker writes); ``checked``: the agent object the mirror
+    holds for its session (an equal one is not checked again)."""
 
     __slots__ = ("created", "name", "record", "seen", "seq", "session", "ttl_ms")
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], checked: Agent | None = None) -> None:
         self.seq = number(data.get("seq"), SEQ_MAX, "an event's seq")
         name, session = data.get("name"), data.get("session")
         if not isinstance(name, str) or not isinstance(session, str):
@@ -84,7 +85,7 @@ class SessionEvent:
         self.ttl_ms = number(data.get("ttl"), TTL_MAX, "an event's ttl")
         self.created = number(data.get("createdAt"), TIME_MAX, "an event's createdAt")
         self.seen = number(data.get("lastSeen"), TIME_MAX, "an event's lastSeen")
-        self.record: SessionRecord = records.record(data.get("record"))
+        self.record: SessionRecord = records.record(data.get("record"), checked)
 
 
 class SessionActivity:
@@ -153,7 +154,11 @@ class SessionActivity:
         if lost:
             self._say_lost(lost)
         data = orjson.loads(event)
-        return bool(self.heard(number(data.get("seq"), SEQ_MAX, "an event's seq"), data))
+        seq = number(data.get("seq"), SEQ_MAX, "an event's seq")
+        changed = self.heard(seq, data)
+        if changed is not None:  # applied from the reply: its echo need not be read
+            self._link.expect_echo(event, seq)
+        return bool(changed)
 
     def bind(self, name: str, session: str) -> None:
         self._bound.add((name, session))
@@ -253,12 +258,14 @@ class SessionActivity:
         report comes twice, its script's reply and its echo, whichever is first; the
         later event applied carried times at least as wide)."""
         name, session = data.get("name"), data.get("session")
-        if (
-            isinstance(name, str)
-            and isinstance(session, str)
-            and seq <= self._seq.get((name, session), 0)
-        ):
+        if not (isinstance(name, str) and isinstance(session, str)):
+            return self.apply(SessionEvent(data))  # raises Unreadable
+        if seq <= self._seq.get((name, session), 0):
             return None
+        record = data.get("record")
+        if isinstance(record, dict) and record.get("agent") is not None:
+            held = self._tracker.record(name, session)  # its agent, checked when it came
+            return self.apply(SessionEvent(data, None if held is None else held.agent))
         return self.apply(SessionEvent(data))
 
     def apply(self, event: SessionEvent) -> bool | None:

@@ -217,6 +217,7 @@ class RedisStore:
         self._lost_said: set[str] = set()
         """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
+        link.on_echo(self._numbered)
         self._sessions = SessionActivity(
             link,
             tracker=self._activity,
@@ -520,18 +521,24 @@ class RedisStore:
                 load.marked = True
                 self._loaded()
             return
-        if seq:  # 0: not numbered (a browser sign-in's end)
-            if seq <= self._event_seq:
-                self._link.reconnect(
-                    f"the change numbers went back ({seq} after {self._event_seq}): the "
-                    "team's keys were flushed or deleted (or another deployment uses this "
-                    "prefix and team: see --redis-prefix); reading them again"
-                )
-                return
-            self._event_seq = seq
+        if seq and not self._numbered(seq):  # 0: not numbered (a browser sign-in's end)
+            return
         if seq <= self._synced_seq:
             return  # in the snapshot already (or not numbered)
         self._apply(seq, kind, event)
+
+    def _numbered(self, seq: int) -> bool:
+        """The channel brought the event numbered ``seq`` (or its echo, not read again):
+        whether the numbers still grow (else the link reads everything again)."""
+        if seq <= self._event_seq:
+            self._link.reconnect(
+                f"the change numbers went back ({seq} after {self._event_seq}): the "
+                "team's keys were flushed or deleted (or another deployment uses this "
+                "prefix and team: see --redis-prefix); reading them again"
+            )
+            return False
+        self._event_seq = seq
+        return True
 
     def _apply(self, seq: int, kind: str, event: dict[str, Any]) -> None:
         """An event numbered ``seq``, after the snapshot's: into the mirror (held back
