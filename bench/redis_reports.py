@@ -22,8 +22,14 @@ each round measures both, alternating, so that other work on the machine weighs 
 alike; the verdict is the median over rounds of each round's ratio (this / baseline).
 A baseline older than issue 32 has no ``agent`` kind.
 
+``--offline`` measures the store's reading of each report alone (its reply and its echo,
+synthetic events shaped as the scripts publish them, no socket): the part of a report that
+the record's format decides, steadier than a round trip on a busy machine; and, under
+``valgrind --tool=callgrind`` (``--worker offline --reps 0`` then ``--reps 1``, the
+difference over 4,000 reports), in instructions, which no load moves.
+
     .venv/bin/python bench/redis_reports.py [--members 1000] [--rounds 5] [--seconds 2]
-        [--baseline /path/to/other/.venv/bin/python]
+        [--baseline /path/to/other/.venv/bin/python] [--offline]
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +132,81 @@ async def _worker(url: str, team: str, args: argparse.Namespace) -> dict[str, fl
     return costs
 
 
+def _offline(kind: str, reps: int) -> float:
+    """The broker's side of ``reps`` x 4,000 reports of ``kind`` with no socket: each
+    report's reply and its echo, as the store reads them (synthetic events shaped as the
+    scripts publish them, numbered in order): the min over reps of CPU us per report. Run
+    under ``valgrind --tool=callgrind`` with ``--reps 0`` and ``--reps 1``, the difference
+    is the instructions of 4,000 reports: a figure the machine's load does not move."""
+    import orjson
+
+    from codex_presence.broker.redis.link import RedisLink
+    from codex_presence.broker.redis.store import RedisStore
+
+    names = [f"m{i:04d}" for i in range(1000)]
+    store: Any = RedisStore(RedisLink("redis://127.0.0.1:1/0", team="offline"), names=names)
+    store._listener = _Quiet()
+    link: Any = store._link
+    named = _reports() is not None and "agent" in (_reports() or {})
+    agent = {**AGENT, "waits": WAITS} if kind == "agent" else None
+    seq = 0
+
+    def events(rounds: int) -> list[bytes]:
+        nonlocal seq
+        made = []
+        for r in range(rounds):
+            state = "working" if kind == "heartbeat" or r % 2 else "blocked"
+            for name in names:
+                seq += 1
+                now = 1764590000000 + seq
+                since = 1764590000000 if kind == "heartbeat" else now
+                if named:
+                    record = {"state": state, "since": since, "background": 0,
+                              "backgroundSince": 0, "agent": agent}  # fmt: skip
+                    event: Any = {"seq": seq, "kind": "s", "name": name, "session": "",
+                                  "ttl": 30000, "createdAt": 1764590000000, "lastSeen": now,
+                                  "record": record}  # fmt: skip
+                else:  # before issue 32: the anonymous session's positional event
+                    event = [seq, "a", name, state, 30000, since, 1764590000000, now]
+                made.append(orjson.dumps(event))
+        return made
+
+    if named:
+        from codex_presence.broker.redis.records import SEQ_MAX, number
+
+        sessions = store._sessions
+
+        def reply(event: bytes) -> None:  # SessionActivity.report, after the round trip
+            data = orjson.loads(event)
+            seq = number(data.get("seq"), SEQ_MAX, "seq")
+            if sessions.heard(seq, data) is not None and hasattr(link, "expect_echo"):
+                link.expect_echo(event, seq)
+    else:
+
+        def reply(event: bytes) -> None:
+            store._apply_report(orjson.loads(event))
+
+    deliver = link._deliver
+    for event in events(2):  # every member held, every path warm
+        reply(event)
+        deliver(event)
+    batches = [events(4) for _ in range(max(reps, 1))]
+    costs = []
+    for batch in batches[:reps]:
+        started = time.process_time()
+        for event in batch:
+            reply(event)
+            deliver(event)
+        costs.append((time.process_time() - started) / len(batch) * 1e6)
+    return min(costs, default=0.0)
+
+
 def _run_worker(python: str, url: str, team: str, args: argparse.Namespace, cpu: int | None) -> Any:
     """One measurement in a process of ``python`` (pinned to ``cpu``): its costs."""
     command = [
         python, __file__, "--worker", url, "--team", team, "--members", str(args.members),
         "--seconds", str(args.seconds), "--concurrency", str(args.concurrency),
+        "--reps", str(args.reps),
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
     if cpu is not None:
@@ -139,18 +217,12 @@ def _run_worker(python: str, url: str, team: str, args: argparse.Namespace, cpu:
     return json.loads(out.splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--members", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--baseline", metavar="PYTHON", help="another checkout's python")
-    parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
-    parser.add_argument("--team", default="bench", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(asyncio.run(_worker(args.worker, args.team, args))))
+@contextmanager
+def _redis_server(workdir: Path, args: argparse.Namespace, cpus: list[int]) -> Iterator[str]:
+    """A redis-server on the cores but the first (the measured process's), and its URL;
+    ``offline`` without one (``--offline``)."""
+    if args.offline:
+        yield "offline"
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _redis import RedisServer, find_redis_server
@@ -158,42 +230,68 @@ def main() -> None:
     binary = find_redis_server()
     if binary is None:
         sys.exit("needs redis-server (apt-get install redis-server)")
+    server = RedisServer(binary, workdir)
+    server.start()
+    if len(cpus) > 1 and server.proc is not None:
+        os.sched_setaffinity(server.proc.pid, set(cpus[1:]))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--members", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--baseline", metavar="PYTHON", help="another checkout's python")
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="the store's reading of each report alone (reply and echo), no socket",
+    )
+    parser.add_argument("--reps", type=int, default=7, help="--offline: repetitions")
+    parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--team", default="bench", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker == "offline":
+        kinds = _reports() or {}
+        print(json.dumps({k: _offline(k, args.reps) for k in KINDS if k in kinds}))
+        return
+    if args.worker:
+        print(json.dumps(asyncio.run(_worker(args.worker, args.team, args))))
+        return
     ways = {"this": sys.executable}
     if args.baseline:
         ways["baseline"] = args.baseline
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[0] if len(cpus) > 1 else None
+    what = "the store's reading alone, no socket" if args.offline else "in Redis mode"
     print(
-        f"CPU per report in Redis mode, {args.concurrency} in flight, {args.members} members, "
-        f"{args.seconds:g} s a kind; " + ", ".join(f"{w}: {p}" for w, p in ways.items())
+        f"CPU per report {what}, {args.concurrency} in flight, {args.members} members; "
+        + ", ".join(f"{w}: {p}" for w, p in ways.items())
     )
     costs: dict[str, dict[str, list[float]]] = {way: {k: [] for k in KINDS} for way in ways}
     ratios: dict[str, list[float]] = {k: [] for k in KINDS}
-    with tempfile.TemporaryDirectory() as workdir:
-        server = RedisServer(binary, Path(workdir))
-        server.start()
-        if cpu is not None and server.proc is not None:
-            os.sched_setaffinity(server.proc.pid, set(cpus[1:]))
-        try:
-            for round_ in range(args.rounds):
-                load = os.getloadavg()[0]
-                got = {}
-                order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
-                for way in order:
-                    got[way] = _run_worker(ways[way], server.url, f"{way}-{round_}", args, cpu)
-                    for kind, us in got[way].items():
-                        costs[way][kind].append(us)
-                line = "  ".join(
-                    f"{way} " + " ".join(f"{k} {us:5.1f}" for k, us in got[way].items())
-                    for way in ways
-                )
-                if "baseline" in got:
-                    for kind in KINDS:
-                        if kind in got["this"] and kind in got["baseline"]:
-                            ratios[kind].append(got["this"][kind] / got["baseline"][kind])
-                print(f"round {round_ + 1} (load {load:.1f}): {line}  (us CPU per report)")
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory() as workdir, _redis_server(Path(workdir), args, cpus) as url:
+        for round_ in range(args.rounds):
+            load = os.getloadavg()[0]
+            got = {}
+            order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
+            for way in order:
+                got[way] = _run_worker(ways[way], url, f"{way}-{round_}", args, cpu)
+                for kind, us in got[way].items():
+                    costs[way][kind].append(us)
+            line = "  ".join(
+                f"{way} " + " ".join(f"{k} {us:5.1f}" for k, us in got[way].items()) for way in ways
+            )
+            if "baseline" in got:
+                for kind in KINDS:
+                    if kind in got["this"] and kind in got["baseline"]:
+                        ratios[kind].append(got["this"][kind] / got["baseline"][kind])
+            print(f"round {round_ + 1} (load {load:.1f}): {line}  (us CPU per report)")
     for kind in KINDS:
         medians = {w: statistics.median(c[kind]) for w, c in costs.items() if c[kind]}
         said = ", ".join(f"{w} {us:.1f} us" for w, us in medians.items())
