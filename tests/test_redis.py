@@ -197,6 +197,58 @@ def test_a_team_file_changed_broker_by_broker_is_said_and_served(
         eventually(lambda: roster(old.url)["builder"].get("activity") == "working", 60)
 
 
+def test_a_member_added_on_one_broker_first_is_read_from_redis_by_the_other(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Before: a broker sharing Redis refused a team file that added or removed members
+    (a restart was needed). Now each broker follows its own file: the one that sees carol
+    first serves her (her reports go to Redis) while the other, whose file lacks her yet,
+    neither shows her nor takes her token; once its file has her, it reads her state from
+    Redis (what it ignored meanwhile), not from her next report. A member removed on one
+    broker alone stays on the other until its file says so."""
+
+    def write(path: Path, *names: str) -> None:
+        path.write_text(render_team("acme", [(n, None, token_of(n)) for n in names]))
+
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    write(first, "alice", "builder", "scout")
+    write(second, "alice", "builder", "scout")
+    with (
+        broker_process("--team", str(first), redis=redis_url) as a,
+        broker_process("--team", str(second), redis=redis_url) as b,
+    ):
+        assert report(b.url, "builder", "working").status_code == 204
+        write(first, "alice", "builder", "scout", "carol")
+        a.stderr.until("team file .* read again: 4 member", 60)
+        assert report(a.url, "carol", "blocked").status_code == 204
+        on_a = Stream(a.url, "carol")
+        eventually(lambda: roster(a.url)["carol"]["connected"] == 1, 60, "carol's stream on a")
+        assert "carol" not in roster(b.url)
+        assert report(b.url, "carol", "working").status_code == 401  # b's file lacks her
+
+        write(second, "alice", "builder", "scout", "carol")
+        b.stderr.until("team file .* read again: 4 member", 60)
+        eventually(
+            lambda: (
+                "carol" in roster(b.url) and roster(b.url)["carol"].get("activity") == "blocked"
+            ),
+            60,
+            "carol's state read from Redis",
+            seen=lambda: roster(b.url),
+        )
+        assert roster(b.url)["carol"]["connected"] == 1  # a's stream, counted there
+        assert not on_a.ended.is_set()
+
+        assert report(b.url, "builder", "working").status_code == 204  # the TTL anew
+        write(first, "alice", "scout", "carol")
+        a.stderr.until("team file .* read again: 3 member", 60)
+        assert "builder" not in roster(a.url)
+        assert report(a.url, "builder", "working").status_code == 401
+        assert roster(b.url)["builder"].get("activity") == "working"  # b's file keeps him
+        assert report(b.url, "carol", "working").status_code == 204
+        eventually(lambda: roster(a.url)["carol"].get("activity") == "working", 60)
+
+
 # -- a broker dies, a broker restarts --------------------------------------------------------
 
 BROKERS = "codex-presence:{acme}:brokers"

@@ -170,3 +170,69 @@ def test_team_edits_refuse_what_would_break_the_file(tmp_path: Path) -> None:
     assert team("remove", path, "alice").returncode == 0
     assert "[[notify]]" in Path(path).read_text()  # kept
     assert team("remove", path, "bob").returncode == 2  # the last member, and named
+
+
+def test_brokers_sharing_redis_follow_team_add_and_remove(tmp_path: Path, redis_url: str) -> None:
+    """Before: with ``--redis``, a member added or removed needed a restart of every broker
+    ("members were added or removed: brokers sharing Redis take a new member list at a
+    restart"). Now two brokers reading one team file each follow it: the member added
+    shows on both rosters (offline) and reports through either; the member removed leaves
+    both rosters, their stream ends and their token stops working; the two agree."""
+    from tests.support.shared_brokers import Stream
+
+    path = str(tmp_path / "team.toml")
+    made = team("init", path, "--team", "acme", "-m", "alice:director", "-m", "builder")
+    assert made.returncode == 0, made.stderr
+    tokens = dict(line.split("\t") for line in made.stdout.splitlines())
+
+    def roster(url: str) -> dict[str, dict[str, object]]:
+        response = httpx.get(url + "/roster", headers=bearer(tokens["alice"]), timeout=60)
+        assert response.status_code == 200, response.text
+        return {m["name"]: m for m in response.json()}
+
+    def shown(url: str) -> list[tuple[str, object, object]]:
+        return [(n, m["connected"], m.get("activity")) for n, m in roster(url).items()]
+
+    with (
+        broker_process("--team", path, redis=redis_url) as a,
+        broker_process("--team", path, redis=redis_url) as b,
+    ):
+        on_b = Stream(b.url, "builder", bearer(tokens["builder"]))
+        report = {"state": "working"}
+        posted = httpx.post(
+            a.url + "/presence/activity", json=report, headers=bearer(tokens["builder"]), timeout=60
+        )
+        assert posted.status_code == 204, posted.text
+        want = [("alice", 0, None), ("builder", 1, "working")]
+        for broker in (a, b):
+            eventually(lambda broker=broker: shown(broker.url) == want, 60, "builder on both")
+
+        carol = token_printed(team("add", path, "carol:engineer"), "carol")
+        want.append(("carol", 0, None))
+        for broker in (a, b):  # on both rosters, offline, before carol says anything
+            eventually(lambda broker=broker: shown(broker.url) == want, 60, "carol on both")
+        posted = httpx.post(
+            a.url + "/presence/activity",
+            json={"state": "blocked"},
+            headers=bearer(carol),
+            timeout=60,
+        )
+        assert posted.status_code == 204, posted.text
+        on_carol = Stream(b.url, "carol", bearer(carol))
+        want[2] = ("carol", 1, "blocked")
+        for broker in (a, b):
+            eventually(lambda broker=broker: shown(broker.url) == want, 60, "carol's report")
+        assert on_carol.status == 200
+
+        removed = team("remove", path, "builder")
+        assert removed.returncode == 0, removed.stderr
+        assert on_b.ended.wait(60), "builder's stream on b did not end"
+        want.pop(1)
+        for broker in (a, b):
+            eventually(lambda broker=broker: shown(broker.url) == want, 60, "builder gone")
+            assert whoami(broker.url, tokens["builder"]) == 401
+            assert whoami(broker.url, carol) == 200
+        assert not on_carol.ended.is_set()
+        eventually(lambda: roster(a.url) == roster(b.url), 60, "the two brokers agree")
+        for broker in (a, b):
+            broker.stderr.until("team file .* read again: 2 member", 60)

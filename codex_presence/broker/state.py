@@ -208,19 +208,15 @@ class Broker:
         """The team file changed (``team add``, ``remove``, ``rotate``): from now on,
         ``team`` says who may do what. Every stream gets the whole roster again; a stream
         whose member was removed, or whose token no longer counts, ends (each stream looks
-        at its next wake, which this is). A shared store keeps the members it was made
-        with: there, only their tokens and roles may change (:class:`ValueError`)."""
+        at its next wake, which this is). The store follows (a shared one reads the
+        members added from the shared state, and shows them offline until then)."""
         names = tuple(m.name for m in team.members)
         if team.name != self.team.name:
             raise ValueError(
                 f"the team's name changed ({self.team.name!r} to {team.name!r}): restart "
                 "the broker to serve another team"
             )
-        if self.store.shared and names != self._names:
-            raise ValueError(
-                "members were added or removed: brokers sharing Redis take a new member list "
-                "at a restart (tokens and roles change without one)"
-            )
+        self.store.replace_team(team)
         self.team = team
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = names

@@ -44,6 +44,7 @@ from anyio.abc import TaskStatus
 from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
 from codex_presence.broker.connections import Connection, ConnectionRegistry
 from codex_presence.broker.record import ANONYMOUS, Report
+from codex_presence.broker.team import Team
 from codex_presence.broker.tracker import Activity, ActivityTracker
 
 __all__ = [
@@ -148,6 +149,10 @@ class Store(Protocol):
         working or blocked state of that session lapses within ``grace`` seconds unless it
         is reported again. Never waits, never fails."""
 
+    def replace_team(self, team: Team) -> None:
+        """The team file changed: ``team``'s members from now on (a member removed leaves
+        what the store shows; one added shows their state). Never waits."""
+
     def attach(self, name: str, now_ms: int) -> int:
         """A stream for ``name`` opened here; ``name``'s connected count now."""
 
@@ -220,6 +225,10 @@ class MemoryStore:
 
     def release(self, name: str, session: str, grace: float) -> None:
         self.tracker.shorten(name, session, grace)
+
+    def replace_team(self, team: Team) -> None:
+        """Nothing to read: every member's state is here (a member removed is no longer
+        shown; their entries lapse with their TTL)."""
 
     def attach(self, name: str, now_ms: int) -> int:
         self._writes += 1

@@ -4,10 +4,10 @@
 :class:`TeamReloader` looks at the file's identity (inode, size, modification time) once a
 second — a ``stat``, no read — and reads it again when that changed, or at once on
 ``SIGHUP`` (what ``systemctl reload`` sends). A file that no longer parses, or a change
-the broker cannot follow (another team's name; members added or removed under a shared
-store), is logged and not applied: the broker keeps the team it has, so a half-edited file
-never signs everyone out. What applying a team does is :meth:`Broker.replace_team
-<codex_presence.broker.state.Broker.replace_team>`'s and the page's
+the broker cannot follow (another team's name), is logged and not applied: the broker
+keeps the team it has, so a half-edited file never signs everyone out. What applying a
+team does is :meth:`Broker.replace_team <codex_presence.broker.state.Broker.replace_team>`'s
+(its store's too: brokers sharing Redis follow members added and removed) and the page's
 (:class:`~codex_presence.broker.web.WebRoster`), passed in as ``apply``.
 """
 

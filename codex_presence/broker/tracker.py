@@ -98,9 +98,11 @@ class Activity:
 IDLE_ACTIVITY = Activity()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Held:
-    """A session held: its record, and when it lapses (the tracker's clock)."""
+    """A session held: its record, and when it lapses (the tracker's clock). Never
+    changed once made (:meth:`ActivityTracker.shorten` replaces it); not frozen, whose
+    checks cost every report a tenth of its making."""
 
     record: SessionRecord
     expires: float
@@ -274,6 +276,31 @@ class ActivityTracker:
             self._shown.pop(name, None)
             self._next.pop(name, None)
             return previous is not IDLE_ACTIVITY
+        current = self._one(name, held) if len(held) == 1 else self._derived(name, held)
+        if current == previous:
+            return False
+        self._shown[name] = current
+        return True
+
+    def _one(self, name: str, held: dict[str, _Held]) -> Activity:
+        """:meth:`_derived` for a member with one session (most members, at every change
+        of most reports: the same activity, with no loop, sort or generator)."""
+        for session, one in held.items():
+            record = one.record
+            state = record.state
+            self._next[name] = one.expires
+            background = record.background
+            return Activity(
+                state,
+                None if state is _IDLE else record.since,
+                (0, 1) if state is _BLOCKED else (0, 0) if state is _IDLE else (1, 0),
+                (background, record.background_since) if background > 0 else _NO_BACKGROUND,
+                (record.entry(session),) if state is not _IDLE or record.agent is not None else (),
+            )
+        raise AssertionError("one session held")
+
+    def _derived(self, name: str, held: dict[str, _Held]) -> Activity:
+        """``name``'s activity from its sessions ``held`` (and its next lapse noted)."""
         working = blocked = count = 0
         background_since: int | None = None
         strongest_since: dict[ActivityState, int] = {}
@@ -285,11 +312,13 @@ class ActivityTracker:
                 blocked += 1
             elif state is not _IDLE:
                 working += 1
-            shown = shown or record.shown
             if state is not _IDLE:
+                shown = True
                 since = strongest_since.get(state)
                 if since is None or record.since < since:
                     strongest_since[state] = record.since
+            elif record.agent is not None:
+                shown = True  # record.shown, inlined: this runs at every change
             if record.background > 0:
                 count += record.background
                 if background_since is None or record.background_since < background_since:
@@ -300,17 +329,13 @@ class ActivityTracker:
         if shown:
             ordered = sorted(held.items(), key=lambda item: item[1].record.order())
             agents = tuple(one.record.entry(session) for session, one in ordered)
-        current = Activity(
+        return Activity(
             strongest,
             strongest_since.get(strongest),
             (working, blocked),
             (count, background_since) if count else _NO_BACKGROUND,
             agents,
         )
-        if current == previous:
-            return False
-        self._shown[name] = current
-        return True
 
     def entry(self, name: str) -> Activity:
         """``name``'s :class:`Activity`, the TTL resolved: the same object for as long as

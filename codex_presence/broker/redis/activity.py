@@ -47,14 +47,15 @@ ever reported do not grow a broker's memory (the in-memory store keeps as many).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import anyio
 import orjson
 
 from codex_presence._wire import SESSION_GRACE
-from codex_presence.broker.record import KEEP, Report, SessionRecord
+from codex_presence.broker.record import KEEP, Agent, Report, SessionRecord
 from codex_presence.broker.redis import records
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.records import SEQ_MAX, TIME_MAX, TTL_MAX, number
@@ -69,11 +70,12 @@ logger = logging.getLogger("codex_presence.broker")
 
 class SessionEvent:
     """An ``s`` event, read through the bounded reader (:class:`~.records.Unreadable`
-    for one that holds what no broker writes)."""
+    for one that holds what no broker writes); ``checked``: the agent object the mirror
+    holds for its session (an equal one is not checked again)."""
 
     __slots__ = ("created", "name", "record", "seen", "seq", "session", "ttl_ms")
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: dict[str, Any], checked: Agent | None = None) -> None:
         self.seq = number(data.get("seq"), SEQ_MAX, "an event's seq")
         name, session = data.get("name"), data.get("session")
         if not isinstance(name, str) or not isinstance(session, str):
@@ -83,21 +85,22 @@ class SessionEvent:
         self.ttl_ms = number(data.get("ttl"), TTL_MAX, "an event's ttl")
         self.created = number(data.get("createdAt"), TIME_MAX, "an event's createdAt")
         self.seen = number(data.get("lastSeen"), TIME_MAX, "an event's lastSeen")
-        self.record: SessionRecord = records.record(data.get("record"))
+        self.record: SessionRecord = records.record(data.get("record"), checked)
 
 
 class SessionActivity:
-    """The sessions of ``names`` in Redis, mirrored into ``tracker`` (the store's), and
-    this broker's bindings. ``touched(name, createdAt, lastSeen)`` merges what an event
-    says of a member's times; ``changed(name)`` tells the broker to fan a member out;
-    ``say_lost(keys)`` says the keys a script found unreadable."""
+    """The sessions of the members in ``known`` (the store's set, which follows the team
+    file) in Redis, mirrored into ``tracker`` (the store's), and this broker's bindings.
+    ``touched(name, createdAt, lastSeen)`` merges what an event says of a member's times;
+    ``changed(name)`` tells the broker to fan a member out; ``say_lost(keys)`` says the
+    keys a script found unreadable."""
 
     def __init__(
         self,
         link: RedisLink,
         *,
         tracker: ActivityTracker,
-        names: Sequence[str],
+        known: AbstractSet[str],
         ttl_ms: int,
         max_sessions: int,
         touched: Callable[[str, int, int], None],
@@ -107,7 +110,7 @@ class SessionActivity:
         self._link = link
         self._me = link.broker_id
         self._tracker = tracker
-        self._known = frozenset(names)
+        self._known = known
         self._ttl_ms = ttl_ms
         self._max = max_sessions
         self._grace_ms = round(SESSION_GRACE * 1000)
@@ -151,7 +154,11 @@ class SessionActivity:
         if lost:
             self._say_lost(lost)
         data = orjson.loads(event)
-        return bool(self.heard(number(data.get("seq"), SEQ_MAX, "an event's seq"), data))
+        seq = number(data.get("seq"), SEQ_MAX, "an event's seq")
+        changed = self.heard(seq, data)
+        if changed is not None:  # applied from the reply: its echo need not be read
+            self._link.expect_echo(event, seq)
+        return bool(changed)
 
     def bind(self, name: str, session: str) -> None:
         self._bound.add((name, session))
@@ -167,11 +174,10 @@ class SessionActivity:
         self._queued[key] = bound
         self._flush.set()
 
-    def load(self, seq: int, name: str, held: list[Any]) -> None:
-        """The snapshot's sessions of ``name`` (``[session, record, pttl, ...]``), read at
-        ``seq``: each readable one replaces what the mirror held; an unreadable one is
-        said and skipped (it counts as idle)."""
-        self.synced_seq = seq
+    def load(self, name: str, held: list[Any]) -> None:
+        """A snapshot's sessions of ``name`` (``[session, record, pttl, ...]``): each
+        readable one replaces what the mirror held; an unreadable one is said and skipped
+        (it counts as idle)."""
         self._tracker.forget_sessions(name)
         for i in range(0, len(held), 3):
             session = held[i].decode(errors="replace")
@@ -252,12 +258,14 @@ class SessionActivity:
         report comes twice, its script's reply and its echo, whichever is first; the
         later event applied carried times at least as wide)."""
         name, session = data.get("name"), data.get("session")
-        if (
-            isinstance(name, str)
-            and isinstance(session, str)
-            and seq <= self._seq.get((name, session), 0)
-        ):
+        if not (isinstance(name, str) and isinstance(session, str)):
+            return self.apply(SessionEvent(data))  # raises Unreadable
+        if seq <= self._seq.get((name, session), 0):
             return None
+        record = data.get("record")
+        if isinstance(record, dict) and record.get("agent") is not None:
+            held = self._tracker.record(name, session)  # its agent, checked when it came
+            return self.apply(SessionEvent(data, None if held is None else held.agent))
         return self.apply(SessionEvent(data))
 
     def apply(self, event: SessionEvent) -> bool | None:
@@ -286,6 +294,12 @@ class SessionActivity:
         if changed or shortened:
             self._changed(name)
         return changed
+
+    def forget(self, name: str) -> None:
+        """``name`` left the team: the mirror forgets their sessions."""
+        self._tracker.forget_sessions(name)
+        for key in [key for key in self._seq if key[0] == name]:
+            del self._seq[key]
 
     def _prune(self) -> None:
         """Keep the event numbers of the sessions held, and of the :data:`ENDED_KEPT`

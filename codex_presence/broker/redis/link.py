@@ -132,6 +132,9 @@ MAX_CONNECTIONS = 16
 """Connections to Redis at most: the subscription, and the batches of script calls in
 flight (each takes a connection for one round trip)."""
 
+ECHOES_KEPT = 1024
+"""Echoes of events applied from their replies that the link waits for at most (about a
+round trip's worth of reports: those in flight)."""
 _DROPPED_SAID = 1024
 """Places and reasons of dropped values said in the log at most (then only counted)."""
 UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, OSError)
@@ -267,6 +270,10 @@ class RedisLink:
         self.refusing: str | None = None
         """Why Redis refused the latest request's script (None once one was run): while
         it refuses every report, ``/healthz`` says 503 too."""
+        self._echoes: dict[bytes, int] = {}
+        """Events this broker applied from its own script's reply, by their bytes, and
+        their numbers: their echo on the channel is not decoded again (:meth:`expect_echo`)."""
+        self._echo_heard: Callable[[int], object] | None = None
 
     def key(self, *parts: str) -> str:
         """The team's key named by ``parts``."""
@@ -278,6 +285,22 @@ class RedisLink:
 
     def add_listener(self, listener: RedisListener) -> None:
         self._listeners.append(listener)
+
+    def on_echo(self, heard: Callable[[int], object]) -> None:
+        """``heard(seq)`` is told, in the channel's order, of each echo :meth:`expect_echo`
+        took out of the delivery (the store keeps the order of the numbers with it)."""
+        self._echo_heard = heard
+
+    def expect_echo(self, event: bytes, seq: int) -> None:
+        """``event`` (numbered ``seq``), a script's reply, was applied already: when the
+        channel brings it, it is not decoded nor given to the listeners again (every
+        report's event comes twice; its echo, byte for byte the reply, is half of what a
+        report cost the broker to read). At most :data:`ECHOES_KEPT` are waited for (the
+        oldest forgotten: its echo is then delivered, and found applied)."""
+        echoes = self._echoes
+        echoes[event] = seq
+        if len(echoes) > ECHOES_KEPT:
+            del echoes[next(iter(echoes))]
 
     async def run_script(self, script: AsyncScript, args: list[Any]) -> Any:
         """Run ``script``: ``KEYS[1]`` is the team's channel (which also routes the call to
@@ -375,6 +398,7 @@ class RedisLink:
     async def _connected(self, ready: Callable[[], None]) -> None:
         """One connection, from subscribing to its failure (raised)."""
         await self._batch.reset()  # after an outage: no connection to what went away
+        self._echoes.clear()  # events of the connection that ended: their echoes are gone
         async with self.client.pubsub() as pubsub:
             with anyio.fail_after(self._timeout):
                 await pubsub.subscribe(self.channel)
@@ -424,9 +448,14 @@ class RedisLink:
         raise RedisConnectionError("the subscription ended")
 
     def _deliver(self, data: bytes) -> None:
-        """One message of the team's channel, to every listener. One that is no JSON
-        object with a ``kind``, or that holds what no broker writes
+        """One message of the team's channel, to every listener (an echo of an event
+        applied from its reply: its number alone, to :meth:`on_echo`'s). One that is no
+        JSON object with a ``kind``, or that holds what no broker writes
         (:class:`~.records.Unreadable`), is dropped and counted, alone."""
+        if self._echoes and (seq := self._echoes.pop(data, None)) is not None:
+            if self._echo_heard is not None:
+                self._echo_heard(seq)
+            return
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:

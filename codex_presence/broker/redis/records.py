@@ -26,7 +26,7 @@ from codex_presence._wire import (
     MAX_BACKGROUND,
     agent_problem,
 )
-from codex_presence.broker.record import SessionRecord
+from codex_presence.broker.record import Agent, SessionRecord
 
 __all__ = ["COUNT_MAX", "SEQ_MAX", "TIME_MAX", "TTL_MAX", "Unreadable", "number", "record"]
 
@@ -50,6 +50,8 @@ def number(value: object, most: int, what: str) -> int:
     """``value`` read as an integer from 0 to ``most``: an int (not a bool), or the
     digits Redis returns a stored integer as. Raises :class:`Unreadable` naming ``what``
     for anything else (a float, ``1e30``, twenty digits, a negative)."""
+    if type(value) is int and 0 <= value <= most:  # what every event holds: at once
+        return value
     if (
         isinstance(value, bytes | str)
         and 0 < len(value) <= 15
@@ -63,8 +65,11 @@ def number(value: object, most: int, what: str) -> int:
     return value
 
 
-def record(data: object) -> SessionRecord:
-    """A session's record as stored (decoded JSON), or :class:`Unreadable`."""
+def record(data: object, checked: Agent | None = None) -> SessionRecord:
+    """A session's record as stored (decoded JSON), or :class:`Unreadable`. ``checked``:
+    an agent object checked already (the one the mirror holds for that session): an
+    equal one is taken as it is, not checked again (most events repeat their session's
+    agent)."""
     if not isinstance(data, dict):
         raise Unreadable("a session record that is no JSON object")
     state = ACTIVITY_STATES.get(data.get("state"))  # type: ignore[arg-type]
@@ -72,8 +77,12 @@ def record(data: object) -> SessionRecord:
         raise Unreadable(f"a session record's state is {str(data.get('state'))[:40]!r}")
     background = number(data.get("background", 0), MAX_BACKGROUND, "a background count")
     agent: Any = data.get("agent")
-    if agent_problem(agent) is not None:
-        raise Unreadable(f"a session record's agent: {agent_problem(agent)}")
+    if agent is None:
+        pass
+    elif checked is not None and agent == checked:
+        agent = checked
+    elif (problem := agent_problem(agent)) is not None:
+        raise Unreadable(f"a session record's agent: {problem}")
     return SessionRecord(
         state=state,
         since=number(data.get("since"), TIME_MAX, "a session's since"),

@@ -334,8 +334,9 @@ for _, id in ipairs(look('ZRANGE', ns .. 'brokers', 0, -1) or {}) do
   brokers[#brokers + 1] = id
   brokers[#brokers + 1] = look('HGETALL', ns .. 'c:' .. id) or {}
 end
+if ARGV[2] ~= '' then redis.call('PUBLISH', KEYS[1], ARGV[2]) end
 local members = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local name = ARGV[i]
   local meta = look('HMGET', ns .. 'm:' .. name, 'c', 's') or {}
   local held = {}
@@ -353,8 +354,10 @@ end
 return {seq or 0, brokers, members, lost}
 """
 )
-"""The whole state, read-only: ``[seq, brokers, members, lost]``, each member ``[createdAt,
-lastSeen, [session, record, pttl, ...]]``."""
+"""The state of the members named (``ARGV[3:]``), read-only: ``[seq, brokers, members,
+lost]``, each member ``[createdAt, lastSeen, [session, record, pttl, ...]]``. ``ARGV[2]``, if
+not empty, is published first: the marker that says where in the channel's order the
+snapshot was read (a member added while the broker runs: see :mod:`~.store`)."""
 TEAM = (
     TOLERANT
     + """
@@ -366,21 +369,23 @@ for i = 1, #stored, 2 do
   there = there + 1
 end
 local common = 0
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   if theirs[ARGV[i]] == ARGV[i + 1] then common = common + 1 end
 end
-local here = (#ARGV - 1) / 2
-if there > 0 and common == 0 then
+local here = (#ARGV - 2) / 2
+if there > 0 and common == 0 and ARGV[2] ~= '1' then
   return {0, here, there, lost}
 end
 if common ~= there or common ~= here then
   redis.call('DEL', key)
-  for i = 2, #ARGV, 2 do
+  for i = 3, #ARGV, 2 do
     redis.call('HSET', key, ARGV[i], ARGV[i + 1])
   end
 end
 return {common, here - common, there - common, lost}
 """
 )
-"""The team file's marks (``name -> mark`` pairs): ``[in common, only here, only in Redis,
-lost]``. Written unless none is in common with what Redis holds (another deployment's)."""
+"""The team file's marks (``name -> mark`` pairs from ``ARGV[3]``): ``[in common, only here,
+only in Redis, lost]``. Written unless none is in common with what Redis holds (another
+deployment's), or anyway when ``ARGV[2]`` is ``1`` (a broker already sharing the keys
+follows its team file's change)."""

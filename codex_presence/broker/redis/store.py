@@ -52,6 +52,20 @@ every broker gets at least one (its own registration) after each resync; so an e
 numbered at or below the one before it says the numbering started again: the broker ends
 the link's connection, as an outage, and reads the state in full again.
 
+Members. Who is in the team is each broker's own team file, not a set in Redis: the keys
+are per member and no script needs the list (a report, a heartbeat write any name), only
+the snapshot reads the members it is given. So a broker whose file changed while it runs
+(:meth:`RedisStore.replace_team`) follows alone, and brokers whose files differ for a
+while (one read the change, another not yet) each show their own file's members, from the
+same keys: a member removed leaves this broker's mirror (their keys stay for the brokers
+still on the old file, and lapse with the TTL); a member added is read from Redis by a
+snapshot of that member alone, and what the channel says of them meanwhile is held back.
+The snapshot publishes a marker (``{"seq": 0, "kind": "l", ...}``, which others ignore)
+in the same atomic step, so the channel's order says which events it holds: it is applied
+once both its reply and its marker came, and the events held back that came after the
+marker are replayed on top. A broker registered again since the snapshot keeps the counts
+of its registration, and one pruned since is not brought back.
+
 Sessions (their reports, the subscriptions bound to them) are kept by
 :mod:`~codex_presence.broker.redis.activity` into the same mirror. Before writing
 anything, at each (re)connection, the broker checks that the keys hold its own team
@@ -85,11 +99,14 @@ empty — each broker registers its counts in full and merges back the ``created
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskStatus
 
 from codex_presence._wire import DEFAULT_TTL, MAX_SESSIONS, ActivityState
@@ -99,8 +116,9 @@ from codex_presence.broker.redis.activity import SessionActivity
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.records import COUNT_MAX, SEQ_MAX, TIME_MAX, Unreadable, number
 from codex_presence.broker.redis.scripts import COUNTS, LEAVE, SNAPSHOT
-from codex_presence.broker.redis.team import TeamCheck
+from codex_presence.broker.redis.team import TeamCheck, team_marks
 from codex_presence.broker.store import StoreListener
+from codex_presence.broker.team import Team
 from codex_presence.broker.tracker import Activity, ActivityTracker
 
 __all__ = ["BEAT", "BOUND", "RedisStore"]
@@ -112,6 +130,21 @@ BEAT = 2.0
 BOUND = 10.0
 """Seconds without a heartbeat after which a broker counts as dead: its counts leave the
 roster at the next heartbeat of any other broker (so within ``BOUND + BEAT``)."""
+
+HELD_BACK_MOST = 4096
+"""Events about one member held back while their state is read (a round trip's worth);
+past it, the link reads everything again."""
+
+
+@dataclass
+class _Load:
+    """A snapshot of members added while the broker runs, in flight."""
+
+    names: list[str]
+    marker: str
+    reply: Any = None
+    marked: bool = False
+    """Its marker came on the channel: every event after it is later than the snapshot."""
 
 
 _NEVER = Connection()
@@ -145,7 +178,17 @@ class RedisStore:
         self._link = link
         self._me = link.broker_id
         self._names = tuple(names)
-        self._known = frozenset(names)
+        """The team file's members, in its order."""
+        self._known = set(names)
+        """The members whose state the mirror holds and follows (the team file's, but for
+        those still :attr:`_loading`)."""
+        self._loading: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        """Members added while the broker runs whose state is being read: what the channel
+        says of them meanwhile, held back (see :meth:`replace_team`)."""
+        self._load: _Load | None = None
+        """The read of :attr:`_loading` in flight."""
+        self._registered: dict[str, int] = {}
+        """Each other broker's latest registration (the ``seq`` of its ``b`` event)."""
         self.ttl = ttl
         self._ttl_ms = max(1, round(ttl * 1000))
         self._beat = beat
@@ -171,13 +214,16 @@ class RedisStore:
         self._leave_script = link.script(LEAVE)
         self._team = None if marks is None else TeamCheck(link, marks)
         """Each member's :func:`~.team.team_marks`, checked (None: not checked)."""
+        self._marks_changed = False
+        """The team file changed: its marks are to be written again."""
         self._lost_said: set[str] = set()
         """The keys holding a value the scripts could not read, as last said."""
         link.add_listener(self)
+        link.on_echo(self._numbered)
         self._sessions = SessionActivity(
             link,
             tracker=self._activity,
-            names=names,
+            known=self._known,
             ttl_ms=self._ttl_ms,
             max_sessions=max_sessions,
             touched=self._touched,
@@ -279,29 +325,131 @@ class RedisStore:
         """Register every count of this broker, then read the whole state (whatever the
         values: one this version cannot read counts as idle)."""
         self._event_seq = 0  # the numbering may have started again
+        self._load = None  # the whole team is read here, members just added too
+        self._loading.clear()
+        self._known.clear()
+        self._known.update(self._names)
+        self._marks_changed = False
         if self._team is not None:
             await self._team.check(lambda lost: self._say_lost(lost, replaced=True))
         await self._send_counts(full=True)
         seq, brokers, members, lost = await self._link.run_script(
-            self._snapshot_script, list(self._names)
+            self._snapshot_script, ["", *self._names]
         )
         self._lost_said.intersection_update(key.decode(errors="replace") for key in lost)
         self._say_lost(lost, replaced=False)
-        self._synced_seq = self._read(seq, SEQ_MAX, self._link.key("seq"))
+        self._synced_seq = self._sessions.synced_seq = self._read(
+            seq, SEQ_MAX, self._link.key("seq")
+        )
+        self._there = self._brokers_counts(brokers)
+        self._registered = dict.fromkeys(self._there, self._synced_seq)
+        for name, member in zip(self._names, members, strict=True):
+            self._load_member(name, member)
+        for name in self._names:
+            self._refresh(name)
+
+    def _brokers_counts(self, brokers: list[Any]) -> dict[str, dict[str, int]]:
+        """The snapshot's ``[broker, HGETALL c:<broker>, ...]``: the other brokers' counts."""
         there: dict[str, dict[str, int]] = {}
         for i in range(0, len(brokers), 2):
             broker = brokers[i].decode(errors="replace")
             if broker != self._me:
                 there[broker] = self._counts(broker, brokers[i + 1])
-        self._there = there
-        for name, (created, seen, held) in zip(self._names, members, strict=True):
-            where = self._link.key("m", name)
-            self._merge_meta(
-                name, self._read(created, TIME_MAX, where), self._read(seen, TIME_MAX, where)
-            )
-            self._sessions.load(self._synced_seq, name, held)
-        for name in self._names:
+        return there
+
+    def _load_member(self, name: str, member: list[Any]) -> None:
+        """A snapshot's ``[createdAt, lastSeen, sessions]`` of ``name``, into the mirror."""
+        created, seen, held = member
+        where = self._link.key("m", name)
+        self._merge_meta(
+            name, self._read(created, TIME_MAX, where), self._read(seen, TIME_MAX, where)
+        )
+        self._sessions.load(name, held)
+
+    # -- the team file changing --------------------------------------------------------
+
+    def replace_team(self, team: Team) -> None:
+        """The team file changed (read again while the broker runs): its members from now
+        on. A member removed leaves the mirror at once (their keys stay in Redis, for the
+        brokers still on the old file, and lapse with their TTL). A member added shows
+        offline until their state was read (:meth:`_follow_team`, at once in the
+        background), which then goes out as a change; meanwhile, what the channel says of
+        them is held back. Never waits."""
+        names = tuple(m.name for m in team.members)
+        wanted = set(names)
+        for name in [n for n in self._known if n not in wanted]:
+            self._forget(name)
+        for name in [n for n in self._loading if n not in wanted]:
+            del self._loading[name]
+        for name in names:
+            if name not in self._known and name not in self._loading:
+                self._loading[name] = []
+        self._names = names
+        if self._team is not None:
+            marks = team_marks(team)
+            if marks != self._team.marks:
+                self._team.marks = marks
+                self._marks_changed = True
+        if self._loading or self._marks_changed:
+            self._flush.set()  # the heartbeat's task does it (a failure is an outage)
+
+    def _forget(self, name: str) -> None:
+        self._known.discard(name)
+        self._sessions.forget(name)
+        self._meta.pop(name, None)
+        self._connections.pop(name, None)
+        for counts in self._there.values():
+            counts.pop(name, None)
+
+    async def _follow_team(self) -> None:
+        """Write the team file's new marks, and read the state of the members added (one
+        snapshot of them, which publishes a marker on the channel: applied once both its
+        reply and its marker came, the events held back that came after the marker
+        replayed on top: nothing lost, nothing applied twice, whichever came first)."""
+        if self._marks_changed and self._team is not None:
+            self._marks_changed = False
+            say = lambda lost: self._say_lost(lost, replaced=True)  # noqa: E731
+            await self._team.check(say, followed=True)
+        if not self._loading or self._load is not None:
+            return
+        load = self._load = _Load(list(self._loading), secrets.token_hex(8))
+        marker = orjson.dumps({"seq": 0, "kind": "l", "broker": self._me, "load": load.marker})
+        reply = await self._link.run_script(self._snapshot_script, [marker, *load.names])
+        if self._load is load:
+            load.reply = reply
+            self._loaded()
+
+    def _loaded(self) -> None:
+        """Apply the members' snapshot once both its reply and its marker came."""
+        load = self._load
+        if load is None or load.reply is None or not load.marked:
+            return
+        self._load = None
+        raw_seq, brokers, members, lost = load.reply
+        self._say_lost(lost, replaced=False)
+        seq = self._read(raw_seq, SEQ_MAX, self._link.key("seq"))
+        counts = self._brokers_counts(brokers)
+        for name, member in zip(load.names, members, strict=True):
+            held_back = self._loading.pop(name, None)
+            if held_back is None:
+                continue  # removed again meanwhile
+            self._known.add(name)
+            for broker, there in self._there.items():  # not one pruned since (no ghost)
+                if self._registered.get(broker, 0) > seq:
+                    continue  # registered since the snapshot: its counts are the later
+                count = counts.get(broker, {}).get(name, 0)
+                if count:
+                    there[name] = count
+                else:
+                    there.pop(name, None)
+            self._load_member(name, member)
+            for event_seq, event in held_back:
+                if event_seq > seq:
+                    self._apply(event_seq, event["kind"], event)
             self._refresh(name)
+            self._changed(name)
+        if self._loading:
+            self._flush.set()  # added while this load was in flight
 
     def _read(self, value: object, most: int, where: str) -> int:
         """A number read from Redis through the bounded reader; 0 (and said, counted) for
@@ -347,6 +495,7 @@ class RedisStore:
             with anyio.move_on_after(self._beat):
                 await self._flush.wait()
             self._flush = anyio.Event()
+            await self._follow_team()
             await self._send_counts(full=self._register_again)
 
     async def _send_counts(self, *, full: bool) -> None:
@@ -375,17 +524,42 @@ class RedisStore:
 
     def on_event(self, event: dict[str, Any]) -> None:
         seq, kind = number(event.get("seq"), SEQ_MAX, "an event's seq"), event["kind"]
-        if seq:  # 0: not numbered (a browser sign-in's end)
-            if seq <= self._event_seq:
-                self._link.reconnect(
-                    f"the change numbers went back ({seq} after {self._event_seq}): the "
-                    "team's keys were flushed or deleted (or another deployment uses this "
-                    "prefix and team: see --redis-prefix); reading them again"
-                )
-                return
-            self._event_seq = seq
+        if kind == "l":  # a snapshot's marker (not numbered): this broker's, or not
+            load = self._load
+            if load is not None and event.get("load") == load.marker:
+                load.marked = True
+                self._loaded()
+            return
+        if seq and not self._numbered(seq):  # 0: not numbered (a browser sign-in's end)
+            return
         if seq <= self._synced_seq:
             return  # in the snapshot already (or not numbered)
+        self._apply(seq, kind, event)
+
+    def _numbered(self, seq: int) -> bool:
+        """The channel brought the event numbered ``seq`` (or its echo, not read again):
+        whether the numbers still grow (else the link reads everything again)."""
+        if seq <= self._event_seq:
+            self._link.reconnect(
+                f"the change numbers went back ({seq} after {self._event_seq}): the "
+                "team's keys were flushed or deleted (or another deployment uses this "
+                "prefix and team: see --redis-prefix); reading them again"
+            )
+            return False
+        self._event_seq = seq
+        return True
+
+    def _apply(self, seq: int, kind: str, event: dict[str, Any]) -> None:
+        """An event numbered ``seq``, after the snapshot's: into the mirror (held back
+        while its member's state is being read)."""
+        if kind in ("s", "c") and self._loading:
+            name = event.get("name")
+            held_back = self._loading.get(name) if isinstance(name, str) else None
+            if held_back is not None:
+                if len(held_back) >= HELD_BACK_MOST:
+                    self._link.reconnect(f"too many events about {name} while reading them")
+                held_back.append((seq, event))
+                return
         if kind == "s":
             if self._sessions.heard(seq, event):
                 self._changed(event["name"])
@@ -411,6 +585,7 @@ class RedisStore:
             if broker != self._me:
                 old = self._there.get(broker, {})
                 self._there[broker] = new
+                self._registered[broker] = seq
                 self._recount({*old, *new})
         elif kind == "g":
             broker = event.get("broker")
@@ -418,6 +593,7 @@ class RedisStore:
                 self._register_again = True
                 self._flush.set()
             elif isinstance(broker, str):
+                self._registered.pop(broker, None)
                 self._recount(self._there.pop(broker, {}))
 
     async def leave(self) -> None:

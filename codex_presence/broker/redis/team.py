@@ -49,12 +49,15 @@ class TeamCheck:
 
     def __init__(self, link: RedisLink, marks: Mapping[str, str]) -> None:
         self._link = link
-        self._marks = marks
+        self.marks = marks
+        """This broker's team file's marks (replaced when the file changes)."""
         self._script = link.script(TEAM)
         self._said: tuple[int, int] = (0, 0)
         """The differences (members only here, only there) as last said."""
 
-    async def check(self, say_lost: Callable[[list[bytes]], None]) -> None:
+    async def check(
+        self, say_lost: Callable[[list[bytes]], None], *, followed: bool = False
+    ) -> None:
         """Compare this broker's team file with the one the team's brokers registered in
         Redis (:func:`team_marks`), before writing anything. Not one member in common: a
         second deployment with the same team name and prefix, whose presence would merge
@@ -62,13 +65,15 @@ class TeamCheck:
         on). Some in common: the team file changed (a rolling change; otherwise the
         brokers disagree on who is in the team): said once, and this file's marks stay.
         ``say_lost`` is told of the keys the script could not read (and replaced).
-        Raises :class:`AnotherTeam`."""
-        args: list[Any] = []
-        for name, mark in self._marks.items():
+        ``followed``: this broker, already sharing the keys, follows its team file's change
+        (every token rotated at once is no other deployment): its marks are written
+        whatever Redis held. Raises :class:`AnotherTeam` (never when ``followed``)."""
+        args: list[Any] = ["1" if followed else "0"]
+        for name, mark in self.marks.items():
             args.extend((name, mark))
         common, here, there, lost = await self._link.run_script(self._script, args)
         say_lost(lost)
-        if there and not common:
+        if there and not common and not followed:
             raise AnotherTeam(
                 f"the keys {self._link.key('*')} hold another deployment's team of the same "
                 f"name ({there} members, none with a name and token of this team file): "
