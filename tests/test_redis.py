@@ -348,7 +348,7 @@ def test_a_broker_restart_keeps_sessions_and_activity(redis_url: str, tmp_path: 
 
 def test_signing_out_on_one_broker_ends_the_stream_on_another(redis_url: str) -> None:
     shared = [shared_state(redis_url, TEAM) for _ in range(2)]
-    webs = [WebRoster(team=TEAM, sessions=s.sessions) for s in shared]
+    webs = [WebRoster(team=TEAM, sign_ins=s.sign_ins) for s in shared]
     with (
         running_broker(team=TEAM, web=webs[0], store=shared[0].store) as a,
         running_broker(team=TEAM, web=webs[1], store=shared[1].store) as b,

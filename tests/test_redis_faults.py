@@ -24,8 +24,8 @@ import pytest
 import redis
 
 from codex_presence.broker.redis.link import MAX_CONNECTIONS, RedisLink
-from codex_presence.broker.redis.sessions import RedisSessions
-from codex_presence.broker.sessions import WebSession
+from codex_presence.broker.redis.sign_ins import RedisSignIns
+from codex_presence.broker.sign_ins import SignIn
 from codex_presence.core.backoff import Backoff
 from tests.support.broker_harness import FakeClock, broker_process, running_broker, shared_state
 from tests.support.redis_server import redis_server
@@ -351,19 +351,19 @@ async def test_the_session_cache_forgets_expired_sessions_and_is_bounded(redis_u
     """Before: a session that expired unseen stayed cached for the broker's life."""
     clock = FakeClock()
     link = RedisLink(redis_url, team="acme")
-    sessions = RedisSessions(link, ttl=60, max_cached=3, clock=clock)
+    sessions = RedisSignIns(link, ttl=60, max_cached=3, clock=clock)
     cache = sessions._cache
     async with anyio.create_task_group() as tg:
         await tg.start(link.run)
         for _ in range(3):
-            await sessions.create(WebSession("alice", key="k"))
+            await sessions.create(SignIn("alice", key="k"))
         clock.advance(61)  # all three expired (here: Redis keeps them for 60 real seconds)
-        kept = await sessions.create(WebSession("builder", key="k"))
+        kept = await sessions.create(SignIn("builder", key="k"))
         assert list(cache) == [kept]
-        made = [await sessions.create(WebSession("scout", key="k")) for _ in range(5)]
+        made = [await sessions.create(SignIn("scout", key="k")) for _ in range(5)]
         assert list(cache) == made[-3:]  # the newest three
         for session_id in made:  # the others are still sessions: read from Redis again
-            assert await sessions.get(session_id) == WebSession("scout", key="k")
+            assert await sessions.get(session_id) == SignIn("scout", key="k")
         assert len(cache) == 3
         tg.cancel_scope.cancel()
 
@@ -441,11 +441,11 @@ async def test_a_session_value_the_brokers_cannot_read_costs_that_session_only(
     direct.set(KEYS + "sm:alice", "not a sorted set")
     direct.set(KEYS + "s:forged", "not json", px=600_000)
     link = RedisLink(redis_url, team="acme")
-    sessions = RedisSessions(link)
+    sessions = RedisSignIns(link)
     async with anyio.create_task_group() as tg:
         await tg.start(link.run)
-        made = await sessions.create(WebSession("alice", key="k"))
-        assert await sessions.get(made) == WebSession("alice", key="k")
+        made = await sessions.create(SignIn("alice", key="k"))
+        assert await sessions.get(made) == SignIn("alice", key="k")
         assert await sessions.get("forged") is None
         await sessions.end("forged")
         assert not direct.exists(KEYS + "s:forged")

@@ -146,8 +146,8 @@ def make_web(
     """A broker with the web roster; with ``store_url``, both keep their state in Redis;
     ``wall_clock`` dates the broker's reports; ``port`` 0 is any free one."""
     shared = shared_state(store_url, TEAM) if store_url is not None else None
-    sessions = shared.sessions if shared is not None else None
-    roster = WebRoster(team=TEAM, sessions=sessions, **roster_kwargs)
+    sign_ins = shared.sign_ins if shared is not None else None
+    roster = WebRoster(team=TEAM, sign_ins=sign_ins, **roster_kwargs)
     store = shared.store if shared is not None else None
     clocks = {} if wall_clock is None else {"wall_clock": wall_clock}
     with running_broker(
@@ -334,10 +334,10 @@ def test_sessions_expire_and_are_capped_per_member(store_url: str | None) -> Non
 
     def roster(ttl: float, max_sessions: int = 2) -> WebRoster:
         if store_url is None:
-            return WebRoster(team=TEAM, session_ttl=ttl, max_sessions=max_sessions, clock=clock)
-        shared = shared_state(store_url, TEAM, session_ttl=ttl, max_sessions=max_sessions)
+            return WebRoster(team=TEAM, sign_in_ttl=ttl, max_sign_ins=max_sessions, clock=clock)
+        shared = shared_state(store_url, TEAM, sign_in_ttl=ttl, max_sign_ins=max_sessions)
         links.append(shared.link)
-        return WebRoster(team=TEAM, sessions=shared.sessions)
+        return WebRoster(team=TEAM, sign_ins=shared.sign_ins)
 
     lifetime = 0.5 if store_url is None else 2.0
     short, capped = roster(lifetime), roster(60)
@@ -832,7 +832,7 @@ def test_a_broker_restart_signs_nobody_out_and_a_lost_redis_shows_stale(
 
     def broker(port: int, url: str) -> Any:
         shared = shared_state(url, TEAM)
-        roster = WebRoster(team=TEAM, sessions=shared.sessions)
+        roster = WebRoster(team=TEAM, sign_ins=shared.sign_ins)
         running = running_broker(team=TEAM, port=port, web=roster, store=shared.store)
         return running, roster
 

@@ -44,7 +44,7 @@ Routes
     cookie is HttpOnly (no script can read it), SameSite=Strict (no other site can make
     the browser send it), Path=/, and Secure when the request came over https. It holds
     a random session id that maps to the member (and the key) in the broker's
-    :mod:`session store <codex_presence.broker.sessions>`: the token never reaches the
+    :mod:`session store <codex_presence.broker.sign_ins>`: the token never reaches the
     browser's storage. In memory (the default), a broker restart signs everyone
     out; in the Redis that brokers share (``--redis``), nobody.
 ``POST /session/logout``
@@ -79,17 +79,17 @@ from starlette.routing import BaseRoute, Route
 from codex_presence._wire import SUBSCRIBE_PATH, Refused
 from codex_presence.broker.http import read_body
 from codex_presence.broker.limits import BrokerLimits
-from codex_presence.broker.sessions import (
-    MAX_SESSIONS,
-    SESSION_TTL,
-    MemorySessions,
-    SessionStore,
-    WebSession,
+from codex_presence.broker.sign_ins import (
+    MAX_SIGN_INS,
+    SIGN_IN_TTL,
+    MemorySignIns,
+    SignIn,
+    SignInStore,
 )
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
 
-__all__ = ["COOKIE_NAME", "HIDE_DELAY", "KEY_HEADER", "SESSION_TTL", "SignedIn", "WebRoster"]
+__all__ = ["COOKIE_NAME", "HIDE_DELAY", "KEY_HEADER", "SIGN_IN_TTL", "SignedIn", "WebRoster"]
 
 logger = logging.getLogger("codex_presence.web")
 
@@ -179,7 +179,7 @@ class WebRoster:
 
     ``hide_delay`` is written into the page (a ``?hideDelay=<ms>`` query parameter
     overrides it, for tests). ``sessions`` is where the sessions live; without it, in
-    memory, with ``session_ttl``, ``max_sessions`` and ``clock`` (monotonic seconds).
+    memory, with ``sign_in_ttl``, ``max_sign_ins`` and ``clock`` (monotonic seconds).
     ``limits`` bound the sign-in form (``max_form`` bytes within ``body_timeout`` s).
     ``secure_cookie`` forces the Secure attribute on or off; by default it follows the
     request's scheme, so that plain-HTTP loopback works and a TLS proxy gets Secure.
@@ -190,12 +190,12 @@ class WebRoster:
         *,
         team: Team,
         hide_delay: float = HIDE_DELAY,
-        session_ttl: float = SESSION_TTL,
-        max_sessions: int = MAX_SESSIONS,
+        sign_in_ttl: float = SIGN_IN_TTL,
+        max_sign_ins: int = MAX_SIGN_INS,
         secure_cookie: bool | None = None,
         limits: BrokerLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
-        sessions: SessionStore | None = None,
+        sign_ins: SignInStore | None = None,
         public_url: str | None = None,
     ) -> None:
         self.team = team
@@ -206,9 +206,9 @@ class WebRoster:
         self.hide_delay = hide_delay
         self.secure_cookie = secure_cookie
         self.limits = limits if limits is not None else BrokerLimits()
-        if sessions is None:
-            sessions = MemorySessions(ttl=session_ttl, max_sessions=max_sessions, clock=clock)
-        self.sessions = sessions
+        if sign_ins is None:
+            sign_ins = MemorySignIns(ttl=sign_in_ttl, max_sign_ins=max_sign_ins, clock=clock)
+        self.sign_ins = sign_ins
         self._broker_started = 0
         page = _asset("roster.html").decode("utf-8")
         delay_ms = str(round(hide_delay * 1000))
@@ -223,20 +223,20 @@ class WebRoster:
         if member is None:
             return None
         key = secrets.token_urlsafe(32)
-        session_id = await self.sessions.create(WebSession(member.name, key=key))
+        session_id = await self.sign_ins.create(SignIn(member.name, key=key))
         return SignedIn(session_id, key, member)
 
     async def sign_out(self, session_id: str, key: str) -> bool:
         """End the session of ``session_id`` if ``key`` is its key; whether it did."""
         if await self.member_of(session_id, key) is None:
             return False
-        await self.sessions.end(session_id)
+        await self.sign_ins.end(session_id)
         return True
 
     async def member_of(self, session_id: str, key: str) -> Member | None:
         """The member of the session whose id and key these are, or None (unknown,
         expired, or the key of another session)."""
-        session = await self.sessions.get(session_id)
+        session = await self.sign_ins.get(session_id)
         if session is None or not session.key:
             return None
         if not hmac.compare_digest(session.key.encode(), key.encode()):
@@ -257,7 +257,7 @@ class WebRoster:
     def routes(self, broker: Broker) -> list[BaseRoute]:
         """The routes to pass to ``create_app(routes=...)``, for ``broker`` (whose streams
         a session that ends ends at once)."""
-        self.sessions.on_ended = broker.recheck_streams
+        self.sign_ins.on_ended = broker.recheck_streams
         self._broker_started = broker.started_at
         return [
             Route("/", self._page_route, methods=["GET"]),
@@ -353,7 +353,7 @@ class WebRoster:
         response.set_cookie(
             COOKIE_NAME,
             signed_in.session_id,
-            max_age=round(self.sessions.ttl),
+            max_age=round(self.sign_ins.ttl),
             path="/",
             secure=self._secure(request),
             httponly=True,

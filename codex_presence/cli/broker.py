@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from codex_presence.broker.history import HistoryRecorder
     from codex_presence.broker.metrics import BrokerMetrics
     from codex_presence.broker.notify.notifier import Notifier
-    from codex_presence.broker.sessions import SessionStore
+    from codex_presence.broker.sign_ins import SignInStore
     from codex_presence.broker.state import Broker
     from codex_presence.broker.store import Store
     from codex_presence.broker.team import Team
@@ -185,7 +185,7 @@ def _allow_open_files(connections: int, logger: logging.Logger) -> None:
             )
 
 
-def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionStore]:
+def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SignInStore]:
     """The Redis store and session store of ``--redis``."""
     import sys
     from urllib.parse import urlsplit
@@ -197,7 +197,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
 
         from codex_presence.broker.redis.link import RedisLink, holds_secret
         from codex_presence.broker.redis.sentinel import SENTINEL_SCHEMES
-        from codex_presence.broker.redis.sessions import RedisSessions
+        from codex_presence.broker.redis.sign_ins import RedisSignIns
         from codex_presence.broker.redis.store import RedisStore
         from codex_presence.broker.redis.team import team_marks
         from codex_presence.broker.redis.url_options import check_redis_url
@@ -231,7 +231,7 @@ def _shared_state(args: argparse.Namespace, team: Team) -> tuple[Store, SessionS
         raise UsageError(f"--redis: {exc}") from None
     names = [m.name for m in team.members]
     store = RedisStore(link, names=names, ttl=args.activity_ttl, marks=team_marks(team))
-    return store, RedisSessions(link)
+    return store, RedisSignIns(link)
 
 
 def _notifier(args: argparse.Namespace, team: Team, store: Store | None) -> Notifier | None:
@@ -424,10 +424,10 @@ def run(args: argparse.Namespace) -> int:
     except TeamError as exc:
         raise UsageError(str(exc)) from None
 
-    store, sessions = _shared_state(args, team) if args.redis else (None, None)
+    store, sign_ins = _shared_state(args, team) if args.redis else (None, None)
     notifier = _notifier(args, team, store)
     web = WebRoster(  # the page at /, its sign-in
-        team=team, limits=limits, sessions=sessions, public_url=args.public_url
+        team=team, limits=limits, sign_ins=sign_ins, public_url=args.public_url
     )
     metrics, history = _history_and_metrics(args, team, store, notifier)
     hosts = allowed_hosts(args.host, args.allowed_host.split(","))

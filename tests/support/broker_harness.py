@@ -41,7 +41,7 @@ from codex_presence._wire import ADMIN_PERMISSION, DEFAULT_TTL, OPERATOR_PERMISS
 from codex_presence.broker.config import BrokerConfig, build_broker
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.redis.link import RedisLink
-from codex_presence.broker.redis.sessions import RedisSessions
+from codex_presence.broker.redis.sign_ins import RedisSignIns
 from codex_presence.broker.redis.store import RedisStore
 from codex_presence.broker.redis.team import team_marks
 from codex_presence.broker.server import BrokerServer, bound_socket, listen_socket
@@ -87,22 +87,22 @@ class SharedState:
 
     link: RedisLink
     store: RedisStore
-    sessions: RedisSessions
+    sign_ins: RedisSignIns
 
 
 def shared_state(url: str, team: Team, **kwargs: Any) -> SharedState:
     """The Redis state of one broker of ``team`` at ``url``. ``kwargs``: the store's
-    (``ttl``, ``clock``, ``beat``, ``bound``), and the sessions' ``session_ttl`` and
-    ``max_sessions``."""
-    session_kwargs = {
-        key.removeprefix("session_"): kwargs.pop(key)
-        for key in ("session_ttl", "max_sessions")
+    (``ttl``, ``clock``, ``beat``, ``bound``), and the sign-ins' ``sign_in_ttl`` and
+    ``max_sign_ins``."""
+    sign_in_kwargs = {
+        key.removeprefix("sign_in_"): kwargs.pop(key)
+        for key in ("sign_in_ttl", "max_sign_ins")
         if key in kwargs
     }
     link = RedisLink(url, team=team.name)
     kwargs.setdefault("marks", team_marks(team))
     store = RedisStore(link, names=[m.name for m in team.members], **kwargs)
-    return SharedState(link, store, RedisSessions(link, **session_kwargs))
+    return SharedState(link, store, RedisSignIns(link, **sign_in_kwargs))
 
 
 @dataclass

@@ -2,7 +2,7 @@
 keeps them.
 
 :class:`RedisLink` is what the shared stores (:mod:`~codex_presence.broker.redis.store` for
-presence, :mod:`~codex_presence.broker.redis.sessions` for browser sessions) have in common:
+presence, :mod:`~codex_presence.broker.redis.sign_ins` for browser sessions) have in common:
 the client (redis-py's asyncio client), the team's key names, the team's event channel, and
 :meth:`RedisLink.run`, the loop that
 

@@ -2,7 +2,7 @@
 
 Every change of the shared state is one script (atomic: nothing is ever half-written);
 :mod:`~codex_presence.broker.redis.store` (presence) and
-:mod:`~codex_presence.broker.redis.sessions` (browser sessions) say what each key holds
+:mod:`~codex_presence.broker.redis.sign_ins` (browser sessions) say what each key holds
 and run them. They live here, apart from the Python that runs them, because one rule holds
 for all of them: **a value the brokers cannot read costs the key it is in, never the
 team.** Redis is shared, and anyone with write access (an operator by hand, another

@@ -1,6 +1,6 @@
-"""Browser sessions in the Redis that brokers share: :class:`RedisSessions`.
+"""Browser sessions in the Redis that brokers share: :class:`RedisSignIns`.
 
-``s:<session id>`` holds the :class:`~codex_presence.broker.sessions.WebSession` record as
+``s:<session id>`` holds the :class:`~codex_presence.broker.sign_ins.SignIn` record as
 JSON, with ``PX`` = the session's lifetime (Redis's expiry times it out); ``sm:<member>`` is a
 sorted set of the member's session ids by expiry (in microseconds of Redis's clock, so that
 two sign-ins in one millisecond still have an order), for the per-member cap. Signing in and
@@ -37,14 +37,14 @@ import orjson
 
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.scripts import TOLERANT
-from codex_presence.broker.sessions import (
-    MAX_SESSIONS,
-    SESSION_TTL,
-    WebSession,
-    new_session_id,
+from codex_presence.broker.sign_ins import (
+    MAX_SIGN_INS,
+    SIGN_IN_TTL,
+    SignIn,
+    new_sign_in_id,
 )
 
-__all__ = ["MAX_CACHED", "RedisSessions"]
+__all__ = ["MAX_CACHED", "RedisSignIns"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -101,10 +101,10 @@ if not record then return false end
 return {record, redis.call('PTTL', key)}
 """
 )
-_FIELDS = frozenset(field.name for field in dataclasses.fields(WebSession))
+_FIELDS = frozenset(field.name for field in dataclasses.fields(SignIn))
 
 
-class RedisSessions:
+class RedisSignIns:
     """The browser sessions of a team, in Redis through ``link``; ``clock`` (monotonic
     seconds) times out the local cache, which holds at most ``max_cached`` of them."""
 
@@ -112,29 +112,29 @@ class RedisSessions:
         self,
         link: RedisLink,
         *,
-        ttl: float = SESSION_TTL,
-        max_sessions: int = MAX_SESSIONS,
+        ttl: float = SIGN_IN_TTL,
+        max_sign_ins: int = MAX_SIGN_INS,
         max_cached: int = MAX_CACHED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl = ttl
-        self.max_sessions = max_sessions
+        self.max_sign_ins = max_sign_ins
         self.on_ended: Callable[[], None] | None = None
         self._link = link
         self._clock = clock
         self._max_cached = max_cached
-        self._cache: OrderedDict[str, tuple[WebSession, float]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[SignIn, float]] = OrderedDict()
         """Session id -> (session, expiry), oldest entry first."""
         self._create = link.script(_CREATE)
         self._end = link.script(_END)
         self._get = link.script(_GET)
         link.add_listener(self)
 
-    async def create(self, session: WebSession) -> str:
-        session_id = new_session_id()
+    async def create(self, session: SignIn) -> str:
+        session_id = new_sign_in_id()
         record = orjson.dumps(dataclasses.asdict(session))
         ttl_ms = max(1, round(self.ttl * 1000))
-        args = [session_id, session.member, record, ttl_ms, self.max_sessions]
+        args = [session_id, session.member, record, ttl_ms, self.max_sign_ins]
         ended = await self._link.call(self._create, args, doing="cannot sign in; try again")
         for old in ended:  # pushed out by the cap (every broker hears it from the channel)
             self._forget(old.decode())
@@ -145,7 +145,7 @@ class RedisSessions:
         await self._link.call(self._end, [session_id], doing="cannot sign out; try again")
         self._forget(session_id)
 
-    async def get(self, session_id: str) -> WebSession | None:
+    async def get(self, session_id: str) -> SignIn | None:
         hit = self._cache.get(session_id)
         if hit is not None:
             if hit[1] > self._clock():
@@ -168,7 +168,7 @@ class RedisSessions:
         self._remember(session_id, session, int(pttl) / 1000)
         return session
 
-    def _remember(self, session_id: str, session: WebSession, ttl: float) -> None:
+    def _remember(self, session_id: str, session: SignIn, ttl: float) -> None:
         """Cache ``session`` for ``ttl`` s, first dropping the oldest entries while they
         have expired or the cache is full (each entry leaves once: O(1) amortized)."""
         cache = self._cache
@@ -207,11 +207,11 @@ class RedisSessions:
         pass  # sessions outlive the broker: that is the point
 
 
-def _session(record: bytes) -> WebSession | None:
+def _session(record: bytes) -> SignIn | None:
     """A stored session record, or None for one this version cannot read."""
     try:
         data = orjson.loads(record)
-        session = WebSession(**{k: v for k, v in data.items() if k in _FIELDS})
+        session = SignIn(**{k: v for k, v in data.items() if k in _FIELDS})
     except (orjson.JSONDecodeError, AttributeError, TypeError):
         return None
     if not isinstance(session.member, str) or not isinstance(session.key, str):
