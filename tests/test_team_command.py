@@ -224,6 +224,23 @@ def test_brokers_sharing_redis_follow_team_add_and_remove(tmp_path: Path, redis_
             eventually(lambda broker=broker: shown(broker.url) == want, 60, "carol's report")
         assert on_carol.status == 200
 
+        def carols_history(url: str) -> object:
+            """carol's history as ``url`` reads it: the states written (by either broker)."""
+            response = httpx.get(
+                url + "/history?member=carol", headers=bearer(tokens["alice"]), timeout=60
+            )
+            if response.status_code != 200:
+                return response.status_code, response.text
+            return [s["state"] for s in response.json()["intervals"]]
+
+        for broker in (a, b):  # a member added has a history on both, whoever wrote it
+            eventually(
+                lambda broker=broker: "blocked" in (carols_history(broker.url) or ()),
+                60,
+                "carol's history",
+                seen=lambda broker=broker: carols_history(broker.url),
+            )
+
         removed = team("remove", path, "builder")
         assert removed.returncode == 0, removed.stderr
         assert on_b.ended.wait(60), "builder's stream on b did not end"

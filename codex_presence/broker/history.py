@@ -145,6 +145,10 @@ class HistoryRecorder(Protocol):
         """``name``'s transitions kept at ``now_ms``, oldest first. May raise
         :class:`~codex_presence.broker.store.StoreUnavailable`."""
 
+    def follow_team(self, names: frozenset[str]) -> None:
+        """The team file changed: its members are now ``names`` (a member added has a
+        history from then on, and what other brokers wrote of them is read too)."""
+
 
 class MemoryHistory:
     """Every member's transitions in this process, within ``limits``."""
@@ -232,6 +236,10 @@ class MemoryRecorder:
     async def read(self, name: str, now_ms: int) -> list[Transition]:
         self.history.trim(now_ms)
         return self.history.transitions(name)
+
+    def follow_team(self, names: frozenset[str]) -> None:
+        """Nothing to do: transitions are kept by name, whoever the team holds (a member
+        removed, then added again, finds their past within the window)."""
 
 
 def answered_wait(ended: Transition, by: Transition) -> float | None:

@@ -63,7 +63,6 @@ def history_routes(
     wall_clock: Callable[[], float] = time.time,
 ) -> list[BaseRoute]:
     """The ``GET /history`` route of ``broker``, reading ``recorder`` (None: kept off)."""
-    names = frozenset(m.name for m in broker.team.members)
 
     async def history(request: Request) -> Response:
         auth: Authentication = request.app.state.auth
@@ -77,7 +76,7 @@ def history_routes(
             since = parse_since(request.query_params.getlist("since"))
         except ValueError as exc:
             return error(400, str(exc))
-        if name not in names:
+        if broker.team.member(name) is None:  # the team of now: the file may have changed
             return error(404, f"no member {printable(name)} in team {printable(broker.team.name)}")
         if recorder is None:
             return error(404, "this broker keeps no history (--history-hours 0)")

@@ -217,6 +217,8 @@ class Broker:
                 "the broker to serve another team"
             )
         self.store.replace_team(team)
+        if self.history is not None:
+            self.history.follow_team(frozenset(names))
         self.team = team
         self._roles = {m.name: (m.role.to_json() if m.role else None) for m in team.members}
         self._names = names

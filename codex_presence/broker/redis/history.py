@@ -168,6 +168,9 @@ class RedisHistory:
         what came after."""
         self._read_to = b"0-0"
         self._reading = anyio.Lock()
+        self._read_again = False
+        """The team gained a member: the next read reads the whole stream again (what was
+        dropped as no member's was theirs)."""
         link.add_listener(self)
 
     # -- writing -----------------------------------------------------------------------
@@ -235,8 +238,20 @@ class RedisHistory:
 
     # -- reading -----------------------------------------------------------------------
 
+    def follow_team(self, names: frozenset[str]) -> None:
+        """The team file's members are now ``names``. Entries of a name not in the team are
+        dropped when read, so a member added (another broker may have written of them
+        before this one read the file) has the stream read again from its start."""
+        if names - self._names:
+            self._read_again = True
+        self._names = names
+
     async def read(self, name: str, now_ms: int) -> list[Transition]:
         async with self._reading:  # one refresh at a time: each entry is added once
+            if self._read_again:
+                self._read_again = False
+                self._mirror = MemoryHistory(self.limits)
+                self._read_to = b"0-0"
             await self._refresh()
         self._mirror.trim(now_ms)
         return self._mirror.transitions(name)
