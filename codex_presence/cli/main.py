@@ -229,3 +229,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        if not (_broken_pipes_only(exc) and _stdout_closed()):
+            raise
+        # The reader of our output went away (`codex-presence demo | head`): not an error,
+        # and nothing more to say; stdout to /dev/null, so the interpreter's last flush is
+        # quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _broken_pipes_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is a broken pipe, or a group of nothing else (a task group's)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipes_only(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _stdout_closed() -> bool:
+    """Whether our stdout is a pipe whose reader has closed it (a broken pipe of a socket,
+    say the broker's, is an error like any other)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poll.poll(0))
+    except (OSError, ValueError):
+        return False

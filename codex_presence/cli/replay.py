@@ -8,7 +8,6 @@ reproduce a session's pace (scaled), for watching a timeline unfold (the demo us
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
@@ -141,9 +140,8 @@ def run(args: argparse.Namespace) -> int:
         anyio.run(
             lambda: replay_paths(args.files, speed=args.speed, on_row=on_row, on_done=on_done)
         )
-    except BrokenPipeError:  # the reader went away (| head): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # the reader went away (| head): main says nothing of it
+        raise
     except OSError as exc:
         sys.stderr.write(f"codex-presence replay: {exc}\n")
         return 2

@@ -340,3 +340,16 @@ def test_an_unknown_share_level_is_refused_naming_the_levels(
         "codex-presence wrap: CODEX_PRESENCE_SHARE: 'everything' is not a share level"
         " (one of: none, default, detail)\n"
     )
+
+
+def test_a_reader_gone_is_quiet_but_no_other_error_is() -> None:
+    """``main`` says nothing when its stdout's reader went away (``| head``), whatever the
+    command; a broken pipe among other errors, or of a socket, is no such thing."""
+    from codex_presence.cli.main import _broken_pipes_only
+
+    gone = BrokenPipeError(32, "Broken pipe")
+    assert _broken_pipes_only(gone)
+    assert _broken_pipes_only(BaseExceptionGroup("task group", [gone]))
+    assert _broken_pipes_only(ExceptionGroup("outer", [ExceptionGroup("inner", [gone])]))
+    assert not _broken_pipes_only(ExceptionGroup("mixed", [gone, ValueError("bug")]))
+    assert not _broken_pipes_only(ConnectionResetError(104, "reset"))
