@@ -45,10 +45,20 @@ __all__ = [
 
 
 def relay_log(level: str, message: str, *args: object) -> None:
-    """Log as the relay (lazily: ``logging`` is loaded after the child has started up)."""
+    """Log as the relay (lazily: ``logging`` is loaded after the child has started up).
+
+    A signal handler runs this between two bytecodes of the main thread, which may be in
+    the middle of importing ``logging`` itself (a SIGTERM while wrap loads, on a loaded
+    machine): the module is then only partly there, and the message is dropped — nothing
+    has been set up to take it yet — rather than the handler failing and the runner with
+    it (it exited 1, not 115, with an AttributeError)."""
     import logging
 
-    getattr(logging.getLogger("codex_presence.relay"), level)(message, *args)
+    try:
+        logger = logging.getLogger("codex_presence.relay")
+    except AttributeError:  # logging partly imported: see above
+        return
+    getattr(logger, level)(message, *args)
 
 
 def forget_env(name: str) -> str | None:
