@@ -58,7 +58,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
@@ -85,7 +85,7 @@ from codex_presence.broker.store import MemoryStore, Store, StoreMisconfigured
 from codex_presence.broker.team import Member, Team
 from codex_presence.broker.tracker import Activity
 
-__all__ = ["ActivityWatcher", "Broker", "pieces"]
+__all__ = ["ActivityWatcher", "Broker"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -338,24 +338,20 @@ class Broker:
         member's privilege bucket (the page shows it without a copy of the rule); followed
         by a ``stale`` event while the shared store is unreachable. Joined once: at
         10,000 members the roster is 1.3 MB, and each concatenation was another copy."""
-        return b"".join(self.roster_event_parts(you, before=before))
-
-    def roster_event_parts(self, you: str, *, before: bytes = b"") -> tuple[bytes, ...]:
-        """:meth:`roster_event` in its parts, the roster body the one kept (not copied): a
-        stream writes them in pieces (:func:`pieces`), so that no stream holds a copy of
-        the whole roster while its client reads it."""
         head = orjson.dumps({"team": self.team.name, "you": you})[:-1]
         stale = b"" if self.stale is None else self._stale_event()
-        return (
-            before,
-            b"event: " + ROSTER_EVENT.encode() + b"\ndata: ",
-            head,
-            b',"members":',
-            self.roster_json(),
-            b',"privileges":',
-            self._privileges,
-            b"}\n\n",
-            stale,
+        return b"".join(
+            (
+                before,
+                b"event: " + ROSTER_EVENT.encode() + b"\ndata: ",
+                head,
+                b',"members":',
+                self.roster_json(),
+                b',"privileges":',
+                self._privileges,
+                b"}\n\n",
+                stale,
+            )
         )
 
     def _stale_event(self) -> bytes:
@@ -563,24 +559,3 @@ def _misconfiguration(exc: BaseException) -> StoreMisconfigured | None:
             if (found := _misconfiguration(inner)) is not None:
                 return found
     return None
-
-
-def pieces(parts: Iterable[bytes], size: int) -> Iterator[bytes]:
-    """``parts``, joined, in pieces of at most ``size`` bytes: the small ones together, a
-    large one sliced (each slice a copy of ``size`` bytes, not of the whole part)."""
-    held: list[bytes] = []
-    held_size = 0
-    for part in parts:
-        if held_size + len(part) <= size:
-            held.append(part)
-            held_size += len(part)
-            continue
-        view = memoryview(part)
-        start = size - held_size
-        yield b"".join((*held, view[:start]))
-        while len(part) - start > size:
-            yield bytes(view[start : start + size])
-            start += size
-        held, held_size = [bytes(view[start:])], len(part) - start
-    if held_size:
-        yield b"".join(held)

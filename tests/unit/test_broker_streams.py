@@ -11,9 +11,8 @@ import anyio
 import orjson
 
 from codex_presence._wire import ActivityState
-from codex_presence.broker.app import FIRST_PIECE, _Subscription
 from codex_presence.broker.record import Report
-from codex_presence.broker.state import KEEPALIVE_LANES, Broker, pieces
+from codex_presence.broker.state import KEEPALIVE_LANES, Broker
 from codex_presence.broker.team import Member
 from tests.support.broker_harness import FakeClock, make_team
 
@@ -86,44 +85,3 @@ def test_the_kept_roster_follows_every_write_and_every_lapse() -> None:
     clock.advance(31)  # nobody reads, nothing is published: the lapse is the store's
     assert "activity" not in _roster(broker)["builder"]
     assert broker.roster_json() is not kept
-
-
-def test_pieces_join_to_the_whole_and_none_is_larger_than_asked() -> None:
-    parts = (b"retry: 2000\n\n", b"", b"event: roster\ndata: ", bytes(range(256)) * 40, b"}\n\n")
-    for size in (1, 7, 64, 4096, 100_000):
-        written = list(pieces(parts, size))
-        assert b"".join(written) == b"".join(parts)
-        assert all(0 < len(piece) <= size for piece in written), size
-    assert list(pieces((b"ab", b"cd"), 4)) == [b"abcd"]  # small parts together
-
-
-def test_a_page_streams_first_roster_is_written_in_pieces_of_the_kept_roster() -> None:
-    """At 10,000 members the first roster is 1.4 MB: written whole, each page stream held
-    a copy of it (and the server's buffer what its client had not read), kept by the
-    allocator after. Written in pieces (the server waits for its buffer to drain before
-    each), the stream holds one piece and the roster is the broker's one copy."""
-    team = make_team("alice", *(f"member-{i:05d}" for i in range(2000)))
-    broker = Broker(team=team)
-    bodies: list[bytes] = []
-    whole = b""
-
-    async def send(message: dict[str, object]) -> None:
-        nonlocal whole
-        if message["type"] == "http.response.body":
-            if not bodies:  # what the stream, attached now, has to write first
-                whole = broker.roster_event("alice", before=b"retry: 2000\n\n")
-            bodies.append(message["body"])  # type: ignore[arg-type]
-            if sum(map(len, bodies)) >= len(whole):
-                broker.close()  # the first roster written: the stream ends
-
-    async def receive() -> dict[str, object]:
-        await anyio.Event().wait()  # the client never leaves: the broker ends the stream
-        raise AssertionError("unreachable")
-
-    stream = _Subscription(broker, "alice")
-    anyio.run(stream, {"type": "http"}, receive, send)
-    first = bodies[: len(bodies) - 1]  # the last is the end of the stream
-    assert len(whole) > 2 * FIRST_PIECE  # the roster is larger than a piece
-    assert b"".join(first) == whole
-    assert len(first) > 2
-    assert max(map(len, first)) <= FIRST_PIECE
