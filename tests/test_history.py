@@ -230,8 +230,7 @@ async def test_a_write_cut_short_by_an_outage_is_kept_for_the_next_connection() 
 async def test_transitions_queued_together_are_one_script_call_written_in_order() -> None:
     """Transitions queued before the writer runs are written by one script call (issue
     37: a call per transition was the largest part of what the history added to a
-    report), each in its order: a member's wait answered within the batch is counted, and
-    a state told again within it is not written twice."""
+    report), each in its order: a member's wait answered within the batch is counted."""
     with redis_server() as server:
         client = redis.Redis.from_url(server.url)
         link = RedisLink(server.url, team=TEAM.name)
