@@ -25,7 +25,7 @@ from codex_presence.broker.metrics import BrokerMetrics, metrics_routes
 from codex_presence.broker.notify.apprise_sender import AppriseSender
 from codex_presence.broker.notify.config import Target
 from codex_presence.broker.notify.notifier import Notifier
-from codex_presence.broker.redis.history import RedisHistory
+from codex_presence.broker.redis.history import HISTORY, RedisHistory
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.cli.main import main
 from codex_presence.core.backoff import Backoff
@@ -224,6 +224,55 @@ async def test_a_write_cut_short_by_an_outage_is_kept_for_the_next_connection() 
                 tg.cancel_scope.cancel()
         assert (await recorder.read("builder", T0)) == [Transition(T0, "idle")]
         await link.client.aclose()
+
+
+@pytest.mark.anyio
+async def test_transitions_queued_together_are_one_script_call_written_in_order() -> None:
+    """Transitions queued before the writer runs are written by one script call (issue
+    37: a call per transition was the largest part of what the history added to a
+    report), each in its order: a member's wait answered within the batch is counted."""
+    with redis_server() as server:
+        client = redis.Redis.from_url(server.url)
+        link = RedisLink(server.url, team=TEAM.name)
+        waits: list[float] = []
+        recorder = RedisHistory(link, names=[m.name for m in TEAM.members], answered=waits.append)
+
+        def presence(name: str, activity: str | None, since: int) -> Any:
+            return {
+                "name": name,
+                "connected": 1,
+                "createdAt": 0,
+                "lastSeen": 0,
+                "activity": activity,
+                "activitySince": since,
+            }
+
+        recorder.observe("builder", presence("builder", "blocked", T0), T0)
+        recorder.observe("scout", presence("scout", "working", T0 + 100), T0 + 100)
+        recorder.observe("builder", presence("builder", "working", T0 + 3000), T0 + 3000)
+        recorder.observe("scout", presence("scout", None, 0), T0 + 4000)
+        client.script_load(HISTORY)  # so that no NOSCRIPT's call counts
+        client.config_resetstat()
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(recorder.keep)
+                while recorder.pending:
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        calls = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        assert calls == 1, f"{calls} script calls for one batch of 4 transitions"
+        assert waits == [3.0]
+        assert (await recorder.read("builder", T0 + 5000)) == [
+            Transition(T0, "blocked"),
+            Transition(T0 + 3000, "working"),
+        ]
+        assert (await recorder.read("scout", T0 + 5000)) == [
+            Transition(T0 + 100, "working"),
+            Transition(T0 + 4000, "idle"),
+        ]
+        assert client.xlen("codex-presence:{acme}:history") == 4
+        await link.client.aclose()
+        client.close()
 
 
 def test_what_no_broker_writes_in_redis_costs_its_entry_alone() -> None:

@@ -24,15 +24,16 @@ answered wait, and only that one, counts it in ``/metrics``.
 
 Writes never wait on a request: :meth:`RedisHistory.observe` queues (at most
 :data:`QUEUED`; past it, the oldest is dropped and said once) and the link's background
-work (:meth:`RedisHistory.keep`) writes the queue, all of one tick in one round trip
-(:mod:`~.batch`). While Redis is away the queue waits; what it could not hold is lost, and
-said. Reads (``GET /history``) ask Redis for what the stream gained since the last read
-(``XRANGE`` after the last id read; the first read takes the whole window) into a mirror
-here, bounded as in memory, so a read costs the new entries, not the window; every entry
-goes through bounds: an entry no broker writes (a state this version
-does not know, a time that is not 1 to 15 digits, a member not in the team file, a session
-id that is not one) is dropped alone and said once. A restart loses nothing: the stream is
-Redis's.
+work (:meth:`RedisHistory.keep`) writes the queue as it comes: what queued meanwhile in
+one script call (:data:`WRITTEN_AT_ONCE` transitions at most; more make several, sent in
+one round trip, :mod:`~.batch`). While Redis is away the queue waits; what it could not
+hold is lost, and said. Reads (``GET /history``) ask Redis for what the stream gained
+since the last read (``XRANGE`` after the last id read; the first read takes the whole
+window) into a mirror here, bounded as in memory, so a read costs the new entries, not
+the window; every entry goes through bounds: an entry no broker writes (a state this
+version does not know, a time that is not 1 to 15 digits, a member not in the team file, a
+session id that is not one) is dropped alone and said once. A restart loses nothing: the
+stream is Redis's.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.scripts import TOLERANT
 from codex_presence.broker.store import StoreUnavailable
 
-__all__ = ["QUEUED", "RedisHistory", "entry_transition"]
+__all__ = ["QUEUED", "WRITTEN_AT_ONCE", "RedisHistory", "entry_transition"]
 
 logger = logging.getLogger("codex_presence.broker")
 
@@ -73,43 +74,60 @@ QUEUED = 10_000
 HISTORY = (
     TOLERANT
     + """
-local ns, name, state, at = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local session, keep, total = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local ns, keep, total = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local stream, last_key = ns .. 'history', ns .. 'history:last'
-local last = on('HGET', last_key, name)
-local last_state, last_at = nil, nil
-if last then
-  local space = string.find(last, ' ', 1, true)
-  if space then
-    last_state, last_at = string.sub(last, 1, space - 1), int(string.sub(last, space + 1))
-  end
-end
-if last_state == state then
-  return {0, false, false, lost}
-end
-if last_at and at < last_at then
-  at = last_at
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fields = {'m', name, 's', state, 't', string.format('%d', at)}
-if session ~= '' then
-  fields[#fields + 1] = 'x'
-  fields[#fields + 1] = session
+local results = {}
+local wrote = false
+for i = 4, #ARGV, 4 do
+  local name, state, at, session = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local last = on('HGET', last_key, name)
+  local last_state, last_at = nil, nil
+  if last then
+    local space = string.find(last, ' ', 1, true)
+    if space then
+      last_state, last_at = string.sub(last, 1, space - 1), int(string.sub(last, space + 1))
+    end
+  end
+  if last_state == state then
+    results[#results + 1] = {0, false, false}
+  else
+    if last_at and at < last_at then
+      at = last_at
+    end
+    local fields = {'m', name, 's', state, 't', string.format('%d', at)}
+    if session ~= '' then
+      fields[#fields + 1] = 'x'
+      fields[#fields + 1] = session
+    end
+    on('XADD', stream, '*', unpack(fields))
+    redis.call('HSET', last_key, name, state .. ' ' .. string.format('%d', at))
+    wrote = true
+    if last_state and last_at then
+      results[#results + 1] = {1, last_state, last_at}
+    else
+      results[#results + 1] = {1, false, false}
+    end
+  end
 end
-on('XADD', stream, 'MINID', '~', string.format('%d', now - keep), '*', unpack(fields))
-redis.call('XTRIM', stream, 'MAXLEN', '~', total)
-redis.call('HSET', last_key, name, state .. ' ' .. string.format('%d', at))
-redis.call('PEXPIRE', stream, keep)
-redis.call('PEXPIRE', last_key, keep)
-if last_state and last_at then
-  return {1, last_state, last_at, lost}
+if wrote then
+  redis.call('XTRIM', stream, 'MINID', '~', string.format('%d', now - keep))
+  redis.call('XTRIM', stream, 'MAXLEN', '~', total)
+  redis.call('PEXPIRE', stream, keep)
+  redis.call('PEXPIRE', last_key, keep)
 end
-return {1, false, false, lost}
+return {results, lost}
 """
 )
-"""Write one transition of ``ARGV[2]`` (state, at, session; the window's ms and the team's
-cap) unless it is the member's last state: ``{written, ended_state, ended_at, lost}``."""
+"""Write transitions (after the window's ms and the team's cap, ``ARGV[4..]`` in fours:
+member, state, at, session), each unless it is the member's last state, in order, then
+trim the stream by time and size once: ``{{written, ended_state, ended_at}..., lost}``.
+One call per batch of transitions (at most :data:`WRITTEN_AT_ONCE`), not one per
+transition: a call per transition cost the broker a task, a future and a command each,
+the largest part of what the history added to a transition (issue 37)."""
+WRITTEN_AT_ONCE = 256
+"""Transitions written by one script call, at most (the script holds Redis meanwhile)."""
 
 
 def entry_transition(fields: dict[bytes, bytes], names: frozenset[str]) -> tuple[str, Transition]:
@@ -202,39 +220,46 @@ class RedisHistory:
             self._queue.clear()
             self.writing = len(batch)
             try:
-                results = await _gather([self._write(name, t) for name, t in batch])
+                chunks = [
+                    batch[i : i + WRITTEN_AT_ONCE] for i in range(0, len(batch), WRITTEN_AT_ONCE)
+                ]
+                results = await _gather([self._write(chunk) for chunk in chunks])
             except BaseException:  # an error, or the outage another task saw first
                 self._queue.extendleft(reversed(batch))  # written again once Redis is back
                 raise
             finally:
                 self.writing = 0
-            for (_, transition), ended in zip(batch, results, strict=True):
-                if ended is not None and self._answered is not None:
-                    seconds = answered_wait(ended, transition)
-                    if seconds is not None:
-                        self._answered(seconds)
+            for chunk, ended_each in zip(chunks, results, strict=True):
+                for (_, transition), ended in zip(chunk, ended_each, strict=True):
+                    if ended is not None and self._answered is not None:
+                        seconds = answered_wait(ended, transition)
+                        if seconds is not None:
+                            self._answered(seconds)
             self._said_full = False
 
-    async def _write(self, name: str, transition: Transition) -> Transition | None:
+    async def _write(self, chunk: list[tuple[str, Transition]]) -> list[Transition | None]:
+        """One script call writing ``chunk``, in order: for each, the transition it ended
+        (None: not written, or it ended none)."""
         limits = self.limits
-        args = [
-            name,
-            transition.state,
-            transition.at,
-            transition.session or "",
-            limits.keep_ms,
-            limits.total,
-        ]
+        args: list[Any] = [limits.keep_ms, limits.total]
+        for name, transition in chunk:
+            args += (name, transition.state, transition.at, transition.session or "")
         try:
-            written, state, at, lost = await self._link.run_script(self._script, args)
-        except ResponseError:  # refused (an ACL, out of memory): this one alone
-            logger.warning("history: Redis refused a transition of %s", name, exc_info=True)
-            return None
+            results, lost = await self._link.run_script(self._script, args)
+        except ResponseError:  # refused (an ACL, out of memory): this call's alone
+            logger.warning(
+                "history: Redis refused %d transitions (of %s...)",
+                len(chunk),
+                chunk[0][0],
+                exc_info=True,
+            )
+            return [None] * len(chunk)
         if lost:
             logger.warning("history: %s held a value of another type: replaced", lost[0])
-        if not written or not state:
-            return None
-        return Transition(int(at), state.decode())
+        ended: list[Transition | None] = []
+        for written, state, at in results:
+            ended.append(Transition(int(at), state.decode()) if written and state else None)
+        return ended
 
     # -- reading -----------------------------------------------------------------------
 
