@@ -32,6 +32,7 @@ A spawn that fails is kept for the session to say
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -88,7 +89,7 @@ class ClaudeLaunch:
         self.signals = signals
         self.started = time.monotonic()
         """When claude was spawned (CLOCK_MONOTONIC): the session's t = 0."""
-        self.private: Path | None = None
+        self.private: str | None = None
         """The session's private directory (settings file, poster), removed at its end."""
         self.listener: socket.socket | None = None
         """The hook server's socket, listening; the session serves it."""
@@ -124,29 +125,30 @@ def launch_claude(
     observe: bool = True,
     hooks: str = "auto",
     signals: SignalForwarding | None = None,
+    on_spawn: Callable[[], None] | None = None,
 ) -> ClaudeLaunch:
     """Spawn ``command`` (``claude [ARGS...]``) now, with ``env``, and with our hooks in its
     settings (the person's ``settings`` carried) when ``observe``; a spawn that failed is
     kept in :attr:`ClaudeLaunch.error`. Raises OSError when the private directory, the
-    socket or the settings cannot be made (nothing is left behind then)."""
+    socket or the settings cannot be made (nothing is left behind then). ``on_spawn`` runs
+    at once after the spawn (or its failure), before anything is said: the runner's logging
+    set up, which nothing before the spawn needs."""
     launch = ClaudeLaunch(command, signals or SignalForwarding(name="claude"))
     argv = list(command)
     if observe:
-        from pathlib import Path
-
         from codex_presence.agent.claude.settings import with_our_hooks
         from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_hook_path
-        from codex_presence.agent.leftovers import make_owned_directory
+        from codex_presence.agent.leftovers import owned_directory
 
         try:
-            launch.private = make_owned_directory(PRIVATE_PREFIX, sweep=False)
+            launch.private = owned_directory(PRIVATE_PREFIX)
             launch.listener = listen_loopback()
             launch.hook_path = new_hook_path()
             argv, launch.file_led = with_our_hooks(
                 argv,
                 settings,
                 hook_url(launch.listener, launch.hook_path),
-                private=Path(launch.private),
+                private=launch.private,
                 env=env,
                 hooks=hooks,
                 later=launch.after_spawn,
@@ -155,13 +157,17 @@ def launch_claude(
             release(launch)
             raise
         if launch.file_led:
-            launch.history_from = _size(config_dir(env) / HISTORY)
+            launch.history_from = _size(os.path.join(_config_dir(env), HISTORY))
     launch.started = time.monotonic()
     try:
         launch.process = spawn(argv, env=env, own_group=False)
     except OSError as exc:
         launch.error = exc
+        if on_spawn is not None:
+            on_spawn()
         return launch
+    if on_spawn is not None:
+        on_spawn()
     launch.signals.attach(launch.process)
     for check in launch.after_spawn:  # claude's first hook comes 0.3 s or more from now
         check()
@@ -176,17 +182,22 @@ def config_dir(env: Mapping[str, str]) -> Path:
     """Claude's config directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
     from pathlib import Path
 
+    return Path(_config_dir(env))
+
+
+def _config_dir(env: Mapping[str, str]) -> str:
+    """:func:`config_dir` without :mod:`pathlib` (before claude's spawn)."""
     configured = env.get("CLAUDE_CONFIG_DIR")
     if configured:
-        return Path(configured)
+        return configured
     home = env.get("HOME")
-    return (Path(home) if home else Path.home()) / ".claude"
+    return os.path.join(home or os.path.expanduser("~"), ".claude")
 
 
-def _size(path: Path) -> int:
+def _size(path: str) -> int:
     """``path``'s size now (0 if it is not there)."""
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return 0
 
