@@ -4,7 +4,7 @@ The Claude Code counterpart of ``wrap``, with its options and environment variab
 session itself is :mod:`codex_presence.agent.claude.session`'s; this module reads the
 options and sets up logging. Import-light on purpose: everything loads inside :func:`run`,
 and before claude's spawn only what the spawn needs (no logging, orjson, typing, pathlib or
-shutil: issue 34; ``tests/test_claude_start_imports.py``).
+shutil: issue 34; ``tests/test_claude_command.py`` checks it).
 """
 
 from __future__ import annotations

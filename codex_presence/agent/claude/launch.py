@@ -13,14 +13,17 @@ The order, each step as soon as the one before it:
 1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are claude's: a
    handler that passes them on by the shells' rule, kept until the session takes them.
 2. Where there is something to observe: the session's private 0700 directory
-   (:func:`~codex_presence.agent.leftovers.make_owned_directory`; the leftovers of killed
+   (:func:`~codex_presence.agent.leftovers.owned_directory`; the leftovers of killed
    sessions are swept after the spawn), a loopback socket listening with a fresh secret
    (:mod:`codex_presence.agent.hooks.listener`), and in the directory claude's settings
    file and the hook poster (:func:`~.settings.with_our_hooks`).
 3. claude, with our terminal, in our process group, under its watchdog
-   (:func:`~codex_presence.agent.child.spawn`).
-4. What the settings could check only at a cost to claude's start: whether bash opens
-   ``/dev/tcp`` for the poster (else the poster runs curl), long before claude's first hook.
+   (:func:`~codex_presence.agent.child.spawn`). Up to here the standard library's lightest
+   modules alone (no logging, pathlib, shutil, typing, dataclasses or orjson: each import
+   before the spawn delays claude's first paint, several times over on a loaded machine).
+4. The runner's logging (``on_spawn``: nothing is said before), then what the settings
+   could check or say only at a cost to claude's start: whether bash opens ``/dev/tcp``
+   for the poster (else the poster runs curl), long before claude's first hook.
 5. A thread that takes claude's connections as they come, each peer's uid noted at once
    (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`), until the server, loaded,
    takes them over: a poster gives up on its answer after 2 s, and one gone could no longer
