@@ -756,6 +756,28 @@ session's heavy parts, which load behind claude's own start; nor subprocess, for
 of bash's ``/dev/tcp``, which waits for bash's start: after the spawn, where curl is there to
 stand in (it is, here)."""
 
+HEAVY_BEFORE_THE_SPAWN = {
+    "logging",
+    "threading",
+    "orjson",
+    "dataclasses",
+    "inspect",
+    "typing",
+    "pathlib",
+    "urllib.parse",
+    "shutil",
+    "lzma",
+    "uuid",
+}
+"""Nor what claude's spawn does not need (issue 34's import diet): ~40 of ``-X importtime``'s
+~60 ms before it, worth several times that on a loaded machine. logging (and its
+threading) is set up once claude runs, nothing being said before; the settings are written
+and package.json read with the standard library's json (orjson pulls uuid, platform,
+datetime and dataclasses with inspect); the protocol has no dataclass (the mapping's are
+the mapping's) and no typing; paths are os.path's (pathlib loads urllib.parse and
+ipaddress) and the PATH search :func:`~codex_presence.agent.installed.which` (shutil
+loads bz2 and lzma)."""
+
 
 def _loaded_at_the_spawn(program: str, hooks: str, env: dict[str, str]) -> set[str]:
     out = subprocess.run(
@@ -782,6 +804,7 @@ def test_claude_is_spawned_before_anything_slow_is_loaded(tmp_path: Path, hooks:
     loaded = _loaded_at_the_spawn(fake_claude(tmp_path), hooks, env)
     assert "codex_presence.agent.claude.launch" in loaded  # the spy ran where the spawn is
     assert loaded & SLOW_BEFORE_THE_SPAWN == set()
+    assert loaded & HEAVY_BEFORE_THE_SPAWN == set()
 
 
 @pytest.mark.claude
@@ -794,4 +817,6 @@ def test_the_real_claude_is_spawned_before_anything_slow_is_loaded(
     env["PATH"] = f"{claude.parent}{os.pathsep}{env.get('PATH', '')}"
     loaded = _loaded_at_the_spawn("claude", "auto", env)
     assert "codex_presence.agent.claude.launch" in loaded
+    assert "codex_presence.agent.installed" in loaded  # its package.json was read
     assert loaded & SLOW_BEFORE_THE_SPAWN == set()
+    assert loaded & HEAVY_BEFORE_THE_SPAWN == set()

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "make_owned_directory",
     "new_owned_directory",
+    "owned_directory",
     "owner_alive",
     "sweep_leftovers",
     "temporary_bases",
@@ -101,21 +102,27 @@ def new_owned_directory(prefix: str, base: str) -> str:
 
 def make_owned_directory(prefix: str, base: str | None = None, *, sweep: bool = True) -> Path:
     """A new 0700 directory ``<base>/<prefix><our pid>-<random>``, in ``base`` or else the
-    first of :func:`temporary_bases` that is safe for it, then the leftovers of ``prefix``
-    beside it swept (``sweep=False``: the caller sweeps later, off its start). Raises
-    OSError saying why each base failed."""
+    first of :func:`temporary_bases` that is safe for it (:func:`owned_directory`), then the
+    leftovers of ``prefix`` beside it swept (``sweep=False``: the caller sweeps later, off
+    its start). Raises OSError saying why each base failed."""
     from pathlib import Path
 
+    made = Path(owned_directory(prefix, base))
+    if sweep:
+        sweep_leftovers(prefix, str(made.parent))
+    return made
+
+
+def owned_directory(prefix: str, base: str | None = None) -> str:
+    """:func:`make_owned_directory` without the sweep, its path a string: with ``os``
+    alone, for claude's runner before claude's spawn (issue 34: :mod:`pathlib` loads
+    ``urllib.parse`` and ``ipaddress``). Raises OSError saying why each base failed."""
     why: list[str] = []
     for candidate in [base] if base is not None else temporary_bases():
         try:
-            made = Path(new_owned_directory(prefix, candidate))
+            return new_owned_directory(prefix, candidate)
         except OSError as exc:
             why.append(f"{candidate}: {exc.strerror or exc}")
-            continue
-        if sweep:
-            sweep_leftovers(prefix, str(made.parent))
-        return made
     raise OSError(f"no private directory ({'; '.join(why)})")
 
 

@@ -2,7 +2,9 @@
 
 The Claude Code counterpart of ``wrap``, with its options and environment variables. The
 session itself is :mod:`codex_presence.agent.claude.session`'s; this module reads the
-options and sets up logging. Import-light on purpose: everything loads inside :func:`run`.
+options and sets up logging. Import-light on purpose: everything loads inside :func:`run`,
+and before claude's spawn only what the spawn needs (no logging, orjson, typing, pathlib or
+shutil: issue 34; ``tests/test_claude_command.py`` checks it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import sys
 
 from codex_presence.cli import runner
-from codex_presence.cli.main import UsageError, setup_logging
+from codex_presence.cli.main import UsageError, check_log_file, setup_logging
 
 HELP = "run Claude Code (`claude`) with hooks that put its state on the roster"
 
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     command = runner.given_command(args) or ["claude"]
     # claude's screen is our stderr: transitions there would be scribbled over its UI.
     quiet = args.quiet or (not args.log_file and not args.verbose and sys.stderr.isatty())
-    setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)  # or UsageError
+    check_log_file(args.log_file)  # or UsageError; logging itself is set up after the spawn
 
     import os
 
@@ -119,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
         observe=observe,
         hooks=args.claude_hooks,
         signals=signals,
+        on_spawn=lambda: setup_logging(
+            verbose=args.verbose, quiet=quiet, log_file=args.log_file
+        ),  # nothing is logged before claude's spawn: logging loads once claude runs
     )
 
     from codex_presence.agent.loading import load_behind

@@ -4,16 +4,19 @@ closing events, the session file's settling, and any soup of events survived."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codex_presence.core.claude.mapping import PROMPT_CONFIRMED_WITHIN, SETTLE, ClaudeMapping
-from codex_presence.core.claude.protocol import HOOK_EVENTS, ClaudeSource
+from codex_presence.core.claude.protocol import HOOK_EVENTS
 from tests.support.depth import examples
 from tests.support.junk import junk, or_junk
+
+if TYPE_CHECKING:
+    from codex_presence.core.claude.protocol import ClaudeSource
 
 _stamps = itertools.count(1_796_000_000_000)
 

@@ -48,11 +48,11 @@ import orjson
 
 from codex_presence.agent.claude.launch import HISTORY
 from codex_presence.agent.watchdog import proc_stat
-from codex_presence.core.claude.protocol import (
-    TRANSCRIPT_TYPES,
-    ClaudeSource,
-    transcript_line_may_matter,
-)
+from codex_presence.core.claude.protocol import TRANSCRIPT_TYPES, transcript_line_may_matter
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from codex_presence.core.claude.protocol import ClaudeSource
 
 __all__ = ["HISTORY", "ClaudeFiles"]
 

@@ -13,14 +13,17 @@ The order, each step as soon as the one before it:
 1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are claude's: a
    handler that passes them on by the shells' rule, kept until the session takes them.
 2. Where there is something to observe: the session's private 0700 directory
-   (:func:`~codex_presence.agent.leftovers.make_owned_directory`; the leftovers of killed
+   (:func:`~codex_presence.agent.leftovers.owned_directory`; the leftovers of killed
    sessions are swept after the spawn), a loopback socket listening with a fresh secret
    (:mod:`codex_presence.agent.hooks.listener`), and in the directory claude's settings
    file and the hook poster (:func:`~.settings.with_our_hooks`).
 3. claude, with our terminal, in our process group, under its watchdog
-   (:func:`~codex_presence.agent.child.spawn`).
-4. What the settings could check only at a cost to claude's start: whether bash opens
-   ``/dev/tcp`` for the poster (else the poster runs curl), long before claude's first hook.
+   (:func:`~codex_presence.agent.child.spawn`). Up to here the standard library's lightest
+   modules alone (no logging, pathlib, shutil, typing, dataclasses or orjson: each import
+   before the spawn delays claude's first paint, several times over on a loaded machine).
+4. The runner's logging (``on_spawn``: nothing is said before), then what the settings
+   could check or say only at a cost to claude's start: whether bash opens ``/dev/tcp``
+   for the poster (else the poster runs curl), long before claude's first hook.
 5. A thread that takes claude's connections as they come, each peer's uid noted at once
    (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`), until the server, loaded,
    takes them over: a poster gives up on its answer after 2 s, and one gone could no longer
@@ -32,6 +35,7 @@ A spawn that fails is kept for the session to say
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -88,7 +92,7 @@ class ClaudeLaunch:
         self.signals = signals
         self.started = time.monotonic()
         """When claude was spawned (CLOCK_MONOTONIC): the session's t = 0."""
-        self.private: Path | None = None
+        self.private: str | None = None
         """The session's private directory (settings file, poster), removed at its end."""
         self.listener: socket.socket | None = None
         """The hook server's socket, listening; the session serves it."""
@@ -124,29 +128,30 @@ def launch_claude(
     observe: bool = True,
     hooks: str = "auto",
     signals: SignalForwarding | None = None,
+    on_spawn: Callable[[], None] | None = None,
 ) -> ClaudeLaunch:
     """Spawn ``command`` (``claude [ARGS...]``) now, with ``env``, and with our hooks in its
     settings (the person's ``settings`` carried) when ``observe``; a spawn that failed is
     kept in :attr:`ClaudeLaunch.error`. Raises OSError when the private directory, the
-    socket or the settings cannot be made (nothing is left behind then)."""
+    socket or the settings cannot be made (nothing is left behind then). ``on_spawn`` runs
+    at once after the spawn (or its failure), before anything is said: the runner's logging
+    set up, which nothing before the spawn needs."""
     launch = ClaudeLaunch(command, signals or SignalForwarding(name="claude"))
     argv = list(command)
     if observe:
-        from pathlib import Path
-
         from codex_presence.agent.claude.settings import with_our_hooks
         from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_hook_path
-        from codex_presence.agent.leftovers import make_owned_directory
+        from codex_presence.agent.leftovers import owned_directory
 
         try:
-            launch.private = make_owned_directory(PRIVATE_PREFIX, sweep=False)
+            launch.private = owned_directory(PRIVATE_PREFIX)
             launch.listener = listen_loopback()
             launch.hook_path = new_hook_path()
             argv, launch.file_led = with_our_hooks(
                 argv,
                 settings,
                 hook_url(launch.listener, launch.hook_path),
-                private=Path(launch.private),
+                private=launch.private,
                 env=env,
                 hooks=hooks,
                 later=launch.after_spawn,
@@ -155,13 +160,17 @@ def launch_claude(
             release(launch)
             raise
         if launch.file_led:
-            launch.history_from = _size(config_dir(env) / HISTORY)
+            launch.history_from = _size(os.path.join(_config_dir(env), HISTORY))
     launch.started = time.monotonic()
     try:
         launch.process = spawn(argv, env=env, own_group=False)
     except OSError as exc:
         launch.error = exc
+        if on_spawn is not None:
+            on_spawn()
         return launch
+    if on_spawn is not None:
+        on_spawn()
     launch.signals.attach(launch.process)
     for check in launch.after_spawn:  # claude's first hook comes 0.3 s or more from now
         check()
@@ -176,17 +185,22 @@ def config_dir(env: Mapping[str, str]) -> Path:
     """Claude's config directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
     from pathlib import Path
 
+    return Path(_config_dir(env))
+
+
+def _config_dir(env: Mapping[str, str]) -> str:
+    """:func:`config_dir` without :mod:`pathlib` (before claude's spawn)."""
     configured = env.get("CLAUDE_CONFIG_DIR")
     if configured:
-        return Path(configured)
+        return configured
     home = env.get("HOME")
-    return (Path(home) if home else Path.home()) / ".claude"
+    return os.path.join(home or os.path.expanduser("~"), ".claude")
 
 
-def _size(path: Path) -> int:
+def _size(path: str) -> int:
     """``path``'s size now (0 if it is not there)."""
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return 0
 

@@ -81,11 +81,12 @@ from codex_presence.agent.session import (
 from codex_presence.agent.signals import SignalForwarding, cannot_run, exit_status
 from codex_presence.core.activity import Transition
 from codex_presence.core.claude.mapping import ClaudeMapping
-from codex_presence.core.claude.protocol import (
-    ClaudeSource,
-)
 from codex_presence.core.hooks.hook_order import PID_MAX, HookOrder
 from codex_presence.core.hooks.poster import SPOOL
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from codex_presence.core.claude.protocol import ClaudeSource
 
 __all__ = ["ClaudeSession"]
 

@@ -28,16 +28,10 @@ files it reads.
 
 from __future__ import annotations
 
-import logging
+import json
 import os
-import shutil
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
-import orjson
-
-from codex_presence.agent.installed import installed_version
+from codex_presence.agent.installed import installed_version, which
 from codex_presence.core.claude.protocol import (
     FILE_LED_EVENTS,
     FILE_LED_VERSIONS,
@@ -58,6 +52,11 @@ from codex_presence.core.hooks.poster import (
     spools,
 )
 
+TYPE_CHECKING = False  # typing is not loaded before claude's spawn (issue 34)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
 __all__ = [
     "SettingsError",
     "child_environment",
@@ -67,7 +66,11 @@ __all__ = [
 ]
 
 
-logger = logging.getLogger("codex_presence.claude")
+def _log(level: str, message: str, *args: object) -> None:
+    """Log as ``codex_presence.claude`` (lazily: ``logging`` loads after claude's spawn)."""
+    import logging
+
+    getattr(logging.getLogger("codex_presence.claude"), level)(message, *args)
 
 
 class SettingsError(Exception):
@@ -95,21 +98,35 @@ def split_settings(command: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     text = value
     if not value.lstrip().startswith("{"):
         try:
-            text = Path(value).read_text(encoding="utf-8")
+            with open(value, encoding="utf-8") as given:
+                text = given.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise SettingsError(f"--settings {value}: {getattr(exc, 'strerror', exc)}") from exc
     try:
-        settings = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        settings = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except (ValueError, RecursionError) as exc:
         raise SettingsError(f"--settings {value}: not JSON ({exc})") from exc
     if not isinstance(settings, dict):
         raise SettingsError(f"--settings {value}: not a JSON object")
     return argv, settings
 
 
-def _with_settings(command: Sequence[str], settings: Path) -> list[str]:
+def _not_json(constant: str) -> object:
+    """``NaN``, ``Infinity``: Python's json module takes them, JSON does not."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float, one too large for a double (``1e400``) refused."""
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is out of range")
+    return number
+
+
+def _with_settings(command: Sequence[str], settings: str) -> list[str]:
     """``claude ARGS...`` → ``claude --settings FILE ARGS...``."""
-    return [command[0], "--settings", str(settings), *command[1:]]
+    return [command[0], "--settings", settings, *command[1:]]
 
 
 def child_environment(
@@ -135,8 +152,8 @@ def child_environment(
     return env
 
 
-def _write_private(directory: Path, name: str, data: bytes) -> Path:
-    path = directory / name
+def _write_private(directory: str | os.PathLike[str], name: str, data: bytes) -> str:
+    path = os.path.join(directory, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
@@ -144,7 +161,7 @@ def _write_private(directory: Path, name: str, data: bytes) -> Path:
 
 
 def _hook_command(
-    private: Path,
+    private: str | os.PathLike[str],
     url: str,
     env: Mapping[str, str],
     later: list[Callable[[], None]] | None = None,
@@ -160,43 +177,45 @@ def _hook_command(
     where curl can stand in: a check for ``later`` (run by the caller as soon as claude is
     spawned, long before its first hook) puts curl in the script if bash cannot."""
     path = env.get("PATH", os.defpath)
-    bash, cat = shutil.which("bash", path=path), shutil.which("cat", path=path)
-    curl = shutil.which("curl", path=path)
-    if bash is not None and cat is not None and "'" not in cat + str(private) and spools(env):
-        spool = private / SPOOL
-        spool.mkdir(mode=0o700)
-        script = _write_private(private, "poster.sh", spool_script(str(spool), cat=cat).encode())
-        return script_command(bash, str(script))
+    bash, cat = which("bash", path=path), which("cat", path=path)
+    curl = which("curl", path=path)
+    if bash is not None and cat is not None and "'" not in cat + os.fspath(private) and spools(env):
+        spool = os.path.join(private, SPOOL)
+        os.mkdir(spool, 0o700)
+        script = _write_private(private, "poster.sh", spool_script(spool, cat=cat).encode())
+        return script_command(bash, script)
     if bash is not None and cat is not None and "'" not in cat:
         if later is not None and curl is not None:
             script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
             later.append(lambda: _curl_unless_bash_opens_tcp(bash, curl, script, url, env))
-            return script_command(bash, str(script))
+            return script_command(bash, script)
         if _opens_tcp(bash, url, env):
             script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
-            return script_command(bash, str(script))
+            return script_command(bash, script)
     if curl is None:
-        logger.info(
-            "no bash or curl on the PATH: claude's hooks are HTTP hooks, named in its spinner"
+        _log(
+            "info",
+            "no bash or curl on the PATH: claude's hooks are HTTP hooks, named in its spinner",
         )
         return None
     config = _write_private(private, "curl.cfg", curl_config(url).encode())
-    return poster_command(curl, str(config))
+    return poster_command(curl, config)
 
 
 def _curl_unless_bash_opens_tcp(
-    bash: str, curl: str, script: Path, url: str, env: Mapping[str, str]
+    bash: str, curl: str, script: str | os.PathLike[str], url: str, env: Mapping[str, str]
 ) -> None:
     """Where ``bash`` cannot open ``/dev/tcp``, ``script`` (the poster claude's hooks run
     with it) becomes one that runs curl (``exec``: its pid stays the hook's sequence
     number), replaced whole, never seen half-written."""
     if _opens_tcp(bash, url, env):
         return
-    config = _write_private(script.parent, "curl.cfg", curl_config(url).encode())
+    directory = os.path.dirname(script)
+    config = _write_private(directory, "curl.cfg", curl_config(url).encode())
     replacement = _write_private(
-        script.parent, "poster.sh.new", f"{poster_command(curl, str(config))}\n".encode()
+        directory, "poster.sh.new", f"{poster_command(curl, config)}\n".encode()
     )
-    replacement.replace(script)
+    os.replace(replacement, script)
 
 
 def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
@@ -221,7 +240,7 @@ def _opens_tcp(bash: str, url: str, env: Mapping[str, str]) -> bool:
     except (OSError, subprocess.SubprocessError):
         done = None
     if done is None or done.returncode != 0:
-        logger.warning("%s cannot open /dev/tcp: claude's hooks run curl instead", bash)
+        _log("warning", "%s cannot open /dev/tcp: claude's hooks run curl instead", bash)
         return False
     return True
 
@@ -248,7 +267,7 @@ def _file_leads(
     if command is None:
         return False, f"no command hook possible (SessionStart needs one): {every}"
     version, where = claude_version(program, env)
-    if version is None and shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+    if version is None and which(program, path=env.get("PATH", os.defpath)) is None:
         return False, ""  # no claude to run: its start says so, and nothing else need be
     if version is None:
         return False, f"claude's version is not known beside {where}: {every}"
@@ -265,7 +284,7 @@ def with_our_hooks(
     settings: Mapping[str, Any],
     url: str,
     *,
-    private: Path,
+    private: str | os.PathLike[str],
     env: Mapping[str, str],
     hooks: str = "auto",
     later: list[Callable[[], None]] | None = None,
@@ -276,15 +295,18 @@ def with_our_hooks(
     else every event: :func:`_file_leads`, said once in the log); command hooks where
     claude's PATH has bash or curl (:func:`_hook_command`), async but for SessionEnd (and in
     print mode, which ends with the turn, Stop and StopFailure), else HTTP hooks. ``later``: where
-    given, gets what is to be checked once claude runs (see :func:`_hook_command`), for the
-    caller to run then."""
+    given, gets what is to be checked and said once claude runs (see :func:`_hook_command`;
+    the log line), for the caller to run then."""
     printing = prints(argv[1:])
     command = _hook_command(private, url, env, later)
     file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
-    if why:
-        logger.info("claude's hooks: %s", why)
+    if why and later is not None:  # said once claude runs: logging loads after its spawn
+        later.append(lambda: _log("info", "claude's hooks: %s", why))
+    elif why:
+        _log("info", "claude's hooks: %s", why)
     events = FILE_LED_EVENTS if file_led else HOOK_EVENTS
-    document = orjson.dumps(
-        with_hooks(settings, url, command=command, events=events, printing=printing)
-    )
+    document = json.dumps(
+        with_hooks(settings, url, command=command, events=events, printing=printing),
+        separators=(",", ":"),
+    ).encode()
     return _with_settings(argv, _write_private(private, "settings.json", document)), file_led

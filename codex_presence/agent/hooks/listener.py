@@ -14,10 +14,15 @@ __all__ = ["EarlyAccepts", "hook_url", "listen_loopback", "new_hook_path"]
 
 def new_hook_path() -> bytes:
     """A fresh hook path, ``/<secret>/hook``: 24 random bytes, URL-safe (as
-    ``secrets.token_urlsafe(24)``, without loading ``secrets``)."""
-    import base64
+    ``secrets.token_urlsafe(24)``, without loading ``secrets``, nor ``base64``, whose
+    ``urlsafe_b64encode`` this is, with ``struct``: a millisecond before claude's spawn)."""
+    import binascii
 
-    return b"/" + base64.urlsafe_b64encode(os.urandom(24)).rstrip(b"=") + b"/hook"
+    encoded = binascii.b2a_base64(os.urandom(24), newline=False)
+    return b"/" + encoded.translate(_URL_SAFE).rstrip(b"=") + b"/hook"
+
+
+_URL_SAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def listen_loopback() -> socket.socket:

@@ -135,9 +135,9 @@ from codex_presence.core.activity import (
 from codex_presence.core.claude.protocol import (
     BLOCKING_NOTIFICATIONS,
     IDLE_NOTIFICATION,
+    IDLE_STATUSES,
+    PERSON_WAITS,
     SOURCES,
-    ClaudeStats,
-    SessionView,
     background_command_id,
     background_launch_id,
     history_prompt,
@@ -149,9 +149,54 @@ from codex_presence.core.claude.protocol import (
 )
 from codex_presence.core.feeder import Feeder, JsonSourcesFeeder, Unknown
 
-__all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats"]
+__all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats", "SessionView"]
 
 logger = logging.getLogger("codex_presence.claude")
+
+
+@dataclass(slots=True)
+class ClaudeStats:
+    """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
+
+    lines: int = 0
+    not_json: int = 0
+    hooks: int = 0
+    ignored: int = 0
+    wrong_shape: int = 0
+    late: int = 0
+    interrupts: int = 0
+    adopted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """One status of claude's session file (``status``, ``waitingFor``, ``statusUpdatedAt``),
+    and when it was first seen."""
+
+    status: str
+    waiting_for: object
+    stamp: object
+    since: float
+
+    @property
+    def kind(self) -> str | None:
+        """``idle``, ``busy`` or ``waiting`` (for a person); None: no opinion."""
+        if self.status in IDLE_STATUSES:
+            return "idle"
+        if self.status == "busy":
+            return "busy"
+        if self.status == "waiting" and isinstance(self.waiting_for, str):
+            return "waiting" if self.waiting_for in PERSON_WAITS else None
+        return None
+
+    def same(self, other: SessionView | None) -> bool:
+        """The same status written once (the file's rewrite of it is another)."""
+        return other is not None and (self.status, self.waiting_for, self.stamp) == (
+            other.status,
+            other.waiting_for,
+            other.stamp,
+        )
+
 
 PROMPT_CONFIRMED_WITHIN = 3.0
 """Seconds a turn opened by a prompt of claude's history (where the file leads) waits for

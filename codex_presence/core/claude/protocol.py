@@ -6,18 +6,29 @@ or, where claude's session file leads, :data:`FILE_LED_EVENTS` for the versions 
 (:func:`hook_settings`: async command hooks running our bash poster or curl, which claude
 does not wait for, or HTTP hooks), the parting hint's flags, the notification types and
 session statuses that mean something, the transcript's interrupt marker and background
-tasks, and the mapping's counters. ``docs/claude-code-hooks.md`` holds the measurements
-behind each of them. Pure data and pure functions.
+tasks. ``docs/claude-code-hooks.md`` holds the measurements behind each of them. Pure data
+and pure functions, and the standard library's ``re`` alone: a runner writes claude's
+settings with it before claude's spawn (issue 34), so no dataclass and no typing here (the
+mapping's counters and its view of the session file are :mod:`.mapping`'s).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
 from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER
+
+TYPE_CHECKING = False  # typing is not loaded before claude's spawn
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, Literal, TypeAlias
+
+    ClaudeSource: TypeAlias = Literal["hook", "transcript", "session", "history"]
+    """Where a message came from: a hook POST, an entry of the session's transcript
+    (JSONL), a new content of claude's session status file
+    (``<config dir>/sessions/<pid>.json``), or a line of claude's prompt history
+    (``<config dir>/history.jsonl``, every session's, its ``sessionId`` ours). A name for
+    the type checker alone: import it under ``TYPE_CHECKING``."""
 
 __all__ = [
     "BLOCKING_NOTIFICATIONS",
@@ -36,9 +47,6 @@ __all__ = [
     "SOURCES",
     "TRANSCRIPT_TYPES",
     "WAITED_EVENTS",
-    "ClaudeSource",
-    "ClaudeStats",
-    "SessionView",
     "background_command_id",
     "background_launch_id",
     "history_prompt",
@@ -53,12 +61,6 @@ __all__ = [
     "transcript_task_end",
     "with_hooks",
 ]
-
-ClaudeSource = Literal["hook", "transcript", "session", "history"]
-"""Where a message came from: a hook POST, an entry of the session's transcript (JSONL),
-a new content of claude's session status file (``<config dir>/sessions/<pid>.json``), or
-a line of claude's prompt history (``<config dir>/history.jsonl``, every session's, its
-``sessionId`` ours)."""
 
 PACKAGE = "@anthropic-ai/claude-code"
 """Claude Code's npm package: its ``package.json`` beside the program says the version
@@ -128,53 +130,9 @@ PERSON_WAITS: frozenset[str] = frozenset(
 (``dialog open``: a settings dialog the person opened, say) carry no opinion."""
 
 
-@dataclass(slots=True)
-class ClaudeStats:
-    """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
-
-    lines: int = 0
-    not_json: int = 0
-    hooks: int = 0
-    ignored: int = 0
-    wrong_shape: int = 0
-    late: int = 0
-    interrupts: int = 0
-    adopted: int = 0
-
-
 def is_one_of(value: object, names: frozenset[str]) -> bool:
     """``value in names``, for a value of any JSON type (a list is unhashable)."""
     return isinstance(value, str) and value in names
-
-
-@dataclass(frozen=True, slots=True)
-class SessionView:
-    """One status of claude's session file (``status``, ``waitingFor``, ``statusUpdatedAt``),
-    and when it was first seen."""
-
-    status: str
-    waiting_for: object
-    stamp: object
-    since: float
-
-    @property
-    def kind(self) -> str | None:
-        """``idle``, ``busy`` or ``waiting`` (for a person); None: no opinion."""
-        if self.status in IDLE_STATUSES:
-            return "idle"
-        if self.status == "busy":
-            return "busy"
-        if self.status == "waiting" and isinstance(self.waiting_for, str):
-            return "waiting" if self.waiting_for in PERSON_WAITS else None
-        return None
-
-    def same(self, other: SessionView | None) -> bool:
-        """The same status written once (the file's rewrite of it is another)."""
-        return other is not None and (self.status, self.waiting_for, self.stamp) == (
-            other.status,
-            other.waiting_for,
-            other.stamp,
-        )
 
 
 def history_prompt(line: Mapping[str, Any]) -> float | None:
