@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -47,6 +48,13 @@ def history_web(wall: ShiftedClock) -> Iterator[Web]:
         extra_routes=lambda broker: history_routes(broker, recorder, wall),
     ) as broker:
         yield Web(broker, roster)
+
+
+def recorded(web: Web, name: str) -> list[Any]:
+    """``name``'s transitions as the broker's history holds them."""
+    history = web.broker.broker.history
+    assert isinstance(history, MemoryRecorder)
+    return history.history.transitions(name)
 
 
 @pytest.fixture
@@ -95,8 +103,16 @@ def test_the_strip_shows_a_blocked_stretch_and_todays_waits(
         (5, "builder", "working"),
     ):
         wall.offset = -60 * minutes_ago
+        kept = len(recorded(web, name))
         web.report(name, state)
         eventually(lambda: web.roster_json()[name].get("activity", "idle") == state)  # noqa: B023
+        # The history dates a transition when the fan-out publishes it, by the broker's
+        # clock: the clock moves on only once it did (CI: a blocked published after the
+        # clock had moved to its end drew no stretch at all).
+        eventually(
+            lambda: len(recorded(web, name)) > kept,  # noqa: B023
+            what=f"{name}'s {state} in the history",
+        )
     wall.offset = 0
     page = signed_in_at_noon(browser, web, history_tabs, "alice")
     section = page.locator("#history")
