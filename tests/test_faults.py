@@ -488,10 +488,12 @@ def test_the_heartbeat_follows_the_brokers_ttl(tmp_path: Path) -> None:
         eventually(lambda: activity(url) == "blocked", 60)
         time.sleep(2 * ttl)
         assert activity(url) == "blocked"
-        assert watch.shown == ["idle", "blocked"]  # never lapsed, not even for a moment
+        shown = watch.shown  # the turn's working may show before its approval (a loaded run)
+        assert shown[0] == "idle" and "blocked" in shown, shown
+        assert shown[shown.index("blocked") :] == ["blocked"], shown  # never lapsed at all
         approve(wrap, request)
         wrap.wait_for(is_note("turn/completed"))
-        eventually(lambda: activity(url) == "idle", 5)
+        eventually(lambda: activity(url) == "idle", 60)
         assert wrap.close() == 0
     watch.join()
 
