@@ -138,6 +138,7 @@ def main() -> int:
                 json.dumps(
                     {
                         "argv": sys.argv,
+                        "pid": os.getpid(),
                         "env": dict(os.environ),
                         "settings": settings,
                         "settings_mode": settings_path
