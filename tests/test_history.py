@@ -216,14 +216,19 @@ async def test_a_write_cut_short_by_an_outage_is_kept_for_the_next_connection() 
         finally:
             server.resume()
         assert recorder.pending == 1
-        with anyio.fail_after(WAIT):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(recorder.keep)
-                while recorder.pending:
-                    await anyio.sleep(0.01)
-                tg.cancel_scope.cancel()
+        await written(recorder)
         assert (await recorder.read("builder", T0)) == [Transition(T0, "idle")]
         await link.client.aclose()
+
+
+async def written(recorder: RedisHistory) -> None:
+    """Run the recorder's writer until what it queued is written (within the suite's wait)."""
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recorder.keep)
+            while recorder.pending:
+                await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
 
 
 @pytest.mark.anyio
@@ -253,12 +258,7 @@ async def test_transitions_queued_together_are_one_script_call_written_in_order(
         recorder.observe("scout", presence("scout", None, 0), T0 + 4000)
         client.script_load(HISTORY)  # so that no NOSCRIPT's call counts
         client.config_resetstat()
-        with anyio.fail_after(WAIT):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(recorder.keep)
-                while recorder.pending:
-                    await anyio.sleep(0.01)
-                tg.cancel_scope.cancel()
+        await written(recorder)
         calls = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
         assert calls == 1, f"{calls} script calls for one batch of 4 transitions"
         assert waits == [3.0]
