@@ -37,6 +37,7 @@ __all__ = [
     "Feeder",
     "FeederStats",
     "JsonSourcesFeeder",
+    "JsonSourcesStats",
     "Unknown",
 ]
 
@@ -67,6 +68,19 @@ class FeederStats(Protocol):
     """Entries fed: messages, raw lines, lines of a source not its own."""
     not_json: int
     """Of them, lines that were not JSON."""
+
+
+@dataclass(slots=True)
+class JsonSourcesStats:
+    """What a :class:`JsonSourcesFeeder` (a hook-driven client's mapping) saw and ignored,
+    for debug logs, tests and ``replay``; each client's adds its own counts."""
+
+    lines: int = 0
+    not_json: int = 0
+    hooks: int = 0
+    ignored: int = 0
+    wrong_shape: int = 0
+    late: int = 0
 
 
 class Feeder(Protocol):

@@ -147,7 +147,7 @@ from codex_presence.core.claude.protocol import (
     task_notification_id,
     transcript_task_end,
 )
-from codex_presence.core.feeder import Feeder, JsonSourcesFeeder, Unknown
+from codex_presence.core.feeder import Feeder, JsonSourcesFeeder, JsonSourcesStats, Unknown
 
 __all__ = ["SETTLE", "ClaudeMapping", "ClaudeStats", "SessionView"]
 
@@ -155,15 +155,9 @@ logger = logging.getLogger("codex_presence.claude")
 
 
 @dataclass(slots=True)
-class ClaudeStats:
+class ClaudeStats(JsonSourcesStats):
     """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
 
-    lines: int = 0
-    not_json: int = 0
-    hooks: int = 0
-    ignored: int = 0
-    wrong_shape: int = 0
-    late: int = 0
     interrupts: int = 0
     adopted: int = 0
 

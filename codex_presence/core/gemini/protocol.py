@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import orjson
 
+from codex_presence.core.feeder import JsonSourcesStats
+
 __all__ = [
     "CANCELLED",
     "CAPTURED",
@@ -86,15 +88,9 @@ and at "No" at an approval; no hook fires for either."""
 
 
 @dataclass(slots=True)
-class GeminiStats:
+class GeminiStats(JsonSourcesStats):
     """What the mapping saw and ignored; for debug logs, tests and ``replay``."""
 
-    lines: int = 0
-    not_json: int = 0
-    hooks: int = 0
-    ignored: int = 0
-    wrong_shape: int = 0
-    late: int = 0
     cancels: int = 0
 
 
