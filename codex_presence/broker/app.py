@@ -252,9 +252,9 @@ class _Subscription:
         self.broker = broker
         self.name = name
         self.session = session
+        """The session this stream is bound to, if it named one."""
         self.quiet = quiet
         """Keep-alives only (``?quiet=1``): no roster, no changes."""
-        """The session this stream is bound to, if it named one."""
         self.authorized = authorized
         """None for a bearer token (valid while the team stays); else asked before
         every send, so that a browser sign-in that ended ends its stream too."""

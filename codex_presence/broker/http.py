@@ -74,7 +74,10 @@ class Revalidated:
     def response(self, request: Request, body: bytes) -> Response:
         if body != self._body or not self._etag:
             self._body = body
-            self._etag = '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+            # Weak: the plain and the gzip'd bodies share it (a strong validator must
+            # differ between content-codings, RFC 9110 8.8.3), and If-None-Match compares
+            # weakly anyway.
+            self._etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
             self._gzipped = None
         headers = {"etag": self._etag, "cache-control": "no-cache", "vary": "accept-encoding"}
         if self._etag in _listed(request.headers.get("if-none-match", "")):

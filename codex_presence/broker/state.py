@@ -114,8 +114,13 @@ _LOG_SIZE = 64
 _IDLE = ActivityState.IDLE
 
 
+def _sse_head(event: str) -> bytes:
+    """What starts a server-sent event named ``event``, up to its data."""
+    return b"event: " + event.encode() + b"\ndata: "
+
+
 def _sse(event: str, data: bytes) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+    return _sse_head(event) + data + b"\n\n"
 
 
 class Broker:
@@ -314,7 +319,7 @@ class Broker:
         cost."""
         version = self.store.version()
         kept = self._roster
-        if version is not None and kept is not None and kept[0] == version:
+        if kept is not None and kept[0] == version:
             return kept[1]
         cache = self._encoded
         get_connection = self.store.connection
@@ -329,8 +334,7 @@ class Broker:
                 cache[name] = hit
             parts.append(hit[2])
         body = b"[" + b",".join(parts) + b"]"
-        if version is not None:
-            self._roster = (version, body)
+        self._roster = (version, body)
         return body
 
     def roster_event(self, you: str, *, before: bytes = b"") -> bytes:
@@ -343,7 +347,7 @@ class Broker:
         return b"".join(
             (
                 before,
-                b"event: " + ROSTER_EVENT.encode() + b"\ndata: ",
+                _sse_head(ROSTER_EVENT),
                 head,
                 b',"members":',
                 self.roster_json(),

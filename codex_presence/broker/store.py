@@ -125,12 +125,10 @@ class Store(Protocol):
     def subscribers_here(self, name: str) -> int:
         """``name``'s streams open on this broker (what the per-member cap bounds)."""
 
-    def version(self) -> int | None:
+    def version(self) -> int:
         """A number that changes whenever anything a roster shows may have changed (every
         write, ``lastSeen`` included, and every lapse due by now), so that the broker can
-        keep the encoded roster until it does; None when the store cannot tell (a shared
-        one that does not count its mirror's writes), and the roster is then checked
-        member by member on every read."""
+        keep the encoded roster until it does."""
 
     def next_lapse(self) -> float | None:
         """Seconds until the earliest TTL deadline known (None: none), for the fan-out to
@@ -201,7 +199,7 @@ class MemoryStore:
         return self.registry.get(name).connected
 
     def version(self) -> int:
-        self.tracker.next_expiry()  # the lapses due by now are resolved: each one counts
+        self.tracker.resolve_due()  # the lapses due by now are resolved: each one counts
         return self._writes + self.tracker.changes
 
     def next_lapse(self) -> float | None:

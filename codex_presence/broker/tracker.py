@@ -43,6 +43,7 @@ answer to anything: every broker sharing the store reads it so, whichever gave t
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -115,6 +116,7 @@ class ActivityTracker:
 
     __slots__ = (
         "_clock",
+        "_due",
         "_ended_idle",
         "_grace_lapses",
         "_idle_agents",
@@ -135,6 +137,10 @@ class ActivityTracker:
         self._shown: dict[str, Activity] = {}
         self._next: dict[str, float] = {}
         """Each member's earliest lapse: until then, their shown activity holds."""
+        self._due = math.inf
+        """No lapse is due before this (a lower bound of :attr:`_next`'s values: lowered
+        with each deadline set, made exact by :meth:`next_expiry`), so that
+        :meth:`resolve_due` costs nothing on every roster read."""
         self._ended_idle: dict[tuple[str, str], None] = {}
         """Sessions held until a report of idle ended them, the latest last."""
         self._idle_agents: dict[tuple[str, str], Agent] = {}
@@ -221,6 +227,7 @@ class ActivityTracker:
         if deadline < held.expires:
             self._sessions[name][session] = replace(held, expires=deadline)
             self._next[name] = min(self._next[name], deadline)
+            self._due = min(self._due, deadline)
         self._in_grace.add((name, session))
         return True
 
@@ -289,6 +296,7 @@ class ActivityTracker:
             record = one.record
             state = record.state
             self._next[name] = one.expires
+            self._due = min(self._due, one.expires)
             background = record.background
             return Activity(
                 state,
@@ -324,7 +332,8 @@ class ActivityTracker:
                 if background_since is None or record.background_since < background_since:
                     background_since = record.background_since
         strongest = _BLOCKED if blocked else ActivityState.WORKING if working else _IDLE
-        self._next[name] = min(one.expires for one in held.values())
+        self._next[name] = earliest = min(one.expires for one in held.values())
+        self._due = min(self._due, earliest)
         agents: tuple[dict[str, Any], ...] = ()
         if shown:
             ordered = sorted(held.items(), key=lambda item: item[1].record.order())
@@ -371,7 +380,15 @@ class ActivityTracker:
         now = self._clock()
         for name in [n for n, deadline in self._next.items() if now >= deadline]:
             self.entry(name)
-        return min(self._next.values(), default=None)
+        earliest = min(self._next.values(), default=None)
+        self._due = math.inf if earliest is None else earliest
+        return earliest
+
+    def resolve_due(self) -> None:
+        """Resolve the lapses due by now (each one counts in :attr:`changes`): a scan of
+        every member only when one can be due, not on every roster read."""
+        if self._clock() >= self._due:
+            self.next_expiry()
 
     def next_lapse(self) -> float | None:
         """Seconds until :meth:`next_expiry` (None: nothing can lapse)."""

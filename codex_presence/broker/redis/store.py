@@ -275,11 +275,11 @@ class RedisStore:
     def subscribers_here(self, name: str) -> int:
         return self._here.get(name, 0)
 
-    def version(self) -> int | None:
+    def version(self) -> int:
         """The mirror's writes: each member's connection is rebuilt in one place
         (:meth:`_refresh`) and its activity lives in the tracker, which counts its own
         writes and lapses (the lapses due by now resolved first)."""
-        self._activity.next_expiry()
+        self._activity.resolve_due()
         return self._refreshed + self._activity.changes
 
     def next_lapse(self) -> float | None:
