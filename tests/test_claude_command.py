@@ -484,15 +484,17 @@ def test_hooks_reach_the_roster_and_the_recording_replays(
     logged = log.read_text()
     assert token_of("alice") not in logged and "/hook" not in logged  # no token, no URL
     recorded = record.read_text()
+    # the transcript's stop_hook_summary, written just before the Stop hook that ends the
+    # following of the transcript (read at the end, then), is in the recording; it names
+    # the poster (spooled: no URL at all), or its URL, recorded without the secret
+    summaries = [
+        entry
+        for entry in map(json.loads, recorded.splitlines())
+        if entry.get("from") == "transcript" and entry["msg"].get("subtype") == "stop_hook_summary"
+    ]
+    assert len(summaries) == 1, recorded
     urls = re.findall(r"127\.0\.0\.1:\d+/([^/\"]+)/hook", recorded)
-    # the transcript's stop_hook_summary names the poster (spooled: no URL at all), or its
-    # URL, recorded without the secret. (The line may go unread: claude wrote it just before
-    # its Stop hook, which ends the transcript's following where hooks lead: seen beside a
-    # load of 7; whatever the recording holds of it never has the secret.)
-    if spool == "spool":
-        assert urls == []
-    else:
-        assert urls in ([], ["REDACTED"]), urls
+    assert urls == ([] if spool == "spool" else ["REDACTED"])
     assert said(tmp_path) == ""  # everything went to the log file
 
 
@@ -616,6 +618,51 @@ async def run_session(
         [fake_claude(tmp_path)], env=claude_settings.child_environment(os.environ)
     )
     return status, seen
+
+
+@pytest.mark.anyio
+async def test_a_line_no_poll_read_is_recorded_at_the_end_and_not_fed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where hooks lead, the transcript is not read once the member is idle: a line claude
+    wrote after its Stop was processed (as its stop_hook_summary can be, written just
+    before the hook) was read by no poll, and the recording lacked it. It is read when
+    claude has exited, recorded, and not fed (the live analysis never saw it). The
+    stand-in writes it once the session has gone idle, so no poll can read it first."""
+    record, idle = tmp_path / "session.jsonl", tmp_path / "idle"
+    script = [
+        hook("UserPromptSubmit"),
+        hook("Stop", background_tasks=[]),
+        {"do": "await", "path": str(idle)},
+        {"do": "summary"},
+    ]
+    monkeypatch.setenv("FAKE_CLAUDE_SCRIPT", json.dumps(script))
+    monkeypatch.setenv("FAKE_CLAUDE_TRANSCRIPT", str(tmp_path / "transcript.jsonl"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "config"))
+    seen: list[tuple[str, str]] = []
+
+    def observe(transition: Any) -> None:
+        seen.append((transition.state.value, transition.cause))
+        if transition.state.value == "idle":
+            idle.touch()
+
+    session = ClaudeSession(config=tmp_path / "config", observers=[observe], record=record)
+    status = await session.run(
+        [fake_claude(tmp_path)], env=claude_settings.child_environment(os.environ)
+    )
+    assert status == 0
+    assert seen == [("working", "UserPromptSubmit"), ("idle", "Stop")]
+    lines = [json.loads(line) for line in record.read_text().splitlines()[1:]]
+    assert [(e.get("from"), e.get("msg", {}).get("subtype")) for e in lines] == [
+        ("hook", None),
+        ("hook", None),
+        ("transcript", "stop_hook_summary"),
+        (None, None),  # the end line, still last
+    ], lines
+    assert "end" in lines[-1]
+    assert session.mapping.stats.lines == 2  # the two hooks: the line was not fed
+    rows = timeline(read_relevant_entries(record.read_bytes()))
+    assert [(r.state, r.cause) for r in rows] == seen
 
 
 @pytest.mark.anyio

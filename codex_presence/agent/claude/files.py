@@ -65,6 +65,9 @@ MAX_CHUNK = 8 * 1024 * 1024
 """At most this much of the transcript per poll (the rest comes at the next)."""
 MAX_LINE = 16 * 1024 * 1024
 """A longer transcript line (bookkeeping, in practice) is skipped unread."""
+MAX_REST = 64 * 1024 * 1024
+"""At most this much of the transcript is read at claude's exit
+(:meth:`~ClaudeFiles.rest_of_transcript`), whatever another writer keeps appending."""
 MAX_STATUS = 1024 * 1024
 """A session status file is a few hundred bytes; more than this is not one."""
 _SCAN_EVERY = 1.0
@@ -234,6 +237,20 @@ class ClaudeFiles:
             return []
         return [entry for line in lines if (entry := self._entry(line)) is not None]
 
+    def rest_of_transcript(self) -> list[dict[str, Any]]:
+        """The transcript's entries that no poll read, to its end (claude has exited: what
+        the polls left, a line written just before the hook that stopped them, say); at
+        most :data:`MAX_REST` more bytes."""
+        tail = self._transcript
+        if tail is None:
+            return []
+        try:
+            lines = tail.read_to_end(MAX_REST)
+        except NotRegular:
+            self._pass_over(str(tail.path), "not a regular file")
+            return []
+        return [entry for line in lines if (entry := self._entry(line)) is not None]
+
     # -- the prompt history --------------------------------------------------------------
 
     def _read_history(self) -> list[dict[str, Any]]:
@@ -317,6 +334,19 @@ class _Tail:
                 return []
         self._offset += len(chunk)
         return self._lines(chunk)
+
+    def read_to_end(self, limit: int) -> list[bytes]:
+        """The lines completed since the last read, chunk after chunk until the file's end
+        or ``limit`` bytes read (:meth:`read`'s errors)."""
+        out: list[bytes] = []
+        read = 0
+        while read < limit:
+            before = self._offset
+            out += self.read()
+            if self._offset == before:
+                break
+            read += max(0, self._offset - before)
+        return out
 
     def _lines(self, chunk: bytes) -> list[bytes]:
         lines = chunk.split(b"\n")

@@ -182,6 +182,7 @@ class ClaudeSession:
         try:
             return await self._supervise(launch)
         finally:
+            self._deliver(self.analysis.run(self._record_the_rest, self._now()))
             await finish_recording(recorder, self._now())
 
     async def _supervise(self, launch: ClaudeLaunch) -> int:
@@ -352,6 +353,16 @@ class ClaudeSession:
         if (due := self.mapping.tick(now)) is not None:
             out.append(due)
         return out
+
+    def _record_the_rest(self, now: float) -> None:
+        """At the end, the transcript's lines no poll read, recorded (a recording holds every
+        line claude wrote) but not fed: the live analysis never saw them. Where hooks lead,
+        the Stop hook ends the following, so a line claude wrote just before it (its
+        ``stop_hook_summary``) was read by no poll."""
+        if self._recorder is None or self._files is None:
+            return
+        for entry in self._files.rest_of_transcript():
+            self._record("transcript", entry, now)
 
     def _record(self, source: ClaudeSource, message: dict[str, Any], t: float) -> None:
         if self._recorder is not None:
