@@ -84,6 +84,27 @@ def test_an_overlong_line_is_skipped_to_its_end(
     assert [e.get("n") for _, e in follower.poll(0)] == [2]
 
 
+def test_the_rest_of_the_transcript_is_read_to_its_end_past_a_polls_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At claude's exit, what no poll read: every chunk to the file's end (a poll reads one),
+    bounded all the same; a line in progress is not a line."""
+    monkeypatch.setattr(claude_files, "MAX_CHUNK", 100)
+    follower, transcript = files(tmp_path)
+    name(follower, transcript)
+    transcript.write_bytes(b"".join(entry("user", n=n, pad="x" * 40) for n in range(5)))
+    assert [e["n"] for _, e in follower.poll(0)] == [0]  # one chunk's whole line
+    with transcript.open("ab") as out:
+        out.write(entry("system", subtype="stop_hook_summary") + b'{"type":"user"')
+    rest = follower.rest_of_transcript()
+    assert [e.get("n", e.get("subtype")) for e in rest] == [1, 2, 3, 4, "stop_hook_summary"]
+    assert follower.rest_of_transcript() == []
+    monkeypatch.setattr(claude_files, "MAX_REST", 100)
+    with transcript.open("ab") as out:
+        out.write(b"}\n" + b"".join(entry("user", n=n, pad="x" * 40) for n in range(5, 9)))
+    assert [e.get("n") for e in follower.rest_of_transcript()] == [None, 5]  # two chunks
+
+
 def test_a_new_transcript_path_is_followed_instead(tmp_path: Path) -> None:
     follower, transcript = files(tmp_path)
     name(follower, transcript)

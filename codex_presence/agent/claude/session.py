@@ -36,7 +36,10 @@ and end are the shells' skeleton's (:mod:`codex_presence.agent.session`).
 * **Where the hooks lead**, the files are read only while it can matter: polled every
   ``poll_interval`` while the mapping :attr:`~ClaudeMapping.wants_follow` (the member is not
   idle, or claude's view awaits adoption); when idle, the follower sleeps until the next
-  hook. The mapping's timer is honoured at the same polls.
+  hook. The mapping's timer is honoured at the same polls. A recording holds every
+  transcript line all the same: what no poll read (the ``stop_hook_summary`` claude writes
+  just before the Stop hook that puts the follower to sleep) is read once claude has
+  exited, and recorded, not fed.
 * A bug in the analysis (the mapping, or the reading of claude's files) never touches
   claude: it is logged once, the member is reported idle
   (:class:`~codex_presence.agent.analysis.AnalysisGuard`), and the session goes on
