@@ -775,6 +775,9 @@ HEAVY_BEFORE_THE_SPAWN = {
     "shutil",
     "lzma",
     "uuid",
+    "socket",
+    "codex_presence.agent.hooks.listener",
+    "ctypes",
 }
 """Nor what claude's spawn does not need (issue 34's import diet): ~40 of ``-X importtime``'s
 ~60 ms before it, worth several times that on a loaded machine. logging (and its
@@ -783,7 +786,10 @@ and package.json read with the standard library's json (orjson pulls uuid, platf
 datetime and dataclasses with inspect); the protocol has no dataclass (the mapping's are
 the mapping's) and no typing; paths are os.path's (pathlib loads urllib.parse and
 ipaddress) and the PATH search :func:`~codex_presence.agent.installed.which` (shutil
-loads bz2 and lzma)."""
+loads bz2 and lzma). Where the hooks are spooled (Linux), no loopback socket is opened
+before the spawn, nor after it (its module with socket and selectors, the listen, the
+thread that took its connections early: nothing of ours would come to it); the token is
+blanked in our original environment just after the spawn (ctypes)."""
 
 
 def _loaded_at_the_spawn(program: str, hooks: str, env: dict[str, str]) -> set[str]:

@@ -107,13 +107,21 @@ def run(args: argparse.Namespace) -> int:
     # (anyio, the hook server with h11, the mapping, the broker link's HTTP client), so all
     # of that overlaps with claude's own start; the hook server's socket already listens.
     # The token is ours, not claude's: every command its agent runs would inherit it, or
-    # read it from our original environment (/proc/<pid>/environ).
-    token = forget_env(TOKEN_ENV)
+    # read it from our original environment (/proc/<pid>/environ): it is not in claude's
+    # environment, and blanked in ours as soon as claude is spawned (ctypes loads for it:
+    # ~2 ms before the spawn, long before claude's agent can run a command).
+    token = os.environ.get(TOKEN_ENV)
     env = child_environment(
         os.environ, drop=(TOKEN_ENV,), hinted_args=given_args if observe else None
     )
     signals = SignalForwarding(name="claude")
     forward_signals_now(signals)
+
+    def spawned() -> None:
+        forget_env(TOKEN_ENV)
+        # Nothing is logged before claude's spawn: logging loads once claude runs.
+        setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
+
     launch = launch_claude(
         command,
         env=env,
@@ -121,9 +129,7 @@ def run(args: argparse.Namespace) -> int:
         observe=observe,
         hooks=args.claude_hooks,
         signals=signals,
-        on_spawn=lambda: setup_logging(
-            verbose=args.verbose, quiet=quiet, log_file=args.log_file
-        ),  # nothing is logged before claude's spawn: logging loads once claude runs
+        on_spawn=spawned,
     )
 
     from codex_presence.agent.loading import load_behind
