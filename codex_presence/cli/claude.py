@@ -132,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
         on_spawn=spawned,
     )
 
+    from codex_presence.agent.claude.launch import until_claude_started
+
+    until_claude_started(launch, env)  # the session loads after claude's first paint
     from codex_presence.agent.loading import load_behind
 
     load_behind(
