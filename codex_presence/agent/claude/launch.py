@@ -33,6 +33,10 @@ The order, each step as soon as the one before it:
    one gone could no longer be told from another user's (the loading took 2-2.4 s at load
    10).
 
+6. Where the hooks are spooled, the session's loading waits for claude's start
+   (:func:`until_claude_started`): nothing of claude's waits for the session then, and its
+   few hundred ms of CPU come after claude's first paint instead of beside it.
+
 A spawn that fails is kept for the session to say
 (:func:`~codex_presence.agent.signals.cannot_run`).
 """
