@@ -32,7 +32,6 @@ The order, each step as soon as the one before it:
    until the server, loaded, takes them over: a poster gives up on its answer after 2 s, and
    one gone could no longer be told from another user's (the loading took 2-2.4 s at load
    10).
-
 6. Where the hooks are spooled, the session's loading waits for claude's start
    (:func:`until_claude_started`): nothing of claude's waits for the session then, and its
    few hundred ms of CPU come after claude's first paint instead of beside it.
