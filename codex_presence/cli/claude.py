@@ -22,7 +22,8 @@ Put `codex-presence claude --` in front of `claude`: claude runs as usual, on yo
 (nothing is proxied), with `--settings FILE` added after the command's first word (a
 --settings of your own in ARGS is carried in FILE). Without `-- CMD`, CMD is `claude` from
 your PATH; a CMD of your own (a wrapper script) must pass its arguments on to claude. FILE
-(private, removed at the end) sends claude's hooks to a server of ours on 127.0.0.1. Your
+(private, removed at the end) sends claude's hooks into a private spool directory of ours
+(Linux), elsewhere to a server of ours on 127.0.0.1. Your
 state: working while a turn, a tool or a subagent runs, blocked while a permission dialog
 or a question waits for you, idle otherwise. An interactive claude of a version whose
 session status file we checked (2.1.332) gets only SessionStart and SessionEnd hooks (its
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             "codex_presence.agent.claude.session",
             *(["codex_presence.client.link"] if args.broker else []),
         ]
-    )  # (claude's hooks meanwhile are taken at once: launch.EarlyAccepts)
+    )  # (claude's hooks meanwhile wait in the spool, or are taken at once: EarlyAccepts)
     import anyio
 
     from codex_presence.agent.claude.launch import config_dir
