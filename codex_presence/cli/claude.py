@@ -23,9 +23,9 @@ Put `codex-presence claude --` in front of `claude`: claude runs as usual, on yo
 --settings of your own in ARGS is carried in FILE). Without `-- CMD`, CMD is `claude` from
 your PATH; a CMD of your own (a wrapper script) must pass its arguments on to claude. FILE
 (private, removed at the end) sends claude's hooks into a private spool directory of ours
-(Linux), elsewhere to a server of ours on 127.0.0.1. Your
-state: working while a turn, a tool or a subagent runs, blocked while a permission dialog
-or a question waits for you, idle otherwise. An interactive claude of a version whose
+(Linux), elsewhere to a server of ours on 127.0.0.1. Your state: working while a turn, a
+tool or a subagent runs, blocked while a permission dialog or a question waits for you,
+idle otherwise. An interactive claude of a version whose
 session status file we checked (2.1.332) gets only SessionStart and SessionEnd hooks (its
 spinner names none of ours): the state is read from that file as soon as claude writes it.
 Any other (print mode, another version, --claude-hooks all) gets a hook for every event,
