@@ -96,7 +96,9 @@ def main() -> None:
     try:
         assert broker.stdout is not None
         url = f"http://{latency.HOST}:{int(broker.stdout.readline())}"
-        with tempfile.TemporaryDirectory(prefix="cps-", dir="/tmp") as tmp_name:
+        with tempfile.TemporaryDirectory(
+            prefix="cps-", dir="/tmp", ignore_cleanup_errors=True
+        ) as tmp_name:  # a runner killed with its pane may still write bytecode there
             tmp = Path(tmp_name)
             api = FakeAnthropic([])
             with api.serve(), listen_loopback() as listener:

@@ -822,6 +822,9 @@ HEAVY_BEFORE_THE_SPAWN = {
     "shutil",
     "lzma",
     "uuid",
+    "socket",
+    "codex_presence.agent.hooks.listener",
+    "ctypes",
 }
 """Nor what claude's spawn does not need (issue 34's import diet): ~40 of ``-X importtime``'s
 ~60 ms before it, worth several times that on a loaded machine. logging (and its
@@ -830,7 +833,10 @@ and package.json read with the standard library's json (orjson pulls uuid, platf
 datetime and dataclasses with inspect); the protocol has no dataclass (the mapping's are
 the mapping's) and no typing; paths are os.path's (pathlib loads urllib.parse and
 ipaddress) and the PATH search :func:`~codex_presence.agent.installed.which` (shutil
-loads bz2 and lzma)."""
+loads bz2 and lzma). Where the hooks are spooled (Linux), no loopback socket is opened
+before the spawn, nor after it (its module with socket and selectors, the listen, the
+thread that took its connections early: nothing of ours would come to it); the token is
+blanked in our original environment just after the spawn (ctypes)."""
 
 
 def _loaded_at_the_spawn(program: str, hooks: str, env: dict[str, str]) -> set[str]:
@@ -874,3 +880,47 @@ def test_the_real_claude_is_spawned_before_anything_slow_is_loaded(
     assert "codex_presence.agent.installed" in loaded  # its package.json was read
     assert loaded & SLOW_BEFORE_THE_SPAWN == set()
     assert loaded & HEAVY_BEFORE_THE_SPAWN == set()
+
+
+def _stand_in(tmp_path: Path, body: str) -> str:
+    """A "claude" that runs ``body`` (sh), its own pid as claude's."""
+    script = tmp_path / "claude"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("sign", ["session file", "exit"])
+def test_the_session_loads_once_claude_has_started(tmp_path: Path, sign: str) -> None:
+    """Issue 34: where the hooks are spooled nothing of claude's waits for the session,
+    and its loading (a few hundred ms of CPU) took ~30 ms from claude's first paint on a
+    2-core machine: it waits for claude's start, said by its session file (or a first hook
+    in the spool), or for its exit, never for nothing (a stand-in that writes its file
+    after a while; one that exits at once)."""
+    from codex_presence.agent.claude.launch import launch_claude, release, until_claude_started
+
+    config = tmp_path / "config"
+    status = config / "sessions"
+    body = (
+        f"sleep 0.5; mkdir -p '{status}'; echo '{{}}' > '{status}'/$$.json; exec sleep 60"
+        if sign == "session file"
+        else "exit 3"
+    )
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(config)}
+    env.pop(SPOOL_ENV, None)
+    launch = launch_claude([_stand_in(tmp_path, body)], env=env, settings={})
+    try:
+        assert launch.process is not None and launch.private is not None
+        assert (Path(launch.private) / SPOOL).is_dir()  # spooled: the wait applies
+        until_claude_started(launch, env, at_most=60)
+        if sign == "session file":
+            assert (status / f"{launch.process.pid}.json").exists()
+            assert launch.process.poll() is None
+        else:
+            assert launch.process.poll() == 3
+    finally:
+        if launch.process is not None:
+            launch.process.kill()
+            launch.process.wait(10)
+            launch.process.release()
+        release(launch)

@@ -22,9 +22,10 @@ Put `codex-presence claude --` in front of `claude`: claude runs as usual, on yo
 (nothing is proxied), with `--settings FILE` added after the command's first word (a
 --settings of your own in ARGS is carried in FILE). Without `-- CMD`, CMD is `claude` from
 your PATH; a CMD of your own (a wrapper script) must pass its arguments on to claude. FILE
-(private, removed at the end) sends claude's hooks to a server of ours on 127.0.0.1. Your
-state: working while a turn, a tool or a subagent runs, blocked while a permission dialog
-or a question waits for you, idle otherwise. An interactive claude of a version whose
+(private, removed at the end) sends claude's hooks into a private spool directory of ours
+(Linux), elsewhere to a server of ours on 127.0.0.1. Your state: working while a turn, a
+tool or a subagent runs, blocked while a permission dialog or a question waits for you,
+idle otherwise. An interactive claude of a version whose
 session status file we checked (2.1.332) gets only SessionStart and SessionEnd hooks (its
 spinner names none of ours): the state is read from that file as soon as claude writes it.
 Any other (print mode, another version, --claude-hooks all) gets a hook for every event,
@@ -107,13 +108,21 @@ def run(args: argparse.Namespace) -> int:
     # (anyio, the hook server with h11, the mapping, the broker link's HTTP client), so all
     # of that overlaps with claude's own start; the hook server's socket already listens.
     # The token is ours, not claude's: every command its agent runs would inherit it, or
-    # read it from our original environment (/proc/<pid>/environ).
-    token = forget_env(TOKEN_ENV)
+    # read it from our original environment (/proc/<pid>/environ): it is not in claude's
+    # environment, and blanked in ours as soon as claude is spawned (ctypes loads for it:
+    # ~2 ms before the spawn, long before claude's agent can run a command).
+    token = os.environ.get(TOKEN_ENV)
     env = child_environment(
         os.environ, drop=(TOKEN_ENV,), hinted_args=given_args if observe else None
     )
     signals = SignalForwarding(name="claude")
     forward_signals_now(signals)
+
+    def spawned() -> None:
+        forget_env(TOKEN_ENV)
+        # Nothing is logged before claude's spawn: logging loads once claude runs.
+        setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
+
     launch = launch_claude(
         command,
         env=env,
@@ -121,11 +130,12 @@ def run(args: argparse.Namespace) -> int:
         observe=observe,
         hooks=args.claude_hooks,
         signals=signals,
-        on_spawn=lambda: setup_logging(
-            verbose=args.verbose, quiet=quiet, log_file=args.log_file
-        ),  # nothing is logged before claude's spawn: logging loads once claude runs
+        on_spawn=spawned,
     )
 
+    from codex_presence.agent.claude.launch import until_claude_started
+
+    until_claude_started(launch, env)  # the session loads after claude's first paint
     from codex_presence.agent.loading import load_behind
 
     load_behind(
@@ -135,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             "codex_presence.agent.claude.session",
             *(["codex_presence.client.link"] if args.broker else []),
         ]
-    )  # (claude's hooks meanwhile are taken at once: launch.EarlyAccepts)
+    )  # (claude's hooks meanwhile wait in the spool, or are taken at once: EarlyAccepts)
     import anyio
 
     from codex_presence.agent.claude.launch import config_dir

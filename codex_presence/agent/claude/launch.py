@@ -2,11 +2,12 @@
 (issue 34), as ``codex-presence codex`` spawns the TUI (:mod:`codex_presence.agent.tui.launch`).
 
 A person sees claude's first paint once claude has started; everything of ours before the
-spawn adds to it one for one. claude must find the hook URL in its settings when it
-starts, so the hook server's socket comes first, but not the server: the session (anyio,
-h11, the mapping, the broker link) loads after the spawn, behind claude's own start, and
-serves the socket that already listens (the kernel queues claude's connections in its
-backlog meanwhile; its first hook, SessionStart, comes a few hundred milliseconds later).
+spawn adds to it one for one. claude must find where its hooks go in its settings when
+it starts: the spool directory (Linux), which holds them until read, or else the hook
+server's socket, which comes first, but not the server: the session (anyio, the spool or
+the server with h11, the mapping, the broker link) loads after the spawn, behind claude's
+own start (the kernel queues claude's connections in the socket's backlog meanwhile; its
+first hook, SessionStart, comes a few hundred milliseconds later).
 
 The order, each step as soon as the one before it:
 
@@ -14,9 +15,11 @@ The order, each step as soon as the one before it:
    handler that passes them on by the shells' rule, kept until the session takes them.
 2. Where there is something to observe: the session's private 0700 directory
    (:func:`~codex_presence.agent.leftovers.owned_directory`; the leftovers of killed
-   sessions are swept after the spawn), a loopback socket listening with a fresh secret
-   (:mod:`codex_presence.agent.hooks.listener`), and in the directory claude's settings
-   file and the hook poster (:func:`~.settings.with_our_hooks`).
+   sessions are swept after the spawn), and in the directory claude's settings file and
+   the hook poster (:func:`~.settings.with_our_hooks`); only where the hooks are not
+   spooled into the directory (not Linux, ``CODEX_PRESENCE_HOOK_SPOOL=0``, no bash), a
+   loopback socket listening with a fresh secret
+   (:mod:`codex_presence.agent.hooks.listener`), for the poster's URL.
 3. claude, with our terminal, in our process group, under its watchdog
    (:func:`~codex_presence.agent.child.spawn`). Up to here the standard library's lightest
    modules alone (no logging, pathlib, shutil, typing, dataclasses or orjson: each import
@@ -24,10 +27,14 @@ The order, each step as soon as the one before it:
 4. The runner's logging (``on_spawn``: nothing is said before), then what the settings
    could check or say only at a cost to claude's start: whether bash opens ``/dev/tcp``
    for the poster (else the poster runs curl), long before claude's first hook.
-5. A thread that takes claude's connections as they come, each peer's uid noted at once
-   (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`), until the server, loaded,
-   takes them over: a poster gives up on its answer after 2 s, and one gone could no longer
-   be told from another user's (the loading took 2-2.4 s at load 10).
+5. Where there is a socket, a thread that takes claude's connections as they come, each
+   peer's uid noted at once (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`),
+   until the server, loaded, takes them over: a poster gives up on its answer after 2 s, and
+   one gone could no longer be told from another user's (the loading took 2-2.4 s at load
+   10).
+6. Where the hooks are spooled, the session's loading waits for claude's start
+   (:func:`until_claude_started`): nothing of claude's waits for the session then, and its
+   few hundred ms of CPU come after claude's first paint instead of beside it.
 
 A spawn that fails is kept for the session to say
 (:func:`~codex_presence.agent.signals.cannot_run`).
@@ -61,12 +68,16 @@ __all__ = [
     "launch_claude",
     "release",
     "sweep_after_the_spawn",
+    "until_claude_started",
 ]
 
 PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
 HISTORY = "history.jsonl"
 """claude's prompt history, in its config directory: every session's prompts, one a line."""
+STARTED_WITHIN = 1.0
+"""Seconds the session's loading waits at most for claude's start
+(:func:`until_claude_started`): 0.3-0.5 s on a quiet machine."""
 
 
 class ClaudeLaunch:
@@ -140,17 +151,26 @@ def launch_claude(
     argv = list(command)
     if observe:
         from codex_presence.agent.claude.settings import with_our_hooks
-        from codex_presence.agent.hooks.listener import hook_url, listen_loopback, new_hook_path
         from codex_presence.agent.leftovers import owned_directory
+
+        def listen() -> str:
+            """The hook server's socket, opened only where the hooks are not spooled."""
+            from codex_presence.agent.hooks.listener import (
+                hook_url,
+                listen_loopback,
+                new_hook_path,
+            )
+
+            launch.listener = listen_loopback()
+            launch.hook_path = new_hook_path()
+            return hook_url(launch.listener, launch.hook_path)
 
         try:
             launch.private = owned_directory(PRIVATE_PREFIX)
-            launch.listener = listen_loopback()
-            launch.hook_path = new_hook_path()
             argv, launch.file_led = with_our_hooks(
                 argv,
                 settings,
-                hook_url(launch.listener, launch.hook_path),
+                listen,
                 private=launch.private,
                 env=env,
                 hooks=hooks,
@@ -179,6 +199,34 @@ def launch_claude(
 
         launch.early = EarlyAccepts(launch.listener)
     return launch
+
+
+def until_claude_started(
+    launch: ClaudeLaunch, env: Mapping[str, str], *, at_most: float = STARTED_WITHIN
+) -> None:
+    """Where claude's hooks are spooled, wait until claude has started (its first hook in
+    the spool, or its session file written), claude's exit, or ``at_most`` seconds: then
+    the session loads (a few hundred ms of CPU: anyio, the mapping, the broker link) after
+    claude's first paint, not beside it (issue 34: ~30 ms of claude's start on a quiet
+    2-core machine). Nothing of claude's waits for the session then: its hooks wait in the
+    spool and its files are read from where they stand. Where the hooks are posted, the
+    poster waits for the server: no wait."""
+    process, private = launch.process, launch.private
+    if process is None or private is None:
+        return
+    from codex_presence.core.hooks.poster import SPOOL
+
+    spool = os.path.join(private, SPOOL)
+    if not os.path.isdir(spool):
+        return
+    import select
+
+    status = os.path.join(_config_dir(env), "sessions", f"{process.pid}.json")
+    deadline = time.monotonic() + at_most
+    while time.monotonic() < deadline and process.poll() is None:
+        if os.listdir(spool) or os.path.exists(status):
+            return
+        select.select([process.reports], [], [], 0.01)  # or at once, claude's exit
 
 
 def config_dir(env: Mapping[str, str]) -> Path:

@@ -70,7 +70,6 @@ from codex_presence.agent.claude.launch import (
     release,
     sweep_after_the_spawn,
 )
-from codex_presence.agent.hooks.hook_server import HookServer
 from codex_presence.agent.hooks.spool import HookSpool
 from codex_presence.agent.hooks.watch import DirectoryWatch
 from codex_presence.agent.recorder import Recorder, start_recorder
@@ -89,6 +88,7 @@ from codex_presence.core.hooks.poster import SPOOL
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from codex_presence.agent.hooks.hook_server import HookServer
     from codex_presence.core.claude.protocol import ClaudeSource
 
 __all__ = ["ClaudeSession"]
@@ -128,7 +128,9 @@ class ClaudeSession:
         poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self.mapping = mapping if mapping is not None else ClaudeMapping()
-        self.server = HookServer(self._on_hook)
+        self.server: HookServer | None = None
+        """The loopback hook server, where the hooks are not spooled (loaded only then: h11
+        and the server are ~10 ms of CPU beside claude's start)."""
         self._config = config
         self._observe = observe
         self._hooks = hooks
@@ -211,6 +213,8 @@ class ClaudeSession:
                     launch.listener.close()
                 launch.early = launch.listener = None
             elif launch.listener is not None:
+                from codex_presence.agent.hooks.hook_server import HookServer
+
                 self.server = HookServer(self._on_hook, path=launch.hook_path)
                 listener, launch.listener = launch.listener, None  # the server closes it
                 early, launch.early = launch.early, None  # and takes what it accepted
@@ -370,7 +374,9 @@ class ClaudeSession:
     def _record(self, source: ClaudeSource, message: dict[str, Any], t: float) -> None:
         if self._recorder is not None:
             line = orjson.dumps(message) + b"\n"
-            self._recorder.add(t, source, self.server.redact(line))
+            if self.server is not None:  # the secret is in the hook URL claude may write
+                line = self.server.redact(line)
+            self._recorder.add(t, source, line)
 
     def _deliver(self, transitions: list[Transition]) -> None:
         self.session.deliver(transitions)

@@ -162,15 +162,16 @@ def _write_private(directory: str | os.PathLike[str], name: str, data: bytes) ->
 
 def _hook_command(
     private: str | os.PathLike[str],
-    url: str,
+    hook_url: Callable[[], str],
     env: Mapping[str, str],
     later: list[Callable[[], None]] | None = None,
 ) -> str | None:
     """The command hook that delivers claude's hooks (its script or config file written in
     ``private``): where they are spooled (:func:`spools`), a bash script writing into
-    ``private/SPOOL`` (:func:`spool_script`, made here), else one POSTing to ``url``
-    (:func:`poster_script`: a third of curl's CPU), else curl; None where claude's PATH
-    has neither bash nor curl: then HTTP hooks.
+    ``private/SPOOL`` (:func:`spool_script`, made here; ``hook_url`` is never called: no
+    socket is opened), else one POSTing to ``hook_url()`` (:func:`poster_script`: a third
+    of curl's CPU), else curl; None where claude's PATH has neither bash nor curl: then
+    HTTP hooks.
 
     Whether bash opens ``/dev/tcp`` (:func:`_opens_tcp`: starting bash costs 35-50 ms on
     the way to claude's first paint on a loaded machine) is checked after claude's spawn
@@ -184,6 +185,7 @@ def _hook_command(
         os.mkdir(spool, 0o700)
         script = _write_private(private, "poster.sh", spool_script(spool, cat=cat).encode())
         return script_command(bash, script)
+    url = hook_url()
     if bash is not None and cat is not None and "'" not in cat:
         if later is not None and curl is not None:
             script = _write_private(private, "poster.sh", poster_script(url, cat=cat).encode())
@@ -282,7 +284,7 @@ def _file_leads(
 def with_our_hooks(
     argv: Sequence[str],
     settings: Mapping[str, Any],
-    url: str,
+    url: str | Callable[[], str],
     *,
     private: str | os.PathLike[str],
     env: Mapping[str, str],
@@ -296,9 +298,18 @@ def with_our_hooks(
     claude's PATH has bash or curl (:func:`_hook_command`), async but for SessionEnd (and in
     print mode, which ends with the turn, Stop and StopFailure), else HTTP hooks. ``later``: where
     given, gets what is to be checked and said once claude runs (see :func:`_hook_command`;
-    the log line), for the caller to run then."""
+    the log line), for the caller to run then. ``url`` may be a function that opens the
+    hook server's socket and says its URL: called only where the hooks are not spooled
+    (issue 34: no socket, no thread where none is needed, before claude's spawn)."""
     printing = prints(argv[1:])
-    command = _hook_command(private, url, env, later)
+    urls: list[str] = []
+
+    def hook_url() -> str:
+        if not urls:
+            urls.append(url if isinstance(url, str) else url())
+        return urls[0]
+
+    command = _hook_command(private, hook_url, env, later)
     file_led, why = _file_leads(argv[0], env, hooks=hooks, printing=printing, command=command)
     if why and later is not None:  # said once claude runs: logging loads after its spawn
         later.append(lambda: _log("info", "claude's hooks: %s", why))
@@ -306,7 +317,13 @@ def with_our_hooks(
         _log("info", "claude's hooks: %s", why)
     events = FILE_LED_EVENTS if file_led else HOOK_EVENTS
     document = json.dumps(
-        with_hooks(settings, url, command=command, events=events, printing=printing),
+        with_hooks(
+            settings,
+            hook_url() if command is None else "",
+            command=command,
+            events=events,
+            printing=printing,
+        ),
         separators=(",", ":"),
     ).encode()
     return _with_settings(argv, _write_private(private, "settings.json", document)), file_led

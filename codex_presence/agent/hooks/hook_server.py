@@ -69,14 +69,12 @@ from anyio.abc import SocketStream, TaskStatus
 from codex_presence._wire import Refused
 from codex_presence.agent.hooks.listener import EarlyAccepts, listen_loopback, new_hook_path
 from codex_presence.agent.hooks.peer_uid import peer_uid
-from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, SEQ_HEADER
+from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, MAX_BODY, SEQ_HEADER
 
 __all__ = ["MAX_BODY", "HookServer"]
 
 logger = logging.getLogger("codex_presence.hooks")
 
-MAX_BODY = 32 * 1024 * 1024
-"""Hook bodies carry tool inputs and outputs (the client truncates those); far above them."""
 MAX_HEAD = 64 * 1024
 _READ = 16 * 1024
 """Reads smaller than MAX_HEAD: h11 checks the cap between reads."""

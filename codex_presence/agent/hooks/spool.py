@@ -35,8 +35,7 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
-from codex_presence.agent.hooks.hook_server import MAX_BODY
-from codex_presence.core.hooks.poster import SPOOL_SUFFIX, spooled_hook
+from codex_presence.core.hooks.poster import MAX_BODY, SPOOL_SUFFIX, spooled_hook
 
 __all__ = ["GIVE_UP_AFTER", "POLL_INTERVAL", "HookSpool"]
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 __all__ = [
     "HOOK_SECRET_HEADER",
+    "MAX_BODY",
     "POST_TIMEOUT",
     "SEQ_HEADER",
     "SPOOL",
@@ -128,6 +129,10 @@ def curl_config(url: str, *, timeout: int = POST_TIMEOUT) -> str:
         ]
     )
 
+
+MAX_BODY = 32 * 1024 * 1024
+"""The largest hook we take, posted (the hook server's 413) or spooled (dropped): hook
+bodies carry tool inputs and outputs (the client truncates those); far above them."""
 
 SPOOL = "spool"
 """The directory, in a session's private one, that the spool poster writes hooks into
