@@ -732,3 +732,89 @@ def test_a_notify_url_on_the_command_line_draws_a_warning(tmp_path: Path, given:
     else:
         assert warned == [], said
     assert "s3cret-path" not in said
+
+
+def test_roster_watch_reads_the_roster_by_a_conditional_get() -> None:
+    """``roster --watch`` (its :func:`~codex_presence.cli.roster.watch`, in this process,
+    its requests logged) holds a light stream and reads ``GET /roster`` at each change,
+    sending back the ETag it has: a change the read before already showed is a 304, and
+    the roster drawn is the broker's. The race is made, not hoped for: the read for
+    builder's "working" starts only once builder reported "blocked", so it shows blocked,
+    and the read that the "blocked" event asks for finds the roster unchanged."""
+    import io
+
+    import anyio
+
+    from codex_presence.cli.roster import watch
+    from codex_presence.client.api import fetch_whoami
+    from codex_presence.client.stream import RosterView
+
+    reads: list[tuple[int, str | None]] = []
+    """Each GET /roster: its status and the If-None-Match it carried."""
+    views: list[dict[str, str]] = []
+
+    with running_broker(team=TEAM) as broker:
+
+        async def report(client: httpx.AsyncClient, name: str, state: str) -> None:
+            response = await client.post(
+                broker.url + "/presence/activity", json={"state": state}, headers=broker.auth(name)
+            )
+            assert response.status_code == 204
+
+        async def main_() -> None:
+            async with httpx.AsyncClient(timeout=10) as reporter:
+                raced = anyio.Event()
+
+                async def before(request: httpx.Request) -> None:
+                    if request.url.path != "/roster" or raced.is_set():
+                        return
+                    if working.is_set():  # a read after builder's "working" was sent
+                        await report(reporter, "builder", "blocked")
+                        raced.set()
+
+                async def after(response: httpx.Response) -> None:
+                    if response.request.url.path == "/roster":
+                        reads.append(
+                            (response.status_code, response.request.headers.get("if-none-match"))
+                        )
+
+                def on_view(view: RosterView) -> None:
+                    views.append(
+                        {n: str(p.get("activity", "idle")) for n, p in view.members.items()}
+                    )
+
+                working = anyio.Event()
+                async with (
+                    httpx.AsyncClient(
+                        base_url=broker.url,
+                        headers=broker.auth("alice"),
+                        timeout=10,
+                        event_hooks={"request": [before], "response": [after]},
+                    ) as client,
+                    anyio.create_task_group() as tg,
+                ):
+                    me = await fetch_whoami(client)
+                    tg.start_soon(lambda: watch(client, me, io.StringIO(), on_view=on_view))
+                    with anyio.fail_after(60):
+                        while not views:
+                            await anyio.sleep(0.02)
+                        working.set()
+                        await report(reporter, "builder", "working")
+                        while not (
+                            raced.is_set()
+                            and any(s == 304 for s, _ in reads)
+                            and views[-1].get("builder") == "blocked"
+                        ):
+                            await anyio.sleep(0.02)
+                    tg.cancel_scope.cancel()
+
+        try:
+            anyio.run(main_)
+        except BaseException as exc:  # what was seen, for the failure's message
+            raise AssertionError(f"reads {reads}, views {views}") from exc
+
+    assert reads[0] == (200, None), reads  # the first read has no ETag to send
+    etags = [tag for _, tag in reads[1:]]
+    assert all(etags), f"every later read sends the ETag back: {reads}"
+    assert any(status == 304 for status, _ in reads), reads
+    assert views[-1] == {"alice": "idle", "builder": "blocked", "scout": "idle"}, views

@@ -729,6 +729,55 @@ def test_the_page_counts_a_members_busy_sessions(
 
 
 @pytest.mark.browser
+def test_the_page_reads_the_roster_by_a_conditional_get(
+    browser: Browser, web: Web, tabs: list[Tab]
+) -> None:
+    """Issue 37: the page's stream is a light one (``?light=1``: it says the roster
+    changed); the page reads ``GET /roster``, sending back the ETag it has, and a read
+    that finds the roster as it has it is a 304 with no body. The race that makes one is
+    made, not hoped for: the read for builder's "working" goes out only once builder
+    reported "blocked", so it shows blocked; the read that the "blocked" event asks for
+    then finds the roster unchanged."""
+    tab = signed_in(browser, web, tabs, "alice")
+    page = tab.page
+    assert any("light=1" in url for url in tab.requests if "/subscribe?" in url), tab.requests
+    reads: list[tuple[int, str | None]] = []
+    """Each GET /roster the page made: its status and the If-None-Match it sent."""
+
+    def logged(response: Any) -> None:
+        if urlsplit(response.url).path == "/roster":
+            reads.append((response.status, response.request.headers.get("if-none-match")))
+
+    page.on("response", logged)
+    held: list[str] = []
+    working: list[bool] = []
+
+    def hold(route: Any) -> None:
+        if working and not held:
+            held.append(route.request.url)
+            web.report("builder", "blocked")  # before the read for "working" is answered
+        route.continue_()
+
+    page.route("**/roster", hold)
+    web.report("builder", "working")
+    working.append(True)  # (the handler runs only within a call to the browser: not yet)
+    builder = row(page, "builder")
+    expect(builder).to_have_attribute("data-activity", "blocked")
+    expect(builder.locator(".activity")).to_have_text("needs input")
+    expect(page.locator("#summary .chip.alert")).to_have_text("1 needs input")
+    page.wait_for_function("(window.codexPresence.reads[304] || 0) >= 1", timeout=WAIT * 1000)
+    assert held, "the page never read GET /roster"
+    assert any(status == 304 and tag for status, tag in reads), reads
+    # (the page's first read, which had none, may be told to this listener late)
+    assert all(tag for _, tag in reads[1:]), f"every read sends the ETag it has: {reads}"
+    # The 304 left the rows as they were; the next change is read whole again.
+    web.report("builder", "idle")
+    expect(builder).to_have_attribute("data-activity", "idle")
+    expect(page.locator("#summary .chip.alert")).to_have_count(0)
+    assert page.evaluate("window.codexPresence.opens") == 1
+
+
+@pytest.mark.browser
 def test_a_hidden_tab_lets_go_after_the_delay_and_comes_back(
     browser: Browser, web: Web, tabs: list[Tab]
 ) -> None:

@@ -67,6 +67,7 @@ from anyio.abc import TaskStatus
 
 from codex_presence._wire import (
     ACTIVITY_STATES,
+    CHANGED_EVENT,
     DEFAULT_TTL,
     KEEPALIVE,
     PRESENCE_EVENT,
@@ -358,6 +359,24 @@ class Broker:
             )
         )
 
+    def changed_event(self, you: str, *, before: bytes = b"") -> bytes:
+        """A light stream's whole ``changed`` event (after ``before``): what a ``roster``
+        event says but the members, which the client reads with ``GET /roster``; followed
+        by a ``stale`` event while the shared store is unreachable."""
+        head = orjson.dumps({"version": self.version, "team": self.team.name, "you": you})
+        stale = b"" if self.stale is None else self._stale_event()
+        return b"".join(
+            (
+                before,
+                _sse_head(CHANGED_EVENT),
+                head[:-1],
+                b',"privileges":',
+                self._privileges,
+                b"}\n\n",
+                stale,
+            )
+        )
+
     def _stale_event(self) -> bytes:
         return _sse(STALE_EVENT, orjson.dumps({"stale": True, "reason": self.stale}))
 
@@ -420,16 +439,26 @@ class Broker:
             event.set()
         return lane
 
-    def since(self, version: int, *, you: str) -> tuple[bytes, int]:
+    def since(self, version: int, *, you: str, light: bool = False) -> tuple[bytes, int]:
         """Everything published after ``version``, as bytes to send, and the new version.
 
-        A subscriber too far behind for the log gets the whole roster instead.
+        A subscriber too far behind for the log gets the whole roster instead. A light
+        one (``?light=1``) gets the ``stale`` events and, for every change, one small
+        ``changed`` event (too far behind: the whole one, :meth:`changed_event`).
         """
         if self._log and self._log[0][0] <= version + 1:
-            chunk = b"".join(data for v, data in self._log if v > version)
-        else:
-            chunk = self.roster_event(you)
-        return chunk, self.version
+            if not light:
+                chunk = b"".join(data for v, data in self._log if v > version)
+                return chunk, self.version
+            stale = _sse_head(STALE_EVENT)
+            news = [data for v, data in self._log if v > version]
+            parts = [data for data in news if data.startswith(stale)]
+            if len(parts) < len(news):
+                parts.append(_sse(CHANGED_EVENT, b'{"version":%d}' % self.version))
+            return b"".join(parts), self.version
+        if light:
+            return self.changed_event(you), self.version
+        return self.roster_event(you), self.version
 
     def _find_lapses(self) -> None:
         if self._deaths is not None:

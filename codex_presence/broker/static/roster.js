@@ -1,7 +1,9 @@
 // codex-presence web roster: sign-in, the live SSE subscription, and the rows.
 //
-// The page holds one EventSource('/subscribe?name=<me>&key=<key>') while the tab is
-// visible. A session is the cookie (HttpOnly, set by POST /session) and the key that
+// The page holds one EventSource('/subscribe?name=<me>&key=<key>&light=1') while the tab
+// is visible: a light stream, which says only that the roster changed (`changed`); the
+// page then reads GET /roster, sending back the ETag it has (If-None-Match: a 304 and no
+// body while the roster is the same), one read at a time. A session is the cookie (HttpOnly, set by POST /session) and the key that
 // sign-in returns, kept in this origin's localStorage and sent with every request: a page
 // on another port of this host shares the cookie jar but not the storage, so it can neither
 // use a stolen cookie nor plant one of its own as the session. When the tab is hidden
@@ -48,10 +50,19 @@
     asOf: null,                    // while stale: when the rows were last known current
     sort: stored(SORT_ITEM) === 'team' ? 'team' : 'attention',
     notify: false,
+    raw: [],                       // the roster as GET /roster last gave it
+    seen: new Map(),               // name -> that member's JSON as last drawn from it
+    etag: null,                    // GET /roster's ETag for raw
+    whole: null,                   // a whole `changed` not yet read: {team, privileges}
+    reading: false,
+    readAgain: false,
   };
   // Read by tests and handy in the console: how often the stream was opened and closed,
   // and the notifications raised.
-  const stats = (window.codexPresence = { opens: 0, closes: 0, hideDelay, notices: [] });
+  // `reads`: GET /roster answers by status (200, 304, ...).
+  const stats = (window.codexPresence = {
+    opens: 0, closes: 0, hideDelay, notices: [], reads: {},
+  });
 
   function stored(item) {
     try { return localStorage.getItem(item) || ''; } catch (err) { return ''; }
@@ -377,19 +388,15 @@
     if (state.source || !state.me) return;
     clearTimeout(state.retryTimer);
     state.retryTimer = null;
-    const query = new URLSearchParams({ name: state.me, key: state.key });
+    const query = new URLSearchParams({ name: state.me, key: state.key, light: '1' });
     const source = new EventSource('/subscribe?' + query);
     state.source = source;
     stats.opens++;
     setStream('connecting', 'connecting…');
     source.addEventListener('open', () => { state.retries = 0; });
-    source.addEventListener('roster', (e) => {
-      replaceAll(JSON.parse(e.data));
-      setStream('live', 'live'); // a roster is always current (after a stale spell too)
-    });
+    source.addEventListener('changed', (e) => changed(JSON.parse(e.data)));
     // The broker lost its shared store (Redis): the rows stay, and may be out of date.
     source.addEventListener('stale', () => setStream('stale', 'stale: broker lost its store'));
-    source.addEventListener('presence', (e) => update(JSON.parse(e.data)));
     source.addEventListener('error', () => {
       if (source !== state.source) return;
       if (source.readyState === EventSource.CLOSED) {
@@ -400,6 +407,74 @@
         setStream('reconnecting', 'reconnecting…');
       }
     });
+  }
+
+  // The roster changed: read it (one read at a time; a change meanwhile reads again).
+  function changed(data) {
+    if (data.privileges) state.whole = { team: data.team, privileges: data.privileges };
+    if (state.reading) {
+      state.readAgain = true;
+      return;
+    }
+    readRoster();
+  }
+
+  async function readRoster() {
+    state.reading = true;
+    try {
+      do {
+        state.readAgain = false;
+        const whole = state.whole;
+        state.whole = null;
+        const headers = { [KEY_HEADER]: state.key };
+        if (state.etag) headers['If-None-Match'] = state.etag;
+        let response;
+        try {
+          response = await fetch('/roster', {
+            credentials: 'same-origin', cache: 'no-store', headers,
+          });
+        } catch {
+          state.whole = state.whole || whole;
+          return;  // the stream is down too: its reconnect reads again
+        }
+        stats.reads[response.status] = (stats.reads[response.status] || 0) + 1;
+        if (response.status === 200) {
+          state.raw = await response.json();
+          state.etag = response.headers.get('ETag');
+        } else if (response.status !== 304) {
+          state.whole = state.whole || whole;
+          return;  // signed out, or the broker's trouble: the stream says which
+        }
+        applyRoster(whole);
+      } while (state.readAgain);
+    } finally {
+      state.reading = false;
+    }
+  }
+
+  // The roster read: whole (at open, after a stale spell, a team change) replaces every
+  // row and means the roster is current; otherwise each member whose object changed is
+  // updated as a change of theirs (the notifications and waits follow it).
+  function applyRoster(whole) {
+    const raw = state.raw;
+    const names = [...state.members.keys()];
+    if (whole || names.length !== raw.length || raw.some((p, i) => p.name !== names[i])) {
+      state.seen = new Map(raw.map((p) => [p.name, JSON.stringify(p)]));
+      replaceAll({
+        team: whole ? whole.team : state.team,
+        members: raw,
+        privileges: whole ? whole.privileges : state.privileges,
+      });
+      if (whole) setStream('live', 'live'); // a whole roster is current (after stale too)
+      return;
+    }
+    for (const p of raw) {
+      const text = JSON.stringify(p);
+      if (state.seen.get(p.name) !== text) {
+        state.seen.set(p.name, text);
+        update(p);
+      }
+    }
   }
 
   function disconnect(status, text) {
