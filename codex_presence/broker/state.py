@@ -120,6 +120,13 @@ def _sse_head(event: str) -> bytes:
     return b"event: " + event.encode() + b"\ndata: "
 
 
+def _kept(data: bytes) -> bytes:
+    """``data`` in an allocation of its own size, to be kept: orjson (3.13) hands back its
+    bytes in the 4 kB buffer it wrote them into, so each small one kept cost 4 kB (the
+    roster's cached objects: 40 MB at 10,000 members, for 1 MB of JSON)."""
+    return bytes(memoryview(data))
+
+
 def _sse(event: str, data: bytes) -> bytes:
     return _sse_head(event) + data + b"\n\n"
 
@@ -331,7 +338,7 @@ class Broker:
             activity = get_activity(name)  # the same object until it changes
             hit = cache.get(name)
             if hit is None or hit[1] is not activity or hit[0] is not connection:
-                hit = (connection, activity, orjson.dumps(self.presence(name)))
+                hit = (connection, activity, _kept(orjson.dumps(self.presence(name))))
                 cache[name] = hit
             parts.append(hit[2])
         body = b"[" + b",".join(parts) + b"]"

@@ -85,3 +85,34 @@ def test_the_kept_roster_follows_every_write_and_every_lapse() -> None:
     clock.advance(31)  # nobody reads, nothing is published: the lapse is the store's
     assert "activity" not in _roster(broker)["builder"]
     assert broker.roster_json() is not kept
+
+
+def test_a_light_stream_is_told_that_the_roster_changed_never_the_roster() -> None:
+    """A light stream (the page's and ``roster --watch``'s) gets, for any number of
+    batches, one small ``changed`` event, and the ``stale`` events as they are; too far
+    behind for the log, the whole ``changed`` (team, you, privileges: no members)."""
+    broker = Broker(team=TEAM)
+    first = broker.changed_event("alice")
+    assert first.startswith(b"event: changed\ndata: ")
+    whole = orjson.loads(first.split(b"data: ", 1)[1])
+    assert whole == {
+        "version": 0,
+        "team": "acme",
+        "you": "alice",
+        "privileges": orjson.loads(broker._privileges),
+    }
+    version = broker.version
+    for state in (ActivityState.WORKING, ActivityState.BLOCKED):
+        anyio.run(broker.report, _member("builder"), Report(state))
+        assert broker.publish()
+    chunk, now = broker.since(version, you="alice", light=True)
+    assert chunk == b'event: changed\ndata: {"version":%d}\n\n' % now
+    full, _ = broker.since(version, you="alice")
+    assert full.count(b"event: presence") == 2  # the full stream carries each change
+    broker.store_down("redis away")
+    chunk, after = broker.since(now, you="alice", light=True)
+    assert chunk.startswith(b"event: stale\ndata: ") and b"event: changed" not in chunk
+    broker.store_back()  # no log entry: the whole one, as a roster event would come
+    chunk, _ = broker.since(after, you="alice", light=True)
+    assert b'"privileges":' in chunk and b'"members"' not in chunk
+    assert len(chunk) < 200
