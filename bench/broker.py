@@ -7,11 +7,12 @@ when there is one) over raw HTTP/1.1 keep-alive connections:
 * the streams: one quiet runner stream per member (``?quiet=1&session=…``: what wrap
   holds to be on the wire, keep-alives only), then ``--pages`` page streams (by default a
   million ÷ members, so that the rosters read at connect weigh about the same at every
-  size) as the page holds them: light (``?light=1``: a ``changed`` event per batch) with
-  a conditional ``GET /roster`` (``If-None-Match``, gzip) after each, one at a time
-  (``--full-pages``: the full stream instead, the roster first, then every change, as the
-  page held it before): how long each set takes to open, the broker's CPU meanwhile, and
-  its RSS before and after (bytes per idle stream);
+  size) as the page holds them: light (``?light=1``: no roster on the stream, a
+  ``changed`` event instead, after which the page reads ``GET /roster`` with
+  ``If-None-Match`` and gzip; then every change) (``--full-pages``: the full stream, the
+  roster first, then every change, as the page held it before): how long each set takes
+  to open, the broker's CPU meanwhile, and its RSS before and after (bytes per idle
+  stream);
 * baseline: ``GET /healthz`` requests/s — the framework's floor, measured in the same run;
 * ``POST /presence/activity`` requests/s: heartbeats (same state again: no fan-out) and
   transitions (working <-> blocked: every one is a change the page streams must carry);
@@ -102,7 +103,7 @@ _KEEPALIVE_CHUNK = len(b"d\r\n" + _KEEPALIVE + b"\r\n")
 PAGES = [100]
 """Page streams (the roster, then every change) beside the runners' quiet ones."""
 LIGHT = [True]
-"""Page streams are light ones that read GET /roster (--full-pages: False)."""
+"""Page streams are light ones, the roster read with GET /roster (--full-pages: False)."""
 READS: collections.Counter[int] = collections.Counter()
 """The light pages' GET /roster answers by status."""
 

@@ -125,9 +125,9 @@ ROSTER_EVENT = "roster"
 PRESENCE_EVENT = "presence"
 """SSE event: one member's full, current Presence object."""
 CHANGED_EVENT = "changed"
-"""SSE event of a light stream (``?light=1``): the roster changed, read it again with
-``GET /roster`` (``If-None-Match``: 304 while it is the same). ``{"version"}``; at open and
-whenever a ``roster`` event would have come, ``{"version", "team", "you", "privileges"}``."""
+"""SSE event of a light stream (``?light=1``), where the full stream sends ``roster``:
+``{"version", "team", "you", "privileges"}``, the members to be read with ``GET /roster``
+(``If-None-Match``: 304 while the roster is the one the client has)."""
 STALE_EVENT = "stale"
 """SSE event: ``{"stale": true, "reason"}`` — the broker lost its shared store; what the
 stream shows may be out of date until its next ``roster`` event."""

@@ -83,8 +83,12 @@ class ShiftedClock:
 
     def __init__(self, offset: float = 0.0) -> None:
         self.offset = offset
+        self.frozen: float | None = None
+        """Set: the clock stands still there (the offset left out)."""
 
     def __call__(self) -> float:
+        if self.frozen is not None:
+            return self.frozen
         return time.time() + self.offset
 
 
@@ -730,51 +734,58 @@ def test_the_page_counts_a_members_busy_sessions(
 
 @pytest.mark.browser
 def test_the_page_reads_the_roster_by_a_conditional_get(
-    browser: Browser, web: Web, tabs: list[Tab]
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab]
 ) -> None:
-    """Issue 37: the page's stream is a light one (``?light=1``: it says the roster
-    changed); the page reads ``GET /roster``, sending back the ETag it has, and a read
-    that finds the roster as it has it is a 304 with no body. The race that makes one is
-    made, not hoped for: the read for builder's "working" goes out only once builder
-    reported "blocked", so it shows blocked; the read that the "blocked" event asks for
-    then finds the roster unchanged."""
-    tab = signed_in(browser, web, tabs, "alice")
+    """Issue 37: the page's stream is a light one (``?light=1``): no roster on it, a
+    ``changed`` event where a full stream sends one, and the page reads ``GET /roster``,
+    sending back the ETag of the roster it read last; a roster unchanged since is a 304
+    with no body. The broker's wall clock is held still, so that the page's reconnect
+    leaves the roster as it was (``lastSeen`` ticks on every subscribe); the changes the
+    stream carries between are applied on the rows as ever."""
+    wall.frozen = time.time()
+    web.report("builder", "idle")  # seen (createdAt, lastSeen) before the page reads
+    tab = signed_in(browser, web, tabs, "alice", query=f"?hideDelay={HIDE_DELAY_MS}")
     page = tab.page
     assert any("light=1" in url for url in tab.requests if "/subscribe?" in url), tab.requests
     reads: list[tuple[int, str | None]] = []
-    """Each GET /roster the page made: its status and the If-None-Match it sent."""
+    """Each GET /roster the page made from here: its status and the If-None-Match sent."""
 
     def logged(response: Any) -> None:
         if urlsplit(response.url).path == "/roster":
             reads.append((response.status, response.request.headers.get("if-none-match")))
 
     page.on("response", logged)
-    held: list[str] = []
-    working: list[bool] = []
-
-    def hold(route: Any) -> None:
-        if working and not held:
-            held.append(route.request.url)
-            web.report("builder", "blocked")  # before the read for "working" is answered
-        route.continue_()
-
-    page.route("**/roster", hold)
-    web.report("builder", "working")
-    working.append(True)  # (the handler runs only within a call to the browser: not yet)
     builder = row(page, "builder")
+    web.report("builder", "blocked")  # carried by the stream, not read
     expect(builder).to_have_attribute("data-activity", "blocked")
-    expect(builder.locator(".activity")).to_have_text("needs input")
     expect(page.locator("#summary .chip.alert")).to_have_text("1 needs input")
-    page.wait_for_function("(window.codexPresence.reads[304] || 0) >= 1", timeout=WAIT * 1000)
-    assert held, "the page never read GET /roster"
-    assert any(status == 304 and tag for status, tag in reads), reads
-    # (the page's first read, which had none, may be told to this listener late)
-    assert all(tag for _, tag in reads[1:]), f"every read sends the ETag it has: {reads}"
-    # The 304 left the rows as they were; the next change is read whole again.
     web.report("builder", "idle")
     expect(builder).to_have_attribute("data-activity", "idle")
-    expect(page.locator("#summary .chip.alert")).to_have_count(0)
-    assert page.evaluate("window.codexPresence.opens") == 1
+    assert page.evaluate("window.codexPresence.reads") == {"200": 1}  # the first, alone
+
+    # Hidden past the delay: the stream closes; visible again, the page reads the roster
+    # with the ETag it has: alice is connected again, builder idle again: unchanged.
+    set_visibility(page, "hidden")
+    web.wait_connected("alice", 0)
+    set_visibility(page, "visible")
+    expect(page.locator("body")).to_have_attribute("data-stream", "live")
+    seen = lambda: (page.evaluate("window.codexPresence.reads"), reads)  # noqa: E731
+    eventually(
+        lambda: page.evaluate("window.codexPresence.reads[304] === 1"), WAIT, "a 304", seen=seen
+    )
+    assert reads[-1][0] == 304 and reads[-1][1], reads  # it sent its ETag, got no body
+    expect(row(page, "alice").locator(".connection")).to_have_text("1 connected")
+    expect(builder).to_have_attribute("data-activity", "idle")
+    expect(page.locator("li.member")).to_have_count(3)
+
+    # Changed while hidden: the read is a 200 with the new roster, and it shows.
+    set_visibility(page, "hidden")
+    web.wait_connected("alice", 0)
+    web.report("builder", "working")
+    set_visibility(page, "visible")
+    expect(builder).to_have_attribute("data-activity", "working")
+    assert page.evaluate("window.codexPresence.reads") == {"200": 2, "304": 1}
+    assert page.evaluate("window.codexPresence.opens") == 3
 
 
 @pytest.mark.browser

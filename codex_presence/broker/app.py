@@ -98,19 +98,17 @@ stream to be on the wire and reads nothing from it, asks for it, so that opening
 thousand of them costs no roster each and a change is not written to each of them.
 
 ``GET /subscribe?name=<self>&light=1`` is a light stream (the web roster's and ``roster
---watch``'s): it says when the roster changed and the client reads it with ``GET
-/roster``, sending back the ``ETag`` it has in ``If-None-Match`` (304 and no body while
-the roster is the same; gzip'd when ``Accept-Encoding`` asks), so that neither the stream
-nor its buffers ever hold a roster. Its events:
+--watch``'s): the same events, but never the whole roster. Where the full stream sends a
+``roster`` event (first, after a stale spell, after a team change, to a subscriber too far
+behind), it sends
 
 ``event: changed``
-    ``{"version": int}``: the roster changed (one event for any number of changes
-    published together); read ``GET /roster`` again. First on the stream, and again
-    where a ``roster`` event would come, it also carries ``"team"``, ``"you"`` and
-    ``"privileges"`` (as the ``roster`` event does); such a one after a ``stale`` means
-    the roster read next is current again.
-``event: stale``, ``: keepalive``
-    As above.
+    ``{"version": int, "team": str, "you": str, "privileges": {...}}``: read the members
+    with ``GET /roster``, sending back the ``ETag`` of the roster last read
+    (``If-None-Match``: 304 and no body while it is the same; gzip'd when
+    ``Accept-Encoding`` asks), then apply the ``presence`` events that follow, as after a
+    ``roster`` event. No stream nor its buffers hold a roster (1.3 MB at 10,000 members),
+    and a reconnect that finds the roster as it was costs a 304.
 """
 
 from __future__ import annotations
@@ -272,8 +270,8 @@ class _Subscription:
         self.quiet = quiet
         """Keep-alives only (``?quiet=1``): no roster, no changes."""
         self.light = light
-        """``changed`` events instead of the roster and its changes (``?light=1``): the
-        client reads ``GET /roster``."""
+        """A ``changed`` event where a ``roster`` would come (``?light=1``): the client
+        reads ``GET /roster``."""
         self.authorized = authorized
         """None for a bearer token (valid while the team stays); else asked before
         every send, so that a browser sign-in that ended ends its stream too."""
@@ -444,7 +442,7 @@ class _Endpoints:
             return error(400, "?quiet= is 1 (keep-alives only), once, or absent")
         light = request.query_params.getlist("light")
         if light not in ([], ["1"]) or (light and quiet):
-            return error(400, "?light= is 1 (changed events: read GET /roster), once, or absent")
+            return error(400, "?light= is 1 (no roster on the stream), once, or absent")
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")

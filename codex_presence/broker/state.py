@@ -449,23 +449,17 @@ class Broker:
     def since(self, version: int, *, you: str, light: bool = False) -> tuple[bytes, int]:
         """Everything published after ``version``, as bytes to send, and the new version.
 
-        A subscriber too far behind for the log gets the whole roster instead. A light
-        one (``?light=1``) gets the ``stale`` events and, for every change, one small
-        ``changed`` event (too far behind: the whole one, :meth:`changed_event`).
+        A subscriber too far behind for the log gets the whole roster instead; a light one
+        (``?light=1``) the whole ``changed`` event (:meth:`changed_event`), which sends
+        it to read ``GET /roster``.
         """
         if self._log and self._log[0][0] <= version + 1:
-            if not light:
-                chunk = b"".join(data for v, data in self._log if v > version)
-                return chunk, self.version
-            stale = _sse_head(STALE_EVENT)
-            news = [data for v, data in self._log if v > version]
-            parts = [data for data in news if data.startswith(stale)]
-            if len(parts) < len(news):
-                parts.append(_sse(CHANGED_EVENT, b'{"version":%d}' % self.version))
-            return b"".join(parts), self.version
-        if light:
-            return self.changed_event(you), self.version
-        return self.roster_event(you), self.version
+            chunk = b"".join(data for v, data in self._log if v > version)
+        elif light:
+            chunk = self.changed_event(you)
+        else:
+            chunk = self.roster_event(you)
+        return chunk, self.version
 
     def _find_lapses(self) -> None:
         if self._deaths is not None:

@@ -11,11 +11,12 @@ after the stream ends, instead of at the TTL.
 Its state — ``connecting``, ``online``, ``offline`` — goes to ``on_change`` on every change,
 with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.retry_in`
 (when it tries again) to read. Whoever wants the roster itself passes ``on_roster``: the
-stream is a light one (``?light=1``): at each ``changed`` event it reads ``GET /roster``
-again, sending back the ``ETag`` it has (``If-None-Match``: a 304 and no body while the
-roster is the same), and folds that and the ``stale`` events into one :class:`RosterView`,
-calling back after each change (a broker that does not know ``light`` sends ``roster`` and
-``presence`` events, folded the same way); without it the stream is a quiet one
+stream is a light one (``?light=1``): where a full one has a ``roster`` event it has a
+``changed`` one, and the stream reads ``GET /roster``, sending back the ``ETag`` it has
+(``If-None-Match``: a 304 and no body while the roster is the same); that, the
+``presence`` and the ``stale`` events are folded into one :class:`RosterView`, with a
+call back after each change (a broker that does not know ``light`` sends ``roster``
+events, folded the same way); without it the stream is a quiet one
 (``?quiet=1``: the broker sends keep-alives only, no roster to read and drop; a broker
 that does not know it sends everything, and the events are not even parsed). Users: wrap's
 connection presence (:mod:`codex_presence.client.subscription`), ``roster --watch`` and the
@@ -102,6 +103,8 @@ class RosterStream:
         """The HTTP status (401 or 403) that ended the attempts for good."""
         self.etag: str | None = None
         """The ``ETag`` of the roster last read with ``GET /roster`` (light stream)."""
+        self._read: dict[str, dict[str, Any]] = {}
+        """The members as ``GET /roster`` gave them last (the ETag's)."""
         self.reads: dict[int, int] = {}
         """``GET /roster`` reads by HTTP status (200, 304, ...): what the light stream cost."""
 
@@ -137,7 +140,7 @@ class RosterStream:
         if self._on_roster is None:
             params["quiet"] = "1"  # keep-alives only: no roster to read and drop
         else:
-            params["light"] = "1"  # "changed" events: the roster is read with GET /roster
+            params["light"] = "1"  # no roster on the stream: it is read with GET /roster
         try:
             async with aconnect_sse(
                 self._client, "GET", SUBSCRIBE_PATH, params=params, timeout=timeout
@@ -168,8 +171,9 @@ class RosterStream:
             return f"lost the stream: {exc or type(exc).__name__}"
 
     async def _read_roster(self, event: ServerSentEvent) -> bool:
-        """A ``changed`` event: the roster read again (a 304 while it is the ETag's);
-        whether the view changed."""
+        """A ``changed`` event: the roster read (a 304 while it is the one read last; the
+        ``presence`` events after it wait in the stream meanwhile); whether the view
+        changed."""
         try:
             data = orjson.loads(event.data) if event.data else None
         except orjson.JSONDecodeError:
@@ -177,13 +181,9 @@ class RosterStream:
         if not isinstance(data, dict):
             return False
         view = self.view
-        whole = "privileges" in data  # at open, after a stale spell, or after a team change
-        changed = False
-        if whole:
-            privileges = data.get("privileges")
-            view.team = str(data.get("team", ""))
-            view.privileges = privileges if isinstance(privileges, dict) else {}
-            changed = True
+        privileges = data.get("privileges")
+        view.team = str(data.get("team", ""))
+        view.privileges = privileges if isinstance(privileges, dict) else {}
         headers = {} if self.etag is None else {"if-none-match": self.etag}
         response = await self._client.get(ROSTER_PATH, headers=headers)
         self.reads[response.status_code] = self.reads.get(response.status_code, 0) + 1
@@ -193,15 +193,13 @@ class RosterStream:
             except orjson.JSONDecodeError:
                 members = None
             if isinstance(members, list):
-                view.members = {p["name"]: p for p in members if isinstance(p, dict)}
+                self._read = {p["name"]: p for p in members if isinstance(p, dict)}
                 self.etag = response.headers.get("etag")
-                changed = True
         elif response.status_code != 304:
-            return changed  # the stream will say why (a refusal ends it)
-        if whole and view.stale is not None:
-            view.stale = None  # the roster read after a whole event is current
-            changed = True
-        return changed
+            return True  # the stream will say why (a refusal ends it)
+        view.members = dict(self._read)  # (after a 304: the roster is the one read last)
+        view.stale = None  # a roster read after a changed event is current
+        return True
 
     def _apply(self, event: ServerSentEvent) -> bool:
         """Fold one event into :attr:`view`; whether it changed anything."""

@@ -1,9 +1,10 @@
 // codex-presence web roster: sign-in, the live SSE subscription, and the rows.
 //
 // The page holds one EventSource('/subscribe?name=<me>&key=<key>&light=1') while the tab
-// is visible: a light stream, which says only that the roster changed (`changed`); the
-// page then reads GET /roster, sending back the ETag it has (If-None-Match: a 304 and no
-// body while the roster is the same), one read at a time. A session is the cookie (HttpOnly, set by POST /session) and the key that
+// is visible: a light stream, which never carries the whole roster: where a full one
+// sends it, a light one sends `changed`, and the page reads GET /roster, sending back the
+// ETag it has (If-None-Match: a 304 and no body while the roster is the one it read
+// last); the `presence` events that come meanwhile are applied after it, in order. A session is the cookie (HttpOnly, set by POST /session) and the key that
 // sign-in returns, kept in this origin's localStorage and sent with every request: a page
 // on another port of this host shares the cookie jar but not the storage, so it can neither
 // use a stolen cookie nor plant one of its own as the session. When the tab is hidden
@@ -51,11 +52,10 @@
     sort: stored(SORT_ITEM) === 'team' ? 'team' : 'attention',
     notify: false,
     raw: [],                       // the roster as GET /roster last gave it
-    seen: new Map(),               // name -> that member's JSON as last drawn from it
     etag: null,                    // GET /roster's ETag for raw
-    whole: null,                   // a whole `changed` not yet read: {team, privileges}
+    whole: null,                   // a `changed` not yet read: {team, privileges}
     reading: false,
-    readAgain: false,
+    held: [],                      // `presence` events that came during the read
   };
   // Read by tests and handy in the console: how often the stream was opened and closed,
   // and the notifications raised.
@@ -395,6 +395,11 @@
     setStream('connecting', 'connecting…');
     source.addEventListener('open', () => { state.retries = 0; });
     source.addEventListener('changed', (e) => changed(JSON.parse(e.data)));
+    source.addEventListener('presence', (e) => {
+      const p = JSON.parse(e.data);
+      if (state.reading) state.held.push(p);
+      else update(p);
+    });
     // The broker lost its shared store (Redis): the rows stay, and may be out of date.
     source.addEventListener('stale', () => setStream('stale', 'stale: broker lost its store'));
     source.addEventListener('error', () => {
@@ -409,23 +414,20 @@
     });
   }
 
-  // The roster changed: read it (one read at a time; a change meanwhile reads again).
+  // Where a full stream sends the roster: read it (one read at a time; a `changed`
+  // during a read reads again), then apply the `presence` events held meanwhile.
   function changed(data) {
-    if (data.privileges) state.whole = { team: data.team, privileges: data.privileges };
-    if (state.reading) {
-      state.readAgain = true;
-      return;
-    }
-    readRoster();
+    state.whole = { team: data.team, privileges: data.privileges || {} };
+    if (!state.reading) readRoster();
   }
 
   async function readRoster() {
     state.reading = true;
     try {
-      do {
-        state.readAgain = false;
+      while (state.whole) {
         const whole = state.whole;
         state.whole = null;
+        state.held = [];  // what came before this read is in it
         const headers = { [KEY_HEADER]: state.key };
         if (state.etag) headers['If-None-Match'] = state.etag;
         let response;
@@ -434,7 +436,6 @@
             credentials: 'same-origin', cache: 'no-store', headers,
           });
         } catch {
-          state.whole = state.whole || whole;
           return;  // the stream is down too: its reconnect reads again
         }
         stats.reads[response.status] = (stats.reads[response.status] || 0) + 1;
@@ -442,38 +443,17 @@
           state.raw = await response.json();
           state.etag = response.headers.get('ETag');
         } else if (response.status !== 304) {
-          state.whole = state.whole || whole;
           return;  // signed out, or the broker's trouble: the stream says which
         }
-        applyRoster(whole);
-      } while (state.readAgain);
+        if (state.whole) continue;  // read again
+        replaceAll({ team: whole.team, members: state.raw, privileges: whole.privileges });
+        setStream('live', 'live'); // a roster read after `changed` is current
+      }
     } finally {
       state.reading = false;
-    }
-  }
-
-  // The roster read: whole (at open, after a stale spell, a team change) replaces every
-  // row and means the roster is current; otherwise each member whose object changed is
-  // updated as a change of theirs (the notifications and waits follow it).
-  function applyRoster(whole) {
-    const raw = state.raw;
-    const names = [...state.members.keys()];
-    if (whole || names.length !== raw.length || raw.some((p, i) => p.name !== names[i])) {
-      state.seen = new Map(raw.map((p) => [p.name, JSON.stringify(p)]));
-      replaceAll({
-        team: whole ? whole.team : state.team,
-        members: raw,
-        privileges: whole ? whole.privileges : state.privileges,
-      });
-      if (whole) setStream('live', 'live'); // a whole roster is current (after stale too)
-      return;
-    }
-    for (const p of raw) {
-      const text = JSON.stringify(p);
-      if (state.seen.get(p.name) !== text) {
-        state.seen.set(p.name, text);
-        update(p);
-      }
+      const held = state.held;
+      state.held = [];
+      for (const p of held) update(p);  // in order, after the roster they came after
     }
   }
 
