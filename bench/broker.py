@@ -485,7 +485,11 @@ async def _bench(
     subs += more
     await _drained(got)  # the pages' rosters read: no longer in the broker's buffers
     rss2 = _rss_mb(BROKER_PID[0]) if BROKER_PID[0] else 0.0
-    how = "light, GET /roster on each change" if LIGHT[0] else "the roster first, then every change"
+    how = (
+        "light: GET /roster, then every change"
+        if LIGHT[0]
+        else "the roster first, then every change"
+    )
     print(
         f"{len(pages)} page streams ({how}) open in "
         f"{took_p:.1f} s (broker CPU {cpu_p:.1f} s; "
