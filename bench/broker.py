@@ -5,10 +5,14 @@ Starts ``codex-presence broker`` as a subprocess pinned to one core, with a team
 when there is one) over raw HTTP/1.1 keep-alive connections:
 
 * the streams: one quiet runner stream per member (``?quiet=1&session=…``: what wrap
-  holds to be on the wire, keep-alives only), then ``--pages`` page streams (the roster
-  first, then every change; by default a million ÷ members, so that the rosters sent at
-  connect weigh about the same at every size): how long each set takes to open, the
-  broker's CPU meanwhile, and its RSS before and after (bytes per idle stream);
+  holds to be on the wire, keep-alives only), then ``--pages`` page streams (by default a
+  million ÷ members, so that the rosters read at connect weigh about the same at every
+  size) as the page holds them: light (``?light=1``: no roster on the stream, a
+  ``changed`` event instead, after which the page reads ``GET /roster`` with
+  ``If-None-Match`` and gzip; then every change) (``--full-pages``: the full stream, the
+  roster first, then every change, as the page held it before): how long each set takes
+  to open, the broker's CPU meanwhile, and its RSS before and after (bytes per idle
+  stream);
 * baseline: ``GET /healthz`` requests/s — the framework's floor, measured in the same run;
 * ``POST /presence/activity`` requests/s: heartbeats (same state again: no fan-out) and
   transitions (working <-> blocked: every one is a change the page streams must carry);
@@ -98,6 +102,10 @@ _KEEPALIVE_CHUNK = len(b"d\r\n" + _KEEPALIVE + b"\r\n")
 """A keep-alive on the wire: sent alone, one chunk of the chunked stream."""
 PAGES = [100]
 """Page streams (the roster, then every change) beside the runners' quiet ones."""
+LIGHT = [True]
+"""Page streams are light ones, the roster read with GET /roster (--full-pages: False)."""
+READS: collections.Counter[int] = collections.Counter()
+"""The light pages' GET /roster answers by status."""
 
 
 def _load1() -> str:
@@ -274,6 +282,27 @@ async def _subscriber(
     open, streams wanted; the first failure's reason goes to ``failed``. ``opening`` bounds
     the streams being opened at once (see :func:`_open_streams`)."""
     query = f"name={name}&session=bench&quiet=1" if quiet else f"name={name}"
+    light = not quiet and LIGHT[0]
+    if light:
+        query += "&light=1"
+    reading: list[asyncio.Task[None]] = []
+    again = [False]
+
+    async def read_roster() -> None:
+        """The page's reads: one at a time, again while a change came meanwhile."""
+        conn = await Conn.open(port)
+        etag = ""
+        try:
+            while again[0]:
+                again[0] = False
+                extra = "Accept-Encoding: gzip\r\n" + (f"If-None-Match: {etag}\r\n" if etag else "")
+                head = await conn.request_head(_get("/roster", token, extra))
+                READS[int(head[9:12])] += 1
+                etag = _header(head, b"etag") or etag
+                got[0] += len(head) + int(_header(head, b"content-length") or 0)
+        finally:
+            conn.close()
+
     await opening.acquire()
     try:
         reader, writer = await asyncio.open_connection(HOST, port)
@@ -294,6 +323,10 @@ async def _subscriber(
                 return
             if not quiet:  # the changes carried: keep-alives (a lane's every moment) not
                 got[0] += len(chunk) - _KEEPALIVE_CHUNK * chunk.count(_KEEPALIVE)
+            if light and b"event: changed" in chunk:
+                again[0] = True
+                if not reading or reading[0].done():
+                    reading[:] = [asyncio.create_task(read_roster())]
             if first:
                 if chunk.startswith(b"HTTP/1.1 503"):
                     failed.append(
@@ -315,6 +348,8 @@ async def _subscriber(
     finally:
         if first:
             opening.release()
+        for task in reading:
+            task.cancel()
         writer.close()
 
 
@@ -450,8 +485,13 @@ async def _bench(
     subs += more
     await _drained(got)  # the pages' rosters read: no longer in the broker's buffers
     rss2 = _rss_mb(BROKER_PID[0]) if BROKER_PID[0] else 0.0
+    how = (
+        "light: GET /roster, then every change"
+        if LIGHT[0]
+        else "the roster first, then every change"
+    )
     print(
-        f"{len(pages)} page streams (the roster first, then every change) open in "
+        f"{len(pages)} page streams ({how}) open in "
         f"{took_p:.1f} s (broker CPU {cpu_p:.1f} s; "
         f"{(got[0] - before) / max(1, len(pages)) / 1e3:.0f} kB each first)"
     )
@@ -509,6 +549,11 @@ async def _bench(
         f"POST /presence/activity (transitions): {rate_t:8.0f} req/s  (broker CPU {cpu:.0%};"
         f" {rate_t / base:.2f} x baseline; {bad} errors; streams got {streamed:.1f} MB/s)"
     )
+    if LIGHT[0]:
+        print(
+            "the pages' GET /roster reads: "
+            + ", ".join(f"{n} x {status}" for status, n in sorted(READS.items()))
+        )
 
     print(
         f"one-core capacity (rate / broker CPU share): heartbeats {rate / cpu_h:.0f}/s, "
@@ -638,6 +683,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300, help="delivery latency samples")
     parser.add_argument("--redis", action="store_true", help="also with the state in Redis")
     parser.add_argument(
+        "--full-pages",
+        action="store_true",
+        help="page streams as full ones (the roster, then every change), not light ones "
+        "that read GET /roster",
+    )
+    parser.add_argument(
         "--notify-failing",
         action="store_true",
         help="also: roster p99 under a POST flood, with a notification target that never "
@@ -688,10 +739,12 @@ def main() -> None:
         help="the brokers' --max-connections (default: 2 per member + 512)",
     )
     args = parser.parse_args()
+    LIGHT[0] = not args.full_pages
     pages = args.pages if args.pages is not None else 1_000_000 // max(1, args.members)
     PAGES[0] = min(pages, args.members)
-    MAX_CONNECTIONS[0] = args.max_connections or connections_for(args.members)
-    needs = Needs(streams=args.members + PAGES[0], load=args.concurrency + 8)
+    reads = PAGES[0] if LIGHT[0] else 0  # a light page's connection for GET /roster
+    MAX_CONNECTIONS[0] = args.max_connections or connections_for(args.members) + reads
+    needs = Needs(streams=args.members + PAGES[0] + reads, load=args.concurrency + 8)
     stop = where_it_stops(
         needs,
         fd_hard_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[1],

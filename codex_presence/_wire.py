@@ -47,6 +47,7 @@ __all__ = [
     "ACTIVITY_STATES",
     "ADMIN_PERMISSION",
     "AGENT_MAX_BYTES",
+    "CHANGED_EVENT",
     "DEFAULT_BROKER",
     "DEFAULT_PORT",
     "DEFAULT_TTL",
@@ -123,6 +124,10 @@ ROSTER_EVENT = "roster"
 """SSE event: the whole roster, ``{"team", "you", "members": [Presence...], "privileges"}``."""
 PRESENCE_EVENT = "presence"
 """SSE event: one member's full, current Presence object."""
+CHANGED_EVENT = "changed"
+"""SSE event of a light stream (``?light=1``), where the full stream sends ``roster``:
+``{"version", "team", "you", "privileges"}``, the members to be read with ``GET /roster``
+(``If-None-Match``: 304 while the roster is the one the client has)."""
 STALE_EVENT = "stale"
 """SSE event: ``{"stale": true, "reason"}`` — the broker lost its shared store; what the
 stream shows may be out of date until its next ``roster`` event."""

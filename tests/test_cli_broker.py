@@ -732,3 +732,70 @@ def test_a_notify_url_on_the_command_line_draws_a_warning(tmp_path: Path, given:
     else:
         assert warned == [], said
     assert "s3cret-path" not in said
+
+
+def test_roster_watch_reads_the_roster_by_a_conditional_get() -> None:
+    """``roster --watch``'s stream (:class:`~codex_presence.client.stream.RosterStream`
+    with a roster to show, in this process, its requests logged) is a light one: no
+    roster on it, and ``GET /roster`` read with the ETag of the roster read last; a
+    roster unchanged since is a 304 with no body. The broker's wall clock stands still
+    (``lastSeen`` ticks on every subscribe), and the stream reconnects after a second of
+    silence (a short read timeout), so that a reconnect leaves the roster as it was;
+    builder's report in between is carried by the stream and shown."""
+    import anyio
+
+    from codex_presence.client.stream import RosterStream, RosterView
+
+    reads: list[tuple[int, str | None]] = []
+    """Each GET /roster: its status and the If-None-Match it carried."""
+    views: list[dict[str, str]] = []
+    frozen = time.time()
+    with running_broker(team=TEAM, wall_clock=lambda: frozen) as broker:
+        httpx.post(  # seen (createdAt, lastSeen) before the first read
+            broker.url + "/presence/activity",
+            json={"state": "idle"},
+            headers=broker.auth("builder"),
+        ).raise_for_status()
+
+        async def after(response: httpx.Response) -> None:
+            if response.request.url.path == "/roster":
+                reads.append((response.status_code, response.request.headers.get("if-none-match")))
+
+        def on_roster(view: RosterView) -> None:
+            views.append({n: str(p.get("activity", "idle")) for n, p in view.members.items()})
+
+        async def main_() -> None:
+            async with (
+                httpx.AsyncClient(
+                    base_url=broker.url,
+                    headers=broker.auth("alice"),
+                    timeout=10,
+                    event_hooks={"response": [after]},
+                ) as client,
+                anyio.create_task_group() as tg,
+            ):
+                stream = RosterStream(client, "alice", on_roster=on_roster, read_timeout=1.0)
+                tg.start_soon(stream.run)
+                with anyio.fail_after(60):
+                    while not views:
+                        await anyio.sleep(0.02)
+                    response = await client.post(
+                        "/presence/activity",
+                        json={"state": "blocked"},
+                        headers=broker.auth("builder"),
+                    )
+                    assert response.status_code == 204
+                    while not (
+                        views[-1].get("builder") == "blocked" and (304, reads[-1][1]) == reads[-1]
+                    ):
+                        await anyio.sleep(0.02)
+                tg.cancel_scope.cancel()
+
+        try:
+            anyio.run(main_)
+        except BaseException as exc:  # what was seen, for the failure's message
+            raise AssertionError(f"reads {reads}, views {views}") from exc
+
+    assert reads[0] == (200, None), reads  # the first read has no ETag to send
+    assert all(tag for _, tag in reads[1:]), f"every later read sends its ETag: {reads}"
+    assert views[-1] == {"alice": "idle", "builder": "blocked", "scout": "idle"}, views

@@ -83,8 +83,12 @@ class ShiftedClock:
 
     def __init__(self, offset: float = 0.0) -> None:
         self.offset = offset
+        self.frozen: float | None = None
+        """Set: the clock stands still there (the offset left out)."""
 
     def __call__(self) -> float:
+        if self.frozen is not None:
+            return self.frozen
         return time.time() + self.offset
 
 
@@ -726,6 +730,62 @@ def test_the_page_counts_a_members_busy_sessions(
     expect(builder.locator(".activity")).to_have_text("working")
     web.report("builder", "idle", "first-run")
     expect(builder.locator(".activity")).to_have_text("idle")
+
+
+@pytest.mark.browser
+def test_the_page_reads_the_roster_by_a_conditional_get(
+    browser: Browser, web: Web, wall: ShiftedClock, tabs: list[Tab]
+) -> None:
+    """Issue 37: the page's stream is a light one (``?light=1``): no roster on it, a
+    ``changed`` event where a full stream sends one, and the page reads ``GET /roster``,
+    sending back the ETag of the roster it read last; a roster unchanged since is a 304
+    with no body. The broker's wall clock is held still, so that the page's reconnect
+    leaves the roster as it was (``lastSeen`` ticks on every subscribe); the changes the
+    stream carries between are applied on the rows as ever."""
+    wall.frozen = time.time()
+    web.report("builder", "idle")  # seen (createdAt, lastSeen) before the page reads
+    tab = signed_in(browser, web, tabs, "alice", query=f"?hideDelay={HIDE_DELAY_MS}")
+    page = tab.page
+    assert any("light=1" in url for url in tab.requests if "/subscribe?" in url), tab.requests
+    reads: list[tuple[int, str | None]] = []
+    """Each GET /roster the page made from here: its status and the If-None-Match sent."""
+
+    def logged(response: Any) -> None:
+        if urlsplit(response.url).path == "/roster":
+            reads.append((response.status, response.request.headers.get("if-none-match")))
+
+    page.on("response", logged)
+    builder = row(page, "builder")
+    web.report("builder", "blocked")  # carried by the stream, not read
+    expect(builder).to_have_attribute("data-activity", "blocked")
+    expect(page.locator("#summary .chip.alert")).to_have_text("1 needs input")
+    web.report("builder", "idle")
+    expect(builder).to_have_attribute("data-activity", "idle")
+    assert page.evaluate("window.codexPresence.reads") == {"200": 1}  # the first, alone
+
+    # Hidden past the delay: the stream closes; visible again, the page reads the roster
+    # with the ETag it has: alice is connected again, builder idle again: unchanged.
+    set_visibility(page, "hidden")
+    web.wait_connected("alice", 0)
+    set_visibility(page, "visible")
+    expect(page.locator("body")).to_have_attribute("data-stream", "live")
+    seen = lambda: (page.evaluate("window.codexPresence.reads"), reads)  # noqa: E731
+    eventually(
+        lambda: page.evaluate("window.codexPresence.reads[304] === 1"), WAIT, "a 304", seen=seen
+    )
+    assert reads[-1][0] == 304 and reads[-1][1], reads  # it sent its ETag, got no body
+    expect(row(page, "alice").locator(".connection")).to_have_text("1 connected")
+    expect(builder).to_have_attribute("data-activity", "idle")
+    expect(page.locator("li.member")).to_have_count(3)
+
+    # Changed while hidden: the read is a 200 with the new roster, and it shows.
+    set_visibility(page, "hidden")
+    web.wait_connected("alice", 0)
+    web.report("builder", "working")
+    set_visibility(page, "visible")
+    expect(builder).to_have_attribute("data-activity", "working")
+    assert page.evaluate("window.codexPresence.reads") == {"200": 2, "304": 1}
+    assert page.evaluate("window.codexPresence.opens") == 3
 
 
 @pytest.mark.browser

@@ -27,7 +27,7 @@ Endpoints
     once (:data:`~codex_presence._wire.MAX_SESSIONS`); 400 ``{"error": reason}`` for
     anything else; 503 ``{"error": reason}`` when the broker shares its state
     (``--redis``) and cannot reach it: the report was not recorded.
-``GET /subscribe?name=<self>[&session=ID][&quiet=1]``
+``GET /subscribe?name=<self>[&session=ID][&quiet=1 | &light=1]``
     Bearer auth; the token must be ``<self>``'s (403 otherwise, 400 without ``name`` or
     with a bad ``session``, 429 past ``max_subscribers`` streams for one member on this
     broker). An SSE stream held open; while it is
@@ -96,6 +96,19 @@ keep-alives alone, no ``roster``, ``presence`` or ``stale`` event. It counts in
 ``connected`` (and binds its ``session``) as any stream does: a runner, which holds its
 stream to be on the wire and reads nothing from it, asks for it, so that opening ten
 thousand of them costs no roster each and a change is not written to each of them.
+
+``GET /subscribe?name=<self>&light=1`` is a light stream (the web roster's and ``roster
+--watch``'s): the same events, but never the whole roster. Where the full stream sends a
+``roster`` event (first, after a stale spell, after a team change, to a subscriber too far
+behind), it sends
+
+``event: changed``
+    ``{"version": int, "team": str, "you": str, "privileges": {...}}``: read the members
+    with ``GET /roster``, sending back the ``ETag`` of the roster last read
+    (``If-None-Match``: 304 and no body while it is the same; gzip'd when
+    ``Accept-Encoding`` asks), then apply the ``presence`` events that follow, as after a
+    ``roster`` event. No stream nor its buffers hold a roster (1.3 MB at 10,000 members),
+    and a reconnect that finds the roster as it was costs a 304.
 """
 
 from __future__ import annotations
@@ -248,6 +261,7 @@ class _Subscription:
         *,
         still_member: Callable[[], Awaitable[bool]] | None = None,
         quiet: bool = False,
+        light: bool = False,
     ) -> None:
         self.broker = broker
         self.name = name
@@ -255,6 +269,9 @@ class _Subscription:
         """The session this stream is bound to, if it named one."""
         self.quiet = quiet
         """Keep-alives only (``?quiet=1``): no roster, no changes."""
+        self.light = light
+        """A ``changed`` event where a ``roster`` would come (``?light=1``): the client
+        reads ``GET /roster``."""
         self.authorized = authorized
         """None for a bearer token (valid while the team stays); else asked before
         every send, so that a browser sign-in that ended ends its stream too."""
@@ -290,7 +307,9 @@ class _Subscription:
         lane = broker.take_lane()
         version = broker.version
         first = b"retry: 2000\n\n"
-        if not quiet:
+        if self.light:
+            first = broker.changed_event(self.name, before=first)
+        elif not quiet:
             first = broker.roster_event(self.name, before=first)
         message = {"type": "http.response.body", "body": first, "more_body": True}
         del first  # the stream's frame lives as long as the stream: the roster must not
@@ -307,7 +326,7 @@ class _Subscription:
                     break
             wake = broker.waiter(lane, quiet=quiet)
             if not quiet and broker.version != version:
-                chunk, version = broker.since(version, you=self.name)
+                chunk, version = broker.since(version, you=self.name, light=self.light)
                 message = {"type": "http.response.body", "body": chunk, "more_body": True}
                 del chunk  # (a catch-up is this stream's own copy: not kept while it waits)
                 await send(message)
@@ -421,12 +440,21 @@ class _Endpoints:
         quiet = request.query_params.getlist("quiet")
         if quiet not in ([], ["1"]):
             return error(400, "?quiet= is 1 (keep-alives only), once, or absent")
+        light = request.query_params.getlist("light")
+        if light not in ([], ["1"]) or (light and quiet):
+            return error(400, "?light= is 1 (no roster on the stream), once, or absent")
         cap = self.limits.max_subscribers
         if broker.store.subscribers_here(name) >= cap:
             return error(429, f"at most {cap} streams per member")
         still_member = _still_authenticated(self.auth, request, name)
         return _Subscription(
-            broker, name, authorized, session, still_member=still_member, quiet=bool(quiet)
+            broker,
+            name,
+            authorized,
+            session,
+            still_member=still_member,
+            quiet=bool(quiet),
+            light=bool(light),
         )
 
     async def roster(self, request: Request) -> Response:

@@ -11,10 +11,14 @@ after the stream ends, instead of at the TTL.
 Its state — ``connecting``, ``online``, ``offline`` — goes to ``on_change`` on every change,
 with :attr:`RosterStream.reason` (why it went offline) and :attr:`RosterStream.retry_in`
 (when it tries again) to read. Whoever wants the roster itself passes ``on_roster``: the
-stream then parses the ``roster``, ``presence`` and ``stale`` events into one :class:`RosterView`
-and calls back after each; without it the stream is a quiet one (``?quiet=1``: the broker
-sends keep-alives only, no roster to read and drop; a broker that does not know it sends
-everything, and the events are not even parsed). Users: wrap's
+stream is a light one (``?light=1``): where a full one has a ``roster`` event it has a
+``changed`` one, and the stream reads ``GET /roster``, sending back the ``ETag`` it has
+(``If-None-Match``: a 304 and no body while the roster is the same); that, the
+``presence`` and the ``stale`` events are folded into one :class:`RosterView`, with a
+call back after each change (a broker that does not know ``light`` sends ``roster``
+events, folded the same way); without it the stream is a quiet one
+(``?quiet=1``: the broker sends keep-alives only, no roster to read and drop; a broker
+that does not know it sends everything, and the events are not even parsed). Users: wrap's
 connection presence (:mod:`codex_presence.client.subscription`), ``roster --watch`` and the
 demo's watcher.
 """
@@ -32,8 +36,10 @@ import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse
 
 from codex_presence._wire import (
+    CHANGED_EVENT,
     PRESENCE_EVENT,
     ROSTER_EVENT,
+    ROSTER_PATH,
     SILENT_STREAM_TIMEOUT,
     STALE_EVENT,
     SUBSCRIBE_PATH,
@@ -95,6 +101,12 @@ class RosterStream:
         """Seconds until the next attempt, while offline; None once refused."""
         self.refused: int | None = None
         """The HTTP status (401 or 403) that ended the attempts for good."""
+        self.etag: str | None = None
+        """The ``ETag`` of the roster last read with ``GET /roster`` (light stream)."""
+        self._read: dict[str, dict[str, Any]] = {}
+        """The members as ``GET /roster`` gave them last (the ETag's)."""
+        self.reads: dict[int, int] = {}
+        """``GET /roster`` reads by HTTP status (200, 304, ...): what the light stream cost."""
 
     def _set(self, state: ConnectionState) -> None:
         if state is not self.state:
@@ -127,6 +139,8 @@ class RosterStream:
             params["session"] = self.session
         if self._on_roster is None:
             params["quiet"] = "1"  # keep-alives only: no roster to read and drop
+        else:
+            params["light"] = "1"  # no roster on the stream: it is read with GET /roster
         try:
             async with aconnect_sse(
                 self._client, "GET", SUBSCRIBE_PATH, params=params, timeout=timeout
@@ -144,11 +158,48 @@ class RosterStream:
                 self._backoff.reset()
                 self._set(ConnectionState.ONLINE)
                 async for event in source.aiter_sse():
-                    if self._on_roster is not None and self._apply(event):
+                    if self._on_roster is None:
+                        continue
+                    if event.event == CHANGED_EVENT:
+                        changed = await self._read_roster(event)
+                    else:
+                        changed = self._apply(event)
+                    if changed:
                         self._on_roster(self.view)
                 return "the broker closed the stream"
         except httpx.HTTPError as exc:
             return f"lost the stream: {exc or type(exc).__name__}"
+
+    async def _read_roster(self, event: ServerSentEvent) -> bool:
+        """A ``changed`` event: the roster read (a 304 while it is the one read last; the
+        ``presence`` events after it wait in the stream meanwhile); whether the view
+        changed."""
+        try:
+            data = orjson.loads(event.data) if event.data else None
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(data, dict):
+            return False
+        view = self.view
+        privileges = data.get("privileges")
+        view.team = str(data.get("team", ""))
+        view.privileges = privileges if isinstance(privileges, dict) else {}
+        headers = {} if self.etag is None else {"if-none-match": self.etag}
+        response = await self._client.get(ROSTER_PATH, headers=headers)
+        self.reads[response.status_code] = self.reads.get(response.status_code, 0) + 1
+        if response.status_code == 200:
+            try:
+                members = orjson.loads(response.content)
+            except orjson.JSONDecodeError:
+                members = None
+            if isinstance(members, list):
+                self._read = {p["name"]: p for p in members if isinstance(p, dict)}
+                self.etag = response.headers.get("etag")
+        elif response.status_code != 304:
+            return True  # the stream will say why (a refusal ends it)
+        view.members = dict(self._read)  # (after a 304: the roster is the one read last)
+        view.stale = None  # a roster read after a changed event is current
+        return True
 
     def _apply(self, event: ServerSentEvent) -> bool:
         """Fold one event into :attr:`view`; whether it changed anything."""

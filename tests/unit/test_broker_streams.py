@@ -85,3 +85,34 @@ def test_the_kept_roster_follows_every_write_and_every_lapse() -> None:
     clock.advance(31)  # nobody reads, nothing is published: the lapse is the store's
     assert "activity" not in _roster(broker)["builder"]
     assert broker.roster_json() is not kept
+
+
+def test_a_light_stream_never_carries_the_roster() -> None:
+    """A light stream (the page's and ``roster --watch``'s) carries the changes and the
+    ``stale`` events as the full one does, but where the full one sends the whole roster
+    (first, after a stale spell, too far behind) a ``changed`` event: the team, the member
+    and the privilege buckets, no members (they are read with ``GET /roster``)."""
+    broker = Broker(team=TEAM)
+    first = broker.changed_event("alice")
+    assert first.startswith(b"event: changed\ndata: ")
+    assert orjson.loads(first.split(b"data: ", 1)[1]) == {
+        "version": 0,
+        "team": "acme",
+        "you": "alice",
+        "privileges": {"alice": "admin", "builder": None, "scout": "operator"},
+    }
+    version = broker.version
+    for state in (ActivityState.WORKING, ActivityState.BLOCKED):
+        anyio.run(broker.report, _member("builder"), Report(state))
+        assert broker.publish()
+    light, now = broker.since(version, you="alice", light=True)
+    assert light == broker.since(version, you="alice")[0]  # the changes, as they are
+    assert light.count(b"event: presence") == 2
+    broker.store_down("redis away")
+    light, after = broker.since(now, you="alice", light=True)
+    assert light.startswith(b"event: stale\ndata: ")
+    broker.store_back()  # no log entry: the full stream's whole roster, here "changed"
+    light, _ = broker.since(after, you="alice", light=True)
+    full, _ = broker.since(after, you="alice")
+    assert light.startswith(b"event: changed\ndata: ") and b'"members"' not in light
+    assert full.startswith(b"event: roster\ndata: ") and b'"members"' in full

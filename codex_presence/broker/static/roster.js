@@ -1,7 +1,10 @@
 // codex-presence web roster: sign-in, the live SSE subscription, and the rows.
 //
-// The page holds one EventSource('/subscribe?name=<me>&key=<key>') while the tab is
-// visible. A session is the cookie (HttpOnly, set by POST /session) and the key that
+// The page holds one EventSource('/subscribe?name=<me>&key=<key>&light=1') while the tab
+// is visible: a light stream, which never carries the whole roster: where a full one
+// sends it, a light one sends `changed`, and the page reads GET /roster, sending back the
+// ETag it has (If-None-Match: a 304 and no body while the roster is the one it read
+// last); the `presence` events that come meanwhile are applied after it, in order. A session is the cookie (HttpOnly, set by POST /session) and the key that
 // sign-in returns, kept in this origin's localStorage and sent with every request: a page
 // on another port of this host shares the cookie jar but not the storage, so it can neither
 // use a stolen cookie nor plant one of its own as the session. When the tab is hidden
@@ -48,10 +51,18 @@
     asOf: null,                    // while stale: when the rows were last known current
     sort: stored(SORT_ITEM) === 'team' ? 'team' : 'attention',
     notify: false,
+    raw: [],                       // the roster as GET /roster last gave it
+    etag: null,                    // GET /roster's ETag for raw
+    whole: null,                   // a `changed` not yet read: {team, privileges}
+    reading: false,
+    held: [],                      // `presence` events that came during the read
   };
   // Read by tests and handy in the console: how often the stream was opened and closed,
   // and the notifications raised.
-  const stats = (window.codexPresence = { opens: 0, closes: 0, hideDelay, notices: [] });
+  // `reads`: GET /roster answers by status (200, 304, ...).
+  const stats = (window.codexPresence = {
+    opens: 0, closes: 0, hideDelay, notices: [], reads: {},
+  });
 
   function stored(item) {
     try { return localStorage.getItem(item) || ''; } catch (err) { return ''; }
@@ -377,19 +388,20 @@
     if (state.source || !state.me) return;
     clearTimeout(state.retryTimer);
     state.retryTimer = null;
-    const query = new URLSearchParams({ name: state.me, key: state.key });
+    const query = new URLSearchParams({ name: state.me, key: state.key, light: '1' });
     const source = new EventSource('/subscribe?' + query);
     state.source = source;
     stats.opens++;
     setStream('connecting', 'connecting…');
     source.addEventListener('open', () => { state.retries = 0; });
-    source.addEventListener('roster', (e) => {
-      replaceAll(JSON.parse(e.data));
-      setStream('live', 'live'); // a roster is always current (after a stale spell too)
+    source.addEventListener('changed', (e) => changed(JSON.parse(e.data)));
+    source.addEventListener('presence', (e) => {
+      const p = JSON.parse(e.data);
+      if (state.reading) state.held.push(p);
+      else update(p);
     });
     // The broker lost its shared store (Redis): the rows stay, and may be out of date.
     source.addEventListener('stale', () => setStream('stale', 'stale: broker lost its store'));
-    source.addEventListener('presence', (e) => update(JSON.parse(e.data)));
     source.addEventListener('error', () => {
       if (source !== state.source) return;
       if (source.readyState === EventSource.CLOSED) {
@@ -400,6 +412,49 @@
         setStream('reconnecting', 'reconnecting…');
       }
     });
+  }
+
+  // Where a full stream sends the roster: read it (one read at a time; a `changed`
+  // during a read reads again), then apply the `presence` events held meanwhile.
+  function changed(data) {
+    state.whole = { team: data.team, privileges: data.privileges || {} };
+    if (!state.reading) readRoster();
+  }
+
+  async function readRoster() {
+    state.reading = true;
+    try {
+      while (state.whole) {
+        const whole = state.whole;
+        state.whole = null;
+        state.held = [];  // what came before this read is in it
+        const headers = { [KEY_HEADER]: state.key };
+        if (state.etag) headers['If-None-Match'] = state.etag;
+        let response;
+        try {
+          response = await fetch('/roster', {
+            credentials: 'same-origin', cache: 'no-store', headers,
+          });
+        } catch {
+          return;  // the stream is down too: its reconnect reads again
+        }
+        stats.reads[response.status] = (stats.reads[response.status] || 0) + 1;
+        if (response.status === 200) {
+          state.raw = await response.json();
+          state.etag = response.headers.get('ETag');
+        } else if (response.status !== 304) {
+          return;  // signed out, or the broker's trouble: the stream says which
+        }
+        if (state.whole) continue;  // read again
+        replaceAll({ team: whole.team, members: state.raw, privileges: whole.privileges });
+        setStream('live', 'live'); // a roster read after `changed` is current
+      }
+    } finally {
+      state.reading = false;
+      const held = state.held;
+      state.held = [];
+      for (const p of held) update(p);  // in order, after the roster they came after
+    }
   }
 
   function disconnect(status, text) {
