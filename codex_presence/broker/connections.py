@@ -11,14 +11,14 @@ State is per broker process, in memory, as the design says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from codex_presence.broker.record import record_class
 
 __all__ = ["Connection", "ConnectionRegistry"]
 
 
-@dataclass(frozen=True, slots=True)
+@record_class
 class Connection:
-    """One member's connection presence."""
+    """One member's connection presence (made at every report in Redis mode)."""
 
     connected: int = 0
     created_at: int = 0

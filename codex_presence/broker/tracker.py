@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from codex_presence._wire import DEFAULT_TTL, ActivityState
-from codex_presence.broker.record import ANONYMOUS, Agent, Report, SessionRecord
+from codex_presence.broker.record import ANONYMOUS, Agent, Report, SessionRecord, record_class
 
 __all__ = [
     "ANONYMOUS",
@@ -76,7 +76,7 @@ None when none)."""
 _NO_BACKGROUND: Background = (0, None)
 
 
-@dataclass(frozen=True, slots=True)
+@record_class
 class Activity:
     """A member's activity, derived from their sessions' records: the strongest state,
     since when it holds (unix ms; None when idle), how many sessions are working and

@@ -63,3 +63,43 @@ def test_the_agent_checks_name_the_field() -> None:
     assert agent_problem({"waits": {"kind": "command", "x": 1}}) == (
         "\"agent.waits\" has an unknown key 'x'"
     )
+
+
+EVENT_TIMES = (1764590000000, 1764590000001)
+EVENT = {
+    "seq": 7,
+    "name": "bob",
+    "session": "s",
+    "ttl": 30000,
+    "createdAt": EVENT_TIMES[0],
+    "lastSeen": EVENT_TIMES[1],
+    "record": {"state": "working", "since": 5, "background": 1, "backgroundSince": 5},
+}
+
+
+@pytest.mark.parametrize("field", ["seq", "ttl", "createdAt", "lastSeen"])
+@pytest.mark.parametrize("value", [True, -1, 1e30, 10**20, 2.0, None, "x"])
+def test_every_number_of_an_event_goes_through_the_bounded_reader(
+    field: str, value: object
+) -> None:
+    """The events a broker writes are read at once (the cost of every report); anything
+    else still meets :func:`number`'s refusal, whichever of the numbers it is."""
+    from codex_presence.broker.redis.activity import SessionEvent
+
+    event = SessionEvent(EVENT)
+    assert (event.seq, event.ttl_ms, event.created, event.seen) == (7, 30000, *EVENT_TIMES)
+    assert event.record == SessionRecord(WORKING, 5, 1, 5, None)
+    with pytest.raises(Unreadable):
+        SessionEvent({**EVENT, field: value})
+
+
+@pytest.mark.parametrize("field", ["since", "background"])
+@pytest.mark.parametrize("value", [True, -1, 1e30, 10**20, 2.0, None])
+def test_every_number_of_a_record_goes_through_the_bounded_reader(
+    field: str, value: object
+) -> None:
+    data = {"state": "blocked", "since": 5, "background": 2, "backgroundSince": 4}
+    assert record(data) == SessionRecord(BLOCKED, 5, 2, 4, None)
+    assert record({**data, "since": "5"}).since == 5  # the digits Redis returns
+    with pytest.raises(Unreadable):
+        record({**data, field: value})

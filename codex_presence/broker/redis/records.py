@@ -75,8 +75,17 @@ def record(data: object, checked: Agent | None = None) -> SessionRecord:
     state = ACTIVITY_STATES.get(data.get("state"))  # type: ignore[arg-type]
     if state is None:
         raise Unreadable(f"a session record's state is {str(data.get('state'))[:40]!r}")
-    background = number(data.get("background", 0), MAX_BACKGROUND, "a background count")
-    agent: Any = data.get("agent")
+    get = data.get
+    since, background = get("since"), get("background", 0)
+    if not (  # what every record a broker wrote holds: read at once (issue 32's cost)
+        type(since) is int
+        and type(background) is int
+        and 0 <= since <= TIME_MAX
+        and 0 <= background <= MAX_BACKGROUND
+    ):
+        since = number(since, TIME_MAX, "a session's since")
+        background = number(background, MAX_BACKGROUND, "a background count")
+    agent: Any = get("agent")
     if agent is None:
         pass
     elif checked is not None and agent == checked:
@@ -85,10 +94,10 @@ def record(data: object, checked: Agent | None = None) -> SessionRecord:
         raise Unreadable(f"a session record's agent: {problem}")
     return SessionRecord(
         state=state,
-        since=number(data.get("since"), TIME_MAX, "a session's since"),
+        since=since,
         background=background,
         background_since=(
-            number(data.get("backgroundSince"), TIME_MAX, "a background since") if background else 0
+            number(get("backgroundSince"), TIME_MAX, "a background since") if background else 0
         ),
         agent=agent,
     )
