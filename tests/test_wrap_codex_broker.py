@@ -21,6 +21,7 @@ import math
 import re
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -91,7 +92,8 @@ def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> Non
                     call_id="call_touch",
                     escalate=True,
                     yield_time_ms=30000,  # the test's word comes well before codex stops waiting
-                )
+                ),
+                hold=(model_answers := threading.Event()),
             ),
             message("Finished."),
         ]
@@ -116,7 +118,12 @@ def test_roster_follows_a_real_approval_turn(codex: Path, tmp_path: Path) -> Non
 
             s.start_turn(thread, "make a file")
             s.wait_method("turn/started", threadId=thread)
-            watch.wait_seen("working")  # codex asks for approval ~0.1 s later: it moves on
+            # The model's answer (the command that asks for approval) is held until the
+            # roster shows the turn: working is shown by order, not by how fast the relay,
+            # the runner's analysis and the broker were (CI: the approval's blocked came in
+            # the same read as turn/started, and working was never a state to report).
+            watch.wait_seen("working")
+            model_answers.set()
 
             request = s.wait_for(is_server_request("item/commandExecution/requestApproval"))
             watch.wait("blocked")
@@ -157,7 +164,15 @@ def test_a_cancelled_approval_never_shows_working(codex: Path, tmp_path: Path) -
     """The person says no (``cancel``, the codex TUI's only no): codex clears its waiting
     flag, then ends the turn tens of milliseconds later. The roster goes from blocked
     straight to idle: the working in between is no state anyone saw (issue 27)."""
-    model = FakeModel([reply(exec_command("touch made.txt", call_id="call_no", escalate=True))])
+    model_answers = threading.Event()  # held until the roster shows the turn (as above)
+    model = FakeModel(
+        [
+            reply(
+                exec_command("touch made.txt", call_id="call_no", escalate=True),
+                hold=model_answers,
+            )
+        ]
+    )
     root = tmp_path / "run"
     with running_broker(team=make_team("alice", "bob")) as broker:
         watch = RosterWatch(broker, watcher="bob", member="alice")
@@ -175,7 +190,8 @@ def test_a_cancelled_approval_never_shows_working(codex: Path, tmp_path: Path) -
             s.initialize()
             thread = s.start_thread()
             s.start_turn(thread, "make a file")
-            watch.wait_seen("working")  # codex asks for approval ~0.1 s later: it moves on
+            watch.wait_seen("working")
+            model_answers.set()
             request = s.wait_for(is_server_request("item/commandExecution/requestApproval"))
             watch.wait("blocked")
             s.answer(request, {"decision": "cancel"})
