@@ -26,7 +26,7 @@ demo's watcher.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,10 +180,6 @@ class RosterStream:
             return False
         if not isinstance(data, dict):
             return False
-        view = self.view
-        privileges = data.get("privileges")
-        view.team = str(data.get("team", ""))
-        view.privileges = privileges if isinstance(privileges, dict) else {}
         headers = {} if self.etag is None else {"if-none-match": self.etag}
         response = await self._client.get(ROSTER_PATH, headers=headers)
         self.reads[response.status_code] = self.reads.get(response.status_code, 0) + 1
@@ -197,9 +193,18 @@ class RosterStream:
                 self.etag = response.headers.get("etag")
         elif response.status_code != 304:
             return True  # the stream will say why (a refusal ends it)
-        view.members = dict(self._read)  # (after a 304: the roster is the one read last)
-        view.stale = None  # a roster read after a changed event is current
+        self._fold_roster(data, self._read.values())  # (a 304: the roster read last)
         return True
+
+    def _fold_roster(self, data: dict[str, Any], members: Iterable[Any]) -> None:
+        """A whole roster into :attr:`view` (a ``roster`` event, or a ``changed`` one and
+        the members read): current, so no longer stale."""
+        view = self.view
+        view.team = str(data.get("team", ""))
+        view.members = {p["name"]: p for p in members if isinstance(p, dict)}
+        privileges = data.get("privileges")
+        view.privileges = privileges if isinstance(privileges, dict) else {}
+        view.stale = None
 
     def _apply(self, event: ServerSentEvent) -> bool:
         """Fold one event into :attr:`view`; whether it changed anything."""
@@ -211,11 +216,7 @@ class RosterStream:
             return False
         view = self.view
         if event.event == ROSTER_EVENT and isinstance(data.get("members"), list):
-            view.team = str(data.get("team", ""))
-            view.members = {p["name"]: p for p in data["members"] if isinstance(p, dict)}
-            privileges = data.get("privileges")
-            view.privileges = privileges if isinstance(privileges, dict) else {}
-            view.stale = None
+            self._fold_roster(data, data["members"])
             return True
         if event.event == STALE_EVENT:
             reason = data.get("reason")
