@@ -14,7 +14,14 @@ The order, each step as soon as the one before it:
 
 1. The signals (:data:`~codex_presence.agent.child.FORWARDED_SIGNALS`) are the TUI's: a
    handler that passes them on, kept until the TUI is there.
-2. A private 0700 directory for the two sockets (:mod:`.sockets`).
+2. A private 0700 directory for the two sockets (:mod:`.sockets`), and OUTER listening
+   there: 0600, before either child runs. The TUI exits at once when its socket is missing
+   or refuses; the real one connects half a second or more after its start, but nothing
+   bounds when this process gets the CPU back after a spawn (CI: a stand-in TUI that
+   connects at once found no socket beside a loaded test run). From here the socket accepts
+   (the kernel queues the connection until the relay serves it). It is ``_socket``'s own
+   object (:func:`.sockets.listen`): no ``socket`` import on the way. If it cannot be made,
+   nothing is spawned and the session says so.
 3. What CODEX names: where it is npm's node launcher and what that would run is certain, the
    native binary, with the environment (and signals) the launcher would give it
    (:mod:`~codex_presence.agent.native`: node's start is 110-120 ms of CPU, on the way to
@@ -38,10 +45,6 @@ The order, each step as soon as the one before it:
    (:func:`set_autogroup_nice`): the TUI's own start, which the first paint waits for, comes
    first, and the app-server needs to listen only once the TUI connects. Its output goes to
    a pipe (read into our log by the session), never to the terminal the TUI draws on.
-6. OUTER listening: 0600. The TUI exits at once when its socket is missing or refuses,
-   but connects half a second or more after its start; from here the socket accepts (the
-   kernel queues the connection until the relay serves it). If it cannot be made, the
-   session ends the TUI and says so.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from codex_presence.agent.tui.sockets import listen, private_directory
 
 TYPE_CHECKING = False  # typing is not loaded before the children run
 if TYPE_CHECKING:
-    import socket
+    import _socket
     from collections.abc import Mapping, Sequence
 
     from codex_presence.agent.child import Child
@@ -98,8 +101,8 @@ class TuiLaunch:
         """The TUI's signals, forwarded from the start (:func:`launch_tui`)."""
         self.directory: str | None = None
         """The private directory of the two sockets."""
-        self.listener: socket.socket | None = None
-        """OUTER, listening."""
+        self.listener: _socket.socket | None = None
+        """OUTER, listening (:func:`.sockets.adopt` makes it a :class:`socket.socket`)."""
         self.tui: Child | None = None
         self.app_server: Child | None = None
         self.output_fd = -1
@@ -134,6 +137,7 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
     launch = TuiLaunch(command, signals)
     try:
         launch.directory = private_directory()
+        launch.listener = listen(launch.outer)
     except OSError as exc:
         launch.error, launch.sockets_failed = exc, True
         return launch
@@ -171,11 +175,6 @@ def launch_tui(command: Sequence[str], env: Mapping[str, str] | None = None) -> 
         os.close(output)
         if read_output >= 0:
             os.close(read_output)
-    if launch.error is None:
-        try:  # the TUI connects half a second or more from now
-            launch.listener = listen(launch.outer)
-        except OSError as exc:
-            launch.error, launch.sockets_failed = exc, True
     return launch
 
 

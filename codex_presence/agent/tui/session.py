@@ -58,7 +58,14 @@ from codex_presence.agent.session import (
 )
 from codex_presence.agent.signals import cannot_run, exit_status
 from codex_presence.agent.tui.launch import APP_SERVER_SOCKET, TuiLaunch, set_autogroup_nice
-from codex_presence.agent.tui.sockets import accepts, link_target, remove, said, sweep_beside
+from codex_presence.agent.tui.sockets import (
+    accepts,
+    adopt,
+    link_target,
+    remove,
+    said,
+    sweep_beside,
+)
 from codex_presence.core.codex.mapping import CodexMapping
 
 if TYPE_CHECKING:
@@ -118,7 +125,7 @@ class TuiSession:
         self.directory = None if launch.directory is None else Path(launch.directory)
         """The private directory of the two sockets (for tests and debugging)."""
         self.relay: WsRelay | None = None
-        self._listener = launch.listener
+        self._listener = None if launch.listener is None else adopt(launch.listener)
         self._output_fd = launch.output_fd
         self._app_server = launch.app_server
         self._tui = launch.tui
@@ -178,9 +185,9 @@ class TuiSession:
 
     async def _not_launched(self) -> int:
         """Say why the launch failed (once the log is set up: the launch logs nothing); a TUI
-        that did start (its app-server, or OUTER, could not) is ended; the exit status."""
+        that did start (its app-server could not) is ended; the exit status."""
         error, tui = self.launch.error, self._tui
-        if error is not None and self.launch.sockets_failed:  # (OUTER: after the spawns)
+        if error is not None and self.launch.sockets_failed:  # nothing was spawned
             logger.error("cannot make the session's sockets: %s", said(error))
             status = 1
         else:

@@ -21,6 +21,7 @@ from codex_presence.agent.leftovers import new_owned_directory, temporary_bases
 
 TYPE_CHECKING = False  # typing is not loaded before the TUI's spawn
 if TYPE_CHECKING:
+    import _socket
     import socket
     from collections.abc import Sequence
     from pathlib import Path
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PREFIX",
     "accepts",
+    "adopt",
     "link_target",
     "listen",
     "private_directory",
@@ -72,11 +74,14 @@ def said(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def listen(path: str) -> socket.socket:
-    """A unix socket listening at ``path``, 0600."""
-    import socket
+def listen(path: str) -> _socket.socket:
+    """A unix socket listening at ``path``, 0600: ``_socket``'s own object, the C type that
+    :class:`socket.socket` extends, so that OUTER listens before the TUI's spawn without
+    ``socket``'s import (and its ``selectors``, a few ms) on the way to the TUI's first
+    paint. :func:`adopt` makes it a :class:`socket.socket` for the session."""
+    import _socket
 
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         listener.bind(path)
         os.chmod(path, 0o600)
@@ -85,6 +90,13 @@ def listen(path: str) -> socket.socket:
         listener.close()
         raise
     return listener
+
+
+def adopt(listener: _socket.socket) -> socket.socket:
+    """:func:`listen`'s socket as a :class:`socket.socket` (the same descriptor)."""
+    import socket
+
+    return socket.socket(fileno=listener.detach())
 
 
 def link_target(path: Path) -> Path | None:
