@@ -80,14 +80,22 @@ _NO_BACKGROUND: Background = (0, None)
 class Activity:
     """A member's activity, derived from their sessions' records: the strongest state,
     since when it holds (unix ms; None when idle), how many sessions are working and
-    blocked, the background over every session, and each shown session's roster entry
-    (:meth:`~codex_presence.broker.record.SessionRecord.entry`)."""
+    blocked, the background over every session, and each listed session with its record,
+    in the roster's order (:attr:`agents` makes their entries)."""
 
     state: ActivityState = _IDLE
     since: int | None = None
     sessions: SessionCounts = (0, 0)
     background: Background = _NO_BACKGROUND
-    agents: tuple[dict[str, Any], ...] = ()
+    listed: tuple[tuple[str, SessionRecord], ...] = ()
+    """(session, record) of each session the roster lists: their entries are made when
+    read (once per change: the roster keeps each member's encoding), not at each report."""
+
+    @property
+    def agents(self) -> tuple[dict[str, Any], ...]:
+        """Each listed session's roster entry
+        (:meth:`~codex_presence.broker.record.SessionRecord.entry`)."""
+        return tuple(record.entry(session) for session, record in self.listed)
 
     @property
     def can_lapse(self) -> bool:
@@ -101,9 +109,9 @@ IDLE_ACTIVITY = Activity()
 
 @dataclass(slots=True)
 class _Held:
-    """A session held: its record, and when it lapses (the tracker's clock). Never
-    changed once made (:meth:`ActivityTracker.shorten` replaces it); not frozen, whose
-    checks cost every report a tenth of its making."""
+    """A session held: its record, and when it lapses (the tracker's clock). A heartbeat
+    moves its lapse later in place (:meth:`ActivityTracker.put`); anything else replaces
+    it. Not frozen: a frozen one's checks cost every report a tenth of its making."""
 
     record: SessionRecord
     expires: float
@@ -183,9 +191,24 @@ class ActivityTracker:
         changed. ``grace``: not a report but a shortening (a shared store's record of a
         grace)."""
         self.changes += 1
-        previous = self.entry(name)
         held = self._sessions.get(name)
         key = (name, session)
+        old = None if held is None else held.get(session)
+        if old is not None and old.record.state is record.state is not _IDLE:
+            now = self._clock()
+            expires = now + (self.ttl if ttl is None else ttl)
+            if now < old.expires <= expires and old.record == record:
+                # a heartbeat (most reports): the same record held longer, nothing shown
+                # changes (an earlier _next only rechecks). Held, so neither ended idle
+                # nor idle with an agent kept.
+                if grace:
+                    self._in_grace.add(key)
+                else:
+                    self._in_grace.discard(key)
+                old.expires = expires
+                return False
+        previous = self.entry(name)
+        held = self._sessions.get(name)
         if not record.held:
             self._in_grace.discard(key)
             self._idle_agents.pop(key, None)
@@ -207,12 +230,7 @@ class ActivityTracker:
                 self._in_grace.discard(key)
             if held is None:
                 held = self._sessions[name] = {}
-            expires = self._clock() + (self.ttl if ttl is None else ttl)
-            old = held.get(session)
-            held[session] = _Held(record, expires)
-            if old is not None and old.record == record and expires >= old.expires:
-                # a heartbeat: nothing shown changes (an earlier _next only rechecks)
-                return False
+            held[session] = _Held(record, self._clock() + (self.ttl if ttl is None else ttl))
         return self._recount(name, previous)
 
     def shorten(self, name: str, session: str, seconds: float) -> bool:
@@ -284,7 +302,7 @@ class ActivityTracker:
             self._next.pop(name, None)
             return previous is not IDLE_ACTIVITY
         current = self._one(name, held) if len(held) == 1 else self._derived(name, held)
-        if current == previous:
+        if current.state is previous.state and current == previous:
             return False
         self._shown[name] = current
         return True
@@ -303,7 +321,7 @@ class ActivityTracker:
                 None if state is _IDLE else record.since,
                 (0, 1) if state is _BLOCKED else (0, 0) if state is _IDLE else (1, 0),
                 (background, record.background_since) if background > 0 else _NO_BACKGROUND,
-                (record.entry(session),) if state is not _IDLE or record.agent is not None else (),
+                ((session, record),) if state is not _IDLE or record.agent is not None else (),
             )
         raise AssertionError("one session held")
 
@@ -334,16 +352,16 @@ class ActivityTracker:
         strongest = _BLOCKED if blocked else ActivityState.WORKING if working else _IDLE
         self._next[name] = earliest = min(one.expires for one in held.values())
         self._due = min(self._due, earliest)
-        agents: tuple[dict[str, Any], ...] = ()
+        listed: tuple[tuple[str, SessionRecord], ...] = ()
         if shown:
             ordered = sorted(held.items(), key=lambda item: item[1].record.order())
-            agents = tuple(one.record.entry(session) for session, one in ordered)
+            listed = tuple((session, one.record) for session, one in ordered)
         return Activity(
             strongest,
             strongest_since.get(strongest),
             (working, blocked),
             (count, background_since) if count else _NO_BACKGROUND,
-            agents,
+            listed,
         )
 
     def entry(self, name: str) -> Activity:

@@ -281,3 +281,27 @@ def test_a_lapse_on_a_grace_is_kept_for_the_taking_and_a_report_since_clears_it(
     clock.advance(27)
     assert tracker.get("a") is IDLE  # "back" and "ttl" lapsed by the TTL: no grace's
     assert tracker.take_grace_lapses() == []
+
+
+def test_the_same_record_again_holds_longer_or_shorter_and_after_a_lapse_is_a_change() -> None:
+    """The mirror's heartbeat (the record it holds, put again: most reports) moves the
+    lapse later and keeps the very same activity; put again with a shorter TTL (another
+    broker's grace) it moves the lapse closer and counts as a grace; once lapsed, the same
+    record is a change."""
+    clock = FakeClock(0)
+    tracker = ActivityTracker(ttl=30, clock=clock)
+    record = SessionRecord(BLOCKED, 5, 0, 0)
+    assert tracker.put("a", "s", record, 10) is True
+    first = tracker.entry("a")
+    clock.advance(8)
+    assert tracker.put("a", "s", SessionRecord(BLOCKED, 5, 0, 0), 10) is False
+    assert tracker.entry("a") is first
+    clock.advance(8)  # 16 s: past the first lapse, within the second
+    assert tracker.entry("a") is first
+    assert tracker.next_lapse() == 2
+    assert tracker.put("a", "s", record, 1, grace=True) is False
+    assert tracker.next_lapse() == 1
+    clock.advance(1)
+    assert tracker.get("a") is IDLE
+    assert tracker.take_grace_lapses() == [("a", "s")]
+    assert tracker.put("a", "s", record, 10) is True

@@ -274,15 +274,19 @@ class SessionActivity:
         report comes twice, its script's reply and its echo, whichever is first; the
         later event applied carried times at least as wide)."""
         name, session = data.get("name"), data.get("session")
-        if not (isinstance(name, str) and isinstance(session, str)):
+        if type(name) is not str or type(session) is not str:
             return self.apply(SessionEvent(data))  # raises Unreadable
-        if seq <= self._seq.get((name, session), 0):
+        key = (name, session)
+        if seq <= self._seq.get(key, 0) or name not in self._known:
             return None
         record = data.get("record")
-        if isinstance(record, dict) and record.get("agent") is not None:
+        checked = None
+        if type(record) is dict and record.get("agent") is not None:
             held = self._tracker.record(name, session)  # its agent, checked when it came
-            return self.apply(SessionEvent(data, None if held is None else held.agent))
-        return self.apply(SessionEvent(data))
+            checked = None if held is None else held.agent
+        event = SessionEvent(data, checked)
+        self._touched(name, event.created, event.seen)
+        return self._put(event, key)
 
     def apply(self, event: SessionEvent) -> bool | None:
         """Apply an ``s`` event (ours or another broker's) unless a later one for that
@@ -295,20 +299,25 @@ class SessionActivity:
         key = (name, event.session)
         if event.seq <= self._seq.get(key, 0):
             return None
+        return self._put(event, key)
+
+    def _put(self, event: SessionEvent, key: tuple[str, str]) -> bool:
+        """:meth:`apply`'s rest, for an event new for its session ``key``."""
         self._seq.pop(key, None)  # the latest, last
         self._seq[key] = event.seq
         if len(self._seq) > self._seq_cap:
             self._prune()
-        shortened = event.ttl_ms < self._ttl_ms
+        ttl_ms = event.ttl_ms
+        shortened = ttl_ms < self._ttl_ms
         changed = self._tracker.put(
-            name,
-            event.session,
+            key[0],
+            key[1],
             event.record,
-            min(event.ttl_ms, self._ttl_ms) / 1000,  # a forged event outlives no TTL of ours
+            (ttl_ms if shortened else self._ttl_ms) / 1000,  # a forged one outlives no TTL of ours
             grace=shortened,  # a report holds the TTL; a release, its grace
         )
         if changed or shortened:
-            self._changed(name)
+            self._changed(key[0])
         return changed
 
     def forget(self, name: str) -> None:

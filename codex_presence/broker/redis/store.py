@@ -201,8 +201,9 @@ class RedisStore:
         """The number of the last event on the channel since the resync."""
         self._here: dict[str, int] = {}
         self._there: dict[str, dict[str, int]] = {}
-        self._meta: dict[str, tuple[int, int]] = {}
         self._connections: dict[str, Connection] = {}
+        """Each member's connection: its count (:attr:`_here` and :attr:`_there` summed)
+        and its times (the earliest createdAt and the latest lastSeen heard)."""
         self._unsent: dict[str, int] = {}
         """Members whose count here changed since the last heartbeat -> the latest attach
         time (0: detaches only)."""
@@ -298,7 +299,7 @@ class RedisStore:
 
     def attach(self, name: str, now_ms: int) -> int:
         self._here[name] = self._here.get(name, 0) + 1
-        self._merge_meta(name, now_ms, now_ms)
+        self._touched(name, now_ms, now_ms)
         self._unsent[name] = now_ms
         self._flush.set()
         return self._refresh(name).connected
@@ -361,9 +362,7 @@ class RedisStore:
         """A snapshot's ``[createdAt, lastSeen, sessions]`` of ``name``, into the mirror."""
         created, seen, held = member
         where = self._link.key("m", name)
-        self._merge_meta(
-            name, self._read(created, TIME_MAX, where), self._read(seen, TIME_MAX, where)
-        )
+        self._touched(name, self._read(created, TIME_MAX, where), self._read(seen, TIME_MAX, where))
         self._sessions.load(name, held)
 
     # -- the team file changing --------------------------------------------------------
@@ -396,7 +395,6 @@ class RedisStore:
     def _forget(self, name: str) -> None:
         self._known.discard(name)
         self._sessions.forget(name)
-        self._meta.pop(name, None)
         self._connections.pop(name, None)
         for counts in self._there.values():
             counts.pop(name, None)
@@ -508,9 +506,11 @@ class RedisStore:
             self._unsent.clear()
             entries = []
             for name in self._names:
-                created, seen = self._meta.get(name, (0, 0))
-                if here.get(name) or seen:
-                    entries.append((name, here.get(name, 0), created, seen))
+                connection = self._connections.get(name, _NEVER)
+                if here.get(name) or connection.last_seen:
+                    entries.append(
+                        (name, here.get(name, 0), connection.created_at, connection.last_seen)
+                    )
         else:
             unsent, self._unsent = self._unsent, {}
             entries = [(name, here.get(name, 0), at, at) for name, at in unsent.items()]
@@ -575,7 +575,7 @@ class RedisStore:
                 counts[name] = count
             else:
                 counts.pop(name, None)
-            self._merge_meta(name, created, seen)
+            self._touched(name, created, seen)
             self._recount([name])
         elif kind == "b":
             broker, flat = event.get("broker"), event.get("counts")
@@ -613,21 +613,26 @@ class RedisStore:
     # -- the mirror --------------------------------------------------------------------
 
     def _touched(self, name: str, created: int, seen: int) -> None:
-        self._merge_meta(name, created, seen)
-        self._refresh(name)
-
-    def _merge_meta(self, name: str, created: int, seen: int) -> None:
-        old_created, old_seen = self._meta.get(name, (0, 0))
+        """An event's times of ``name`` merged into their connection (at every report: its
+        count is unchanged, not summed again)."""
+        old = self._connections.get(name, _NEVER)
+        old_created = old.created_at
         if created and (not old_created or created < old_created):
             old_created = created
-        self._meta[name] = (old_created, max(old_seen, seen))
+        last_seen = old.last_seen
+        self._connections[name] = Connection(
+            old.connected, old_created, seen if seen > last_seen else last_seen
+        )
+        self._refreshed += 1
 
     def _refresh(self, name: str) -> Connection:
+        """``name``'s connection with its count summed again (a count changed here or on
+        another broker)."""
         connected = self._here.get(name, 0)
         for counts in self._there.values():
             connected += counts.get(name, 0)
-        created, seen = self._meta.get(name, (0, 0))
-        connection = Connection(connected, created, seen)
+        old = self._connections.get(name, _NEVER)
+        connection = Connection(connected, old.created_at, old.last_seen)
         self._connections[name] = connection
         self._refreshed += 1
         return connection
