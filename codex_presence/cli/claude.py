@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     from codex_presence.agent.claude.launch import until_claude_started
 
-    until_claude_started(launch, env)  # the session loads after claude's first paint
+    until_claude_started(launch, env)  # the session loads once claude's start is done
     from codex_presence.agent.loading import load_behind
 
     load_behind(

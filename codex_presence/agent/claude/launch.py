@@ -32,9 +32,10 @@ The order, each step as soon as the one before it:
    until the server, loaded, takes them over: a poster gives up on its answer after 2 s, and
    one gone could no longer be told from another user's (the loading took 2-2.4 s at load
    10).
-6. Where the hooks are spooled, the session's loading waits for claude's start
-   (:func:`until_claude_started`): nothing of claude's waits for the session then, and its
-   few hundred ms of CPU come after claude's first paint instead of beside it.
+6. Where the hooks are spooled, the session's loading waits for the end of claude's start
+   (:func:`until_claude_started`: its first sign, then its main thread quiet): nothing of
+   claude's waits for the session then, and its few hundred ms of CPU come after claude's
+   first paint and prompt instead of beside them.
 
 A spawn that fails is kept for the session to say
 (:func:`~codex_presence.agent.signals.cannot_run`).
@@ -63,6 +64,7 @@ __all__ = [
     "HISTORY",
     "PRIVATE_PREFIX",
     "ClaudeLaunch",
+    "QuietWindow",
     "config_dir",
     "forward_signals_now",
     "launch_claude",
@@ -75,9 +77,17 @@ PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
 HISTORY = "history.jsonl"
 """claude's prompt history, in its config directory: every session's prompts, one a line."""
-STARTED_WITHIN = 1.0
-"""Seconds the session's loading waits at most for claude's start
-(:func:`until_claude_started`): 0.3-0.5 s on a quiet machine."""
+STARTED_WITHIN = 2.0
+"""Seconds the session's loading waits at most for the end of claude's start
+(:func:`until_claude_started`): 0.6-0.8 s on a quiet machine, 1-1.6 s at load 3-5."""
+QUIET_FOR = 0.05
+"""Seconds claude's main thread must have been mostly off the CPU, neither running nor
+waiting for one, and seen waiting for something else at every look
+(:class:`QuietWindow`), for its start to count as done."""
+QUIET_SHARE = 0.5
+"""The share of :data:`QUIET_FOR` that claude's main thread may still have spent running
+or runnable (a timer's wake-up) and count as quiet: through its start it is runnable all
+the time, at its prompt it sleeps."""
 
 
 class ClaudeLaunch:
@@ -204,13 +214,16 @@ def launch_claude(
 def until_claude_started(
     launch: ClaudeLaunch, env: Mapping[str, str], *, at_most: float = STARTED_WITHIN
 ) -> None:
-    """Where claude's hooks are spooled, wait until claude has started (its first hook in
-    the spool, or its session file written), claude's exit, or ``at_most`` seconds: then
-    the session loads (a few hundred ms of CPU: anyio, the mapping, the broker link) after
-    claude's first paint, not beside it (issue 34: ~30 ms of claude's start on a quiet
-    2-core machine). Nothing of claude's waits for the session then: its hooks wait in the
-    spool and its files are read from where they stand. Where the hooks are posted, the
-    poster waits for the server: no wait."""
+    """Where claude's hooks are spooled, wait until claude's start is done, its exit, or
+    ``at_most`` seconds: then the session loads (a few hundred ms of CPU: anyio, the
+    mapping, the broker link) after claude's first paint and prompt, not beside them (issue
+    34: on a 2-core machine every ms of CPU of ours in claude's start is claude's, or
+    more). Its start is done once it has said it began (its first hook in the spool, its
+    session file written: both 0.2-0.3 s *before* its first paint) and its main thread has
+    then been quiet for :data:`QUIET_FOR` (:class:`QuietWindow`; 0.1-0.3 s after its
+    prompt shows). Nothing of claude's waits for the session: its hooks wait in the spool
+    and its files are read from where they stand. Where the hooks are posted, the poster
+    waits for the server: no wait."""
     process, private = launch.process, launch.private
     if process is None or private is None:
         return
@@ -223,10 +236,64 @@ def until_claude_started(
 
     status = os.path.join(_config_dir(env), "sessions", f"{process.pid}.json")
     deadline = time.monotonic() + at_most
+    began = False
+    quiet = QuietWindow()
+    proc = f"/proc/{process.pid}"
     while time.monotonic() < deadline and process.poll() is None:
-        if os.listdir(spool) or os.path.exists(status):
-            return
+        if not began:
+            began = bool(os.listdir(spool)) or os.path.exists(status)
+        if began:
+            seen = _scheduled(proc)
+            if seen is None or quiet.add(time.monotonic(), *seen):
+                return  # (no scheduler statistics: as soon as it began)
         select.select([process.reports], [], [], 0.01)  # or at once, claude's exit
+
+
+class QuietWindow:
+    """Whether a thread has been quiet: over the last :data:`QUIET_FOR` seconds at least,
+    never seen runnable (running or waiting for a CPU) and, by its scheduler statistics,
+    running or waiting for a CPU less than :data:`QUIET_SHARE` of the time. Both: the
+    kernel adds a thread's wait for a CPU to its statistics only once it gets one (a
+    thread that waited 30 ms behind another process looked quiet meanwhile), and a look
+    now and then misses short runs. Fed samples as they come."""
+
+    __slots__ = ("_samples", "for_seconds", "share")
+
+    def __init__(self, for_seconds: float = QUIET_FOR, share: float = QUIET_SHARE) -> None:
+        self.for_seconds = for_seconds
+        self.share = share
+        self._samples: list[tuple[float, int]] = []
+
+    def add(self, when: float, runnable: bool, busy_ns: int) -> bool:
+        """Note a sample (when, whether the thread was runnable then, its time running and
+        waiting for a CPU so far in ns); whether it has been quiet over the window ending
+        here."""
+        samples = self._samples
+        if runnable:  # the window starts again here
+            samples.clear()
+        samples.append((when, busy_ns))
+        # The oldest kept is the newest at least the window's length ago.
+        while len(samples) > 1 and when - samples[1][0] >= self.for_seconds:
+            del samples[0]
+        since, before = samples[0]
+        span = when - since
+        return (
+            not runnable and span >= self.for_seconds and busy_ns - before < span * self.share * 1e9
+        )
+
+
+def _scheduled(proc: str) -> tuple[bool, int] | None:
+    """Whether a process's main thread is runnable now (``/proc/<pid>/stat``: state R),
+    and its time on a CPU and waiting for one so far, in ns (``/proc/<pid>/schedstat``);
+    None where they cannot be read (not Linux, no schedstats, the process gone)."""
+    try:
+        with open(f"{proc}/stat", "rb") as stat:
+            state = stat.read().rpartition(b") ")[2][:1]
+        with open(f"{proc}/schedstat", "rb") as stats:
+            running, waiting = stats.read().split()[:2]
+        return state == b"R", int(running) + int(waiting)
+    except (OSError, ValueError):
+        return None
 
 
 def config_dir(env: Mapping[str, str]) -> Path:
