@@ -18,7 +18,8 @@ another checkout (``PYTHONPATH=DIR``: main's
 code, say, for a before/after in one run). The runner reports to a real broker
 (``bench/latency.py``'s), as a member does. Our Python runs with its bytecode cached, as an
 installation has it (``bench/_python.py``). The order of the ways turns by one each round;
-the figure is the median of the paired differences to plain claude. Goal (issue 34):
+the figure is the median of the paired differences to plain claude (and, with
+``--baseline``, of this checkout's runner to the other's). Goal (issue 34):
 first paint and ready <= plain + 50 ms.
 
     .venv/bin/python bench/claude_start.py [--rounds 10] [--baseline DIR]
@@ -152,6 +153,15 @@ def main() -> None:
             slower = sum(d > 0 for d in diffs)
             parts.append(f"{what} {statistics.median(diffs) * 1000:+6.0f} ({slower}/{len(diffs)})")
         print(f"    {name:<48} " + "   ".join(parts))
+    if args.baseline:  # the two checkouts' runners, each pair in the same round
+        other = f"{WRAPPED} ({args.baseline})"
+        parts = []
+        for i, what in enumerate(("first paint", "ready")):
+            diffs = [b[i] - a[i] for a, b in zip(got[other], got[WRAPPED], strict=True)]
+            slower = sum(d > 0 for d in diffs)
+            parts.append(f"{what} {statistics.median(diffs) * 1000:+6.0f} ({slower}/{len(diffs)})")
+        print(f"  this checkout's runner against {args.baseline}'s, paired, ms (pairs slower):")
+        print(f"    {WRAPPED:<48} " + "   ".join(parts))
 
 
 if __name__ == "__main__":
