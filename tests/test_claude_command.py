@@ -929,11 +929,14 @@ def test_the_session_loads_once_claude_has_started(tmp_path: Path, sign: str) ->
 @pytest.mark.skipif(
     not Path(f"/proc/{os.getpid()}/schedstat").exists(), reason="no scheduler statistics"
 )
-def test_the_session_loads_once_claude_s_start_is_done(tmp_path: Path) -> None:
+@pytest.mark.parametrize("observe", [True, False], ids=["spooled", "no-trace"])
+def test_the_session_loads_once_claude_s_start_is_done(tmp_path: Path, observe: bool) -> None:
     """Issue 34: claude's first hook and its session file come 0.2-0.3 s before its first
     paint, and the session's loading beside that last part of its start was most of what
     the runner added to it: the loading waits until claude's main thread is quiet as well
-    (a stand-in that writes its file, then keeps a CPU busy until told to stop)."""
+    (a stand-in that writes its file, then keeps a CPU busy until told to stop); with
+    ``--no-trace`` too (no hooks: the loading came at once, beside all of claude's
+    start)."""
     import threading
 
     from codex_presence.agent.claude.launch import launch_claude, release, until_claude_started
@@ -947,16 +950,17 @@ def test_the_session_loads_once_claude_s_start_is_done(tmp_path: Path) -> None:
     )
     env = {**os.environ, "CLAUDE_CONFIG_DIR": str(config)}
     env.pop(SPOOL_ENV, None)
-    launch = launch_claude([_stand_in(tmp_path, body)], env=env, settings={})
+    launch = launch_claude([_stand_in(tmp_path, body)], env=env, settings={}, observe=observe)
     done = threading.Event()
 
     def wait() -> None:
-        until_claude_started(launch, env, at_most=60)
+        until_claude_started(launch, env, at_most=60, quiet_within=60)
         done.set()
 
     waiter = threading.Thread(target=wait, daemon=True)
     try:
-        assert launch.process is not None and launch.private is not None
+        assert launch.process is not None
+        assert (launch.private is not None) == observe
         file = status / f"{launch.process.pid}.json"
         eventually(file.exists, what="the stand-in's session file")
         waiter.start()

@@ -120,8 +120,6 @@ def run(args: argparse.Namespace) -> int:
 
     def spawned() -> None:
         forget_env(TOKEN_ENV)
-        # Nothing is logged before claude's spawn: logging loads once claude runs.
-        setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
 
     launch = launch_claude(
         command,
@@ -133,9 +131,13 @@ def run(args: argparse.Namespace) -> int:
         on_spawn=spawned,
     )
 
-    from codex_presence.agent.claude.launch import until_claude_started
+    from codex_presence.agent.claude.launch import run_checks, until_claude_started
 
     until_claude_started(launch, env)  # the session loads once claude's start is done
+    # Nothing is logged before: logging loads once claude's start is done (at once where
+    # the hooks are posted: the poster's check comes before claude's first hook).
+    setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
+    run_checks(launch)
     from codex_presence.agent.loading import load_behind
 
     load_behind(
