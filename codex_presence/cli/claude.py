@@ -105,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"claude's {exc}") from exc
 
     # Spawn first (issue 34): claude starts before anything beyond its settings loads
-    # (anyio, the hook server with h11, the mapping, the broker link's HTTP client), so all
-    # of that overlaps with claude's own start; the hook server's socket already listens.
+    # (anyio, the hook server with h11, the mapping, the broker link's HTTP client); where
+    # nothing of claude's waits for us (spooled hooks, or none) all of that loads once
+    # claude's start is done, else beside it (the hook server's socket already listens).
     # The token is ours, not claude's: every command its agent runs would inherit it, or
     # read it from our original environment (/proc/<pid>/environ): it is not in claude's
     # environment, and blanked in ours as soon as claude is spawned (ctypes loads for it:
