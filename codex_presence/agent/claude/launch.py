@@ -246,8 +246,9 @@ def until_claude_started(
     written: both 0.2-0.3 s *before* its first paint) and its main thread has then been
     quiet for :data:`QUIET_FOR` (:class:`QuietWindow`; 0.1-0.3 s after its prompt shows).
     Its hooks wait in the spool meanwhile and its files are read from where they stand;
-    once it began, its quiet is waited for ``quiet_within`` at most. Where the hooks
-    are posted, the poster waits for the server: no wait."""
+    once it began, its quiet is waited for ``quiet_within`` at most, and not at all in
+    print mode (``-p``: no screen, its turn runs at once). Where the hooks are posted, the
+    poster waits for the server: no wait."""
     process = launch.process
     if process is None or launch.listener is not None:
         return
@@ -260,6 +261,9 @@ def until_claude_started(
             return  # (no socket and no spool: HTTP hooks to nowhere; not made so)
     import select
 
+    from codex_presence.core.claude.protocol import prints
+
+    printing = prints(launch.command[1:])  # no screen to paint: its turn runs at once
     status = os.path.join(_config_dir(env), "sessions", f"{process.pid}.json")
     deadline = time.monotonic() + at_most
     began = False
@@ -268,6 +272,8 @@ def until_claude_started(
     while time.monotonic() < deadline and process.poll() is None:
         if not began:
             began = bool(spool and os.listdir(spool)) or os.path.exists(status)
+            if began and printing:
+                return
             if began:
                 deadline = min(deadline, time.monotonic() + quiet_within)
         if began:
