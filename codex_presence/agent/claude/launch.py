@@ -258,7 +258,7 @@ def until_claude_started(
 
         spool = os.path.join(launch.private, SPOOL)
         if not os.path.isdir(spool):
-            return  # (no socket and no spool: HTTP hooks to nowhere; not made so)
+            return  # (cannot be: where there is no socket, the hooks are spooled)
     import select
 
     from codex_presence.core.claude.protocol import prints
