@@ -18,7 +18,9 @@ another checkout (``PYTHONPATH=DIR``: main's
 code, say, for a before/after in one run). The runner reports to a real broker
 (``bench/latency.py``'s), as a member does. Our Python runs with its bytecode cached, as an
 installation has it (``bench/_python.py``). The order of the ways turns by one each round;
-the figure is the median of the paired differences to plain claude. Goal (issue 34):
+the figure is the median of the paired differences to plain claude, and of the runners to
+the bare Python (and, with ``--baseline``, of this checkout's runner to the other's). Goal
+(issue 34):
 first paint and ready <= plain + 50 ms.
 
     .venv/bin/python bench/claude_start.py [--rounds 10] [--baseline DIR]
@@ -146,12 +148,24 @@ def main() -> None:
         )
     print(f"  added to plain {PLAIN}, median of the paired differences, ms (pairs slower):")
     for name in names[1:]:
-        parts = []
-        for i, what in enumerate(("first paint", "ready")):
-            diffs = [b[i] - a[i] for a, b in zip(got[PLAIN], got[name], strict=True)]
-            slower = sum(d > 0 for d in diffs)
-            parts.append(f"{what} {statistics.median(diffs) * 1000:+6.0f} ({slower}/{len(diffs)})")
-        print(f"    {name:<48} " + "   ".join(parts))
+        print(f"    {name:<48} " + _paired(got[PLAIN], got[name]))
+    print(f"  added to {BARE} (the floor), paired, ms (pairs slower):")
+    for name in names[names.index(WRAPPED) :]:
+        print(f"    {name:<48} " + _paired(got[BARE], got[name]))
+    if args.baseline:  # the two checkouts' runners, each pair in the same round
+        other = f"{WRAPPED} ({args.baseline})"
+        print(f"  this checkout's runner against {args.baseline}'s, paired, ms (pairs slower):")
+        print(f"    {WRAPPED:<48} " + _paired(got[other], got[WRAPPED]))
+
+
+def _paired(before: list[tuple[float, float]], after: list[tuple[float, float]]) -> str:
+    """The median of the paired differences ``after`` - ``before``, first paint and ready."""
+    parts = []
+    for i, what in enumerate(("first paint", "ready")):
+        diffs = [b[i] - a[i] for a, b in zip(before, after, strict=True)]
+        slower = sum(d > 0 for d in diffs)
+        parts.append(f"{what} {statistics.median(diffs) * 1000:+6.0f} ({slower}/{len(diffs)})")
+    return "   ".join(parts)
 
 
 if __name__ == "__main__":

@@ -924,3 +924,67 @@ def test_the_session_loads_once_claude_has_started(tmp_path: Path, sign: str) ->
             launch.process.wait(10)
             launch.process.release()
         release(launch)
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/schedstat").exists(), reason="no scheduler statistics"
+)
+@pytest.mark.parametrize(
+    ("observe", "args"),
+    [(True, []), (False, []), (True, ["-p", "hi"])],
+    ids=["spooled", "no-trace", "print mode"],
+)
+def test_the_session_loads_once_claude_s_start_is_done(
+    tmp_path: Path, observe: bool, args: list[str]
+) -> None:
+    """Issue 34: claude's first hook and its session file come 0.2-0.3 s before its first
+    paint, and the session's loading beside that last part of its start was most of what
+    the runner added to it: the loading waits until claude's main thread is quiet as well
+    (a stand-in that writes its file, then keeps a CPU busy until told to stop); with
+    ``--no-trace`` too (no hooks: the loading came at once, beside all of claude's
+    start); in print mode (no screen, the turn runs at once) as soon as it began."""
+    import threading
+
+    from codex_presence.agent.claude.launch import launch_claude, release, until_claude_started
+
+    config = tmp_path / "config"
+    status = config / "sessions"
+    go = tmp_path / "go"
+    body = (
+        f"mkdir -p '{status}'; echo '{{}}' > '{status}'/$$.json;"
+        f" while [ ! -e '{go}' ]; do :; done; exec sleep 60"
+    )
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(config)}
+    env.pop(SPOOL_ENV, None)
+    launch = launch_claude(
+        [_stand_in(tmp_path, body), *args], env=env, settings={}, observe=observe
+    )
+    done = threading.Event()
+
+    def wait() -> None:
+        until_claude_started(launch, env, at_most=600, quiet_within=600)
+        done.set()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    try:
+        assert launch.process is not None
+        assert (launch.private is not None) == observe
+        file = status / f"{launch.process.pid}.json"
+        eventually(file.exists, what="the stand-in's session file")
+        waiter.start()
+        if args:  # print mode: as soon as it began, busy or not
+            assert done.wait(60), "never loaded in print mode"
+            assert not go.exists()
+        else:
+            assert not done.wait(0.5), "loaded while claude was still busy"
+            go.touch()
+            assert done.wait(60), "never loaded after claude went quiet"
+        assert launch.process.poll() is None
+    finally:
+        go.touch()
+        waiter.join(60)
+        if launch.process is not None:
+            launch.process.kill()
+            launch.process.wait(10)
+            launch.process.release()
+        release(launch)

@@ -81,7 +81,10 @@ EVERY_HOOK = ("--claude-hooks", "all")
 
 
 def hooks_recorded(files: PresenceFiles) -> list[str]:
-    """The events of the hooks the session received, in order."""
+    """The events of the hooks the session received, in order (none before the session,
+    which loads once claude's start is done, has begun its recording)."""
+    if not files.record.exists():
+        return []
     entries = read_relevant_entries(files.record.read_bytes())
     return [e.message["hook_event_name"] for e in entries if e.direction == "hook"]
 

@@ -105,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"claude's {exc}") from exc
 
     # Spawn first (issue 34): claude starts before anything beyond its settings loads
-    # (anyio, the hook server with h11, the mapping, the broker link's HTTP client), so all
-    # of that overlaps with claude's own start; the hook server's socket already listens.
+    # (anyio, the hook server with h11, the mapping, the broker link's HTTP client); where
+    # nothing of claude's waits for us (spooled hooks, or none) all of that loads once
+    # claude's start is done, else beside it (the hook server's socket already listens).
     # The token is ours, not claude's: every command its agent runs would inherit it, or
     # read it from our original environment (/proc/<pid>/environ): it is not in claude's
     # environment, and blanked in ours as soon as claude is spawned (ctypes loads for it:
@@ -120,8 +121,6 @@ def run(args: argparse.Namespace) -> int:
 
     def spawned() -> None:
         forget_env(TOKEN_ENV)
-        # Nothing is logged before claude's spawn: logging loads once claude runs.
-        setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
 
     launch = launch_claude(
         command,
@@ -133,9 +132,13 @@ def run(args: argparse.Namespace) -> int:
         on_spawn=spawned,
     )
 
-    from codex_presence.agent.claude.launch import until_claude_started
+    from codex_presence.agent.claude.launch import run_checks, until_claude_started
 
-    until_claude_started(launch, env)  # the session loads after claude's first paint
+    until_claude_started(launch, env)  # the session loads once claude's start is done
+    # Nothing is logged before: logging loads once claude's start is done (at once where
+    # the hooks are posted: the poster's check comes before claude's first hook).
+    setup_logging(verbose=args.verbose, quiet=quiet, log_file=args.log_file)
+    run_checks(launch)
     from codex_presence.agent.loading import load_behind
 
     load_behind(

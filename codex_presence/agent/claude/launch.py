@@ -24,17 +24,22 @@ The order, each step as soon as the one before it:
    (:func:`~codex_presence.agent.child.spawn`). Up to here the standard library's lightest
    modules alone (no logging, pathlib, shutil, typing, dataclasses or orjson: each import
    before the spawn delays claude's first paint, several times over on a loaded machine).
-4. The runner's logging (``on_spawn``: nothing is said before), then what the settings
-   could check or say only at a cost to claude's start: whether bash opens ``/dev/tcp``
-   for the poster (else the poster runs curl), long before claude's first hook.
+4. What nothing before the spawn needs (``on_spawn``: the token blanked in our
+   environment).
 5. Where there is a socket, a thread that takes claude's connections as they come, each
    peer's uid noted at once (:class:`~codex_presence.agent.hooks.listener.EarlyAccepts`),
    until the server, loaded, takes them over: a poster gives up on its answer after 2 s, and
    one gone could no longer be told from another user's (the loading took 2-2.4 s at load
    10).
-6. Where the hooks are spooled, the session's loading waits for claude's start
-   (:func:`until_claude_started`): nothing of claude's waits for the session then, and its
-   few hundred ms of CPU come after claude's first paint instead of beside it.
+6. Where the hooks are spooled, the session's loading waits for the end of claude's start
+   (:func:`until_claude_started`: its first sign, then its main thread quiet): nothing of
+   claude's waits for the session then, and its few hundred ms of CPU come after claude's
+   first paint and prompt instead of beside them. Where they are posted, no wait.
+7. The runner's logging (nothing is said before: ``import logging`` alone is ~4 ms of
+   CPU), then what the settings could check or say only at a cost to claude's start
+   (:func:`run_checks`): whether bash opens ``/dev/tcp`` for the poster (else the poster
+   runs curl; where the hooks are posted, so at once, long before claude's first hook),
+   which hooks claude got and why.
 
 A spawn that fails is kept for the session to say
 (:func:`~codex_presence.agent.signals.cannot_run`).
@@ -63,10 +68,12 @@ __all__ = [
     "HISTORY",
     "PRIVATE_PREFIX",
     "ClaudeLaunch",
+    "QuietWindow",
     "config_dir",
     "forward_signals_now",
     "launch_claude",
     "release",
+    "run_checks",
     "sweep_after_the_spawn",
     "until_claude_started",
 ]
@@ -75,9 +82,21 @@ PRIVATE_PREFIX = "codex-presence-claude-"
 """The session's private directory (its settings file), named after its owner."""
 HISTORY = "history.jsonl"
 """claude's prompt history, in its config directory: every session's prompts, one a line."""
-STARTED_WITHIN = 1.0
-"""Seconds the session's loading waits at most for claude's start
-(:func:`until_claude_started`): 0.3-0.5 s on a quiet machine."""
+STARTED_WITHIN = 2.0
+"""Seconds the session's loading waits at most for the end of claude's start
+(:func:`until_claude_started`): 0.6-0.8 s on a quiet machine, 1-1.6 s at load 3-5."""
+QUIET_WITHIN = 1.0
+"""Seconds it waits at most for claude's quiet once claude has said it began (a person
+who types at once keeps claude busy: the roster hears of the session this much later at
+most): 0.3-0.9 s from its first sign to its quiet at load 0-5."""
+QUIET_FOR = 0.05
+"""Seconds claude's main thread must have been mostly off the CPU, neither running nor
+waiting for one, and seen waiting for something else at every look
+(:class:`QuietWindow`), for its start to count as done."""
+QUIET_SHARE = 0.5
+"""The share of :data:`QUIET_FOR` that claude's main thread may still have spent running
+or runnable (a timer's wake-up) and count as quiet: through its start it is runnable all
+the time, at its prompt it sleeps."""
 
 
 class ClaudeLaunch:
@@ -113,7 +132,7 @@ class ClaudeLaunch:
         """The hook URL's path, its secret in it: never logged."""
         self.after_spawn: list[Callable[[], None]] = []
         """Checks of the settings that wait until claude is spawned
-        (:func:`~.settings.with_our_hooks`): run at once after the spawn."""
+        (:func:`~.settings.with_our_hooks`), and what they say: :func:`run_checks`."""
         self.file_led = False
         """Whether claude's session file leads (:func:`~.settings.with_our_hooks`)."""
         self.history_from: int | None = None
@@ -145,8 +164,9 @@ def launch_claude(
     settings (the person's ``settings`` carried) when ``observe``; a spawn that failed is
     kept in :attr:`ClaudeLaunch.error`. Raises OSError when the private directory, the
     socket or the settings cannot be made (nothing is left behind then). ``on_spawn`` runs
-    at once after the spawn (or its failure), before anything is said: the runner's logging
-    set up, which nothing before the spawn needs."""
+    at once after the spawn (or its failure). Nothing is said here: the caller sets up its
+    logging, then :func:`run_checks` (at once where the hooks are posted: the poster's
+    check comes before claude's first hook)."""
     launch = ClaudeLaunch(command, signals or SignalForwarding(name="claude"))
     argv = list(command)
     if observe:
@@ -192,8 +212,6 @@ def launch_claude(
     if on_spawn is not None:
         on_spawn()
     launch.signals.attach(launch.process)
-    for check in launch.after_spawn:  # claude's first hook comes 0.3 s or more from now
-        check()
     if launch.listener is not None:
         from codex_presence.agent.hooks.listener import EarlyAccepts
 
@@ -201,32 +219,115 @@ def launch_claude(
     return launch
 
 
-def until_claude_started(
-    launch: ClaudeLaunch, env: Mapping[str, str], *, at_most: float = STARTED_WITHIN
-) -> None:
-    """Where claude's hooks are spooled, wait until claude has started (its first hook in
-    the spool, or its session file written), claude's exit, or ``at_most`` seconds: then
-    the session loads (a few hundred ms of CPU: anyio, the mapping, the broker link) after
-    claude's first paint, not beside it (issue 34: ~30 ms of claude's start on a quiet
-    2-core machine). Nothing of claude's waits for the session then: its hooks wait in the
-    spool and its files are read from where they stand. Where the hooks are posted, the
-    poster waits for the server: no wait."""
-    process, private = launch.process, launch.private
-    if process is None or private is None:
-        return
-    from codex_presence.core.hooks.poster import SPOOL
+def run_checks(launch: ClaudeLaunch) -> None:
+    """The settings' checks that waited for claude's spawn, and their words (the log set up
+    by now), each once (:attr:`ClaudeLaunch.after_spawn`): where the hooks are posted,
+    right after the spawn (claude's first hook comes 0.3 s or more later); where they are
+    spooled, they check nothing and only say which hooks claude got: once its start is
+    done (:func:`until_claude_started`)."""
+    checks, launch.after_spawn = launch.after_spawn, []
+    for check in checks:
+        check()
 
-    spool = os.path.join(private, SPOOL)
-    if not os.path.isdir(spool):
+
+def until_claude_started(
+    launch: ClaudeLaunch,
+    env: Mapping[str, str],
+    *,
+    at_most: float = STARTED_WITHIN,
+    quiet_within: float = QUIET_WITHIN,
+) -> None:
+    """Where nothing of claude's waits for the session (its hooks spooled, or no hooks at
+    all: ``--no-trace``), wait until claude's start is done, its exit, or ``at_most``
+    seconds: then the session loads (a few hundred ms of CPU: anyio, the mapping, the
+    broker link) after claude's first paint and prompt, not beside them (issue 34: on a
+    2-core machine every ms of CPU of ours in claude's start is claude's, or more). Its
+    start is done once it has said it began (its first hook in the spool, its session file
+    written: both 0.2-0.3 s *before* its first paint) and its main thread has then been
+    quiet for :data:`QUIET_FOR` (:class:`QuietWindow`; 0.1-0.3 s after its prompt shows).
+    Its hooks wait in the spool meanwhile and its files are read from where they stand;
+    once it began, its quiet is waited for ``quiet_within`` at most, and not at all in
+    print mode (``-p``: no screen, its turn runs at once). Where the hooks are posted, the
+    poster waits for the server: no wait."""
+    process = launch.process
+    if process is None or launch.listener is not None:
         return
+    spool = None
+    if launch.private is not None:
+        from codex_presence.core.hooks.poster import SPOOL
+
+        spool = os.path.join(launch.private, SPOOL)
+        if not os.path.isdir(spool):
+            return  # (cannot be: where there is no socket, the hooks are spooled)
     import select
 
+    from codex_presence.core.claude.protocol import prints
+
+    printing = prints(launch.command[1:])  # no screen to paint: its turn runs at once
     status = os.path.join(_config_dir(env), "sessions", f"{process.pid}.json")
     deadline = time.monotonic() + at_most
+    began = False
+    quiet = QuietWindow()
+    proc = f"/proc/{process.pid}"
     while time.monotonic() < deadline and process.poll() is None:
-        if os.listdir(spool) or os.path.exists(status):
-            return
+        if not began:
+            began = bool(spool and os.listdir(spool)) or os.path.exists(status)
+            if began and printing:
+                return
+            if began:
+                deadline = min(deadline, time.monotonic() + quiet_within)
+        if began:
+            seen = _scheduled(proc)
+            if seen is None or quiet.add(time.monotonic(), *seen):
+                return  # (no scheduler statistics: as soon as it began)
         select.select([process.reports], [], [], 0.01)  # or at once, claude's exit
+
+
+class QuietWindow:
+    """Whether a thread has been quiet: over the last :data:`QUIET_FOR` seconds at least,
+    never seen runnable (running or waiting for a CPU) and, by its scheduler statistics,
+    running or waiting for a CPU less than :data:`QUIET_SHARE` of the time. Both: the
+    kernel adds a thread's wait for a CPU to its statistics only once it gets one (a
+    thread that waited 30 ms behind another process looked quiet meanwhile), and a look
+    now and then misses short runs. Fed samples as they come."""
+
+    __slots__ = ("_samples", "for_seconds", "share")
+
+    def __init__(self, for_seconds: float = QUIET_FOR, share: float = QUIET_SHARE) -> None:
+        self.for_seconds = for_seconds
+        self.share = share
+        self._samples: list[tuple[float, int]] = []
+
+    def add(self, when: float, runnable: bool, busy_ns: int) -> bool:
+        """Note a sample (when, whether the thread was runnable then, its time running and
+        waiting for a CPU so far in ns); whether it has been quiet over the window ending
+        here."""
+        samples = self._samples
+        if runnable:  # the window starts again here
+            samples.clear()
+        samples.append((when, busy_ns))
+        # The oldest kept is the newest at least the window's length ago.
+        while len(samples) > 1 and when - samples[1][0] >= self.for_seconds:
+            del samples[0]
+        since, before = samples[0]
+        span = when - since
+        return (
+            not runnable and span >= self.for_seconds and busy_ns - before < span * self.share * 1e9
+        )
+
+
+def _scheduled(proc: str) -> tuple[bool, int] | None:
+    """Whether a process's main thread is runnable now (``/proc/<pid>/stat``: state R),
+    and its time on a CPU and waiting for one so far, in ns (``/proc/<pid>/schedstat``);
+    None where they cannot be read (not Linux, no schedstats, the process gone)."""
+    try:
+        with open(f"{proc}/stat", "rb") as stat:
+            state = stat.read().rpartition(b") ")[2][:1]
+        with open(f"{proc}/schedstat", "rb") as stats:
+            running, waiting = stats.read().split()[:2]
+        return state == b"R", int(running) + int(waiting)
+    except (OSError, ValueError):
+        return None
 
 
 def config_dir(env: Mapping[str, str]) -> Path:

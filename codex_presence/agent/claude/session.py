@@ -68,6 +68,7 @@ from codex_presence.agent.claude.launch import (
     ClaudeLaunch,
     launch_claude,
     release,
+    run_checks,
     sweep_after_the_spawn,
 )
 from codex_presence.agent.hooks.spool import HookSpool
@@ -173,6 +174,7 @@ class ClaudeSession:
                 hooks=self._hooks,
                 signals=self.signals,
             )
+            run_checks(launch)
         try:
             async with self.session.lifetime():
                 return await self._run(launch)
