@@ -7,6 +7,7 @@ redis-server (issue 18): the rules, and what bad input gets, are the same in bot
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -24,6 +25,8 @@ from httpx_sse import EventSource, ServerSentEvent
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from codex_presence._wire import Whoami, parse_whoami
 from codex_presence.broker.limits import BrokerLimits
@@ -643,6 +646,66 @@ def test_a_quiet_stream_is_counted_and_carries_keepalives_alone(store_url: str |
         )
         assert refused.status_code == 400
         assert "quiet" in refused.json()["error"]
+
+
+def _awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """The coroutines ``task`` is suspended in, outermost first, as ``module.qualname``."""
+    chain: list[str] = []
+    coro: Any = task.get_coro()
+    while (code := getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)) is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
+        chain.append(f"{module}.{code.co_qualname}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
+
+
+def _tasks_route(broker: Any) -> list[Route]:
+    async def tasks(request: Request) -> JSONResponse:
+        return JSONResponse([_awaiting(t) for t in asyncio.all_tasks()])
+
+    return [Route("/test/tasks", tasks)]
+
+
+def test_an_open_stream_waits_outside_the_router_in_two_tasks(store_url: str | None) -> None:
+    """What 10,000 open streams weigh (issue 37): a stream waits in the server's task with
+    none of the router's coroutines under it (they held ~7 kB of each stream's ~26 kB), and
+    with one task more that waits for the client's disconnect, not a task group; and it
+    still carries its keep-alives and events, and is uncounted when its client goes."""
+    with (
+        running_broker(team=TEAM, keepalive=0.05, redis=store_url, extra_routes=_tasks_route) as b,
+        httpx.Client(base_url=b.url, timeout=10) as c,
+        subscribed(b, "alice") as page,
+    ):
+        next_event(page, "roster")
+        with c.stream(
+            "GET", "/subscribe", params={"name": "scout", "quiet": "1"}, headers=_auth("scout")
+        ) as quiet:
+            lines = quiet.iter_lines()
+            assert next(lines) == "retry: 2000"
+            chains = c.get("/test/tasks").json()
+            streams = [t for t in chains if any(".app._Subscription." in f for f in t)]
+            assert len(streams) == 2, chains  # alice's page and scout's runner
+            for chain in streams:
+                assert not [f for f in chain if f.startswith("starlette.") or "TaskGroup" in f]
+            watching = [t for t in chains if t and t[0] == "codex_presence.broker.app._disconnect"]
+            assert len(watching) == 2, chains
+
+            post(c, "builder", {"state": "working"})
+            while (p := next_event(page, "presence"))["name"] != "builder":
+                pass
+            assert p["activity"] == "working"
+            seen: list[str] = []
+            while seen.count(": keepalive") < 3:
+                seen.append(next(lines))
+            assert set(seen) == {"", ": keepalive"}, seen
+            assert roster(c)["scout"]["connected"] == 1
+        eventually(
+            lambda: roster(c)["scout"]["connected"] == 0,
+            what="scout's stream uncounted once its client closed it",
+        )
+        chains = c.get("/test/tasks").json()
+        assert len([t for t in chains if any(".app._Subscription." in f for f in t)]) == 1
 
 
 def test_too_many_streams_for_one_member_is_429(store_url: str | None) -> None:
