@@ -955,6 +955,52 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
     assert broker.store.connection("alice").connected == 0
 
 
+def test_a_stream_whose_client_went_ends_though_an_await_swallowed_the_cancel() -> None:
+    """The client's going cancels the stream's task once (a plain asyncio cancel, not a
+    task group's scope, which cancels again at every await): a stream in an await that
+    swallowed it (here the sign-in's check, as a store's client might) must still end, not
+    wait on for keep-alives that a closed connection drops."""
+    from codex_presence.broker.app import _Subscription
+    from codex_presence.broker.state import Broker
+
+    broker = Broker(team=TEAM)
+    asked = 0
+    gone = asyncio.Event()
+    requested = False
+
+    async def receive() -> Any:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def authorized() -> bool:
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            gone.set()  # the client goes while this check waits
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+        return True
+
+    async def main() -> bool:
+        stream = _Subscription(broker, "alice", authorized)
+        task = asyncio.create_task(stream({"type": "http"}, receive, send))
+        done, _ = await asyncio.wait({task}, timeout=60)
+        task.cancel()  # (a stream still open after a minute: the test fails below)
+        await asyncio.gather(task, return_exceptions=True)
+        return task in done
+
+    assert asyncio.run(main()), "the stream was still open a minute after its client went"
+    assert asked == 1
+    assert broker.store.connection("alice").connected == 0
+
+
 # -- a subscriber whose machine vanished -----------------------------------------------------
 
 

@@ -321,7 +321,7 @@ class _Subscription:
         watch.add_done_callback(on_disconnect)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-            await self._stream(send)
+            await self._stream(send, watch)
         except OSError:
             pass  # a send to a closed connection (ASGI 2.4 servers): the finally matters
         except asyncio.CancelledError:
@@ -333,7 +333,10 @@ class _Subscription:
             watch.cancel()
             broker.detach(self.name, self.session, quiet=self.quiet)
 
-    async def _stream(self, send: Send) -> None:
+    async def _stream(self, send: Send, watch: asyncio.Future[None]) -> None:
+        """Send until the broker closes, the member's right ends or ``watch`` (the
+        disconnect's) is done: a cancel is delivered once, and an await that swallowed it
+        must not leave the stream sending keep-alives into a closed connection for good."""
         broker = self.broker
         quiet = self.quiet
         lane = broker.take_lane()
@@ -364,6 +367,8 @@ class _Subscription:
                 await send(message)
                 del message
                 continue
+            if watch.done():
+                break  # the client went, and an await above swallowed its cancel
             await wake.wait()
             if (quiet or broker.version == version) and not broker.closing:
                 await send({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
