@@ -18,7 +18,12 @@ when there is one) over raw HTTP/1.1 keep-alive connections:
   transitions (working <-> blocked: every one is a change the page streams must carry);
 * ``GET /roster`` latency p50/p99 as clients ask for it (gzip), revalidated (304 to its
   ETag), and plain;
-* delivery latency p50/p99: a report POSTed → its ``presence`` event on a stream.
+* delivery latency p50/p99: a report POSTed → its ``presence`` event on a stream, with
+  every stream still open, then again once they are closed (the figure measured before
+  2026-12-03).
+
+``--tree DIR`` runs the in-memory broker from another source tree (a git worktree of
+main, say) with this bench: interleave runs with and without it for a baseline.
 
 ``--members N`` sets the brokers' ``--max-connections`` for N and raises the file
 descriptor limit; a run past a limit of this machine (``ulimit -Hn``, the ephemeral
@@ -70,6 +75,7 @@ import argparse
 import asyncio
 import collections
 import errno
+import gc
 import os
 import resource
 import signal
@@ -467,9 +473,10 @@ async def _drained(got: list[int], still: float = 0.5, at_most: float = 60.0) ->
 
 
 async def _bench(
-    port: int, tokens: dict[str, str], seconds: float, concurrency: int
+    port: int, tokens: dict[str, str], seconds: float, concurrency: int, samples: int = 0
 ) -> dict[str, float]:
-    """The throughput and roster figures of the broker on ``port``, printed and returned."""
+    """The throughput and roster figures of the broker on ``port``, printed and returned;
+    with ``samples``, the delivery latency too, while every stream is still open."""
     names = list(tokens)
     pages = names[: PAGES[0]]
     got = [0, 0, 0]
@@ -483,6 +490,11 @@ async def _bench(
     before = got[0]
     more, took_p, cpu_p = await _open_streams(port, pages, tokens, got, quiet=False)
     subs += more
+    # This process holds the other end of every stream: its own full collections (a
+    # second each, under load, with 10,100 streams) delayed the reads, and were counted
+    # as the broker's delivery latency.
+    gc.collect()
+    gc.freeze()
     await _drained(got)  # the pages' rosters read: no longer in the broker's buffers
     rss2 = _rss_mb(BROKER_PID[0]) if BROKER_PID[0] else 0.0
     how = (
@@ -560,10 +572,20 @@ async def _bench(
         f"transitions {rate_t / cpu:.0f}/s"
     )
     probe.close()
+    d50 = d99 = 0.0
+    if samples:
+        await _drained(got)  # the transitions' fan-out over
+        d50, d99 = await _delivery(port, port, tokens, samples)
+        print(
+            f"delivery, report -> event, the {len(subs)} streams open: p50 {d50:.2f} ms  "
+            f"p99 {d99:.2f} ms  (load {_load1()})"
+        )
     for task in subs:
         task.cancel()
     await asyncio.gather(*subs, return_exceptions=True)
     return {
+        "delivery p50": d50,
+        "delivery p99": d99,
         "heartbeats": rate,
         "transitions": rate_t,
         "heartbeats per CPU": rate / cpu_h if cpu_h else 0.0,
@@ -738,6 +760,13 @@ def main() -> None:
         default=None,
         help="the brokers' --max-connections (default: 2 per member + 512)",
     )
+    parser.add_argument(
+        "--tree",
+        default=None,
+        help="run the in-memory broker from this source tree (a git worktree of another "
+        "commit, e.g. main's), with this bench and this venv: a baseline measured the same "
+        "way, to interleave with runs of this tree",
+    )
     args = parser.parse_args()
     LIGHT[0] = not args.full_pages
     pages = args.pages if args.pages is not None else 1_000_000 // max(1, args.members)
@@ -803,14 +832,17 @@ def _main(args: argparse.Namespace) -> None:
             if args.only_notify:
                 return
         print("\n== in memory (the default)")
-        proc = _start_broker(team_path, broker_cpu)
+        if args.tree:
+            print(f"(the broker from {args.tree})")
+        proc = _start_broker(team_path, broker_cpu, cwd=args.tree)
         BROKER_PID[0] = proc.pid
         try:
             port = _port_of(proc)
-            memory = asyncio.run(_bench(port, tokens, args.seconds, args.concurrency))
+            memory = asyncio.run(_bench(port, tokens, args.seconds, args.concurrency, args.samples))
             d50, d99 = asyncio.run(_delivery(port, port, tokens, args.samples))
             print(
-                f"delivery, report -> event on the same broker: p50 {d50:.2f} ms  p99 {d99:.2f} ms"
+                "delivery, report -> event on the same broker, the streams closed: "
+                f"p50 {d50:.2f} ms  p99 {d99:.2f} ms"
             )
         finally:
             _stop(proc)

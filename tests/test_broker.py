@@ -7,6 +7,7 @@ redis-server (issue 18): the rules, and what bad input gets, are the same in bot
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -24,6 +25,8 @@ from httpx_sse import EventSource, ServerSentEvent
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from codex_presence._wire import Whoami, parse_whoami
 from codex_presence.broker.limits import BrokerLimits
@@ -645,6 +648,66 @@ def test_a_quiet_stream_is_counted_and_carries_keepalives_alone(store_url: str |
         assert "quiet" in refused.json()["error"]
 
 
+def _awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """The coroutines ``task`` is suspended in, outermost first, as ``module.qualname``."""
+    chain: list[str] = []
+    coro: Any = task.get_coro()
+    while (code := getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)) is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
+        chain.append(f"{module}.{code.co_qualname}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
+
+
+def _tasks_route(broker: Any) -> list[Route]:
+    async def tasks(request: Request) -> JSONResponse:
+        return JSONResponse([_awaiting(t) for t in asyncio.all_tasks()])
+
+    return [Route("/test/tasks", tasks)]
+
+
+def test_an_open_stream_waits_outside_the_router_in_two_tasks(store_url: str | None) -> None:
+    """What 10,000 open streams weigh (issue 37): a stream waits in the server's task with
+    none of the router's coroutines under it (they held ~7 kB of each stream's ~26 kB), and
+    with one task more that waits for the client's disconnect, not a task group; and it
+    still carries its keep-alives and events, and is uncounted when its client goes."""
+    with (
+        running_broker(team=TEAM, keepalive=0.05, redis=store_url, extra_routes=_tasks_route) as b,
+        httpx.Client(base_url=b.url, timeout=10) as c,
+        subscribed(b, "alice") as page,
+    ):
+        next_event(page, "roster")
+        with c.stream(
+            "GET", "/subscribe", params={"name": "scout", "quiet": "1"}, headers=_auth("scout")
+        ) as quiet:
+            lines = quiet.iter_lines()
+            assert next(lines) == "retry: 2000"
+            chains = c.get("/test/tasks").json()
+            streams = [t for t in chains if any(".app._Subscription." in f for f in t)]
+            assert len(streams) == 2, chains  # alice's page and scout's runner
+            for chain in streams:
+                assert not [f for f in chain if f.startswith("starlette.") or "TaskGroup" in f]
+            watching = [t for t in chains if t and t[0] == "codex_presence.broker.app._disconnect"]
+            assert len(watching) == 2, chains
+
+            post(c, "builder", {"state": "working"})
+            while (p := next_event(page, "presence"))["name"] != "builder":
+                pass
+            assert p["activity"] == "working"
+            seen: list[str] = []
+            while seen.count(": keepalive") < 3:
+                seen.append(next(lines))
+            assert set(seen) == {"", ": keepalive"}, seen
+            assert roster(c)["scout"]["connected"] == 1
+        eventually(
+            lambda: roster(c)["scout"]["connected"] == 0,
+            what="scout's stream uncounted once its client closed it",
+        )
+        chains = c.get("/test/tasks").json()
+        assert len([t for t in chains if any(".app._Subscription." in f for f in t)]) == 1
+
+
 def test_too_many_streams_for_one_member_is_429(store_url: str | None) -> None:
     with (
         running_broker(team=TEAM, limits=BrokerLimits(max_subscribers=2), redis=store_url) as b,
@@ -889,6 +952,52 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
 
     anyio.run(main)
     assert len(sent) == 2
+    assert broker.store.connection("alice").connected == 0
+
+
+def test_a_stream_whose_client_went_ends_though_an_await_swallowed_the_cancel() -> None:
+    """The client's going cancels the stream's task once (a plain asyncio cancel, not a
+    task group's scope, which cancels again at every await): a stream in an await that
+    swallowed it (here the sign-in's check, as a store's client might) must still end, not
+    wait on for keep-alives that a closed connection drops."""
+    from codex_presence.broker.app import _Subscription
+    from codex_presence.broker.state import Broker
+
+    broker = Broker(team=TEAM)
+    asked = 0
+    gone = asyncio.Event()
+    requested = False
+
+    async def receive() -> Any:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def authorized() -> bool:
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            gone.set()  # the client goes while this check waits
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+        return True
+
+    async def main() -> bool:
+        stream = _Subscription(broker, "alice", authorized)
+        task = asyncio.create_task(stream({"type": "http"}, receive, send))
+        done, _ = await asyncio.wait({task}, timeout=60)
+        task.cancel()  # (a stream still open after a minute: the test fails below)
+        await asyncio.gather(task, return_exceptions=True)
+        return task in done
+
+    assert asyncio.run(main()), "the stream was still open a minute after its client went"
+    assert asked == 1
     assert broker.store.connection("alice").connected == 0
 
 

@@ -11,6 +11,7 @@ subscriber whose machine vanished within :data:`DEAD_PEER_TIMEOUT`.
 
 from __future__ import annotations
 
+import gc
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -22,7 +23,15 @@ from codex_presence.broker.http_guard import guarded_protocol
 from codex_presence.broker.limits import BrokerLimits
 from codex_presence.broker.state import Broker
 
-__all__ = ["DEAD_PEER_TIMEOUT", "LISTEN_BACKLOG", "BrokerServer", "bound_socket", "listen_socket"]
+__all__ = [
+    "DEAD_PEER_TIMEOUT",
+    "GC_THRESHOLD",
+    "LISTEN_BACKLOG",
+    "BrokerServer",
+    "bound_socket",
+    "listen_socket",
+    "settle_gc",
+]
 
 DEFAULT_LIMITS = BrokerLimits()
 LISTEN_BACKLOG = 65535
@@ -78,6 +87,28 @@ class BrokerServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.broker.close()
         await super().shutdown(sockets)
+
+
+GC_THRESHOLD = 10_000
+"""Allocations (net of frees) between collections of the garbage collector's youngest
+generation: CPython's 700 made one every few requests, and every tenth batch of them a
+look at the next generation. With 10,000 streams open (~90 objects each that the collector
+tracks: their coroutines, tasks, futures), the full collections that follow walk a million
+objects each, 60-130 ms on a quiet machine (a report's delivery waits meanwhile). Fewer
+young collections promote fewer short-lived objects, so the old generation grows (and a
+full collection comes) more slowly; a young collection of 10,000 objects takes 0.3 ms."""
+
+
+def settle_gc() -> None:
+    """The broker process's garbage collector, once it has started: what start-up made
+    (the modules, the app, the team) moved out of the collector's sight with
+    :func:`gc.freeze` (it lives as long as the process: no full collection need walk it
+    again), and the youngest generation's threshold raised to :data:`GC_THRESHOLD`. For the
+    broker's own process (the command), not for a program that embeds the broker."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, older, oldest)
 
 
 DEAD_PEER_TIMEOUT = SILENT_STREAM_TIMEOUT

@@ -372,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     from codex_presence.broker.hosts import allowed_hosts
     from codex_presence.broker.limits import BrokerLimits
     from codex_presence.broker.logs import route_server_logs
-    from codex_presence.broker.server import BrokerServer, listen_socket
+    from codex_presence.broker.server import BrokerServer, listen_socket, settle_gc
     from codex_presence.broker.team import TeamError
     from codex_presence.broker.team_file import dev_team, load_team
     from codex_presence.broker.web import WebRoster
@@ -475,7 +475,12 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     try:
-        server = BrokerServer(server_config, broker=broker, limits=limits, on_started=announce)
+
+        def started() -> None:
+            settle_gc()
+            announce()
+
+        server = BrokerServer(server_config, broker=broker, limits=limits, on_started=started)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
