@@ -103,18 +103,16 @@ class SessionRecord:
         """The record once ``report`` (received at ``now_ms``) is applied to this one:
         the since kept by the same state, the background since kept while there is one,
         the agent kept unless the report says it."""
-        return SessionRecord(
-            state=report.state,
-            since=self.since if report.state is self.state else now_ms,
-            background=max(0, report.background),
-            background_since=(
-                0
-                if report.background <= 0
-                else self.background_since
-                if self.background > 0
-                else now_ms
-            ),
-            agent=self.agent if report.agent is KEEP else report.agent,
+        return SessionRecord(  # by position: made at every report (issue 32's cost)
+            report.state,
+            self.since if report.state is self.state else now_ms,
+            max(0, report.background),
+            0
+            if report.background <= 0
+            else self.background_since
+            if self.background > 0
+            else now_ms,
+            self.agent if report.agent is KEEP else report.agent,
         )
 
     @classmethod
@@ -122,11 +120,11 @@ class SessionRecord:
         """The record of a session the store does not hold (new, or ended: ``agent`` is
         the one it had, kept unless the report says it)."""
         return cls(
-            state=report.state,
-            since=now_ms,
-            background=max(0, report.background),
-            background_since=now_ms if report.background > 0 else 0,
-            agent=agent if report.agent is KEEP else report.agent,
+            report.state,
+            now_ms,
+            max(0, report.background),
+            now_ms if report.background > 0 else 0,
+            agent if report.agent is KEEP else report.agent,
         )
 
     def entry(self, session: str) -> dict[str, Any]:

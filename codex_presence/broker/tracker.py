@@ -209,7 +209,7 @@ class ActivityTracker:
                 return False
         previous = self.entry(name)
         held = self._sessions.get(name)
-        if not record.held:
+        if record.state is _IDLE and record.background <= 0:  # not held (record.held)
             self._in_grace.discard(key)
             self._idle_agents.pop(key, None)
             if record.agent is not None:
@@ -222,8 +222,9 @@ class ActivityTracker:
             if len(self._ended_idle) > ENDED_KEPT:
                 del self._ended_idle[next(iter(self._ended_idle))]
         else:
-            self._ended_idle.pop(key, None)
-            self._idle_agents.pop(key, None)
+            if old is None:  # (a session held is neither ended idle nor idle with an agent)
+                self._ended_idle.pop(key, None)
+                self._idle_agents.pop(key, None)
             if grace:
                 self._in_grace.add(key)
             else:
@@ -313,8 +314,9 @@ class ActivityTracker:
         for session, one in held.items():
             record = one.record
             state = record.state
-            self._next[name] = one.expires
-            self._due = min(self._due, one.expires)
+            expires = self._next[name] = one.expires
+            if expires < self._due:
+                self._due = expires
             background = record.background
             return Activity(
                 state,

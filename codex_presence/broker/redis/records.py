@@ -93,11 +93,9 @@ def record(data: object, checked: Agent | None = None) -> SessionRecord:
     elif (problem := agent_problem(agent)) is not None:
         raise Unreadable(f"a session record's agent: {problem}")
     return SessionRecord(
-        state=state,
-        since=since,
-        background=background,
-        background_since=(
-            number(get("backgroundSince"), TIME_MAX, "a background since") if background else 0
-        ),
-        agent=agent,
+        state,  # by position: a record is made for every change a broker hears
+        since,
+        background,
+        number(get("backgroundSince"), TIME_MAX, "a background since") if background else 0,
+        agent,
     )
