@@ -1001,6 +1001,47 @@ def test_a_stream_whose_client_went_ends_though_an_await_swallowed_the_cancel() 
     assert broker.store.connection("alice").connected == 0
 
 
+def test_a_client_that_goes_as_the_stream_ends_cancels_nothing_after_it() -> None:
+    """The client goes in the same turn of the loop as the stream ends by itself (the
+    broker closing): the disconnect's callback, already scheduled, ran after the stream
+    had returned and cancelled its task's next await (the review of 2026-12-03: a caller
+    that goes on after the app, an ASGI transport or a middleware, would be cancelled)."""
+    from codex_presence.broker.app import _Subscription
+    from codex_presence.broker.state import Broker
+
+    broker = Broker(team=TEAM)
+    gone = asyncio.Event()
+    requested = False
+
+    async def receive() -> Any:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        pass
+
+    def both() -> None:
+        gone.set()
+        broker.close()
+
+    async def main() -> str:
+        asyncio.get_running_loop().call_soon(both)
+        await _Subscription(broker, "alice", quiet=True).run({"type": "http"}, receive, send)
+        try:
+            for _ in range(3):  # turns of the loop: a callback scheduled runs in the first
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            return "the caller was cancelled after the stream had ended"
+        return "went on"
+
+    assert asyncio.run(main()) == "went on"
+    assert broker.store.connection("alice").connected == 0
+
+
 # -- a subscriber whose machine vanished -----------------------------------------------------
 
 

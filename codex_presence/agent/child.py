@@ -39,13 +39,24 @@ __all__ = [
     "forget_env",
     "launch",
     "relay_log",
+    "say_held",
     "spawn",
     "wait_child",
 ]
 
 
+_HELD: list[tuple[str, str, tuple[object, ...]]] = []
+"""What :func:`relay_log` was given before the log was set up: said by :func:`say_held`."""
+_HELD_MOST = 64
+
+
 def relay_log(level: str, message: str, *args: object) -> None:
     """Log as the relay (lazily: ``logging`` is loaded after the child has started up).
+
+    Until the log is set up (a runner sets it up once its child's start is done: claude's
+    up to 2 s after its spawn), the message is held for :func:`say_held`: Python's last
+    resort would print a warning raw onto the terminal the child draws on, ``-q`` or not,
+    and drop everything below it.
 
     A signal handler runs this between two bytecodes of the main thread, which may be in
     the middle of importing ``logging`` itself (a SIGTERM while wrap loads, on a loaded
@@ -56,9 +67,22 @@ def relay_log(level: str, message: str, *args: object) -> None:
 
     try:
         logger = logging.getLogger("codex_presence.relay")
+        set_up = logger.hasHandlers()
     except AttributeError:  # logging partly imported: see above
         return
+    if not set_up:
+        if len(_HELD) < _HELD_MOST:
+            _HELD.append((level, message, args))
+        return
     getattr(logger, level)(message, *args)
+
+
+def say_held() -> None:
+    """Log what :func:`relay_log` held until the log was set up, in order."""
+    held = _HELD[:]
+    del _HELD[: len(held)]
+    for level, message, args in held:
+        relay_log(level, message, *args)
 
 
 def forget_env(name: str) -> str | None:

@@ -115,6 +115,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
@@ -161,6 +162,8 @@ _EXACT = {
 }
 """The bodies reporters send (compact, or with json.dumps's spaces): known at a glance."""
 _REPORT_KEYS = frozenset({"state", "session", "background", "agent"})
+logger = logging.getLogger("codex_presence.broker")
+
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -305,20 +308,23 @@ class _Subscription:
         per stream (its cancel scope, its event, its task's state), which 10,000 runners'
         streams pay for as long as they are open."""
         broker = self.broker
-        broker.attach(self.name, self.session, quiet=self.quiet)
         this = asyncio.current_task()
         assert this is not None
-        gone = False
+        gone = ended = False
 
         def on_disconnect(watch: asyncio.Future[None]) -> None:
             nonlocal gone
-            if not watch.cancelled():
-                watch.exception()  # (retrieved: a receive that failed ends the stream too)
-                gone = True
-                this.cancel()
+            if ended or watch.cancelled():
+                return  # (a callback already scheduled when the stream ended by itself)
+            failed = watch.exception()
+            if failed is not None and not isinstance(failed, OSError):
+                logger.warning("a stream's receive failed: it ends", exc_info=failed)
+            gone = True
+            this.cancel()
 
         watch = asyncio.ensure_future(_disconnect(receive))
         watch.add_done_callback(on_disconnect)
+        broker.attach(self.name, self.session, quiet=self.quiet)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             await self._stream(send, watch)
@@ -329,6 +335,7 @@ class _Subscription:
                 raise
             this.uncancel()  # ours: the client went, and this task ends as it would have
         finally:
+            ended = True
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
             broker.detach(self.name, self.session, quiet=self.quiet)
@@ -409,7 +416,9 @@ class _BrokerApp(Starlette):
     as for every route), and a stream it accepts is handed back here to run, after the
     middleware, the router and the endpoint's coroutines have returned: held for as long
     as the stream is open, they were ~7 kB of its ~26 kB (tracemalloc, 2,000 quiet
-    streams)."""
+    streams). So a stream runs outside the middleware and the exception handlers: what
+    they do for ``/subscribe`` (the host check, the errors) is done before it is handed
+    over, and a middleware that wraps ``send`` would not see the stream's events."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != SUBSCRIBE_PATH:

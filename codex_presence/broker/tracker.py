@@ -194,21 +194,29 @@ class ActivityTracker:
         held = self._sessions.get(name)
         key = (name, session)
         old = None if held is None else held.get(session)
-        if old is not None and old.record.state is record.state is not _IDLE:
-            now = self._clock()
-            expires = now + (self.ttl if ttl is None else ttl)
-            if now < old.expires <= expires and old.record == record:
-                # a heartbeat (most reports): the same record held longer, nothing shown
-                # changes (an earlier _next only rechecks). Held, so neither ended idle
-                # nor idle with an agent kept.
-                if grace:
-                    self._in_grace.add(key)
-                else:
-                    self._in_grace.discard(key)
-                old.expires = expires
-                return False
-        previous = self.entry(name)
-        held = self._sessions.get(name)
+        now = self._clock()
+        expires = now + (self.ttl if ttl is None else ttl)
+        if (
+            old is not None
+            and old.record.state is record.state is not _IDLE
+            and now < old.expires <= expires
+            and old.record == record
+        ):
+            # a heartbeat (most reports): the same record held longer, nothing shown
+            # changes (an earlier _next only rechecks). Held, so neither ended idle
+            # nor idle with an agent kept.
+            if grace:
+                self._in_grace.add(key)
+            else:
+                self._in_grace.discard(key)
+            old.expires = expires
+            return False
+        previous = self._shown.get(name)  # self.entry(name), its clock read once
+        if previous is None:
+            previous = IDLE_ACTIVITY
+        elif now >= self._next[name]:
+            previous = self.entry(name)  # a lapse due: resolved first
+            held = self._sessions.get(name)
         if record.state is _IDLE and record.background <= 0:  # not held (record.held)
             self._in_grace.discard(key)
             self._idle_agents.pop(key, None)
@@ -225,13 +233,15 @@ class ActivityTracker:
             if old is None:  # (a session held is neither ended idle nor idle with an agent)
                 self._ended_idle.pop(key, None)
                 self._idle_agents.pop(key, None)
+            # As in the heartbeat's path, but only now: the lapses resolved above read
+            # whether their session was in its grace.
             if grace:
                 self._in_grace.add(key)
             else:
                 self._in_grace.discard(key)
             if held is None:
                 held = self._sessions[name] = {}
-            held[session] = _Held(record, self._clock() + (self.ttl if ttl is None else ttl))
+            held[session] = _Held(record, expires)
         return self._recount(name, previous)
 
     def shorten(self, name: str, session: str, seconds: float) -> bool:

@@ -184,6 +184,7 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
     log file that cannot be opened is a :class:`UsageError` naming it."""
     import logging
 
+    from codex_presence.agent.child import say_held
     from codex_presence.agent.descriptors import open_private
 
     class PrivateFileHandler(logging.FileHandler):
@@ -210,6 +211,7 @@ def setup_logging(*, verbose: int = 0, quiet: bool = False, log_file: str | None
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    say_held()  # what a signal's forwarding said before
 
 
 def main(argv: Sequence[str] | None = None) -> int:
