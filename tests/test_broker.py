@@ -955,17 +955,10 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
     assert broker.store.connection("alice").connected == 0
 
 
-def test_a_stream_whose_client_went_ends_though_an_await_swallowed_the_cancel() -> None:
-    """The client's going cancels the stream's task once (a plain asyncio cancel, not a
-    task group's scope, which cancels again at every await): a stream in an await that
-    swallowed it (here the sign-in's check, as a store's client might) must still end, not
-    wait on for keep-alives that a closed connection drops."""
-    from codex_presence.broker.app import _Subscription
-    from codex_presence.broker.state import Broker
-
-    broker = Broker(team=TEAM)
-    asked = 0
-    gone = asyncio.Event()
+def _client_until(gone: asyncio.Event) -> tuple[Any, Any]:
+    """An SSE client's ``receive`` and ``send`` as the server gives them to a stream: its
+    request (a GET's empty body), then its disconnect once ``gone`` is set; what the stream
+    sends is dropped."""
     requested = False
 
     async def receive() -> Any:
@@ -978,6 +971,22 @@ def test_a_stream_whose_client_went_ends_though_an_await_swallowed_the_cancel() 
 
     async def send(message: Any) -> None:
         pass
+
+    return receive, send
+
+
+def test_a_stream_whose_client_went_ends_though_an_await_swallowed_the_cancel() -> None:
+    """The client's going cancels the stream's task once (a plain asyncio cancel, not a
+    task group's scope, which cancels again at every await): a stream in an await that
+    swallowed it (here the sign-in's check, as a store's client might) must still end, not
+    wait on for keep-alives that a closed connection drops."""
+    from codex_presence.broker.app import _Subscription
+    from codex_presence.broker.state import Broker
+
+    broker = Broker(team=TEAM)
+    asked = 0
+    gone = asyncio.Event()
+    receive, send = _client_until(gone)
 
     async def authorized() -> bool:
         nonlocal asked
@@ -1011,18 +1020,7 @@ def test_a_client_that_goes_as_the_stream_ends_cancels_nothing_after_it() -> Non
 
     broker = Broker(team=TEAM)
     gone = asyncio.Event()
-    requested = False
-
-    async def receive() -> Any:
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: Any) -> None:
-        pass
+    receive, send = _client_until(gone)
 
     def both() -> None:
         gone.set()
