@@ -187,6 +187,8 @@ def test_print_mode_a_turn_with_an_allowed_tool(
 SESSION_END_BUDGET_ENV = "CLAUDE_CODE_SESSIONEND_HOOKS_TIMEOUT_MS"
 """The time claude gives its SessionEnd hooks at exit, in all (1.5 s by default; read from
 its binary): what it has not answered by then is cancelled."""
+CANCELS_WITHIN = 5
+"""Runs of claude -p given 1 ms for its SessionEnd hooks until one cancels ours."""
 
 
 @pytest.mark.parametrize("delivery", ["spool", "loopback"])
@@ -196,17 +198,29 @@ def test_print_mode_prints_no_hook_secret_even_when_claude_cancels_a_hook(
     """Under load, claude -p cancelled our SessionEnd hook at exit and said so on its
     stderr, naming the hook: an HTTP hook by its URL, the session's secret in it
     (``SessionEnd hook [http://127.0.0.1:PORT/SECRET/hook] failed: Hook cancelled``).
-    Here claude gets 1 ms for it, so it cancels it every time: what it prints names our
+    Here claude gets 1 ms for it, so it cancels it nearly every time (CI once saw the
+    spooled hook, a bash that writes a file, done within it: claude then says nothing, and
+    the run is tried again, up to :data:`CANCELS_WITHIN` times): what it prints names our
     poster (spooled, or POSTing to the loopback server), no URL, no secret."""
-    api = FakeAnthropic([say("Done.", wait=0.2)])
     env = {SESSION_END_BUDGET_ENV: "1", **({SPOOL_ENV: "0"} if delivery == "loopback" else {})}
-    with api.serve():
-        result, files = run_print(
-            tmp_path / "run", broker, base_url=api.base_url, claude_args=("-p", "hi"), env=env
-        )
-    assert result.returncode == 0, result.stderr
-    printed = result.stdout + result.stderr
-    assert "SessionEnd hook [" in printed, printed  # cancelled, and said: the cause is ours
+    outputs = []
+    for attempt in range(CANCELS_WITHIN):
+        api = FakeAnthropic([say("Done.", wait=0.2)])
+        with api.serve():
+            result, files = run_print(
+                tmp_path / f"run{attempt}",
+                broker,
+                base_url=api.base_url,
+                claude_args=("-p", "hi"),
+                env=env,
+            )
+        assert result.returncode == 0, result.stderr
+        printed = result.stdout + result.stderr
+        outputs.append(printed)
+        if "SessionEnd hook [" in printed:  # cancelled, and said: the cause is ours
+            break
+    else:
+        raise AssertionError(f"claude never cancelled the SessionEnd hook: {outputs}")
     assert not re.search(r"127\.0\.0\.1:\d+/[^\s\]]", printed), printed  # no URL's path
     recorded = files.record.read_text()
     assert not re.search(r"127\.0\.0\.1:\d+/(?!REDACTED/)[^\s\]\"]", recorded)
