@@ -147,7 +147,6 @@ class _Load:
     """Its marker came on the channel: every event after it is later than the snapshot."""
 
 
-_NEVER = Connection()
 _IDLE = ActivityState.IDLE
 
 
@@ -201,9 +200,13 @@ class RedisStore:
         """The number of the last event on the channel since the resync."""
         self._here: dict[str, int] = {}
         self._there: dict[str, dict[str, int]] = {}
-        self._connections: dict[str, Connection] = {}
-        """Each member's connection: its count (:attr:`_here` and :attr:`_there` summed)
-        and its times (the earliest createdAt and the latest lastSeen heard)."""
+        self._connected: dict[str, int] = {}
+        """Each member's count (:attr:`_here` and :attr:`_there` summed) where not 0."""
+        self._created: dict[str, int] = {}
+        self._seen: dict[str, int] = {}
+        """Each member's earliest createdAt and latest lastSeen heard: plain numbers, the
+        :class:`Connection` made when read (the times change at every report, a read is
+        rarer)."""
         self._unsent: dict[str, int] = {}
         """Members whose count here changed since the last heartbeat -> the latest attach
         time (0: detaches only)."""
@@ -249,7 +252,9 @@ class RedisStore:
     # -- reads: the mirror ---------------------------------------------------------------
 
     def connection(self, name: str) -> Connection:
-        return self._connections.get(name, _NEVER)
+        return Connection(
+            self._connected.get(name, 0), self._created.get(name, 0), self._seen.get(name, 0)
+        )
 
     def activity(self, name: str) -> ActivityState:
         return self._activity.get(name)
@@ -302,7 +307,7 @@ class RedisStore:
         self._touched(name, now_ms, now_ms)
         self._unsent[name] = now_ms
         self._flush.set()
-        return self._refresh(name).connected
+        return self._refresh(name)
 
     def detach(self, name: str) -> int:
         count = self._here.get(name, 0) - 1
@@ -312,7 +317,7 @@ class RedisStore:
             self._here.pop(name, None)
         self._unsent.setdefault(name, 0)
         self._flush.set()
-        return self._refresh(name).connected
+        return self._refresh(name)
 
     # -- the link ----------------------------------------------------------------------
 
@@ -395,7 +400,8 @@ class RedisStore:
     def _forget(self, name: str) -> None:
         self._known.discard(name)
         self._sessions.forget(name)
-        self._connections.pop(name, None)
+        for mirrored in (self._connected, self._created, self._seen):
+            mirrored.pop(name, None)
         for counts in self._there.values():
             counts.pop(name, None)
 
@@ -506,11 +512,9 @@ class RedisStore:
             self._unsent.clear()
             entries = []
             for name in self._names:
-                connection = self._connections.get(name, _NEVER)
-                if here.get(name) or connection.last_seen:
-                    entries.append(
-                        (name, here.get(name, 0), connection.created_at, connection.last_seen)
-                    )
+                seen = self._seen.get(name, 0)
+                if here.get(name) or seen:
+                    entries.append((name, here.get(name, 0), self._created.get(name, 0), seen))
         else:
             unsent, self._unsent = self._unsent, {}
             entries = [(name, here.get(name, 0), at, at) for name, at in unsent.items()]
@@ -613,36 +617,32 @@ class RedisStore:
     # -- the mirror --------------------------------------------------------------------
 
     def _touched(self, name: str, created: int, seen: int) -> None:
-        """An event's times of ``name`` merged into their connection (at every report: its
+        """An event's times of ``name`` merged into the mirror's (at every report: the
         count is unchanged, not summed again)."""
-        old = self._connections.get(name, _NEVER)
-        old_created = old.created_at
-        if created and (not old_created or created < old_created):
-            old_created = created
-        last_seen = old.last_seen
-        self._connections[name] = Connection(
-            old.connected, old_created, seen if seen > last_seen else last_seen
-        )
+        if seen > self._seen.get(name, 0):
+            self._seen[name] = seen
+        if created and not 0 < self._created.get(name, 0) <= created:
+            self._created[name] = created
         self._refreshed += 1
 
-    def _refresh(self, name: str) -> Connection:
-        """``name``'s connection with its count summed again (a count changed here or on
-        another broker)."""
+    def _refresh(self, name: str) -> int:
+        """``name``'s count summed again (a count changed here or on another broker)."""
         connected = self._here.get(name, 0)
         for counts in self._there.values():
             connected += counts.get(name, 0)
-        old = self._connections.get(name, _NEVER)
-        connection = Connection(connected, old.created_at, old.last_seen)
-        self._connections[name] = connection
+        if connected:
+            self._connected[name] = connected
+        else:
+            self._connected.pop(name, None)
         self._refreshed += 1
-        return connection
+        return connected
 
     def _recount(self, names: Iterable[str]) -> None:
         for name in names:
             if name not in self._known:
                 continue
-            before = self.connection(name).connected
-            if self._refresh(name).connected != before:
+            before = self._connected.get(name, 0)
+            if self._refresh(name) != before:
                 self._changed(name)
 
     def _changed(self, name: str) -> None:
