@@ -103,7 +103,7 @@ class RosterStream:
         """The HTTP status (401 or 403) that ended the attempts for good."""
         self.etag: str | None = None
         """The ``ETag`` of the roster last read with ``GET /roster`` (light stream)."""
-        self._read: dict[str, dict[str, Any]] = {}
+        self._read: list[Any] = []
         """The members as ``GET /roster`` gave them last (the ETag's)."""
         self.reads: dict[int, int] = {}
         """``GET /roster`` reads by HTTP status (200, 304, ...): what the light stream cost."""
@@ -189,11 +189,11 @@ class RosterStream:
             except orjson.JSONDecodeError:
                 members = None
             if isinstance(members, list):
-                self._read = {p["name"]: p for p in members if isinstance(p, dict)}
+                self._read = members
                 self.etag = response.headers.get("etag")
         elif response.status_code != 304:
             return True  # the stream will say why (a refusal ends it)
-        self._fold_roster(data, self._read.values())  # (a 304: the roster read last)
+        self._fold_roster(data, self._read)  # (a 304: the roster read last)
         return True
 
     def _fold_roster(self, data: dict[str, Any], members: Iterable[Any]) -> None:
@@ -201,7 +201,9 @@ class RosterStream:
         the members read): current, so no longer stale."""
         view = self.view
         view.team = str(data.get("team", ""))
-        view.members = {p["name"]: p for p in members if isinstance(p, dict)}
+        view.members = {
+            p["name"]: p for p in members if isinstance(p, dict) and isinstance(p.get("name"), str)
+        }  # (a member object without a name is no broker's: skipped, never a crash)
         privileges = data.get("privileges")
         view.privileges = privileges if isinstance(privileges, dict) else {}
         view.stale = None

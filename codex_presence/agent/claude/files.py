@@ -226,12 +226,14 @@ class ClaudeFiles:
 
     # -- the transcript ------------------------------------------------------------------
 
-    def _read_transcript(self) -> list[dict[str, Any]]:
+    def _read_transcript(self, *, to_end: bool = False) -> list[dict[str, Any]]:
+        """The transcript's entries since the last read: a chunk (a poll), or ``to_end``
+        (:meth:`rest_of_transcript`)."""
         tail = self._transcript
         if tail is None:
             return []
         try:
-            lines = tail.read()
+            lines = tail.read_to_end(MAX_REST) if to_end else tail.read()
         except NotRegular:
             self._pass_over(str(tail.path), "not a regular file")
             return []
@@ -241,15 +243,7 @@ class ClaudeFiles:
         """The transcript's entries that no poll read, to its end (claude has exited: what
         the polls left, a line written just before the hook that stopped them, say); at
         most :data:`MAX_REST` more bytes."""
-        tail = self._transcript
-        if tail is None:
-            return []
-        try:
-            lines = tail.read_to_end(MAX_REST)
-        except NotRegular:
-            self._pass_over(str(tail.path), "not a regular file")
-            return []
-        return [entry for line in lines if (entry := self._entry(line)) is not None]
+        return self._read_transcript(to_end=True)
 
     # -- the prompt history --------------------------------------------------------------
 

@@ -4,7 +4,8 @@
 // is visible: a light stream, which never carries the whole roster: where a full one
 // sends it, a light one sends `changed`, and the page reads GET /roster, sending back the
 // ETag it has (If-None-Match: a 304 and no body while the roster is the one it read
-// last); the `presence` events that come meanwhile are applied after it, in order. A session is the cookie (HttpOnly, set by POST /session) and the key that
+// last); the `presence` events that come meanwhile are applied after it, in order. A
+// session is the cookie (HttpOnly, set by POST /session) and the key that
 // sign-in returns, kept in this origin's localStorage and sent with every request: a page
 // on another port of this host shares the cookie jar but not the storage, so it can neither
 // use a stolen cookie nor plant one of its own as the session. When the tab is hidden
