@@ -773,9 +773,12 @@ def test_a_claude_whose_version_is_unknown_gets_every_hook(
             EVERY_HOOK,
             # Its PostToolUse is dropped as late when claude's next hook's process posts
             # first (core/hooks/hook_order.py), and the transcript may be read after the
-            # turn's Stop, whose background_tasks lists the command (CI, loaded).
+            # turn's Stop, whose background_tasks lists the command (CI, loaded). So for
+            # its end: the notification turn's UserPromptSubmit dropped as late after that
+            # turn's Stop, whose background_tasks no longer lists it (CI, 2026-12-03). An
+            # early end by the first turn's Stop is caught by the test's own check.
             ("PostToolUse", "transcript background start", "Stop"),
-            ("UserPromptSubmit", "transcript task-notification", "session idle"),
+            ("UserPromptSubmit", "transcript task-notification", "session idle", "Stop"),
         ),
     ],
     ids=["file-led", "every-hook"],
@@ -793,8 +796,9 @@ def test_a_background_command_is_background_work_not_the_members_state(
     on the roster, and the session counts it as background work from its start (the
     transcript's tool result naming its task; with every hook, its PostToolUse or the
     turn's Stop listing it, whichever is read first) until its end (the
-    ``<task-notification>`` claude sends the model, or the prompt hook of that turn;
-    claude's idle after it, if that came first) (issue 23).
+    ``<task-notification>`` claude sends the model, or the prompt hook of that turn, or
+    with every hook that turn's Stop; claude's idle after it, if that came first) (issue
+    23).
     Where the file leads, no hook but SessionStart and SessionEnd can be the cause."""
     turn_seen = threading.Event()
     api = FakeAnthropic(
