@@ -3,6 +3,9 @@ record follows from the one before it; every number is refused out of its range.
 
 from __future__ import annotations
 
+import json
+
+import orjson
 import pytest
 
 from codex_presence._wire import ActivityState, agent_problem
@@ -68,6 +71,7 @@ def test_the_agent_checks_name_the_field() -> None:
 EVENT_TIMES = (1764590000000, 1764590000001)
 EVENT = {
     "seq": 7,
+    "kind": "s",
     "name": "bob",
     "session": "s",
     "ttl": 30000,
@@ -83,14 +87,24 @@ def test_every_number_of_an_event_goes_through_the_bounded_reader(
     field: str, value: object
 ) -> None:
     """The events a broker writes are read at once (the cost of every report); anything
-    else still meets :func:`number`'s refusal, whichever of the numbers it is."""
-    from codex_presence.broker.redis.activity import SessionEvent
+    else still meets :func:`number`'s refusal, whichever of the numbers it is: dropped
+    alone and counted, the mirror unchanged. The channel's path; the link never connects."""
+    from codex_presence.broker.redis.link import RedisLink
+    from codex_presence.broker.redis.store import RedisStore
 
-    event = SessionEvent(EVENT)
-    assert (event.seq, event.ttl_ms, event.created, event.seen) == (7, 30000, *EVENT_TIMES)
-    assert event.record == SessionRecord(WORKING, 5, 1, 5, None)
-    with pytest.raises(Unreadable):
-        SessionEvent({**EVENT, field: value})
+    def mirror() -> tuple[RedisStore, RedisLink]:
+        link = RedisLink("redis://127.0.0.1:1/0", team="acme")
+        return RedisStore(link, names=["bob"]), link
+
+    store, link = mirror()
+    link._deliver(orjson.dumps(EVENT))
+    assert link.dropped_count == 0
+    assert store._activity.record("bob", "s") == SessionRecord(WORKING, 5, 1, 5, None)
+    assert (store._created["bob"], store._seen["bob"]) == EVENT_TIMES
+    store, link = mirror()
+    link._deliver(json.dumps({**EVENT, field: value}).encode())  # 10**20 too
+    assert link.dropped_count == 1
+    assert store._activity.record("bob", "s") is None and "bob" not in store._seen
 
 
 @pytest.mark.parametrize("field", ["since", "background"])

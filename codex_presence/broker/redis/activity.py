@@ -6,12 +6,12 @@ without a session id, is the session ``""``: one schema):
 
 ``s:<session>:<name>``
     That session's :class:`~codex_presence.broker.record.SessionRecord` as a JSON object
-    (``{"state", "since", "background", "backgroundSince", "agent"}``,
-    :mod:`~.records`), set with ``PX`` = the TTL while the session is held (working,
-    blocked, or with a background count). A session that ends idle keeps its record
-    (its ``agent``) for :data:`~.scripts.IDLE_KEPT_MS`, out of ``S:<name>``, for a later
-    report without ``agent`` to find it; one without an agent is deleted. The session id's
-    alphabet has no ``:``, so the name after it is whatever follows.
+    (``{"state", "since", "background", "backgroundSince", "agent"}``, those that are 0
+    or null left out: :mod:`~.records`), set with ``PX`` = the TTL while the session is
+    held (working, blocked, or with a background count). A session that ends idle keeps
+    its record (its ``agent``) for :data:`~.scripts.IDLE_KEPT_MS`, out of ``S:<name>``,
+    for a later report without ``agent`` to find it; one without an agent is deleted. The
+    session id's alphabet has no ``:``, so the name after it is whatever follows.
 ``S:<name>``
     A sorted set: the member's held sessions, each by when (Redis time, ms) its key
     expires; what the snapshot reads, and what bounds a member's sessions: a report that
@@ -27,8 +27,8 @@ without a session id, is the session ``""``: one schema):
 Events, on the team's channel and numbered by the same ``seq`` as every other, are JSON
 objects: ``{"seq", "kind": "s", "name", "session", "ttl", "createdAt", "lastSeen",
 "record"}`` — a session's report, or its TTL shortened to the grace (its subscription
-ended). Each is read through :mod:`~.records`: one holding what no broker writes is
-dropped alone.
+ended). Each is read by :meth:`SessionActivity.heard`, its numbers and record through
+:mod:`~.records`: one holding what no broker writes is dropped alone.
 
 The scripts are :data:`~.scripts.REPORT` and :data:`~.scripts.BINDINGS`; the snapshot
 (:data:`~.scripts.SNAPSHOT`) is the store's. A key found holding another type is garbage:
@@ -55,7 +55,7 @@ import anyio
 import orjson
 
 from codex_presence._wire import SESSION_GRACE
-from codex_presence.broker.record import KEEP, Agent, Report, SessionRecord
+from codex_presence.broker.record import KEEP, Report
 from codex_presence.broker.redis import records
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.records import SEQ_MAX, TIME_MAX, TTL_MAX, number
@@ -63,45 +63,9 @@ from codex_presence.broker.redis.scripts import BINDINGS, REPORT
 from codex_presence.broker.store import TooManySessions
 from codex_presence.broker.tracker import ENDED_KEPT, ActivityTracker
 
-__all__ = ["SessionActivity", "SessionEvent"]
+__all__ = ["SessionActivity"]
 
 logger = logging.getLogger("codex_presence.broker")
-
-
-class SessionEvent:
-    """An ``s`` event, read through the bounded reader (:class:`~.records.Unreadable`
-    for one that holds what no broker writes); ``checked``: the agent object the mirror
-    holds for its session (an equal one is not checked again)."""
-
-    __slots__ = ("created", "name", "record", "seen", "seq", "session", "ttl_ms")
-
-    def __init__(self, data: dict[str, Any], checked: Agent | None = None) -> None:
-        get = data.get
-        seq, ttl, created, seen = get("seq"), get("ttl"), get("createdAt"), get("lastSeen")
-        if not (  # what every event a broker wrote holds: read at once (issue 32's cost)
-            type(seq) is int
-            and type(ttl) is int
-            and type(created) is int
-            and type(seen) is int
-            and 0 <= seq <= SEQ_MAX
-            and 0 <= ttl <= TTL_MAX
-            and 0 <= created <= TIME_MAX
-            and 0 <= seen <= TIME_MAX
-        ):
-            seq = number(seq, SEQ_MAX, "an event's seq")
-            ttl = number(ttl, TTL_MAX, "an event's ttl")
-            created = number(created, TIME_MAX, "an event's createdAt")
-            seen = number(seen, TIME_MAX, "an event's lastSeen")
-        name, session = get("name"), get("session")
-        if type(name) is not str or type(session) is not str:
-            raise records.Unreadable("a session event without a name or a session")
-        self.seq = seq
-        self.name = name
-        self.session = session
-        self.ttl_ms = ttl
-        self.created = created
-        self.seen = seen
-        self.record: SessionRecord = records.record(get("record"), checked)
 
 
 class SessionActivity:
@@ -269,55 +233,52 @@ class SessionActivity:
     # -- the mirror --------------------------------------------------------------------
 
     def heard(self, seq: int, data: dict[str, Any]) -> bool | None:
-        """An ``s`` event numbered ``seq`` (a script's reply, or from the channel): applied
-        as :meth:`apply` does, but read in full only when it is new for its session (each
-        report comes twice, its script's reply and its echo, whichever is first; the
-        later event applied carried times at least as wide)."""
-        name, session = data.get("name"), data.get("session")
+        """An ``s`` event numbered ``seq`` (a script's reply, or from the channel, ours or
+        another broker's), applied unless a later one for that session was: whether the
+        member's activity shown changed (None: nothing applied). It is read in full only
+        when it is new for its session (each report comes twice, its script's reply and its
+        echo, whichever is first; the later event applied carried times at least as wide);
+        one holding what no broker writes raises :class:`~.records.Unreadable`. A
+        shortened TTL (a release's grace) wakes the fan-out too, for it to see the lapse."""
+        get = data.get
+        name, session = get("name"), get("session")
         if type(name) is not str or type(session) is not str:
-            return self.apply(SessionEvent(data))  # raises Unreadable
+            raise records.Unreadable("a session event without a name or a session")
         key = (name, session)
         if seq <= self._seq.get(key, 0) or name not in self._known:
             return None
-        record = data.get("record")
+        ttl, created, seen, stored = get("ttl"), get("createdAt"), get("lastSeen"), get("record")
+        if not (  # what every event a broker wrote holds: read at once (issue 32's cost)
+            type(ttl) is int
+            and type(created) is int
+            and type(seen) is int
+            and 0 <= ttl <= TTL_MAX
+            and 0 <= created <= TIME_MAX
+            and 0 <= seen <= TIME_MAX
+        ):
+            ttl = number(ttl, TTL_MAX, "an event's ttl")
+            created = number(created, TIME_MAX, "an event's createdAt")
+            seen = number(seen, TIME_MAX, "an event's lastSeen")
         checked = None
-        if type(record) is dict and record.get("agent") is not None:
+        if type(stored) is dict and stored.get("agent") is not None:
             held = self._tracker.record(name, session)  # its agent, checked when it came
             checked = None if held is None else held.agent
-        event = SessionEvent(data, checked)
-        self._touched(name, event.created, event.seen)
-        return self._put(event, key)
-
-    def apply(self, event: SessionEvent) -> bool | None:
-        """Apply an ``s`` event (ours or another broker's) unless a later one for that
-        session was applied; whether the member's activity shown changed (None: nothing
-        applied). A shortened TTL wakes the fan-out too, for it to see the lapse."""
-        name = event.name
-        if name not in self._known:
-            return None
-        self._touched(name, event.created, event.seen)
-        key = (name, event.session)
-        if event.seq <= self._seq.get(key, 0):
-            return None
-        return self._put(event, key)
-
-    def _put(self, event: SessionEvent, key: tuple[str, str]) -> bool:
-        """:meth:`apply`'s rest, for an event new for its session ``key``."""
+        record = records.record(stored, checked)
+        self._touched(name, created, seen)
         self._seq.pop(key, None)  # the latest, last
-        self._seq[key] = event.seq
+        self._seq[key] = seq
         if len(self._seq) > self._seq_cap:
             self._prune()
-        ttl_ms = event.ttl_ms
-        shortened = ttl_ms < self._ttl_ms
+        shortened = ttl < self._ttl_ms
         changed = self._tracker.put(
-            key[0],
-            key[1],
-            event.record,
-            (ttl_ms if shortened else self._ttl_ms) / 1000,  # a forged one outlives no TTL of ours
+            name,
+            session,
+            record,
+            (ttl if shortened else self._ttl_ms) / 1000,  # a forged one outlives no TTL of ours
             grace=shortened,  # a report holds the TTL; a release, its grace
         )
         if changed or shortened:
-            self._changed(key[0])
+            self._changed(name)
         return changed
 
     def forget(self, name: str) -> None:

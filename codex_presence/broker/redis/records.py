@@ -12,7 +12,8 @@ that event alone (:class:`Unreadable`, counted by the link) and the team goes on
 
 A session's record is a JSON object with named keys (self-describing: a field added
 later is one more key, which an older reader ignores):
-``{"state", "since", "background", "backgroundSince", "agent"}``; :func:`record` reads
+``{"state", "since", "background", "backgroundSince", "agent"}``, the last three left out
+when 0 or null (most reports: each key costs every broker a decoding); :func:`record` reads
 one (its ``agent`` checked again as the report endpoint checks it: markup and control
 characters never reach a page, whoever wrote the key).
 """

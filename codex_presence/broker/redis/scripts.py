@@ -176,8 +176,9 @@ if previous then
   if type(previous['agent']) == 'table' then agent = previous['agent'] end
 end
 if ARGV[9] ~= '' then agent = cjson.decode(ARGV[9]) end
-local record = {{state = state, since = since, background = bg, backgroundSince = bgsince,
-  agent = agent}}
+local record = {{state = state, since = since}}  -- what is 0 or null is left out
+if bg > 0 then record['background'], record['backgroundSince'] = bg, bgsince end
+if agent ~= cjson.null then record['agent'] = agent end
 if holds then
   redis.call('SET', key, cjson.encode(record), 'PX', px)
   redis.call('ZADD', index, now + px, sid)
