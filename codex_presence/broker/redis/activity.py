@@ -30,7 +30,7 @@ objects: ``{"seq", "kind": "s", "name", "session", "ttl", "createdAt", "lastSeen
 ended). Each is read by :meth:`SessionActivity.heard`, its numbers and record through
 :mod:`~.records`: one holding what no broker writes is dropped alone.
 
-The scripts are :data:`~.scripts.REPORT` and :data:`~.scripts.BINDINGS`; the snapshot
+The scripts are :func:`~.scripts.report_script`'s and :data:`~.scripts.BINDINGS`; the snapshot
 (:data:`~.scripts.SNAPSHOT`) is the store's. A key found holding another type is garbage:
 the scripts that write it delete it and start anew, the snapshot skips it.
 
@@ -59,7 +59,7 @@ from codex_presence.broker.record import KEEP, Report
 from codex_presence.broker.redis import records
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.records import SEQ_MAX, TIME_MAX, TTL_MAX, number
-from codex_presence.broker.redis.scripts import BINDINGS, REPORT
+from codex_presence.broker.redis.scripts import BINDINGS, report_script
 from codex_presence.broker.store import TooManySessions
 from codex_presence.broker.tracker import ENDED_KEPT, ActivityTracker
 
@@ -109,7 +109,7 @@ class SessionActivity:
         self._dead: set[str] = set()
         """Brokers found dead whose sessions are still to shorten."""
         self._flush = anyio.Event()
-        self._report_script = link.script(REPORT)
+        self._report_script = link.script(report_script(ttl_ms, max_sessions))
         self._bindings_script = link.script(BINDINGS)
         link.add_listener(self)
 
@@ -121,21 +121,24 @@ class SessionActivity:
     # -- what the store asks -----------------------------------------------------------
 
     async def report(self, name: str, report: Report, now_ms: int) -> bool:
-        agent = b"" if report.agent is KEEP else orjson.dumps(report.agent)
-        args = [name, report.session, report.state.value, self._ttl_ms, now_ms, self._max]
+        args: list[Any] = [name, report.session, report.state.value, now_ms]
+        if report.agent is not KEEP:
+            args += (report.background, orjson.dumps(report.agent))
+        elif report.background:
+            args.append(report.background)
         reply = await self._link.call(
-            self._report_script,
-            [*args, report.background, agent],
-            doing="the report was not recorded; send it again",
+            self._report_script, args, doing="the report was not recorded; send it again"
         )
         if reply is None:
             raise TooManySessions(self._max)
-        event, lost = reply
+        event, lost, seq = reply
         if lost:
             self._say_lost(lost)
-        data = orjson.loads(event)
-        seq = number(data.get("seq"), SEQ_MAX, "an event's seq")
-        changed = self.heard(seq, data)
+        if not (type(seq) is int and 0 <= seq <= SEQ_MAX):
+            seq = number(seq, SEQ_MAX, "a report's seq")
+        if seq <= self._seq.get((name, report.session), 0):
+            return False  # its echo came first (most often), and was applied: not decoded
+        changed = self.heard(seq, orjson.loads(event))
         if changed is not None:  # applied from the reply: its echo need not be read
             self._link.expect_echo(event, seq)
         return bool(changed)

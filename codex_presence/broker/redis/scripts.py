@@ -42,7 +42,16 @@ Redis refusing, and fails the script as before.
 
 from __future__ import annotations
 
-__all__ = ["BINDINGS", "COUNTS", "IDLE_KEPT_MS", "LEAVE", "REPORT", "SNAPSHOT", "TEAM", "TOLERANT"]
+__all__ = [
+    "BINDINGS",
+    "COUNTS",
+    "IDLE_KEPT_MS",
+    "LEAVE",
+    "SNAPSHOT",
+    "TEAM",
+    "TOLERANT",
+    "report_script",
+]
 
 TOLERANT = """
 local lost = {}
@@ -143,17 +152,33 @@ end
 IDLE_KEPT_MS = 3_600_000
 """How long a session that ended idle keeps its record (its ``agent``) in Redis, for a later
 report without ``agent`` to find it."""
-# ARGV: prefix, name, session, state, ttl ms, the broker's time (ms), the bound, the
-# background count, the agent ("" keeps the stored one; else its JSON, "null" included).
-REPORT = (
-    TOLERANT
-    + _NOW
-    + _OWN
-    + _META
-    + f"""
+
+
+def report_script(ttl_ms: int, most: int) -> str:
+    """The script of a report of one session (the anonymous one is the session ``""``)
+    for a broker whose TTL is ``ttl_ms`` and whose bound of busy sessions a member is
+    ``most``. It replies ``[event, lost, seq]`` (the event's number apart: when its echo
+    came first, the reply is not decoded), or nil when the report would make one session
+    more busy than the bound.
+
+    ARGV: the prefix, the name, the session, the state, the broker's time (ms), then,
+    only when not 0 and kept, the background count and the agent (its JSON, ``null``
+    included; ``""`` or none keeps the stored one). The broker's settings are in the
+    script's text, not its arguments: each argument costs the broker ~1,500 instructions
+    to pack at every report (issue 32), and a typical report now packs five, as the
+    anonymous report of ``b9ae369`` did. Brokers with the same settings share a script.
+    """
+    if not (0 < ttl_ms < 2**31 and 0 <= most <= 1_000_000):  # what a broker is given
+        raise ValueError(f"a report script for a TTL of {ttl_ms} ms and a bound of {most}")
+    return (
+        TOLERANT
+        + _NOW
+        + _OWN
+        + _META
+        + f"""
 local ns, name, sid, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local px, at, most = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local bg = tonumber(ARGV[8]) or 0
+local px, at, most = {ttl_ms}, tonumber(ARGV[5]), {most}
+local bg = tonumber(ARGV[6]) or 0
 local key = ns .. 's:' .. sid .. ':' .. name
 local index = ns .. 'S:' .. name
 own(key, 'string')
@@ -175,7 +200,7 @@ if previous then
   end
   if type(previous['agent']) == 'table' then agent = previous['agent'] end
 end
-if ARGV[9] ~= '' then agent = cjson.decode(ARGV[9]) end
+if ARGV[7] and ARGV[7] ~= '' then agent = cjson.decode(ARGV[7]) end
 local record = {{state = state, since = since}}  -- what is 0 or null is left out
 if bg > 0 then record['background'], record['backgroundSince'] = bg, bgsince end
 if agent ~= cjson.null then record['agent'] = agent end
@@ -197,11 +222,11 @@ local seq = next_seq(ns)
 local event = cjson.encode({{seq = seq, kind = 's', name = name, session = sid, ttl = px,
   createdAt = c, lastSeen = s, record = record}})
 redis.call('PUBLISH', KEYS[1], event)
-return {{event, lost}}
+return {{event, lost, seq}}
 """
-)
-"""A report of one session (the anonymous one is the session ``""``): ``[event, lost]``,
-or nil when it would make one session more busy than the bound."""
+    )
+
+
 # ARGV: prefix, this broker, grace ms, then (op, a, b) triples: "b" name session (bound
 # here), "r" name session (released here: shorten), "d" broker "" (dead: shorten all its
 # sessions), "B" "" "" (forget every binding of this broker: the full set follows).
