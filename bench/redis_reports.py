@@ -207,6 +207,58 @@ def _offline(kind: str, reps: int) -> float:
     return min(costs, default=0.0)
 
 
+async def _counted(url: str, team: str, kind: str, count: int, args: argparse.Namespace) -> None:
+    """``count`` reports of ``kind`` (after every member's first ones, and 2,000 more to
+    warm up), ``--concurrency`` in flight, then their echoes: what ``--callgrind``
+    counts the instructions of (a run of 0 reports is subtracted)."""
+    import anyio
+
+    from codex_presence.broker.redis.link import RedisLink
+    from codex_presence.broker.redis.store import RedisStore
+
+    names = [f"m{i:04d}" for i in range(args.members)]
+    kinds = _reports() or {}
+    numbers = itertools.count()
+
+    async def report(reports: list[Any], until: int) -> None:
+        while (k := next(numbers)) < until:
+            name, nth = names[k % len(names)], (k // len(names)) % len(reports)
+            await store.report(name, reports[nth], 1764590000000 + k)
+
+    async def reports(of: list[Any], how_many: int) -> None:
+        nonlocal numbers
+        numbers = itertools.count()
+        await asyncio.gather(*(report(of, how_many) for _ in range(args.concurrency)))
+        await asyncio.sleep(0.5)  # the echoes of the last ones, on the subscription
+
+    async with anyio.create_task_group() as tg:
+        store = RedisStore(RedisLink(url, team=team), names=names)
+        await tg.start(store.run, _Quiet())
+        await reports(kinds["agent-set" if kind == "agent" else kind], len(names))
+        await reports(kinds[kind], 2000)
+        await reports(kinds[kind], count)
+        tg.cancel_scope.cancel()
+
+
+def _instructions(python: str, url: str, team: str, kind: str, count: int, args: Any) -> int:
+    """The instructions of a :func:`_counted` run, in a process of ``python`` under
+    ``valgrind --tool=callgrind`` (user space: the broker's side, not Redis's)."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg", python, __file__,
+            "--worker", url, "--team", team, "--kind", kind, "--count", str(count),
+            "--members", str(args.members), "--concurrency", str(args.concurrency),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        done = subprocess.run(command, capture_output=True, cwd=out, env=env, timeout=900)
+        if done.returncode != 0:
+            sys.exit(f"{python}: the counted run failed: {done.stderr.decode()[-400:]}")
+        for line in Path(out, "cg").read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    sys.exit("callgrind wrote no totals")
+
+
 def _run_worker(python: str, url: str, team: str, args: argparse.Namespace, cpu: int | None) -> Any:
     """One measurement in a process of ``python`` (pinned to ``cpu``): its costs."""
     command = [
@@ -259,6 +311,15 @@ def main() -> None:
         help="the store's reading of each report alone (reply and echo), no socket",
     )
     parser.add_argument("--reps", type=int, default=7, help="--offline: repetitions")
+    parser.add_argument(
+        "--callgrind",
+        type=int,
+        metavar="N",
+        help="instructions per report instead of CPU: N reports of each kind under "
+        "valgrind's callgrind (minus a run of 0), a figure the machine's load barely moves",
+    )
+    parser.add_argument("--kind", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--team", default="bench", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -266,8 +327,14 @@ def main() -> None:
         kinds = _reports() or {}
         print(json.dumps({k: _offline(k, args.reps) for k in KINDS if k in kinds}))
         return
+    if args.worker and args.count is not None:
+        asyncio.run(_counted(args.worker, args.team, args.kind, args.count, args))
+        return
     if args.worker:
         print(json.dumps(asyncio.run(_worker(args.worker, args.team, args))))
+        return
+    if args.callgrind:
+        _callgrind(args)
         return
     ways = {"this": sys.executable}
     if args.baseline:
@@ -306,6 +373,56 @@ def main() -> None:
             said += f"; median of the rounds' ratios this/baseline {ratio:.2f} x"
         if medians:
             print(f"{kind}: median {said}")
+
+
+def _callgrind(args: argparse.Namespace) -> None:
+    """``--callgrind N``: instructions per report of each kind, this and the baseline
+    alternating by round, against one redis-server."""
+    ways = {"this": sys.executable}
+    if args.baseline:
+        ways["baseline"] = args.baseline
+    print(
+        f"instructions per report in Redis mode (callgrind, {args.callgrind} reports), "
+        f"{args.concurrency} in flight, {args.members} members; "
+        + ", ".join(f"{w}: {p}" for w, p in ways.items())
+    )
+    kinds = {way: _kinds_of(python) for way, python in ways.items()}
+    got: dict[str, dict[str, list[float]]] = {way: {k: [] for k in KINDS} for way in ways}
+    with tempfile.TemporaryDirectory() as workdir, _redis_server(Path(workdir), args, []) as url:
+        zero = {
+            (way, kind): _instructions(ways[way], url, f"{way}-{kind}-0", kind, 0, args)
+            for way in ways
+            for kind in kinds[way]
+        }
+        for round_ in range(args.rounds):
+            load = os.getloadavg()[0]
+            order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
+            for way in order:
+                for kind in kinds[way]:
+                    team = f"{way}-{kind}-{round_ + 1}"
+                    total = _instructions(ways[way], url, team, kind, args.callgrind, args)
+                    got[way][kind].append((total - zero[way, kind]) / args.callgrind)
+            line = "  ".join(
+                f"{way} " + " ".join(f"{k} {c[-1]:,.0f}" for k, c in got[way].items() if c)
+                for way in ways
+            )
+            print(f"round {round_ + 1} (load {load:.1f}): {line}")
+    for kind in KINDS:
+        medians = {w: statistics.median(c[kind]) for w, c in got.items() if c[kind]}
+        said = ", ".join(f"{w} {n:,.0f}" for w, n in medians.items())
+        if len(medians) == 2:
+            said += f"; this/baseline {medians['this'] / medians['baseline']:.3f} x"
+        if medians:
+            print(f"{kind}: median {said} instructions per report")
+
+
+def _kinds_of(python: str) -> list[str]:
+    """The kinds the code of ``python`` knows (no ``agent`` before issue 32)."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import redis_reports as r; "
+    code += "print(' '.join(k for k in r.KINDS if k in (r._reports() or {})))"
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run([python, "-c", code, here], capture_output=True, text=True, cwd="/")
+    return out.stdout.split()
 
 
 if __name__ == "__main__":
