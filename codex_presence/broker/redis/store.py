@@ -538,11 +538,16 @@ class RedisStore:
                 load.marked = True
                 self._loaded()
             return
-        if seq and not self._numbered(seq):  # 0: not numbered (a browser sign-in's end)
+        if seq > self._event_seq:  # (_numbered's own first check: the numbers grow)
+            self._event_seq = seq
+        elif seq and not self._numbered(seq):  # 0: not numbered (a browser sign-in's end)
             return
         if seq <= self._synced_seq:
             return  # in the snapshot already (or not numbered)
-        self._apply(seq, kind, event)
+        if kind == "s" and not self._loading:  # most events: a report's
+            self._sessions.heard(seq, event)  # which tells the broker of a change
+        else:
+            self._apply(seq, kind, event)
 
     def _numbered(self, seq: int) -> bool:
         """The channel brought the event numbered ``seq`` (or its echo, not read again):
