@@ -120,6 +120,49 @@ def test_a_running_broker_follows_team_add_rotate_and_remove(tmp_path: Path) -> 
         broker.stderr.until("team file .* read again", 60)
 
 
+def test_a_rotated_token_ends_what_it_opened(tmp_path: Path) -> None:
+    """A token is rotated because it may have leaked: what was opened with its old value
+    ends with it, a stream that sends the token and a page signed in with it (its cookie
+    and key). Before: a page signed in with the old token stayed signed in, its stream
+    open, for the sign-in's twelve hours. A session signed in with the new token, and
+    another member's, go on."""
+    from codex_presence.broker.web import COOKIE_NAME, KEY_HEADER
+    from tests.support.shared_brokers import Stream
+
+    path = str(tmp_path / "team.toml")
+    made = team("init", path, "--team", "acme", "-m", "alice", "-m", "builder")
+    assert made.returncode == 0, made.stderr
+    tokens = dict(line.split("\t") for line in made.stdout.splitlines())
+
+    def signed_in(url: str, token: str) -> dict[str, str]:
+        answer = httpx.post(url + "/session", data={"token": token}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        return {
+            "cookie": f"{COOKIE_NAME}={answer.cookies[COOKIE_NAME]}",
+            KEY_HEADER: answer.json()["key"],
+        }
+
+    def whoami_as(url: str, headers: dict[str, str]) -> int:
+        return httpx.get(url + "/whoami", headers=headers, timeout=60).status_code
+
+    with broker_process("--team", path) as broker:
+        page = signed_in(broker.url, tokens["alice"])
+        others = signed_in(broker.url, tokens["builder"])
+        by_token = Stream(broker.url, "alice", bearer(tokens["alice"]))
+        by_page = Stream(broker.url, "alice", page)
+        builders = Stream(broker.url, "builder", others)
+        assert by_token.status == by_page.status == builders.status == 200
+
+        alice = token_printed(team("rotate", path, "alice"), "alice")
+        assert by_token.ended.wait(60), "the stream of the old token did not end"
+        assert by_page.ended.wait(60), "the page signed in with the old token kept its stream"
+        assert whoami_as(broker.url, page) == 401
+        assert whoami(broker.url, tokens["alice"]) == 401
+        assert whoami_as(broker.url, signed_in(broker.url, alice)) == 200
+        assert whoami_as(broker.url, others) == 200
+        assert not builders.ended.is_set()
+
+
 def test_sighup_reads_the_team_file_again(tmp_path: Path) -> None:
     """A change the poll cannot see (the same inode, size and modification time) is read
     at SIGHUP, what ``systemctl reload`` sends. Before, SIGHUP ended the broker."""

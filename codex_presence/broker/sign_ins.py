@@ -15,6 +15,7 @@ a field added to it travels without touching either store.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections import OrderedDict
@@ -29,6 +30,7 @@ __all__ = [
     "SignIn",
     "SignInStore",
     "new_sign_in_id",
+    "token_mark",
 ]
 
 SIGN_IN_TTL = 12 * 3600.0
@@ -46,6 +48,17 @@ class SignIn:
     """The key the page keeps and sends with each request: without it the cookie is no
     session (see :mod:`~codex_presence.broker.web`). Empty in a record from before keys:
     such a session counts for nobody."""
+    token: str = ""
+    """Which token of the member signed in (:func:`token_mark`): a session whose token was
+    rotated since counts for nobody, as the token does. Empty in a record from before
+    marks: such a session counts for nobody (its member signs in again)."""
+
+
+def token_mark(token_digest: bytes) -> str:
+    """What a session keeps of the token it was signed in with: a hash of the token's
+    sha256 (what the team file holds), shortened, so that the session store holds neither
+    the token nor the team file's digest."""
+    return hashlib.sha256(b"codex-presence sign-in\0" + token_digest).hexdigest()[:32]
 
 
 def new_sign_in_id() -> str:

@@ -85,6 +85,7 @@ from codex_presence.broker.sign_ins import (
     MemorySignIns,
     SignIn,
     SignInStore,
+    token_mark,
 )
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Team
@@ -223,7 +224,8 @@ class WebRoster:
         if member is None:
             return None
         key = secrets.token_urlsafe(32)
-        session_id = await self.sign_ins.create(SignIn(member.name, key=key))
+        mark = token_mark(member.token_digest)
+        session_id = await self.sign_ins.create(SignIn(member.name, key=key, token=mark))
         return SignedIn(session_id, key, member)
 
     async def sign_out(self, session_id: str, key: str) -> bool:
@@ -235,13 +237,20 @@ class WebRoster:
 
     async def member_of(self, session_id: str, key: str) -> Member | None:
         """The member of the session whose id and key these are, or None (unknown,
-        expired, or the key of another session)."""
+        expired, the key of another session, or signed in with a token since rotated)."""
         session = await self.sign_ins.get(session_id)
         if session is None or not session.key:
             return None
         if not hmac.compare_digest(session.key.encode(), key.encode()):
             return None
-        return self.team.member(session.member)
+        member = self.team.member(session.member)
+        if member is None:
+            return None
+        if not hmac.compare_digest(
+            session.token.encode(), token_mark(member.token_digest).encode()
+        ):
+            return None
+        return member
 
     async def authenticate(self, request: Request) -> Member | None:
         """The broker :data:`~.state.Authenticator` for the session: its cookie and its

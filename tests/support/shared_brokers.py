@@ -22,7 +22,7 @@ from httpx_sse import EventSource
 
 from codex_presence.broker.team_file import render_team
 from tests.support.broker_harness import RunningBroker, make_team, running_broker, token_of
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 TEAM = make_team("alice", "builder", "scout")
 
@@ -53,13 +53,13 @@ class Stream:
         self._opened = threading.Event()
         args = (url, name, headers if headers is not None else auth(name))
         threading.Thread(target=self._read, args=args, daemon=True).start()
-        assert self._opened.wait(10), "the stream did not open"
+        assert self._opened.wait(WAIT), "the stream did not open"
         eventually(lambda: self.kinds().count("roster") >= 1 or self.ended.is_set())
 
     def _read(self, url: str, name: str, headers: dict[str, str]) -> None:
         try:
             with (
-                httpx.Client(timeout=httpx.Timeout(10, read=60)) as client,
+                httpx.Client(timeout=httpx.Timeout(WAIT)) as client,
                 client.stream("GET", f"{url}/subscribe?name={name}", headers=headers) as r,
             ):
                 self.status = r.status_code

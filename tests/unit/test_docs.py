@@ -186,3 +186,33 @@ def test_the_docs_examples_keep_their_own_ports() -> None:
                 owners.setdefault(int(port.group(1)) if port else default, set()).add(path.name)
     shared = {port: pages for port, pages in owners.items() if len(pages) > 1}
     assert shared == {}
+
+
+def test_the_docs_tokens_go_to_private_ignored_files() -> None:
+    """A token that ``team init``, ``add`` or ``rotate`` prints and an example writes to a
+    file goes to a file made under ``umask 077`` whose name the clone's .gitignore ignores:
+    docs/broker.md's ``team add ... > scout.tsv`` wrote a token readable by others, and
+    ``git add .`` in the clone would have taken it."""
+    import fnmatch
+
+    ignored = [
+        line.strip()
+        for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    found = []
+    for path in PAGES:
+        text = path.read_text(encoding="utf-8")
+        for fence in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
+            command = fence.replace("\\\n", " ")
+            for line in command.splitlines():
+                if not re.search(r"codex-presence team (init|add|rotate)\b.*>", line):
+                    continue
+                target = re.findall(r">\s*(\S+?)\)?(?:\s|$)", line)[-1]
+                found.append(target)
+                assert "umask 077" in line, (path.name, line)
+                assert any(fnmatch.fnmatch(Path(target).name, p) for p in ignored), (
+                    path.name,
+                    target,
+                )
+    assert found  # the check saw the examples
