@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from itertools import pairwise
@@ -80,7 +81,8 @@ def _inline_text(token: Token) -> str:
     return "".join(child.content for child in token.children or ())
 
 
-def anchors(text: str) -> set[str]:
+@functools.cache  # the link check asks it of the same long file for every link
+def anchors(text: str) -> frozenset[str]:
     """The anchors GitHub gives the headings of ``text``: the heading's text, lower-cased,
     without punctuation, spaces made dashes; a repeated one gets ``-1``, ``-2``..."""
     seen: Counter[str] = Counter()
@@ -92,7 +94,7 @@ def anchors(text: str) -> set[str]:
         slug = re.sub(r"[^\w\- ]", "", _inline_text(inline).strip().lower()).replace(" ", "-")
         found.add(f"{slug}-{seen[slug]}" if seen[slug] else slug)
         seen[slug] += 1
-    return found
+    return frozenset(found)
 
 
 def link_targets(text: str) -> list[str]:
