@@ -28,8 +28,13 @@ the record's format decides, steadier than a round trip on a busy machine; and, 
 ``valgrind --tool=callgrind`` (``--worker offline --reps 0`` then ``--reps 1``, the
 difference over 4,000 reports), in instructions, which no load moves.
 
+``--callgrind N`` counts the instructions of the live path instead (the real store and
+redis-server as above, N reports of each kind under callgrind minus a run of 0: the
+broker's user-space side of the script call, round trip, reply and echo), steady to a
+few hundred instructions between rounds where the CPU figure moved by half.
+
     .venv/bin/python bench/redis_reports.py [--members 1000] [--rounds 5] [--seconds 2]
-        [--baseline /path/to/other/.venv/bin/python] [--offline]
+        [--baseline /path/to/other/.venv/bin/python] [--offline | --callgrind 4000]
 """
 
 from __future__ import annotations
