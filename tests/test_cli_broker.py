@@ -98,7 +98,7 @@ def test_broker_refuses_a_bad_team_file(tmp_path: Path, content: bytes | None, s
         [*CLI, "broker", "--port", "0", "--team", str(team)],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2
     assert says in result.stderr
@@ -114,7 +114,7 @@ def test_broker_refuses_a_ttl_under_a_second(tmp_path: Path, ttl: str) -> None:
         [*CLI, "broker", "--port", "0", "--team", str(team), "--activity-ttl", ttl],
         capture_output=True,
         text=True,
-        timeout=30,  # before, the broker took it and ran: this fails rather than hangs
+        timeout=WAIT,  # before, the broker took it and ran: this fails rather than hangs
     )
     assert result.returncode == 2
     assert "--activity-ttl must be at least 1 s" in result.stderr
@@ -582,7 +582,7 @@ def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: 
         capture_output=True,
         text=True,
         env={**env, "CODEX_PRESENCE_TEAM_NAME": "from-env"},  # nested commands read it too
-        timeout=30,
+        timeout=WAIT,
     )
     assert ok.returncode == 0, ok.stderr
     assert '\nteam = "from-env"\n' in (tmp_path / "t.toml").read_text()
@@ -591,7 +591,7 @@ def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: 
         capture_output=True,
         text=True,
         env=env,
-        timeout=30,
+        timeout=WAIT,
     )
     assert refused.returncode == 2
     assert "CODEX_PRESENCE_PORT='not-a-port'" in refused.stderr
@@ -615,7 +615,7 @@ def test_broker_refuses_a_public_url_that_is_none(tmp_path: Path, url: str, said
         [*CLI, "broker", "--port", "0", "--team", str(team), *options],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2
     assert "--public-url: " in result.stderr and said in result.stderr, result.stderr
@@ -630,7 +630,7 @@ def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str,
         [*CLI, "broker", "--port", "0", "--team", str(team), *options],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2
     assert "--session-grace must be 0 or more, and at most --activity-ttl" in result.stderr

@@ -564,7 +564,7 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         wrap.proc.wait(WAIT)
         eventually(lambda: not alive(child), 60, "the child died with wrap")
         eventually(lambda: activity(broker.url) == "idle", MUST, "the TTL lapse")
-        eventually(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
+        eventually(lambda: connected(broker.url) == 0, WAIT, "the stream uncounted")
 
 
 # -- --record on a failing target, through the real command ---------------------------------
