@@ -38,7 +38,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.redis_server import redis_server
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 NAMES = ("alice", "bob", "carol")
 LIMITS = BrokerLimits()
@@ -291,7 +291,7 @@ def test_past_max_connections_a_new_connection_gets_503(tmp_path: Path) -> None:
         assert b"retry-after: " in answer
         assert b"the broker has 20 connections open" in answer
         idle.close()
-        eventually(lambda: _served_now(capped), 10, "served after the idle connections left")
+        eventually(lambda: _served_now(capped), WAIT, "served after the idle connections left")
         capped.stderr.until("refusing connections: 20 are open", 60)
 
 
@@ -479,7 +479,7 @@ def test_thousands_of_streams_from_one_member(broker: BrokerProcess) -> None:
         served(broker)
         assert broker.rss_kb() - before < 32 * 1024
         keep.close()
-    eventually(lambda: member(broker, "alice")["connected"] == 0, 10, "streams uncounted")
+    eventually(lambda: member(broker, "alice")["connected"] == 0, WAIT, "streams uncounted")
 
 
 @pytest.fixture
@@ -541,7 +541,7 @@ def test_slowloris_and_never_ending_bodies_cost_a_bounded_time(quick_broker: Qui
         assert member(broker, "carol").get("activity") is None
     finally:
         stop.set()
-        dripper.join(10)
+        dripper.join(WAIT)
         for sock in [*trickle, *silent, *bodies]:
             sock.close()
     served(broker)

@@ -41,7 +41,7 @@ from tests.support.broker_harness import (
 )
 from tests.support.gemini_driver import GEMINI_VERSION, require_gemini
 from tests.support.receivers import receiver
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess, is_note, is_request, wrap_env
 
 TEAM = make_team("alice", "bob")
@@ -121,8 +121,8 @@ def roster_watch(broker: RunningBroker) -> Iterator[bytearray]:
         yield drawn
     finally:
         proc.terminate()
-        proc.wait(30)
-        reader.join(30)
+        proc.wait(WAIT)
+        reader.join(WAIT)
         assert proc.stdout is not None
         proc.stdout.close()
 

@@ -20,7 +20,7 @@ from tests.support import session_api
 from tests.support.broker_harness import FakeClock, RunningBroker, running_broker
 from tests.support.session_api import TEAM, A, B, auth, builder, lapse_within, subscription
 from tests.support.shared_brokers import Stream
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 clock, broker, client = session_api.clock, session_api.broker, session_api.client  # fixtures
 
@@ -190,5 +190,5 @@ def test_another_broker_sees_the_count_and_its_lapse(redis_url: str) -> None:
             eventually(lambda: shown(other) == ("idle", 2), what="the other broker's mirror")
             since = builder(one)["backgroundSince"]
             assert builder(other)["backgroundSince"] == since
-        eventually(lambda: shown(other) == ("idle", None), 10, "the count lapsed everywhere")
+        eventually(lambda: shown(other) == ("idle", None), WAIT, "the count lapsed everywhere")
         assert shown(one) == ("idle", None)

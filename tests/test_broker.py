@@ -40,7 +40,7 @@ from tests.support.broker_harness import (
     running_broker,
     token_of,
 )
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 TEAM = make_team("alice", "builder", "scout")
 
@@ -289,7 +289,7 @@ def test_a_lapse_ends_the_since_and_the_next_report_starts_anew(store_url: str |
     ):
         post(c, "builder", {"state": "blocked"})
         first = roster(c)["builder"]["activitySince"]
-        eventually(lambda: "activitySince" not in roster(c)["builder"], 30, "the lapse")
+        eventually(lambda: "activitySince" not in roster(c)["builder"], WAIT, "the lapse")
         post(c, "builder", {"state": "blocked"})
         assert roster(c)["builder"]["activitySince"] > first
 
@@ -752,12 +752,12 @@ def _kill_and_watch(proc: subprocess.Popen[str], client: httpx.Client) -> None:
         assert proc.stdout.readline().strip() == "subscribed"
         assert roster(client)["builder"]["connected"] == 1
         os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(10) == -signal.SIGKILL
+        assert proc.wait(WAIT) == -signal.SIGKILL
         eventually(lambda: roster(client)["builder"]["connected"] == 0)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            proc.wait(WAIT)
 
 
 def test_a_broken_pipe_is_uncounted(broker: RunningBroker, live_client: httpx.Client) -> None:
@@ -947,7 +947,7 @@ def test_a_send_that_fails_uncounts_the_stream() -> None:
         await anyio.sleep(60)  # never a disconnect message: only the send can tell
 
     async def main() -> None:
-        with anyio.fail_after(10):
+        with anyio.fail_after(WAIT):
             await _Subscription(broker, "alice")({"type": "http"}, receive, send)
 
     anyio.run(main)

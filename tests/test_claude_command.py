@@ -39,7 +39,7 @@ from tests.support.broker_harness import RunningBroker, make_team, running_broke
 from tests.support.other_user import OTHER_UID
 from tests.support.processes import alive
 from tests.support.roster_watch import RosterWatch
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 FAKE_CLAUDE = Path(__file__).parent / "support" / "fake_claude.py"
 
@@ -921,7 +921,7 @@ def test_the_session_loads_once_claude_has_started(tmp_path: Path, sign: str) ->
     finally:
         if launch.process is not None:
             launch.process.kill()
-            launch.process.wait(10)
+            launch.process.wait(WAIT)
             launch.process.release()
         release(launch)
 
@@ -985,6 +985,6 @@ def test_the_session_loads_once_claude_s_start_is_done(
         waiter.join(60)
         if launch.process is not None:
             launch.process.kill()
-            launch.process.wait(10)
+            launch.process.wait(WAIT)
             launch.process.release()
         release(launch)

@@ -23,6 +23,7 @@ from codex_presence.agent.claude.session import ClaudeSession
 from codex_presence.agent.claude.settings import claude_version
 from codex_presence.agent.hooks.watch import DirectoryWatch
 from codex_presence.core.claude.protocol import FILE_LED_EVENTS, FILE_LED_VERSIONS, HOOK_EVENTS
+from tests.support.waiting import WAIT
 from tests.test_claude_command import FAKE_CLAUDE, hook
 
 KNOWN = sorted(FILE_LED_VERSIONS)[0]
@@ -358,15 +359,15 @@ async def test_the_directory_watch_wakes_on_a_write_and_outlives_its_directory(
         sessions.mkdir()
         assert watch.watching(sessions)
         (sessions / "1.json").write_text("{}")
-        assert await watch.wait(30)  # woken by the write, not the bound
+        assert await watch.wait(WAIT), "the write never woke the watch"
         for path in sessions.iterdir():
             path.unlink()
         sessions.rmdir()
-        assert await watch.wait(30)  # the removal, read
+        assert await watch.wait(WAIT), "the removal never woke the watch"
         sessions.mkdir()
         assert watch.watching(sessions)  # watched anew
         (sessions / "2.json").write_text("{}")
-        assert await watch.wait(30)
+        assert await watch.wait(WAIT), "the write never woke the watch"
         assert not await watch.wait(0.01)  # nothing written: the bound ends it
     finally:
         watch.close()
@@ -404,7 +405,7 @@ async def test_a_directory_removed_while_the_queue_overflowed_is_watched_again(
         sessions.mkdir()
         assert watch.watching(sessions)
         (sessions / "1.json").write_text("{}")
-        assert await watch.wait(30)  # woken by the write, not the bound
+        assert await watch.wait(WAIT), "the write never woke the watch"
     finally:
         watch.close()
 

@@ -605,7 +605,7 @@ class Screens:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(WAIT)
 
     def _read(self) -> None:
         while not self._stop.is_set():

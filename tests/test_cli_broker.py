@@ -28,7 +28,7 @@ from tests.support.broker_harness import (
     running_broker,
     token_of,
 )
-from tests.support.waiting import Lines
+from tests.support.waiting import WAIT, Lines, exits
 
 CLI = [sys.executable, "-m", "codex_presence"]
 TEAM = make_team("alice", "builder", "scout")
@@ -54,7 +54,7 @@ def test_broker_serves_and_stops_on_ctrl_c_with_a_stream_open(tmp_path: Path) ->
                     next(lines)
                 except StopIteration:
                     break
-        assert proc.wait(10) == 0
+        assert exits(proc, what="the broker", seen=broker.said) == 0
 
 
 def test_a_host_that_cannot_be_bound_is_an_error_without_a_word_of_listening(
@@ -98,7 +98,7 @@ def test_broker_refuses_a_bad_team_file(tmp_path: Path, content: bytes | None, s
         [*CLI, "broker", "--port", "0", "--team", str(team)],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2
     assert says in result.stderr
@@ -114,7 +114,7 @@ def test_broker_refuses_a_ttl_under_a_second(tmp_path: Path, ttl: str) -> None:
         [*CLI, "broker", "--port", "0", "--team", str(team), "--activity-ttl", ttl],
         capture_output=True,
         text=True,
-        timeout=30,  # before, the broker took it and ran: this fails rather than hangs
+        timeout=WAIT,  # before, the broker took it and ran: this fails rather than hangs
     )
     assert result.returncode == 2
     assert "--activity-ttl must be at least 1 s" in result.stderr
@@ -345,7 +345,7 @@ def test_roster_activity_adds_state_and_how_long_and_watch_shows_since(
                 )
             finally:
                 proc.kill()
-                proc.wait(10)
+                proc.wait(WAIT)
 
 
 def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
@@ -377,11 +377,11 @@ def test_roster_watch_redraws_live(broker: RunningBroker) -> None:
                 post("/presence/activity", json={"state": "idle"}, headers=broker.auth("builder"))
                 out.until(r"^- builder \[engineer\] offline$")
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(10) in (0, 130)
+            assert exits(proc, what="roster --watch", seen=lambda: "".join(out.seen)) in (0, 130)
         finally:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait(10)
+            proc.wait(WAIT)
 
 
 @contextmanager
@@ -412,7 +412,7 @@ def watch_then_lose_the_broker(team: Team) -> Iterator[tuple[subprocess.Popen[st
         finally:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait(10)
+            proc.wait(WAIT)
 
 
 def test_roster_watch_rides_out_a_broker_restart() -> None:
@@ -427,16 +427,16 @@ def test_roster_watch_rides_out_a_broker_restart() -> None:
         with httpx.Client(base_url=second.url, timeout=10) as c:
             c.post("/presence/activity", json={"state": "blocked"}, headers=second.auth("builder"))
         out.until(r"^- builder \[engineer\] offline  \[!\] needs input · \d+ s$")
-        assert out.queue.get(timeout=10) == "\n"  # the frame ends: no status line
+        assert out.queue.get(timeout=WAIT) == "\n"  # the frame ends: no status line
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) in (0, 130)
+        assert exits(proc, what="roster --watch", seen=lambda: "".join(out.seen)) in (0, 130)
 
 
 def test_roster_watch_ends_when_the_restarted_broker_refuses_the_token() -> None:
     with watch_then_lose_the_broker(make_team("alice")) as (proc, _, port):
         # back with a team that no longer has alice: her token is refused for good
         with running_broker(team=make_team("builder"), port=port):
-            assert proc.wait(20) == 1
+            assert exits(proc, what="roster --watch") == 1
         assert proc.stderr is not None
         assert "refused the token (401)" in proc.stderr.read()
 
@@ -541,13 +541,16 @@ def test_roster_watch_waits_for_a_broker_not_up_yet() -> None:
                 out.until(r"^\(cannot reach the presence broker at .*; retrying in [0-9.]+ s\)$")
                 assert proc.poll() is None
                 with running_broker(team=team, sock=sock):
-                    out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$", 30)
+                    out.until(r"^- alice \(you\) \[director\] \[admin\] connected=1$")
                     proc.send_signal(signal.SIGINT)
-                    assert proc.wait(10) in (0, 130)
+                    assert exits(proc, what="roster --watch", seen=lambda: "".join(out.seen)) in (
+                        0,
+                        130,
+                    )
             finally:
                 if proc.poll() is None:
                     proc.kill()
-                proc.wait(10)
+                proc.wait(WAIT)
 
 
 def test_read_token_rules(tmp_path: Path) -> None:
@@ -579,7 +582,7 @@ def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: 
         capture_output=True,
         text=True,
         env={**env, "CODEX_PRESENCE_TEAM_NAME": "from-env"},  # nested commands read it too
-        timeout=30,
+        timeout=WAIT,
     )
     assert ok.returncode == 0, ok.stderr
     assert '\nteam = "from-env"\n' in (tmp_path / "t.toml").read_text()
@@ -588,7 +591,7 @@ def test_an_environment_variable_for_one_command_never_breaks_another(tmp_path: 
         capture_output=True,
         text=True,
         env=env,
-        timeout=30,
+        timeout=WAIT,
     )
     assert refused.returncode == 2
     assert "CODEX_PRESENCE_PORT='not-a-port'" in refused.stderr
@@ -612,7 +615,7 @@ def test_broker_refuses_a_public_url_that_is_none(tmp_path: Path, url: str, said
         [*CLI, "broker", "--port", "0", "--team", str(team), *options],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2
     assert "--public-url: " in result.stderr and said in result.stderr, result.stderr
@@ -627,7 +630,7 @@ def test_broker_refuses_a_session_grace_out_of_range(tmp_path: Path, grace: str,
         [*CLI, "broker", "--port", "0", "--team", str(team), *options],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2
     assert "--session-grace must be 0 or more, and at most --activity-ttl" in result.stderr

@@ -23,7 +23,7 @@ from codex_presence.agent.native import native_codex
 from codex_presence.agent.watchdog import descendants
 from tests.support.tui_driver import FIRST_PAINT, Tui, presence_command, short_tempdir, tui_home
 from tests.support.tui_launch import launched
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 
 @dataclass
@@ -71,7 +71,7 @@ def _start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     with suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=WAIT)
 
 
 @pytest.mark.codex

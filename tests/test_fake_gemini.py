@@ -22,6 +22,7 @@ from bench._fake_gemini import (
     user_texts,
 )
 from tests.support.gemini_driver import require_gemini, run_print
+from tests.support.waiting import WAIT
 
 TOOLS = [{"functionDeclarations": [{"name": "run_shell_command"}]}]
 STREAM = "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
@@ -101,7 +102,7 @@ def test_replies_go_to_matching_requests_and_side_requests_do_not_eat_them() -> 
     assert (_said(no_tools), _said(first), _said(second)) == ("ok", "first", "second")
     assert count.json() == {"totalTokens": 10}
     assert api.unscripted == 1 and api.pending == 0
-    assert len(api.wait_requests(3, 1)) == 3 and len(api.side_requests) == 2
+    assert len(api.wait_requests(3, WAIT)) == 3 and len(api.side_requests) == 2
     assert api.other == [("POST", "/v1beta/models/gemini-x:countTokens")]
 
 
@@ -112,11 +113,11 @@ def test_a_held_reply_waits_for_the_word() -> None:
     with api.serve():
         asking = threading.Thread(target=lambda: got.append(_post(api, _conversation("go"))))
         asking.start()
-        api.wait_requests(1, 10)
+        api.wait_requests(1, WAIT)
         asking.join(0.3)
         assert got == []  # the request arrived and its answer waits
         word.set()
-        asking.join(10)
+        asking.join(WAIT)
     assert _said(_chunks(got[0])) == "released"
 
 
@@ -133,7 +134,7 @@ def test_a_held_reply_gives_up_when_the_server_stops() -> None:
     with api.serve():
         asking = threading.Thread(target=ask)
         asking.start()
-        api.wait_requests(1, 60)
+        api.wait_requests(1, WAIT)
     asking.join(120)  # generous: a loaded machine
     assert not asking.is_alive() and len(errors) == 1, errors
     assert not isinstance(errors[0], httpx.TimeoutException), errors  # the server let go

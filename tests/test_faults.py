@@ -59,7 +59,7 @@ from tests.support.broker_harness import (
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import alive
 from tests.support.redis_server import redis_server
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually, exits
 from tests.support.wrap_harness import FAKE_APP_SERVER, WrapProcess, is_note, is_request, wrap_env
 
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -119,8 +119,8 @@ class RosterWatch:
                     self._note(orjson.loads(event.data))
 
     def join(self) -> None:
-        self._thread.join(15)  # the broker's shutdown ends the stream
-        assert not self._thread.is_alive()
+        self._thread.join(WAIT)  # the broker's shutdown ends the stream
+        assert not self._thread.is_alive(), "the stream did not end with the broker"
 
 
 _TRANSITION = re.compile(rb"codex-presence: (idle|working|blocked) \(")
@@ -257,7 +257,7 @@ async def test_a_bug_in_a_broker_task_never_touches_the_session(
             stdin=in_r, stdout=out_w, observers=[link.observe], companions=[link.session]
         )
         child = "import sys, time; time.sleep(0.5); sys.stdout.write('child-done')"
-        with anyio.fail_after(30):
+        with anyio.fail_after(WAIT):
             status = await relay.run([PY, "-c", child])
         os.close(out_w)
         assert os.read(out_r, 100) == b"child-done"
@@ -369,7 +369,7 @@ def test_a_flapping_broker(tmp_path: Path) -> None:
                     wrap.wait_for(is_note("turn/completed"))
                 request = blocked_turn(wrap, 7)
                 stop.set()
-                flapper.join(5)
+                flapper.join(WAIT)
                 recover(proxy, broker.url, wrap, request)
                 assert wrap.close() == 0
                 assert wrap.stdout == child_wrote(tmp_path)
@@ -394,7 +394,7 @@ def test_broker_sigkilled_mid_turn_and_restarted(tmp_path: Path) -> None:
         request = blocked_turn(wrap, 1)
         eventually(lambda: activity(url) == "blocked", 60)
         first.proc.kill()
-        first.proc.wait(10)
+        first.proc.wait(WAIT)
         approve(wrap, request)  # the turn goes on with no broker at all
         wrap.wait_for(is_note("turn/completed"))
         request = blocked_turn(wrap, 2)
@@ -424,7 +424,7 @@ def test_a_broker_sharing_redis_sigkilled_mid_turn_comes_back_knowing(tmp_path: 
         request = blocked_turn(wrap, 1)
         eventually(lambda: activity(url) == "blocked", 60)
         first.proc.kill()
-        first.proc.wait(10)
+        first.proc.wait(WAIT)
         with broker_process("--team", str(team), *LAPSE_FAR_ARGS, redis=redis.url, port=first.port):
             assert activity(url) == "blocked"  # its first answer: no report since the kill
             approve(wrap, request)
@@ -458,7 +458,7 @@ def test_a_restarted_broker_is_told_the_state_at_once_not_at_the_next_heartbeat(
         request = blocked_turn(wrap, 1)
         eventually(lambda: activity(url) == "blocked", 60)
         first.proc.kill()
-        first.proc.wait(10)
+        first.proc.wait(WAIT)
         with broker_process("--team", str(team), *LAPSE_FAR_ARGS, port=first.port):  # knows nothing
             eventually(lambda: connected(url) == 1, MUST, "resubscribed")
             # The heartbeat is a third of the FAR TTL away: only the re-send can do it.
@@ -513,7 +513,9 @@ def test_child_sigkilled_mid_turn_reports_idle_and_wrap_exits_137(tmp_path: Path
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: activity(broker.url) == "working", 60)
         os.kill(child_pid(wrap), signal.SIGKILL)
-        assert wrap.proc.wait(20) == 128 + signal.SIGKILL  # tee_child passes it on
+        assert (
+            exits(wrap.proc, what="wrap", seen=wrap.stderr.decode) == 128 + signal.SIGKILL
+        )  # tee_child passes it on
         eventually(lambda: activity(broker.url) == "idle", MUST, "idle reported")
         wrap.close()
     assert wrap.stdout == child_wrote(tmp_path)
@@ -534,7 +536,7 @@ def test_client_closes_stdin_while_blocked(tmp_path: Path) -> None:
         eventually(lambda: activity(broker.url) == "blocked", 60)
         assert wrap.proc.stdin is not None
         wrap.proc.stdin.close()
-        assert wrap.proc.wait(20) == 0
+        assert exits(wrap.proc, what="wrap", seen=wrap.stderr.decode) == 0
         eventually(lambda: activity(broker.url) == "idle", MUST, "idle reported")
         wrap.close()
     assert wrap.stdout == child_wrote(tmp_path)
@@ -559,10 +561,10 @@ def test_wrap_sigkilled_mid_turn_child_dies_and_the_ttl_clears_the_roster(
         eventually(lambda: connected(broker.url) == 1, 60)
         child = child_pid(wrap)
         wrap.proc.kill()  # no chance to report idle
-        wrap.proc.wait(10)
+        wrap.proc.wait(WAIT)
         eventually(lambda: not alive(child), 60, "the child died with wrap")
         eventually(lambda: activity(broker.url) == "idle", MUST, "the TTL lapse")
-        eventually(lambda: connected(broker.url) == 0, 10, "the stream uncounted")
+        eventually(lambda: connected(broker.url) == 0, WAIT, "the stream uncounted")
 
 
 # -- --record on a failing target, through the real command ---------------------------------

@@ -20,6 +20,7 @@ import pytest
 
 from codex_presence.agent.hooks.hook_server import HookServer
 from codex_presence.core.hooks.poster import HOOK_SECRET_HEADER, poster_script, script_command
+from tests.support.waiting import WAIT
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ async def raw_exchange(port: int, data: bytes, *, read: bool = True) -> bytes:
     async with await anyio.connect_tcp("127.0.0.1", port) as stream:
         await stream.send(data)
         answer = b""
-        with anyio.fail_after(5):
+        with anyio.fail_after(WAIT):
             while read:
                 try:
                     answer += await stream.receive()
@@ -179,8 +180,8 @@ def hook_request(server: HookServer, body: bytes = b"{}", *, whole: bool = True)
 
 
 async def closed_by_the_server(stream: anyio.abc.ByteStream) -> bool:
-    """Whether the server ends ``stream`` (within a generous 5 s) without a word."""
-    with anyio.fail_after(5):
+    """Whether the server ends ``stream`` (within a generous WAIT) without a word."""
+    with anyio.fail_after(WAIT):
         try:
             return await stream.receive() == b""
         except (anyio.EndOfStream, anyio.BrokenResourceError):
@@ -332,7 +333,7 @@ async def test_another_users_connection_is_reset_unread() -> None:
         read, write = os.pipe()
         pid = as_other_user(server.port, "wrong-secret", write)
         os.close(write)
-        with anyio.fail_after(10):
+        with anyio.fail_after(WAIT):
             await anyio.to_thread.run_sync(os.waitpid, pid, 0)
         seen = os.read(read, 4096)
         os.close(read)
@@ -403,7 +404,7 @@ async def test_the_users_hooks_are_answered_while_other_users_flood() -> None:
         os.close(write)
         try:
             closed = b""
-            with anyio.fail_after(20):
+            with anyio.fail_after(WAIT):
                 while len(closed) < 400:  # the flooders are at it
                     await anyio.sleep(0.05)
                     with suppress(BlockingIOError):
@@ -507,7 +508,7 @@ async def test_the_poster_script_delivers_the_payload_whole_with_its_pid(
             proc = subprocess.Popen(["sh", "-c", script_command(bash, str(script))], stdin=there)
             here.sendall(orjson.dumps(payload) + b"\n")
             here.shutdown(socket.SHUT_WR)
-            proc.wait(timeout=10)
+            proc.wait(timeout=WAIT)
         return proc.returncode, proc.pid
 
     async with anyio.create_task_group() as tg:

@@ -32,6 +32,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.codex_driver import Config, session
+from tests.support.waiting import WAIT
 
 TEAM = make_team("alice", "builder", "scout")
 
@@ -250,7 +251,7 @@ def test_no_token_is_a_usage_error(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         env=env,
-        timeout=30,
+        timeout=WAIT,
     )
     assert proc.returncode == 2
     assert proc.stdout == b""  # stdout belongs to the protocol

@@ -36,7 +36,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.receivers import Receiver, receiver, trickler
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, exits
 from tests.support.wrap_harness import wrap_env
 
 TEAM = make_team("alice", "builder", "scout")
@@ -283,7 +283,7 @@ def test_a_target_url_secret_is_in_no_log_line_of_the_broker_at_any_verbosity(
             eventually(lambda: len(ntfy.requests) >= 2, what="a retry")
             broker.stderr.until("attempt 1 of 5 failed.*slack|slack.*attempt 1 of 5 failed")
             broker.proc.terminate()
-            broker.proc.wait(10)
+            exits(broker.proc, what="the broker", seen=broker.said)
             broker.stderr.rest()
             said = broker.said()
     assert ntfy.requests[0].headers["authorization"].startswith("Basic ")  # it was used

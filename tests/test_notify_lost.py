@@ -21,7 +21,7 @@ from codex_presence.core.notify_policy import NotifyEvent, Rule
 from tests.support.broker_harness import make_team, running_broker, token_of
 from tests.support.receivers import receiver
 from tests.support.shared_brokers import roster
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess, is_note
 
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("builder")}
@@ -54,7 +54,7 @@ def test_a_wrap_killed_mid_turn_is_told_lost_once_after_the_grace(store_url: str
             since = roster(url)["builder"]["activitySince"]
             killed = time.monotonic()
             wrap.proc.kill()
-            wrap.proc.wait(10)
+            wrap.proc.wait(WAIT)
             eventually(lambda: hook.requests, 60, "the session lost")
             took = time.monotonic() - killed
             time.sleep(1)  # nothing more comes

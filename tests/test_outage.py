@@ -18,7 +18,7 @@ from tests.support.broker_harness import (
     running_broker,
     token_of,
 )
-from tests.support.waiting import eventually_async
+from tests.support.waiting import WAIT, eventually_async
 
 
 def said(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
@@ -83,7 +83,7 @@ async def test_a_refused_subscription_says_why(caplog: pytest.LogCaptureFixture)
         headers = {"authorization": f"Bearer {token_of('alice')}"}
         async with httpx.AsyncClient(base_url=broker.url, headers=headers) as client:
             presence = ConnectionPresence(client, "bob")
-            with anyio.fail_after(10):
+            with anyio.fail_after(WAIT):
                 await presence.run()  # returns: refused for good
     assert presence.refused is not None
     assert presence.reason == (

@@ -26,6 +26,7 @@ from playwright.sync_api import expect, sync_playwright
 from bench._tls import find_openssl, make_tls_files
 from codex_presence.broker.team_file import render_team
 from tests.support.broker_harness import broker_process, token_of
+from tests.support.waiting import WAIT
 
 CHROMIUM = Path(os.environ.get("CODEX_PRESENCE_TEST_CHROMIUM") or "/usr/bin/chromium")
 DOCS_CONF = Path(__file__).parent.parent / "docs" / "deploy" / "nginx.conf"
@@ -103,7 +104,7 @@ http {{
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(10)
+                proc.wait(WAIT)
 
 
 def team_file(tmp_path: Path) -> str:

@@ -28,7 +28,7 @@ from codex_presence.core.recording import (
     read_relevant_entries,
 )
 from codex_presence.core.timeline import STOPPED, TimelineBuilder, timeline
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually, exits
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -145,7 +145,7 @@ def test_the_recorder_starts_with_the_version_and_ends_only_when_told(tmp_path: 
     eventually(lambda: path.read_bytes().count(b"\n") == 2, 60, "the message on disk")
     killed_here = path.read_bytes()  # what a SIGKILL now would leave
     recorder.finish(0.2)
-    assert recorder.join(10)
+    assert recorder.join(WAIT), "the recorder did not finish"
     assert killed_here.splitlines()[0] == encode_version().strip()
     assert _rows(killed_here)[-1][2] == STOPPED
     assert path.read_bytes().splitlines()[-1] == encode_end(0.2).strip()
@@ -170,7 +170,7 @@ def test_a_recorder_that_fails_writes_no_end(tmp_path: Path) -> None:
     file.writelines = full  # type: ignore[method-assign]
     recorder.add(0.2, "server", COMPLETED + b"\n")
     recorder.finish(0.3)
-    assert recorder.join(10)
+    assert recorder.join(WAIT), "the recorder did not finish"
     assert b'"end"' not in path.read_bytes()
     assert _rows(path.read_bytes())[-1][2] == STOPPED
 
@@ -198,12 +198,12 @@ def _wrap_recording(tmp_path: Path, *, kill: signal.Signals) -> Path:
         assert proc.stdout.readline().startswith(b'{"method":"turn/started"')
         eventually(
             lambda: record.exists() and b"turn/started" in record.read_bytes(),
-            10,
+            WAIT,
             "the turn on disk",
         )
         time.sleep(0.2)
         proc.send_signal(kill)
-        proc.wait(30)
+        exits(proc, what="wrap")
     finally:
         if proc.poll() is None:
             proc.kill()

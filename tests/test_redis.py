@@ -101,7 +101,7 @@ def test_the_ttl_holds_across_brokers(redis_url: str) -> None:
         # Then silence: each broker says the lapse, and not before Redis's key is gone (a
         # mirror that missed the renewal would say it two seconds early).
         for url, stream in ((a.url, on_a), (b.url, on_b)):
-            eventually(lambda s=stream: "activity" not in s.of("builder")[-1], 30, "the lapse")  # type: ignore[misc]
+            eventually(lambda s=stream: "activity" not in s.of("builder")[-1], WAIT, "the lapse")  # type: ignore[misc]
             assert store.exists(key) == 0, f"{url} lapsed before Redis did"
             assert "activity" not in roster(url)["builder"]
         for stream in (on_a, on_b):
@@ -282,7 +282,7 @@ def test_a_sigkilled_brokers_connections_leave_within_the_bound(
         beats = {m.decode(): score for m, score in store.zrange(BROKERS, 0, -1, withscores=True)}
         assert len(beats) == 2, beats
         doomed.proc.kill()
-        doomed.proc.wait(10)
+        doomed.proc.wait(WAIT)
         eventually(lambda: roster(survivor.url)["builder"]["connected"] == 0, 60)
         now_ms = redis_ms(store)
         assert roster(survivor.url)["builder"]["lastSeen"] > 0  # what it saw stays
@@ -310,7 +310,7 @@ def test_a_broker_that_stops_cleanly_takes_its_counts_along(redis_url: str) -> N
             eventually(lambda: roster(stays.url)["builder"]["connected"] == 1, 60)
             beats = store.zrange(BROKERS, 0, -1, withscores=True)
             assert len(beats) == 2
-        eventually(lambda: roster(stays.url)["builder"]["connected"] == 0, 30)
+        eventually(lambda: roster(stays.url)["builder"]["connected"] == 0, WAIT)
         # Not the bound: the count left before any broker could take it for dead.
         assert redis_ms(store) - min(score for _, score in beats) < BOUND * 1000
         assert store.zcard(BROKERS) == 1  # it left
@@ -334,7 +334,7 @@ def test_a_broker_restart_keeps_sessions_and_activity(redis_url: str, tmp_path: 
         assert report(url, "builder", "blocked").status_code == 204
         before = httpx.get(url + "/roster", headers=cookie, timeout=5).json()
         first.proc.kill()
-        first.proc.wait(10)
+        first.proc.wait(WAIT)
     with broker_process("--team", team, redis=redis_url, port=port) as second:
         who = httpx.get(second.url + "/whoami", headers=cookie, timeout=5)
         assert who.status_code == 200 and who.json()["name"] == "alice"  # still signed in
@@ -478,7 +478,7 @@ def test_a_bad_redis_option_is_a_usage_error(tmp_path: Path, args: list[str], sa
         [sys.executable, "-m", "codex_presence", "broker", "--team", team_file(tmp_path), *args],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert result.returncode == 2, result.stderr
     assert said in result.stderr
@@ -554,16 +554,16 @@ def test_roster_watch_marks_the_roster_stale_while_the_broker_lost_redis() -> No
                 server.stop(kill=True)
                 out.until(r"^\(stale as of \d\d:\d\d:\d\d: the broker lost its shared store: .+\)$")
                 server.start()
-                deadline = time.monotonic() + 20
+                deadline = time.monotonic() + WAIT
                 while time.monotonic() < deadline:  # a frame that ends with no stale line
                     out.until(r"^- scout \[scout\] \[operator\] offline$")
-                    if out.queue.get(timeout=10) == "\n":
+                    if out.queue.get(timeout=WAIT) == "\n":
                         break
                 else:
                     raise AssertionError(f"still stale: {''.join(out.seen)!r}")
             finally:
                 proc.kill()
-                proc.wait(10)
+                proc.wait(WAIT)
 
 
 def test_a_one_shot_roster_says_when_the_broker_lost_redis() -> None:
@@ -578,7 +578,7 @@ def test_a_one_shot_roster_says_when_the_broker_lost_redis() -> None:
             capture_output=True,
             text=True,
             env=env,
-            timeout=30,
+            timeout=WAIT,
             check=False,
         )
 
@@ -586,7 +586,7 @@ def test_a_one_shot_roster_says_when_the_broker_lost_redis() -> None:
         current = run_roster(a.url)
         assert (current.returncode, current.stderr) == (0, "")
         server.stop(kill=True)
-        eventually(lambda: httpx.get(a.url + "/healthz").status_code == 503, 10)
+        eventually(lambda: httpx.get(a.url + "/healthz").status_code == 503, WAIT)
         stale = run_roster(a.url)
         assert stale.returncode == 0
         assert stale.stdout == current.stdout

@@ -18,6 +18,7 @@ from codex_presence.broker.redis import batch as redis_batch
 from codex_presence.broker.redis import replies as redis_replies
 from codex_presence.broker.redis.link import RedisLink
 from codex_presence.broker.redis.replies import Replies
+from tests.support.waiting import WAIT
 
 _ECHO = "return {ARGV[1], ARGV[2]}"
 _FAILS_ON_BAD = "if ARGV[2] == 'bad' then return redis.error_reply('bad input') end return ARGV[2]"
@@ -123,7 +124,7 @@ async def test_scripts_redis_forgot_are_loaded_again(redis_url: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_lost_connection_fails_every_call_of_the_batch() -> None:
-    with anyio.fail_after(10):
+    with anyio.fail_after(WAIT):
         link = RedisLink("redis://127.0.0.1:1/0", team="acme", timeout=1)
         replies = await _all_at_once(link, link.script(_ECHO), ["1", "2", "3"])
         assert all(isinstance(r, RedisConnectionError) for r in replies)
@@ -191,7 +192,7 @@ async def test_every_event_on_the_channel_reaches_the_listeners_in_order(
     heard = _Heard()
     link.add_listener(heard)
     sent = [{"seq": i, "kind": "t", "x": "x" * (i % 50)} for i in range(1, 501)]
-    with anyio.fail_after(20):
+    with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
             await tg.start(link.run)
             await heard.synced.wait()

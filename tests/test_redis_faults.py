@@ -38,7 +38,7 @@ from tests.support.shared_brokers import (
     roster,
     team_file,
 )
-from tests.support.waiting import eventually, eventually_async
+from tests.support.waiting import WAIT, eventually, eventually_async
 
 KEYS = "codex-presence:{acme}:"
 """What the keys of TEAM (team ``acme``) start with."""
@@ -255,7 +255,7 @@ def test_reports_show_again_after_the_keys_are_flushed(redis_url: str, lost: str
         assert report(b.url, "builder", "idle").status_code == 204  # and the next ones too
         eventually(lambda: all("activity" not in roster(x.url)["builder"] for x in (a, b)), 60)
         for stream in (on_a, on_b):  # stale, the whole roster again, then as usual
-            eventually(lambda s=stream: _builder_after_stale(s) == ["blocked", None], 5)  # type: ignore[misc]
+            eventually(lambda s=stream: _builder_after_stale(s) == ["blocked", None], WAIT)  # type: ignore[misc]
             assert not stream.ended.is_set()
 
 
@@ -341,7 +341,7 @@ def test_healthz_tells_a_stranger_unavailable_and_a_member_why(tmp_path: Path) -
     """Before: ``/healthz``, which needs no token, said Redis's own words to anyone."""
     with redis_server() as server, running_broker(team=TEAM, redis=server.url) as broker:
         server.stop(kill=True)
-        eventually(lambda: httpx.get(broker.url + "/healthz").status_code == 503, 10)
+        eventually(lambda: httpx.get(broker.url + "/healthz").status_code == 503, WAIT)
         stranger = httpx.get(broker.url + "/healthz", timeout=5).json()
         assert stranger.pop("startedAt") > 0
         assert stranger == {"status": "unavailable", "store": "redis"}

@@ -83,7 +83,7 @@ def test_the_broker_command_refuses_a_bad_sentinel_url(tmp_path: Path) -> None:
         env={"CODEX_PRESENCE_REDIS": "redis+sentinel://:pw@h:1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=WAIT,
     )
     assert done.returncode != 0
     assert "no service name" in done.stderr and "pw" not in done.stderr.replace("pwd", "")

@@ -17,7 +17,7 @@ import httpx
 from tests.support.broker_harness import broker_process
 from tests.support.redis_server import redis_server, sentinel_setup
 from tests.support.shared_brokers import Stream, brokers, report, roster, team_file
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 
 def activities(url: str) -> dict[str, str]:
@@ -65,8 +65,8 @@ def test_brokers_follow_a_failover_over_tls_with_a_password(tmp_path: Path) -> N
         replica = setup.replica
         assert replica is not None
         setup.kill_primary()
-        eventually(lambda: not healthy(a.url) and not healthy(b.url), 20, "503 while down")
-        deadline = time.monotonic() + 30
+        eventually(lambda: not healthy(a.url) and not healthy(b.url), WAIT, "503 while down")
+        deadline = time.monotonic() + WAIT
         while not (healthy(a.url) and healthy(b.url)):
             assert time.monotonic() < deadline, "the brokers did not come back"
             time.sleep(0.05)

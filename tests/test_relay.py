@@ -104,7 +104,7 @@ async def relay_bytes(
             os.close(out_w)
             os.close(in_r)
 
-    with anyio.fail_after(60):
+    with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain)
             tg.start_soon(feed)
@@ -281,7 +281,7 @@ def _reap_wraps() -> Iterator[None]:
         proc = _PROCS.pop()
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            proc.wait(WAIT)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 with suppress(OSError):
@@ -410,7 +410,7 @@ def test_the_child_dies_when_wrap_is_sigkilled() -> None:
     assert child != proc.pid
     assert group == child  # its own process group, so signals reach its helpers too
     proc.kill()
-    proc.wait(10)
+    proc.wait(WAIT)
     eventually(lambda: not alive(child), 60, "the child's death")
     assert not alive(child)
 
@@ -445,7 +445,7 @@ def test_the_childs_whole_tree_dies_when_wrap_is_sigkilled(target: str) -> None:
         proc.kill()
     else:
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
+    proc.wait(WAIT)
     eventually(lambda: not any(alive(pid) for pid in pids), 60, "the whole tree's death")
 
 
@@ -739,15 +739,15 @@ async def test_the_copy_thread_never_waits_for_transitions_to_be_delivered() -> 
 
     def busy_observer(transition: Transition) -> None:
         if transition.state == "working":
-            waited.append(got_after.wait(10))  # blocks the event loop until "after" is out
+            waited.append(got_after.wait(WAIT))  # blocks the event loop until "after" is out
 
     reader = threading.Thread(target=read_stdout, daemon=True)
     reader.start()
     relay = WrapSession(stdin=in_r, stdout=out_w, observers=[busy_observer])
-    with anyio.fail_after(60):
+    with anyio.fail_after(WAIT):
         status = await relay.run([PY, "-c", child])
     os.close(out_w)
-    reader.join(10)
+    reader.join(WAIT)
     for fd in (in_r, out_r):
         os.close(fd)
     assert status == 0
@@ -872,9 +872,9 @@ async def test_a_quick_answer_is_never_analysed_before_the_request_it_answers(
         stdout=out_w,
         observers=[lambda t: seen.append(f"{t.state.value} ({t.cause})")],
     )
-    with anyio.fail_after(60):
+    with anyio.fail_after(WAIT):
         status = await relay.run([PY, "-c", child])
-    answering.join(10)
+    answering.join(WAIT)
     for fd in (in_r, out_r, out_w):
         os.close(fd)
     assert status == 0
@@ -924,10 +924,10 @@ async def session_and_replay(
         record=rec,
         observers=[lambda t: live.append((t.state.value, t.cause))],
     )
-    with anyio.fail_after(60):
+    with anyio.fail_after(WAIT):
         status = await relay.run([PY, "-c", child])
     os.close(out_w)
-    answering.join(10)
+    answering.join(WAIT)
     for fd in (in_r, out_r):
         os.close(fd)
     assert status == 0
@@ -1036,7 +1036,7 @@ def test_a_recorder_that_cannot_keep_up_marks_the_gap(tmp_path: Path) -> None:
     recorder.add(0.35, "client", b"z" * 100)  # dropped, and nothing follows it
     recorder.finish(0.4)
     recorder.start()
-    assert recorder.join(10)
+    assert recorder.join(WAIT), "the recorder did not finish"
     entries = list(read_entries(path.read_bytes().splitlines()))
     assert [(e.t, e.direction, e.message, e.gap, e.end) for e in entries] == [
         (0.0, "server", None, 0, False),  # the version line
@@ -1066,7 +1066,7 @@ def test_a_line_too_long_to_record_is_kept_as_its_size(tmp_path: Path) -> None:
     recorder.add(0.5, "server", b'"}\n{"id":1}\n')
     recorder.finish(0.6)
     recorder.start()
-    assert recorder.join(10)
+    assert recorder.join(WAIT), "the recorder did not finish"
     entries = list(read_entries(path.read_bytes().splitlines()))
     messages = [e for e in entries if not e.end and e.version is None]
     assert [(e.t, e.message, e.raw, e.size, e.gap) for e in messages] == [
@@ -1140,7 +1140,7 @@ def test_an_idle_recorder_costs_no_wake_ups(tmp_path: Path) -> None:
     eventually(lambda: path.read_bytes().count(b"\n") == 3, 60, "the second")
     assert recorder.wakeups == woken + 1
     recorder.finish(1.2)
-    assert recorder.join(10)
+    assert recorder.join(WAIT), "the recorder did not finish"
     entries = list(read_entries(path.read_bytes().splitlines()))
     assert [(e.direction, e.message, e.end) for e in entries] == [
         ("server", None, False),  # the version line

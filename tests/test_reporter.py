@@ -28,7 +28,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.fault_proxy import FaultProxy
-from tests.support.waiting import eventually_async
+from tests.support.waiting import WAIT, eventually_async
 
 pytestmark = pytest.mark.anyio
 
@@ -100,7 +100,7 @@ async def test_heartbeat_keeps_a_short_ttl_from_lapsing_and_idle_is_silent() -> 
                 assert activity(broker) == "working"
             assert reporter.posts >= start + 3  # the heartbeats did it
             reporter.observe(IDLE)
-            await eventually_async(lambda: activity(broker) is None, 5)
+            await eventually_async(lambda: activity(broker) is None, WAIT)
             after_idle = reporter.posts
             await anyio.sleep(0.5)
             assert reporter.posts == after_idle  # silence when idle
@@ -258,7 +258,7 @@ async def test_the_last_word_comes_while_the_session_is_still_subscribed() -> No
             link.observe(Transition(previous=IDLE, state=WORKING, cause="turn/started"))
             await eventually_async(lambda: activity(running) == "working", 60)
         assert at_idle == [(False, 1)]
-        await eventually_async(lambda: connected(running) == 0, 10)
+        await eventually_async(lambda: connected(running) == 0, WAIT)
         assert activity(running) is None
 
 
@@ -278,7 +278,7 @@ async def test_connection_presence_counts_and_reconnects() -> None:
                 on_change=states.append,
             )
             tg.start_soon(presence.run)
-            await eventually_async(lambda: ConnectionState.OFFLINE in states, 5)  # down at start
+            await eventually_async(lambda: ConnectionState.OFFLINE in states, WAIT)  # down at start
             for round_ in (1, 2):
                 # the second life binds the port the first one let go of, as a restart does
                 life = running_broker(team=team, sock=sock) if round_ == 1 else None
@@ -286,7 +286,7 @@ async def test_connection_presence_counts_and_reconnects() -> None:
                     await eventually_async(lambda: presence.state is ConnectionState.ONLINE, 60)
                     await eventually_async(lambda: connected(broker) == 1, 60)
                     assert presence.connects == round_
-                await eventually_async(lambda: presence.state is not ConnectionState.ONLINE, 5)
+                await eventually_async(lambda: presence.state is not ConnectionState.ONLINE, WAIT)
             tg.cancel_scope.cancel()
     assert states[:3] == [
         ConnectionState.CONNECTING,
@@ -306,7 +306,7 @@ async def test_connection_presence_stops_on_a_wrong_token() -> None:
     with running_broker(team=make_team("alice", "bob")) as broker:
         async with client_for(broker.url, token=token_of("bob")) as client:
             presence = ConnectionPresence(client=client, name="alice")  # bob posing as alice
-            with anyio.fail_after(5):
+            with anyio.fail_after(WAIT):
                 await presence.run()
             assert presence.refused == 403 and "403" in presence.reason
             assert connected(broker) == 0

@@ -19,7 +19,7 @@ import pytest
 
 from codex_presence.broker.team_file import render_team
 from tests.support.broker_harness import broker_process, make_team, running_broker, token_of
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess, is_note, is_request, wrap_env
 
 PY = sys.executable
@@ -309,7 +309,7 @@ def test_a_password_in_the_broker_url_is_never_printed(tmp_path: Path, command: 
                 env=wrap_env(env),
                 capture_output=True,
                 text=True,
-                timeout=30,
+                timeout=WAIT,
                 check=False,
             )
             assert proc.returncode != 0, proc

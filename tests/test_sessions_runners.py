@@ -28,7 +28,7 @@ from tests.support.broker_harness import (
     token_of,
 )
 from tests.support.shared_brokers import roster, team_file
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess, is_note, is_request
 
 TOKEN = {"CODEX_PRESENCE_TOKEN": token_of("builder")}
@@ -76,7 +76,7 @@ def test_two_wraps_of_one_member_show_the_strongest(store_url: str | None) -> No
         eventually(lambda: builder(url).get("activity") == "working", what="back to working")
         eventually(lambda: "sessions" not in builder(url), what="one busy session again")
 
-        first.wait_for(is_note("turn/completed"), timeout=30)  # both idle now
+        first.wait_for(is_note("turn/completed"), timeout=WAIT)  # both idle now
         eventually(lambda: "activity" not in builder(url), what="idle")
         assert first.close() == 0
         assert second.close() == 0
@@ -100,7 +100,7 @@ def test_a_wrap_killed_mid_turn_is_offline_and_idle_within_the_grace(
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: builder(url).get("activity") == "working", what="working")
         wrap.proc.kill()
-        wrap.proc.wait(10)
+        wrap.proc.wait(WAIT)
         offline = eventually(lambda: builder(url)["connected"] == 0, MUST)
         idle = eventually(lambda: "activity" not in builder(url), MUST, "idle") + offline
         store = "redis" if store_url else "memory"
@@ -127,7 +127,7 @@ def test_a_dead_brokers_sessions_go_with_its_counts(redis_url: str, tmp_path: Pa
         wrap.wait_for(is_note("turn/started"))
         eventually(lambda: builder(survivor.url).get("activity") == "working", what="working")
         doomed.proc.kill()
-        doomed.proc.wait(10)
+        doomed.proc.wait(WAIT)
         gone = eventually(lambda: builder(survivor.url)["connected"] == 0, MUST)
         idle = eventually(lambda: "activity" not in builder(survivor.url), MUST, "idle") + gone
         print(f"\n[redis] SIGKILL of the broker: counts gone {gone:.1f} s, idle {idle:.1f} s")
@@ -215,7 +215,7 @@ def test_a_wrap_killed_with_a_command_running_takes_its_count_within_the_grace(
         url = broker.url
         _left_running(url, wrap)
         wrap.proc.kill()
-        wrap.proc.wait(10)
+        wrap.proc.wait(WAIT)
         offline = eventually(lambda: builder(url)["connected"] == 0, MUST)
         gone = (
             eventually(lambda: "background" not in builder(url), MUST, "the count gone") + offline

@@ -37,7 +37,7 @@ from tests.support.tui_driver import (
     tui_home,
 )
 from tests.support.tui_scenarios import NO_APPROVALS, _long_command_steps
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -166,10 +166,10 @@ def test_a_claude_and_a_wrap_of_one_member_show_the_strongest(
         eventually(lambda: alice(broker).get("sessions") == {"working": 1, "blocked": 1}, 60)
         assert alice(broker)["activity"] == "blocked"  # the strongest, whatever claude does
         s.tmux.wait_screen(r"Done\.")
-        eventually(lambda: "sessions" not in alice(broker), 10, "claude's turn over")
+        eventually(lambda: "sessions" not in alice(broker), WAIT, "claude's turn over")
         assert alice(broker)["activity"] == "blocked"  # claude's idle hides nothing
 
         wrap.send({"id": request["id"], "result": {"decision": "accept"}})
         wrap.wait_for(is_note("turn/completed"))
-        eventually(lambda: "activity" not in alice(broker), 10, "both idle")
+        eventually(lambda: "activity" not in alice(broker), WAIT, "both idle")
         assert alice(broker)["connected"] == 2

@@ -27,7 +27,7 @@ from codex_presence.core.codex.prefilter import ChunkAnalyzer
 from codex_presence.core.recording import read_entries, read_relevant_entries
 from codex_presence.core.timeline import timeline
 from tests.support.broker_harness import make_team, running_broker, token_of
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT, eventually
 from tests.support.wrap_harness import WrapProcess
 
 PY = sys.executable
@@ -69,7 +69,7 @@ class Wire:
                 self.received += data
                 self._more.notify_all()
 
-    def wait_for(self, marker: bytes, timeout: float = 20.0) -> None:
+    def wait_for(self, marker: bytes, timeout: float = WAIT) -> None:
         with self._more:
             assert self._more.wait_for(lambda: marker in self.received, timeout), (
                 marker,
@@ -82,7 +82,7 @@ class Wire:
     def close(self) -> None:
         for fd in (self.in_r, self.in_w, self.out_w):
             os.close(fd)
-        self._reader.join(10)
+        self._reader.join(WAIT)
         os.close(self.out_r)
 
 
@@ -187,7 +187,7 @@ def test_a_turn_started_in_the_first_bytes_reaches_the_broker() -> None:
         ) as wrap:
             eventually(lambda: activity() == "working", 60, "working at the broker")
             wrap.send({"id": 1, "result": {}})
-            eventually(lambda: activity() is None, 20, "idle at the broker")
+            eventually(lambda: activity() is None, WAIT, "idle at the broker")
             assert wrap.close() == 0
     assert "working (turn/started)" in wrap.stderr.decode()
 

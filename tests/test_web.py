@@ -374,7 +374,7 @@ def test_sessions_expire_and_are_capped_per_member(store_url: str | None) -> Non
         async with anyio.create_task_group() as tg:
             for link in links:
                 await tg.start(link.run)
-            with anyio.fail_after(10):
+            with anyio.fail_after(WAIT):
                 await check()
             tg.cancel_scope.cancel()
 
@@ -537,7 +537,7 @@ def watcher(web: Web) -> Iterator[subprocess.Popen[bytes]]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(5)
+            proc.wait(WAIT)
 
 
 @pytest.mark.browser
@@ -706,7 +706,7 @@ def test_the_page_follows_a_member_working_blocked_idle(
 
     # The watcher leaves: builder goes offline on the page, without a reload.
     watcher.terminate()
-    watcher.wait(10)
+    watcher.wait(WAIT)
     expect(builder.locator(".connection")).to_have_text("offline")
     assert page.evaluate("window.codexPresence.opens") == 1
 
@@ -1134,7 +1134,7 @@ def test_notify_me_asks_permission_only_when_turned_on_and_notifies_on_blocked(
     waits = {"kind": "command", "program": "make"}  # issue 32: which agent, on what, where
     agent = {"client": "claude", "project": "api-server", "waits": waits}
     web.report("scout", "blocked", "sessionSSSSSSSSS", agent=agent)
-    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 2, 10)
+    eventually(lambda: allowed.evaluate("window.codexPresence.notices.length") == 2, WAIT)
     assert allowed.evaluate("window.codexPresence.notices[1]") == {
         "title": "scout needs input",
         "body": "acme: scout · claude in api-server: approve `make`",

@@ -49,7 +49,7 @@ def read_head(sock: socket.socket) -> tuple[bytes, bytes]:
     return head + b"\r\n\r\n", rest
 
 
-def read_until_eof(sock: socket.socket, already: bytes = b"", timeout: float = 10) -> bytes:
+def read_until_eof(sock: socket.socket, already: bytes = b"", timeout: float = WAIT) -> bytes:
     sock.settimeout(timeout)
     data = already
     while chunk := sock.recv(65536):
@@ -145,7 +145,7 @@ class Inner:
         # shutdown() wakes the accept() of the serving thread; close() alone does not.
         with suppress(OSError):
             self.listener.shutdown(socket.SHUT_RDWR)
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=WAIT)
         self.listener.close()
 
 
@@ -667,7 +667,7 @@ def test_one_connections_reading_never_holds_back_another_connections_bytes(
         assert at_user[0] < flood_messages // 4, (
             f"the user's bytes waited for {at_user[0]} of the flood's {flood_messages} frames"
         )
-        sender.join(10)
+        sender.join(WAIT)
         flood.close()
         user.close()
     inner.close()

@@ -48,7 +48,7 @@ from codex_presence.broker.server import BrokerServer, bound_socket, listen_sock
 from codex_presence.broker.state import Broker
 from codex_presence.broker.team import Member, Role, Team, hash_token
 from codex_presence.broker.web import WebRoster
-from tests.support.waiting import Lines, eventually
+from tests.support.waiting import WAIT, Lines, eventually
 
 
 class FakeClock:
@@ -200,7 +200,7 @@ def running_broker(
         yield RunningBroker(f"http://127.0.0.1:{port}", broker, server)
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(WAIT)
         sock.close()
         assert not thread.is_alive(), "the broker did not stop"
 
@@ -290,7 +290,7 @@ def broker_process(
         finally:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait(10)
+            proc.wait(WAIT)
 
 
 @contextmanager

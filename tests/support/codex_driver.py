@@ -311,7 +311,7 @@ class CodexSession:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait(5)
+            self.proc.wait(WAIT)
         self._reader.join(timeout)
         if self.proc.stdout is not None and not self._reader.is_alive():
             self.proc.stdout.close()

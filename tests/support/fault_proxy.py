@@ -10,6 +10,8 @@ import threading
 from contextlib import suppress
 from pathlib import Path
 
+from tests.support.waiting import WAIT
+
 
 class FaultProxy:
     """A TCP proxy on 127.0.0.1 in front of ``upstream``, with a switchable fault.
@@ -87,7 +89,7 @@ class FaultProxy:
             # The acceptor's poll holds the socket, listening, until it sees it is no longer
             # the listener: a `pass` right after would find the port in use.
             if self._acceptor is not None:
-                self._acceptor.join(5)
+                self._acceptor.join(WAIT)
             listener.close()
         elif mode != "refuse" and self._listener is None and not self._closed:
             self._listen()
@@ -128,7 +130,7 @@ class FaultProxy:
             )
             pump.start()
             _pump(conn, upstream)
-            pump.join(30)
+            pump.join(WAIT)
         except OSError:
             pass
         finally:

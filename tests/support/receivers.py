@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from tests.support.waiting import WAIT
+
 __all__ = ["Received", "Receiver", "receiver", "trickler"]
 
 
@@ -81,7 +83,7 @@ def receiver(*, status: int = 200, answer: bytes = b"{}") -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
+        thread.join(WAIT)
 
 
 @contextmanager
@@ -121,5 +123,5 @@ def trickler(every: float) -> Iterator[Receiver]:
         yield taken
     finally:
         stop.set()
-        server.join(5)
+        server.join(WAIT)
         listener.close()

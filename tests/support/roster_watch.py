@@ -134,7 +134,7 @@ class RosterWatch:
                 out.append(activity)
         return out
 
-    def join(self, timeout: float = 10.0) -> None:
+    def join(self, timeout: float = WAIT) -> None:
         self._thread.join(timeout)
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from codex_presence.agent.signals import FORWARDED_SIGNALS
 from codex_presence.agent.tui import launch as tui_launch
 from codex_presence.agent.tui.launch import TuiLaunch
+from tests.support.waiting import WAIT
 
 __all__ = ["launched", "signals_kept"]
 
@@ -42,7 +43,7 @@ def launched(command: Sequence[str], env: Mapping[str, str]) -> Iterator[TuiLaun
             for child in (launch.tui, launch.app_server):
                 if child is not None:
                     child.kill()
-                    child.wait(5)
+                    child.wait(WAIT)
                     child.release()
             if launch.listener is not None:
                 launch.listener.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import queue
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -61,6 +62,22 @@ async def eventually_async(
     event loop (and whatever the test is waiting for on it) runs meanwhile."""
     poll = functools.partial(eventually, predicate, within, what=what, interval=interval, seen=seen)
     return await anyio.to_thread.run_sync(poll)
+
+
+def exits(
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str],
+    within: float = WAIT,
+    what: str = "the process",
+    *,
+    seen: Callable[[], object] | None = None,
+) -> int:
+    """``proc``'s exit status, once it has exited; fail the test if it has not ``within``
+    that many seconds, saying what ``seen`` returns then (its output so far, say)."""
+    try:
+        return proc.wait(within)
+    except subprocess.TimeoutExpired:
+        saw = "" if seen is None else f"; saw: {seen()!r}"
+        raise AssertionError(f"{what} did not exit within {within} s{saw}") from None
 
 
 class Lines:
